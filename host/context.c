@@ -1,0 +1,212 @@
+/* Contexts: a device, its OpenCL context and queue (created or wrapped), its limits, and the
+ * programs built for it. */
+#include "devices.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void parse_c_version(const char *text, int *major, int *minor)
+{
+    /* "OpenCL C 1.2 PoCL", "OpenCL C 3.0 " — the first "d.d" after "OpenCL C". */
+    *major = 1;
+    *minor = 2;
+    const char *p = strstr(text, "OpenCL C ");
+    int a = 0, b = 0;
+    if (p && sscanf(p + 9, "%d.%d", &a, &b) == 2) {
+        *major = a;
+        *minor = b;
+    }
+}
+
+mhla_status mhla__context_read_device(mhla_context *ctx)
+{
+    mhla_status st = MHLA_OK;
+    mhla_device_limits *lim = &ctx->limits;
+    char cver[128] = "";
+    cl_device_id dev = ctx->device;
+
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof ctx->device_name, ctx->device_name, NULL),
+                "clGetDeviceInfo(CL_DEVICE_NAME)");
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof ctx->vendor, ctx->vendor, NULL),
+                "clGetDeviceInfo(CL_DEVICE_VENDOR)");
+    MHLA_CL_TRY(st, ctx,
+                clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof ctx->driver_version, ctx->driver_version, NULL),
+                "clGetDeviceInfo(CL_DRIVER_VERSION)");
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform, NULL),
+                "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
+    MHLA_CL_TRY(st, ctx,
+                clGetPlatformInfo(ctx->platform, CL_PLATFORM_VERSION, sizeof ctx->platform_version,
+                                  ctx->platform_version, NULL),
+                "clGetPlatformInfo(CL_PLATFORM_VERSION)");
+    MHLA_CL_TRY(st, ctx,
+                clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof lim->max_work_group_size,
+                                &lim->max_work_group_size, NULL),
+                "clGetDeviceInfo(CL_DEVICE_MAX_WORK_GROUP_SIZE)");
+    MHLA_CL_TRY(st, ctx,
+                clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof lim->max_work_item_sizes,
+                                lim->max_work_item_sizes, NULL),
+                "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)");
+    cl_ulong u = 0;
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof u, &u, NULL),
+                "clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_SIZE)");
+    lim->local_mem_bytes = u;
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof u, &u, NULL),
+                "clGetDeviceInfo(CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
+    lim->max_alloc_bytes = u;
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof u, &u, NULL),
+                "clGetDeviceInfo(CL_DEVICE_GLOBAL_MEM_SIZE)");
+    lim->global_mem_bytes = u;
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof lim->type, &lim->type, NULL),
+                "clGetDeviceInfo(CL_DEVICE_TYPE)");
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_OPENCL_C_VERSION, sizeof cver, cver, NULL),
+                "clGetDeviceInfo(CL_DEVICE_OPENCL_C_VERSION)");
+    cver[sizeof cver - 1] = '\0';
+    parse_c_version(cver, &lim->opencl_c_major, &lim->opencl_c_minor);
+    lim->has_fp16 = mhla__device_has_extension(dev, "cl_khr_fp16");
+    ctx->device_name[sizeof ctx->device_name - 1] = '\0';
+    ctx->vendor[sizeof ctx->vendor - 1] = '\0';
+    ctx->driver_version[sizeof ctx->driver_version - 1] = '\0';
+    ctx->platform_version[sizeof ctx->platform_version - 1] = '\0';
+cleanup:
+    return st;
+}
+
+mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = NULL;
+    mhla_device_ref ref;
+    const char *source = "device spec";
+    cl_int err = CL_SUCCESS;
+
+    MHLA_FAIL_IF(st, !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_create: out is NULL");
+    *out = NULL;
+    if (!device_spec || !*device_spec) {
+        device_spec = getenv("MHLA_DEVICE");
+        source = "MHLA_DEVICE";
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__device_select(device_spec, source, &ref));
+    ctx = calloc(1, sizeof *ctx);
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a context");
+    ctx->device = ref.device;
+    ctx->platform = ref.platform;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ref.platform, 0};
+    ctx->cl = clCreateContext(props, 1, &ref.device, NULL, NULL, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateContext");
+    /* Profiling is on so that benchmarks read device time from events; its cost is a few
+     * timestamps per command. */
+    ctx->queue = clCreateCommandQueue(ctx->cl, ref.device, CL_QUEUE_PROFILING_ENABLE, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateCommandQueue");
+    MHLA_FORWARD_IF_ERROR(st, mhla__context_read_device(ctx));
+    *out = ctx;
+    ctx = NULL;
+cleanup:
+    mhla_context_destroy(ctx); /* only on failure; the thread's message keeps the reason */
+    return st;
+}
+
+mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_context **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = NULL;
+    cl_context qctx = NULL;
+    cl_command_queue_properties qprops = 0;
+
+    MHLA_FAIL_IF(st, !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_wrap: out is NULL");
+    *out = NULL;
+    MHLA_FAIL_IF(st, !context, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_wrap: cl_context is NULL");
+    MHLA_FAIL_IF(st, !queue, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_wrap: cl_command_queue is NULL");
+    ctx = calloc(1, sizeof *ctx);
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a context");
+    MHLA_CL_TRY(st, ctx, clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL),
+                "clGetCommandQueueInfo(CL_QUEUE_CONTEXT) on the wrapped queue");
+    MHLA_FAIL_IF(st, qctx != context, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_context_wrap: the command queue belongs to another cl_context");
+    MHLA_CL_TRY(st, ctx, clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof ctx->device, &ctx->device, NULL),
+                "clGetCommandQueueInfo(CL_QUEUE_DEVICE)");
+    MHLA_CL_TRY(st, ctx, clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL),
+                "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
+    ctx->out_of_order = (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
+    MHLA_CL_TRY(st, ctx, clRetainContext(context), "clRetainContext");
+    ctx->cl = context;
+    MHLA_CL_TRY(st, ctx, clRetainCommandQueue(queue), "clRetainCommandQueue");
+    ctx->queue = queue;
+    MHLA_FORWARD_IF_ERROR(st, mhla__context_read_device(ctx));
+    *out = ctx;
+    ctx = NULL;
+cleanup:
+    mhla_context_destroy(ctx);
+    return st;
+}
+
+void mhla_context_destroy(mhla_context *ctx)
+{
+    if (!ctx)
+        return;
+    for (mhla_program_entry *e = ctx->programs, *next; e; e = next) {
+        next = e->next;
+        clReleaseProgram(e->program);
+        free(e->key);
+        free(e);
+    }
+    if (ctx->queue)
+        clReleaseCommandQueue(ctx->queue);
+    if (ctx->cl)
+        clReleaseContext(ctx->cl);
+    free(ctx);
+}
+
+cl_context mhla_context_cl_context(const mhla_context *ctx) { return ctx ? ctx->cl : NULL; }
+cl_command_queue mhla_context_queue(const mhla_context *ctx) { return ctx ? ctx->queue : NULL; }
+cl_device_id mhla_context_device(const mhla_context *ctx) { return ctx ? ctx->device : NULL; }
+const char *mhla_context_device_name(const mhla_context *ctx) { return ctx ? ctx->device_name : ""; }
+
+mhla_status mhla__stage_barrier(mhla_context *ctx)
+{
+    mhla_status st = MHLA_OK;
+    if (ctx->out_of_order)
+        MHLA_CL_TRY(st, ctx, clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL),
+                    "clEnqueueBarrierWithWaitList");
+cleanup:
+    return st;
+}
+
+size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want)
+{
+    size_t kwg = 0;
+    if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) !=
+            CL_SUCCESS ||
+        kwg == 0)
+        kwg = 1;
+    size_t lim = ctx->limits.max_work_group_size;
+    if (ctx->limits.max_work_item_sizes[0] && ctx->limits.max_work_item_sizes[0] < lim)
+        lim = ctx->limits.max_work_item_sizes[0];
+    if (kwg < lim)
+        lim = kwg;
+    size_t ls = want < lim ? want : lim;
+    return ls ? ls : 1;
+}
+
+mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
+                                cl_mem *out)
+{
+    mhla_status st = MHLA_OK;
+    cl_int err = CL_SUCCESS;
+    *out = NULL;
+    if (bytes == 0)
+        bytes = 4; /* OpenCL rejects empty buffers; an unused workspace slot stays valid */
+    MHLA_FAIL_IF(st, bytes > ctx->limits.max_alloc_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
+                 "%s needs %zu bytes, more than the device's largest allocation "
+                 "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu bytes) on %s",
+                 what, bytes, (unsigned long long)ctx->limits.max_alloc_bytes, ctx->device_name);
+    *out = clCreateBuffer(ctx->cl, flags, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        ctx->last_cl_error = err;
+        MHLA_FAIL_IF(st, 1, ctx, mhla__status_of_cl(err), "clCreateBuffer for %s (%zu bytes) failed: %s (%d)",
+                     what, bytes, mhla__cl_error_name(err), (int)err);
+    }
+cleanup:
+    return st;
+}

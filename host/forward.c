@@ -1,0 +1,127 @@
+/* mhla_forward: argument checks, then the three stages enqueued back to back on the context's
+ * queue; and mhla_forward_host, the blocking host-pointer convenience around it. */
+#include "internal.h"
+
+#include <stdio.h>
+
+static const char *tensor_name(mhla_tensor t)
+{
+    static const char *names[] = {"q", "k", "v", "out", "mixing"};
+    return names[t];
+}
+
+/* "[B,N,H,D] = [1,4096,8,64] f32" — what the shape needs, for messages. */
+static void describe(const mhla_plan *plan, mhla_tensor t, char *buf, size_t size)
+{
+    const mhla_config *c = &plan->cfg;
+    if (t == MHLA_TENSOR_MIXING) {
+        snprintf(buf, size, "%lld x %lld float32", (long long)c->mixing_rows, (long long)c->mixing_rows);
+        return;
+    }
+    long long d = (t == MHLA_TENSOR_Q || t == MHLA_TENSOR_K) ? (long long)c->dk : (long long)c->dv;
+    if (c->layout == MHLA_LAYOUT_BHND)
+        snprintf(buf, size, "[B,H,N,D] = [%lld,%lld,%lld,%lld] %s", (long long)c->batch, (long long)c->heads,
+                 (long long)plan->shape.n, d, mhla_dtype_name(c->dtype));
+    else
+        snprintf(buf, size, "[B,N,H,D] = [%lld,%lld,%lld,%lld] %s", (long long)c->batch, (long long)plan->shape.n,
+                 (long long)c->heads, d, mhla_dtype_name(c->dtype));
+}
+
+static mhla_status check_buffer(mhla_plan *plan, cl_mem buf, mhla_tensor t)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    size_t size = 0, need = mhla_plan_tensor_bytes(plan, t);
+    cl_context owner = NULL;
+    char shape[160];
+
+    MHLA_FAIL_IF(st, !buf, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: %s buffer is NULL", tensor_name(t));
+    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
+    MHLA_FAIL_IF(st, err != CL_SUCCESS, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: %s is not a valid cl_mem (clGetMemObjectInfo: %s)", tensor_name(t),
+                 mhla__cl_error_name(err));
+    err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    MHLA_FAIL_IF(st, err != CL_SUCCESS || owner != ctx->cl, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: %s buffer belongs to another cl_context", tensor_name(t));
+    describe(plan, t, shape, sizeof shape);
+    MHLA_FAIL_IF(st, size < need, ctx, MHLA_ERR_BUFFER_TOO_SMALL,
+                 "mhla_forward: %s buffer holds %zu bytes; %s needs %zu", tensor_name(t), size, shape, need);
+cleanup:
+    return st;
+}
+
+mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out, cl_uint num_wait,
+                         const cl_event *wait, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = NULL;
+
+    MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: plan is NULL");
+    ctx = plan->ctx;
+    const cl_mem bufs[] = {q, k, v, out, mixing};
+    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
+        MHLA_FORWARD_IF_ERROR(st, check_buffer(plan, bufs[t], (mhla_tensor)t));
+    MHLA_FAIL_IF(st, out == q || out == k || out == v || out == mixing, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: out must not be the same buffer as q, k, v or mixing");
+    MHLA_FAIL_IF(st, (num_wait > 0) != (wait != NULL), ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: wait list of %u events with %s pointer", (unsigned)num_wait, wait ? "a" : "a NULL");
+
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, out, done));
+cleanup:
+    return st;
+}
+
+mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v, const float *mixing,
+                              void *out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = NULL;
+    int enqueued = 0;
+
+    MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward_host: plan is NULL");
+    ctx = plan->ctx;
+    const void *inputs[] = {q, k, v, NULL, mixing};
+    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
+        MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], ctx, MHLA_ERR_INVALID_ARGUMENT,
+                     "mhla_forward_host: %s pointer is NULL", tensor_name((mhla_tensor)t));
+    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
+        if (plan->stage[t])
+            continue;
+        char what[64];
+        snprintf(what, sizeof what, "the host-copy buffer for %s", tensor_name((mhla_tensor)t));
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, t == MHLA_TENSOR_OUT ? CL_MEM_WRITE_ONLY : CL_MEM_READ_ONLY,
+                                                      mhla_plan_tensor_bytes(plan, (mhla_tensor)t), what,
+                                                      &plan->stage[t]));
+    }
+    enqueued = 1;
+    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
+        if (t == MHLA_TENSOR_OUT)
+            continue;
+        MHLA_CL_TRY(st, ctx,
+                    clEnqueueWriteBuffer(ctx->queue, plan->stage[t], CL_FALSE, 0,
+                                         mhla_plan_tensor_bytes(plan, (mhla_tensor)t), inputs[t], 0, NULL, NULL),
+                    "clEnqueueWriteBuffer (mhla_forward_host input)");
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_FORWARD_IF_ERROR(st, mhla_forward(plan, plan->stage[MHLA_TENSOR_Q], plan->stage[MHLA_TENSOR_K],
+                                           plan->stage[MHLA_TENSOR_V], plan->stage[MHLA_TENSOR_MIXING],
+                                           plan->stage[MHLA_TENSOR_OUT], 0, NULL, NULL));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_CL_TRY(st, ctx,
+                clEnqueueReadBuffer(ctx->queue, plan->stage[MHLA_TENSOR_OUT], CL_TRUE, 0,
+                                    mhla_plan_tensor_bytes(plan, MHLA_TENSOR_OUT), out, 0, NULL, NULL),
+                "clEnqueueReadBuffer (mhla_forward_host output)");
+cleanup:
+    /* Non-blocking writes may still read the caller's arrays: never return before they are done. */
+    if (st != MHLA_OK && enqueued)
+        clFinish(ctx->queue);
+    return st;
+}

@@ -1,0 +1,219 @@
+/* Internal declarations shared by the host units: handle layouts, error macros, stage entry points.
+ * Nothing here is public; include/mhla.h is the API. */
+#ifndef MHLA_INTERNAL_H
+#define MHLA_INTERNAL_H
+
+#include "mhla.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#define MHLA_MESSAGE_MAX 16384 /* room for a kernel build log of a few hundred lines */
+
+/* ---- error recording ------------------------------------------------------------------- */
+
+/* Records a failure on `ctx` (may be NULL) and on this thread; returns `status`. */
+mhla_status mhla__fail(mhla_context *ctx, mhla_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Records a failed OpenCL call: the call, its error name and code, and where it was made. */
+mhla_status mhla__fail_cl(mhla_context *ctx, cl_int err, const char *what, const char *file, int line);
+/* Records a failed CLBlast call the same way (CLBlast reuses OpenCL's codes where they exist). */
+mhla_status mhla__fail_blas(mhla_context *ctx, int err, const char *what, const char *file, int line);
+/* The status an OpenCL error code becomes. */
+mhla_status mhla__status_of_cl(cl_int err);
+/* "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR" for codes without a name. */
+const char *mhla__cl_error_name(cl_int err);
+
+/* Checks take the status variable, record the failure and jump to the function's `cleanup:`. */
+#define MHLA_FAIL_IF(st, cond, ctx, code, ...)                                                      \
+    do {                                                                                            \
+        if (cond) {                                                                                 \
+            (st) = mhla__fail((ctx), (code), __VA_ARGS__);                                          \
+            goto cleanup;                                                                           \
+        }                                                                                           \
+    } while (0)
+
+#define MHLA_CL_TRY(st, ctx, expr, what)                                                            \
+    do {                                                                                            \
+        cl_int mhla_cl_err_ = (expr);                                                               \
+        if (mhla_cl_err_ != CL_SUCCESS) {                                                           \
+            (st) = mhla__fail_cl((ctx), mhla_cl_err_, (what), __FILE__, __LINE__);                  \
+            goto cleanup;                                                                           \
+        }                                                                                           \
+    } while (0)
+
+/* Propagates a status already recorded by a callee. */
+#define MHLA_FORWARD_IF_ERROR(st, expr)                                                             \
+    do {                                                                                            \
+        (st) = (expr);                                                                              \
+        if ((st) != MHLA_OK)                                                                        \
+            goto cleanup;                                                                           \
+    } while (0)
+
+/* ---- context ---------------------------------------------------------------------------- */
+
+/* Device limits read once per context; every launch respects them. */
+typedef struct mhla_device_limits {
+    size_t max_work_group_size;
+    size_t max_work_item_sizes[3];
+    uint64_t local_mem_bytes;
+    uint64_t max_alloc_bytes;
+    uint64_t global_mem_bytes;
+    int opencl_c_major; /* from CL_DEVICE_OPENCL_C_VERSION */
+    int opencl_c_minor;
+    int has_fp16;
+    cl_device_type type;
+} mhla_device_limits;
+
+typedef struct mhla_program_entry {
+    struct mhla_program_entry *next;
+    char *key; /* kernel file name, NUL, build options: what the program was built from */
+    uint64_t source_hash;
+    cl_program program;
+} mhla_program_entry;
+
+struct mhla_context {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl;
+    cl_command_queue queue;
+    int out_of_order; /* the wrapped queue runs out of order: stages need barriers */
+    mhla_device_limits limits;
+    char device_name[256];
+    char vendor[256];
+    char driver_version[256];
+    char platform_version[256];
+    mhla_program_entry *programs; /* built programs, shared by the context's plans */
+    cl_int last_cl_error;
+    char message[MHLA_MESSAGE_MAX];
+};
+
+/* Fills ctx->limits and the name fields from ctx->device. */
+mhla_status mhla__context_read_device(mhla_context *ctx);
+
+/* ---- programs ----------------------------------------------------------------------------- */
+
+/* Options assembled in one place (STYLE): "-D..." flags of a plan, appended to `buf`. */
+typedef struct mhla_build_opts {
+    char text[1024];
+    size_t len;
+} mhla_build_opts;
+void mhla__opts_init(mhla_build_opts *opts);
+void mhla__opts_add(mhla_build_opts *opts, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The source of kernels/<name>.cl: embedded at build time, or read from $MHLA_KERNEL_DIR when
+ * that development switch is set. *out is malloc'd and freed by the caller. */
+mhla_status mhla__kernel_source(mhla_context *ctx, const char *name, char **out);
+
+/* Builds kernels/<name>.cl with `opts` (or returns the context's cached program). The program
+ * stays owned by the context. A failed build returns MHLA_ERR_BUILD_FAILED with the log. */
+mhla_status mhla__program_get(mhla_context *ctx, const char *name, const mhla_build_opts *opts,
+                              cl_program *out);
+
+/* Creates kernel `kernel_name` from a program; the caller releases it. */
+mhla_status mhla__kernel_create(mhla_context *ctx, cl_program program, const char *kernel_name,
+                                cl_kernel *out);
+
+/* Embedded sources, generated by scripts/cl2c.py (host/kernel_registry.c). */
+typedef struct mhla_embedded_kernel {
+    const char *name;
+    const char *source;
+} mhla_embedded_kernel;
+extern const mhla_embedded_kernel mhla__embedded_kernels[];
+extern const size_t mhla__embedded_kernel_count;
+
+/* ---- launches ----------------------------------------------------------------------------- */
+
+/* Local size for a 1D-tiled launch: `want` clamped to the kernel's and the device's limits. */
+size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want);
+/* Rounds x up to a multiple of m (m > 0). */
+static inline size_t mhla__round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+/* Sets kernel argument `index` and records a failure naming the kernel and argument. */
+#define MHLA_SET_ARG(st, ctx, kernel, index, value)                                                 \
+    MHLA_CL_TRY(st, ctx, clSetKernelArg((kernel), (index), sizeof(value), &(value)),                \
+                "clSetKernelArg(" #kernel ", " #index ")")
+/* Orders the next stage after the previous one on an out-of-order queue; a no-op otherwise. */
+mhla_status mhla__stage_barrier(mhla_context *ctx);
+
+/* ---- plan -------------------------------------------------------------------------------- */
+
+/* Derived sizes of a valid configuration. */
+typedef struct mhla_shape {
+    int64_t n;          /* tokens per sequence */
+    int64_t m;          /* blocks (non-causal) */
+    int64_t nb;         /* tokens per block */
+    int64_t pt, ph, pw; /* block extent in tokens */
+    int64_t bh;         /* batch * heads */
+    int64_t summary_cols; /* Dv + 1: the value columns and the key-sum column z */
+} mhla_shape;
+
+/* Validates cfg (msg gets the reason) and fills the derived shape. */
+mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, char *msg, size_t msg_size);
+/* Bytes per stored element of a dtype. */
+size_t mhla__dtype_size(mhla_dtype dtype);
+/* The config with defaults resolved (scale 0 -> the mode's default, mixing_rows 0 -> M). */
+void mhla__config_resolve(mhla_config *cfg);
+
+/* Mirror of kernels/common.h's mhla_grid, passed by value to every kernel. */
+typedef struct mhla_grid_args {
+    cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh;
+} mhla_grid_args;
+
+struct mhla_plan {
+    mhla_context *ctx;
+    mhla_config cfg; /* resolved */
+    mhla_shape shape;
+    mhla_grid_args grid;
+    cl_kernel k_summary;
+    cl_kernel k_official_dots; /* official normalizer only */
+    cl_kernel k_output;
+    size_t lws_summary, lws_output, lws_dots;
+    /* workspace */
+    cl_mem summary; /* [M][B*H][Dk][Dv+1]: S_b with z_b as the last column */
+    cl_mem mixed;   /* same layout: S~_i, z~_i */
+    cl_mem dots;    /* official: [M][B*H][Nb] q~_{b,p} . z_b */
+    cl_mem den;     /* official: [M][B*H][Nb] mixed denominators */
+    cl_mem gemm_temp;
+    size_t gemm_temp_bytes;
+    size_t workspace_bytes;
+    /* mhla_forward_host staging, allocated on first use */
+    cl_mem stage[5];
+};
+
+/* Stages of the non-causal forward, each in the host file named after it. */
+mhla_status mhla__block_summary_setup(mhla_plan *plan, const mhla_build_opts *opts);
+mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
+                                        const cl_event *wait);
+mhla_status mhla__mixing_setup(mhla_plan *plan);
+mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
+mhla_status mhla__output_setup(mhla_plan *plan, const mhla_build_opts *opts);
+/* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */
+mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
+mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done);
+
+/* Creates a device buffer of `bytes`, checked against the device's limits first; `what` names it
+ * in the message. */
+mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
+                                cl_mem *out);
+
+/* Runs CLBlast's row-major C[m x n] = A[m x k] * B[k x n] on the context's queue. */
+mhla_status mhla__sgemm(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off,
+                        cl_mem b, size_t b_off, cl_mem c, size_t c_off, cl_mem temp, cl_event *ev);
+/* CLBlast's temporary-buffer size for that GEMM. */
+mhla_status mhla__sgemm_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t *bytes);
+
+/* Formats into a fixed buffer, never overflowing; returns buf. */
+char *mhla__fmt(char *buf, size_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#endif /* MHLA_INTERNAL_H */

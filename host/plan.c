@@ -1,0 +1,126 @@
+/* Plans: a validated configuration, its kernels specialized once with -D, and its workspace. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The one place where a plan's specialization flags are assembled (they key the program cache). */
+static void plan_build_options(const mhla_plan *plan, mhla_build_opts *opts)
+{
+    const mhla_config *c = &plan->cfg;
+    mhla__opts_init(opts);
+    mhla__opts_add(opts, "-DDK=%lld", (long long)c->dk);
+    mhla__opts_add(opts, "-DDV=%lld", (long long)c->dv);
+    mhla__opts_add(opts, "-DLAYOUT_BHND=%d", c->layout == MHLA_LAYOUT_BHND);
+    mhla__opts_add(opts, "-DFEATURE_MAP=%d", (int)c->feature_map);
+    mhla__opts_add(opts, "-DNORMALIZER=%d", (int)c->normalizer);
+}
+
+static void fill_grid(mhla_plan *plan)
+{
+    const mhla_config *c = &plan->cfg;
+    const mhla_shape *s = &plan->shape;
+    mhla_grid_args *g = &plan->grid;
+    g->n = (cl_int)s->n;
+    g->heads = (cl_int)c->heads;
+    g->seq_h = (cl_int)c->seq_h;
+    g->seq_w = (cl_int)c->seq_w;
+    g->pt = (cl_int)s->pt;
+    g->ph = (cl_int)s->ph;
+    g->pw = (cl_int)s->pw;
+    g->blk_h = (cl_int)c->block_h;
+    g->blk_w = (cl_int)c->block_w;
+    g->nb = (cl_int)s->nb;
+    g->m = (cl_int)s->m;
+    g->bh = (cl_int)s->bh;
+}
+
+static mhla_status create_workspace(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const size_t summary_bytes = (size_t)plan->shape.m * (size_t)plan->shape.bh * (size_t)plan->cfg.dk *
+                                 (size_t)plan->shape.summary_cols * sizeof(float);
+    const size_t dots_bytes = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL
+                                  ? (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float)
+                                  : 0;
+    size_t total = 2 * summary_bytes + 2 * dots_bytes;
+    MHLA_FAIL_IF(st, total > ctx->limits.global_mem_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
+                 "the plan's workspace needs %zu bytes, more than the device's %llu bytes of global memory (%s)",
+                 total, (unsigned long long)ctx->limits.global_mem_bytes, ctx->device_name);
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, summary_bytes, "the block summaries",
+                                                  &plan->summary));
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, summary_bytes, "the mixed summaries",
+                                                  &plan->mixed));
+    if (dots_bytes) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,
+                                                      "the official normalizer's dot products", &plan->dots));
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,
+                                                      "the official normalizer's denominators", &plan->den));
+    }
+    plan->workspace_bytes = total;
+cleanup:
+    return st;
+}
+
+mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_plan *plan = NULL;
+    mhla_build_opts opts;
+    char msg[512];
+
+    MHLA_FAIL_IF(st, !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create: out is NULL");
+    *out = NULL;
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create: context is NULL");
+    st = mhla__config_validate(cfg, NULL, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
+    plan = calloc(1, sizeof *plan);
+    MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
+    plan->ctx = ctx;
+    plan->cfg = *cfg;
+    mhla__config_resolve(&plan->cfg);
+    MHLA_FORWARD_IF_ERROR(st, mhla__config_validate(&plan->cfg, &plan->shape, NULL, 0));
+    fill_grid(plan);
+    plan_build_options(plan, &opts);
+    MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan, &opts));
+    MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan, &opts));
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
+    plan->workspace_bytes += plan->gemm_temp_bytes;
+    *out = plan;
+    plan = NULL;
+cleanup:
+    mhla_plan_destroy(plan);
+    return st;
+}
+
+void mhla_plan_destroy(mhla_plan *plan)
+{
+    if (!plan)
+        return;
+    cl_kernel kernels[] = {plan->k_summary, plan->k_official_dots, plan->k_output};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    cl_mem mems[] = {plan->summary, plan->mixed, plan->dots, plan->den, plan->gemm_temp};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    for (size_t i = 0; i < sizeof plan->stage / sizeof plan->stage[0]; ++i)
+        if (plan->stage[i])
+            clReleaseMemObject(plan->stage[i]);
+    free(plan);
+}
+
+size_t mhla_plan_workspace_size(const mhla_plan *plan) { return plan ? plan->workspace_bytes : 0; }
+
+const mhla_config *mhla_plan_config(const mhla_plan *plan) { return plan ? &plan->cfg : NULL; }
+
+size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor)
+{
+    if (!plan)
+        return 0;
+    size_t elems = mhla_config_tensor_elems(&plan->cfg, tensor);
+    return elems * (tensor == MHLA_TENSOR_MIXING ? sizeof(float) : mhla__dtype_size(plan->cfg.dtype));
+}

@@ -1,0 +1,153 @@
+/* The double-precision reference: SPEC.md's formulas evaluated directly, one batch and head at a
+ * time, for clarity rather than speed. Every kernel is tested against it. */
+#include "mhla_reference.h"
+
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* phi(x) in double, NaN-propagating like the kernels. */
+static double feature(double x, mhla_feature_map fm, double feature_eps)
+{
+    switch (fm) {
+    case MHLA_FEATURE_NONE:
+        return x;
+    case MHLA_FEATURE_RELU:
+        return x < 0.0 ? 0.0 : x;
+    case MHLA_FEATURE_RELU_EPS:
+        return (x < 0.0 ? 0.0 : x) + feature_eps;
+    case MHLA_FEATURE_ELU1:
+        return x > 0.0 ? x + 1.0 : exp(x);
+    }
+    return x;
+}
+
+/* Offset of element (batch, token, head, d) in a tensor of `dim` columns. */
+static size_t offset(const mhla_config *c, int64_t n, int64_t b, int64_t t, int64_t h, int64_t d, int64_t dim)
+{
+    if (c->layout == MHLA_LAYOUT_BHND)
+        return (size_t)((((b * c->heads + h) * n) + t) * dim + d);
+    return (size_t)((((b * n + t) * c->heads) + h) * dim + d);
+}
+
+/* Token index of position p in block blk (SPEC.md "Token grid and blocks"). */
+static int64_t token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, int64_t p)
+{
+    const int64_t bw_i = blk % c->block_w, bh_i = (blk / c->block_w) % c->block_h,
+                  bt_i = blk / (c->block_w * c->block_h);
+    const int64_t px = p % s->pw, py = (p / s->pw) % s->ph, pf = p / (s->pw * s->ph);
+    const int64_t f = bt_i * s->pt + pf, y = bh_i * s->ph + py, x = bw_i * s->pw + px;
+    return (f * c->seq_h + y) * c->seq_w + x;
+}
+
+mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, const float *k, const float *v,
+                                   const float *mixing, double *out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_config cfg;
+    mhla_shape s;
+    char msg[512];
+    double *S = NULL, *Smix = NULL, *qt = NULL, *dots = NULL;
+
+    MHLA_FAIL_IF(st, !cfg_in, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_reference_forward: config is NULL");
+    MHLA_FAIL_IF(st, !q || !k || !v || !mixing || !out, NULL, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_reference_forward: a tensor pointer is NULL");
+    st = mhla__config_validate(cfg_in, &s, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "%s", msg);
+    cfg = *cfg_in;
+    mhla__config_resolve(&cfg);
+
+    const int64_t M = s.m, Nb = s.nb, N = s.n, Dk = cfg.dk, Dv = cfg.dv, C = Dv + 1;
+    const double scale = cfg.scale, feps = cfg.feature_eps, eps = cfg.eps;
+    S = calloc((size_t)(M * Dk * C), sizeof *S);
+    Smix = calloc((size_t)(M * Dk * C), sizeof *Smix);
+    qt = calloc((size_t)(N * Dk), sizeof *qt); /* q~ of every token, indexed by block and position */
+    dots = calloc((size_t)N, sizeof *dots);
+    MHLA_FAIL_IF(st, !S || !Smix || !qt || !dots, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                 "mhla_reference_forward: out of host memory");
+
+    for (int64_t b = 0; b < cfg.batch; ++b) {
+        for (int64_t h = 0; h < cfg.heads; ++h) {
+            /* 1. S_b = sum k~ v^T, z_b = sum k~ (stored as column Dv). */
+            memset(S, 0, (size_t)(M * Dk * C) * sizeof *S);
+            for (int64_t blk = 0; blk < M; ++blk)
+                for (int64_t p = 0; p < Nb; ++p) {
+                    const int64_t t = token_of(&cfg, &s, blk, p);
+                    for (int64_t d = 0; d < Dk; ++d) {
+                        const double kd = feature(k[offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
+                        double *row = S + (blk * Dk + d) * C;
+                        for (int64_t e = 0; e < Dv; ++e)
+                            row[e] += kd * v[offset(&cfg, N, b, t, h, e, Dv)];
+                        row[Dv] += kd;
+                    }
+                }
+            /* 2. S~_i = sum_b Mc[i,b] S_b. */
+            memset(Smix, 0, (size_t)(M * Dk * C) * sizeof *Smix);
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t blk = 0; blk < M; ++blk) {
+                    const double w = mixing[i * M + blk];
+                    for (int64_t x = 0; x < Dk * C; ++x)
+                        Smix[i * Dk * C + x] += w * S[blk * Dk * C + x];
+                }
+            /* q~ per (block, position), and q~_{b,p} . z_b for the official normalizer. */
+            for (int64_t blk = 0; blk < M; ++blk)
+                for (int64_t p = 0; p < Nb; ++p) {
+                    const int64_t t = token_of(&cfg, &s, blk, p);
+                    double dot = 0.0;
+                    for (int64_t d = 0; d < Dk; ++d) {
+                        const double qd = scale * feature(q[offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
+                        qt[(blk * Nb + p) * Dk + d] = qd;
+                        dot += qd * S[(blk * Dk + d) * C + Dv];
+                    }
+                    dots[blk * Nb + p] = dot;
+                }
+            /* 3. o_t = q~ S~_i / normalizer. */
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t p = 0; p < Nb; ++p) {
+                    const int64_t t = token_of(&cfg, &s, i, p);
+                    const double *qd = qt + (i * Nb + p) * Dk;
+                    double den = 1.0;
+                    if (cfg.normalizer == MHLA_NORMALIZER_PAPER) {
+                        den = eps;
+                        for (int64_t d = 0; d < Dk; ++d)
+                            den += qd[d] * Smix[(i * Dk + d) * C + Dv];
+                    } else if (cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
+                        den = eps;
+                        for (int64_t blk = 0; blk < M; ++blk)
+                            den += (double)mixing[i * M + blk] * dots[blk * Nb + p];
+                    }
+                    for (int64_t e = 0; e < Dv; ++e) {
+                        double num = 0.0;
+                        for (int64_t d = 0; d < Dk; ++d)
+                            num += qd[d] * Smix[(i * Dk + d) * C + e];
+                        out[offset(&cfg, N, b, t, h, e, Dv)] = num / den;
+                    }
+                }
+        }
+    }
+cleanup:
+    free(S);
+    free(Smix);
+    free(qt);
+    free(dots);
+    return st;
+}
+
+double mhla_max_rel_err(const float *got, const double *ref, size_t n)
+{
+    double max_diff = 0.0, max_ref = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        const double g = got[i], r = ref[i];
+        if (!isfinite(r) || !isfinite(g)) {
+            const int same = (isnan(r) && isnan(g)) || (isinf(r) && isinf(g) && (r > 0) == (g > 0));
+            if (!same)
+                return INFINITY;
+            continue;
+        }
+        max_diff = fmax(max_diff, fabs(g - r));
+        max_ref = fmax(max_ref, fabs(r));
+    }
+    return max_ref > 0.0 ? max_diff / max_ref : max_diff;
+}

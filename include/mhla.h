@@ -1,0 +1,344 @@
+/* libmhla: Multi-Head Linear Attention (arXiv 2601.07832) on any OpenCL device.
+ * The math each call computes is pinned down in SPEC.md; this header is the only public API. */
+#ifndef MHLA_H
+#define MHLA_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120 /* the library uses only the OpenCL 1.2 host API */
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Version                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+#define MHLA_VERSION_MAJOR 0
+#define MHLA_VERSION_MINOR 1
+#define MHLA_VERSION_PATCH 0
+#define MHLA_VERSION_NUMBER (MHLA_VERSION_MAJOR * 10000 + MHLA_VERSION_MINOR * 100 + MHLA_VERSION_PATCH)
+#define MHLA_STRINGIFY_(x) #x
+#define MHLA_STRINGIFY(x) MHLA_STRINGIFY_(x)
+#define MHLA_VERSION_STRING                                                                  \
+    MHLA_STRINGIFY(MHLA_VERSION_MAJOR) "." MHLA_STRINGIFY(MHLA_VERSION_MINOR) "." MHLA_STRINGIFY( \
+        MHLA_VERSION_PATCH)
+
+/*! mhla_version() :
+ * @return the MHLA_VERSION_NUMBER the library was built with (may differ from the header's). */
+unsigned mhla_version(void);
+
+/*! mhla_version_string() :
+ * @return the library's version as "MAJOR.MINOR.PATCH"; a static string, never NULL. */
+const char *mhla_version_string(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status codes                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+/* One list generates the enum, mhla_status_name() and mhla_strerror(). Values are never reused.
+ * When a failure comes from OpenCL or CLBlast, mhla_context_cl_error() keeps its raw code. */
+#define MHLA_STATUS_MAP(X)                                                                           \
+    X(OK, 0, "success")                                                                              \
+    X(ERR_INVALID_ARGUMENT, 1, "invalid argument (NULL handle or buffer, unknown enum value)")       \
+    X(ERR_INVALID_SHAPE, 2, "invalid shape (non-positive size, grid not divisible by blocks)")       \
+    X(ERR_BUFFER_TOO_SMALL, 3, "a buffer is smaller than the shape needs")                           \
+    X(ERR_UNSUPPORTED, 4, "not supported by this build or device")                                   \
+    X(ERR_DEVICE_NOT_FOUND, 5, "no OpenCL device matches")                                           \
+    X(ERR_OUT_OF_DEVICE_MEMORY, 6, "the device ran out of memory or resources")                      \
+    X(ERR_OUT_OF_HOST_MEMORY, 7, "host memory allocation failed")                                    \
+    X(ERR_BUILD_FAILED, 8, "an OpenCL kernel failed to build (the log is in the message)")           \
+    X(ERR_OPENCL, 9, "an OpenCL call failed")                                                        \
+    X(ERR_BLAS, 10, "a CLBlast call failed")                                                         \
+    X(ERR_SEQUENCE_TOO_LONG, 11, "the sequence is longer than the mixing matrix covers")             \
+    X(ERR_CAPACITY_EXCEEDED, 12, "a decoder was stepped past its capacity")
+
+typedef enum mhla_status {
+#define MHLA_STATUS_ENUM_(name, value, text) MHLA_##name = value,
+    MHLA_STATUS_MAP(MHLA_STATUS_ENUM_)
+#undef MHLA_STATUS_ENUM_
+} mhla_status;
+
+/*! mhla_status_name() :
+ * @return the enumerator's name ("MHLA_ERR_INVALID_SHAPE"), or "MHLA_UNKNOWN_STATUS". Static. */
+const char *mhla_status_name(mhla_status status);
+
+/*! mhla_strerror() :
+ * @return a one-line generic description of `status`. Static, never NULL.
+ * The specific explanation of a failure (naming the offending value) is the message of the
+ * context (mhla_context_message()) or of the thread (mhla_last_message()). */
+const char *mhla_strerror(mhla_status status);
+
+/*! mhla_last_message() :
+ * @return the message of the last failing call made on this thread, whatever handle it used
+ *         (the only place a failed mhla_context_create() explains itself); "" if none failed.
+ *         Thread-local storage owned by the library, valid until the next failing call on this
+ *         thread. A successful call does not clear it. */
+const char *mhla_last_message(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Devices                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+/* What `mhla info` prints of one device; strings are NUL-terminated and may be truncated. */
+typedef struct mhla_device_info {
+    int index;          /* position in the list of all devices ("N" in a device spec) */
+    int platform_index; /* "P" in a "P:D" device spec */
+    int device_index;   /* "D" in a "P:D" device spec */
+    int is_default;     /* 1 for the device an empty spec (and no MHLA_DEVICE) selects */
+    int is_gpu;
+    char platform_name[128];
+    char platform_version[128];
+    char device_name[128];
+    char vendor[128];
+    char device_version[128];
+    char driver_version[128];
+    char opencl_c_version[128];
+    uint64_t global_mem_bytes;
+    uint64_t max_alloc_bytes;
+    uint64_t local_mem_bytes;
+    size_t max_work_group_size;
+    unsigned compute_units;
+    unsigned max_clock_mhz;
+    int has_fp16; /* cl_khr_fp16 */
+    int has_fp64; /* cl_khr_fp64 */
+} mhla_device_info;
+
+/*! mhla_device_list() :
+ * Enumerates every device of every OpenCL platform, in the order device specs index them.
+ * @infos, @capacity: caller array (may be NULL/0 to only count).
+ * @count: receives the total number of devices (may exceed capacity; only `capacity` filled).
+ * @return MHLA_OK (also with zero devices), MHLA_ERR_INVALID_ARGUMENT for NULL count. */
+mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *count);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Context: one OpenCL device and an in-order or out-of-order command queue                    */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct mhla_context mhla_context;
+
+/*! mhla_context_create() :
+ * Creates an OpenCL context and a command queue (profiling enabled, in order) on one device.
+ * @device_spec chooses the device; NULL or "" reads the MHLA_DEVICE environment variable, and
+ *   when that is unset or empty takes the first GPU of any platform, else the first device.
+ *   Accepted forms: "P:D" (platform index, device index within it), "N" (index into the list
+ *   of all devices, in the order `mhla info` prints), or any other text, matched without case
+ *   against "<platform name> <device name>" (e.g. "pthread", "NVIDIA", "Radeon").
+ * @out receives the handle; it is set to NULL on failure.
+ * @return MHLA_OK, MHLA_ERR_DEVICE_NOT_FOUND (with the list of devices in the message),
+ *         MHLA_ERR_INVALID_ARGUMENT, or an OpenCL failure.
+ * Thread-safety: a context and its plans may be used by one thread at a time. */
+mhla_status mhla_context_create(const char *device_spec, mhla_context **out);
+
+/*! mhla_context_wrap() :
+ * Wraps an application's existing context and queue (the integration path for GPU apps): the
+ * library enqueues all its work on `queue` and never calls clFinish on it. Both objects are
+ * retained and released by mhla_context_destroy(); the caller keeps its own references.
+ * The queue may be out of order: the library then orders its own stages with barriers.
+ * Device timings (mhla-bench) need a queue created with CL_QUEUE_PROFILING_ENABLE.
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT when a handle is NULL, invalid, or the queue
+ *         belongs to another context. */
+mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_context **out);
+
+/*! mhla_context_destroy() : releases everything the context owns. Accepts NULL.
+ * Plans created on it must be destroyed first. */
+void mhla_context_destroy(mhla_context *ctx);
+
+/*! mhla_context_message() :
+ * @return the explanation of the last failure of a call on this context (including a kernel
+ *         build log when a build failed), or "" when none failed. Owned by the context, valid
+ *         until its next failing call. NULL ctx gives "". */
+const char *mhla_context_message(const mhla_context *ctx);
+
+/*! mhla_context_cl_error() :
+ * @return the raw OpenCL (or CLBlast) error code of the last failure on this context that came
+ *         from OpenCL, or CL_SUCCESS (0). */
+cl_int mhla_context_cl_error(const mhla_context *ctx);
+
+/*! Accessors: the underlying OpenCL objects (not retained for the caller; NULL for NULL ctx),
+ * and the device's name ("" for NULL ctx). */
+cl_context mhla_context_cl_context(const mhla_context *ctx);
+cl_command_queue mhla_context_queue(const mhla_context *ctx);
+cl_device_id mhla_context_device(const mhla_context *ctx);
+const char *mhla_context_device_name(const mhla_context *ctx);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plan configuration                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+typedef enum mhla_layout {
+    MHLA_LAYOUT_BNHD = 0, /* [B, N, H, D]: what a fused QKV projection produces */
+    MHLA_LAYOUT_BHND = 1  /* [B, H, N, D] */
+} mhla_layout;
+
+typedef enum mhla_feature_map {
+    MHLA_FEATURE_NONE = 0,     /* the caller already applied one */
+    MHLA_FEATURE_RELU = 1,     /* max(x, 0) */
+    MHLA_FEATURE_RELU_EPS = 2, /* max(x, 0) + feature_eps (released vision/video code) */
+    MHLA_FEATURE_ELU1 = 3      /* elu(x) + 1 */
+} mhla_feature_map;
+
+typedef enum mhla_normalizer {
+    MHLA_NORMALIZER_PAPER = 0,    /* paper Eq. 4: q~.S~ / (q~.z~ + eps) */
+    MHLA_NORMALIZER_OFFICIAL = 1, /* released code: sum_b Mc[i,b] (q~_{b,p} . z_b) + eps */
+    MHLA_NORMALIZER_NONE = 2      /* q~.S~ alone (released video model, causal default) */
+} mhla_normalizer;
+
+typedef enum mhla_dtype {
+    MHLA_DTYPE_F32 = 0,
+    MHLA_DTYPE_F16 = 1, /* storage only, f32 accumulation */
+    MHLA_DTYPE_BF16 = 2 /* storage only, f32 accumulation */
+} mhla_dtype;
+
+/* Everything a plan is specialized for. Fill it with mhla_config_init() (or _init_causal())
+ * and then set the sizes; every size is signed so that a negative value is reported, not
+ * wrapped around. */
+typedef struct mhla_config {
+    int64_t batch;  /* B >= 1 */
+    int64_t heads;  /* H >= 1 */
+    int64_t seq_t;  /* token grid (T, Hs, Ws), N = T*Hs*Ws; a 1D sequence is (N, 1, 1) */
+    int64_t seq_h;
+    int64_t seq_w;
+    int64_t block_t; /* block grid (bt, bh, bw) dividing the token grid; M = bt*bh*bw */
+    int64_t block_h;
+    int64_t block_w;
+    int64_t dk; /* query/key head dimension */
+    int64_t dv; /* value head dimension */
+    mhla_layout layout;
+    mhla_feature_map feature_map;
+    float feature_eps; /* used by MHLA_FEATURE_RELU_EPS; default 1e-6 */
+    float scale;       /* q~ = scale * phi(q); 0 selects the mode's default (1, or Dk^-0.5 causal) */
+    mhla_normalizer normalizer;
+    float eps; /* added to every denominator; default 1e-6 */
+    mhla_dtype dtype;
+    int causal;          /* 0: non-causal MHLA over the block grid; 1: chunkwise causal (1D) */
+    int64_t chunk;       /* causal: chunk size C; default 64 */
+    int64_t mixing_rows; /* causal: rows of the square Mc given (>= ceil(N/C)); 0 = ceil(N/C) */
+} mhla_config;
+
+/*! mhla_config_init() : non-causal defaults (released vision/video code): BNHD, relu-eps with
+ * feature_eps 1e-6, scale 1 (0 = default), paper normalizer, eps 1e-6, f32; all sizes 0 except
+ * batch = heads = 1 and every grid/block extent = 1. NULL is ignored. */
+void mhla_config_init(mhla_config *cfg);
+
+/*! mhla_config_init_causal() : causal defaults (released language-model code): as above but
+ * causal = 1, relu, scale Dk^-0.5 (0 = default), normalizer none, chunk 64. NULL is ignored. */
+void mhla_config_init_causal(mhla_config *cfg);
+
+/*! mhla_config_check() :
+ * Validates a configuration without a device (what mhla_plan_create() checks first).
+ * @msg, @msg_size: optional buffer receiving the explanation on failure (may be NULL/0).
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, MHLA_ERR_INVALID_SHAPE or MHLA_ERR_UNSUPPORTED. */
+mhla_status mhla_config_check(const mhla_config *cfg, char *msg, size_t msg_size);
+
+/* Largest head dimension (Dk or Dv) the kernels are built for. */
+#define MHLA_MAX_HEAD_DIM 256
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plan: kernels specialized once, workspace owned                                            */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct mhla_plan mhla_plan;
+
+/*! mhla_plan_create() :
+ * Validates `cfg`, builds (or takes from the context's cache) the kernels specialized for it,
+ * and allocates its device workspace. `cfg` is copied.
+ * @return MHLA_OK; a validation status naming the offending field and value;
+ *         MHLA_ERR_BUILD_FAILED with the build log in the context message;
+ *         MHLA_ERR_OUT_OF_DEVICE_MEMORY when the workspace does not fit the device. */
+mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
+
+/*! mhla_plan_destroy() : releases the plan's kernels and workspace. Accepts NULL.
+ * Work already enqueued with the plan must have completed. */
+void mhla_plan_destroy(mhla_plan *plan);
+
+/*! mhla_plan_workspace_size() : bytes of device memory the plan owns for intermediate results
+ * (block summaries and their mixtures: O(B*H*M*Dk*Dv)); 0 for NULL. Host staging buffers of
+ * mhla_forward_host() are allocated on its first call and not counted here. */
+size_t mhla_plan_workspace_size(const mhla_plan *plan);
+
+/*! mhla_plan_config() : the plan's configuration with defaults resolved (scale, mixing_rows);
+ * NULL for NULL. Owned by the plan. */
+const mhla_config *mhla_plan_config(const mhla_plan *plan);
+
+typedef enum mhla_tensor {
+    MHLA_TENSOR_Q = 0,
+    MHLA_TENSOR_K = 1,
+    MHLA_TENSOR_V = 2,
+    MHLA_TENSOR_OUT = 3,
+    MHLA_TENSOR_MIXING = 4
+} mhla_tensor;
+
+/*! mhla_plan_tensor_bytes() : the number of bytes a buffer for `tensor` must hold at least;
+ * 0 for NULL plan or unknown tensor. */
+size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor);
+
+/*! mhla_config_tensor_elems() : element count of `tensor` for a valid configuration (the
+ * mixing matrix is M x M, or mixing_rows^2 causal); 0 when `cfg` is NULL or invalid. */
+size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward pass                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/*! mhla_forward() :
+ * Enqueues MHLA on the context's queue: block summaries, mixing GEMM (CLBlast), output.
+ * Buffers are the caller's: q, k [B,N,H,Dk], v [B,N,H,Dv] (or BHND), mixing M x M float32
+ * row-major (Mc[i][b]), out like v. `out` must not be q, k, v or mixing. Each buffer's
+ * CL_MEM_SIZE is checked against mhla_plan_tensor_bytes().
+ * @num_wait, @wait: events the first stage waits for (may be 0/NULL).
+ * @done: if not NULL, receives an event that completes with the output (caller releases it).
+ * Nothing waits for the device: the call returns once the work is enqueued. The plan's
+ * workspace is reused by the next call, which the queue orders after this one.
+ * @return MHLA_OK, or a status with the context message naming the offending buffer or call. */
+mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
+                         cl_uint num_wait, const cl_event *wait, cl_event *done);
+
+/*! mhla_forward_host() :
+ * Convenience: copies host arrays to device buffers the plan keeps for the purpose, runs
+ * mhla_forward() and copies `out` back. Blocks until the output is on the host.
+ * Element types follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16);
+ * the mixing matrix is always float. No pointer may be NULL. */
+mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
+                              const float *mixing, void *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Mixing-matrix initializers (SPEC.md "Mixing-matrix initializers")                           */
+/* ------------------------------------------------------------------------------------------ */
+typedef enum mhla_init_kind {
+    MHLA_INIT_LINEAR = 0,        /* 1 - d/dmax, columns normalized */
+    MHLA_INIT_COS = 1,           /* cos(d/dmax * pi/4), columns normalized */
+    MHLA_INIT_EXP = 2,           /* exp(-d/sigma), param sigma (default 3), columns normalized */
+    MHLA_INIT_GAUSSIAN = 3,      /* exp(-d^2/(2 s^2)), s = dmax/3, not normalized */
+    MHLA_INIT_LOCAL = 4,         /* 1 where d <= thres (param, default 1.5), columns normalized */
+    MHLA_INIT_PAPER = 5,         /* 1 - d(i,j)/max_k d(i,k), rows normalized (paper Sec. 4.2) */
+    MHLA_INIT_CAUSAL_UNIFORM = 6 /* row i: 1/(i+1) for j <= i, else 0 */
+} mhla_init_kind;
+
+/*! mhla_mixing_init() :
+ * Writes the M x M initial mixing matrix (row-major, M = bt*bh*bw) for a block grid.
+ * @param: the kind's parameter (exp: sigma > 0; local: thres >= 0); NULL selects the default;
+ *         ignored by the other kinds.
+ * @out, @out_count: caller buffer of at least M*M floats.
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL out, unknown kind, bad param),
+ *         MHLA_ERR_INVALID_SHAPE (non-positive extent), MHLA_ERR_BUFFER_TOO_SMALL.
+ *         The explanation is in mhla_last_message(). Thread-safe. */
+mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t bt, int64_t bh,
+                             int64_t bw, float *out, size_t out_count);
+
+/*! mhla_init_kind_parse() / mhla_init_kind_name() : "linear", "cos", "exp", "gaussian", "local",
+ * "paper", "causal-uniform". parse returns MHLA_ERR_INVALID_ARGUMENT for an unknown name;
+ * name returns NULL for an unknown kind. Similar helpers for the other enums follow. */
+mhla_status mhla_init_kind_parse(const char *name, mhla_init_kind *out);
+const char *mhla_init_kind_name(mhla_init_kind kind);
+mhla_status mhla_feature_map_parse(const char *name, mhla_feature_map *out); /* none|relu|relu-eps|elu1 */
+const char *mhla_feature_map_name(mhla_feature_map fm);
+mhla_status mhla_normalizer_parse(const char *name, mhla_normalizer *out); /* paper|official|none */
+const char *mhla_normalizer_name(mhla_normalizer n);
+mhla_status mhla_layout_parse(const char *name, mhla_layout *out); /* bnhd|bhnd */
+const char *mhla_layout_name(mhla_layout layout);
+mhla_status mhla_dtype_parse(const char *name, mhla_dtype *out); /* f32|f16|bf16 */
+const char *mhla_dtype_name(mhla_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MHLA_H */

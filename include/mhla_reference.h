@@ -1,0 +1,30 @@
+/* libmhla's plain C double-precision reference: SPEC.md computed directly, for clarity, not speed.
+ * Tests, the CLI's --check and the benchmarks compare every kernel against it. */
+#ifndef MHLA_REFERENCE_H
+#define MHLA_REFERENCE_H
+
+#include "mhla.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*! mhla_reference_forward() :
+ * Computes the forward pass of `cfg` in double precision on the host.
+ * q, k, v, mixing: float arrays as mhla_forward_host() takes them for MHLA_DTYPE_F32 (for f16 or
+ * bf16 storage, pass the rounded values widened to float). out: double, same shape as v.
+ * @return MHLA_OK, a validation status (explained in mhla_last_message()), or
+ *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
+mhla_status mhla_reference_forward(const mhla_config *cfg, const float *q, const float *k,
+                                   const float *v, const float *mixing, double *out);
+
+/*! mhla_max_rel_err() :
+ * SPEC.md's accuracy measure: max |got - ref| / max |ref| over n elements. Elements that are not
+ * finite must match in kind (NaN for NaN, +Inf for +Inf, -Inf for -Inf) and are then skipped;
+ * a mismatch returns +Inf. A reference that is all zero compares absolute differences. */
+double mhla_max_rel_err(const float *got, const double *ref, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MHLA_REFERENCE_H */

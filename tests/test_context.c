@@ -1,0 +1,242 @@
+/* Contexts and devices: selection by spec and MHLA_DEVICE, wrapping an application's queue (in
+ * order and out of order), two plans on one context, a second device, version and status names. */
+#include "helpers.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* Runs a small 2D forward on ctx and checks it against the reference. */
+static void forward_ok(mhla_context *ctx, int64_t dk, uint32_t seed)
+{
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 2, cfg.seq_h = 8, cfg.seq_w = 8, cfg.block_h = 2, cfg.block_w = 2, cfg.dk = dk, cfg.dv = 8;
+    double err = 0;
+    mhla_status st = run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, seed, &err, NULL, NULL);
+    if (st != MHLA_OK)
+        fail_msg("%s: %s", mhla_status_name(st), mhla_context_message(ctx));
+    assert_true(err <= 1e-5);
+}
+
+static void test_version_and_status_names(void **state)
+{
+    (void)state;
+    assert_int_equal(mhla_version(), MHLA_VERSION_NUMBER);
+    assert_string_equal(mhla_version_string(), MHLA_VERSION_STRING);
+    assert_string_equal(mhla_status_name(MHLA_OK), "MHLA_OK");
+    assert_string_equal(mhla_status_name(MHLA_ERR_BUFFER_TOO_SMALL), "MHLA_ERR_BUFFER_TOO_SMALL");
+    assert_string_equal(mhla_status_name((mhla_status)999), "MHLA_UNKNOWN_STATUS");
+#define CHECK_ENTRY(name, value, text)                                                              \
+    assert_int_equal(MHLA_##name, value);                                                           \
+    assert_string_equal(mhla_strerror(MHLA_##name), text);                                          \
+    assert_string_equal(mhla_status_name(MHLA_##name), "MHLA_" #name);
+    MHLA_STATUS_MAP(CHECK_ENTRY)
+#undef CHECK_ENTRY
+}
+
+static void test_device_list(void **state)
+{
+    (void)state;
+    size_t count = 0;
+    assert_int_equal(mhla_device_list(NULL, 0, &count), MHLA_OK);
+    assert_true(count >= 1);
+    mhla_device_info *infos = calloc(count, sizeof *infos);
+    assert_non_null(infos);
+    assert_int_equal(mhla_device_list(infos, count, &count), MHLA_OK);
+    int defaults = 0;
+    for (size_t i = 0; i < count; ++i) {
+        defaults += infos[i].is_default;
+        assert_int_equal(infos[i].index, (int)i);
+        assert_true(strlen(infos[i].device_name) > 0);
+        assert_true(infos[i].max_work_group_size >= 1);
+        assert_true(infos[i].max_alloc_bytes > 0);
+    }
+    assert_int_equal(defaults, 1);
+    assert_int_equal(mhla_device_list(NULL, 0, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    free(infos);
+}
+
+static void test_device_specs(void **state)
+{
+    (void)state;
+    mhla_device_info info;
+    size_t count = 0;
+    assert_int_equal(mhla_device_list(&info, 1, &count), MHLA_OK);
+    char spec[32];
+    const char *specs[3] = {"0", NULL, NULL};
+    snprintf(spec, sizeof spec, "%d:%d", info.platform_index, info.device_index);
+    specs[1] = spec;
+    specs[2] = info.device_name; /* a name matches itself as a substring */
+    for (int i = 0; i < 3; ++i) {
+        mhla_context *ctx = NULL;
+        mhla_status st = mhla_context_create(specs[i], &ctx);
+        if (st != MHLA_OK)
+            fail_msg("spec '%s': %s", specs[i], mhla_last_message());
+        assert_string_equal(mhla_context_device_name(ctx), info.device_name);
+        mhla_context_destroy(ctx);
+    }
+    mhla_context *ctx = (mhla_context *)0x1;
+    assert_int_equal(mhla_context_create("99", &ctx), MHLA_ERR_DEVICE_NOT_FOUND);
+    assert_null(ctx);
+    assert_non_null(strstr(mhla_last_message(), "'99'"));
+    assert_non_null(strstr(mhla_last_message(), info.device_name)); /* the message lists the devices */
+    assert_int_equal(mhla_context_create("no-such-device-xyz", &ctx), MHLA_ERR_DEVICE_NOT_FOUND);
+    assert_non_null(strstr(mhla_last_message(), "no-such-device-xyz"));
+    assert_int_equal(mhla_context_create("0:77", &ctx), MHLA_ERR_DEVICE_NOT_FOUND);
+    assert_int_equal(mhla_context_create(NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
+}
+
+static void test_mhla_device_env(void **state)
+{
+    (void)state;
+    const char *saved = getenv("MHLA_DEVICE");
+    char *copy = saved ? strdup(saved) : NULL;
+    mhla_context *ctx = NULL;
+    setenv("MHLA_DEVICE", "definitely-not-a-device", 1);
+    assert_int_equal(mhla_context_create(NULL, &ctx), MHLA_ERR_DEVICE_NOT_FOUND);
+    assert_non_null(strstr(mhla_last_message(), "MHLA_DEVICE"));
+    /* an explicit spec wins over the environment */
+    assert_int_equal(mhla_context_create("0", &ctx), MHLA_OK);
+    mhla_context_destroy(ctx);
+    setenv("MHLA_DEVICE", "0", 1);
+    assert_int_equal(mhla_context_create("", &ctx), MHLA_OK);
+    mhla_context_destroy(ctx);
+    if (copy)
+        setenv("MHLA_DEVICE", copy, 1);
+    else
+        unsetenv("MHLA_DEVICE");
+    free(copy);
+}
+
+/* The application's own context and queue, in order and out of order. */
+static void wrap_case(cl_command_queue_properties props)
+{
+    mhla_context *owner = test_context(); /* only to find the default device */
+    cl_device_id dev = mhla_context_device(owner);
+    cl_int err;
+    cl_context clctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_command_queue queue = clCreateCommandQueue(clctx, dev, props, &err);
+    if (err == CL_INVALID_QUEUE_PROPERTIES) { /* the device has no out-of-order queues */
+        clReleaseContext(clctx);
+        mhla_context_destroy(owner);
+        skip();
+    }
+    assert_int_equal(err, CL_SUCCESS);
+    mhla_context *ctx = NULL;
+    assert_int_equal(mhla_context_wrap(clctx, queue, &ctx), MHLA_OK);
+    assert_ptr_equal(mhla_context_queue(ctx), queue);
+    assert_ptr_equal(mhla_context_cl_context(ctx), clctx);
+    /* the caller may drop its references: the context holds its own */
+    clReleaseCommandQueue(queue);
+    forward_ok(ctx, 8, 1);
+    forward_ok(ctx, 12, 2);
+    mhla_context_destroy(ctx);
+    clReleaseContext(clctx);
+    mhla_context_destroy(owner);
+}
+
+static void test_wrap_in_order(void **state)
+{
+    (void)state;
+    wrap_case(0);
+}
+
+static void test_wrap_out_of_order(void **state)
+{
+    (void)state;
+    wrap_case(CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+}
+
+static void test_wrap_errors(void **state)
+{
+    (void)state;
+    mhla_context *a = test_context(), *b = test_context(), *ctx = (mhla_context *)0x1;
+    assert_int_equal(mhla_context_wrap(NULL, mhla_context_queue(a), &ctx), MHLA_ERR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_int_equal(mhla_context_wrap(mhla_context_cl_context(a), NULL, &ctx), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_context_wrap(mhla_context_cl_context(a), mhla_context_queue(a), NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    /* a queue of another context */
+    assert_int_equal(mhla_context_wrap(mhla_context_cl_context(a), mhla_context_queue(b), &ctx),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(mhla_last_message(), "another cl_context"));
+    mhla_context_destroy(a);
+    mhla_context_destroy(b);
+    mhla_context_destroy(NULL); /* accepted */
+}
+
+/* Two plans of different shapes on one context, used alternately. */
+static void test_two_plans_one_context(void **state)
+{
+    (void)state;
+    mhla_context *ctx = test_context();
+    mhla_config a = config_1d(1, 2, 64, 4, 16, 8), b = config_1d(2, 1, 36, 6, 8, 24);
+    b.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    mhla_plan *pa = NULL, *pb = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &a, &pa), MHLA_OK);
+    assert_int_equal(mhla_plan_create(ctx, &b, &pb), MHLA_OK);
+    assert_true(mhla_plan_workspace_size(pa) > 0);
+    assert_int_equal(mhla_plan_tensor_bytes(pa, MHLA_TENSOR_Q), 64 * 2 * 16 * 4);
+    assert_int_equal(mhla_plan_tensor_bytes(pb, MHLA_TENSOR_MIXING), 36 * 4);
+    assert_true(mhla_plan_config(pa)->scale == 1.0f); /* default resolved */
+    const size_t nqa = 64 * 2 * 16, nva = 64 * 2 * 8, nqb = 2 * 36 * 8, nvb = 2 * 36 * 24;
+    float qa[2048], ka[2048], va[1024], oa[1024], qb[576], kb[576], vb[1728], ob[1728], ma[16], mb[36];
+    double ra[1024], rb[1728];
+    fill_uniform(qa, nqa, 1, -1, 1), fill_uniform(ka, nqa, 2, -1, 1), fill_uniform(va, nva, 3, -1, 1);
+    fill_uniform(qb, nqb, 4, -1, 1), fill_uniform(kb, nqb, 5, -1, 1), fill_uniform(vb, nvb, 6, -1, 1);
+    assert_int_equal(mhla_mixing_init(MHLA_INIT_LINEAR, NULL, 4, 1, 1, ma, 16), MHLA_OK);
+    assert_int_equal(mhla_mixing_init(MHLA_INIT_PAPER, NULL, 6, 1, 1, mb, 36), MHLA_OK);
+    for (int round = 0; round < 2; ++round) {
+        assert_int_equal(mhla_forward_host(pa, qa, ka, va, ma, oa), MHLA_OK);
+        assert_int_equal(mhla_forward_host(pb, qb, kb, vb, mb, ob), MHLA_OK);
+        assert_int_equal(mhla_reference_forward(&a, qa, ka, va, ma, ra), MHLA_OK);
+        assert_int_equal(mhla_reference_forward(&b, qb, kb, vb, mb, rb), MHLA_OK);
+        assert_true(mhla_max_rel_err(oa, ra, nva) <= 1e-5);
+        assert_true(mhla_max_rel_err(ob, rb, nvb) <= 1e-5);
+    }
+    mhla_plan_destroy(pa);
+    mhla_plan_destroy(pb);
+    mhla_context_destroy(ctx);
+}
+
+/* With POCL_DEVICES="pthread pthread" (the 'context_two_devices' test) a second device is listed:
+ * a context on it computes the same results. */
+static void test_second_device(void **state)
+{
+    (void)state;
+    size_t count = 0;
+    assert_int_equal(mhla_device_list(NULL, 0, &count), MHLA_OK);
+    if (count < 2)
+        skip();
+    mhla_context *first = NULL, *second = NULL;
+    assert_int_equal(mhla_context_create("0", &first), MHLA_OK);
+    assert_int_equal(mhla_context_create("1", &second), MHLA_OK);
+    assert_true(mhla_context_device(first) != mhla_context_device(second));
+    forward_ok(second, 8, 3);
+    forward_ok(first, 8, 3);
+    mhla_context_destroy(first);
+    mhla_context_destroy(second);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_and_status_names),
+        cmocka_unit_test(test_device_list),
+        cmocka_unit_test(test_device_specs),
+        cmocka_unit_test(test_mhla_device_env),
+        cmocka_unit_test(test_wrap_in_order),
+        cmocka_unit_test(test_wrap_out_of_order),
+        cmocka_unit_test(test_wrap_errors),
+        cmocka_unit_test(test_two_plans_one_context),
+        cmocka_unit_test(test_second_device),
+    };
+    return cmocka_run_group_tests_name("context", tests, NULL, NULL);
+}

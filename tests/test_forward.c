@@ -1,0 +1,330 @@
+/* Non-causal MHLA on the device against the double-precision reference: every normalizer x
+ * feature map x layout, 1D/2D/3D grids, head dimensions, odd sizes, M = 1, NaN/Inf, events. */
+#include "helpers.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static int setup(void **state)
+{
+    *state = test_context();
+    return *state ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    mhla_context_destroy(*state);
+    return 0;
+}
+
+static void expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
+                         const char *label)
+{
+    double err = 0.0;
+    mhla_status st = run_against_reference(ctx, cfg, init, seed, &err, NULL, NULL);
+    if (st != MHLA_OK)
+        fail_msg("%s: %s: %s", label, mhla_status_name(st), mhla_context_message(ctx));
+    const double tol = spec_tolerance_f32(cfg->seq_t * cfg->seq_h * cfg->seq_w);
+    if (!(err <= tol))
+        fail_msg("%s: max_rel_err %.3g > %.1g", label, err, tol);
+}
+
+/* Every normalizer x feature map x layout on a 2D grid with B = 2, H = 3, Dk != Dv. */
+static void test_modes_matrix(void **state)
+{
+    mhla_context *ctx = *state;
+    for (int norm = 0; norm <= 2; ++norm)
+        for (int fm = 0; fm <= 3; ++fm)
+            for (int layout = 0; layout <= 1; ++layout) {
+                mhla_config cfg;
+                mhla_config_init(&cfg);
+                cfg.batch = 2, cfg.heads = 3;
+                cfg.seq_h = 8, cfg.seq_w = 6;
+                cfg.block_h = 2, cfg.block_w = 3;
+                cfg.dk = 16, cfg.dv = 12;
+                cfg.normalizer = (mhla_normalizer)norm;
+                cfg.feature_map = (mhla_feature_map)fm;
+                cfg.layout = (mhla_layout)layout;
+                cfg.scale = 0.5f; /* not the default, so the scale is exercised */
+                char label[128];
+                snprintf(label, sizeof label, "%s/%s/%s", mhla_normalizer_name(cfg.normalizer),
+                         mhla_feature_map_name(cfg.feature_map), mhla_layout_name(cfg.layout));
+                expect_close(ctx, &cfg, MHLA_INIT_LINEAR, (uint32_t)(norm * 8 + fm * 2 + layout), label);
+            }
+}
+
+/* 1D sequences, 2D images and 3D video grids, with each initializer. */
+static void test_grids_and_inits(void **state)
+{
+    mhla_context *ctx = *state;
+    struct {
+        int64_t t, h, w, bt, bh, bw;
+    } grids[] = {
+        {96, 1, 1, 6, 1, 1},  /* 1D, 16 tokens per block */
+        {1, 12, 10, 1, 3, 2}, /* 2D, 4x5 token blocks */
+        {4, 6, 6, 2, 3, 2},   /* 3D, 2x2x3 token blocks */
+        {3, 5, 7, 3, 5, 7},   /* 3D, one token per block: M = N */
+    };
+    for (size_t g = 0; g < sizeof grids / sizeof grids[0]; ++g)
+        for (int init = MHLA_INIT_LINEAR; init <= MHLA_INIT_CAUSAL_UNIFORM; ++init) {
+            mhla_config cfg;
+            mhla_config_init(&cfg);
+            cfg.batch = 1, cfg.heads = 2;
+            cfg.seq_t = grids[g].t, cfg.seq_h = grids[g].h, cfg.seq_w = grids[g].w;
+            cfg.block_t = grids[g].bt, cfg.block_h = grids[g].bh, cfg.block_w = grids[g].bw;
+            cfg.dk = 16, cfg.dv = 16;
+            char label[128];
+            snprintf(label, sizeof label, "grid %lldx%lldx%lld blocks %lldx%lldx%lld init %s", (long long)cfg.seq_t,
+                     (long long)cfg.seq_h, (long long)cfg.seq_w, (long long)cfg.block_t, (long long)cfg.block_h,
+                     (long long)cfg.block_w, mhla_init_kind_name((mhla_init_kind)init));
+            expect_close(ctx, &cfg, (mhla_init_kind)init, (uint32_t)(g * 10 + (size_t)init), label);
+        }
+}
+
+/* Head dimensions other than 64, Dk != Dv both ways, and the supported extremes. */
+static void test_head_dims(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t dims[][2] = {{24, 24}, {60, 60}, {80, 80}, {128, 128}, {24, 80},
+                               {80, 24}, {1, 1},   {1, 7},   {256, 256}, {64, 64}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
+        mhla_config cfg = config_1d(1, 2, 64, 4, dims[i][0], dims[i][1]);
+        char label[64];
+        snprintf(label, sizeof label, "Dk=%lld Dv=%lld", (long long)dims[i][0], (long long)dims[i][1]);
+        expect_close(ctx, &cfg, MHLA_INIT_COS, (uint32_t)i, label);
+    }
+}
+
+/* Sizes that are not multiples of anything: a batch of 3, 5 heads, 7 blocks of 3 tokens, Dk=5, Dv=3. */
+static void test_odd_sizes(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_1d(3, 5, 21, 7, 5, 3);
+    expect_close(ctx, &cfg, MHLA_INIT_EXP, 1, "B=3 H=5 N=21 M=7 Dk=5 Dv=3 BNHD");
+    cfg.layout = MHLA_LAYOUT_BHND;
+    cfg.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    expect_close(ctx, &cfg, MHLA_INIT_EXP, 2, "B=3 H=5 N=21 M=7 Dk=5 Dv=3 BHND official");
+    mhla_config one = config_1d(1, 1, 1, 1, 3, 2); /* a single token */
+    expect_close(ctx, &one, MHLA_INIT_LINEAR, 3, "N=1");
+}
+
+/* Long blocks: all 4096 tokens in one block is the hardest case for f32 summation (SPEC: 1e-5),
+ * and N = 8192 is held to the 1e-4 bound beyond 4096. */
+static void test_long_sequences(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_1d(1, 1, 4096, 1, 64, 64);
+    expect_close(ctx, &cfg, MHLA_INIT_LINEAR, 7, "N=4096 M=1");
+    cfg = config_1d(1, 2, 8192, 64, 32, 32);
+    expect_close(ctx, &cfg, MHLA_INIT_LINEAR, 8, "N=8192 M=64");
+}
+
+/* M = 1 is plain linear attention: compare with its formula written out here, independently of
+ * the reference: o_t = q~ (sum_s k~_s v_s^T) / (q~ . sum_s k~_s + eps). */
+static void test_m1_is_linear_attention(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t N = 50, Dk = 12, Dv = 10;
+    mhla_config cfg = config_1d(1, 1, N, 1, Dk, Dv);
+    cfg.feature_map = MHLA_FEATURE_ELU1;
+    float *q = malloc(N * Dk * sizeof *q), *k = malloc(N * Dk * sizeof *k), *v = malloc(N * Dv * sizeof *v);
+    float *out = malloc(N * Dv * sizeof *out), one = 1.0f;
+    double *lin = malloc(N * Dv * sizeof *lin);
+    assert_non_null(q), assert_non_null(k), assert_non_null(v), assert_non_null(out), assert_non_null(lin);
+    fill_uniform(q, N * Dk, 11, -2.0f, 2.0f);
+    fill_uniform(k, N * Dk, 12, -2.0f, 2.0f);
+    fill_uniform(v, N * Dv, 13, -1.0f, 1.0f);
+
+    double G[12][10] = {{0}}, z[12] = {0};
+    for (int64_t s = 0; s < N; ++s)
+        for (int64_t d = 0; d < Dk; ++d) {
+            const double x = k[s * Dk + d], kd = x > 0 ? x + 1.0 : exp(x);
+            z[d] += kd;
+            for (int64_t e = 0; e < Dv; ++e)
+                G[d][e] += kd * v[s * Dv + e];
+        }
+    for (int64_t t = 0; t < N; ++t) {
+        double qd[12], den = 1e-6;
+        for (int64_t d = 0; d < Dk; ++d) {
+            const double x = q[t * Dk + d];
+            qd[d] = x > 0 ? x + 1.0 : exp(x);
+            den += qd[d] * z[d];
+        }
+        for (int64_t e = 0; e < Dv; ++e) {
+            double num = 0;
+            for (int64_t d = 0; d < Dk; ++d)
+                num += qd[d] * G[d][e];
+            lin[t * Dv + e] = num / den;
+        }
+    }
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, q, k, v, &one, out), MHLA_OK);
+    const double err = mhla_max_rel_err(out, lin, (size_t)(N * Dv));
+    if (!(err <= 1e-5))
+        fail_msg("M=1 vs linear attention: max_rel_err %.3g", err);
+    mhla_plan_destroy(plan);
+    free(q), free(k), free(v), free(out), free(lin);
+}
+
+/* The block of each token, checked against SPEC.md's definition without the reference: with an
+ * identity mixing and values only in one block, exactly that block's tokens see non-zero output. */
+static void test_block_membership(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.seq_t = 2, cfg.seq_h = 4, cfg.seq_w = 6;
+    cfg.block_t = 2, cfg.block_h = 2, cfg.block_w = 3; /* blocks of 1x2x2 tokens, M = 12 */
+    cfg.dk = 4, cfg.dv = 4;
+    cfg.normalizer = MHLA_NORMALIZER_NONE;
+    const int64_t N = 48, M = 12, target = 7; /* block (bt=1, bh=0, bw=1) */
+    float q[48 * 4], k[48 * 4], v[48 * 4], out[48 * 4], mix[12 * 12] = {0};
+    for (int64_t i = 0; i < M; ++i)
+        mix[i * M + i] = 1.0f;
+    fill_uniform(q, sizeof q / sizeof q[0], 1, 0.5f, 1.0f);
+    fill_uniform(k, sizeof k / sizeof k[0], 2, 0.5f, 1.0f);
+    int in_block[48];
+    for (int64_t f = 0; f < 2; ++f)
+        for (int64_t y = 0; y < 4; ++y)
+            for (int64_t x = 0; x < 6; ++x) {
+                const int64_t n = (f * 4 + y) * 6 + x;
+                const int64_t b = ((f / 1) * 2 + y / 2) * 3 + x / 2;
+                in_block[n] = b == target;
+                for (int e = 0; e < 4; ++e)
+                    v[n * 4 + e] = in_block[n] ? 1.0f : 0.0f;
+            }
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, q, k, v, mix, out), MHLA_OK);
+    int seen = 0;
+    for (int64_t n = 0; n < N; ++n) {
+        seen += in_block[n];
+        if (in_block[n])
+            assert_true(out[n * 4] > 0.1f);
+        else
+            assert_true(out[n * 4] == 0.0f);
+    }
+    assert_int_equal(seen, 4);
+    mhla_plan_destroy(plan);
+}
+
+/* NaN and Inf in the inputs come out as NaN/Inf where the reference has them; nothing crashes.
+ * A NaN in q stays in its token's row; a NaN or Inf in k or v enters a block summary and, since
+ * IEEE 0 * Inf = NaN, every mixture (zero weights included) — exactly as the reference computes. */
+static void check_nonfinite_case(mhla_context *ctx, int poison_kv)
+{
+    mhla_config cfg = config_1d(1, 1, 32, 4, 8, 8);
+    const size_t n = 32 * 8;
+    float q[256], k[256], v[256], out[256], mix[16];
+    double ref[256];
+    fill_uniform(q, n, 3, -1.0f, 1.0f);
+    fill_uniform(k, n, 4, -1.0f, 1.0f);
+    fill_uniform(v, n, 5, -1.0f, 1.0f);
+    assert_int_equal(mhla_mixing_init(MHLA_INIT_LOCAL, NULL, 4, 1, 1, mix, 16), MHLA_OK);
+    q[3 * 8 + 2] = NAN; /* token 3 */
+    if (poison_kv) {
+        v[20 * 8 + 1] = INFINITY;
+        k[29 * 8 + 0] = NAN;
+    }
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, q, k, v, mix, out), MHLA_OK);
+    assert_int_equal(mhla_reference_forward(&cfg, q, k, v, mix, ref), MHLA_OK);
+    int nonfinite = 0;
+    for (size_t i = 0; i < n; ++i)
+        nonfinite += !isfinite(out[i]);
+    for (int e = 0; e < 8; ++e)
+        assert_true(isnan(out[3 * 8 + e]));
+    if (!poison_kv)
+        assert_int_equal(nonfinite, 8); /* the NaN token's row alone */
+    const double err = mhla_max_rel_err(out, ref, n);
+    if (!(err <= 1e-5))
+        fail_msg("NaN/Inf pattern or finite values differ from the reference: %.3g", err);
+    mhla_plan_destroy(plan);
+}
+
+static void test_nan_inf_propagate(void **state)
+{
+    check_nonfinite_case(*state, 0);
+    check_nonfinite_case(*state, 1);
+}
+
+/* Same inputs, same bits: no atomics or order-dependent reductions. */
+static void test_deterministic(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_1d(2, 2, 256, 8, 32, 32);
+    float *a = NULL, *b = NULL;
+    double *ref = NULL, err = 0;
+    assert_int_equal(run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, 5, &err, &a, &ref), MHLA_OK);
+    free(ref);
+    assert_int_equal(run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, 5, &err, &b, &ref), MHLA_OK);
+    assert_memory_equal(a, b, mhla_config_tensor_elems(&cfg, MHLA_TENSOR_OUT) * sizeof(float));
+    free(a), free(b), free(ref);
+}
+
+/* The device path waits for the caller's events and returns one, without blocking: with its
+ * input gated by a user event, mhla_forward returns before the event fires (a hidden clFinish
+ * would hang here) and its output is right once it does. */
+static void test_events_no_hidden_finish(void **state)
+{
+    mhla_context *ctx = *state;
+    cl_context clctx = mhla_context_cl_context(ctx);
+    cl_command_queue queue = mhla_context_queue(ctx);
+    mhla_config cfg = config_1d(1, 2, 64, 4, 16, 16);
+    const size_t nq = 64 * 2 * 16, nm = 16;
+    float q[2048], k[2048], v[2048], out[2048], mix[16];
+    double ref[2048];
+    fill_uniform(q, nq, 1, -1, 1), fill_uniform(k, nq, 2, -1, 1), fill_uniform(v, nq, 3, -1, 1);
+    assert_int_equal(mhla_mixing_init(MHLA_INIT_LINEAR, NULL, 4, 1, 1, mix, nm), MHLA_OK);
+    cl_int err;
+    cl_mem bq = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof q, q, &err);
+    cl_mem bk = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof k, k, &err);
+    cl_mem bv = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof v, v, &err);
+    cl_mem bm = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof mix, mix, &err);
+    cl_mem bo = clCreateBuffer(clctx, CL_MEM_READ_WRITE, sizeof out, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_event gate = clCreateUserEvent(clctx, &err), done = NULL;
+    assert_int_equal(err, CL_SUCCESS);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_forward(plan, bq, bk, bv, bm, bo, 1, &gate, &done), MHLA_OK);
+    assert_non_null(done);
+    cl_int status = CL_COMPLETE;
+    assert_int_equal(clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL),
+                     CL_SUCCESS);
+    assert_true(status != CL_COMPLETE); /* it cannot have run: its input is gated */
+    assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, sizeof out, out, 1, &done, NULL), CL_SUCCESS);
+    assert_int_equal(mhla_reference_forward(&cfg, q, k, v, mix, ref), MHLA_OK);
+    assert_true(mhla_max_rel_err(out, ref, nq) <= 1e-5);
+    clReleaseEvent(gate), clReleaseEvent(done);
+    clReleaseMemObject(bq), clReleaseMemObject(bk), clReleaseMemObject(bv), clReleaseMemObject(bm);
+    clReleaseMemObject(bo);
+    mhla_plan_destroy(plan);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_modes_matrix),
+        cmocka_unit_test(test_grids_and_inits),
+        cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_odd_sizes),
+        cmocka_unit_test(test_long_sequences),
+        cmocka_unit_test(test_m1_is_linear_attention),
+        cmocka_unit_test(test_block_membership),
+        cmocka_unit_test(test_nan_inf_propagate),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_events_no_hidden_finish),
+    };
+    return cmocka_run_group_tests_name("forward", tests, setup, teardown);
+}

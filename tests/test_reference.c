@@ -1,0 +1,178 @@
+/* The C reference against an independent O(N^2) token-level form of SPEC.md (paper Eq. 5:
+ * o_t = sum_s Mc[i, b(s)] (q~_t . k~_s) v_s / ...), so that the oracle itself is checked. */
+#include "helpers.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+static double phi(double x, mhla_feature_map fm, double feps)
+{
+    switch (fm) {
+    case MHLA_FEATURE_NONE:
+        return x;
+    case MHLA_FEATURE_RELU:
+        return x > 0 ? x : 0;
+    case MHLA_FEATURE_RELU_EPS:
+        return (x > 0 ? x : 0) + feps;
+    default:
+        return x > 0 ? x + 1 : exp(x);
+    }
+}
+
+/* Block of token n, and its position inside the block, straight from SPEC.md. */
+static void locate(const mhla_config *c, int64_t n, int64_t *blk, int64_t *pos)
+{
+    const int64_t pt = c->seq_t / c->block_t, ph = c->seq_h / c->block_h, pw = c->seq_w / c->block_w;
+    const int64_t x = n % c->seq_w, y = (n / c->seq_w) % c->seq_h, f = n / (c->seq_w * c->seq_h);
+    *blk = ((f / pt) * c->block_h + y / ph) * c->block_w + x / pw;
+    *pos = ((f % pt) * ph + y % ph) * pw + x % pw;
+}
+
+static size_t at(const mhla_config *c, int64_t N, int64_t b, int64_t t, int64_t h, int64_t d, int64_t D)
+{
+    return c->layout == MHLA_LAYOUT_BHND ? (size_t)(((b * c->heads + h) * N + t) * D + d)
+                                         : (size_t)(((b * N + t) * c->heads + h) * D + d);
+}
+
+/* The token-level form, O(N^2 * D). */
+static void token_level(const mhla_config *c, const float *q, const float *k, const float *v, const float *mc,
+                        double *out)
+{
+    const int64_t N = c->seq_t * c->seq_h * c->seq_w, M = c->block_t * c->block_h * c->block_w;
+    const double scale = c->scale == 0.0f ? 1.0 : c->scale;
+    for (int64_t b = 0; b < c->batch; ++b)
+        for (int64_t h = 0; h < c->heads; ++h)
+            for (int64_t t = 0; t < N; ++t) {
+                int64_t i, p;
+                locate(c, t, &i, &p);
+                double num[16] = {0}, den = c->eps;
+                for (int64_t s = 0; s < N; ++s) {
+                    int64_t bs, ps;
+                    locate(c, s, &bs, &ps);
+                    double a = 0;
+                    for (int64_t d = 0; d < c->dk; ++d)
+                        a += scale * phi(q[at(c, N, b, t, h, d, c->dk)], c->feature_map, c->feature_eps) *
+                             phi(k[at(c, N, b, s, h, d, c->dk)], c->feature_map, c->feature_eps);
+                    const double w = mc[i * M + bs] * a;
+                    for (int64_t e = 0; e < c->dv; ++e)
+                        num[e] += w * v[at(c, N, b, s, h, e, c->dv)];
+                    if (c->normalizer == MHLA_NORMALIZER_PAPER)
+                        den += w;
+                    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL) {
+                        /* sum_b Mc[i,b] (q~_{b,p} . z_b): token s contributes to z_{bs}, dotted with
+                         * the query at position p of block bs */
+                        int64_t tq = -1;
+                        for (int64_t u = 0; u < N && tq < 0; ++u) {
+                            int64_t bu, pu;
+                            locate(c, u, &bu, &pu);
+                            if (bu == bs && pu == p)
+                                tq = u;
+                        }
+                        double a2 = 0;
+                        for (int64_t d = 0; d < c->dk; ++d)
+                            a2 += scale * phi(q[at(c, N, b, tq, h, d, c->dk)], c->feature_map, c->feature_eps) *
+                                  phi(k[at(c, N, b, s, h, d, c->dk)], c->feature_map, c->feature_eps);
+                        den += mc[i * M + bs] * a2;
+                    }
+                }
+                if (c->normalizer == MHLA_NORMALIZER_NONE)
+                    den = 1.0;
+                for (int64_t e = 0; e < c->dv; ++e)
+                    out[at(c, N, b, t, h, e, c->dv)] = num[e] / den;
+            }
+}
+
+static void compare(mhla_config *c, mhla_init_kind init, uint32_t seed)
+{
+    const size_t nq = mhla_config_tensor_elems(c, MHLA_TENSOR_Q), nv = mhla_config_tensor_elems(c, MHLA_TENSOR_V);
+    const size_t nm = mhla_config_tensor_elems(c, MHLA_TENSOR_MIXING);
+    float *q = malloc(nq * 4), *k = malloc(nq * 4), *v = malloc(nv * 4), *mc = malloc(nm * 4);
+    double *ref = malloc(nv * 8), *tok = malloc(nv * 8);
+    assert_non_null(q), assert_non_null(k), assert_non_null(v), assert_non_null(mc);
+    assert_non_null(ref), assert_non_null(tok);
+    const float lo = c->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
+    fill_uniform(q, nq, seed, lo, 1), fill_uniform(k, nq, seed + 1, lo, 1), fill_uniform(v, nv, seed + 2, -1, 1);
+    assert_int_equal(mhla_mixing_init(init, NULL, c->block_t, c->block_h, c->block_w, mc, nm), MHLA_OK);
+    assert_int_equal(mhla_reference_forward(c, q, k, v, mc, ref), MHLA_OK);
+    token_level(c, q, k, v, mc, tok);
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < nv; ++i) {
+        max_diff = fmax(max_diff, fabs(ref[i] - tok[i]));
+        max_ref = fmax(max_ref, fabs(tok[i]));
+    }
+    if (!(max_diff <= 1e-12 * max_ref))
+        fail_msg("reference vs token-level form: %.3g relative (normalizer %s, feature %s, layout %s)",
+                 max_diff / max_ref, mhla_normalizer_name(c->normalizer), mhla_feature_map_name(c->feature_map),
+                 mhla_layout_name(c->layout));
+    free(q), free(k), free(v), free(mc), free(ref), free(tok);
+}
+
+static void test_reference_matches_token_level(void **state)
+{
+    (void)state;
+    for (int norm = 0; norm <= 2; ++norm)
+        for (int fm = 0; fm <= 3; ++fm)
+            for (int layout = 0; layout <= 1; ++layout) {
+                mhla_config c;
+                mhla_config_init(&c);
+                c.batch = 2, c.heads = 2;
+                c.seq_t = 2, c.seq_h = 4, c.seq_w = 3;
+                c.block_t = 2, c.block_h = 2, c.block_w = 1;
+                c.dk = 5, c.dv = 3;
+                c.scale = 0.7f;
+                c.normalizer = (mhla_normalizer)norm;
+                c.feature_map = (mhla_feature_map)fm;
+                c.layout = (mhla_layout)layout;
+                compare(&c, MHLA_INIT_PAPER, (uint32_t)(norm * 8 + fm * 2 + layout));
+            }
+}
+
+static void test_reference_1d_and_m1(void **state)
+{
+    (void)state;
+    mhla_config c = config_1d(1, 3, 30, 5, 4, 6);
+    compare(&c, MHLA_INIT_EXP, 40);
+    c = config_1d(2, 1, 17, 1, 3, 2); /* M = 1: global linear attention */
+    compare(&c, MHLA_INIT_LINEAR, 41);
+}
+
+static void test_reference_rejects_bad_input(void **state)
+{
+    (void)state;
+    mhla_config c = config_1d(1, 1, 10, 3, 4, 4);
+    float x[40];
+    double out[40];
+    assert_int_equal(mhla_reference_forward(&c, x, x, x, x, out), MHLA_ERR_INVALID_SHAPE);
+    c.block_t = 2;
+    assert_int_equal(mhla_reference_forward(&c, NULL, x, x, x, out), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_reference_forward(NULL, x, x, x, x, out), MHLA_ERR_INVALID_ARGUMENT);
+}
+
+static void test_max_rel_err(void **state)
+{
+    (void)state;
+    const float got[] = {1.0f, 2.0f, NAN, INFINITY};
+    const double ref[] = {1.0, 2.5, NAN, INFINITY};
+    assert_true(fabs(mhla_max_rel_err(got, ref, 4) - 0.2) < 1e-12);
+    const double ref_bad[] = {1.0, 2.5, 3.0, INFINITY};
+    assert_true(isinf(mhla_max_rel_err(got, ref_bad, 4)));
+    const double ref_neg[] = {1.0, 2.5, NAN, -INFINITY};
+    assert_true(isinf(mhla_max_rel_err(got, ref_neg, 4)));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_matches_token_level),
+        cmocka_unit_test(test_reference_1d_and_m1),
+        cmocka_unit_test(test_reference_rejects_bad_input),
+        cmocka_unit_test(test_max_rel_err),
+    };
+    return cmocka_run_group_tests_name("reference", tests, NULL, NULL);
+}
