@@ -6,6 +6,7 @@
 #include "half.h"
 #include "helpers.h"
 #include "npy.h"
+#include "scratch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,26 +34,6 @@ static char dir[320];          /* the current test's working folder, where mhla 
 
 /* ---- the test folder ----------------------------------------------------------------------- */
 
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    char sub[1024];
-    while (d && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        struct stat sb;
-        if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
-            remove_tree(sub);
-        else
-            unlink(sub);
-    }
-    if (d)
-        closedir(d);
-    rmdir(path);
-}
-
 static int fresh_dir(void **state)
 {
     (void)state;
@@ -64,40 +45,14 @@ static int fresh_dir(void **state)
 static int drop_dir(void **state)
 {
     (void)state;
-    remove_tree(dir);
+    scratch_remove(dir);
     return 0;
 }
 
-static const char *in_dir(const char *name)
-{
-    static char path[4][600];
-    static int next;
-    char *p = path[next++ % 4];
-    snprintf(p, 600, "%s/%s", dir, name);
-    return p;
-}
+static const char *in_dir(const char *name) { return scratch_path(dir, name); }
 
 /* Every name in the test folder (hidden ones too: temporaries are), sorted, space-separated. */
-static const char *listing(void)
-{
-    static char out[4096];
-    char names[64][256];
-    int n = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL && n < 64)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            snprintf(names[n++], sizeof names[0], "%s", e->d_name);
-    if (d)
-        closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
-    out[0] = '\0';
-    for (int i = 0; i < n; ++i) {
-        strcat(out, i ? " " : "");
-        strcat(out, names[i]);
-    }
-    return out;
-}
+static const char *listing(void) { return scratch_listing(dir); }
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -371,6 +326,16 @@ static double output_error(const tensors *t, const mhla_config *cfg, const float
     return e;
 }
 
+/* output_error() for the defaults (linear init) on a grid and block grid. */
+static double default_error(const tensors *t, const int64_t grid[3], const int64_t blocks[3], npy_dtype dtype)
+{
+    const mhla_config cfg = config_for(t, grid, blocks);
+    float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
+    const double e = output_error(t, &cfg, mc, "o.npy", dtype);
+    free(mc);
+    return e;
+}
+
 /* "max_rel_err <x>" as the last line of stdout. */
 static double printed_error(const result *r)
 {
@@ -533,10 +498,7 @@ static void test_run_check_1d_2d_3d(void **state)
         char line[64];
         snprintf(line, sizeof line, "max_rel_err %.3g\n", printed);
         assert_string_equal(r->out, line); /* the only line */
-        const mhla_config cfg = config_for(&t, cases[i].g, cases[i].b);
-        float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
-        const double e = output_error(&t, &cfg, mc, "o.npy", NPY_F32);
-        free(mc);
+        const double e = default_error(&t, cases[i].g, cases[i].b, NPY_F32);
         if (!(e <= mhla_reference_tolerance(MHLA_DTYPE_F32, 64)))
             fail_msg("grid %s: max_rel_err %g", cases[i].grid ? cases[i].grid : "1D", e);
         assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
@@ -666,10 +628,7 @@ static void test_run_device_by_name(void **state)
     const char *env[] = {"MHLA_DEVICE=0", NULL};
     expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2"));
     const int64_t grid[3] = {16, 1, 1}, blocks[3] = {2, 1, 1};
-    const mhla_config cfg = config_for(&t, grid, blocks);
-    float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
-    assert_true(output_error(&t, &cfg, mc, "o.npy", NPY_F32) <= 1e-5);
-    free(mc);
+    assert_true(default_error(&t, grid, blocks, NPY_F32) <= 1e-5);
     free_inputs(&t);
 }
 
@@ -693,10 +652,7 @@ static void test_run_repeat(void **state)
     assert_true(strncmp(r->out, "time_ms median ", 15) == 0);
     assert_true(printed_error(r) <= 1e-5);
     const int64_t grid[3] = {32, 1, 1}, blocks[3] = {4, 1, 1};
-    const mhla_config cfg = config_for(&t, grid, blocks);
-    float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
-    assert_true(output_error(&t, &cfg, mc, "o.npy", NPY_F32) <= 1e-5);
-    free(mc);
+    assert_true(default_error(&t, grid, blocks, NPY_F32) <= 1e-5);
     free_inputs(&t);
 }
 
@@ -705,17 +661,13 @@ static void test_run_float16(void **state)
     (void)state;
     tensors t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
     const int64_t grid[3] = {1, 8, 8}, blocks[3] = {1, 2, 2};
-    const mhla_config cfg = config_for(&t, grid, blocks);
     /* float16 in, float32 on the device (--dtype f32), float16 out. */
     const result *r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--grid", "8x8",
                            "--blocks", "2x2", "--dtype", "f32", "--check");
     expect_ok(r);
     assert_true(printed_error(r) <= 1e-5); /* the float32 result, before rounding */
-    float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
     /* Rounding to float16 adds at most half an ulp, 2^-11 of the largest output. */
-    const double e = output_error(&t, &cfg, mc, "o.npy", NPY_F16);
-    assert_true(e <= 1e-5 + 0x1p-11);
-    free(mc);
+    assert_true(default_error(&t, grid, blocks, NPY_F16) <= 1e-5 + 0x1p-11);
     /* Without --dtype, float16 inputs select f16 storage, which is not there yet. */
     expect_fail(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4"), 2,
                 "--q q.npy is float16, which selects --dtype f16: not supported yet");
@@ -999,11 +951,8 @@ static void test_failures_leave_no_output(void **state)
     const double e = printed_error(r);
     assert_true(e > 5e-4 && e < 2e-3);
     const int64_t grid[3] = {32, 1, 1}, blocks[3] = {4, 1, 1};
-    const mhla_config cfg = config_for(&t, grid, blocks);
-    float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
-    const double written = output_error(&t, &cfg, mc, "o.npy", NPY_F32);
+    const double written = default_error(&t, grid, blocks, NPY_F32);
     assert_true(fabs(written - e) <= 0.01 * e); /* the output written is the one checked */
-    free(mc);
     /* Without --check the same run succeeds: only --check compares. */
     expect_ok(MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
     assert_string_equal(listing(), "broken k.npy o.npy off q.npy v.npy");
@@ -1095,9 +1044,7 @@ int main(int argc, char **argv)
     snprintf(bin, sizeof bin, "%s%s%s", argv[1][0] == '/' ? "" : cwd, argv[1][0] == '/' ? "" : "/", argv[1]);
     mhla_bin = bin;
     kernel_src = argv[2];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/mhla-cli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(root)) {
+    if (scratch_make(root, sizeof root, "mhla-cli") != 0) {
         perror("mkdtemp");
         return 1;
     }
@@ -1119,6 +1066,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
     };
     const int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    remove_tree(root);
+    scratch_remove(root);
     return failed;
 }

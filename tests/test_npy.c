@@ -2,8 +2,8 @@
  * variants, every kind of damage), and the atomic writer (round trips, NumPy's header layout,
  * no partial or temporary file left behind when creating or writing fails). */
 #include "npy.h"
+#include "scratch.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -24,60 +24,19 @@ static char dir[256];
 static int make_dir(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/mhla-npy-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
+    return scratch_make(dir, sizeof dir, "mhla-npy");
 }
 
-/* Removes every file of the (flat) test directory, then the directory. */
 static int remove_dir(void **state)
 {
     (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512];
-    while (d && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (rmdir(path) != 0)
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    return rmdir(dir);
+    scratch_remove(dir);
+    return 0;
 }
 
-static const char *path_of(const char *name)
-{
-    static char path[4][512];
-    static int next;
-    char *p = path[next++ % 4];
-    snprintf(p, 512, "%s/%s", dir, name);
-    return p;
-}
+static const char *path_of(const char *name) { return scratch_path(dir, name); }
 
-/* The names in the test directory, sorted and joined by spaces. */
-static const char *listing(void)
-{
-    static char out[4096];
-    char names[32][256];
-    int n = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL && n < 32)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            snprintf(names[n++], sizeof names[0], "%s", e->d_name);
-    if (d)
-        closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
-    out[0] = '\0';
-    for (int i = 0; i < n; ++i) {
-        strcat(out, i ? " " : "");
-        strcat(out, names[i]);
-    }
-    return out;
-}
+static const char *listing(void) { return scratch_listing(dir); }
 
 static void write_bytes(const char *name, const void *bytes, size_t len)
 {
