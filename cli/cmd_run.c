@@ -83,8 +83,8 @@ typedef struct run_job {
 
 static void job_free(run_job *job)
 {
+    npy_writer_abort(&job->out); /* before the guard goes: a signal between them finds no file */
     cli_guard_temp(NULL);
-    npy_writer_abort(&job->out);
     for (int t = 0; t < 5; ++t)
         if (job->buf[t])
             clReleaseMemObject(job->buf[t]);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,12 +108,13 @@ int cli_npy_exit_code(npy_status status)
     }
 }
 
-/* The signal handler may only touch this buffer and async-signal-safe calls. */
+/* The signal handler may only touch these and call async-signal-safe functions. */
 static char guarded_temp[4096];
+static volatile sig_atomic_t guard_armed;
 
 static void remove_temp_and_die(int sig)
 {
-    if (guarded_temp[0])
+    if (guard_armed)
         unlink(guarded_temp);
     signal(sig, SIG_DFL);
     raise(sig);
@@ -131,10 +133,12 @@ void cli_guard_temp(const char *path)
         sigaction(SIGHUP, &sa, NULL);
         installed = 1;
     }
-    guarded_temp[0] = '\0'; /* never a half-copied path while the handler could look */
+    guard_armed = 0;
+    atomic_signal_fence(memory_order_seq_cst); /* the handler never sees a half-copied path */
     if (path && strlen(path) < sizeof guarded_temp) {
-        memcpy(guarded_temp + 1, path + 1, strlen(path)); /* the rest, with its NUL */
-        guarded_temp[0] = path[0];
+        memcpy(guarded_temp, path, strlen(path) + 1);
+        atomic_signal_fence(memory_order_seq_cst);
+        guard_armed = 1;
     }
 }
 

@@ -499,7 +499,8 @@ npy_status npy_writer_open(npy_writer *w, const char *path, char *err, size_t er
         return fail(NPY_ERR_CREATE, err, err_size, "cannot create a file in directory '%s': %s", dir, strerror(e));
     }
     /* mkstemp makes the file 0600; an output gets what any new file would (0666 less the umask).
-     * umask() can only be read by setting it: the CLI is single-threaded. */
+     * umask() can only be read by setting it, so this must run before other threads create files
+     * (the CLI opens its output before it starts OpenCL). */
     const mode_t mask = umask(0);
     umask(mask);
     fchmod(w->fd, 0666 & ~mask); /* best effort: a failure only leaves the file private */

@@ -61,7 +61,8 @@ typedef struct npy_writer {
 
 /*! npy_writer_open() :
  * Creates the temporary file (".<name>.tmp-XXXXXX" in the target's directory, mode 0666 less the
- * umask) so that an unwritable destination is reported before any work is done.
+ * umask) so that an unwritable destination is reported before any work is done. Reads the umask
+ * by setting it: call it before other threads start creating files.
  * @return NPY_OK, NPY_ERR_CREATE, NPY_ERR_NO_MEMORY or NPY_ERR_ARGUMENT. */
 npy_status npy_writer_open(npy_writer *w, const char *path, char *err, size_t err_size);
 
