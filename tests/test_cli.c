@@ -625,6 +625,11 @@ static void test_run_device_by_name(void **state)
     expect_ok(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2",
                    "--device", info.device_name, "--check"));
     /* MHLA_DEVICE is honoured when --device is absent. */
+    const char *nowhere[] = {"MHLA_DEVICE=no-such-device", NULL};
+    expect_fail(MHLA_ENV(nowhere, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks",
+                         "2"),
+                1, "mhla: no OpenCL device matches MHLA_DEVICE 'no-such-device'");
+    assert_string_equal(listing(), "k.npy q.npy v.npy");
     const char *env[] = {"MHLA_DEVICE=0", NULL};
     expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2"));
     const int64_t grid[3] = {16, 1, 1}, blocks[3] = {2, 1, 1};
