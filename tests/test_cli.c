@@ -123,7 +123,7 @@ static pid_t spawn(const char *const *env, const char *stdout_path, const char *
     _exit(127);
 }
 
-static const result *finish(pid_t pid)
+static result *finish(pid_t pid)
 {
     static result r;
     int status = 0;
@@ -622,14 +622,15 @@ static void test_run_device_by_name(void **state)
     size_t count = 0;
     assert_int_equal(mhla_device_list(&info, 1, &count), MHLA_OK);
     tensors t = make_inputs(1, 16, 1, 4, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
-    expect_ok(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2",
-                   "--device", info.device_name, "--check"));
-    /* MHLA_DEVICE is honoured when --device is absent. */
+    /* MHLA_DEVICE is honoured when --device is absent... */
     const char *nowhere[] = {"MHLA_DEVICE=no-such-device", NULL};
     expect_fail(MHLA_ENV(nowhere, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks",
                          "2"),
                 1, "mhla: no OpenCL device matches MHLA_DEVICE 'no-such-device'");
     assert_string_equal(listing(), "k.npy q.npy v.npy");
+    /* ... and --device wins over it. */
+    expect_ok(MHLA_ENV(nowhere, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks",
+                       "2", "--device", info.device_name, "--check"));
     const char *env[] = {"MHLA_DEVICE=0", NULL};
     expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2"));
     const int64_t grid[3] = {16, 1, 1}, blocks[3] = {2, 1, 1};
@@ -924,7 +925,7 @@ static void test_failures_leave_no_output(void **state)
     snprintf(env_broken, sizeof env_broken, "MHLA_KERNEL_DIR=%s",
              kernel_variant("broken", "= num;", "= num; this is not OpenCL C;"));
     const char *env1[] = {env_broken, NULL};
-    result *r = (result *)MHLA_ENV(env1, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+    result *r = MHLA_ENV(env1, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
                                    "--blocks", "4");
     /* PoCL's compiler prints its own diagnostics count ("1 error generated.") on stderr first: the
      * driver's, not ours. Ours is the last line, and the only one. */
@@ -949,7 +950,7 @@ static void test_failures_leave_no_output(void **state)
     /* A kernel 0.1% off: --check prints the error and exits 3; the (complete) output is written. */
     snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s", kernel_variant("off", "= num;", "= num * 1.001f;"));
     const char *env3[] = {env_off, NULL};
-    r = (result *)MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4",
+    r = MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4",
                  "--check");
     expect_fail(r, 3, "--check: max_rel_err");
     assert_non_null(strstr(r->err, "exceeds the tolerance 1e-05 (f32 storage, N = 32)"));
