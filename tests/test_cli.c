@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -86,6 +87,9 @@ typedef struct result {
     char err[16384];
 } result;
 
+/* When nonzero, the child's RLIMIT_FSIZE in bytes (with SIGXFSZ ignored): writes past it fail. */
+static rlim_t child_file_limit;
+
 /* Starts mhla in the test folder with `args`; `env` entries "NAME=VALUE" are set in the child
  * ("NAME=" unsets). MHLA_KERNEL_DIR is always cleared first, so that only a test sets it. */
 static pid_t spawn(const char *const *env, const char *stdout_path, const char *const *args)
@@ -102,6 +106,12 @@ static pid_t spawn(const char *const *env, const char *stdout_path, const char *
     const int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (o < 0 || e < 0 || chdir(dir) != 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
         _exit(126);
+    if (child_file_limit) {
+        const struct rlimit lim = {child_file_limit, child_file_limit};
+        signal(SIGXFSZ, SIG_IGN); /* an ignored signal stays ignored across exec */
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+            _exit(126);
+    }
     unsetenv("MHLA_KERNEL_DIR");
     for (const char *const *p = env; p && *p; ++p) {
         char name[128];
@@ -965,6 +975,24 @@ static void test_failures_leave_no_output(void **state)
     free_inputs(&t);
 }
 
+/* A full disk, as a file size limit: the output cannot be written, a runtime failure (1). */
+static void test_output_write_failure(void **state)
+{
+    (void)state;
+    /* A 4 MiB output against a 3 MiB limit. PoCL writes its own (smaller) files while it builds
+     * kernels, so a first run without the limit fills its cache. */
+    tensors t = make_inputs(64, 64, 4, 8, 64, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    expect_ok(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
+    write_sentinel_output();
+    child_file_limit = 3 << 20;
+    const result *r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4");
+    child_file_limit = 0;
+    expect_fail(r, 1, "--out o.npy: cannot write the output (4194432 bytes): File too large");
+    assert_sentinel_output();
+    assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
+    free_inputs(&t);
+}
+
 static void test_signal_removes_temporary(void **state)
 {
     (void)state;
@@ -1068,6 +1096,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_run_repeat, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_run_float16, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_failures_leave_no_output, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
     };
