@@ -398,7 +398,7 @@ static int run_device(run_job *job)
 
 /* ---- check and output ---------------------------------------------------------------------- */
 
-/* --check: the reference on the same inputs; prints max_rel_err into job->check_err. */
+/* --check: the reference on the same inputs; stores max_rel_err in job->check_err and prints it. */
 static int check(run_job *job)
 {
     const size_t n = job->in[2].count;
