@@ -81,16 +81,11 @@ mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
     mhla_status st = MHLA_OK;
     mhla_context *ctx = NULL;
     mhla_device_ref ref;
-    const char *source = "device spec";
     cl_int err = CL_SUCCESS;
 
     MHLA_FAIL_IF(st, !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_create: out is NULL");
     *out = NULL;
-    if (!device_spec || !*device_spec) {
-        device_spec = getenv("MHLA_DEVICE");
-        source = "MHLA_DEVICE";
-    }
-    MHLA_FORWARD_IF_ERROR(st, mhla__device_select(device_spec, source, &ref));
+    MHLA_FORWARD_IF_ERROR(st, mhla__device_select(device_spec, &ref));
     ctx = calloc(1, sizeof *ctx);
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a context");
     ctx->device = ref.device;

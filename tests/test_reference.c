@@ -166,6 +166,17 @@ static void test_max_rel_err(void **state)
     assert_true(isinf(mhla_max_rel_err(got, ref_neg, 4)));
 }
 
+static void test_tolerance(void **state)
+{
+    (void)state;
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 1) == 1e-5);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 4096) == 1e-5);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 4097) == 1e-4);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F16, 64) == 2e-3);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_BF16, 1 << 20) == 1.6e-2);
+    assert_true(mhla_reference_tolerance((mhla_dtype)7, 64) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -173,6 +184,7 @@ int main(void)
         cmocka_unit_test(test_reference_1d_and_m1),
         cmocka_unit_test(test_reference_rejects_bad_input),
         cmocka_unit_test(test_max_rel_err),
+        cmocka_unit_test(test_tolerance),
     };
     return cmocka_run_group_tests_name("reference", tests, NULL, NULL);
 }
