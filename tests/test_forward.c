@@ -31,7 +31,7 @@ static void expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_ki
     mhla_status st = run_against_reference(ctx, cfg, init, seed, &err, NULL, NULL);
     if (st != MHLA_OK)
         fail_msg("%s: %s: %s", label, mhla_status_name(st), mhla_context_message(ctx));
-    const double tol = spec_tolerance_f32(cfg->seq_t * cfg->seq_h * cfg->seq_w);
+    const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t * cfg->seq_h * cfg->seq_w);
     if (!(err <= tol))
         fail_msg("%s: max_rel_err %.3g > %.1g", label, err, tol);
 }
