@@ -1063,6 +1063,21 @@ static void test_info(void **state)
     expect_fail(MHLA_ENV(none, "info"), 1, "info: no OpenCL device found");
     expect_fail(MHLA("info", "extra"), 2, "info: unexpected argument 'extra' (options start with --) (see 'mhla info --help')");
     expect_fail(MHLA("info", "--all"), 2, "info: unknown option '--all'");
+
+    /* --timings: three plan creations, the cache folder it used is gone afterwards */
+    r = MHLA_ENV(plain, "info", "--timings");
+    expect_ok(r);
+    const char *timing_lines[] = {"plan creation (B=1 H=8 64x64 tokens, 4x4 blocks, Dk=Dv=64):\n",
+                                  "  empty program cache ", "  on-disk cache, new ctx ", "  same context "};
+    for (size_t i = 0; i < sizeof timing_lines / sizeof timing_lines[0]; ++i)
+        if (!strstr(r->out, timing_lines[i]))
+            fail_msg("'mhla info --timings' lacks '%s':\n%s", timing_lines[i], r->out);
+    double cold = -1, disk = -1, memory = -1;
+    assert_int_equal(sscanf(strstr(r->out, "  empty program cache "), "  empty program cache %lf ms", &cold), 1);
+    assert_int_equal(sscanf(strstr(r->out, "  on-disk cache, new ctx "), "  on-disk cache, new ctx %lf ms", &disk), 1);
+    assert_int_equal(sscanf(strstr(r->out, "  same context "), "  same context %lf ms", &memory), 1);
+    assert_true(cold >= 0 && disk >= 0 && memory >= 0);
+    expect_fail(MHLA_ENV(none, "info", "--timings"), 1, "info: no OpenCL device found");
 }
 
 int main(int argc, char **argv)
