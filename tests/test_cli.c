@@ -3,7 +3,6 @@
  * input), every error path's exit code and single stderr line, and that a failed run leaves
  * neither an output nor a temporary file behind.
  * usage: test_cli MHLA_BINARY KERNEL_SOURCE_DIR */
-#include "half.h"
 #include "helpers.h"
 #include "npy.h"
 #include "scratch.h"
@@ -233,7 +232,7 @@ static void write_tensor(const char *name, const tensors *t, const float *x, siz
     }
     uint16_t *h = malloc(count * sizeof *h);
     assert_non_null(h);
-    float_to_half_array(h, x, count);
+    mhla_convert(MHLA_DTYPE_F16, h, MHLA_DTYPE_F32, x, count);
     write_npy(name, "<f2", 4, shape, h, count * sizeof *h);
     free(h);
 }
@@ -254,7 +253,7 @@ static tensors make_inputs(int64_t b, int64_t n, int64_t h, int64_t dk, int64_t 
     const size_t cnt[3] = {t.nq, t.nq, t.nv};
     for (int i = 0; half && i < 3; ++i)
         for (size_t j = 0; j < cnt[i]; ++j)
-            all[i][j] = half_to_float(float_to_half(all[i][j]));
+            all[i][j] = mhla_f16_to_float(mhla_float_to_f16(all[i][j]));
     write_tensor("q.npy", &t, t.q, t.nq, dk);
     write_tensor("k.npy", &t, t.k, t.nq, dk);
     write_tensor("v.npy", &t, t.v, t.nv, dv);
@@ -319,7 +318,7 @@ static float *read_output(const tensors *t, const char *name, npy_dtype dtype)
         return o.data;
     float *f = malloc(o.count * sizeof *f);
     assert_non_null(f);
-    half_to_float_array(f, o.data, o.count);
+    mhla_convert(MHLA_DTYPE_F32, f, MHLA_DTYPE_F16, o.data, o.count);
     npy_free(&o);
     return f;
 }
