@@ -148,9 +148,7 @@ mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, cha
         CHECK(cfg->mixing_rows <= 1 << 20, MHLA_ERR_INVALID_SHAPE, "mixing_rows = %lld is implausibly large",
               (long long)cfg->mixing_rows);
     }
-    /* Kernels for f16/bf16 storage and the causal form arrive with their issues. */
-    CHECK(cfg->dtype == MHLA_DTYPE_F32, MHLA_ERR_UNSUPPORTED, "dtype %s is not supported yet (f32 only)",
-          mhla_dtype_name(cfg->dtype));
+    /* The causal form arrives with its issue. */
     CHECK(!cfg->causal, MHLA_ERR_UNSUPPORTED, "causal mode is not supported yet");
     if (shape)
         *shape = sh;

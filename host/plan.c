@@ -14,6 +14,7 @@ static void plan_build_options(const mhla_plan *plan, mhla_build_opts *opts)
     mhla__opts_add(opts, "-DLAYOUT_BHND=%d", c->layout == MHLA_LAYOUT_BHND);
     mhla__opts_add(opts, "-DFEATURE_MAP=%d", (int)c->feature_map);
     mhla__opts_add(opts, "-DNORMALIZER=%d", (int)c->normalizer);
+    mhla__opts_add(opts, "-DDTYPE=%d", (int)c->dtype);
     mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d", plan->sum_rd, plan->sum_ve, plan->sum_nv);
     mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d", plan->out_rt, plan->out_ve,
                    plan->out_nv, plan->out_dc);

@@ -41,6 +41,16 @@ mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_
     return cfg;
 }
 
+/* Rounds x to the storage type and back, as the device will see it; fills `stored` (the bits
+ * passed to mhla_forward_host) when the type is not f32. */
+static void round_to_storage(mhla_dtype dtype, float *x, uint16_t *stored, size_t n)
+{
+    if (dtype == MHLA_DTYPE_F32)
+        return;
+    mhla_convert(dtype, stored, MHLA_DTYPE_F32, x, n);
+    mhla_convert(MHLA_DTYPE_F32, x, dtype, stored, n);
+}
+
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                                    double *err, float **out_keep, double **ref_keep)
 {
@@ -49,10 +59,13 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     const size_t nq = mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q);
     const size_t nv = mhla_config_tensor_elems(cfg, MHLA_TENSOR_V);
     const size_t nm = mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING);
+    const int half = cfg->dtype != MHLA_DTYPE_F32;
     float *q = malloc(nq * sizeof *q), *k = malloc(nq * sizeof *k), *v = malloc(nv * sizeof *v);
     float *out = malloc(nv * sizeof *out), *mix = malloc(nm * sizeof *mix);
     double *ref = malloc(nv * sizeof *ref);
-    if (!q || !k || !v || !out || !mix || !ref || nq == 0) {
+    uint16_t *q16 = half ? malloc(nq * 2) : NULL, *k16 = half ? malloc(nq * 2) : NULL;
+    uint16_t *v16 = half ? malloc(nv * 2) : NULL, *o16 = half ? malloc(nv * 2) : NULL;
+    if (!q || !k || !v || !out || !mix || !ref || nq == 0 || (half && (!q16 || !k16 || !v16 || !o16))) {
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
     }
@@ -60,12 +73,20 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     fill_uniform(q, nq, seed * 3 + 1, lo, 1.0f);
     fill_uniform(k, nq, seed * 3 + 2, lo, 1.0f);
     fill_uniform(v, nv, seed * 3 + 3, -1.0f, 1.0f);
+    round_to_storage(cfg->dtype, q, q16, nq);
+    round_to_storage(cfg->dtype, k, k16, nq);
+    round_to_storage(cfg->dtype, v, v16, nv);
     if ((st = mhla_mixing_init(init, NULL, cfg->block_t, cfg->block_h, cfg->block_w, mix, nm)) != MHLA_OK)
         goto cleanup;
     if ((st = mhla_plan_create(ctx, cfg, &plan)) != MHLA_OK)
         goto cleanup;
-    if ((st = mhla_forward_host(plan, q, k, v, mix, out)) != MHLA_OK)
+    if (half) {
+        if ((st = mhla_forward_host(plan, q16, k16, v16, mix, o16)) != MHLA_OK)
+            goto cleanup;
+        mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o16, nv);
+    } else if ((st = mhla_forward_host(plan, q, k, v, mix, out)) != MHLA_OK) {
         goto cleanup;
+    }
     if ((st = mhla_reference_forward(cfg, q, k, v, mix, ref)) != MHLA_OK)
         goto cleanup;
     *err = mhla_max_rel_err(out, ref, nv);
@@ -80,5 +101,6 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
 cleanup:
     mhla_plan_destroy(plan);
     free(q), free(k), free(v), free(out), free(mix), free(ref);
+    free(q16), free(k16), free(v16), free(o16);
     return st;
 }

@@ -13,8 +13,8 @@
 void fill_uniform(float *x, size_t n, uint32_t seed, float lo, float hi);
 
 /* Random q, k, v for cfg (positive q/k when the feature map is `none`, as a caller who applied
- * its own map would pass), a mixing matrix from `init`, a device forward through
- * mhla_forward_host and the reference. Returns the status of the first failing call; on success
+ * its own map would pass), rounded to cfg->dtype's storage, a mixing matrix from `init`, a device
+ * forward through mhla_forward_host and the reference on the same rounded inputs. Returns the status of the first failing call; on success
  * *err is SPEC.md's max relative error. `out`/`ref` (optional) receive the arrays, which the caller
  * frees. */
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
