@@ -166,8 +166,15 @@ typedef struct mhla_grid_args {
     cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh;
 } mhla_grid_args;
 
+/* Tile of the softmax baseline: query rows per work-group, keys per local-memory tile, vector
+ * width (host/softmax_tuning.c). */
+typedef struct mhla_softmax_tile {
+    int bq, bk, vw;
+} mhla_softmax_tile;
+
 struct mhla_plan {
     mhla_context *ctx;
+    int softmax;     /* a softmax-attention baseline plan (mhla_softmax_plan_create) */
     mhla_config cfg; /* resolved */
     mhla_shape shape;
     mhla_grid_args grid;
@@ -175,6 +182,9 @@ struct mhla_plan {
     cl_kernel k_official_dots; /* official normalizer only */
     cl_kernel k_output;
     size_t lws_summary, lws_output, lws_dots;
+    cl_kernel k_softmax; /* softmax plans only */
+    size_t lws_softmax;
+    mhla_softmax_tile softmax_tile;
     /* workspace */
     cl_mem summary; /* [M][B*H][Dk][Dv+1]: S_b with z_b as the last column */
     cl_mem mixed;   /* same layout: S~_i, z~_i */
@@ -187,6 +197,9 @@ struct mhla_plan {
     cl_mem stage[5];
 };
 
+/* Fills plan->grid from plan->cfg and plan->shape. */
+void mhla__plan_fill_grid(mhla_plan *plan);
+
 /* Stages of the non-causal forward, each in the host file named after it. */
 mhla_status mhla__block_summary_setup(mhla_plan *plan, const mhla_build_opts *opts);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
@@ -197,6 +210,14 @@ mhla_status mhla__output_setup(mhla_plan *plan, const mhla_build_opts *opts);
 /* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */
 mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
 mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done);
+
+/* The softmax baseline (host/softmax.c): its configuration (block grid, feature map and normalizer
+ * ignored, scale 0 -> Dk^-0.5), the tuning table lookup, and its one kernel. */
+mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, mhla_shape *shape, char *msg,
+                                 size_t msg_size);
+void mhla__softmax_tuning(const mhla_context *ctx, mhla_softmax_tile *tile);
+mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                  const cl_event *wait, cl_event *done);
 
 /* Creates a device buffer of `bytes`, checked against the device's limits first; `what` names it
  * in the message. */
