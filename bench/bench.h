@@ -192,8 +192,8 @@ typedef struct bench_timing {
 typedef mhla_status (*bench_enqueue_fn)(void *arg, cl_event *done);
 
 /* Runs fn `warmup` times, then as many times as fill about target_ms (within [min_iters, max_iters])
- * and reports device time from OpenCL profiling events. Returns MHLA_OK, the status of a failing
- * enqueue, or MHLA_ERR_OPENCL (with the reason in err). */
+ * and reports device time from OpenCL profiling events. Returns MHLA_OK; the status of a failing
+ * fn (err is then "": fn's own channel explains it); or MHLA_ERR_OPENCL with the reason in err. */
 mhla_status bench_time(cl_command_queue queue, bench_enqueue_fn fn, void *arg, int warmup, double target_ms,
                        int min_iters, int max_iters, bench_timing *out, char *err, size_t err_size);
 /* Median of n values (sorts them). */

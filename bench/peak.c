@@ -12,17 +12,28 @@ extern const char mhla_cl_peak[]; /* kernels/peak.cl, embedded by scripts/cl2c.p
 #define COPY_MAX (128u << 20) /* bytes per copy buffer: far past CPU last-level caches and GPU L2 */
 
 typedef struct peak_launch {
+    const char *name;
     cl_command_queue queue;
     cl_kernel kernel;
     size_t global, local;
+    cl_int err;
 } peak_launch;
 
 static mhla_status enqueue_launch(void *arg, cl_event *done)
 {
-    const peak_launch *l = arg;
-    return clEnqueueNDRangeKernel(l->queue, l->kernel, 1, NULL, &l->global, &l->local, 0, NULL, done) == CL_SUCCESS
-               ? MHLA_OK
-               : MHLA_ERR_OPENCL;
+    peak_launch *l = arg;
+    l->err = clEnqueueNDRangeKernel(l->queue, l->kernel, 1, NULL, &l->global, &l->local, 0, NULL, done);
+    return l->err == CL_SUCCESS ? MHLA_OK : MHLA_ERR_OPENCL;
+}
+
+/* bench_time on a peak kernel, naming the kernel when its launch fails. */
+static mhla_status time_launch(peak_launch *l, int runs, bench_timing *t, char *err, size_t err_size)
+{
+    mhla_status st = bench_time(l->queue, enqueue_launch, l, 1, 0.0, runs, runs, t, err, err_size);
+    if (st != MHLA_OK && !err[0])
+        snprintf(err, err_size, "clEnqueueNDRangeKernel(%s, %zu work-items) failed: %d", l->name, l->global,
+                 (int)l->err);
+    return st;
 }
 
 static size_t local_size(cl_kernel kernel, cl_device_id dev, size_t want)
@@ -43,7 +54,7 @@ static mhla_status probe_fma(mhla_context *ctx, cl_program prog, int width, cons
     cl_mem out = NULL;
     char name[32];
     snprintf(name, sizeof name, "peak_fma%d", width);
-    peak_launch l = {mhla_context_queue(ctx), clCreateKernel(prog, name, &e), 0, 0};
+    peak_launch l = {name, mhla_context_queue(ctx), clCreateKernel(prog, name, &e), 0, 0, CL_SUCCESS};
     if (e != CL_SUCCESS) {
         snprintf(err, err_size, "clCreateKernel(%s): %d", name, (int)e);
         return MHLA_ERR_OPENCL;
@@ -70,13 +81,17 @@ static mhla_status probe_fma(mhla_context *ctx, cl_program prog, int width, cons
     }
     /* Calibrate: one short run, then scale reps to the per-run target. */
     bench_timing cal;
-    if ((st = bench_time(l.queue, enqueue_launch, &l, 1, 0.0, 1, 1, &cal, err, err_size)) != MHLA_OK)
+    if ((st = time_launch(&l, 1, &cal, err, err_size)) != MHLA_OK)
         goto cleanup;
     const double per_run = target_ms / runs, scale = cal.ms_median > 0 ? per_run / cal.ms_median : 64.0;
     const double want = reps * (scale < 1.0 ? 1.0 : scale > 1e5 ? 1e5 : scale);
     reps = (cl_int)want;
-    clSetKernelArg(l.kernel, 3, sizeof reps, &reps);
-    st = bench_time(l.queue, enqueue_launch, &l, 1, 0.0, runs, runs, t, err, err_size);
+    if ((e = clSetKernelArg(l.kernel, 3, sizeof reps, &reps)) != CL_SUCCESS) {
+        snprintf(err, err_size, "setting up %s: OpenCL error %d", name, (int)e);
+        st = MHLA_ERR_OPENCL;
+        goto cleanup;
+    }
+    st = time_launch(&l, runs, t, err, err_size);
     *flops = 2.0 * (double)width * PEAK_CHAINS * PEAK_UNROLL * (double)reps * (double)l.global;
 cleanup:
     if (out)
@@ -91,7 +106,7 @@ static mhla_status probe_copy(mhla_context *ctx, cl_program prog, const bench_de
     mhla_status st = MHLA_OK;
     cl_int e = CL_SUCCESS;
     cl_mem in = NULL, out = NULL;
-    peak_launch l = {mhla_context_queue(ctx), clCreateKernel(prog, "peak_copy", &e), 0, 0};
+    peak_launch l = {"peak_copy", mhla_context_queue(ctx), clCreateKernel(prog, "peak_copy", &e), 0, 0, CL_SUCCESS};
     if (e != CL_SUCCESS) {
         snprintf(err, err_size, "clCreateKernel(peak_copy): %d", (int)e);
         return MHLA_ERR_OPENCL;
@@ -117,7 +132,7 @@ static mhla_status probe_copy(mhla_context *ctx, cl_program prog, const bench_de
         goto cleanup;
     }
     /* The warm-up run also makes the buffers resident (first touch on a CPU device). */
-    st = bench_time(l.queue, enqueue_launch, &l, 1, 0.0, runs, runs, t, err, err_size);
+    st = time_launch(&l, runs, t, err, err_size);
 cleanup:
     if (in)
         clReleaseMemObject(in);

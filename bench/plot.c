@@ -165,11 +165,13 @@ static void draw_series(FILE *f, const axes *a, const series *s)
 static void draw_crossover(FILE *f, const axes *a, const series *mhla, const series *sm)
 {
     double n[BENCH_MAX_LIST * 2], ta[BENCH_MAX_LIST * 2], tb[BENCH_MAX_LIST * 2], nx = 0.0;
+    int est[BENCH_MAX_LIST * 2];
     size_t count = 0;
     for (size_t i = 0; i < mhla->count; ++i)
         for (size_t j = 0; j < sm->count; ++j)
             if (sm->n[j] == mhla->n[i]) {
                 n[count] = mhla->n[i], ta[count] = mhla->ms[i], tb[count] = sm->ms[j];
+                est[count] = mhla->estimated[i] || sm->estimated[j];
                 ++count;
             }
     const double x_text = W - RIGHT + 16;
@@ -184,12 +186,15 @@ static void draw_crossover(FILE *f, const axes *a, const series *mhla, const ser
                 tb[0] > ta[0] ? "MHLA" : "softmax");
         return;
     }
-    /* MHLA's time at the crossover, interpolated in log space like N. */
+    /* MHLA's time at the crossover, interpolated in log space like N; and whether the two points
+     * around it include an estimate. */
     double t = ta[0];
+    int estimated = 0;
     for (size_t i = 0; i + 1 < count; ++i)
         if (nx >= n[i] && nx <= n[i + 1]) {
             const double f2 = (log(nx) - log(n[i])) / (log(n[i + 1]) - log(n[i]));
             t = exp(log(ta[i]) + f2 * (log(ta[i + 1]) - log(ta[i])));
+            estimated = est[i] || est[i + 1];
         }
     const double x = px(a, nx), y = py(a, t);
     fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#555' stroke-dasharray='3 3'/>\n", x, TOP, x,
@@ -199,7 +204,10 @@ static void draw_crossover(FILE *f, const axes *a, const series *mhla, const ser
     fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' text-anchor='%s'>N = %.0f</text>\n", left ? x - 12 : x + 12,
             y - 12, left ? "end" : "start", nx);
     fprintf(f, "<text x='%.1f' y='%.1f' font-size='12'>crossover: N = %.0f</text>\n", x_text, TOP + 150, nx);
-    fprintf(f, "<text x='%.1f' y='%.1f' font-size='12'>(MHLA faster above it)</text>\n", x_text, TOP + 166);
+    fprintf(f, "<text x='%.1f' y='%.1f' font-size='12'>(%s faster above it)</text>\n", x_text, TOP + 166,
+            tb[count - 1] > ta[count - 1] ? "MHLA" : "softmax");
+    if (estimated)
+        fprintf(f, "<text x='%.1f' y='%.1f' font-size='12'>from estimated times</text>\n", x_text, TOP + 182);
 }
 
 int bench_write_svg(FILE *f, const bench_report *rep)

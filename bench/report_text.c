@@ -56,7 +56,7 @@ void bench_write_table(FILE *f, const bench_report *rep)
                     num(d, sizeof d, "%.2f", r->gflops, ""), num(e, sizeof e, "%.2f", r->gbps, ""),
                     num(g, sizeof g, "%.1f%%", r->pct_peak_flops, ""), num(h, sizeof h, "%.1f%%", r->pct_peak_bw, ""),
                     num(k, sizeof k, "%.3f", r->ratio_mhla_linear, r->ratio_mhla_linear_estimated ? "~" : ""),
-                    num(l, sizeof l, "%.1f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
+                    num(l, sizeof l, "%.2f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
                     r->note[0] ? "  " : "", r->note);
         } else if (r->status == BENCH_STATUS_ESTIMATED) {
             estimated = 1;
@@ -92,7 +92,7 @@ static void csv_text(FILE *f, const char *s, int last)
 static void csv_num(FILE *f, double x)
 {
     if (isfinite(x))
-        fprintf(f, "%.6g,", x);
+        fprintf(f, "%.10g,", x);
     else
         fputc(',', f);
 }

@@ -194,6 +194,11 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
         snprintf(err, sizeof err, "%s", mhla_context_message(ctx));
     }
     op->destroy(&c);
+    if (st == MHLA_ERR_OUT_OF_DEVICE_MEMORY || st == MHLA_ERR_UNSUPPORTED) { /* the device's limits */
+        r->status = BENCH_STATUS_SKIPPED;
+        snprintf(r->note, sizeof r->note, "%s", err);
+        return;
+    }
     if (st != MHLA_OK) {
         r->status = BENCH_STATUS_FAILED;
         snprintf(r->note, sizeof r->note, "%s: %s", mhla_status_name(st), err[0] ? err : mhla_context_message(ctx));

@@ -166,10 +166,10 @@ typedef struct mhla_grid_args {
     cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh;
 } mhla_grid_args;
 
-/* Tile of the softmax baseline: query rows per work-group, keys per local-memory tile, vector
- * width (host/softmax_tuning.c). */
+/* Tile of the softmax baseline (host/softmax_tuning.c): query rows per work-group, keys per
+ * local-memory tile, vector width, and how the tile is copied (kernels/softmax.cl COPY_ROWS). */
 typedef struct mhla_softmax_tile {
-    int bq, bk, vw;
+    int bq, bk, vw, copy_rows;
 } mhla_softmax_tile;
 
 struct mhla_plan {

@@ -81,6 +81,7 @@ static void softmax_build_options(const mhla_plan *plan, mhla_build_opts *opts)
     mhla__opts_add(opts, "-DLAYOUT_BHND=%d", c->layout == MHLA_LAYOUT_BHND);
     mhla__opts_add(opts, "-DVW=%d", plan->softmax_tile.vw);
     mhla__opts_add(opts, "-DBK=%d", plan->softmax_tile.bk);
+    mhla__opts_add(opts, "-DCOPY_ROWS=%d", plan->softmax_tile.copy_rows);
 }
 
 mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out)

@@ -95,11 +95,12 @@ static void test_large_dims_and_long_sequence(void **state)
 }
 
 /* Tiles the tuning table never picks: a work-group of 7 rows (not a power of two, N not a multiple
- * of it), and each vector width with its smallest key tile. */
+ * of it), each vector width with its smallest key tile, and both ways of copying a tile (with
+ * fewer work-items than tile rows, and more). */
 static void test_forced_tiles(void **state)
 {
     mhla_context *ctx = *state;
-    const char *tiles[] = {"7,4,4", "16,8,1", "5,2,2", "9,8,8", "3,16,16", "64,32,4"};
+    const char *tiles[] = {"7,4,4,0", "16,8,1,1", "5,2,2,0", "9,8,8,1", "3,16,16,1", "64,32,4,0", "64,16,16,1"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; ++i) {
         assert_int_equal(setenv("MHLA_SOFTMAX_TILE", tiles[i], 1), 0);
         for (int layout = 0; layout <= 1; ++layout) {
