@@ -164,10 +164,7 @@ typedef struct bench_report {
     double wall_s;
     bench_device device;
     bench_peak peak;
-    /* The sweep's settings, kept with the numbers. */
-    double target_ms, max_row_s;
-    int min_iters, max_iters, warmup;
-    uint32_t seed;
+    bench_options opts; /* the sweep's settings, kept with the numbers (paths not kept) */
     bench_row *rows;
     size_t row_count;
 } bench_report;

@@ -31,12 +31,9 @@ static void fill_identity(bench_report *rep, const bench_options *o, int argc, c
         const int w = snprintf(rep->command + len, sizeof rep->command - len, "%s%s", i ? " " : "", argv[i]);
         len += w > 0 ? (size_t)w : 0;
     }
-    rep->target_ms = o->target_ms;
-    rep->min_iters = o->min_iters;
-    rep->max_iters = o->max_iters;
-    rep->warmup = o->warmup;
-    rep->max_row_s = o->max_row_s;
-    rep->seed = o->seed;
+    rep->opts = *o;
+    rep->opts.device = rep->opts.json_path = rep->opts.csv_path = rep->opts.plot_path = NULL;
+    rep->opts.compare[0] = rep->opts.compare[1] = NULL;
 }
 
 int main(int argc, char **argv)

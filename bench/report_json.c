@@ -51,12 +51,14 @@ static const field peak_fields[] = {
 
 static const field parameter_fields[] = {
     STR(bench_report, "command", command),
-    NUM(bench_report, "target_ms", target_ms, F_DOUBLE),
-    NUM(bench_report, "min_iters", min_iters, F_INT),
-    NUM(bench_report, "max_iters", max_iters, F_INT),
-    NUM(bench_report, "warmup", warmup, F_INT),
-    NUM(bench_report, "max_row_s", max_row_s, F_DOUBLE),
-    NUM(bench_report, "seed", seed, F_UINT),
+    NUM(bench_report, "quick", opts.quick, F_INT),
+    NUM(bench_report, "target_ms", opts.target_ms, F_DOUBLE),
+    NUM(bench_report, "min_iters", opts.min_iters, F_INT),
+    NUM(bench_report, "max_iters", opts.max_iters, F_INT),
+    NUM(bench_report, "warmup", opts.warmup, F_INT),
+    NUM(bench_report, "max_row_s", opts.max_row_s, F_DOUBLE),
+    NUM(bench_report, "seed", opts.seed, F_UINT),
+    NUM(bench_report, "batch", opts.batch, F_I64),
 };
 
 static const field row_fields[] = {
@@ -151,6 +153,35 @@ static void read_fields(const json_value *obj, void *base, const field *fields, 
     }
 }
 
+static void write_sizes(FILE *f, const char *key, const int64_t *a, const int64_t *b, size_t count)
+{
+    fprintf(f, ", \"%s\": [", key);
+    for (size_t i = 0; i < count; ++i) {
+        if (b)
+            fprintf(f, "%s\"%lldx%lld\"", i ? ", " : "", (long long)a[i], (long long)b[i]);
+        else
+            fprintf(f, "%s%lld", i ? ", " : "", (long long)a[i]);
+    }
+    fputc(']', f);
+}
+
+/* The lists the sweep ran over (an empty "m" is the paper's rule). */
+static void write_sweep(FILE *f, const bench_options *o)
+{
+    write_sizes(f, "n", o->n, NULL, o->n_count);
+    write_sizes(f, "images", o->image_h, o->image_w, o->image_count);
+    write_sizes(f, "heads", o->heads, NULL, o->heads_count);
+    write_sizes(f, "dims", o->dk, o->dv, o->dims_count);
+    write_sizes(f, "m", o->m, NULL, o->m_count);
+    fprintf(f, ", \"layout\": \"%s\", \"ops\": [", mhla_layout_name(o->layout));
+    for (int op = 0, first = 1; op < BENCH_OP_COUNT; ++op)
+        if (o->ops & (1u << op)) {
+            fprintf(f, "%s\"%s\"", first ? "" : ", ", bench_op_get((bench_op_id)op)->name);
+            first = 0;
+        }
+    fputc(']', f);
+}
+
 int bench_write_json(FILE *f, const bench_report *rep)
 {
     fputs("{\n  \"format\": ", f);
@@ -167,6 +198,7 @@ int bench_write_json(FILE *f, const bench_report *rep)
     write_fields(f, &rep->peak, peak_fields, COUNT(peak_fields));
     fputs("},\n  \"parameters\": {", f);
     write_fields(f, rep, parameter_fields, COUNT(parameter_fields));
+    write_sweep(f, &rep->opts);
     /* What every row shares: the library's defaults, which the MHLA and linear rows run with. */
     mhla_config cfg;
     mhla_config_init(&cfg);

@@ -30,7 +30,7 @@ static void print_header(FILE *f, const bench_report *rep)
             p->gbps_min, p->gbps_max);
     fprintf(f, "timing     device time (profiling events), median of the runs after %d warm-up; about %.0f ms per "
                "row, %d..%d runs\n",
-            rep->warmup, rep->target_ms, rep->min_iters, rep->max_iters);
+            rep->opts.warmup, rep->opts.target_ms, rep->opts.min_iters, rep->opts.max_iters);
     fprintf(f, "flops      mhla/linear 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv); bytes: see bench/README.md\n\n");
 }
 
@@ -119,9 +119,9 @@ int bench_write_csv(FILE *f, const bench_report *rep)
         csv_text(f, rep->library_version, 0);
         csv_num(f, rep->peak.gflops);
         csv_num(f, rep->peak.gbps);
-        csv_num(f, rep->target_ms);
-        fprintf(f, "%d,%d,%d,", rep->min_iters, rep->max_iters, rep->warmup);
-        csv_num(f, rep->max_row_s);
+        csv_num(f, rep->opts.target_ms);
+        fprintf(f, "%d,%d,%d,", rep->opts.min_iters, rep->opts.max_iters, rep->opts.warmup);
+        csv_num(f, rep->opts.max_row_s);
         fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%d,",
                 bench_op_get(r->op)->name, bench_status_name(r->status), grid, (long long)bench_shape_n(s),
                 (long long)s->batch, (long long)s->heads, (long long)s->t, (long long)s->h, (long long)s->w,

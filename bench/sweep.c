@@ -7,8 +7,37 @@
 #include <string.h>
 #include <unistd.h>
 
-/* All rows in order: per head dims and heads, the 1D lengths then the images; per shape the mhla
- * rows (one per M), then linear, softmax and the causal ops (1D shapes only). */
+/* The rows of one shape, written at rows[count...] when rows is not NULL: the mhla rows (one per M
+ * of --m, or the rule's M), then linear, softmax, and the causal ops on 1D shapes. Returns the count
+ * after them. */
+static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row *rows, size_t count)
+{
+    for (int op = 0; op < BENCH_OP_COUNT; ++op) {
+        if (!(o->ops & (1u << op)) || (bench_shape_is_2d(s) && bench_op_get((bench_op_id)op)->one_d_only))
+            continue;
+        const size_t variants = op == BENCH_OP_MHLA && o->m_count ? o->m_count : 1;
+        for (size_t v = 0; v < variants; ++v, ++count) {
+            if (!rows)
+                continue;
+            bench_row *r = &rows[count];
+            memset(r, 0, sizeof *r);
+            r->op = (bench_op_id)op;
+            r->shape = *s;
+            r->ratio_mhla_linear = r->ratio_softmax_mhla = NAN;
+            if (op != BENCH_OP_MHLA)
+                continue; /* linear and softmax keep the 1x1x1 block grid */
+            if (!o->m_count) {
+                bench_default_blocks(&r->shape);
+            } else if (!bench_blocks_for_m(&r->shape, o->m[v])) {
+                r->status = BENCH_STATUS_SKIPPED;
+                snprintf(r->note, sizeof r->note, "M = %lld does not tile the token grid", (long long)o->m[v]);
+            }
+        }
+    }
+    return count;
+}
+
+/* All rows in order: per head dims and heads, the 1D lengths then the images. */
 static size_t plan_rows(const bench_options *o, bench_row *rows)
 {
     size_t count = 0;
@@ -20,29 +49,7 @@ static size_t plan_rows(const bench_options *o, bench_row *rows)
                     s.t = o->n[gi];
                 else
                     s.h = o->image_h[gi - o->n_count], s.w = o->image_w[gi - o->n_count];
-                for (int op = 0; op < BENCH_OP_COUNT; ++op) {
-                    const int is_image = gi >= o->n_count;
-                    if (!(o->ops & (1u << op)) || (is_image && bench_op_get((bench_op_id)op)->one_d_only))
-                        continue;
-                    const size_t variants = op == BENCH_OP_MHLA && o->m_count ? o->m_count : 1;
-                    for (size_t v = 0; v < variants; ++v) {
-                        if (rows) {
-                            bench_row *r = &rows[count];
-                            memset(r, 0, sizeof *r);
-                            r->op = (bench_op_id)op;
-                            r->shape = s;
-                            r->ratio_mhla_linear = r->ratio_softmax_mhla = NAN;
-                            if (op == BENCH_OP_MHLA && o->m_count && !bench_blocks_for_m(&r->shape, o->m[v])) {
-                                r->status = BENCH_STATUS_SKIPPED;
-                                snprintf(r->note, sizeof r->note, "M = %lld does not tile the token grid",
-                                         (long long)o->m[v]);
-                            } else if (op == BENCH_OP_MHLA && !o->m_count) {
-                                bench_default_blocks(&r->shape);
-                            }
-                        }
-                        ++count;
-                    }
-                }
+                count = shape_rows(o, &s, rows, count);
             }
     return count;
 }

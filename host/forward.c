@@ -63,8 +63,8 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
     const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
     for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FORWARD_IF_ERROR(st, check_buffer(plan, bufs[t], (mhla_tensor)t));
-    MHLA_FAIL_IF(st, out == q || out == k || out == v || (!plan->softmax && out == mixing), ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_forward: out must not be the same buffer as q, k, v or mixing");
+    MHLA_FAIL_IF(st, out == q || out == k || out == v || (!plan->softmax && out == mixing), ctx,
+                 MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: out must not be the same buffer as q, k, v or mixing");
     MHLA_FAIL_IF(st, (num_wait > 0) != (wait != NULL), ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_forward: wait list of %u events with %s pointer", (unsigned)num_wait, wait ? "a" : "a NULL");
     if (plan->softmax) {

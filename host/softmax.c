@@ -56,8 +56,8 @@ static mhla_status choose_tile(mhla_context *ctx, const mhla_config *c, mhla_sof
     const uint64_t limit = have > 2 * reserve ? have - reserve : have / 2;
     mhla__softmax_tuning(ctx, t);
     while (tile_local_bytes(c, t) > limit && (t->bk > t->vw || t->vw > 1)) {
-        if (t->bk > t->vw)
-            t->bk /= 2; /* a power-of-two multiple of vw stays one */
+        if (t->bk > t->vw) /* half the keys, still a multiple of vw */
+            t->bk = t->bk / 2 < t->vw ? t->vw : t->bk / 2 / t->vw * t->vw;
         else
             t->vw = t->bk = t->vw / 2;
     }

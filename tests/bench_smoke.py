@@ -35,7 +35,10 @@ def main(bench):
     check(rep["device"]["name"] and rep["device"]["driver_version"], "device name/driver missing")
     check(rep["library_version"].count(".") == 2, "library version")
     check(rep["peak"]["gflops"] > 0 and rep["peak"]["copy_gbps"] > 0, "peak figures")
-    check(rep["parameters"]["target_ms"] == 1 and rep["parameters"]["min_iters"] == 2, "parameters")
+    par = rep["parameters"]
+    check(par["target_ms"] == 1 and par["min_iters"] == 2 and par["n"] == [256, 512] and par["images"] == ["16x16"]
+          and par["heads"] == [2] and par["dims"] == ["32x16"] and par["m"] == [] and len(par["ops"]) == 5,
+          "parameters: %s" % par)
     rows = rep["rows"]
     # 1D: mhla, linear, softmax, mhla-causal, decode at two N; 2D: the first three.
     check(len(rows) == 2 * 5 + 3, "%d rows" % len(rows))

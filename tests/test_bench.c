@@ -262,12 +262,9 @@ static void sample_report(bench_report *rep, bench_row *rows, double scale)
     rep->device.compute_units = 2;
     rep->device.max_alloc = 1ull << 40;
     rep->peak = (bench_peak){123.5, 120, 125, 16, 15.25, 14, 16, 134217728.0, 5};
-    rep->target_ms = 150;
-    rep->min_iters = 3;
-    rep->max_iters = 1000;
-    rep->warmup = 1;
-    rep->max_row_s = 8;
-    rep->seed = 7;
+    char err[64];
+    char *argv[] = {"mhla-bench", "--quick", "--seed", "7", "--max-row-s", "8"};
+    assert_int_equal(bench_options_parse(6, argv, &rep->opts, stdout, err, sizeof err), 0);
     bench_shape s = shape_1d(4096), m16 = s, img = shape_2d(64, 64);
     assert_true(bench_blocks_for_m(&m16, 16));
     bench_default_blocks(&img);
@@ -311,7 +308,8 @@ static void test_json_round_trip(void **state)
     assert_string_equal(back.command, rep.command);
     assert_true(back.device.max_alloc == rep.device.max_alloc);
     assert_true(back.peak.gflops == rep.peak.gflops && back.peak.vector_width == 16);
-    assert_true(back.target_ms == 150 && back.min_iters == 3 && back.seed == 7);
+    assert_true(back.opts.target_ms == 150 && back.opts.min_iters == 3 && back.opts.seed == 7);
+    assert_true(back.opts.max_row_s == 8 && back.opts.quick == 1 && back.opts.batch == 1);
     assert_int_equal(back.row_count, 5);
     for (size_t i = 0; i < 5; ++i) {
         const bench_row *a = &rows[i], *b = &back.rows[i];

@@ -111,6 +111,11 @@ static void test_forced_tiles(void **state)
             expect_close(ctx, &cfg, (uint32_t)(100 + i * 2 + (size_t)layout), -1.0f, 1.0f, label);
         }
     }
+    /* A key tile beyond local memory (1 MiB on PoCL, 32-64 KiB on GPUs) is shrunk to fit, staying
+     * a multiple of the vector width (1000 -> 500 keys with PoCL's 1 MiB). */
+    assert_int_equal(setenv("MHLA_SOFTMAX_TILE", "16,1000,4,0", 1), 0);
+    mhla_config big = config_1d(1, 1, 45, 1, 256, 256);
+    expect_close(ctx, &big, 120, -1.0f, 1.0f, "1000-key tile shrunk to local memory");
     unsetenv("MHLA_SOFTMAX_TILE");
 }
 
@@ -190,6 +195,27 @@ static void test_api(void **state)
 
     cfg.scale = 0.3f; /* an explicit scale is used as given */
     expect_close(ctx, &cfg, 5, -2.0f, 2.0f, "scale 0.3");
+
+    /* The device path with no mixing buffer; the other buffers are still checked. */
+    cl_int err = CL_SUCCESS;
+    const size_t bytes = 16 * 2 * 64 * sizeof(float);
+    cl_mem b[4];
+    for (int i = 0; i < 4; ++i) {
+        b[i] = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+        assert_int_equal(err, CL_SUCCESS);
+    }
+    cfg.scale = 0.0f;
+    assert_int_equal(mhla_softmax_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    cl_event done = NULL;
+    assert_int_equal(mhla_forward(plan, b[0], b[1], b[2], NULL, b[3], 0, NULL, &done), MHLA_OK);
+    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
+    clReleaseEvent(done);
+    assert_int_equal(mhla_forward(plan, b[0], NULL, b[2], NULL, b[3], 0, NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_forward(plan, b[0], b[1], b[2], NULL, b[0], 0, NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    mhla_plan_destroy(plan);
+    plan = NULL;
+    for (int i = 0; i < 4; ++i)
+        clReleaseMemObject(b[i]);
 
     cfg.causal = 1;
     assert_int_equal(mhla_softmax_plan_create(ctx, &cfg, &plan), MHLA_ERR_UNSUPPORTED);
