@@ -201,8 +201,9 @@ static void draw_crossover(FILE *f, const axes *a, const series *mhla, const ser
             H - BOTTOM);
     fprintf(f, "<circle cx='%.1f' cy='%.1f' r='8' fill='none' stroke='black' stroke-width='2'/>\n", x, y);
     const int left = x > (LEFT + W - RIGHT) / 2; /* the label on the side with room */
-    fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' text-anchor='%s'>N = %.0f</text>\n", left ? x - 12 : x + 12,
-            y - 12, left ? "end" : "start", nx);
+    fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' text-anchor='%s' stroke='white' stroke-width='4' "
+               "paint-order='stroke'>N = %.0f</text>\n",
+            left ? x - 12 : x + 12, y - 12, left ? "end" : "start", nx);
     fprintf(f, "<text x='%.1f' y='%.1f' font-size='12'>crossover: N = %.0f</text>\n", x_text, TOP + 150, nx);
     fprintf(f, "<text x='%.1f' y='%.1f' font-size='12'>(%s faster above it)</text>\n", x_text, TOP + 166,
             tb[count - 1] > ta[count - 1] ? "MHLA" : "softmax");
@@ -258,6 +259,10 @@ int bench_write_svg(FILE *f, const bench_report *rep)
                 W / 2, (long long)ref->shape.batch, (long long)ref->shape.heads, (long long)ref->shape.dk,
                 (long long)ref->shape.dv, mhla_layout_name(ref->shape.layout), rep->library_version);
     draw_axes(f, &a, ref && bench_shape_is_2d(&ref->shape));
+    if (!ref)
+        fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='middle' font-size='14'>no timed mhla, linear or softmax "
+                   "rows to plot</text>\n",
+                (LEFT + W - RIGHT) / 2, (TOP + H - BOTTOM) / 2);
     for (size_t k = 0; k < 3; ++k)
         draw_series(f, &a, &ss[k]);
     const char *names[] = {"MHLA", "linear attention (M = 1)", "softmax attention"};

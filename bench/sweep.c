@@ -123,24 +123,30 @@ int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const
 {
     const bench_op *op = bench_op_get(r->op);
     const double n = (double)bench_shape_n(&r->shape), runs = (double)(o->warmup + o->min_iters);
+    /* The base: a measured row on the same kind of grid (1D or image) if there is one, else any;
+     * among those the largest N. */
     const bench_row *base = NULL;
     for (size_t i = 0; i < n_done; ++i) {
         const bench_row *d = &done[i];
         if (d->status != BENCH_STATUS_OK || d->op != r->op || !bench_shape_same_sizes(&d->shape, &r->shape) ||
             (double)bench_shape_n(&d->shape) > n)
             continue;
-        if (!base || bench_shape_n(&d->shape) > bench_shape_n(&base->shape))
+        const int d_same = bench_shape_is_2d(&d->shape) == bench_shape_is_2d(&r->shape);
+        const int b_same = base && bench_shape_is_2d(&base->shape) == bench_shape_is_2d(&r->shape);
+        if (!base || d_same > b_same || (d_same == b_same && bench_shape_n(&d->shape) > bench_shape_n(&base->shape)))
             base = d;
     }
     if (base) {
         const double est = base->ms_median * pow(n / (double)bench_shape_n(&base->shape), op->time_power);
         if (runs * est <= o->max_row_s * 1e3)
             return 0;
+        char grid[32];
+        bench_shape_label(&base->shape, grid, sizeof grid);
         r->status = BENCH_STATUS_ESTIMATED;
         r->ms_median = est;
         r->ms_min = r->ms_max = NAN;
-        snprintf(r->note, sizeof r->note, "estimated from N=%lld as N^%g: %d runs of ~%.1f s exceed --max-row-s %g",
-                 (long long)bench_shape_n(&base->shape), op->time_power, o->warmup + o->min_iters, est * 1e-3,
+        snprintf(r->note, sizeof r->note, "estimated from %s N=%lld as N^%g: %d runs of ~%.1f s exceed --max-row-s %g",
+                 grid, (long long)bench_shape_n(&base->shape), op->time_power, o->warmup + o->min_iters, est * 1e-3,
                  o->max_row_s);
         return 1;
     }

@@ -148,8 +148,9 @@ kernel void softmax_attention(global const float *restrict q, global const float
         for (int d = 0; d < DK; ++d) {
             const floatv qd = (floatv)(qs[d]);
             /* Unrolled so that the score vectors stay in registers: without it PoCL keeps them in
-             * memory (a load and a store around every multiply-add, half the speed). Every OpenCL
-             * compiler in use (clang-based ones, NVIDIA's, AMD's, Intel's) honours the pragma. */
+             * memory (a load and a store around every multiply-add, half the speed). The clang-based
+             * compilers (PoCL, AMD, Intel) and NVIDIA's honour the pragma; others ignore it (C99
+             * 6.10.6), which costs speed, not correctness. */
 #pragma unroll
             for (int c = 0; c < NS; ++c)
                 s[c] += qd * vloadv(c, kt + d * BK);
