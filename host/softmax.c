@@ -1,6 +1,6 @@
 /* The softmax-attention baseline, host side: kernels/softmax.cl behind an mhla_plan that
- * mhla_forward() runs like an MHLA plan. Its tile comes from host/softmax_tuning.c and is shrunk
- * until the key/value tiles fit the device's local memory. */
+ * mhla_forward() runs like an MHLA plan. Its tile comes from the tuning table (host/tuning.c, sm_*)
+ * and is shrunk until the key/value tiles fit the device's local memory. */
 #include "internal.h"
 
 #include <math.h>
@@ -46,15 +46,29 @@ mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, 
     return MHLA_OK;
 }
 
-/* The tile for this configuration on this device: the tuning table's, with the key tile halved
- * (then the vector width) until the local arrays fit local memory with room to spare for what the
- * implementation reserves itself. */
-static mhla_status choose_tile(mhla_context *ctx, const mhla_config *c, mhla_softmax_tile *t)
+/* The tile for this plan on its device: the tuning's sm_* fields with the vector width made one
+ * the kernel has (1, 2, 4, 8, 16; 0 = the device's preferred width), the key tile a multiple of it,
+ * then the key tile halved (then the vector width) until the local arrays fit local memory with
+ * room to spare for what the implementation reserves itself. */
+static mhla_status choose_tile(mhla_plan *plan)
 {
     mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const mhla_config *c = &plan->cfg;
+    mhla_softmax_tile *t = &plan->softmax_tile;
     const uint64_t reserve = 1024, have = ctx->limits.local_mem_bytes;
     const uint64_t limit = have > 2 * reserve ? have - reserve : have / 2;
-    mhla__softmax_tuning(ctx, t);
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->tuning));
+    cl_uint width = (cl_uint)plan->tuning.sm_vw;
+    if (width == 0 && clGetDeviceInfo(ctx->device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width,
+                                      NULL) != CL_SUCCESS)
+        width = 4;
+    t->vw = 1;
+    while (t->vw < 16 && (cl_uint)t->vw * 2 <= width)
+        t->vw *= 2;
+    t->bq = plan->tuning.sm_bq;
+    t->bk = plan->tuning.sm_bk < t->vw ? t->vw : plan->tuning.sm_bk / t->vw * t->vw;
+    t->copy_rows = plan->tuning.sm_rows != 0;
     while (tile_local_bytes(c, t) > limit && (t->bk > t->vw || t->vw > 1)) {
         if (t->bk > t->vw) /* half the keys, still a multiple of vw */
             t->bk = t->bk / 2 < t->vw ? t->vw : t->bk / 2 / t->vw * t->vw;
@@ -103,7 +117,7 @@ mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, 
     st = mhla__softmax_config(cfg, &plan->cfg, &plan->shape, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
     mhla__plan_fill_grid(plan);
-    MHLA_FORWARD_IF_ERROR(st, choose_tile(ctx, &plan->cfg, &plan->softmax_tile));
+    MHLA_FORWARD_IF_ERROR(st, choose_tile(plan));
     softmax_build_options(plan, &opts);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "softmax", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "softmax_attention", &plan->k_softmax));

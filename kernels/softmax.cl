@@ -100,9 +100,8 @@ kernel void softmax_attention(global const float *restrict q, global const float
     const int t = (int)get_global_id(0);
     const int bh = (int)get_global_id(1);
     const int active = t < g.n;
-    /* Row r of a tensor starts at base + r * stride in both layouts (64-bit: B*N*H*D may pass 2^31). */
-    const long kbase = row_offset(g, bh, 0, DK), kstride = row_offset(g, bh, 1, DK) - kbase;
-    const long vbase = row_offset(g, bh, 0, DV), vstride = row_offset(g, bh, 1, DV) - vbase;
+    const long kbase = row_base(g, bh, DK), kstride = row_stride(g, DK); /* q and k share them */
+    const long vbase = row_base(g, bh, DV), vstride = row_stride(g, DV);
 
     float qs[DK];
     global const float *qrow = q + kbase + (long)(active ? t : 0) * kstride;

@@ -225,6 +225,17 @@ static void test_reference_softmax(void **state)
     assert_int_equal(mhla_reference_softmax(&two, NULL, k2, v2, o2), MHLA_ERR_INVALID_ARGUMENT);
 }
 
+static void test_tolerance(void **state)
+{
+    (void)state;
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 1) == 1e-5);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 4096) == 1e-5);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 4097) == 1e-4);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F16, 64) == 2e-3);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_BF16, 1 << 20) == 1.6e-2);
+    assert_true(mhla_reference_tolerance((mhla_dtype)7, 64) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -233,6 +244,7 @@ int main(void)
         cmocka_unit_test(test_reference_rejects_bad_input),
         cmocka_unit_test(test_max_rel_err),
         cmocka_unit_test(test_reference_softmax),
+        cmocka_unit_test(test_tolerance),
     };
     return cmocka_run_group_tests_name("reference", tests, NULL, NULL);
 }

@@ -95,14 +95,17 @@ static void test_large_dims_and_long_sequence(void **state)
 }
 
 /* Tiles the tuning table never picks: a work-group of 7 rows (not a power of two, N not a multiple
- * of it), each vector width with its smallest key tile, and both ways of copying a tile (with
- * fewer work-items than tile rows, and more). */
+ * of it), each vector width with its smallest key tile, a width the kernel lacks (3 -> 2), and both
+ * ways of copying a tile (with fewer work-items than tile rows, and more). */
 static void test_forced_tiles(void **state)
 {
     mhla_context *ctx = *state;
-    const char *tiles[] = {"7,4,4,0", "16,8,1,1", "5,2,2,0", "9,8,8,1", "3,16,16,1", "64,32,4,0", "64,16,16,1"};
+    const char *tiles[] = {"sm_bq=7,sm_bk=4,sm_vw=4,sm_rows=0",    "sm_bq=16,sm_bk=8,sm_vw=1,sm_rows=1",
+                           "sm_bq=5,sm_bk=2,sm_vw=2,sm_rows=0",    "sm_bq=9,sm_bk=8,sm_vw=8,sm_rows=1",
+                           "sm_bq=3,sm_bk=16,sm_vw=16,sm_rows=1",  "sm_bq=64,sm_bk=32,sm_vw=4,sm_rows=0",
+                           "sm_bq=64,sm_bk=16,sm_vw=16,sm_rows=1", "sm_bq=8,sm_bk=12,sm_vw=3,sm_rows=0"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; ++i) {
-        assert_int_equal(setenv("MHLA_SOFTMAX_TILE", tiles[i], 1), 0);
+        assert_int_equal(setenv("MHLA_TUNING", tiles[i], 1), 0);
         for (int layout = 0; layout <= 1; ++layout) {
             mhla_config cfg = config_1d(2, 2, 45, 1, 20, 13);
             cfg.layout = (mhla_layout)layout;
@@ -113,10 +116,10 @@ static void test_forced_tiles(void **state)
     }
     /* A key tile beyond local memory (1 MiB on PoCL, 32-64 KiB on GPUs) is shrunk to fit, staying
      * a multiple of the vector width (1000 -> 500 keys with PoCL's 1 MiB). */
-    assert_int_equal(setenv("MHLA_SOFTMAX_TILE", "16,1000,4,0", 1), 0);
+    assert_int_equal(setenv("MHLA_TUNING", "sm_bq=16,sm_bk=1000,sm_vw=4,sm_rows=0", 1), 0);
     mhla_config big = config_1d(1, 1, 45, 1, 256, 256);
     expect_close(ctx, &big, 120, -1.0f, 1.0f, "1000-key tile shrunk to local memory");
-    unsetenv("MHLA_SOFTMAX_TILE");
+    unsetenv("MHLA_TUNING");
 }
 
 /* Logits far beyond what exp() holds in float (exp(89) overflows): q, k in [1, 9) on a grid of
