@@ -82,6 +82,7 @@ struct mhla_context {
     cl_context cl;
     cl_command_queue queue;
     int out_of_order; /* the wrapped queue runs out of order: stages need barriers */
+    int profiling;    /* the queue records profiling information: stage markers are enqueued */
     mhla_device_limits limits;
     char device_name[256];
     char vendor[256];
@@ -149,6 +150,8 @@ static inline size_t mhla__round_up(size_t x, size_t m) { return (x + m - 1) / m
                 "clSetKernelArg(" #kernel ", " #index ")")
 /* Orders the next stage after the previous one on an out-of-order queue; a no-op otherwise. */
 mhla_status mhla__stage_barrier(mhla_context *ctx);
+/* On a profiling queue, replaces *mark with a marker event after everything enqueued so far. */
+mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark);
 
 /* ---- tuning -------------------------------------------------------------------------------- */
 
@@ -236,6 +239,8 @@ struct mhla_plan {
     size_t workspace_bytes;
     /* mhla_forward_host staging, allocated on first use */
     cl_mem stage[5];
+    /* profiling queues: markers at the start and after each stage of the last forward */
+    cl_event marks[4];
 };
 
 /* Fills plan->grid from plan->cfg and plan->shape. */
