@@ -66,6 +66,8 @@ typedef struct bench_op {
     mhla_status (*create)(bench_case *c, const bench_shape *s);
     /* Enqueues one run; *done completes with it. */
     mhla_status (*enqueue)(bench_case *c, cl_event *done);
+    /* Optional: summary, mixing and output device ms of the last run (mhla_plan_stage_times). */
+    mhla_status (*stages)(bench_case *c, double ms[3]);
     void (*destroy)(bench_case *c);
 } bench_op;
 
@@ -134,6 +136,7 @@ typedef struct bench_row {
     char note[256];
     int iters;
     double ms_median, ms_min, ms_max; /* ms_median holds the estimate of an estimated row */
+    double stage_ms[3];               /* median summary, mixing, output ms (MHLA ops); NAN otherwise */
     double flops, bytes;              /* per run, as the op counts them */
     double gflops, gbps;              /* from ms_median */
     double pct_peak_flops, pct_peak_bw;
@@ -184,15 +187,23 @@ void bench_blocks_label(const bench_row *r, char *buf, size_t size);
 typedef struct bench_timing {
     int iters;
     double ms_median, ms_min, ms_max;
+    double stage_ms[3]; /* medians of summary, mixing, output; NAN without a stages hook */
 } bench_timing;
 
-typedef mhla_status (*bench_enqueue_fn)(void *arg, cl_event *done);
+/* What bench_time runs: enqueue() one run (*done completes with it), and optionally stages(),
+ * the per-stage device times of the run that just finished. */
+typedef struct bench_job {
+    mhla_status (*enqueue)(void *arg, cl_event *done);
+    mhla_status (*stages)(void *arg, double ms[3]);
+    void *arg;
+} bench_job;
 
-/* Runs fn `warmup` times, then as many times as fill about target_ms (within [min_iters, max_iters])
- * and reports device time from OpenCL profiling events. Returns MHLA_OK; the status of a failing
- * fn (err is then "": fn's own channel explains it); or MHLA_ERR_OPENCL with the reason in err. */
-mhla_status bench_time(cl_command_queue queue, bench_enqueue_fn fn, void *arg, int warmup, double target_ms,
-                       int min_iters, int max_iters, bench_timing *out, char *err, size_t err_size);
+/* Runs the job `warmup` times, then as many times as fill about target_ms (within [min_iters,
+ * max_iters]) and reports device time from OpenCL profiling events. Returns MHLA_OK; the status of
+ * a failing hook (err is then "": the hook's own channel explains it); or MHLA_ERR_OPENCL with the
+ * reason in err. */
+mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
+                       int max_iters, bench_timing *out, char *err, size_t err_size);
 /* Median of n values (sorts them). */
 double bench_median(double *v, size_t n);
 /* Seconds on a monotonic clock. */

@@ -149,6 +149,14 @@ static mhla_status enqueue_forward(bench_case *c, cl_event *done)
     return mhla_forward(c->plan, c->in->q, c->in->k, c->in->v, c->mixing, c->in->out, 0, NULL, done);
 }
 
+static mhla_status stages_forward(bench_case *c, double ms[3])
+{
+    mhla_stage_times t;
+    const mhla_status st = mhla_plan_stage_times(c->plan, &t);
+    ms[0] = t.summary_ms, ms[1] = t.mixing_ms, ms[2] = t.output_ms;
+    return st;
+}
+
 static void destroy_plan(bench_case *c)
 {
     mhla_plan_destroy(c->plan);
@@ -161,13 +169,15 @@ static void destroy_plan(bench_case *c)
 static const char causal_missing[] = "causal path not built";
 
 static const bench_op ops[BENCH_OP_COUNT] = {
-    [BENCH_OP_MHLA] = {"mhla", NULL, 0, 0, 1.0, linear_flops, mhla_bytes, create_mhla, enqueue_forward, destroy_plan},
+    [BENCH_OP_MHLA] = {"mhla", NULL, 0, 0, 1.0, linear_flops, mhla_bytes, create_mhla, enqueue_forward,
+                       stages_forward, destroy_plan},
     [BENCH_OP_LINEAR] = {"linear", NULL, 0, 0, 1.0, linear_flops, mhla_bytes, create_mhla, enqueue_forward,
-                         destroy_plan},
+                         stages_forward, destroy_plan},
     [BENCH_OP_SOFTMAX] = {"softmax", NULL, 0, 1, 2.0, softmax_flops, qkvo_bytes, create_softmax, enqueue_forward,
-                          destroy_plan},
-    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL},
-    [BENCH_OP_DECODE] = {"decode", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL},
+                          NULL, destroy_plan},
+    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL,
+                              NULL},
+    [BENCH_OP_DECODE] = {"decode", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL, NULL},
 };
 
 const bench_op *bench_op_get(bench_op_id id) { return id < BENCH_OP_COUNT ? &ops[id] : NULL; }

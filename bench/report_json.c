@@ -77,6 +77,9 @@ static const field row_fields[] = {
     NUM(bench_row, "ms_median", ms_median, F_DOUBLE),
     NUM(bench_row, "ms_min", ms_min, F_DOUBLE),
     NUM(bench_row, "ms_max", ms_max, F_DOUBLE),
+    NUM(bench_row, "summary_ms", stage_ms[0], F_DOUBLE),
+    NUM(bench_row, "mixing_ms", stage_ms[1], F_DOUBLE),
+    NUM(bench_row, "output_ms", stage_ms[2], F_DOUBLE),
     NUM(bench_row, "flops", flops, F_DOUBLE),
     NUM(bench_row, "bytes", bytes, F_DOUBLE),
     NUM(bench_row, "gflops", gflops, F_DOUBLE),
@@ -297,6 +300,7 @@ int bench_read_json(const char *path, bench_report *out, char *err, size_t err_s
         if (op == BENCH_OP_COUNT)
             continue; /* an op this build does not know (a newer report): nothing to match it with */
         memset(r, 0, sizeof *r);
+        r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
         r->op = op;
         r->status = bench_status_parse(json_string(json_get(o, "status"), ""));
         if (mhla_layout_parse(json_string(json_get(o, "layout"), "bnhd"), &r->shape.layout) != MHLA_OK)

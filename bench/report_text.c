@@ -37,13 +37,13 @@ static void print_header(FILE *f, const bench_report *rep)
 void bench_write_table(FILE *f, const bench_report *rep)
 {
     print_header(f, rep);
-    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %10s %10s %10s %5s %8s %7s %6s %6s %8s %7s\n", "op", "grid", "N", "M",
-            "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak", "%bw", "mhla/lin",
-            "sm/mhla");
+    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %10s %10s %10s %5s %8s %7s %6s %6s %8s %7s  %s\n", "op", "grid", "N",
+            "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak", "%bw",
+            "mhla/lin", "sm/mhla", "sum/mix/out %");
     int estimated = 0;
     for (size_t i = 0; i < rep->row_count; ++i) {
         const bench_row *r = &rep->rows[i];
-        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48];
+        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], stages[48] = "";
         bench_shape_label(&r->shape, grid, sizeof grid);
         bench_blocks_label(r, blocks, sizeof blocks);
         fprintf(f, "%-11s %-7s %6lld %5s %3lld %4lld %4lld ", bench_op_get(r->op)->name, grid,
@@ -51,13 +51,22 @@ void bench_write_table(FILE *f, const bench_report *rep)
                 (long long)r->shape.dv);
         if (r->status == BENCH_STATUS_OK) {
             estimated |= r->ratio_mhla_linear_estimated | r->ratio_softmax_mhla_estimated;
-            fprintf(f, "%10s %10s %10s %5d %8s %7s %6s %6s %8s %7s%s%s\n", num(a, sizeof a, "%.3f", r->ms_median, ""),
-                    num(b, sizeof b, "%.3f", r->ms_min, ""), num(c, sizeof c, "%.3f", r->ms_max, ""), r->iters,
-                    num(d, sizeof d, "%.2f", r->gflops, ""), num(e, sizeof e, "%.2f", r->gbps, ""),
-                    num(g, sizeof g, "%.1f%%", r->pct_peak_flops, ""), num(h, sizeof h, "%.1f%%", r->pct_peak_bw, ""),
-                    num(k, sizeof k, "%.3f", r->ratio_mhla_linear, r->ratio_mhla_linear_estimated ? "~" : ""),
-                    num(l, sizeof l, "%.2f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
-                    r->note[0] ? "  " : "", r->note);
+            const double *sm = r->stage_ms, sum = sm[0] + sm[1] + sm[2];
+            if (sum > 0) /* each stage's share of their sum (the total adds the gaps between them) */
+                snprintf(stages, sizeof stages, "%.0f/%.0f/%.0f", 100 * sm[0] / sum, 100 * sm[1] / sum,
+                         100 * sm[2] / sum);
+            char line[512];
+            snprintf(line, sizeof line, "%10s %10s %10s %5d %8s %7s %6s %6s %8s %7s  %-*s%s",
+                     num(a, sizeof a, "%.3f", r->ms_median, ""),
+                     num(b, sizeof b, "%.3f", r->ms_min, ""), num(c, sizeof c, "%.3f", r->ms_max, ""), r->iters,
+                     num(d, sizeof d, "%.2f", r->gflops, ""), num(e, sizeof e, "%.2f", r->gbps, ""),
+                     num(g, sizeof g, "%.1f%%", r->pct_peak_flops, ""), num(h, sizeof h, "%.1f%%", r->pct_peak_bw, ""),
+                     num(k, sizeof k, "%.3f", r->ratio_mhla_linear, r->ratio_mhla_linear_estimated ? "~" : ""),
+                     num(l, sizeof l, "%.2f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
+                     r->note[0] ? 14 : 0, stages, r->note);
+            for (size_t end = strlen(line); end > 0 && line[end - 1] == ' '; --end)
+                line[end - 1] = '\0'; /* no trailing blanks where the last columns are empty */
+            fprintf(f, "%s\n", line);
         } else if (r->status == BENCH_STATUS_ESTIMATED) {
             estimated = 1;
             fprintf(f, "%10s  %s\n", num(a, sizeof a, "%.1f", r->ms_median, "~"), r->note);
@@ -66,7 +75,7 @@ void bench_write_table(FILE *f, const bench_report *rep)
         }
     }
     fprintf(f, "\nmhla/lin: MHLA time over linear attention's (same tokens and heads); sm/mhla: softmax time over "
-               "MHLA's.\n");
+               "MHLA's;\nsum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times.\n");
     if (estimated)
         fprintf(f, "~ estimated, not measured: a row that would exceed --max-row-s is scaled from a smaller N.\n");
     fprintf(f, "total %.1f s\n", rep->wall_s);
@@ -101,7 +110,8 @@ int bench_write_csv(FILE *f, const bench_report *rep)
 {
     fputs("device,vendor,driver_version,platform_version,opencl_c_version,library_version,peak_gflops,"
           "peak_copy_gbps,target_ms,min_iters,max_iters,warmup,max_row_s,op,status,grid,n,batch,heads,seq_t,seq_h,"
-          "seq_w,block_t,block_h,block_w,m,dk,dv,layout,iters,ms_median,ms_min,ms_max,flops,bytes,gflops,gbps,"
+          "seq_w,block_t,block_h,block_w,m,dk,dv,layout,iters,ms_median,ms_min,ms_max,summary_ms,mixing_ms,output_ms,"
+          "flops,bytes,gflops,gbps,"
           "pct_peak_flops,pct_peak_bw,ratio_mhla_linear,ratio_softmax_mhla,ratio_mhla_linear_estimated,"
           "ratio_softmax_mhla_estimated,note\n",
           f);
@@ -127,7 +137,8 @@ int bench_write_csv(FILE *f, const bench_report *rep)
                 (long long)s->batch, (long long)s->heads, (long long)s->t, (long long)s->h, (long long)s->w,
                 (long long)s->bt, (long long)s->bh, (long long)s->bw, (long long)bench_shape_m(s), (long long)s->dk,
                 (long long)s->dv, mhla_layout_name(s->layout), r->iters);
-        const double nums[] = {r->ms_median, r->ms_min, r->ms_max, r->flops, r->bytes, r->gflops, r->gbps,
+        const double nums[] = {r->ms_median,   r->ms_min,      r->ms_max,      r->stage_ms[0], r->stage_ms[1],
+                               r->stage_ms[2], r->flops,       r->bytes,       r->gflops,      r->gbps,
                                r->pct_peak_flops, r->pct_peak_bw, r->ratio_mhla_linear, r->ratio_softmax_mhla};
         for (size_t j = 0; j < sizeof nums / sizeof nums[0]; ++j)
             csv_num(f, r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED ? nums[j] : NAN);

@@ -24,6 +24,7 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
             r->op = (bench_op_id)op;
             r->shape = *s;
             r->ratio_mhla_linear = r->ratio_softmax_mhla = NAN;
+            r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
             if (op != BENCH_OP_MHLA)
                 continue; /* linear and softmax keep the 1x1x1 block grid */
             if (!o->m_count) {
@@ -175,6 +176,7 @@ static int reuse_same_problem(const bench_row *done, size_t n_done, bench_row *r
         r->status = BENCH_STATUS_OK;
         r->iters = d->iters;
         r->ms_median = d->ms_median, r->ms_min = d->ms_min, r->ms_max = d->ms_max;
+        memcpy(r->stage_ms, d->stage_ms, sizeof r->stage_ms);
         snprintf(r->note, sizeof r->note, "the %s row's run: %s only sees N", grid, bench_op_get(r->op)->name);
         return 1;
     }
@@ -192,6 +194,12 @@ static mhla_status enqueue_case(void *arg, cl_event *done)
     return a->op->enqueue(a->c, done);
 }
 
+static mhla_status case_stages(void *arg, double ms[3])
+{
+    const run_arg *a = arg;
+    return a->op->stages(a->c, ms);
+}
+
 static void run_row(mhla_context *ctx, const bench_options *o, const bench_inputs *in, bench_row *r)
 {
     const bench_op *op = bench_op_get(r->op);
@@ -201,8 +209,9 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
     mhla_status st = op->create(&c, &r->shape);
     if (st == MHLA_OK) {
         run_arg a = {op, &c};
-        st = bench_time(mhla_context_queue(ctx), enqueue_case, &a, o->warmup, o->target_ms, o->min_iters,
-                        o->max_iters, &t, err, sizeof err);
+        const bench_job job = {enqueue_case, op->stages ? case_stages : NULL, &a};
+        st = bench_time(mhla_context_queue(ctx), &job, o->warmup, o->target_ms, o->min_iters, o->max_iters, &t, err,
+                        sizeof err);
     } else {
         snprintf(err, sizeof err, "%s", mhla_context_message(ctx));
     }
@@ -222,6 +231,7 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
     r->ms_median = t.ms_median;
     r->ms_min = t.ms_min;
     r->ms_max = t.ms_max;
+    memcpy(r->stage_ms, t.stage_ms, sizeof r->stage_ms);
 }
 
 static void progress(const bench_options *o, size_t i, size_t total, const bench_row *r, double t0)

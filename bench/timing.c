@@ -2,6 +2,7 @@
  * from OpenCL profiling events; plus the statistics and the host clock the sweep uses. */
 #include "bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -30,8 +31,7 @@ double bench_median(double *v, size_t n)
 /* One run's device time in ms. The run is gated behind a user event so that it starts only once
  * all its commands are enqueued: the time from the gate's marker to the last command's end is the
  * device's, with no host enqueue cost (CLBlast's included) inside it. */
-static mhla_status timed_run(cl_command_queue queue, bench_enqueue_fn fn, void *arg, double *ms, char *err,
-                             size_t err_size)
+static mhla_status timed_run(cl_command_queue queue, const bench_job *job, double *ms, char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
     cl_context clctx = NULL;
@@ -47,9 +47,9 @@ static mhla_status timed_run(cl_command_queue queue, bench_enqueue_fn fn, void *
         st = MHLA_ERR_OPENCL;
         goto cleanup;
     }
-    st = fn(arg, &done);
+    st = job->enqueue(job->arg, &done);
     clSetUserEventStatus(gate, st == MHLA_OK ? CL_COMPLETE : -1);
-    if (st != MHLA_OK) { /* explained where fn explains itself (the context message) */
+    if (st != MHLA_OK) { /* explained where the hook explains itself (the context message) */
         err[0] = '\0';
         clFinish(queue);
         goto cleanup;
@@ -76,14 +76,14 @@ cleanup:
     return st;
 }
 
-mhla_status bench_time(cl_command_queue queue, bench_enqueue_fn fn, void *arg, int warmup, double target_ms,
-                       int min_iters, int max_iters, bench_timing *out, char *err, size_t err_size)
+mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
+                       int max_iters, bench_timing *out, char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
-    double *ms = NULL, one = 0.0;
+    double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, one = 0.0;
     /* The first run also builds what is built lazily (CLBlast compiles its GEMM then). */
     for (int i = 0; i < warmup; ++i)
-        if ((st = timed_run(queue, fn, arg, &one, err, err_size)) != MHLA_OK)
+        if ((st = timed_run(queue, job, &one, err, err_size)) != MHLA_OK)
             return st;
     int iters = min_iters;
     if (one > 0.0 && target_ms / one > (double)iters)
@@ -91,18 +91,31 @@ mhla_status bench_time(cl_command_queue queue, bench_enqueue_fn fn, void *arg, i
     if (iters < 1)
         iters = 1;
     ms = malloc((size_t)iters * sizeof *ms);
-    if (!ms) {
+    for (int s = 0; s < 3 && job->stages; ++s)
+        stage[s] = malloc((size_t)iters * sizeof *stage[s]);
+    if (!ms || (job->stages && (!stage[0] || !stage[1] || !stage[2]))) {
         snprintf(err, err_size, "out of host memory");
-        return MHLA_ERR_OUT_OF_HOST_MEMORY;
+        st = MHLA_ERR_OUT_OF_HOST_MEMORY;
+        goto cleanup;
     }
-    for (int i = 0; i < iters; ++i)
-        if ((st = timed_run(queue, fn, arg, &ms[i], err, err_size)) != MHLA_OK)
+    for (int i = 0; i < iters; ++i) {
+        double s3[3];
+        if ((st = timed_run(queue, job, &ms[i], err, err_size)) != MHLA_OK)
             goto cleanup;
+        if (job->stages && (st = job->stages(job->arg, s3)) != MHLA_OK)
+            goto cleanup;
+        for (int s = 0; s < 3 && job->stages; ++s)
+            stage[s][i] = s3[s];
+    }
     out->iters = iters;
     out->ms_median = bench_median(ms, (size_t)iters); /* sorts */
     out->ms_min = ms[0];
     out->ms_max = ms[iters - 1];
+    for (int s = 0; s < 3; ++s)
+        out->stage_ms[s] = job->stages ? bench_median(stage[s], (size_t)iters) : NAN;
 cleanup:
     free(ms);
+    for (int s = 0; s < 3; ++s)
+        free(stage[s]);
     return st;
 }

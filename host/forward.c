@@ -156,6 +156,9 @@ mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)
     ctx = plan->ctx;
     MHLA_FAIL_IF(st, !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
                  "mhla_plan_stage_times: the queue was created without CL_QUEUE_PROFILING_ENABLE");
+    MHLA_FAIL_IF(st, plan->softmax, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_plan_stage_times: a softmax plan runs one kernel, not stages: time the event mhla_forward() "
+                 "returns");
     MHLA_FAIL_IF(st, !plan->marks[3], ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_plan_stage_times: the plan has not run a forward pass yet");
     MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &plan->marks[3]), "clWaitForEvents (stage markers)");

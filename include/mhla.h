@@ -279,8 +279,9 @@ typedef struct mhla_stage_times {
  * Reports the stage times of the plan's most recent mhla_forward()/mhla_forward_host(), waiting
  * for it to finish if needed. The stage boundaries are marker events the forward enqueues when the
  * context's queue has CL_QUEUE_PROFILING_ENABLE (contexts made by mhla_context_create() do).
- * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile; MHLA_ERR_INVALID_ARGUMENT
- *         for NULL arguments or when the plan has not run yet. */
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile or for a softmax plan
+ *         (one kernel: time the event mhla_forward() returns); MHLA_ERR_INVALID_ARGUMENT for NULL
+ *         arguments or when the plan has not run yet. */
 mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out);
 
 typedef enum mhla_tensor {

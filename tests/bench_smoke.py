@@ -55,6 +55,12 @@ def main(bench):
         check(math.isclose(r["gbps"], r["bytes"] / r["ms_median"] / 1e6, rel_tol=1e-6), label + ": GB/s")
         check(math.isclose(r["pct_peak_flops"], 100 * r["gflops"] / rep["peak"]["gflops"], rel_tol=1e-6),
               label + ": % of peak")
+        stages = [r["summary_ms"], r["mixing_ms"], r["output_ms"]]
+        if r["op"] == "softmax":
+            check(stages == [None] * 3, label + ": softmax has no stages")
+        else:  # each stage timed by the library's markers; together about one forward
+            check(all(s is not None and s >= 0 for s in stages) and stages[0] > 0 and stages[2] > 0
+                  and sum(stages) <= 1.5 * r["ms_max"] + 1.0, label + ": stage times %s" % stages)
         if r["op"] == "softmax":
             check(math.isclose(r["flops"], 2 * 2 * r["n"] ** 2 * (32 + 16)), label + ": softmax flops")
         else:

@@ -110,6 +110,7 @@ static bench_row timed_row(bench_op_id op, bench_shape s, double ms, bench_statu
     r.shape = s;
     r.status = status;
     r.ms_median = r.ms_min = r.ms_max = ms;
+    r.stage_ms[0] = r.stage_ms[1] = r.stage_ms[2] = NAN;
     r.iters = 3;
     return r;
 }
@@ -269,6 +270,7 @@ static void sample_report(bench_report *rep, bench_row *rows, double scale)
     assert_true(bench_blocks_for_m(&m16, 16));
     bench_default_blocks(&img);
     rows[0] = timed_row(BENCH_OP_MHLA, m16, 11.0 * scale, BENCH_STATUS_OK);
+    rows[0].stage_ms[0] = 6.5, rows[0].stage_ms[1] = 0.25, rows[0].stage_ms[2] = 4.0;
     rows[1] = timed_row(BENCH_OP_LINEAR, s, 10.0 * scale, BENCH_STATUS_OK);
     rows[2] = timed_row(BENCH_OP_SOFTMAX, s, 330.0 * scale, BENCH_STATUS_ESTIMATED);
     rows[2].ms_min = rows[2].ms_max = NAN;
@@ -321,6 +323,8 @@ static void test_json_round_trip(void **state)
                                    {a->ms_min, b->ms_min},
                                    {a->gflops, b->gflops},
                                    {a->ratio_mhla_linear, b->ratio_mhla_linear},
+                                   {a->stage_ms[0], b->stage_ms[0]},
+                                   {a->stage_ms[2], b->stage_ms[2]},
                                    {a->ratio_softmax_mhla, b->ratio_softmax_mhla}};
         for (size_t j = 0; j < sizeof pairs / sizeof pairs[0]; ++j)
             assert_true((isnan(pairs[j][0]) && isnan(pairs[j][1])) ||

@@ -55,7 +55,7 @@ static void expect_close(mhla_context *ctx, const mhla_config *cfg, uint32_t see
     fill_uniform(k, nq, seed * 3 + 2, lo, hi);
     fill_uniform(v, nv, seed * 3 + 3, -1.0f, 1.0f);
     const double err = device_vs_reference(ctx, cfg, q, k, v, out, ref, label);
-    const double tol = spec_tolerance_f32(cfg->seq_t * cfg->seq_h * cfg->seq_w);
+    const double tol = mhla_reference_tolerance(MHLA_DTYPE_F32, cfg->seq_t * cfg->seq_h * cfg->seq_w);
     if (!(err <= tol))
         fail_msg("%s: max_rel_err %.3g > %.1g", label, err, tol);
     free(q), free(k), free(v), free(out), free(ref);
@@ -213,6 +213,8 @@ static void test_api(void **state)
     assert_int_equal(mhla_forward(plan, b[0], b[1], b[2], NULL, b[3], 0, NULL, &done), MHLA_OK);
     assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
     clReleaseEvent(done);
+    mhla_stage_times times;
+    assert_int_equal(mhla_plan_stage_times(plan, &times), MHLA_ERR_UNSUPPORTED);
     assert_int_equal(mhla_forward(plan, b[0], NULL, b[2], NULL, b[3], 0, NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
     assert_int_equal(mhla_forward(plan, b[0], b[1], b[2], NULL, b[0], 0, NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
     mhla_plan_destroy(plan);
