@@ -92,6 +92,7 @@ typedef struct bench_options {
     double target_ms; /* measured time per row, about (iterations = target / one run) */
     int min_iters, max_iters, warmup;
     double max_row_s; /* a row estimated to need longer (warm-up + min_iters runs) is skipped */
+    double max_total_s; /* rows also fit in what is left of this (0: no limit) */
     int64_t n[BENCH_MAX_LIST];
     size_t n_count;
     int64_t image_h[BENCH_MAX_LIST], image_w[BENCH_MAX_LIST];
@@ -214,12 +215,12 @@ mhla_status bench_device_read(mhla_context *ctx, bench_device *out);
 mhla_status bench_peak_measure(mhla_context *ctx, const bench_device *dev, double target_ms, int runs,
                                bench_peak *out, char *err, size_t err_size);
 
-/* Whether row `r` is left unrun because it would need more than o->max_row_s (warm-up and minimum
- * runs): then it is marked estimated, its time scaled as N^time_power from the measured row of the
- * same op and sizes (among done[0..n_done)) with the largest N not above its own; or, without one,
- * skipped when even the device's peak could not make it in time. Returns 1 when it is not to run. */
+/* Whether row `r` is left unrun because its warm-up and minimum runs would need more than budget_s:
+ * then it is marked estimated, its time scaled as N^time_power from the measured row of the same op
+ * and sizes (among done[0..n_done)) with the largest N not above its own; or, without one, skipped
+ * when even the device's peak could not make it in time. Returns 1 when it is not to run. */
 int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const bench_row *done, size_t n_done,
-                           bench_row *r);
+                           double budget_s, bench_row *r);
 /* Runs every row of the options' sweep; rows are malloc'd into the report. */
 int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep);
 

@@ -27,9 +27,11 @@ static const char usage[] =
     "  --min-iters N     at least N timed runs per row (default 5; --quick 3)\n"
     "  --max-iters N     at most N timed runs per row (default 1000)\n"
     "  --warmup N        untimed runs first (default 1)\n"
-    "  --max-row-s S     estimate, not run, a row that would take longer (default 120; --quick 20)\n"
-    "  --quick           N = 1024,4096,16384, a 64x64 image, short timing: under two minutes on a\n"
-    "                    2-core CPU with PoCL (the README's first command)\n"
+    "  --max-row-s S     estimate, not run, a row that would take longer (default 120; --quick 45)\n"
+    "  --max-total-s S   ... or longer than what is left of S for the sweep (default none; --quick 90)\n"
+    "  --quick           N = 1024,4096,16384, a 64x64 image, short timing, rows within 45 s and the\n"
+    "                    sweep within 90 s: under two minutes on a 2-core CPU with PoCL, first\n"
+    "                    compiles included (the README's first command)\n"
     "output:\n"
     "  --json FILE       everything: device, driver, versions, peak, parameters, rows\n"
     "  --csv FILE        one line per row, with the device and parameters on each\n"
@@ -65,7 +67,8 @@ static void set_defaults(bench_options *o, int quick)
     o->min_iters = quick ? 3 : 5;
     o->max_iters = 1000;
     o->warmup = 1;
-    o->max_row_s = quick ? 20.0 : 120.0;
+    o->max_row_s = quick ? 45.0 : 120.0;
+    o->max_total_s = quick ? 90.0 : 0.0;
     o->seed = 1;
 }
 
@@ -221,6 +224,8 @@ int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char
             ok = parse_int(arg, 0, &o->warmup);
         } else if (strcmp(opt, "--max-row-s") == 0) {
             ok = parse_number(arg, 0.0, &o->max_row_s);
+        } else if (strcmp(opt, "--max-total-s") == 0) {
+            ok = parse_number(arg, 0.0, &o->max_total_s);
         } else if (strcmp(opt, "--seed") == 0) {
             ok = parse_number(arg, 0.0, &x) && x <= 4294967295.0;
             o->seed = (uint32_t)x;

@@ -57,6 +57,7 @@ static const field parameter_fields[] = {
     NUM(bench_report, "max_iters", opts.max_iters, F_INT),
     NUM(bench_report, "warmup", opts.warmup, F_INT),
     NUM(bench_report, "max_row_s", opts.max_row_s, F_DOUBLE),
+    NUM(bench_report, "max_total_s", opts.max_total_s, F_DOUBLE),
     NUM(bench_report, "seed", opts.seed, F_UINT),
     NUM(bench_report, "batch", opts.batch, F_I64),
 };

@@ -77,7 +77,8 @@ void bench_write_table(FILE *f, const bench_report *rep)
     fprintf(f, "\nmhla/lin: MHLA time over linear attention's (same tokens and heads); sm/mhla: softmax time over "
                "MHLA's;\nsum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times.\n");
     if (estimated)
-        fprintf(f, "~ estimated, not measured: a row that would exceed --max-row-s is scaled from a smaller N.\n");
+        fprintf(f, "~ estimated, not measured: a row over its time budget (--max-row-s, --max-total-s) is scaled from "
+                   "a smaller N.\n");
     fprintf(f, "total %.1f s\n", rep->wall_s);
 }
 

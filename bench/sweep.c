@@ -120,7 +120,7 @@ static const char *too_big(const bench_shape *s, const bench_device *dev, char *
 }
 
 int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const bench_row *done, size_t n_done,
-                           bench_row *r)
+                           double budget_s, bench_row *r)
 {
     const bench_op *op = bench_op_get(r->op);
     const double n = (double)bench_shape_n(&r->shape), runs = (double)(o->warmup + o->min_iters);
@@ -139,24 +139,24 @@ int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const
     }
     if (base) {
         const double est = base->ms_median * pow(n / (double)bench_shape_n(&base->shape), op->time_power);
-        if (runs * est <= o->max_row_s * 1e3)
+        if (runs * est <= budget_s * 1e3)
             return 0;
         char grid[32];
         bench_shape_label(&base->shape, grid, sizeof grid);
         r->status = BENCH_STATUS_ESTIMATED;
         r->ms_median = est;
         r->ms_min = r->ms_max = NAN;
-        snprintf(r->note, sizeof r->note, "estimated from %s N=%lld as N^%g: %d runs of ~%.1f s exceed --max-row-s %g",
+        snprintf(r->note, sizeof r->note, "estimated from %s N=%lld as N^%g: %d runs of ~%.1f s exceed the row's %.0f s",
                  grid, (long long)bench_shape_n(&base->shape), op->time_power, o->warmup + o->min_iters, est * 1e-3,
-                 o->max_row_s);
+                 budget_s);
         return 1;
     }
     const double floor_ms = peak->gflops > 0 ? op->flops(&r->shape) / (peak->gflops * 1e6) : 0.0;
-    if (runs * floor_ms <= o->max_row_s * 1e3)
+    if (runs * floor_ms <= budget_s * 1e3)
         return 0;
     r->status = BENCH_STATUS_SKIPPED;
-    snprintf(r->note, sizeof r->note, "would need over %.0f s even at the device's peak (--max-row-s %g)",
-             runs * floor_ms * 1e-3, o->max_row_s);
+    snprintf(r->note, sizeof r->note, "would need over %.0f s even at the device's peak, more than the row's %.0f s",
+             runs * floor_ms * 1e-3, budget_s);
     return 1;
 }
 
@@ -275,7 +275,10 @@ int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep
             snprintf(r->note, sizeof r->note, "%s", why);
             continue;
         }
-        if (reuse_same_problem(rows, i, r) || bench_estimate_instead(o, &rep->peak, rows, i, r))
+        /* The row's time: --max-row-s, and what is left of --max-total-s. */
+        const double left = o->max_total_s > 0 ? o->max_total_s - (bench_now() - t0) : INFINITY;
+        const double budget = left < o->max_row_s ? (left > 0 ? left : 0) : o->max_row_s;
+        if (reuse_same_problem(rows, i, r) || bench_estimate_instead(o, &rep->peak, rows, i, budget, r))
             continue;
         /* Inputs are made once per token grid and head sizes, and shared by its ops. */
         if (in_shape && !bench_shape_same_tensors(in_shape, &r->shape)) {

@@ -160,32 +160,35 @@ static void test_estimates(void **state)
     (void)state;
     bench_options o;
     char err[64];
-    char *argv[] = {"mhla-bench", "--max-row-s", "0.5", "--warmup", "1", "--min-iters", "4"};
-    assert_int_equal(bench_options_parse(7, argv, &o, stdout, err, sizeof err), 0);
+    char *argv[] = {"mhla-bench", "--warmup", "1", "--min-iters", "4"};
+    assert_int_equal(bench_options_parse(5, argv, &o, stdout, err, sizeof err), 0);
     const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3};
     bench_shape s1k = shape_1d(1024), s4k = shape_1d(4096), s64k = shape_1d(65536);
     const bench_row done[] = {timed_row(BENCH_OP_SOFTMAX, s1k, 10.0, BENCH_STATUS_OK),
                               timed_row(BENCH_OP_SOFTMAX, s64k, 1.0, BENCH_STATUS_ESTIMATED), /* not a base */
                               timed_row(BENCH_OP_MHLA, s1k, 30.0, BENCH_STATUS_OK)};
     bench_row r = timed_row(BENCH_OP_SOFTMAX, s4k, 0.0, BENCH_STATUS_OK);
-    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, &r), 1); /* 5 x 160 ms > 0.5 s */
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 0.5, &r), 1); /* 5 x 160 ms > 0.5 s */
     assert_int_equal(r.status, BENCH_STATUS_ESTIMATED);
     assert_true(fabs(r.ms_median - 160.0) < 1e-9);
     assert_non_null(strstr(r.note, "N=1024"));
     r = timed_row(BENCH_OP_MHLA, s4k, 0.0, BENCH_STATUS_OK);
-    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, &r), 1); /* 5 x 120 ms > 0.5 s */
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 0.5, &r), 1); /* 5 x 120 ms > 0.5 s */
     assert_true(fabs(r.ms_median - 120.0) < 1e-9);
-    o.max_row_s = 1.0; /* 5 x 160 ms and 5 x 120 ms fit */
-    r = timed_row(BENCH_OP_MHLA, s4k, 0.0, BENCH_STATUS_OK);
-    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, &r), 0);
+    r = timed_row(BENCH_OP_MHLA, s4k, 0.0, BENCH_STATUS_OK); /* 5 x 160 ms and 5 x 120 ms fit in 1 s */
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 1.0, &r), 0);
     r = timed_row(BENCH_OP_SOFTMAX, s4k, 0.0, BENCH_STATUS_OK);
-    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, &r), 0);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 1.0, &r), 0);
     /* No measured softmax below 64k in done[1..]: the peak bound, 2*8*65536^2*128 flops at 100 GFLOP/s. */
     r = timed_row(BENCH_OP_SOFTMAX, s64k, 0.0, BENCH_STATUS_OK);
-    assert_int_equal(bench_estimate_instead(&o, &peak, done + 1, 2, &r), 1);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done + 1, 2, 1.0, &r), 1);
     assert_int_equal(r.status, BENCH_STATUS_SKIPPED);
     r = timed_row(BENCH_OP_SOFTMAX, s1k, 0.0, BENCH_STATUS_OK);
-    assert_int_equal(bench_estimate_instead(&o, &peak, done + 1, 2, &r), 0);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done + 1, 2, 1.0, &r), 0);
+    /* Nothing left of the sweep's time: even a short row is estimated. */
+    r = timed_row(BENCH_OP_MHLA, s1k, 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 0.0, &r), 1);
+    assert_true(fabs(r.ms_median - 30.0) < 1e-9);
 }
 
 static void test_options(void **state)
