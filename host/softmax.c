@@ -129,7 +129,16 @@ mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, 
                  "the softmax kernel (Dk = %lld, Dv = %lld, %d-key tile) uses %llu bytes of local memory; %s has %llu",
                  (long long)plan->cfg.dk, (long long)plan->cfg.dv, plan->softmax_tile.bk,
                  (unsigned long long)kernel_local, ctx->device_name, (unsigned long long)ctx->limits.local_mem_bytes);
-    plan->lws_softmax = mhla__local_size(ctx, plan->k_softmax, (size_t)plan->softmax_tile.bq);
+    /* No more query rows per group than the sequence has (rounded to the kernel's preferred multiple):
+     * the rows past its end would compute scores for nothing. */
+    size_t multiple = 1;
+    if (clGetKernelWorkGroupInfo(plan->k_softmax, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                                 sizeof multiple, &multiple, NULL) != CL_SUCCESS ||
+        multiple == 0)
+        multiple = 1;
+    const size_t rows = mhla__round_up((size_t)plan->shape.n, multiple);
+    const size_t want = (size_t)plan->softmax_tile.bq < rows ? (size_t)plan->softmax_tile.bq : rows;
+    plan->lws_softmax = mhla__local_size(ctx, plan->k_softmax, want);
     *out = plan;
     plan = NULL;
 cleanup:
