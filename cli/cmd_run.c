@@ -2,7 +2,6 @@
  * against the double-precision reference (--check) and timed with profiling events (--repeat). */
 #include "args.h"
 #include "cli.h"
-#include "half.h"
 #include "npy.h"
 
 #include <mhla_reference.h>
@@ -221,7 +220,7 @@ static int read_inputs(run_job *job)
         }
         if (!(job->f32[i] = malloc(job->in[i].count * sizeof(float))))
             return cli_fail(CLI_RUNTIME, "out of host memory widening %s to float32", job->o[opt_of[i]].value);
-        half_to_float_array(job->f32[i], job->in[i].data, job->in[i].count);
+        mhla_convert(MHLA_DTYPE_F32, job->f32[i], MHLA_DTYPE_F16, job->in[i].data, job->in[i].count);
         npy_free(&job->in[i]);
     }
     return 0;
@@ -423,7 +422,7 @@ static int write_output(run_job *job)
     if (job->file_dtype == NPY_F16) { /* float16 in, float16 out */
         if (!(half = malloc(job->in[2].count * sizeof *half)))
             return cli_fail(CLI_RUNTIME, "out of host memory for the float16 output");
-        float_to_half_array(half, job->result, job->in[2].count);
+        mhla_convert(MHLA_DTYPE_F16, half, MHLA_DTYPE_F32, job->result, job->in[2].count);
         data = half;
     }
     const npy_status st =
