@@ -59,12 +59,18 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: plan is NULL");
     ctx = plan->ctx;
     const cl_mem bufs[] = {q, k, v, out, mixing};
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
+    /* A softmax plan has no mixing matrix: its argument is ignored. */
+    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FORWARD_IF_ERROR(st, check_buffer(plan, bufs[t], (mhla_tensor)t));
-    MHLA_FAIL_IF(st, out == q || out == k || out == v || out == mixing, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_forward: out must not be the same buffer as q, k, v or mixing");
+    MHLA_FAIL_IF(st, out == q || out == k || out == v || (!plan->softmax && out == mixing), ctx,
+                 MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: out must not be the same buffer as q, k, v or mixing");
     MHLA_FAIL_IF(st, (num_wait > 0) != (wait != NULL), ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_forward: wait list of %u events with %s pointer", (unsigned)num_wait, wait ? "a" : "a NULL");
+    if (plan->softmax) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__softmax_enqueue(plan, q, k, v, out, num_wait, wait, done));
+        goto cleanup;
+    }
 
     /* The first marker waits for the caller's events, so the summary stage needs no wait list of
      * its own when markers are on. */
@@ -101,10 +107,11 @@ mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, con
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward_host: plan is NULL");
     ctx = plan->ctx;
     const void *inputs[] = {q, k, v, NULL, mixing};
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
+    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING; /* softmax: no mixing */
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], ctx, MHLA_ERR_INVALID_ARGUMENT,
                      "mhla_forward_host: %s pointer is NULL", tensor_name((mhla_tensor)t));
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
         if (plan->stage[t])
             continue;
         char what[64];
@@ -114,7 +121,7 @@ mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, con
                                                       &plan->stage[t]));
     }
     enqueued = 1;
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
         if (t == MHLA_TENSOR_OUT)
             continue;
         MHLA_CL_TRY(st, ctx,
@@ -149,6 +156,9 @@ mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)
     ctx = plan->ctx;
     MHLA_FAIL_IF(st, !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
                  "mhla_plan_stage_times: the queue was created without CL_QUEUE_PROFILING_ENABLE");
+    MHLA_FAIL_IF(st, plan->softmax, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_plan_stage_times: a softmax plan runs one kernel, not stages: time the event mhla_forward() "
+                 "returns");
     MHLA_FAIL_IF(st, !plan->marks[3], ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_plan_stage_times: the plan has not run a forward pass yet");
     MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &plan->marks[3]), "clWaitForEvents (stage markers)");
