@@ -36,7 +36,7 @@ typedef struct tuning_entry {
 static const tuning_entry table[] = {
     {NULL, NULL, CL_DEVICE_TYPE_CPU, {.sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .out_rt = 4, .out_ve = 16,
                                       .out_nv = 2, .out_dc = 8, .wg = 64, .groups_per_cu = 8,
-                                      .split_min_len = 256, .mix_kernel = 1, .mix_mr = 4, .mix_nv = 2,
+                                      .split_min_len = 256, .mix_kernel = 1, .mix_mr = 8, .mix_nv = 2,
                                       .sm_bq = 256, .sm_bk = 64, .sm_vw = 0, .sm_rows = 1}},
     {NULL, NULL, CL_DEVICE_TYPE_GPU, {.sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4,
                                       .out_nv = 1, .out_dc = 4, .wg = 128, .groups_per_cu = 8,
