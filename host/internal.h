@@ -185,6 +185,7 @@ struct mhla_plan {
     size_t workspace_bytes;
     /* mhla_forward_host staging, allocated on first use */
     cl_mem stage[5];
+    struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (host/causal.c) */
 };
 
 /* Stages of the non-causal forward, each in the host file named after it. */
@@ -202,6 +203,23 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event
  * in the message. */
 mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
                                 cl_mem *out);
+
+/* Argument checks shared by every entry point that takes device buffers (host/forward.c); `fn`
+ * names the public call in messages. A buffer: not NULL, of ctx's cl_context, >= need bytes
+ * (`shape` describes what needs them). */
+mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
+                            const char *shape);
+/* bufs indexed by mhla_tensor: out aliasing no input, and a consistent wait list. */
+mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
+                             const cl_event *wait);
+/* Both, for the plan's tensors. */
+mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
+                                const cl_event *wait);
+/* "q", "k", "v", "out", "mixing". */
+const char *mhla__tensor_name(mhla_tensor t);
+/* mhla_forward_host() and mhla_forward_varlen_host() (cu_seqlens != NULL): stage, run, read back. */
+mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, const void *k, const void *v,
+                               const float *mixing, void *out, const int32_t *cu_seqlens, size_t num_seqs);
 
 /* Runs CLBlast's row-major C[m x n] = A[m x k] * B[k x n] on the context's queue. */
 mhla_status mhla__sgemm(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off,

@@ -1,19 +1,30 @@
 /* Plans: a validated configuration, its kernels specialized once with -D, and its workspace. */
-#include "internal.h"
+#include "causal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* The one place where a plan's specialization flags are assembled (they key the program cache). */
-static void plan_build_options(const mhla_plan *plan, mhla_build_opts *opts)
+/* The one place where specialization flags are assembled (they key the program cache), for plans
+ * and decoders; `tiling` is the causal kernels' (NULL for non-causal plans). */
+void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling, mhla_build_opts *opts)
 {
-    const mhla_config *c = &plan->cfg;
     mhla__opts_init(opts);
     mhla__opts_add(opts, "-DDK=%lld", (long long)c->dk);
     mhla__opts_add(opts, "-DDV=%lld", (long long)c->dv);
     mhla__opts_add(opts, "-DLAYOUT_BHND=%d", c->layout == MHLA_LAYOUT_BHND);
     mhla__opts_add(opts, "-DFEATURE_MAP=%d", (int)c->feature_map);
     mhla__opts_add(opts, "-DNORMALIZER=%d", (int)c->normalizer);
+    if (tiling) {
+        mhla__opts_add(opts, "-DCAUSAL_TQ=%d", tiling->tq);
+        mhla__opts_add(opts, "-DCAUSAL_KT=%d", tiling->kt);
+        mhla__opts_add(opts, "-DCAUSAL_LWS=%d", tiling->lws);
+        mhla__opts_add(opts, "-DPREFIX_ROWS=%d", tiling->prefix_rows);
+    }
+}
+
+static void plan_build_options(const mhla_plan *plan, mhla_build_opts *opts)
+{
+    mhla__build_options(&plan->cfg, NULL, opts);
 }
 
 static void fill_grid(mhla_plan *plan)
@@ -82,12 +93,16 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
     mhla__config_resolve(&plan->cfg);
     MHLA_FORWARD_IF_ERROR(st, mhla__config_validate(&plan->cfg, &plan->shape, NULL, 0));
     fill_grid(plan);
-    plan_build_options(plan, &opts);
-    MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
-    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan, &opts));
-    MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan, &opts));
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
-    plan->workspace_bytes += plan->gemm_temp_bytes;
+    if (plan->cfg.causal) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
+    } else {
+        plan_build_options(plan, &opts);
+        MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan, &opts));
+        MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan, &opts));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
+        plan->workspace_bytes += plan->gemm_temp_bytes;
+    }
     *out = plan;
     plan = NULL;
 cleanup:
@@ -110,6 +125,7 @@ void mhla_plan_destroy(mhla_plan *plan)
     for (size_t i = 0; i < sizeof plan->stage / sizeof plan->stage[0]; ++i)
         if (plan->stage[i])
             clReleaseMemObject(plan->stage[i]);
+    mhla__causal_plan_destroy(plan->causal);
     free(plan);
 }
 

@@ -5,7 +5,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -43,34 +45,122 @@ mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_
     return cfg;
 }
 
+mhla_config config_causal(int64_t batch, int64_t heads, int64_t n, int64_t chunk, int64_t dk, int64_t dv)
+{
+    mhla_config cfg;
+    mhla_config_init_causal(&cfg);
+    cfg.batch = batch;
+    cfg.heads = heads;
+    cfg.seq_t = n;
+    cfg.chunk = chunk;
+    cfg.dk = dk;
+    cfg.dv = dv;
+    return cfg;
+}
+
+/* Moves n tokens between a tensor of N tokens (at t0) and one of n tokens, either direction. */
+static void copy_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n,
+                        float *dst, int to_small)
+{
+    const int64_t B = cfg->batch, H = cfg->heads;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t t = 0; t < n; ++t) {
+                size_t big, small;
+                if (cfg->layout == MHLA_LAYOUT_BHND) {
+                    big = (size_t)(((b * H + h) * N + t0 + t) * D);
+                    small = (size_t)(((b * H + h) * n + t) * D);
+                } else {
+                    big = (size_t)(((b * N + t0 + t) * H + h) * D);
+                    small = (size_t)(((b * n + t) * H + h) * D);
+                }
+                if (to_small)
+                    memcpy(dst + small, src + big, (size_t)D * sizeof *dst);
+                else
+                    memcpy(dst + big, src + small, (size_t)D * sizeof *dst);
+            }
+}
+
+void slice_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst)
+{
+    copy_tokens(cfg, N, D, src, t0, n, dst, 1);
+}
+
+void place_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst)
+{
+    copy_tokens(cfg, N, D, src, t0, n, dst, 0);
+}
+
+void free_inputs(test_inputs *in)
+{
+    free(in->q), free(in->k), free(in->v), free(in->mix);
+    memset(in, 0, sizeof *in);
+}
+
+mhla_status make_inputs(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in)
+{
+    mhla_status st = MHLA_OK;
+    memset(in, 0, sizeof *in);
+    in->nq = mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q);
+    in->nv = mhla_config_tensor_elems(cfg, MHLA_TENSOR_V);
+    in->nm = mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING);
+    in->q = malloc(in->nq * sizeof(float)), in->k = malloc(in->nq * sizeof(float));
+    in->v = malloc(in->nv * sizeof(float)), in->mix = malloc(in->nm * sizeof(float));
+    if (!in->q || !in->k || !in->v || !in->mix || in->nq == 0) {
+        free_inputs(in);
+        return MHLA_ERR_OUT_OF_HOST_MEMORY;
+    }
+    const float lo = cfg->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
+    fill_uniform(in->q, in->nq, seed * 3 + 1, lo, 1.0f);
+    fill_uniform(in->k, in->nq, seed * 3 + 2, lo, 1.0f);
+    fill_uniform(in->v, in->nv, seed * 3 + 3, -1.0f, 1.0f);
+    if (cfg->causal) {
+        in->rows = 1;
+        while ((size_t)(in->rows * in->rows) < in->nm)
+            ++in->rows;
+    } else {
+        in->rows = cfg->block_t * cfg->block_h * cfg->block_w;
+    }
+    if (init == TEST_INIT_RANDOM) /* signed weights would leave a denominator near 0 */
+        fill_uniform(in->mix, in->nm, seed * 3 + 4, cfg->normalizer == MHLA_NORMALIZER_NONE ? -0.5f : 0.05f, 1.0f);
+    else if (cfg->causal)
+        st = mhla_mixing_init(init, NULL, in->rows, 1, 1, in->mix, in->nm);
+    else
+        st = mhla_mixing_init(init, NULL, cfg->block_t, cfg->block_h, cfg->block_w, in->mix, in->nm);
+    if (st != MHLA_OK) {
+        free_inputs(in);
+        return st;
+    }
+    if (cfg->causal)
+        for (int64_t i = 0; i < in->rows; ++i)
+            for (int64_t j = i + 1; j < in->rows; ++j)
+                in->mix[i * in->rows + j] = NAN;
+    return MHLA_OK;
+}
+
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                                    double *err, float **out_keep, double **ref_keep)
 {
     mhla_status st = MHLA_OK;
     mhla_plan *plan = NULL;
-    const size_t nq = mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q);
-    const size_t nv = mhla_config_tensor_elems(cfg, MHLA_TENSOR_V);
-    const size_t nm = mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING);
-    float *q = malloc(nq * sizeof *q), *k = malloc(nq * sizeof *k), *v = malloc(nv * sizeof *v);
-    float *out = malloc(nv * sizeof *out), *mix = malloc(nm * sizeof *mix);
-    double *ref = malloc(nv * sizeof *ref);
-    if (!q || !k || !v || !out || !mix || !ref || nq == 0) {
+    test_inputs in;
+    float *out = NULL;
+    double *ref = NULL;
+    if ((st = make_inputs(cfg, init, seed, &in)) != MHLA_OK)
+        return st;
+    out = malloc(in.nv * sizeof *out);
+    ref = malloc(in.nv * sizeof *ref);
+    if (!out || !ref) {
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
     }
-    const float lo = cfg->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
-    fill_uniform(q, nq, seed * 3 + 1, lo, 1.0f);
-    fill_uniform(k, nq, seed * 3 + 2, lo, 1.0f);
-    fill_uniform(v, nv, seed * 3 + 3, -1.0f, 1.0f);
-    if ((st = mhla_mixing_init(init, NULL, cfg->block_t, cfg->block_h, cfg->block_w, mix, nm)) != MHLA_OK)
-        goto cleanup;
     if ((st = mhla_plan_create(ctx, cfg, &plan)) != MHLA_OK)
         goto cleanup;
-    if ((st = mhla_forward_host(plan, q, k, v, mix, out)) != MHLA_OK)
+    if ((st = mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out)) != MHLA_OK)
         goto cleanup;
-    if ((st = mhla_reference_forward(cfg, q, k, v, mix, ref)) != MHLA_OK)
+    if ((st = mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref)) != MHLA_OK)
         goto cleanup;
-    *err = mhla_max_rel_err(out, ref, nv);
+    *err = mhla_max_rel_err(out, ref, in.nv);
     if (out_keep) {
         *out_keep = out;
         out = NULL;
@@ -81,6 +171,7 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     }
 cleanup:
     mhla_plan_destroy(plan);
-    free(q), free(k), free(v), free(out), free(mix), free(ref);
+    free_inputs(&in);
+    free(out), free(ref);
     return st;
 }

@@ -15,11 +15,28 @@ double spec_tolerance_f32(int64_t n);
 /* Fills x[0..n) with values uniform in [lo, hi), deterministic in seed. */
 void fill_uniform(float *x, size_t n, uint32_t seed, float lo, float hi);
 
+/* Not an initializer of the library: mixing entries uniform in [-0.5, 1) ([0.05, 1) with a
+ * normalizer, whose denominator signed weights could bring near 0), a stand-in for a trained Mc
+ * with no structure to lean on. */
+#define TEST_INIT_RANDOM ((mhla_init_kind)100)
+
+/* Inputs of one configuration. The mixing matrix is M x M, or for causal configs R x R with
+ * R = mixing_rows (0: ceil(N/C)); causal matrices get NaN strictly above the diagonal, which no
+ * causal path may read. */
+typedef struct test_inputs {
+    float *q, *k, *v, *mix;
+    size_t nq, nv, nm;
+    int64_t rows; /* of the mixing matrix */
+} test_inputs;
+
 /* Random q, k, v for cfg (positive q/k when the feature map is `none`, as a caller who applied
- * its own map would pass), a mixing matrix from `init`, a device forward through
- * mhla_forward_host and the reference. Returns the status of the first failing call; on success
- * *err is SPEC.md's max relative error. `out`/`ref` (optional) receive the arrays, which the caller
- * frees. */
+ * its own map would pass) and a mixing matrix from `init`. Returns MHLA_OK or the failing status. */
+mhla_status make_inputs(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in);
+void free_inputs(test_inputs *in);
+
+/* make_inputs, a device forward through mhla_forward_host and the reference. Returns the status of
+ * the first failing call; on success *err is SPEC.md's max relative error. `out`/`ref` (optional)
+ * receive the arrays, which the caller frees. Causal configs included. */
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                                    double *err, float **out, double **ref);
 
@@ -28,5 +45,13 @@ mhla_context *test_context(void);
 
 /* A config for an N-token 1D sequence with M blocks (other fields at their defaults). */
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv);
+
+/* A causal config (mhla_config_init_causal) for B sequences of N tokens in chunks of C. */
+mhla_config config_causal(int64_t batch, int64_t heads, int64_t n, int64_t chunk, int64_t dk, int64_t dv);
+
+/* Copies tokens [t0, t0 + n) of a tensor of N tokens ([B,N,H,D] or [B,H,N,D] by cfg's layout)
+ * into a tensor of n tokens (slice) or back (place). */
+void slice_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst);
+void place_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst);
 
 #endif

@@ -1,0 +1,314 @@
+/* The chunk form of causal MHLA (SPEC.md "Causal MHLA"): its kernels (causal_summary.cl,
+ * causal_prefix.cl, causal_output.cl, and decoder.cl for decoders), the chunk tables that tell
+ * them where each chunk lies, one enqueue of the three stages, and the causal plan around them. */
+#include "causal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n)
+{
+    mhla_grid_args g;
+    memset(&g, 0, sizeof g);
+    g.n = (cl_int)n;
+    g.heads = (cl_int)c->cfg.heads;
+    g.seq_h = g.seq_w = g.pt = g.ph = g.pw = g.blk_h = g.blk_w = g.nb = g.m = 1;
+    g.bh = (cl_int)c->bh;
+    return g;
+}
+
+void mhla__causal_destroy(mhla_causal *c)
+{
+    if (!c)
+        return;
+    cl_kernel kernels[] = {c->k_summary, c->k_prefix, c->k_prefix_one, c->k_output, c->k_step};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    free(c);
+}
+
+mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_causal *c = NULL;
+    cl_program prog = NULL;
+    mhla_build_opts opts;
+    size_t kwg = 0;
+
+    *out = NULL;
+    c = calloc(1, sizeof *c);
+    MHLA_FAIL_IF(st, !c, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating the causal kernels");
+    c->ctx = ctx;
+    c->cfg = *cfg;
+    c->bh = cfg->batch * cfg->heads;
+    c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
+    c->slot_floats = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_tiling_choose(ctx, cfg, &c->tiling));
+    mhla__build_options(cfg, &c->tiling, &opts);
+
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_summary", &opts, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
+    /* 64 work-items: two warps / one wavefront, and a vector-friendly width for CPU devices. */
+    c->lws_summary = mhla__local_size(ctx, c->k_summary, 64);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_prefix", &opts, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
+    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, 64);
+    if (mhla__local_size(ctx, c->k_prefix_one, 64) < c->lws_prefix)
+        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, 64);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_output", &opts, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
+    /* The output kernel's tiles are sized for exactly tiling.lws work-items. */
+    MHLA_CL_TRY(st, ctx,
+                clGetKernelWorkGroupInfo(c->k_output, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
+                "clGetKernelWorkGroupInfo(causal_output)");
+    MHLA_FAIL_IF(st, kwg < (size_t)c->tiling.lws, ctx, MHLA_ERR_UNSUPPORTED,
+                 "causal_output is built for work-groups of %d work-items but %s allows %zu for it; "
+                 "set MHLA_CAUSAL_TILING=tq,kt,lws,prefix_rows with lws <= %zu",
+                 c->tiling.lws, ctx->device_name, kwg, kwg);
+    if (with_step) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "decoder", &opts, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
+        c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+    }
+    *out = c;
+    c = NULL;
+cleanup:
+    mhla__causal_destroy(c);
+    return st;
+}
+
+/* ---- chunk tables ------------------------------------------------------------------------ */
+
+static mhla_status table_push(mhla_context *ctx, cl_int4 **arr, size_t *n, size_t *cap, cl_int4 entry)
+{
+    mhla_status st = MHLA_OK;
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        cl_int4 *grown = realloc(*arr, ncap * sizeof **arr);
+        MHLA_FAIL_IF(st, !grown, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for %zu chunk entries", ncap);
+        *arr = grown;
+        *cap = ncap;
+    }
+    (*arr)[(*n)++] = entry;
+cleanup:
+    return st;
+}
+
+static cl_int4 int4_of(int64_t x, int64_t y, int64_t z, int64_t w)
+{
+    cl_int4 e;
+    e.s[0] = (cl_int)x, e.s[1] = (cl_int)y, e.s[2] = (cl_int)z, e.s[3] = (cl_int)w;
+    return e;
+}
+
+mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int64_t start, int64_t len,
+                                   int64_t first_chunk, int64_t slot_base, int64_t chunk, int prefix_rows)
+{
+    mhla_status st = MHLA_OK;
+    const int64_t nchunks = (len + chunk - 1) / chunk;
+    for (int64_t c = 0; c < nchunks; ++c) {
+        const int64_t off = c * chunk, clen = len - off < chunk ? len - off : chunk;
+        if (c % prefix_rows == 0) {
+            const int64_t rows = nchunks - c < prefix_rows ? nchunks - c : prefix_rows;
+            MHLA_FORWARD_IF_ERROR(st, table_push(ctx, &t->tiles, &t->n_tiles, &t->cap_tiles,
+                                                 int4_of((int64_t)t->n_chunks, rows, first_chunk + c, slot_base)));
+        }
+        MHLA_FORWARD_IF_ERROR(st, table_push(ctx, &t->chunks, &t->n_chunks, &t->cap_chunks,
+                                             int4_of(start + off, clen, first_chunk + c, slot_base)));
+        if (clen > t->max_len)
+            t->max_len = clen;
+        if (slot_base + first_chunk + c + 1 > t->slots)
+            t->slots = slot_base + first_chunk + c + 1;
+    }
+cleanup:
+    return st;
+}
+
+void mhla__chunk_tables_free(mhla_chunk_tables *t)
+{
+    free(t->chunks);
+    free(t->tiles);
+    memset(t, 0, sizeof *t);
+}
+
+mhla_status mhla__chunk_tables_upload(mhla_context *ctx, const mhla_chunk_tables *t, cl_mem *chunks, cl_mem *tiles)
+{
+    mhla_status st = MHLA_OK;
+    cl_int err = CL_SUCCESS;
+    *chunks = *tiles = NULL;
+    MHLA_FAIL_IF(st, t->n_chunks == 0 || t->n_tiles == 0, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "internal: an empty chunk table (no tokens to run)");
+    *chunks = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_chunks * sizeof(cl_int4),
+                             t->chunks, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (chunk table)");
+    *tiles = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_tiles * sizeof(cl_int4), t->tiles,
+                            &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (prefix tile table)");
+cleanup:
+    if (st != MHLA_OK) {
+        if (*chunks)
+            clReleaseMemObject(*chunks);
+        *chunks = *tiles = NULL;
+    }
+    return st;
+}
+
+/* ---- the three stages --------------------------------------------------------------------- */
+
+mhla_status mhla__causal_enqueue(const mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait,
+                                 const cl_event *wait, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_config *cfg = &c->cfg;
+    const mhla_grid_args grid = mhla__causal_grid(c, run->n);
+    const cl_int rows_mc = (cl_int)cfg->mixing_rows;
+    const cl_long width = (cl_long)c->slot_floats;
+    const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
+    const int64_t span = run->max_len < 1 ? 1 : run->max_len;
+    const cl_int tiles_per_chunk = (cl_int)((span + c->tiling.tq - 1) / c->tiling.tq);
+    cl_kernel ks = c->k_summary, kp = c->k_prefix, ko = c->k_output;
+
+    /* 1. S_j of every chunk into its slot. */
+    {
+        const size_t local[3] = {c->lws_summary, 1, 1};
+        const size_t global[3] = {mhla__round_up((size_t)cfg->dk * (size_t)c->scols, local[0]), run->n_chunks,
+                                  (size_t)c->bh};
+        MHLA_SET_ARG(st, ctx, ks, 0, run->k);
+        MHLA_SET_ARG(st, ctx, ks, 1, run->v);
+        MHLA_SET_ARG(st, ctx, ks, 2, run->chunks);
+        MHLA_SET_ARG(st, ctx, ks, 3, run->sums);
+        MHLA_SET_ARG(st, ctx, ks, 4, grid);
+        MHLA_SET_ARG(st, ctx, ks, 5, feature_eps);
+        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ks, 3, NULL, global, local, num_wait, wait, NULL),
+                    "clEnqueueNDRangeKernel(causal_summary)");
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    /* 2. P_i of every chunk, one launch over the tiles of consecutive chunks. */
+    {
+        const size_t local[2] = {c->lws_prefix, 1};
+        const size_t global[2] = {mhla__round_up(c->slot_floats, local[0]), run->n_tiles};
+        MHLA_SET_ARG(st, ctx, kp, 0, run->sums);
+        MHLA_SET_ARG(st, ctx, kp, 1, run->mixing);
+        MHLA_SET_ARG(st, ctx, kp, 2, run->tiles);
+        MHLA_SET_ARG(st, ctx, kp, 3, run->pref);
+        MHLA_SET_ARG(st, ctx, kp, 4, rows_mc);
+        MHLA_SET_ARG(st, ctx, kp, 5, width);
+        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kp, 2, NULL, global, local, 0, NULL, NULL),
+                    "clEnqueueNDRangeKernel(causal_prefix)");
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    /* 3. Every token's output. */
+    {
+        const size_t local[3] = {(size_t)c->tiling.lws, 1, 1};
+        const size_t global[3] = {(size_t)c->tiling.lws, run->n_chunks * (size_t)tiles_per_chunk, (size_t)c->bh};
+        MHLA_SET_ARG(st, ctx, ko, 0, run->q);
+        MHLA_SET_ARG(st, ctx, ko, 1, run->k);
+        MHLA_SET_ARG(st, ctx, ko, 2, run->v);
+        MHLA_SET_ARG(st, ctx, ko, 3, run->pref);
+        MHLA_SET_ARG(st, ctx, ko, 4, run->mixing);
+        MHLA_SET_ARG(st, ctx, ko, 5, run->chunks);
+        MHLA_SET_ARG(st, ctx, ko, 6, run->out);
+        MHLA_SET_ARG(st, ctx, ko, 7, grid);
+        MHLA_SET_ARG(st, ctx, ko, 8, rows_mc);
+        MHLA_SET_ARG(st, ctx, ko, 9, tiles_per_chunk);
+        MHLA_SET_ARG(st, ctx, ko, 10, feature_eps);
+        MHLA_SET_ARG(st, ctx, ko, 11, scale);
+        MHLA_SET_ARG(st, ctx, ko, 12, eps);
+        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ko, 3, NULL, global, local, 0, NULL, done),
+                    "clEnqueueNDRangeKernel(causal_output)");
+    }
+cleanup:
+    return st;
+}
+
+/* ---- causal plans -------------------------------------------------------------------------- */
+
+void mhla__causal_plan_destroy(mhla_causal_plan *cp)
+{
+    if (!cp)
+        return;
+    cl_mem mems[] = {cp->sums, cp->pref, cp->chunks, cp->tiles};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    mhla__causal_destroy(cp->kern);
+    free(cp);
+}
+
+mhla_status mhla__causal_plan_reserve(mhla_plan *plan, size_t slots)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    mhla_causal_plan *cp = plan->causal;
+    cl_mem sums = NULL, pref = NULL;
+    if (slots <= cp->slots)
+        goto cleanup;
+    const size_t bytes = slots * cp->kern->slot_floats * sizeof(float);
+    MHLA_FAIL_IF(st, 2 * bytes > ctx->limits.global_mem_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
+                 "%zu chunks of causal summaries and prefix mixtures need %zu bytes, more than the device's %llu "
+                 "bytes of global memory (%s)",
+                 slots, 2 * bytes, (unsigned long long)ctx->limits.global_mem_bytes, ctx->device_name);
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, "the chunk summaries", &sums));
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, "the prefix mixtures", &pref));
+    /* Work already enqueued keeps the old buffers alive until it has run (OpenCL reference counts). */
+    if (cp->sums)
+        clReleaseMemObject(cp->sums);
+    if (cp->pref)
+        clReleaseMemObject(cp->pref);
+    cp->sums = sums, cp->pref = pref;
+    sums = pref = NULL;
+    plan->workspace_bytes += 2 * (slots - cp->slots) * cp->kern->slot_floats * sizeof(float);
+    cp->slots = slots;
+cleanup:
+    if (sums)
+        clReleaseMemObject(sums);
+    if (pref)
+        clReleaseMemObject(pref);
+    return st;
+}
+
+mhla_status mhla__causal_plan_setup(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    mhla_chunk_tables tables;
+    memset(&tables, 0, sizeof tables);
+
+    plan->causal = calloc(1, sizeof *plan->causal);
+    MHLA_FAIL_IF(st, !plan->causal, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a causal plan");
+    mhla_causal_plan *cp = plan->causal;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, &plan->cfg, 0, &cp->kern));
+    /* One chunk per C tokens; a varlen call with more (short sequences) grows it. */
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, (size_t)plan->shape.m));
+    plan->workspace_bytes += (size_t)plan->shape.m * 2 * sizeof(cl_int4);
+    if (!plan->cfg.varlen) {
+        /* Every batch element is one sequence of N tokens: the same chunks for all of them. */
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &tables, 0, plan->shape.n, 0, 0, plan->cfg.chunk,
+                                                         cp->kern->tiling.prefix_rows));
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &tables, &cp->chunks, &cp->tiles));
+        cp->n_chunks = tables.n_chunks;
+        cp->n_tiles = tables.n_tiles;
+        cp->max_len = tables.max_len;
+    }
+cleanup:
+    mhla__chunk_tables_free(&tables);
+    return st;
+}
+
+mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
+                                 cl_uint num_wait, const cl_event *wait, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_causal_plan *cp = plan->causal;
+    MHLA_FAIL_IF(st, plan->cfg.varlen, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
+                 "mhla_forward_varlen() with their cu_seqlens");
+    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, cp->chunks, cp->tiles, cp->n_chunks,
+                           cp->n_tiles, cp->max_len, cp->sums, cp->pref};
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(cp->kern, &run, num_wait, wait, done));
+cleanup:
+    return st;
+}
