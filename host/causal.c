@@ -25,6 +25,8 @@ void mhla__causal_destroy(mhla_causal *c)
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
+    if (c->gemm_temp)
+        clReleaseMemObject(c->gemm_temp);
     free(c);
 }
 
@@ -49,8 +51,9 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_summary", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
-    /* 64 work-items: two warps / one wavefront, and a vector-friendly width for CPU devices. */
-    c->lws_summary = mhla__local_size(ctx, c->k_summary, 64);
+    /* One group spans a summary row's columns where it can (Dv + 1 with z: 65 is better than 2 x 64
+     * half idle); 256 at most. */
+    c->lws_summary = mhla__local_size(ctx, c->k_summary, c->scols < 256 ? (size_t)c->scols : 256);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_prefix", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
@@ -81,20 +84,26 @@ cleanup:
 
 /* ---- chunk tables ------------------------------------------------------------------------ */
 
-static mhla_status table_push(mhla_context *ctx, cl_int4 **arr, size_t *n, size_t *cap, cl_int4 entry)
+/* Room for one more entry of `size` bytes in a growing array: returns the (possibly moved) array,
+ * or NULL when out of memory (the old array stays valid). */
+static void *grow(void *arr, size_t n, size_t *cap, size_t size)
 {
-    mhla_status st = MHLA_OK;
-    if (*n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 64;
-        cl_int4 *grown = realloc(*arr, ncap * sizeof **arr);
-        MHLA_FAIL_IF(st, !grown, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for %zu chunk entries", ncap);
-        *arr = grown;
+    if (n < *cap)
+        return arr;
+    const size_t ncap = *cap ? *cap * 2 : 64;
+    void *grown = realloc(arr, ncap * size);
+    if (grown)
         *cap = ncap;
-    }
-    (*arr)[(*n)++] = entry;
-cleanup:
-    return st;
+    return grown;
 }
+
+#define PUSH(st, ctx, arr, n, cap, value)                                                           \
+    do {                                                                                            \
+        void *room_ = grow((arr), (n), &(cap), sizeof *(arr));                                      \
+        MHLA_FAIL_IF(st, !room_, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for chunk tables"); \
+        (arr) = room_;                                                                              \
+        (arr)[(n)++] = (value);                                                                     \
+    } while (0)
 
 static cl_int4 int4_of(int64_t x, int64_t y, int64_t z, int64_t w)
 {
@@ -104,23 +113,37 @@ static cl_int4 int4_of(int64_t x, int64_t y, int64_t z, int64_t w)
 }
 
 mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int64_t start, int64_t len,
-                                   int64_t first_chunk, int64_t slot_base, int64_t chunk, int prefix_rows)
+                                   int64_t first_chunk, int64_t slot_base, int64_t chunk,
+                                   const mhla_causal_tiling *tiling)
 {
     mhla_status st = MHLA_OK;
-    const int64_t nchunks = (len + chunk - 1) / chunk;
+    const int64_t nchunks = (len + chunk - 1) / chunk, pr = tiling->prefix_rows, gr = tiling->gemm_rows;
+    int64_t tile_rows = 0; /* rows left in the open tile */
     for (int64_t c = 0; c < nchunks; ++c) {
-        const int64_t off = c * chunk, clen = len - off < chunk ? len - off : chunk;
-        if (c % prefix_rows == 0) {
-            const int64_t rows = nchunks - c < prefix_rows ? nchunks - c : prefix_rows;
-            MHLA_FORWARD_IF_ERROR(st, table_push(ctx, &t->tiles, &t->n_tiles, &t->cap_tiles,
-                                                 int4_of((int64_t)t->n_chunks, rows, first_chunk + c, slot_base)));
+        const int64_t i = first_chunk + c, off = c * chunk, clen = len - off < chunk ? len - off : chunk;
+        /* Tiles start at multiples of prefix_rows in i, so none straddles a GEMM block. */
+        if (tile_rows == 0) {
+            tile_rows = pr - i % pr;
+            if (tile_rows > nchunks - c)
+                tile_rows = nchunks - c;
+            PUSH(st, ctx, t->tiles, t->n_tiles, t->cap_tiles, int4_of((int64_t)t->n_chunks, tile_rows, i, slot_base));
         }
-        MHLA_FORWARD_IF_ERROR(st, table_push(ctx, &t->chunks, &t->n_chunks, &t->cap_chunks,
-                                             int4_of(start + off, clen, first_chunk + c, slot_base)));
+        --tile_rows;
+        /* Chunks past the first GEMM block read the earlier blocks through one SGEMM per block. */
+        if (gr > 0 && i >= gr) {
+            mhla_prefix_gemm *last = t->n_gemms ? &t->gemms[t->n_gemms - 1] : NULL;
+            if (c > 0 && i % gr != 0 && last && last->i0 + last->rows == (size_t)i && last->slot_base == (size_t)slot_base)
+                ++last->rows;
+            else {
+                const mhla_prefix_gemm g = {t->n_chunks, 1, (size_t)i, (size_t)(i / gr * gr), (size_t)slot_base};
+                PUSH(st, ctx, t->gemms, t->n_gemms, t->cap_gemms, g);
+            }
+        }
+        PUSH(st, ctx, t->chunks, t->n_chunks, t->cap_chunks, int4_of(start + off, clen, i, slot_base));
         if (clen > t->max_len)
             t->max_len = clen;
-        if (slot_base + first_chunk + c + 1 > t->slots)
-            t->slots = slot_base + first_chunk + c + 1;
+        if (slot_base + i + 1 > t->slots)
+            t->slots = slot_base + i + 1;
     }
 cleanup:
     return st;
@@ -130,6 +153,7 @@ void mhla__chunk_tables_free(mhla_chunk_tables *t)
 {
     free(t->chunks);
     free(t->tiles);
+    free(t->gemms);
     memset(t, 0, sizeof *t);
 }
 
@@ -157,24 +181,61 @@ cleanup:
 
 /* ---- the three stages --------------------------------------------------------------------- */
 
-mhla_status mhla__causal_enqueue(const mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait,
-                                 const cl_event *wait, cl_event *done)
+/* The prefix GEMMs of a run: CLBlast's temporary buffer sized for the largest, then one SGEMM
+ * per block, accumulating into the rows the kernel wrote. */
+static mhla_status prefix_gemms(mhla_causal *c, const mhla_causal_run *run)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_chunk_tables *t = run->tables;
+    const size_t W = c->slot_floats, R = (size_t)c->cfg.mixing_rows;
+    size_t need = 0;
+    for (size_t g = 0; g < t->n_gemms; ++g) {
+        size_t bytes = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld_temp_bytes(ctx, t->gemms[g].rows, W, t->gemms[g].k, R, W, W, &bytes));
+        need = bytes > need ? bytes : need;
+    }
+    if (need > c->gemm_temp_bytes) {
+        cl_mem grown = NULL;
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, need,
+                                                      "the prefix GEMMs' temporary buffer", &grown));
+        if (c->gemm_temp)
+            clReleaseMemObject(c->gemm_temp); /* enqueued work keeps it alive until it has run */
+        c->gemm_temp = grown;
+        c->gemm_temp_bytes = need;
+    }
+    for (size_t g = 0; g < t->n_gemms; ++g) {
+        const mhla_prefix_gemm *j = &t->gemms[g];
+        if (g > 0) /* they share the temporary buffer */
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld(ctx, j->rows, W, j->k, run->mixing, j->i0 * R, R, run->sums,
+                                                 j->slot_base * W, W, 1.0f, run->pref, j->prow * W, W,
+                                                 need ? c->gemm_temp : NULL, NULL));
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                 cl_event *done)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = c->ctx;
     const mhla_config *cfg = &c->cfg;
+    const mhla_chunk_tables *t = run->tables;
     const mhla_grid_args grid = mhla__causal_grid(c, run->n);
-    const cl_int rows_mc = (cl_int)cfg->mixing_rows;
+    const cl_int rows_mc = (cl_int)cfg->mixing_rows, gemm_rows = (cl_int)c->tiling.gemm_rows;
     const cl_long width = (cl_long)c->slot_floats;
     const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
-    const int64_t span = run->max_len < 1 ? 1 : run->max_len;
+    const int64_t span = t->max_len < 1 ? 1 : t->max_len;
     const cl_int tiles_per_chunk = (cl_int)((span + c->tiling.tq - 1) / c->tiling.tq);
     cl_kernel ks = c->k_summary, kp = c->k_prefix, ko = c->k_output;
 
     /* 1. S_j of every chunk into its slot. */
     {
+        const size_t row_blocks = ((size_t)cfg->dk + (size_t)c->tiling.summary_rows - 1) / (size_t)c->tiling.summary_rows;
         const size_t local[3] = {c->lws_summary, 1, 1};
-        const size_t global[3] = {mhla__round_up((size_t)cfg->dk * (size_t)c->scols, local[0]), run->n_chunks,
+        const size_t global[3] = {mhla__round_up((size_t)c->scols, local[0]), t->n_chunks * row_blocks,
                                   (size_t)c->bh};
         MHLA_SET_ARG(st, ctx, ks, 0, run->k);
         MHLA_SET_ARG(st, ctx, ks, 1, run->v);
@@ -186,24 +247,31 @@ mhla_status mhla__causal_enqueue(const mhla_causal *c, const mhla_causal_run *ru
                     "clEnqueueNDRangeKernel(causal_summary)");
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    /* 2. P_i of every chunk, one launch over the tiles of consecutive chunks. */
+    /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
+     *    tiles), then CLBlast adds the earlier blocks. */
     {
         const size_t local[2] = {c->lws_prefix, 1};
-        const size_t global[2] = {mhla__round_up(c->slot_floats, local[0]), run->n_tiles};
+        const size_t cols = local[0] * (size_t)c->tiling.prefix_cols; /* columns of one group */
+        const size_t global[2] = {(c->slot_floats + cols - 1) / cols * local[0], t->n_tiles};
         MHLA_SET_ARG(st, ctx, kp, 0, run->sums);
         MHLA_SET_ARG(st, ctx, kp, 1, run->mixing);
         MHLA_SET_ARG(st, ctx, kp, 2, run->tiles);
         MHLA_SET_ARG(st, ctx, kp, 3, run->pref);
         MHLA_SET_ARG(st, ctx, kp, 4, rows_mc);
         MHLA_SET_ARG(st, ctx, kp, 5, width);
+        MHLA_SET_ARG(st, ctx, kp, 6, gemm_rows);
         MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kp, 2, NULL, global, local, 0, NULL, NULL),
                     "clEnqueueNDRangeKernel(causal_prefix)");
+    }
+    if (t->n_gemms > 0) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, prefix_gemms(c, run));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     /* 3. Every token's output. */
     {
         const size_t local[3] = {(size_t)c->tiling.lws, 1, 1};
-        const size_t global[3] = {(size_t)c->tiling.lws, run->n_chunks * (size_t)tiles_per_chunk, (size_t)c->bh};
+        const size_t global[3] = {(size_t)c->tiling.lws, t->n_chunks * (size_t)tiles_per_chunk, (size_t)c->bh};
         MHLA_SET_ARG(st, ctx, ko, 0, run->q);
         MHLA_SET_ARG(st, ctx, ko, 1, run->k);
         MHLA_SET_ARG(st, ctx, ko, 2, run->v);
@@ -235,6 +303,7 @@ void mhla__causal_plan_destroy(mhla_causal_plan *cp)
         if (mems[i])
             clReleaseMemObject(mems[i]);
     mhla__causal_destroy(cp->kern);
+    mhla__chunk_tables_free(&cp->tables);
     free(cp);
 }
 
@@ -274,8 +343,6 @@ mhla_status mhla__causal_plan_setup(mhla_plan *plan)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    mhla_chunk_tables tables;
-    memset(&tables, 0, sizeof tables);
 
     plan->causal = calloc(1, sizeof *plan->causal);
     MHLA_FAIL_IF(st, !plan->causal, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a causal plan");
@@ -286,15 +353,11 @@ mhla_status mhla__causal_plan_setup(mhla_plan *plan)
     plan->workspace_bytes += (size_t)plan->shape.m * 2 * sizeof(cl_int4);
     if (!plan->cfg.varlen) {
         /* Every batch element is one sequence of N tokens: the same chunks for all of them. */
-        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &tables, 0, plan->shape.n, 0, 0, plan->cfg.chunk,
-                                                         cp->kern->tiling.prefix_rows));
-        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &tables, &cp->chunks, &cp->tiles));
-        cp->n_chunks = tables.n_chunks;
-        cp->n_tiles = tables.n_tiles;
-        cp->max_len = tables.max_len;
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &cp->tables, 0, plan->shape.n, 0, 0, plan->cfg.chunk,
+                                                         &cp->kern->tiling));
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &cp->tables, &cp->chunks, &cp->tiles));
     }
 cleanup:
-    mhla__chunk_tables_free(&tables);
     return st;
 }
 
@@ -306,8 +369,7 @@ mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, 
     MHLA_FAIL_IF(st, plan->cfg.varlen, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
                  "mhla_forward_varlen() with their cu_seqlens");
-    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, cp->chunks, cp->tiles, cp->n_chunks,
-                           cp->n_tiles, cp->max_len, cp->sums, cp->pref};
+    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, cp->chunks, cp->tiles, &cp->tables, cp->sums, cp->pref};
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(cp->kern, &run, num_wait, wait, done));
 cleanup:
     return st;

@@ -10,7 +10,11 @@ typedef struct mhla_causal_tiling {
     int tq;          /* CAUSAL_TQ: query tokens per output work-group */
     int kt;          /* CAUSAL_KT: key tokens staged in local memory at a time */
     int lws;         /* CAUSAL_LWS: work-items per output work-group */
-    int prefix_rows; /* PREFIX_ROWS: rows of P per prefix work-item */
+    int prefix_rows;  /* PREFIX_ROWS: rows of P per prefix work-item */
+    int prefix_cols;  /* PREFIX_COLS: columns per prefix work-item, a local size apart */
+    int summary_rows; /* SUM_ROWS: summary rows (key dimensions) per summary work-item */
+    int gemm_rows;    /* prefix blocks: a row's earlier blocks of this many chunks go through CLBlast
+                         (a multiple of prefix_rows; 0 = all in the kernel). Not a -D flag. */
 } mhla_causal_tiling;
 
 /* The tiling for cfg on ctx's device: the tuning table's entry, clamped to the device's work-group
@@ -32,6 +36,8 @@ typedef struct mhla_causal {
     size_t slot_floats; /* B*H*Dk*scols: the floats of one chunk's summaries (one "slot") */
     cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
     size_t lws_summary, lws_prefix, lws_step;
+    cl_mem gemm_temp; /* CLBlast's temporary buffer for the prefix GEMMs, grown on demand */
+    size_t gemm_temp_bytes;
 } mhla_causal;
 
 /* Builds the kernels for resolved cfg (the decoder's step kernel only when with_step). */
@@ -40,40 +46,48 @@ void mhla__causal_destroy(mhla_causal *c);
 /* kernels/common.h's grid for tensors of n tokens (only n, heads and bh are read). */
 mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n);
 
+/* One CLBlast SGEMM of the prefix stage: P rows [prow, prow + rows) (chunks i0 .. i0 + rows - 1 of
+ * one sequence, all in the block that starts at chunk k) += Mc[i0 .., 0 .. k) x S_0 .. S_{k-1}. */
+typedef struct mhla_prefix_gemm {
+    size_t prow, rows, i0, k, slot_base;
+} mhla_prefix_gemm;
+
 /* Chunk tables in host memory, int4 entries as kernels/causal.h and causal_prefix.cl read them:
  * chunks {first token, tokens, chunk index i, slot of the sequence's chunk 0}; prefix tiles
- * {first P row, rows, i of the first row, slot of the sequence's chunk 0}. Row r of P belongs to
- * chunk entry r. */
+ * {first P row, rows, i of the first row, slot of the sequence's chunk 0}, aligned to multiples of
+ * prefix_rows in i; and the prefix GEMMs. Row r of P belongs to chunk entry r. */
 typedef struct mhla_chunk_tables {
     cl_int4 *chunks;
     size_t n_chunks, cap_chunks;
     cl_int4 *tiles;
     size_t n_tiles, cap_tiles;
+    mhla_prefix_gemm *gemms;
+    size_t n_gemms, cap_gemms;
     int64_t max_len; /* tokens in the longest chunk */
     int64_t slots;   /* summary slots the chunks write: 1 + the largest slot */
 } mhla_chunk_tables;
 
 /* Appends tokens [start, start + len) of the tensors, a sequence (or its continuation) whose token
  * `start` begins chunk first_chunk (a chunk boundary); the sequence's chunk 0 has slot slot_base.
- * len 0 adds nothing. */
+ * len 0 adds nothing. Tiling t gives the tile and GEMM block sizes. */
 mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int64_t start, int64_t len,
-                                   int64_t first_chunk, int64_t slot_base, int64_t chunk, int prefix_rows);
+                                   int64_t first_chunk, int64_t slot_base, int64_t chunk,
+                                   const mhla_causal_tiling *tiling);
 void mhla__chunk_tables_free(mhla_chunk_tables *t);
 
 /* One run of the chunk form: summaries -> prefix mixtures -> output. */
 typedef struct mhla_causal_run {
     cl_mem q, k, v, mixing, out;
     int64_t n;            /* tokens in q, k, v, out */
-    cl_mem chunks, tiles; /* device copies of a mhla_chunk_tables */
-    size_t n_chunks, n_tiles;
-    int64_t max_len;
+    cl_mem chunks, tiles; /* device copies of `tables` */
+    const mhla_chunk_tables *tables;
     cl_mem sums; /* summaries by slot */
     cl_mem pref; /* prefix mixtures by chunk-table row */
 } mhla_causal_run;
 
 /* Enqueues the three stages (first one waits for `wait`, `done` is the output's event). */
-mhla_status mhla__causal_enqueue(const mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait,
-                                 const cl_event *wait, cl_event *done);
+mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                 cl_event *done);
 /* Copies tables into new read-only device buffers (their contents are copied at creation, so the
  * host tables may be freed at once; the caller releases the buffers, which OpenCL keeps alive
  * until the kernels using them have run). */
@@ -86,9 +100,8 @@ typedef struct mhla_causal_plan {
     mhla_causal *kern;
     cl_mem sums, pref;
     size_t slots; /* chunks the workspace holds */
+    mhla_chunk_tables tables;
     cl_mem chunks, tiles;
-    size_t n_chunks, n_tiles;
-    int64_t max_len;
 } mhla_causal_plan;
 
 mhla_status mhla__causal_plan_setup(mhla_plan *plan);

@@ -1,6 +1,7 @@
 /* The streaming decoder: the recurrent form one token at a time (kernels/decoder.cl), P_i built
- * from Mc's row i when chunk i starts (causal_prefix_one), and prefill through the chunk path
- * writing its summaries straight into the decoder's state. Save/restore: host/decoder_state.c. */
+ * from Mc's row i when chunk i starts (causal_prefix_one, a GEMV over the finished summaries), and
+ * prefill through the chunk path writing its summaries straight into the decoder's state.
+ * Save/restore: host/decoder_state.c. */
 #include "causal.h"
 
 #include <limits.h>
@@ -156,14 +157,16 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
     const cl_int chunk = (cl_int)(dec->position / cfg->chunk);
     const cl_int fresh = dec->position % cfg->chunk == 0;
     const cl_int rows_mc = (cl_int)cfg->mixing_rows, token = (cl_int)u;
-    const cl_long width = (cl_long)c->slot_floats;
     const mhla_grid_args grid = mhla__causal_grid(c, n);
     const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
     cl_mem mixing = bufs[MHLA_TENSOR_MIXING];
 
     if (fresh) {
+        /* P_i = sum_{j<i} Mc[i,j] S_j: one pass over the finished summaries. */
         cl_kernel kp = c->k_prefix_one;
-        const size_t local = c->lws_prefix, global = mhla__round_up(c->slot_floats, local);
+        const size_t span = c->lws_prefix * (size_t)c->tiling.prefix_rows * (size_t)c->tiling.prefix_cols;
+        const size_t local = c->lws_prefix, global = (c->slot_floats + span - 1) / span * local;
+        const cl_long width = (cl_long)c->slot_floats;
         MHLA_SET_ARG(st, ctx, kp, 0, dec->sums);
         MHLA_SET_ARG(st, ctx, kp, 1, mixing);
         MHLA_SET_ARG(st, ctx, kp, 2, dec->prefix);
@@ -229,7 +232,7 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = dec->ctx;
-    const mhla_causal *c = dec->kern;
+    mhla_causal *c = dec->kern;
     const int64_t C = c->cfg.chunk, into = dec->position % C;
     const int64_t head = into == 0 ? 0 : (n < C - into ? n : C - into);
     mhla_chunk_tables tables;
@@ -244,12 +247,11 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
     if (head < n) {
         const int64_t first = dec->position / C;
         MHLA_FORWARD_IF_ERROR(
-            st, mhla__chunk_tables_add(ctx, &tables, head, n - head, first, 0, C, c->tiling.prefix_rows));
+            st, mhla__chunk_tables_add(ctx, &tables, head, n - head, first, 0, C, &c->tiling));
         MHLA_FORWARD_IF_ERROR(st, reserve_pref_work(dec, tables.n_chunks));
         MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &tables, &chunks, &tiles));
         mhla_causal_run run = {bufs[MHLA_TENSOR_Q], bufs[MHLA_TENSOR_K], bufs[MHLA_TENSOR_V], bufs[MHLA_TENSOR_MIXING],
-                               bufs[MHLA_TENSOR_OUT], n, chunks, tiles, tables.n_chunks, tables.n_tiles,
-                               tables.max_len, dec->sums, dec->pref_work};
+                               bufs[MHLA_TENSOR_OUT], n, chunks, tiles, &tables, dec->sums, dec->pref_work};
         if (head > 0)
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(c, &run, head == 0 ? num_wait : 0, head == 0 ? wait : NULL,

@@ -226,6 +226,12 @@ mhla_status mhla__sgemm(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem 
                         cl_mem b, size_t b_off, cl_mem c, size_t c_off, cl_mem temp, cl_event *ev);
 /* CLBlast's temporary-buffer size for that GEMM. */
 mhla_status mhla__sgemm_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t *bytes);
+/* The general form: leading dimensions of its own for A, B and C, and C = A * B + beta * C. */
+mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda,
+                           cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
+                           cl_mem temp, cl_event *ev);
+mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                                      size_t ldc, size_t *bytes);
 
 /* Formats into a fixed buffer, never overflowing; returns buf. */
 char *mhla__fmt(char *buf, size_t size, const char *fmt, ...)

@@ -19,6 +19,8 @@ void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling,
         mhla__opts_add(opts, "-DCAUSAL_KT=%d", tiling->kt);
         mhla__opts_add(opts, "-DCAUSAL_LWS=%d", tiling->lws);
         mhla__opts_add(opts, "-DPREFIX_ROWS=%d", tiling->prefix_rows);
+        mhla__opts_add(opts, "-DPREFIX_COLS=%d", tiling->prefix_cols);
+        mhla__opts_add(opts, "-DSUM_ROWS=%d", tiling->summary_rows);
     }
 }
 

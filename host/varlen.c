@@ -59,17 +59,15 @@ mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, c
                                 sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "mhla_forward_varlen: %s", msg);
 
-    const mhla_causal *kern = plan->causal->kern;
+    mhla_causal *kern = plan->causal->kern;
     for (size_t s = 0; s < num_seqs; ++s)
         MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &tables, cu_seqlens[s],
                                                          (int64_t)cu_seqlens[s + 1] - cu_seqlens[s], 0,
-                                                         (int64_t)tables.n_chunks, plan->cfg.chunk,
-                                                         kern->tiling.prefix_rows));
+                                                         (int64_t)tables.n_chunks, plan->cfg.chunk, &kern->tiling));
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, tables.n_chunks));
     MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &tables, &chunks, &tiles));
     const mhla_causal_plan *cp = plan->causal;
-    mhla_causal_run run = {q,      k,     v,              mixing,         out,           plan->shape.n, chunks,
-                           tiles,  tables.n_chunks, tables.n_tiles, tables.max_len, cp->sums, cp->pref};
+    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, chunks, tiles, &tables, cp->sums, cp->pref};
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(kern, &run, num_wait, wait, done));
 cleanup:
     /* Enqueued kernels hold their own references to the tables. */

@@ -46,6 +46,11 @@ mhla_context *test_context(void);
 /* A config for an N-token 1D sequence with M blocks (other fields at their defaults). */
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv);
 
+/* Small, odd causal tilings (MHLA_CAUSAL_TILING, read when a plan or decoder is created) that make
+ * small tests reach every path: partial tiles, several output columns per work-item, summary rows
+ * not dividing Dk, and prefix GEMM blocks of 4 chunks. */
+#define TEST_ODD_TILING "3,5,32,2,3,5,4"
+
 /* A causal config (mhla_config_init_causal) for B sequences of N tokens in chunks of C. */
 mhla_config config_causal(int64_t batch, int64_t heads, int64_t n, int64_t chunk, int64_t dk, int64_t dv);
 

@@ -25,6 +25,14 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A failed check leaves a test early: the tiling override must not outlive it. */
+static int unset_tiling(void **state)
+{
+    (void)state;
+    unsetenv("MHLA_CAUSAL_TILING");
+    return 0;
+}
+
 /* Device forward vs reference within SPEC.md's f32 tolerance; returns the error. */
 static double expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                            const char *label)
@@ -239,6 +247,31 @@ static void test_deterministic(void **state)
     free(a), free(b), free(ref);
 }
 
+/* Odd tilings and prefix GEMM blocks of 4 chunks (CLBlast adds every earlier block), against the
+ * reference; a malformed override is refused. */
+static void test_odd_tiling(void **state)
+{
+    mhla_context *ctx = *state;
+    setenv("MHLA_CAUSAL_TILING", TEST_ODD_TILING, 1);
+    double worst = 0.0;
+    for (int paper = 0; paper <= 1; ++paper)
+        for (int layout = 0; layout <= 1; ++layout) {
+            mhla_config cfg = config_causal(2, 2, 300, 16, 24, 40); /* 19 chunks: 4 GEMM blocks after the first */
+            cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+            cfg.layout = (mhla_layout)layout;
+            cfg.mixing_rows = 23;
+            worst = fmax(worst, expect_close(ctx, &cfg, TEST_INIT_RANDOM, (uint32_t)(95 + paper * 2 + layout), "odd tiling"));
+        }
+    mhla_config small = config_causal(1, 1, 7, 3, 5, 3);
+    worst = fmax(worst, expect_close(ctx, &small, TEST_INIT_RANDOM, 99, "odd tiling, N=7 C=3"));
+    setenv("MHLA_CAUSAL_TILING", "16,16,64", 1);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &small, &plan), MHLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(mhla_context_message(ctx), "MHLA_CAUSAL_TILING = '16,16,64'"));
+    unsetenv("MHLA_CAUSAL_TILING");
+    print_message("causal odd tiling: worst max_rel_err vs reference %.3g\n", worst);
+}
+
 #define assert_message_has(ctx, text)                                                               \
     do {                                                                                            \
         if (!strstr(mhla_context_message(ctx), (text)))                                             \
@@ -295,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_chunk_sizes),
         cmocka_unit_test(test_head_dims),
         cmocka_unit_test(test_long_sequence),
+        cmocka_unit_test_teardown(test_odd_tiling, unset_tiling),
         cmocka_unit_test(test_larger_mixing),
         cmocka_unit_test(test_causality_exact),
         cmocka_unit_test(test_nan_propagates),

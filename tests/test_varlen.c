@@ -25,6 +25,14 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A failed check leaves a test early: the tiling override must not outlive it. */
+static int unset_tiling(void **state)
+{
+    (void)state;
+    unsetenv("MHLA_CAUSAL_TILING");
+    return 0;
+}
+
 #define assert_message_has(ctx, text)                                                               \
     do {                                                                                            \
         if (!strstr(mhla_context_message(ctx), (text)))                                             \
@@ -87,6 +95,22 @@ static void test_varlen_vs_reference(void **state)
             worst = fmax(worst, err);
         }
     print_message("varlen {1,63,64,65,300}: worst max_rel_err vs reference %.3g\n", worst);
+}
+
+/* Odd tilings and prefix GEMM blocks of 4 chunks, per sequence (the 300-token one has 19 chunks). */
+static void test_varlen_odd_tiling(void **state)
+{
+    mhla_context *ctx = *state;
+    setenv("MHLA_CAUSAL_TILING", TEST_ODD_TILING, 1);
+    for (int paper = 0; paper <= 1; ++paper) {
+        mhla_config cfg = packed(493, 2, 16, 16, 24);
+        cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        cfg.mixing_rows = 20;
+        const double err = varlen_vs_reference(ctx, &cfg, cu_issue, 5, (uint32_t)(20 + paper), NULL);
+        if (!(err <= 1e-5))
+            fail_msg("varlen odd tiling %s: max_rel_err %.3g", mhla_normalizer_name(cfg.normalizer), err);
+    }
+    unsetenv("MHLA_CAUSAL_TILING");
 }
 
 /* Packing changes nothing: every sequence's output equals, bit for bit, a plain causal plan run on
@@ -292,6 +316,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_vs_reference),
+        cmocka_unit_test_teardown(test_varlen_odd_tiling, unset_tiling),
         cmocka_unit_test(test_varlen_equals_separate_runs),
         cmocka_unit_test(test_varlen_isolation),
         cmocka_unit_test(test_varlen_empty_and_many),
