@@ -292,6 +292,23 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__causal_enqueue_once(mhla_causal *c, mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                      cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    run->chunks = run->tiles = NULL;
+    MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(c->ctx, run->tables, &run->chunks, &run->tiles));
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(c, run, num_wait, wait, done));
+cleanup:
+    /* Enqueued kernels hold their own references to the tables. */
+    if (run->chunks)
+        clReleaseMemObject(run->chunks);
+    if (run->tiles)
+        clReleaseMemObject(run->tiles);
+    run->chunks = run->tiles = NULL;
+    return st;
+}
+
 /* ---- causal plans -------------------------------------------------------------------------- */
 
 void mhla__causal_plan_destroy(mhla_causal_plan *cp)

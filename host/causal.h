@@ -88,6 +88,10 @@ typedef struct mhla_causal_run {
 /* Enqueues the three stages (first one waits for `wait`, `done` is the output's event). */
 mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
                                  cl_event *done);
+/* The same for tables built for this call: uploads run->tables (setting run->chunks and
+ * run->tiles), enqueues, and releases the uploads. */
+mhla_status mhla__causal_enqueue_once(mhla_causal *c, mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                      cl_event *done);
 /* Copies tables into new read-only device buffers (their contents are copied at creation, so the
  * host tables may be freed at once; the caller releases the buffers, which OpenCL keeps alive
  * until the kernels using them have run). */

@@ -41,14 +41,7 @@ void mhla_config_init_causal(mhla_config *cfg)
 
 size_t mhla__dtype_size(mhla_dtype dtype) { return dtype == MHLA_DTYPE_F32 ? 4 : 2; }
 
-#define CHECK(cond, code, ...)                                                                      \
-    do {                                                                                            \
-        if (!(cond)) {                                                                              \
-            if (msg && msg_size)                                                                    \
-                snprintf(msg, msg_size, __VA_ARGS__);                                               \
-            return (code);                                                                          \
-        }                                                                                           \
-    } while (0)
+#define CHECK MHLA_CHECK_MSG
 
 /* Multiplies non-negative sizes, reporting overflow past `limit`. */
 static int mul_ok(int64_t a, int64_t b, int64_t limit, int64_t *out)

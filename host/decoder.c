@@ -236,7 +236,6 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
     const int64_t C = c->cfg.chunk, into = dec->position % C;
     const int64_t head = into == 0 ? 0 : (n < C - into ? n : C - into);
     mhla_chunk_tables tables;
-    cl_mem chunks = NULL, tiles = NULL;
     memset(&tables, 0, sizeof tables);
 
     for (int64_t u = 0; u < head; ++u) {
@@ -249,13 +248,12 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
         MHLA_FORWARD_IF_ERROR(
             st, mhla__chunk_tables_add(ctx, &tables, head, n - head, first, 0, C, &c->tiling));
         MHLA_FORWARD_IF_ERROR(st, reserve_pref_work(dec, tables.n_chunks));
-        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &tables, &chunks, &tiles));
         mhla_causal_run run = {bufs[MHLA_TENSOR_Q], bufs[MHLA_TENSOR_K], bufs[MHLA_TENSOR_V], bufs[MHLA_TENSOR_MIXING],
-                               bufs[MHLA_TENSOR_OUT], n, chunks, tiles, &tables, dec->sums, dec->pref_work};
+                               bufs[MHLA_TENSOR_OUT], n, NULL, NULL, &tables, dec->sums, dec->pref_work};
         if (head > 0)
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(c, &run, head == 0 ? num_wait : 0, head == 0 ? wait : NULL,
-                                                       NULL));
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_once(c, &run, head == 0 ? num_wait : 0,
+                                                            head == 0 ? wait : NULL, NULL));
         dec->position += n - head;
         if (dec->position % C != 0) {
             const size_t slot_bytes = c->slot_floats * sizeof(float);
@@ -271,10 +269,6 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
         MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done), "clEnqueueMarkerWithWaitList");
     }
 cleanup:
-    if (chunks)
-        clReleaseMemObject(chunks);
-    if (tiles)
-        clReleaseMemObject(tiles);
     mhla__chunk_tables_free(&tables);
     return st;
 }

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define MHLA_MESSAGE_MAX 16384 /* room for a kernel build log of a few hundred lines */
 
@@ -42,6 +43,17 @@ const char *mhla__cl_error_name(cl_int err);
         if (mhla_cl_err_ != CL_SUCCESS) {                                                           \
             (st) = mhla__fail_cl((ctx), mhla_cl_err_, (what), __FILE__, __LINE__);                  \
             goto cleanup;                                                                           \
+        }                                                                                           \
+    } while (0)
+
+/* For validators that own nothing and record nothing (config, cu_seqlens): on failure formats the
+ * reason into the caller's (msg, msg_size) when given and returns `code` at once. */
+#define MHLA_CHECK_MSG(cond, code, ...)                                                             \
+    do {                                                                                            \
+        if (!(cond)) {                                                                              \
+            if (msg && msg_size)                                                                    \
+                snprintf(msg, msg_size, __VA_ARGS__);                                               \
+            return (code);                                                                          \
         }                                                                                           \
     } while (0)
 

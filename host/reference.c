@@ -114,6 +114,24 @@ cleanup:
     return st;
 }
 
+/* The checks every reference entry point starts with: pointers, then the plan's validation, then
+ * the defaults resolved into *cfg. */
+static mhla_status prepare(const char *fn, const mhla_config *cfg_in, const float *q, const float *k, const float *v,
+                           const float *mixing, const double *out, mhla_config *cfg, mhla_shape *s)
+{
+    mhla_status st = MHLA_OK;
+    char msg[512];
+    MHLA_FAIL_IF(st, !cfg_in, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
+    MHLA_FAIL_IF(st, !q || !k || !v || !mixing || !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: a tensor pointer is NULL",
+                 fn);
+    st = mhla__config_validate(cfg_in, s, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "%s", msg);
+    *cfg = *cfg_in;
+    mhla__config_resolve(cfg);
+cleanup:
+    return st;
+}
+
 mhla_status mhla_reference_forward_varlen(const mhla_config *cfg_in, const float *q, const float *k, const float *v,
                                           const float *mixing, const int32_t *cu_seqlens, size_t num_seqs,
                                           double *out)
@@ -122,13 +140,7 @@ mhla_status mhla_reference_forward_varlen(const mhla_config *cfg_in, const float
     mhla_config cfg;
     mhla_shape s;
     char msg[512];
-    MHLA_FAIL_IF(st, !cfg_in, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_reference_forward_varlen: config is NULL");
-    MHLA_FAIL_IF(st, !q || !k || !v || !mixing || !out, NULL, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_reference_forward_varlen: a tensor pointer is NULL");
-    st = mhla__config_validate(cfg_in, &s, msg, sizeof msg);
-    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "mhla_reference_forward_varlen: %s", msg);
-    cfg = *cfg_in;
-    mhla__config_resolve(&cfg);
+    MHLA_FORWARD_IF_ERROR(st, prepare("mhla_reference_forward_varlen", cfg_in, q, k, v, mixing, out, &cfg, &s));
     MHLA_FAIL_IF(st, !cfg.varlen, NULL, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_reference_forward_varlen: the config is not varlen (causal = 1, varlen = 1)");
     st = mhla__cu_seqlens_check(cu_seqlens, num_seqs, s.n, cfg.chunk, cfg.mixing_rows, msg, sizeof msg);
@@ -148,16 +160,9 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
     mhla_status st = MHLA_OK;
     mhla_config cfg;
     mhla_shape s;
-    char msg[512];
     double *S = NULL, *Smix = NULL, *qt = NULL, *dots = NULL;
 
-    MHLA_FAIL_IF(st, !cfg_in, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_reference_forward: config is NULL");
-    MHLA_FAIL_IF(st, !q || !k || !v || !mixing || !out, NULL, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_reference_forward: a tensor pointer is NULL");
-    st = mhla__config_validate(cfg_in, &s, msg, sizeof msg);
-    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "%s", msg);
-    cfg = *cfg_in;
-    mhla__config_resolve(&cfg);
+    MHLA_FORWARD_IF_ERROR(st, prepare("mhla_reference_forward", cfg_in, q, k, v, mixing, out, &cfg, &s));
     if (cfg.causal) {
         MHLA_FAIL_IF(st, cfg.varlen, NULL, MHLA_ERR_INVALID_ARGUMENT,
                      "mhla_reference_forward: a varlen config needs mhla_reference_forward_varlen()");

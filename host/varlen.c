@@ -5,14 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(cond, code, ...)                                                                      \
-    do {                                                                                            \
-        if (!(cond)) {                                                                              \
-            if (msg && msg_size)                                                                    \
-                snprintf(msg, msg_size, __VA_ARGS__);                                               \
-            return (code);                                                                          \
-        }                                                                                           \
-    } while (0)
+#define CHECK MHLA_CHECK_MSG
 
 mhla_status mhla__cu_seqlens_check(const int32_t *cu, size_t num_seqs, int64_t total, int64_t chunk, int64_t rows,
                                    char *msg, size_t msg_size)
@@ -45,7 +38,6 @@ mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, c
     mhla_status st = MHLA_OK;
     mhla_context *ctx = NULL;
     mhla_chunk_tables tables;
-    cl_mem chunks = NULL, tiles = NULL;
     char msg[512];
     memset(&tables, 0, sizeof tables);
 
@@ -65,16 +57,10 @@ mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, c
                                                          (int64_t)cu_seqlens[s + 1] - cu_seqlens[s], 0,
                                                          (int64_t)tables.n_chunks, plan->cfg.chunk, &kern->tiling));
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, tables.n_chunks));
-    MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &tables, &chunks, &tiles));
     const mhla_causal_plan *cp = plan->causal;
-    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, chunks, tiles, &tables, cp->sums, cp->pref};
-    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(kern, &run, num_wait, wait, done));
+    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, NULL, NULL, &tables, cp->sums, cp->pref};
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_once(kern, &run, num_wait, wait, done));
 cleanup:
-    /* Enqueued kernels hold their own references to the tables. */
-    if (chunks)
-        clReleaseMemObject(chunks);
-    if (tiles)
-        clReleaseMemObject(tiles);
     mhla__chunk_tables_free(&tables);
     return st;
 }

@@ -257,8 +257,10 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
 void mhla_plan_destroy(mhla_plan *plan);
 
 /*! mhla_plan_workspace_size() : bytes of device memory the plan owns for intermediate results
- * (block summaries and their mixtures: O(B*H*M*Dk*Dv)); 0 for NULL. Host staging buffers of
- * mhla_forward_host() are allocated on its first call and not counted here. */
+ * (block summaries and their mixtures: O(B*H*M*Dk*Dv); causal plans: chunk summaries and prefix
+ * mixtures, grown by a varlen call that needs more chunks); 0 for NULL. Host staging buffers of
+ * mhla_forward_host() and CLBlast's temporary buffer of the causal prefix GEMMs are allocated on
+ * first use and not counted here. */
 size_t mhla_plan_workspace_size(const mhla_plan *plan);
 
 /*! mhla_plan_config() : the plan's configuration with defaults resolved (scale, mixing_rows);
@@ -291,13 +293,14 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
  * row-major (Mc[i][b]), out like v. `out` must not be q, k, v or mixing. Each buffer's
  * CL_MEM_SIZE is checked against mhla_plan_tensor_bytes().
  * Causal plans (cfg.causal = 1, varlen 0) run the chunk form of SPEC.md "Causal MHLA" instead:
- * per-chunk summaries, the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j (one launch over all
- * chunks, reading only the strictly lower triangle), and the output (q~ P_i plus Mc[i,i] times
- * the masked intra-chunk attention). `mixing` is then mixing_rows x mixing_rows (row-major, leading
- * dimension mixing_rows) of which only the lower triangle of the leading ceil(N/C) x ceil(N/C)
- * block is read: entries above the diagonal may hold anything, NaN included. Each batch element
- * is one sequence. Varlen plans are refused (use mhla_forward_varlen()). An output depends only
- * on its own and earlier tokens, NaN and Inf included.
+ * per-chunk summaries, the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j (the chunks of a row's
+ * own block (32 chunks) in one kernel launch, the earlier blocks as CLBlast SGEMMs; only the strictly
+ * lower triangle of Mc and only earlier chunks are read), and the output (q~ P_i plus Mc[i,i]
+ * times the masked intra-chunk attention). `mixing` is then mixing_rows x mixing_rows
+ * (row-major) of which only the lower triangle of the leading ceil(N/C) x ceil(N/C) block is
+ * read: entries above the diagonal may hold anything, NaN included. Each batch element is one
+ * sequence. Varlen plans are refused (use mhla_forward_varlen()). An output depends only on its
+ * own and earlier tokens, NaN and Inf included.
  * @num_wait, @wait: events the first stage waits for (may be 0/NULL).
  * @done: if not NULL, receives an event that completes with the output (caller releases it).
  * Nothing waits for the device: the call returns once the work is enqueued. The plan's
@@ -334,8 +337,9 @@ mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, con
 
 /*! mhla_forward_varlen() :
  * Enqueues the causal chunk form over a packed batch; otherwise as mhla_forward() (buffers
- * checked, events, nothing waits for the device). The offsets are copied during the call.
- * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (plan not varlen, bad offsets, NULL), 
+ * checked against the plan's total, events, nothing waits for the device). The offsets are read
+ * during the call only. Thread-safety: as mhla_forward().
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (plan not varlen, bad offsets, NULL),
  *         MHLA_ERR_SEQUENCE_TOO_LONG, MHLA_ERR_BUFFER_TOO_SMALL, or a device failure. */
 mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                 const int32_t *cu_seqlens, size_t num_seqs, cl_mem out,
@@ -463,7 +467,8 @@ mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size);
  * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT (bad magic, version, byte order, header, a config
  *         field that differs, named with both values; size larger than the header says);
  *         MHLA_ERR_BUFFER_TOO_SMALL (truncated); MHLA_ERR_CAPACITY_EXCEEDED (the state's position
- *         is past this decoder's capacity). On failure the decoder is unchanged. */
+ *         is past this decoder's capacity); a device failure. A state that fails validation
+ *         leaves the decoder unchanged; after a device failure its state is undefined (reset it). */
 mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------ */

@@ -32,6 +32,36 @@ mhla_context *test_context(void)
     return ctx;
 }
 
+int context_setup(void **state)
+{
+    *state = test_context();
+    return *state ? 0 : -1;
+}
+
+int context_teardown(void **state)
+{
+    mhla_context_destroy(*state);
+    return 0;
+}
+
+int unset_tiling(void **state)
+{
+    (void)state;
+    unsetenv("MHLA_CAUSAL_TILING");
+    return 0;
+}
+
+void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status want, const char *text)
+{
+    mhla_plan *plan = (mhla_plan *)0x1;
+    mhla_status st = mhla_plan_create(ctx, cfg, &plan);
+    if (st != want)
+        fail_msg("expected %s, got %s: %s", mhla_status_name(want), mhla_status_name(st), mhla_context_message(ctx));
+    assert_null(plan);
+    assert_message_has(ctx, text);
+    assert_string_equal(mhla_last_message(), mhla_context_message(ctx));
+}
+
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv)
 {
     mhla_config cfg;

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* strstr in assert_message_has */
 
 /* SPEC.md "Accuracy the tests hold", f32 storage. */
 double spec_tolerance_f32(int64_t n);
@@ -42,6 +43,25 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
 
 /* A context on the default device (MHLA_DEVICE honoured), or a failed cmocka assertion. */
 mhla_context *test_context(void);
+
+/* cmocka group setup and teardown: *state is a test_context(). */
+int context_setup(void **state);
+int context_teardown(void **state);
+
+/* Teardown of a test that sets MHLA_CAUSAL_TILING: a failed check leaves the test early, and the
+ * override must not outlive it. */
+int unset_tiling(void **state);
+
+/* The context's last message mentions `text`. */
+#define assert_message_has(ctx, text)                                                               \
+    do {                                                                                            \
+        if (!strstr(mhla_context_message(ctx), (text)))                                             \
+            fail_msg("message '%s' does not mention '%s'", mhla_context_message(ctx), (text));      \
+    } while (0)
+
+/* plan_create on `cfg` must fail with `want`, mention `text`, leave *out NULL, and leave the same
+ * message in mhla_last_message(). */
+void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status want, const char *text);
 
 /* A config for an N-token 1D sequence with M blocks (other fields at their defaults). */
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv);

@@ -13,26 +13,6 @@
 
 #include <cmocka.h>
 
-static int setup(void **state)
-{
-    *state = test_context();
-    return *state ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    mhla_context_destroy(*state);
-    return 0;
-}
-
-/* A failed check leaves a test early: the tiling override must not outlive it. */
-static int unset_tiling(void **state)
-{
-    (void)state;
-    unsetenv("MHLA_CAUSAL_TILING");
-    return 0;
-}
-
 /* Device forward vs reference within SPEC.md's f32 tolerance; returns the error. */
 static double expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                            const char *label)
@@ -272,22 +252,6 @@ static void test_odd_tiling(void **state)
     print_message("causal odd tiling: worst max_rel_err vs reference %.3g\n", worst);
 }
 
-#define assert_message_has(ctx, text)                                                               \
-    do {                                                                                            \
-        if (!strstr(mhla_context_message(ctx), (text)))                                             \
-            fail_msg("message '%s' does not mention '%s'", mhla_context_message(ctx), (text));      \
-    } while (0)
-
-static void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status want, const char *text)
-{
-    mhla_plan *plan = NULL;
-    mhla_status st = mhla_plan_create(ctx, cfg, &plan);
-    if (st != want)
-        fail_msg("expected %s, got %s: %s", mhla_status_name(want), mhla_status_name(st), mhla_context_message(ctx));
-    assert_null(plan);
-    assert_message_has(ctx, text);
-}
-
 /* Configurations the causal plan refuses, each naming the values. */
 static void test_plan_errors(void **state)
 {
@@ -335,5 +299,5 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_plan_errors),
     };
-    return cmocka_run_group_tests_name("causal", tests, setup, teardown);
+    return cmocka_run_group_tests_name("causal", tests, context_setup, context_teardown);
 }

@@ -13,32 +13,6 @@
 
 #include <cmocka.h>
 
-static int setup(void **state)
-{
-    *state = test_context();
-    return *state ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    mhla_context_destroy(*state);
-    return 0;
-}
-
-/* A failed check leaves a test early: the tiling override must not outlive it. */
-static int unset_tiling(void **state)
-{
-    (void)state;
-    unsetenv("MHLA_CAUSAL_TILING");
-    return 0;
-}
-
-#define assert_message_has(ctx, text)                                                               \
-    do {                                                                                            \
-        if (!strstr(mhla_context_message(ctx), (text)))                                             \
-            fail_msg("message '%s' does not mention '%s'", mhla_context_message(ctx), (text));      \
-    } while (0)
-
 /* Feeds tokens [t0, t0 + n) of the full inputs to the decoder (prefill or n steps) and places its
  * outputs at the same tokens of `out`. */
 static mhla_status feed(mhla_decoder *dec, const mhla_config *cfg, const test_inputs *in, int64_t t0, int64_t n,
@@ -499,5 +473,5 @@ int main(void)
         cmocka_unit_test(test_device_calls),
         cmocka_unit_test(test_create_errors),
     };
-    return cmocka_run_group_tests_name("decoder", tests, setup, teardown);
+    return cmocka_run_group_tests_name("decoder", tests, context_setup, context_teardown);
 }

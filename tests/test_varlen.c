@@ -13,32 +13,6 @@
 
 #include <cmocka.h>
 
-static int setup(void **state)
-{
-    *state = test_context();
-    return *state ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    mhla_context_destroy(*state);
-    return 0;
-}
-
-/* A failed check leaves a test early: the tiling override must not outlive it. */
-static int unset_tiling(void **state)
-{
-    (void)state;
-    unsetenv("MHLA_CAUSAL_TILING");
-    return 0;
-}
-
-#define assert_message_has(ctx, text)                                                               \
-    do {                                                                                            \
-        if (!strstr(mhla_context_message(ctx), (text)))                                             \
-            fail_msg("message '%s' does not mention '%s'", mhla_context_message(ctx), (text));      \
-    } while (0)
-
 /* The issue's lengths {1, 63, 64, 65, 300} around C = 64. */
 static const int32_t cu_issue[] = {0, 1, 64, 128, 193, 493};
 
@@ -323,5 +297,5 @@ int main(void)
         cmocka_unit_test(test_varlen_events),
         cmocka_unit_test(test_varlen_errors),
     };
-    return cmocka_run_group_tests_name("varlen", tests, setup, teardown);
+    return cmocka_run_group_tests_name("varlen", tests, context_setup, context_teardown);
 }
