@@ -68,7 +68,7 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
                 "clGetKernelWorkGroupInfo(causal_output)");
     MHLA_FAIL_IF(st, kwg < (size_t)c->tiling.lws, ctx, MHLA_ERR_UNSUPPORTED,
                  "causal_output is built for work-groups of %d work-items but %s allows %zu for it; "
-                 "set MHLA_CAUSAL_TILING=tq,kt,lws,prefix_rows with lws <= %zu",
+                 "set MHLA_CAUSAL_TILING (host/causal_tuning.c) with lws <= %zu",
                  c->tiling.lws, ctx->device_name, kwg, kwg);
     if (with_step) {
         MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "decoder", &opts, &prog));

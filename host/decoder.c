@@ -224,9 +224,14 @@ cleanup:
     return st;
 }
 
-/* n tokens: recurrent steps up to the next chunk boundary, then the chunk path, which writes the
- * new chunks' summaries into their slots and, when it ends inside a chunk, leaves that chunk's
- * P_i in `prefix` for the steps that follow. */
+/* Chunks one chunk-path run of a prefill takes at most: the prefix-mixture rows it needs stay
+ * bounded (a 32k-token prompt would otherwise want 512 of them next to the 512 summaries). */
+#define PREFILL_RUN_CHUNKS 64
+
+/* n tokens: recurrent steps up to the next chunk boundary, then the chunk path in runs of at most
+ * PREFILL_RUN_CHUNKS chunks, each writing its chunks' summaries into their slots (the next run's
+ * prefix mixtures read them); when the last run ends inside a chunk, that chunk's P_i goes to
+ * `prefix` for the steps that follow. */
 static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t n, cl_uint num_wait,
                                    const cl_event *wait, cl_event *done)
 {
@@ -235,6 +240,7 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
     mhla_causal *c = dec->kern;
     const int64_t C = c->cfg.chunk, into = dec->position % C;
     const int64_t head = into == 0 ? 0 : (n < C - into ? n : C - into);
+    const size_t slot_bytes = c->slot_floats * sizeof(float);
     mhla_chunk_tables tables;
     memset(&tables, 0, sizeof tables);
 
@@ -243,20 +249,20 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         MHLA_FORWARD_IF_ERROR(st, step_enqueue(dec, bufs, n, u, u == 0 ? num_wait : 0, u == 0 ? wait : NULL, NULL));
     }
-    if (head < n) {
-        const int64_t first = dec->position / C;
-        MHLA_FORWARD_IF_ERROR(
-            st, mhla__chunk_tables_add(ctx, &tables, head, n - head, first, 0, C, &c->tiling));
+    for (int64_t u = head; u < n;) {
+        const int64_t len = n - u < PREFILL_RUN_CHUNKS * C ? n - u : PREFILL_RUN_CHUNKS * C;
+        mhla__chunk_tables_free(&tables);
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &tables, u, len, dec->position / C, 0, C, &c->tiling));
         MHLA_FORWARD_IF_ERROR(st, reserve_pref_work(dec, tables.n_chunks));
         mhla_causal_run run = {bufs[MHLA_TENSOR_Q], bufs[MHLA_TENSOR_K], bufs[MHLA_TENSOR_V], bufs[MHLA_TENSOR_MIXING],
                                bufs[MHLA_TENSOR_OUT], n, NULL, NULL, &tables, dec->sums, dec->pref_work};
-        if (head > 0)
+        const int first = u == 0;
+        if (!first)
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_once(c, &run, head == 0 ? num_wait : 0,
-                                                            head == 0 ? wait : NULL, NULL));
-        dec->position += n - head;
-        if (dec->position % C != 0) {
-            const size_t slot_bytes = c->slot_floats * sizeof(float);
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_once(c, &run, first ? num_wait : 0, first ? wait : NULL, NULL));
+        dec->position += len;
+        u += len;
+        if (u == n && dec->position % C != 0) {
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
             MHLA_CL_TRY(st, ctx,
                         clEnqueueCopyBuffer(ctx->queue, dec->pref_work, dec->prefix, (tables.n_chunks - 1) * slot_bytes,

@@ -369,7 +369,8 @@ typedef struct mhla_decoder mhla_decoder;
  *   are ignored. mixing_rows: rows of the Mc the calls pass; 0 = ceil(capacity / chunk).
  * @capacity_tokens: the most tokens the decoder will hold (>= 1, <= chunk * mixing_rows, else
  *   MHLA_ERR_SEQUENCE_TOO_LONG naming both); its state takes ceil(capacity / chunk) summaries of
- *   B*H*Dk*(Dv + 1 for paper) floats on the device.
+ *   B*H*Dk*(Dv + 1 for paper) floats on the device, plus one prefix mixture; a prefill adds up to
+ *   64 more (its chunk path runs 64 chunks at a time), allocated on first use and kept.
  * @out: receives the handle, NULL on failure.
  * @return MHLA_OK, a validation status, MHLA_ERR_BUILD_FAILED, MHLA_ERR_OUT_OF_DEVICE_MEMORY. */
 mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg, int64_t capacity_tokens,

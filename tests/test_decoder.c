@@ -178,6 +178,27 @@ static void test_odd_tiling(void **state)
     print_message("decoder, odd tiling: worst max_rel_err vs chunk run %.3g\n", worst);
 }
 
+/* A prompt of more chunks than one chunk-path run takes (64): 151 chunks of 2 tokens, from the
+ * start and from inside a chunk; later runs read the summaries the earlier runs wrote. */
+static void test_long_prefill(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 2, 301, 2, 8, 8);
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    test_inputs in;
+    assert_int_equal(make_inputs(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 75, &in), MHLA_OK);
+    float *chunk_f = NULL;
+    double *chunk = chunk_run(ctx, &cfg, &in, &chunk_f);
+    float *whole = run_schedule(ctx, &cfg, &in, "p301");
+    assert_memory_equal(whole, chunk_f, in.nv * sizeof *whole); /* the same kernels and summation order */
+    float *split = run_schedule(ctx, &cfg, &in, "s3 p290 s8");
+    const double err = mhla_max_rel_err(split, chunk, in.nv);
+    if (!(err <= 1e-5))
+        fail_msg("s3 p290 s8 vs chunk run: %.3g", err);
+    free(whole), free(split), free(chunk_f), free(chunk);
+    free_inputs(&in);
+}
+
 /* Save at a mid-chunk position and at a chunk boundary, restore into another decoder (of another
  * capacity) and continue: bit for bit the same outputs as the original decoder, and the chunk
  * form's. Fork: the restored decoder continues with other tokens, checked against the reference
@@ -467,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_decode_equals_chunk),
         cmocka_unit_test(test_prompt_then_decode),
         cmocka_unit_test_teardown(test_odd_tiling, unset_tiling),
+        cmocka_unit_test(test_long_prefill),
         cmocka_unit_test(test_state_save_restore),
         cmocka_unit_test(test_state_errors),
         cmocka_unit_test(test_capacity),
