@@ -64,6 +64,10 @@ mhla_status mhla__context_read_device(mhla_context *ctx)
     cver[sizeof cver - 1] = '\0';
     parse_c_version(cver, &lim->opencl_c_major, &lim->opencl_c_minor);
     lim->has_fp16 = mhla__device_has_extension(dev, "cl_khr_fp16");
+    cl_uint cu = 0;
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL),
+                "clGetDeviceInfo(CL_DEVICE_MAX_COMPUTE_UNITS)");
+    lim->compute_units = cu ? cu : 1;
     ctx->device_name[sizeof ctx->device_name - 1] = '\0';
     ctx->vendor[sizeof ctx->vendor - 1] = '\0';
     ctx->driver_version[sizeof ctx->driver_version - 1] = '\0';
@@ -77,16 +81,11 @@ mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
     mhla_status st = MHLA_OK;
     mhla_context *ctx = NULL;
     mhla_device_ref ref;
-    const char *source = "device spec";
     cl_int err = CL_SUCCESS;
 
     MHLA_FAIL_IF(st, !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_create: out is NULL");
     *out = NULL;
-    if (!device_spec || !*device_spec) {
-        device_spec = getenv("MHLA_DEVICE");
-        source = "MHLA_DEVICE";
-    }
-    MHLA_FORWARD_IF_ERROR(st, mhla__device_select(device_spec, source, &ref));
+    MHLA_FORWARD_IF_ERROR(st, mhla__device_select(device_spec, &ref));
     ctx = calloc(1, sizeof *ctx);
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a context");
     ctx->device = ref.device;
@@ -172,20 +171,55 @@ cleanup:
     return st;
 }
 
-size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want)
+static size_t kernel_wg_limit(mhla_context *ctx, cl_kernel kernel)
 {
     size_t kwg = 0;
     if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) !=
             CL_SUCCESS ||
         kwg == 0)
         kwg = 1;
-    size_t lim = ctx->limits.max_work_group_size;
-    if (ctx->limits.max_work_item_sizes[0] && ctx->limits.max_work_item_sizes[0] < lim)
-        lim = ctx->limits.max_work_item_sizes[0];
-    if (kwg < lim)
-        lim = kwg;
-    size_t ls = want < lim ? want : lim;
+    return kwg < ctx->limits.max_work_group_size ? kwg : ctx->limits.max_work_group_size;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want)
+{
+    size_t lim = kernel_wg_limit(ctx, kernel);
+    if (ctx->limits.max_work_item_sizes[0])
+        lim = min_size(lim, ctx->limits.max_work_item_sizes[0]);
+    const size_t ls = min_size(want, lim);
     return ls ? ls : 1;
+}
+
+void mhla__local_size_3d(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want, size_t local[3])
+{
+    size_t total = min_size(want, kernel_wg_limit(ctx, kernel));
+    if (total == 0)
+        total = 1;
+    for (int i = 0; i < 3; ++i) {
+        size_t l = min_size(extent[i] ? extent[i] : 1, total);
+        if (ctx->limits.max_work_item_sizes[i])
+            l = min_size(l, ctx->limits.max_work_item_sizes[i]);
+        local[i] = l ? l : 1;
+        total /= local[i];
+        if (total == 0)
+            total = 1;
+    }
+}
+
+mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t extent[3],
+                         const size_t local[3], cl_uint num_wait, const cl_event *wait, cl_event *done,
+                         const char *what)
+{
+    mhla_status st = MHLA_OK;
+    size_t global[3];
+    for (cl_uint i = 0; i < dims; ++i)
+        global[i] = mhla__round_up(extent[i], local[i]);
+    MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, num_wait, wait, done),
+                what);
+cleanup:
+    return st;
 }
 
 mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,

@@ -49,6 +49,7 @@ mhla_status mhla__devices(mhla_device_ref **out, size_t *count)
             refs[n].device = devs[d];
             refs[n].platform_index = (int)p;
             refs[n].device_index = (int)d;
+            refs[n].index = n;
             ++n;
         }
         free(devs);
@@ -128,12 +129,18 @@ void mhla__device_label(const mhla_device_ref *ref, char *buf, size_t size)
     snprintf(buf, size, "%s %s", pname, dname);
 }
 
-mhla_status mhla__device_select(const char *spec, const char *source, mhla_device_ref *out)
+mhla_status mhla__device_select(const char *spec, mhla_device_ref *out)
 {
     mhla_status st = MHLA_OK;
     mhla_device_ref *refs = NULL;
     size_t count = 0, pick = (size_t)-1;
     char list[2048] = "";
+    const char *source = "device spec";
+
+    if (!spec || !*spec) {
+        spec = getenv("MHLA_DEVICE");
+        source = "MHLA_DEVICE";
+    }
 
     MHLA_FORWARD_IF_ERROR(st, mhla__devices(&refs, &count));
     MHLA_FAIL_IF(st, count == 0, NULL, MHLA_ERR_DEVICE_NOT_FOUND,
@@ -253,5 +260,17 @@ mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *c
     *count = n;
 cleanup:
     free(refs);
+    return st;
+}
+
+mhla_status mhla_device_selected(const char *device_spec, size_t *index)
+{
+    mhla_status st = MHLA_OK;
+    mhla_device_ref ref;
+
+    MHLA_FAIL_IF(st, !index, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_device_selected: index is NULL");
+    MHLA_FORWARD_IF_ERROR(st, mhla__device_select(device_spec, &ref));
+    *index = ref.index;
+cleanup:
     return st;
 }

@@ -77,6 +77,7 @@ typedef struct mhla_device_limits {
     int opencl_c_major; /* from CL_DEVICE_OPENCL_C_VERSION */
     int opencl_c_minor;
     int has_fp16;
+    unsigned compute_units;
     cl_device_type type;
 } mhla_device_limits;
 
@@ -145,6 +146,13 @@ extern const size_t mhla__embedded_kernel_count;
 
 /* Local size for a 1D-tiled launch: `want` clamped to the kernel's and the device's limits. */
 size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want);
+/* Local size for a 3D launch over `extent`: up to `want` work-items, filling dimension 0 first,
+ * within CL_KERNEL_WORK_GROUP_SIZE and the device's per-dimension limits. */
+void mhla__local_size_3d(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want, size_t local[3]);
+/* Enqueues `kernel` over `extent` rounded up to `local` (kernels guard the excess work-items). */
+mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t extent[3],
+                         const size_t local[3], cl_uint num_wait, const cl_event *wait, cl_event *done,
+                         const char *what);
 /* Rounds x up to a multiple of m (m > 0). */
 static inline size_t mhla__round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 /* Sets kernel argument `index` and records a failure naming the kernel and argument. */
@@ -153,6 +161,30 @@ static inline size_t mhla__round_up(size_t x, size_t m) { return (x + m - 1) / m
                 "clSetKernelArg(" #kernel ", " #index ")")
 /* Orders the next stage after the previous one on an out-of-order queue; a no-op otherwise. */
 mhla_status mhla__stage_barrier(mhla_context *ctx);
+
+/* ---- tuning -------------------------------------------------------------------------------- */
+
+/* Per-device tile parameters (host/tuning.c). The widths are upper bounds: a plan takes the
+ * largest power of two not above them that divides its head dimension. */
+typedef struct mhla_tuning {
+    int sum_rd;        /* summary: key rows per work-item */
+    int sum_ve;        /* summary: vector width along the value columns */
+    int sum_nv;        /* summary: value vectors per work-item */
+    int out_rt;        /* output: tokens per work-item */
+    int out_ve;        /* output: vector width along the output columns */
+    int out_nv;        /* output: output vectors per token per work-item */
+    int out_dc;        /* output: key dimensions loaded per step (vector width) */
+    int wg;            /* work-group size aimed at */
+    int groups_per_cu; /* work-groups per compute unit before long blocks are split */
+    int split_min_len; /* shortest block segment worth its own work-group */
+    int mix_kernel;    /* mixing: 1 = kernels/mixing.cl, 0 = CLBlast SGEMM */
+    int mix_mr;        /* mixing kernel: rows per work-item */
+    int mix_nv;        /* mixing kernel: 16-wide vectors per row per work-item */
+} mhla_tuning;
+
+mhla_status mhla__tuning_lookup(mhla_context *ctx, mhla_tuning *out);
+/* Largest power of two <= cap dividing n. */
+int mhla__pow2_divisor(int64_t n, int cap);
 
 /* ---- plan -------------------------------------------------------------------------------- */
 
@@ -175,7 +207,7 @@ void mhla__config_resolve(mhla_config *cfg);
 
 /* Mirror of kernels/common.h's mhla_grid, passed by value to every kernel. */
 typedef struct mhla_grid_args {
-    cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh;
+    cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh, run;
 } mhla_grid_args;
 
 struct mhla_plan {
@@ -183,13 +215,19 @@ struct mhla_plan {
     mhla_config cfg; /* resolved */
     mhla_shape shape;
     mhla_grid_args grid;
+    mhla_tuning tuning;
+    int sum_rd, sum_ve, sum_nv, out_rt, out_ve, out_nv, out_dc; /* tiles in use (divide Dk, Dv) */
+    int splits, split_len;              /* block segments summed separately, then reduced */
     cl_kernel k_summary;
+    cl_kernel k_reduce; /* splits > 1 only */
     cl_kernel k_official_dots; /* official normalizer only */
     cl_kernel k_output;
-    size_t lws_summary, lws_output, lws_dots;
-    /* workspace */
-    cl_mem summary; /* [M][B*H][Dk][Dv+1]: S_b with z_b as the last column */
-    cl_mem mixed;   /* same layout: S~_i, z~_i */
+    cl_kernel k_mixing; /* tuning.mix_kernel only */
+    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_reduce, lws_dots;
+    /* workspace: summaries are M rows of B*H*Dk*(Dv+1) floats (kernels/common.h) */
+    cl_mem partial; /* splits > 1: M*splits rows of segment summaries */
+    cl_mem summary; /* S_b and z_b */
+    cl_mem mixed;   /* S~_i and z~_i */
     cl_mem dots;    /* official: [M][B*H][Nb] q~_{b,p} . z_b */
     cl_mem den;     /* official: [M][B*H][Nb] mixed denominators */
     cl_mem gemm_temp;
@@ -204,7 +242,7 @@ struct mhla_plan {
 mhla_status mhla__block_summary_setup(mhla_plan *plan, const mhla_build_opts *opts);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait);
-mhla_status mhla__mixing_setup(mhla_plan *plan);
+mhla_status mhla__mixing_setup(mhla_plan *plan, const mhla_build_opts *opts);
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
 mhla_status mhla__output_setup(mhla_plan *plan, const mhla_build_opts *opts);
 /* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */

@@ -1,6 +1,7 @@
-/* Stage 2: the mixing S~_i = sum_b Mc[i,b] S_b as one CLBlast SGEMM over [M, B*H*Dk*(Dv+1)]
- * (S and z together, since z is the summary's last column), plus the official normalizer's
- * denominators as a second SGEMM over [M, B*H*Nb]. */
+/* Stage 2: the mixing S~_i = sum_b Mc[i,b] S_b as one SGEMM over [M, B*H*Dk*(Dv+1)] (S and z
+ * together: a summary row holds both), plus the official normalizer's denominators as a second
+ * SGEMM over [M, B*H*Nb]. CLBlast runs them, or kernels/mixing.cl where the device's tuning says
+ * so (host/tuning.c). */
 #include "internal.h"
 
 #include <clblast_c.h>
@@ -58,10 +59,19 @@ static size_t summary_cols(const mhla_plan *plan)
 }
 static size_t dots_cols(const mhla_plan *plan) { return (size_t)plan->shape.bh * (size_t)plan->shape.nb; }
 
-mhla_status mhla__mixing_setup(mhla_plan *plan)
+mhla_status mhla__mixing_setup(mhla_plan *plan, const mhla_build_opts *opts)
 {
     mhla_status st = MHLA_OK;
     size_t m = (size_t)plan->shape.m, t1 = 0, t2 = 0;
+    cl_program prog = NULL;
+    if (plan->tuning.mix_kernel) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_get(plan->ctx, "mixing", opts, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "mixing_gemm", &plan->k_mixing));
+        const size_t cols = (size_t)plan->tuning.mix_nv * 16, rows = (size_t)plan->tuning.mix_mr;
+        const size_t extent[3] = {(summary_cols(plan) + cols - 1) / cols, (m + rows - 1) / rows, 1};
+        mhla__local_size_3d(plan->ctx, plan->k_mixing, extent, (size_t)plan->tuning.wg, plan->lws_mixing);
+        goto cleanup;
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_temp_bytes(plan->ctx, m, summary_cols(plan), m, &t1));
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_temp_bytes(plan->ctx, m, dots_cols(plan), m, &t2));
@@ -73,17 +83,38 @@ cleanup:
     return st;
 }
 
+/* C[m x x] = mixing[m x m] * B[m x x] with the plan's GEMM. */
+static mhla_status mix(mhla_plan *plan, cl_mem mixing, cl_mem b, cl_mem c, size_t x)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const cl_int m = (cl_int)plan->shape.m;
+    const cl_long xl = (cl_long)x;
+    if (!plan->k_mixing)
+        return mhla__sgemm(ctx, (size_t)m, x, (size_t)m, mixing, 0, b, 0, c, 0, plan->gemm_temp, NULL);
+    const size_t cols = (size_t)plan->tuning.mix_nv * 16, rows = (size_t)plan->tuning.mix_mr;
+    const size_t extent[3] = {(x + cols - 1) / cols, ((size_t)m + rows - 1) / rows, 1};
+    MHLA_SET_ARG(st, ctx, plan->k_mixing, 0, mixing);
+    MHLA_SET_ARG(st, ctx, plan->k_mixing, 1, m);
+    MHLA_SET_ARG(st, ctx, plan->k_mixing, 2, b);
+    MHLA_SET_ARG(st, ctx, plan->k_mixing, 3, c);
+    MHLA_SET_ARG(st, ctx, plan->k_mixing, 4, m);
+    MHLA_SET_ARG(st, ctx, plan->k_mixing, 5, m);
+    MHLA_SET_ARG(st, ctx, plan->k_mixing, 6, xl);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_mixing, 2, extent, plan->lws_mixing, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(mixing_gemm)"));
+cleanup:
+    return st;
+}
+
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
 {
     mhla_status st = MHLA_OK;
-    size_t m = (size_t)plan->shape.m;
-    MHLA_FORWARD_IF_ERROR(st, mhla__sgemm(plan->ctx, m, summary_cols(plan), m, mixing, 0, plan->summary, 0,
-                                          plan->mixed, 0, plan->gemm_temp, NULL));
+    MHLA_FORWARD_IF_ERROR(st, mix(plan, mixing, plan->summary, plan->mixed, summary_cols(plan)));
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         /* Both GEMMs share the temporary buffer; an out-of-order queue must not overlap them. */
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
-        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm(plan->ctx, m, dots_cols(plan), m, mixing, 0, plan->dots, 0,
-                                              plan->den, 0, plan->gemm_temp, NULL));
+        MHLA_FORWARD_IF_ERROR(st, mix(plan, mixing, plan->dots, plan->den, dots_cols(plan)));
     }
 cleanup:
     return st;

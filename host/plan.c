@@ -24,9 +24,31 @@ void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling,
     }
 }
 
+/* The non-causal kernels' flags: the shared ones, then the plan's tiles. */
 static void plan_build_options(const mhla_plan *plan, mhla_build_opts *opts)
 {
     mhla__build_options(&plan->cfg, NULL, opts);
+    mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d", plan->sum_rd, plan->sum_ve, plan->sum_nv);
+    mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d", plan->out_rt, plan->out_ve,
+                   plan->out_nv, plan->out_dc);
+    mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_NV=%d", plan->tuning.mix_mr, plan->tuning.mix_nv);
+}
+
+/* Tiles from the device's tuning, cut down to what divides this plan's head dimensions. */
+static mhla_status choose_tiles(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_tuning *t = &plan->tuning;
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(plan->ctx, t));
+    plan->sum_rd = mhla__pow2_divisor(plan->cfg.dk, t->sum_rd > 16 ? 16 : t->sum_rd);
+    plan->sum_ve = mhla__pow2_divisor(plan->cfg.dv, t->sum_ve > 16 ? 16 : t->sum_ve);
+    plan->sum_nv = mhla__pow2_divisor(plan->cfg.dv / plan->sum_ve, t->sum_nv);
+    plan->out_rt = t->out_rt;
+    plan->out_ve = mhla__pow2_divisor(plan->cfg.dv, t->out_ve > 16 ? 16 : t->out_ve);
+    plan->out_nv = mhla__pow2_divisor(plan->cfg.dv / plan->out_ve, t->out_nv);
+    plan->out_dc = mhla__pow2_divisor(plan->cfg.dk, t->out_dc > 16 ? 16 : t->out_dc);
+cleanup:
+    return st;
 }
 
 static void fill_grid(mhla_plan *plan)
@@ -46,6 +68,14 @@ static void fill_grid(mhla_plan *plan)
     g->nb = (cl_int)s->nb;
     g->m = (cl_int)s->m;
     g->bh = (cl_int)s->bh;
+    /* A block's positions are consecutive tokens along w; along whole rows when the block spans
+     * the image's width; along whole frames when it also spans the height (all of a 1D block). */
+    g->run = (cl_int)s->pw;
+    if (s->pw == c->seq_w) {
+        g->run *= (cl_int)s->ph;
+        if (s->ph == c->seq_h)
+            g->run *= (cl_int)s->pt;
+    }
 }
 
 static mhla_status create_workspace(mhla_plan *plan)
@@ -71,7 +101,7 @@ static mhla_status create_workspace(mhla_plan *plan)
         MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,
                                                       "the official normalizer's denominators", &plan->den));
     }
-    plan->workspace_bytes = total;
+    plan->workspace_bytes += total;
 cleanup:
     return st;
 }
@@ -98,11 +128,12 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
     if (plan->cfg.causal) {
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
     } else {
+        MHLA_FORWARD_IF_ERROR(st, choose_tiles(plan));
         plan_build_options(plan, &opts);
         MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan, &opts));
         MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan, &opts));
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan, &opts));
         plan->workspace_bytes += plan->gemm_temp_bytes;
     }
     *out = plan;
@@ -116,11 +147,11 @@ void mhla_plan_destroy(mhla_plan *plan)
 {
     if (!plan)
         return;
-    cl_kernel kernels[] = {plan->k_summary, plan->k_official_dots, plan->k_output};
+    cl_kernel kernels[] = {plan->k_summary, plan->k_reduce, plan->k_official_dots, plan->k_output, plan->k_mixing};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {plan->summary, plan->mixed, plan->dots, plan->den, plan->gemm_temp};
+    cl_mem mems[] = {plan->partial, plan->summary, plan->mixed, plan->dots, plan->den, plan->gemm_temp};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);

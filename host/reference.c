@@ -264,3 +264,16 @@ double mhla_max_rel_err(const float *got, const double *ref, size_t n)
     }
     return max_ref > 0.0 ? max_diff / max_ref : max_diff;
 }
+
+double mhla_reference_tolerance(mhla_dtype dtype, int64_t n)
+{
+    switch (dtype) {
+    case MHLA_DTYPE_F32:
+        return n <= 4096 ? 1e-5 : 1e-4;
+    case MHLA_DTYPE_F16:
+        return 2e-3;
+    case MHLA_DTYPE_BF16:
+        return 1.6e-2;
+    }
+    return 0.0;
+}

@@ -112,6 +112,14 @@ typedef struct mhla_device_info {
  * @return MHLA_OK (also with zero devices), MHLA_ERR_INVALID_ARGUMENT for NULL count. */
 mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *count);
 
+/*! mhla_device_selected() :
+ * Which device mhla_context_create(device_spec) would open, without creating anything.
+ * @device_spec: as for mhla_context_create() (NULL or "" reads MHLA_DEVICE, then the default).
+ * @index: receives the device's position in mhla_device_list() (mhla_device_info.index).
+ * @return MHLA_OK, MHLA_ERR_DEVICE_NOT_FOUND (the message lists the devices), or
+ *         MHLA_ERR_INVALID_ARGUMENT for NULL index. Thread-safe. */
+mhla_status mhla_device_selected(const char *device_spec, size_t *index);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Context: one OpenCL device and an in-order or out-of-order command queue                    */
 /* ------------------------------------------------------------------------------------------ */

@@ -38,6 +38,12 @@ mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const float *q
  * a mismatch returns +Inf. A reference that is all zero compares absolute differences. */
 double mhla_max_rel_err(const float *got, const double *ref, size_t n);
 
+/*! mhla_reference_tolerance() :
+ * SPEC.md's "Accuracy the tests hold": the largest mhla_max_rel_err() allowed for storage type
+ * `dtype` on sequences of `n` tokens (f32: 1e-5 up to 4096 tokens, 1e-4 beyond; f16: 2e-3;
+ * bf16: 1.6e-2, against the reference run on the same rounded inputs); 0 for an unknown dtype. */
+double mhla_reference_tolerance(mhla_dtype dtype, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

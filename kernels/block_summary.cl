@@ -1,34 +1,130 @@
-/* Stage 1 of non-causal MHLA: per (batch*head, block) the summary S_b = sum k~ v^T with the key
- * sum z_b = sum k~ as an extra column, read in place from q/k/v (no rearranged copy). */
+/* Stage 1 of non-causal MHLA: per (batch*head, block) the summary S_b = sum k~ v^T and the key
+ * sum z_b = sum k~, read in place from k/v (no rearranged copy). A long block may be split into
+ * segments whose partial summaries summary_reduce adds in a fixed order (no atomics: the result
+ * is bit-identical run to run). */
 #include "common.h"
 
-#ifndef SUM_CHUNK
-#define SUM_CHUNK 32 /* tokens summed before folding into the total: keeps float error ~ sqrt(Nb) */
+#ifndef SUM_RD
+#define SUM_RD 8 /* key rows d per work-item, loaded as one vector; divides DK */
 #endif
+#ifndef SUM_VE
+#define SUM_VE 16 /* vector width along the value columns e; divides DV */
+#endif
+#ifndef SUM_NV
+#define SUM_NV 2 /* value vectors per work-item; SUM_VE * SUM_NV divides DV */
+#endif
+#ifndef SUM_CHUNK
+#define SUM_CHUNK 32 /* tokens summed before folding into the total: float error grows ~ Nb/32 + 32 */
+#endif
+#define SUM_COLS (SUM_VE * SUM_NV)
+#define SUM_NE (DV / SUM_COLS) /* column tiles */
+#define SUM_ND (DK / SUM_RD)   /* row tiles */
 
-/* global: (DK*SCOLS rounded up, M, B*H). Work-item (d, e) owns one summary entry; consecutive
- * work-items read consecutive v columns. */
-kernel void block_summary(global const float *restrict k, global const float *restrict v,
-                          global float *restrict summary, const mhla_grid g, const float feature_eps)
+/* global: (SUM_ND*SUM_NE rounded up, M*splits, B*H). Work-item (row tile, column tile) of segment
+ * `split` of block `blk` accumulates a SUM_RD x SUM_COLS register tile over the segment's tokens;
+ * the column-tile-0 work-items also sum the keys. Writes row blk*splits + split of `dst`. */
+kernel void block_summary(global const float *restrict k, global const float *restrict v, global float *restrict dst,
+                          const mhla_grid g, const float feature_eps, const int splits, const int split_len)
 {
-    const int de = (int)get_global_id(0);
-    const int blk = (int)get_global_id(1);
+    /* Padding work-items (tile past the last) compute on a valid tile and store nothing: every
+     * work-item of the group must reach the same barriers. */
+    const int tile_id = (int)get_global_id(0);
+    const int active = tile_id < SUM_ND * SUM_NE;
+    const int tile = active ? tile_id : 0;
+    const int bs = (int)get_global_id(1);
     const int bh = (int)get_global_id(2);
-    if (de >= DK * SCOLS)
-        return;
-    const int d = de / SCOLS;
-    const int e = de - d * SCOLS;
-    float total = 0.0f;
-    for (int p0 = 0; p0 < g.nb; p0 += SUM_CHUNK) {
-        const int p1 = min(p0 + SUM_CHUNK, g.nb);
-        float part = 0.0f;
-        for (int p = p0; p < p1; ++p) {
-            const int t = token_of(g, blk, p);
-            const float kk = feature(k[row_offset(g, bh, t, DK) + d], feature_eps);
-            const float vv = e < DV ? v[row_offset(g, bh, t, DV) + e] : 1.0f;
-            part += kk * vv;
+    const int et = tile % SUM_NE;
+    const int d0 = (tile / SUM_NE) * SUM_RD;
+    const int blk = bs / splits;
+    const int p_begin = (bs - blk * splits) * split_len;
+    const int p_end = min(p_begin + split_len, g.nb);
+
+    VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
+    VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
+    #pragma unroll
+    for (int r = 0; r < SUM_RD; ++r)
+        #pragma unroll
+        for (int j = 0; j < SUM_NV; ++j)
+            acc[r][j] = (VEC(SUM_VE))(0.0f);
+    global const float *kbase = k + row_base(g, bh, DK) + d0;
+    global const float *vbase = v + row_base(g, bh, DV) + et * SUM_COLS;
+    const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
+    for (int p0 = p_begin; p0 < p_end;) {
+        /* One chunk of at most SUM_CHUNK positions, taken as pieces of contiguous token runs so
+         * that the innermost loop is a plain counted loop over consecutive tokens. */
+        const int p1 = min(p0 + SUM_CHUNK, p_end);
+        VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);
+        #pragma unroll
+        for (int r = 0; r < SUM_RD; ++r)
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                part[r][j] = (VEC(SUM_VE))(0.0f);
+        while (p0 < p1) {
+            const int len = min(g.run - p0 % g.run, p1 - p0);
+            const int t0 = token_of(g, blk, p0);
+            global const float *kp = kbase + t0 * kstride;
+            global const float *vp = vbase + t0 * vstride;
+            for (int i = 0; i < len; ++i, kp += kstride, vp += vstride) {
+                const VEC(SUM_RD) x = VLOADN(SUM_RD, 0, kp);
+                const VEC(SUM_RD) kv = FEATURE_V(SUM_RD, x, feature_eps);
+                float kd[SUM_RD];
+                VSTOREN(SUM_RD, kv, 0, kd);
+                zpart += kv;
+                VEC(SUM_VE) vv[SUM_NV];
+                #pragma unroll
+                for (int j = 0; j < SUM_NV; ++j)
+                    vv[j] = VLOADN(SUM_VE, 0, vp + j * SUM_VE);
+                #pragma unroll
+                for (int r = 0; r < SUM_RD; ++r)
+                    #pragma unroll
+                    for (int j = 0; j < SUM_NV; ++j)
+                        part[r][j] += kd[r] * vv[j];
+            }
+            p0 += len;
         }
-        total += part;
+        #pragma unroll
+        for (int r = 0; r < SUM_RD; ++r)
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                acc[r][j] += part[r][j];
+        z += zpart;
+        /* The group's work-items share this chunk's k and v rows: meeting here keeps them on one
+         * chunk at a time, so it is read from memory once and from cache by the others (CPU
+         * runtimes run a group's work-items one after another between barriers). */
+        barrier(CLK_GLOBAL_MEM_FENCE);
     }
-    summary[(((long)blk * g.bh + bh) * DK + d) * SCOLS + e] = total;
+    if (!active)
+        return;
+    #pragma unroll
+    for (int r = 0; r < SUM_RD; ++r)
+        #pragma unroll
+        for (int j = 0; j < SUM_NV; ++j)
+            VSTOREN(SUM_VE, acc[r][j], 0, dst + summary_s_offset(g.bh, bs, bh, d0 + r) + et * SUM_COLS + j * SUM_VE);
+    if (et == 0)
+        VSTOREN(SUM_RD, z, 0, dst + summary_z_offset(g.bh, bs, bh) + d0);
+}
+
+/* global: (ceil(row_len/4), M). summary[blk] = sum over s of partial[blk*splits + s], in order. */
+kernel void summary_reduce(global const float *restrict partial, global float *restrict summary, const mhla_grid g,
+                           const int splits)
+{
+    const long row_len = summary_row_len(g.bh);
+    const long i = (long)get_global_id(0) * 4;
+    const int blk = (int)get_global_id(1);
+    if (i >= row_len)
+        return;
+    global const float *src = partial + (long)blk * splits * row_len + i;
+    if (i + 4 <= row_len) {
+        float4 acc = vload4(0, src);
+        for (int s = 1; s < splits; ++s)
+            acc += vload4(0, src + (long)s * row_len);
+        vstore4(acc, 0, summary + (long)blk * row_len + i);
+    } else {
+        for (long j = i; j < row_len; ++j) {
+            float acc = src[j - i];
+            for (int s = 1; s < splits; ++s)
+                acc += src[j - i + (long)s * row_len];
+            summary[(long)blk * row_len + j] = acc;
+        }
+    }
 }

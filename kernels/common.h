@@ -20,8 +20,44 @@
 #define NORMALIZER 0 /* 0 paper, 1 official, 2 none (mhla_normalizer) */
 #endif
 
-/* Columns of a block summary row: Dv values, then the key sum z (a value column of ones). */
-#define SCOLS (DV + 1)
+/* Vectors of a chosen width W in {1, 2, 4, 8, 16}: VEC(W) is the type, VLOADN/VSTOREN load and
+ * store one at element offset `o * W` (unaligned accesses are allowed, as with vloadn). */
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define VEC_1 float
+#define VEC_2 float2
+#define VEC_4 float4
+#define VEC_8 float8
+#define VEC_16 float16
+#define VEC(W) CAT(VEC_, W)
+#define VLOAD_1(o, p) ((p)[o])
+#define VLOAD_2(o, p) vload2(o, p)
+#define VLOAD_4(o, p) vload4(o, p)
+#define VLOAD_8(o, p) vload8(o, p)
+#define VLOAD_16(o, p) vload16(o, p)
+#define VLOADN(W, o, p) CAT(VLOAD_, W)(o, p)
+#define VSTORE_1(x, o, p) ((p)[o] = (x))
+#define VSTORE_2(x, o, p) vstore2(x, o, p)
+#define VSTORE_4(x, o, p) vstore4(x, o, p)
+#define VSTORE_8(x, o, p) vstore8(x, o, p)
+#define VSTORE_16(x, o, p) vstore16(x, o, p)
+#define VSTOREN(W, x, o, p) CAT(VSTORE_, W)(x, o, p)
+
+/* Block summaries live in one buffer of M rows, one row per block, so that the mixing is a single
+ * SGEMM over rows: each row holds S for every (batch*head, d) as Dv contiguous floats (aligned
+ * rows for vector loads), then the key sums z for every (batch*head, d). */
+long summary_row_len(const int bh_count)
+{
+    return (long)bh_count * DK * (DV + 1);
+}
+long summary_s_offset(const int bh_count, const int blk, const int bh, const int d)
+{
+    return (long)blk * summary_row_len(bh_count) + ((long)bh * DK + d) * DV;
+}
+long summary_z_offset(const int bh_count, const int blk, const int bh)
+{
+    return (long)blk * summary_row_len(bh_count) + (long)bh_count * DK * DV + (long)bh * DK;
+}
 
 /* Sizes that vary per call without a rebuild. Only 32-bit ints, so the layout matches the host's
  * struct on every device. */
@@ -34,6 +70,7 @@ typedef struct mhla_grid {
     int nb;           /* tokens per block */
     int m;            /* blocks */
     int bh;           /* batch * heads */
+    int run;          /* consecutive positions of a block that are consecutive tokens (divides nb) */
 } mhla_grid;
 
 /* Token index n = (f*Hs + y)*Ws + x of position p inside block blk (SPEC.md "Token grid"). */
@@ -48,8 +85,59 @@ int token_of(const mhla_grid g, const int blk, const int p)
     return ((bt_i * g.pt + pf) * g.seq_h + bh_i * g.ph + py) * g.seq_w + bw_i * g.pw + px;
 }
 
-/* Element offset of row (batch*heads + head, token) in a tensor with `dim` columns. 64-bit:
- * B*N*H*D can exceed 2^31. */
+/* Visits the tokens of one block in position order with additions only: inner loops must not
+ * pay token_of's divisions per token. */
+typedef struct token_walk {
+    int t;      /* current token index */
+    int px, py; /* position inside the block along w and h */
+} token_walk;
+
+token_walk walk_begin(const mhla_grid g, const int blk, const int p)
+{
+    token_walk w;
+    w.t = token_of(g, blk, p);
+    w.px = p % g.pw;
+    w.py = (p / g.pw) % g.ph;
+    return w;
+}
+
+void walk_next(const mhla_grid g, token_walk *w)
+{
+    ++w->t;
+    if (++w->px == g.pw) {
+        w->px = 0;
+        w->t += g.seq_w - g.pw; /* start of the block's next row */
+        if (++w->py == g.ph) {
+            w->py = 0;
+            w->t += (g.seq_h - g.ph) * g.seq_w; /* the block's next frame */
+        }
+    }
+}
+
+/* Offset of token 0 of (batch*heads + head) and the distance between consecutive tokens, in a
+ * tensor with `dim` columns: row (bh, t) starts at row_base + t * row_stride. 64-bit: B*N*H*D
+ * can exceed 2^31. */
+long row_base(const mhla_grid g, const int bh, const int dim)
+{
+#if LAYOUT_BHND
+    return (long)bh * g.n * dim;
+#else
+    const int batch = bh / g.heads;
+    return ((long)batch * g.n * g.heads + (bh - batch * g.heads)) * dim;
+#endif
+}
+
+long row_stride(const mhla_grid g, const int dim)
+{
+#if LAYOUT_BHND
+    (void)g;
+    return dim;
+#else
+    return (long)g.heads * dim;
+#endif
+}
+
+/* Element offset of row (batch*heads + head, token) in a tensor with `dim` columns. */
 long row_offset(const mhla_grid g, const int bh, const int token, const int dim)
 {
 #if LAYOUT_BHND
@@ -77,5 +165,17 @@ float feature(const float x, const float feature_eps)
     return x > 0.0f ? x + 1.0f : exp(x); /* elu(x) + 1 = exp(x) for x <= 0, without cancellation */
 #endif
 }
+
+/* phi on a vector of width W, as `feature` does per element (select keeps NaN: NaN < 0 is false).
+ * `x` must be a plain variable: it is evaluated more than once. */
+#if FEATURE_MAP == 0
+#define FEATURE_V(W, x, feature_eps) (x)
+#elif FEATURE_MAP == 1
+#define FEATURE_V(W, x, feature_eps) select((x), (VEC(W))(0.0f), (x) < (VEC(W))(0.0f))
+#elif FEATURE_MAP == 2
+#define FEATURE_V(W, x, feature_eps) (select((x), (VEC(W))(0.0f), (x) < (VEC(W))(0.0f)) + (feature_eps))
+#else
+#define FEATURE_V(W, x, feature_eps) select(exp(x), (x) + 1.0f, (x) > (VEC(W))(0.0f))
+#endif
 
 #endif /* MHLA_KERNELS_COMMON_H */

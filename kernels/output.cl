@@ -3,39 +3,98 @@
  * normalizer mixes (q~ at position p of block b with z_b). */
 #include "common.h"
 
-/* global: (DV rounded up, M*Nb, B*H). Work-item (e, token) writes one output element; the
- * work-items of a group share the token's q row and read consecutive summary columns. */
+#ifndef OUT_RT
+#define OUT_RT 4 /* tokens per work-item */
+#endif
+#ifndef OUT_VE
+#define OUT_VE 16 /* vector width along the output columns; divides DV */
+#endif
+#ifndef OUT_NV
+#define OUT_NV 2 /* output vectors per token per work-item; OUT_VE * OUT_NV divides DV */
+#endif
+#ifndef OUT_DC
+#define OUT_DC 8 /* key dimensions per step: q~ is loaded and mapped OUT_DC at a time; divides DK */
+#endif
+#define OUT_COLS (OUT_VE * OUT_NV)
+#define OUT_NE (DV / OUT_COLS)
+
+/* global: (OUT_NE rounded up, M*ceil(Nb/OUT_RT), B*H). Work-item (column tile, token group) keeps
+ * an OUT_RT x OUT_COLS register tile; every token of the group reads the same summary rows, and
+ * each token's q row is read in contiguous OUT_DC-wide pieces. */
 kernel void block_output(global const float *restrict q, global const float *restrict mixed,
                          global const float *restrict den, global float *restrict out, const mhla_grid g,
                          const float feature_eps, const float scale, const float eps)
 {
-    const int e = (int)get_global_id(0);
-    const int ip = (int)get_global_id(1);
+    const int et = (int)get_global_id(0);
+    const int groups = (g.nb + OUT_RT - 1) / OUT_RT;
+    const int blk = (int)get_global_id(1) / groups;
+    const int p0 = ((int)get_global_id(1) - blk * groups) * OUT_RT;
     const int bh = (int)get_global_id(2);
-    if (e >= DV)
+    if (et >= OUT_NE || blk >= g.m)
         return;
-    const int blk = ip / g.nb;
-    const int p = ip - blk * g.nb;
-    const int t = token_of(g, blk, p);
-    global const float *qrow = q + row_offset(g, bh, t, DK);
-    global const float *s = mixed + ((long)blk * g.bh + bh) * DK * SCOLS;
-    float num = 0.0f;
-#if NORMALIZER == 0
-    float dsum = 0.0f;
-#endif
-    for (int d = 0; d < DK; ++d) {
-        const float qd = scale * feature(qrow[d], feature_eps);
-        num += qd * s[d * SCOLS + e];
-#if NORMALIZER == 0
-        dsum += qd * s[d * SCOLS + DV];
-#endif
+    global const float *s = mixed + summary_s_offset(g.bh, blk, bh, 0) + et * OUT_COLS;
+    global const float *z = mixed + summary_z_offset(g.bh, blk, bh);
+    global const float *qrow[OUT_RT];
+    int tok[OUT_RT];
+    VEC(OUT_VE) acc[OUT_RT][OUT_NV];
+    VEC(OUT_DC) dsum[OUT_RT]; /* q~ . z~ in OUT_DC-wide partial sums */
+    token_walk w = walk_begin(g, blk, p0);
+    global const float *qbase = q + row_base(g, bh, DK);
+    #pragma unroll
+    for (int r = 0; r < OUT_RT; ++r) {
+        tok[r] = w.t;
+        qrow[r] = qbase + w.t * row_stride(g, DK);
+        #pragma unroll
+        for (int j = 0; j < OUT_NV; ++j)
+            acc[r][j] = (VEC(OUT_VE))(0.0f);
+        dsum[r] = (VEC(OUT_DC))(0.0f);
+        if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
+            walk_next(g, &w);
     }
+    for (int d0 = 0; d0 < DK; d0 += OUT_DC) {
+        float qt[OUT_RT][OUT_DC]; /* q~ of this step, for each token */
+        const VEC(OUT_DC) zv = VLOADN(OUT_DC, 0, z + d0);
+        #pragma unroll
+        for (int r = 0; r < OUT_RT; ++r) {
+            const VEC(OUT_DC) x = VLOADN(OUT_DC, 0, qrow[r] + d0);
+            const VEC(OUT_DC) fx = scale * FEATURE_V(OUT_DC, x, feature_eps);
+            dsum[r] += fx * zv;
+            VSTOREN(OUT_DC, fx, 0, qt[r]);
+        }
+        #pragma unroll
+        for (int dd = 0; dd < OUT_DC; ++dd) {
+            VEC(OUT_VE) sv[OUT_NV];
+            #pragma unroll
+            for (int j = 0; j < OUT_NV; ++j)
+                sv[j] = VLOADN(OUT_VE, 0, s + (long)(d0 + dd) * DV + j * OUT_VE);
+            #pragma unroll
+            for (int r = 0; r < OUT_RT; ++r)
+                #pragma unroll
+                for (int j = 0; j < OUT_NV; ++j)
+                    acc[r][j] += qt[r][dd] * sv[j];
+        }
+    }
+    for (int r = 0; r < OUT_RT && p0 + r < g.nb; ++r) {
 #if NORMALIZER == 0
-    num = num / (dsum + eps);
+        float dn[OUT_DC];
+        VSTOREN(OUT_DC, dsum[r], 0, dn);
+        float inv = 0.0f;
+        for (int i = 0; i < OUT_DC; ++i)
+            inv += dn[i];
+        inv = inv + eps;
 #elif NORMALIZER == 1
-    num = num / (den[((long)blk * g.bh + bh) * g.nb + p] + eps);
+        const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r] + eps;
 #endif
-    out[row_offset(g, bh, t, DV) + e] = num;
+        global float *orow = out + row_base(g, bh, DV) + tok[r] * row_stride(g, DV) + et * OUT_COLS;
+        #pragma unroll
+        for (int j = 0; j < OUT_NV; ++j) {
+#if NORMALIZER == 2
+            VSTOREN(OUT_VE, acc[r][j], 0, orow + j * OUT_VE);
+#else
+            VSTOREN(OUT_VE, acc[r][j] / inv, 0, orow + j * OUT_VE);
+#endif
+        }
+    }
 }
 
 /* global: (M*Nb rounded up, B*H). dots[b][bh][p] = q~_{b,p} . z_b, mixed afterwards by the
@@ -52,9 +111,9 @@ kernel void official_dots(global const float *restrict q, global const float *re
     const int p = ip - blk * g.nb;
     const int t = token_of(g, blk, p);
     global const float *qrow = q + row_offset(g, bh, t, DK);
-    global const float *s = summary + ((long)blk * g.bh + bh) * DK * SCOLS;
+    global const float *z = summary + summary_z_offset(g.bh, blk, bh);
     float acc = 0.0f;
     for (int d = 0; d < DK; ++d)
-        acc += scale * feature(qrow[d], feature_eps) * s[d * SCOLS + DV];
+        acc += scale * feature(qrow[d], feature_eps) * z[d];
     dots[((long)blk * g.bh + bh) * g.nb + p] = acc;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The tests: installs what is missing, builds, runs `meson test` (every suite; pass --suite unit or
-# --suite opencl to narrow it), and closes with one "N passed, N failed, N skipped" line.
+# The tests: installs what is missing, builds, runs `meson test` (every suite; pass --suite unit,
+# --suite opencl or --suite cli to narrow it), and closes with one "N passed, N failed, N skipped" line.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 rc=0

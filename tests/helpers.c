@@ -121,13 +121,13 @@ void place_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src
     copy_tokens(cfg, N, D, src, t0, n, dst, 0);
 }
 
-void free_inputs(test_inputs *in)
+void test_inputs_free(test_inputs *in)
 {
     free(in->q), free(in->k), free(in->v), free(in->mix);
     memset(in, 0, sizeof *in);
 }
 
-mhla_status make_inputs(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in)
+mhla_status test_inputs_make(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in)
 {
     mhla_status st = MHLA_OK;
     memset(in, 0, sizeof *in);
@@ -137,7 +137,7 @@ mhla_status make_inputs(const mhla_config *cfg, mhla_init_kind init, uint32_t se
     in->q = malloc(in->nq * sizeof(float)), in->k = malloc(in->nq * sizeof(float));
     in->v = malloc(in->nv * sizeof(float)), in->mix = malloc(in->nm * sizeof(float));
     if (!in->q || !in->k || !in->v || !in->mix || in->nq == 0) {
-        free_inputs(in);
+        test_inputs_free(in);
         return MHLA_ERR_OUT_OF_HOST_MEMORY;
     }
     const float lo = cfg->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
@@ -158,7 +158,7 @@ mhla_status make_inputs(const mhla_config *cfg, mhla_init_kind init, uint32_t se
     else
         st = mhla_mixing_init(init, NULL, cfg->block_t, cfg->block_h, cfg->block_w, in->mix, in->nm);
     if (st != MHLA_OK) {
-        free_inputs(in);
+        test_inputs_free(in);
         return st;
     }
     if (cfg->causal)
@@ -176,7 +176,7 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     test_inputs in;
     float *out = NULL;
     double *ref = NULL;
-    if ((st = make_inputs(cfg, init, seed, &in)) != MHLA_OK)
+    if ((st = test_inputs_make(cfg, init, seed, &in)) != MHLA_OK)
         return st;
     out = malloc(in.nv * sizeof *out);
     ref = malloc(in.nv * sizeof *ref);
@@ -201,7 +201,7 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     }
 cleanup:
     mhla_plan_destroy(plan);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(out), free(ref);
     return st;
 }

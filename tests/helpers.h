@@ -32,10 +32,10 @@ typedef struct test_inputs {
 
 /* Random q, k, v for cfg (positive q/k when the feature map is `none`, as a caller who applied
  * its own map would pass) and a mixing matrix from `init`. Returns MHLA_OK or the failing status. */
-mhla_status make_inputs(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in);
-void free_inputs(test_inputs *in);
+mhla_status test_inputs_make(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in);
+void test_inputs_free(test_inputs *in);
 
-/* make_inputs, a device forward through mhla_forward_host and the reference. Returns the status of
+/* test_inputs_make, a device forward through mhla_forward_host and the reference. Returns the status of
  * the first failing call; on success *err is SPEC.md's max relative error. `out`/`ref` (optional)
  * receive the arrays, which the caller frees. Causal configs included. */
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,

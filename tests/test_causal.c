@@ -116,7 +116,7 @@ static void test_larger_mixing(void **state)
     cfg.normalizer = MHLA_NORMALIZER_PAPER;
     cfg.mixing_rows = R;
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 80, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 80, &in), MHLA_OK);
     assert_int_equal(in.rows, R);
     for (int64_t i = M; i < R; ++i)
         for (int64_t j = 0; j < R; ++j)
@@ -143,7 +143,7 @@ static void test_larger_mixing(void **state)
     if (!(err <= 1e-5))
         fail_msg("larger Mc: max_rel_err %.3g", err);
     mhla_plan_destroy(plan), mhla_plan_destroy(plan_lead);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(out), free(out_lead), free(ref);
 }
 
@@ -159,7 +159,7 @@ static void test_causality_exact(void **state)
         mhla_config cfg = config_causal(1, H, N, C, D, D);
         cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
         test_inputs in;
-        assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 90, &in), MHLA_OK);
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 90, &in), MHLA_OK);
         float *base = malloc(in.nv * sizeof *base), *cut = malloc(in.nv * sizeof *cut);
         assert_non_null(base), assert_non_null(cut);
         mhla_plan *plan = NULL;
@@ -167,7 +167,7 @@ static void test_causality_exact(void **state)
         assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, base), MHLA_OK);
         for (size_t c = 0; c < 3; ++c) {
             test_inputs bad;
-            assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 90, &bad), MHLA_OK);
+            assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 90, &bad), MHLA_OK);
             for (int64_t t = cuts[c]; t < N; ++t)
                 for (int64_t x = 0; x < H * D; ++x) {
                     bad.q[t * H * D + x] = NAN;
@@ -181,10 +181,10 @@ static void test_causality_exact(void **state)
                 assert_true(isfinite(cut[x]));
             for (size_t x = before; x < in.nv; ++x)
                 assert_true(isnan(cut[x]));
-            free_inputs(&bad);
+            test_inputs_free(&bad);
         }
         mhla_plan_destroy(plan);
-        free_inputs(&in);
+        test_inputs_free(&in);
         free(base), free(cut);
     }
 }
@@ -196,7 +196,7 @@ static void test_nan_propagates(void **state)
     mhla_context *ctx = *state;
     mhla_config cfg = config_causal(1, 1, 100, 16, 8, 8);
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 91, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 91, &in), MHLA_OK);
     in.q[10 * 8 + 3] = NAN;
     in.k[57 * 8 + 1] = NAN;
     float out[800];
@@ -209,7 +209,7 @@ static void test_nan_propagates(void **state)
         assert_int_equal(isnan(out[t * 8]) != 0, t == 10 || t >= 57);
     assert_true(mhla_max_rel_err(out, ref, 800) <= 1e-5);
     mhla_plan_destroy(plan);
-    free_inputs(&in);
+    test_inputs_free(&in);
 }
 
 /* Same inputs, same bits. */

@@ -114,6 +114,54 @@ static void test_mhla_device_env(void **state)
     free(copy);
 }
 
+/* mhla_device_selected() names the device mhla_context_create() would open, by the same rules. */
+static void test_device_selected(void **state)
+{
+    (void)state;
+    const char *saved = getenv("MHLA_DEVICE");
+    char *copy = saved ? strdup(saved) : NULL;
+    size_t count = 0, index = 99;
+    assert_int_equal(mhla_device_list(NULL, 0, &count), MHLA_OK);
+    mhla_device_info *infos = calloc(count, sizeof *infos);
+    assert_non_null(infos);
+    assert_int_equal(mhla_device_list(infos, count, &count), MHLA_OK);
+
+    unsetenv("MHLA_DEVICE");
+    assert_int_equal(mhla_device_selected(NULL, &index), MHLA_OK);
+    assert_true(index < count && infos[index].is_default);
+    const size_t last = count - 1;
+    char spec[32];
+    snprintf(spec, sizeof spec, "%d:%d", infos[last].platform_index, infos[last].device_index);
+    assert_int_equal(mhla_device_selected(spec, &index), MHLA_OK);
+    assert_int_equal(index, last);
+    snprintf(spec, sizeof spec, "%zu", last);
+    setenv("MHLA_DEVICE", spec, 1);
+    index = 99;
+    assert_int_equal(mhla_device_selected("", &index), MHLA_OK);
+    assert_int_equal(index, last);
+    /* the context opens that very device */
+    mhla_context *ctx = NULL;
+    mhla_context *by_index = NULL;
+    assert_int_equal(mhla_context_create(NULL, &ctx), MHLA_OK);
+    assert_int_equal(mhla_context_create(spec, &by_index), MHLA_OK);
+    assert_ptr_equal(mhla_context_device(ctx), mhla_context_device(by_index));
+    mhla_context_destroy(ctx);
+    mhla_context_destroy(by_index);
+
+    setenv("MHLA_DEVICE", "definitely-not-a-device", 1);
+    assert_int_equal(mhla_device_selected(NULL, &index), MHLA_ERR_DEVICE_NOT_FOUND);
+    assert_non_null(strstr(mhla_last_message(), "MHLA_DEVICE 'definitely-not-a-device'"));
+    assert_int_equal(mhla_device_selected("nope", &index), MHLA_ERR_DEVICE_NOT_FOUND);
+    assert_non_null(strstr(mhla_last_message(), "device spec 'nope'"));
+    assert_int_equal(mhla_device_selected("0", NULL), MHLA_ERR_INVALID_ARGUMENT);
+    if (copy)
+        setenv("MHLA_DEVICE", copy, 1);
+    else
+        unsetenv("MHLA_DEVICE");
+    free(copy);
+    free(infos);
+}
+
 /* The application's own context and queue, in order and out of order. */
 static void wrap_case(cl_command_queue_properties props)
 {
@@ -232,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_device_list),
         cmocka_unit_test(test_device_specs),
         cmocka_unit_test(test_mhla_device_env),
+        cmocka_unit_test(test_device_selected),
         cmocka_unit_test(test_wrap_in_order),
         cmocka_unit_test(test_wrap_out_of_order),
         cmocka_unit_test(test_wrap_errors),

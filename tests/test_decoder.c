@@ -99,7 +99,7 @@ static void test_decode_equals_chunk(void **state)
                 cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
                 cfg.layout = (mhla_layout)layout;
                 test_inputs in;
-                assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, (uint32_t)(c * 4 + (size_t)paper * 2 + (size_t)layout), &in),
+                assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, (uint32_t)(c * 4 + (size_t)paper * 2 + (size_t)layout), &in),
                                  MHLA_OK);
                 float *dec = run_schedule(ctx, &cfg, &in, N == 53 ? "s53" : N == 197 ? "s197" : "s389");
                 double *chunk = chunk_run(ctx, &cfg, &in, NULL);
@@ -112,7 +112,7 @@ static void test_decode_equals_chunk(void **state)
                 worst_chunk = fmax(worst_chunk, e_chunk);
                 worst_ref = fmax(worst_ref, e_ref);
                 free(dec), free(chunk), free(ref);
-                free_inputs(&in);
+                test_inputs_free(&in);
             }
     print_message("decode vs chunk: worst max_rel_err %.3g; decode vs reference %.3g\n", worst_chunk, worst_ref);
 }
@@ -129,7 +129,7 @@ static void test_prompt_then_decode(void **state)
         mhla_config cfg = config_causal(2, 2, 69, 16, 24, 16);
         cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
         test_inputs in;
-        assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, (uint32_t)(20 + paper), &in), MHLA_OK);
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, (uint32_t)(20 + paper), &in), MHLA_OK);
         float *chunk_f = NULL;
         double *chunk = chunk_run(ctx, &cfg, &in, &chunk_f);
         float *whole = run_schedule(ctx, &cfg, &in, "p69");
@@ -143,7 +143,7 @@ static void test_prompt_then_decode(void **state)
             free(out);
         }
         free(whole), free(chunk_f), free(chunk);
-        free_inputs(&in);
+        test_inputs_free(&in);
     }
     print_message("prompt-then-decode vs full chunk run: worst max_rel_err %.3g\n", worst);
 }
@@ -160,7 +160,7 @@ static void test_odd_tiling(void **state)
         mhla_config cfg = config_causal(2, 2, 69, 4, 24, 40); /* 18 chunks */
         cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
         test_inputs in;
-        assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, (uint32_t)(70 + paper), &in), MHLA_OK);
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, (uint32_t)(70 + paper), &in), MHLA_OK);
         double *chunk = chunk_run(ctx, &cfg, &in, NULL);
         for (size_t s = 0; s < sizeof schedules / sizeof schedules[0]; ++s) {
             float *out = run_schedule(ctx, &cfg, &in, schedules[s]);
@@ -172,7 +172,7 @@ static void test_odd_tiling(void **state)
             free(out);
         }
         free(chunk);
-        free_inputs(&in);
+        test_inputs_free(&in);
     }
     unsetenv("MHLA_CAUSAL_TILING");
     print_message("decoder, odd tiling: worst max_rel_err vs chunk run %.3g\n", worst);
@@ -186,7 +186,7 @@ static void test_long_prefill(void **state)
     mhla_config cfg = config_causal(1, 2, 301, 2, 8, 8);
     cfg.normalizer = MHLA_NORMALIZER_PAPER;
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 75, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 75, &in), MHLA_OK);
     float *chunk_f = NULL;
     double *chunk = chunk_run(ctx, &cfg, &in, &chunk_f);
     float *whole = run_schedule(ctx, &cfg, &in, "p301");
@@ -196,7 +196,7 @@ static void test_long_prefill(void **state)
     if (!(err <= 1e-5))
         fail_msg("s3 p290 s8 vs chunk run: %.3g", err);
     free(whole), free(split), free(chunk_f), free(chunk);
-    free_inputs(&in);
+    test_inputs_free(&in);
 }
 
 /* Save at a mid-chunk position and at a chunk boundary, restore into another decoder (of another
@@ -211,8 +211,8 @@ static void test_state_save_restore(void **state)
     cfg.normalizer = MHLA_NORMALIZER_PAPER;
     cfg.mixing_rows = 5; /* the model's Mc, whatever each decoder's capacity */
     test_inputs in, other;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 30, &in), MHLA_OK);
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 31, &other), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 30, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 31, &other), MHLA_OK);
     memcpy(other.mix, in.mix, in.nm * sizeof *in.mix);
     double *chunk = chunk_run(ctx, &cfg, &in, NULL);
     const size_t W = 2 * 2 * 24 * 17 * sizeof(float); /* one summary slot, z column included */
@@ -271,7 +271,7 @@ static void test_state_save_restore(void **state)
         mhla_decoder_destroy(da), mhla_decoder_destroy(db);
     }
     free(chunk);
-    free_inputs(&in), free_inputs(&other);
+    test_inputs_free(&in), test_inputs_free(&other);
 }
 
 /* Restoring a state into a decoder it does not fit, or a damaged state: each refused with a message
@@ -281,7 +281,7 @@ static void test_state_errors(void **state)
     mhla_context *ctx = *state;
     mhla_config cfg = config_causal(1, 2, 50, 16, 8, 8);
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 40, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 40, &in), MHLA_OK);
     float *out = malloc(in.nv * 4);
     mhla_decoder *dec = NULL, *other = NULL;
     assert_int_equal(mhla_decoder_create(ctx, &cfg, 50, &dec), MHLA_OK);
@@ -342,7 +342,7 @@ static void test_state_errors(void **state)
     assert_int_equal(mhla_decoder_position(other), 20);
     mhla_decoder_destroy(other), mhla_decoder_destroy(dec);
     free(s), free(bad), free(out);
-    free_inputs(&in);
+    test_inputs_free(&in);
 }
 
 /* Past the capacity: refused with position and capacity named, nothing consumed. */
@@ -351,7 +351,7 @@ static void test_capacity(void **state)
     mhla_context *ctx = *state;
     mhla_config cfg = config_causal(1, 1, 21, 8, 4, 4);
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 50, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 50, &in), MHLA_OK);
     float *out = malloc(in.nv * 4);
     mhla_decoder *dec = NULL;
     assert_int_equal(mhla_decoder_create(ctx, &cfg, 20, &dec), MHLA_OK);
@@ -366,7 +366,7 @@ static void test_capacity(void **state)
     assert_int_equal(mhla_decoder_position(dec), 20);
     mhla_decoder_destroy(dec);
     free(out);
-    free_inputs(&in);
+    test_inputs_free(&in);
 }
 
 /* mhla_decoder_step/prefill on the caller's buffers: they wait for the caller's event and return
@@ -379,7 +379,7 @@ static void test_device_calls(void **state)
     mhla_config cfg = config_causal(2, 3, 40, 16, 8, 8);
     cfg.layout = MHLA_LAYOUT_BHND;
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 60, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 60, &in), MHLA_OK);
     double *chunk = chunk_run(ctx, &cfg, &in, NULL);
     mhla_decoder *dec = NULL;
     assert_int_equal(mhla_decoder_create(ctx, &cfg, 40, &dec), MHLA_OK);
@@ -444,7 +444,7 @@ static void test_device_calls(void **state)
         clReleaseMemObject(mems[i]);
     mhla_decoder_destroy(dec);
     free(buf), free(out), free(chunk);
-    free_inputs(&in);
+    test_inputs_free(&in);
 }
 
 static void test_create_errors(void **state)

@@ -126,6 +126,24 @@ static void test_long_sequences(void **state)
     expect_close(ctx, &cfg, MHLA_INIT_LINEAR, 8, "N=8192 M=64");
 }
 
+/* Few long blocks: the summary is split into segments and reduced in a fixed order, with every
+ * normalizer (the official one reads the reduced summaries too). */
+static void test_split_blocks(void **state)
+{
+    mhla_context *ctx = *state;
+    for (int norm = 0; norm <= 2; ++norm) {
+        mhla_config cfg = config_1d(1, 1, 2048, 2, 16, 24);
+        cfg.normalizer = (mhla_normalizer)norm;
+        char label[64];
+        snprintf(label, sizeof label, "N=2048 M=2 split, %s", mhla_normalizer_name(cfg.normalizer));
+        expect_close(ctx, &cfg, MHLA_INIT_LINEAR, (uint32_t)(40 + norm), label);
+    }
+    mhla_config img;
+    mhla_config_init(&img);
+    img.seq_h = 48, img.seq_w = 40, img.block_h = 2, img.block_w = 1, img.dk = img.dv = 8;
+    expect_close(ctx, &img, MHLA_INIT_PAPER, 44, "2D image 48x40, 2x1 blocks, split");
+}
+
 /* M = 1 is plain linear attention: compare with its formula written out here, independently of
  * the reference: o_t = q~ (sum_s k~_s v_s^T) / (q~ . sum_s k~_s + eps). */
 static void test_m1_is_linear_attention(void **state)
@@ -320,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_head_dims),
         cmocka_unit_test(test_odd_sizes),
         cmocka_unit_test(test_long_sequences),
+        cmocka_unit_test(test_split_blocks),
         cmocka_unit_test(test_m1_is_linear_attention),
         cmocka_unit_test(test_block_membership),
         cmocka_unit_test(test_nan_inf_propagate),

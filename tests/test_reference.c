@@ -183,7 +183,7 @@ static void causal_token_level(const mhla_config *c, const float *q, const float
 static void compare_causal(const mhla_config *c, const int32_t *cu, size_t nseq, uint32_t seed)
 {
     test_inputs in;
-    assert_int_equal(make_inputs(c, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(c, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
     double *ref = malloc(in.nv * 8), *tok = malloc(in.nv * 8);
     assert_non_null(ref), assert_non_null(tok);
     if (cu)
@@ -200,7 +200,7 @@ static void compare_causal(const mhla_config *c, const int32_t *cu, size_t nseq,
         fail_msg("causal reference vs token-level form: %.3g relative (normalizer %s, feature %s, layout %s, C %lld)",
                  max_diff / max_ref, mhla_normalizer_name(c->normalizer), mhla_feature_map_name(c->feature_map),
                  mhla_layout_name(c->layout), (long long)c->chunk);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(ref), free(tok);
 }
 
@@ -272,6 +272,17 @@ static void test_max_rel_err(void **state)
     assert_true(isinf(mhla_max_rel_err(got, ref_neg, 4)));
 }
 
+static void test_tolerance(void **state)
+{
+    (void)state;
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 1) == 1e-5);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 4096) == 1e-5);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F32, 4097) == 1e-4);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_F16, 64) == 2e-3);
+    assert_true(mhla_reference_tolerance(MHLA_DTYPE_BF16, 1 << 20) == 1.6e-2);
+    assert_true(mhla_reference_tolerance((mhla_dtype)7, 64) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_causal_reference_varlen),
         cmocka_unit_test(test_reference_rejects_bad_input),
         cmocka_unit_test(test_max_rel_err),
+        cmocka_unit_test(test_tolerance),
     };
     return cmocka_run_group_tests_name("reference", tests, NULL, NULL);
 }

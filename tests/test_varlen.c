@@ -28,7 +28,7 @@ static double varlen_vs_reference(mhla_context *ctx, const mhla_config *cfg, con
                                   uint32_t seed, float **out_keep)
 {
     test_inputs in;
-    assert_int_equal(make_inputs(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
     float *out = malloc(in.nv * sizeof *out);
     double *ref = malloc(in.nv * sizeof *ref);
     assert_non_null(out), assert_non_null(ref);
@@ -41,7 +41,7 @@ static double varlen_vs_reference(mhla_context *ctx, const mhla_config *cfg, con
     assert_int_equal(mhla_reference_forward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, nseq, ref), MHLA_OK);
     const double err = mhla_max_rel_err(out, ref, in.nv);
     mhla_plan_destroy(plan);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(ref);
     if (out_keep)
         *out_keep = out;
@@ -98,7 +98,7 @@ static void test_varlen_equals_separate_runs(void **state)
         cfg.normalizer = MHLA_NORMALIZER_PAPER;
         cfg.mixing_rows = 5;
         test_inputs in;
-        assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 7, &in), MHLA_OK);
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 7, &in), MHLA_OK);
         float *out = malloc(in.nv * sizeof *out);
         assert_non_null(out);
         mhla_plan *plan = NULL;
@@ -124,7 +124,7 @@ static void test_varlen_equals_separate_runs(void **state)
             free(q), free(k), free(v), free(o), free(packed_o);
         }
         mhla_plan_destroy(plan);
-        free_inputs(&in);
+        test_inputs_free(&in);
         free(out);
     }
 }
@@ -137,7 +137,7 @@ static void test_varlen_isolation(void **state)
     mhla_config cfg = packed(493, 2, 64, 16, 24);
     cfg.normalizer = MHLA_NORMALIZER_PAPER;
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 8, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 8, &in), MHLA_OK);
     float *base = malloc(in.nv * sizeof *base), *bad = malloc(in.nv * sizeof *bad);
     assert_non_null(base), assert_non_null(bad);
     mhla_plan *plan = NULL;
@@ -156,7 +156,7 @@ static void test_varlen_isolation(void **state)
     for (size_t x = lo; x < hi; ++x)
         assert_true(isnan(bad[x]));
     mhla_plan_destroy(plan);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(base), free(bad);
 }
 
@@ -187,13 +187,13 @@ static void test_varlen_empty_and_many(void **state)
     free(out);
     /* the growth itself, on one plan */
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 10, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 10, &in), MHLA_OK);
     out = malloc(in.nv * sizeof *out);
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
     assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu, 120, out), MHLA_OK);
     assert_true(mhla_plan_workspace_size(plan) > before);
     mhla_plan_destroy(plan);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(out);
 }
 
@@ -204,7 +204,7 @@ static void test_varlen_events(void **state)
     cl_context clctx = mhla_context_cl_context(ctx);
     mhla_config cfg = packed(493, 1, 64, 8, 8);
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, TEST_INIT_RANDOM, 11, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 11, &in), MHLA_OK);
     float *out = malloc(in.nv * sizeof *out);
     double *ref = malloc(in.nv * sizeof *ref);
     cl_int err;
@@ -232,7 +232,7 @@ static void test_varlen_events(void **state)
     for (int i = 0; i < 5; ++i)
         clReleaseMemObject(mems[i]);
     mhla_plan_destroy(plan);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(out), free(ref);
 }
 
@@ -243,7 +243,7 @@ static void test_varlen_errors(void **state)
     mhla_config cfg = packed(493, 1, 64, 8, 8);
     cfg.mixing_rows = 4; /* 256 tokens per sequence at most */
     test_inputs in;
-    assert_int_equal(make_inputs(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 12, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 12, &in), MHLA_OK);
     float *out = malloc(in.nv * sizeof *out);
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
@@ -283,7 +283,7 @@ static void test_varlen_errors(void **state)
     assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, mix8, ok, 2, out), MHLA_ERR_INVALID_ARGUMENT);
     assert_message_has(ctx, "not created for packed sequences");
     mhla_plan_destroy(plan);
-    free_inputs(&in);
+    test_inputs_free(&in);
     free(out);
 }
 

@@ -1,0 +1,52 @@
+/* The `mhla` command: exit codes, the one-line error report, and the subcommands' entry points. */
+#ifndef MHLA_CLI_H
+#define MHLA_CLI_H
+
+#include "npy.h"
+
+#include <mhla.h>
+
+/* Exit codes (README "Command-line tool"). */
+enum {
+    CLI_OK = 0,
+    CLI_RUNTIME = 1,     /* device, driver, memory or output write failure */
+    CLI_USAGE = 2,       /* bad option or value, bad or inconsistent input file */
+    CLI_CHECK_FAILED = 3 /* --check: the output is further from the reference than SPEC.md allows */
+};
+
+/* Prints "mhla: <message>" as one line on stderr (line breaks inside the message, e.g. a kernel
+ * build log, become " | ") and returns `code`. */
+int cli_fail(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* cli_fail(CLI_USAGE, ...) with " (see 'mhla <cmd> --help')" appended. */
+int cli_usage(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The exit code of a failed library call: validation statuses are usage errors (2), the rest
+ * (device, build, memory, OpenCL) runtime failures (1). */
+int cli_exit_code(mhla_status status);
+
+/* The exit code of a failed .npy read or write: a bad file or an uncreatable output is a usage
+ * error (2), a failed write or allocation a runtime failure (1). */
+int cli_npy_exit_code(npy_status status);
+
+/* A temporary output file removed if SIGINT, SIGTERM or SIGHUP ends the process; NULL clears. */
+void cli_guard_temp(const char *path);
+
+/* The M x M matrix of an initializer for a block grid (bt, bh, bw), malloc'd into *out; a bad grid
+ * is reported against --blocks `blocks_text`. Returns 0, CLI_USAGE or CLI_RUNTIME. */
+int cli_mixing_init(const char *cmd, const char *blocks_text, mhla_init_kind kind, const double *param,
+                    const int64_t blocks[3], float **out);
+
+int cmd_run(int argc, char **argv);
+int cmd_init_mixing(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif /* MHLA_CLI_H */

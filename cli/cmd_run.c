@@ -1,0 +1,505 @@
+/* `mhla run`: one MHLA forward pass over .npy files on an OpenCL device, optionally checked
+ * against the double-precision reference (--check) and timed with profiling events (--repeat). */
+#include "args.h"
+#include "cli.h"
+#include "half.h"
+#include "npy.h"
+
+#include <mhla_reference.h>
+
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: mhla run --q Q.npy --k K.npy --v V.npy --out O.npy --blocks ... [options]\n"
+    "\n"
+    "Runs MHLA (SPEC.md) on the OpenCL device and writes the output. Q and K are [B,N,H,Dk], V is\n"
+    "[B,N,H,Dv] (or [B,H,N,D] with --layout bhnd), float32 or float16 .npy files, little-endian,\n"
+    "C order. O.npy is [B,N,H,Dv] in the same layout: float32, or float16 when the inputs are.\n"
+    "It is written to a temporary file and renamed: a failed run leaves no output behind.\n"
+    "\n"
+    "inputs and output:\n"
+    "  --q Q.npy --k K.npy --v V.npy --out O.npy\n"
+    "  --layout bnhd|bhnd            the tensors' layout (default bnhd)\n"
+    "tokens and blocks:\n"
+    "  --grid N|HsxWs|TxHsxWs        token grid, product N (default: N from Q, 1D)\n"
+    "  --blocks M|BHxBW|BTxBHxBW     block grid dividing the token grid, with as many extents\n"
+    "                                (required without --causal)\n"
+    "mixing matrix (M = number of blocks):\n"
+    "  --mixing MC.npy               an M x M float32 matrix Mc[i][b] (e.g. a trained one)\n"
+    "  --init KIND[:PARAM]           else an initializer: linear, cos, exp[:SIGMA], gaussian,\n"
+    "                                local[:THRES], paper, causal-uniform (default linear,\n"
+    "                                causal-uniform with --causal); see 'mhla init-mixing'\n"
+    "attention:\n"
+    "  --feature-map none|relu|relu-eps|elu1   phi on q and k (default relu-eps; relu --causal)\n"
+    "  --feature-eps X               relu-eps offset (default 1e-6)\n"
+    "  --scale X                     q~ = X * phi(q), X != 0 (default 1; Dk^-0.5 with --causal)\n"
+    "  --normalizer paper|official|none   (default paper; none with --causal)\n"
+    "  --eps X                       added to every denominator (default 1e-6)\n"
+    "  --causal [--chunk C] [--recurrent] [--cu-seqlens CU.npy]\n"
+    "                                causal MHLA (not supported yet: exits 2)\n"
+    "device:\n"
+    "  --dtype f32|f16|bf16          storage type on the device (default: the inputs'; f16 and\n"
+    "                                bf16 are not supported yet, --dtype f32 computes float16\n"
+    "                                inputs in float32)\n"
+    "  --device SPEC                 'P:D', an index or a name substring, as MHLA_DEVICE (see\n"
+    "                                'mhla info'); default: MHLA_DEVICE, else the first GPU,\n"
+    "                                else the first device\n"
+    "  --check                       also run the double-precision reference and print\n"
+    "                                'max_rel_err <value>'; exit 3 (the output is still written)\n"
+    "                                when it exceeds SPEC.md's tolerance (f32: 1e-5 up to N = 4096,\n"
+    "                                1e-4 beyond)\n"
+    "  --repeat R                    run R times after one untimed warm-up and print\n"
+    "                                'time_ms median <m> min <a> max <b>' (device time per run)\n"
+    "\n"
+    "exit codes: 0 success; 1 runtime or device failure; 2 usage or input error; 3 --check failed.\n";
+
+enum {
+    O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
+    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_COUNT
+};
+
+static const char *const cmd = "run";
+
+/* Everything one run holds; released by job_free(). */
+typedef struct run_job {
+    cli_option o[O_COUNT];
+    mhla_config cfg;
+    npy_array in[3];      /* q, k, v as read; float16 data is widened into `f32` */
+    float *f32[3];        /* q, k, v as float: in[i].data, or the widened copy */
+    npy_dtype file_dtype; /* of the inputs, hence of the output */
+    float *mixing;
+    int64_t mixing_rows;
+    int64_t repeat; /* 0: one run, untimed */
+    npy_writer out;
+    mhla_context *ctx;
+    mhla_plan *plan;
+    cl_mem buf[5]; /* indexed by mhla_tensor */
+    float *result;
+    double check_err; /* --check: max_rel_err of result against the reference */
+} run_job;
+
+static void job_free(run_job *job)
+{
+    npy_writer_abort(&job->out); /* before the guard goes: a signal between them finds no file */
+    cli_guard_temp(NULL);
+    for (int t = 0; t < 5; ++t)
+        if (job->buf[t])
+            clReleaseMemObject(job->buf[t]);
+    mhla_plan_destroy(job->plan);
+    mhla_context_destroy(job->ctx);
+    for (int i = 0; i < 3; ++i) {
+        if (job->f32[i] != job->in[i].data)
+            free(job->f32[i]);
+        npy_free(&job->in[i]);
+    }
+    free(job->mixing);
+    free(job->result);
+}
+
+/* ---- options ------------------------------------------------------------------------------- */
+
+/* Parses an enum option with the library's parser, which explains a bad name. */
+#define PARSE_ENUM(job, index, parse_fn, dst)                                                       \
+    ((job)->o[index].value && parse_fn((job)->o[index].value, &(dst)) != MHLA_OK                    \
+         ? cli_usage(cmd, "%s %s: %s", (job)->o[index].name, (job)->o[index].value, mhla_last_message()) \
+         : 0)
+
+/* Options the library cannot run yet. Each line goes when its issue lands. */
+static int not_supported_yet(const run_job *job)
+{
+    static const int causal[] = {O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS};
+    for (size_t i = 0; i < sizeof causal / sizeof causal[0]; ++i)
+        if (job->o[causal[i]].value)
+            return cli_fail(CLI_USAGE, "%s: not supported yet (causal MHLA)", job->o[causal[i]].name);
+    if (job->o[O_DTYPE].value && job->cfg.dtype != MHLA_DTYPE_F32)
+        return cli_fail(CLI_USAGE, "--dtype %s: not supported yet (half-precision storage); --dtype f32 computes "
+                                   "float16 inputs in float32",
+                        job->o[O_DTYPE].value);
+    return 0;
+}
+
+static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
+{
+    cli_option *o = job->o;
+    int rc;
+    if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, help_shown)) != 0 || *help_shown)
+        return rc;
+    static const int required[] = {O_Q, O_K, O_V, O_OUT};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
+        if (!o[required[i]].value)
+            return cli_usage(cmd, "run: missing %s %s", o[required[i]].name, o[required[i]].metavar);
+    static const int causal_only[] = {O_CHUNK, O_RECURRENT, O_CU_SEQLENS};
+    for (size_t i = 0; i < sizeof causal_only / sizeof causal_only[0]; ++i)
+        if (o[causal_only[i]].value && !o[O_CAUSAL].value)
+            return cli_usage(cmd, "%s: only with --causal", o[causal_only[i]].name);
+    if (o[O_BLOCKS].value && o[O_CAUSAL].value)
+        return cli_usage(cmd, "--blocks: not with --causal (its blocks are chunks of --chunk tokens)");
+    if (o[O_MIXING].value && o[O_INIT].value)
+        return cli_usage(cmd, "--mixing and --init: give one (a matrix, or how to make one)");
+
+    mhla_config *cfg = &job->cfg;
+    if (o[O_CAUSAL].value)
+        mhla_config_init_causal(cfg);
+    else
+        mhla_config_init(cfg);
+    if ((rc = PARSE_ENUM(job, O_LAYOUT, mhla_layout_parse, cfg->layout)) != 0 ||
+        (rc = PARSE_ENUM(job, O_FEATURE_MAP, mhla_feature_map_parse, cfg->feature_map)) != 0 ||
+        (rc = PARSE_ENUM(job, O_NORMALIZER, mhla_normalizer_parse, cfg->normalizer)) != 0 ||
+        (rc = PARSE_ENUM(job, O_DTYPE, mhla_dtype_parse, cfg->dtype)) != 0)
+        return rc;
+    if ((o[O_FEATURE_EPS].value && (rc = args_float(cmd, &o[O_FEATURE_EPS], 0.0, &cfg->feature_eps)) != 0) ||
+        (o[O_EPS].value && (rc = args_float(cmd, &o[O_EPS], 0.0, &cfg->eps)) != 0) ||
+        (o[O_SCALE].value && (rc = args_float(cmd, &o[O_SCALE], -FLT_MAX, &cfg->scale)) != 0))
+        return rc;
+    if (o[O_SCALE].value && cfg->scale == 0.0f) /* the library reads 0 as "the default" */
+        return cli_usage(cmd, "--scale %s: must be nonzero (leave --scale out for the default)", o[O_SCALE].value);
+    if (o[O_CHUNK].value && (rc = args_int(cmd, &o[O_CHUNK], 1, INT32_MAX, &cfg->chunk)) != 0)
+        return rc;
+    if (o[O_REPEAT].value && (rc = args_int(cmd, &o[O_REPEAT], 1, 1000000, &job->repeat)) != 0)
+        return rc;
+    if (!o[O_CAUSAL].value && !o[O_BLOCKS].value)
+        return cli_usage(cmd, "run: missing --blocks M|BHxBW|BTxBHxBW (the block grid; M = 1 is plain linear "
+                              "attention)");
+    return not_supported_yet(job);
+}
+
+/* ---- inputs -------------------------------------------------------------------------------- */
+
+static int read_inputs(run_job *job)
+{
+    static const int opt_of[3] = {O_Q, O_K, O_V};
+    const char *dims_bnhd[3] = {"[B,N,H,Dk]", "[B,N,H,Dk]", "[B,N,H,Dv]"};
+    const char *dims_bhnd[3] = {"[B,H,N,Dk]", "[B,H,N,Dk]", "[B,H,N,Dv]"};
+    const int bhnd = job->cfg.layout == MHLA_LAYOUT_BHND;
+    char err[512], shape[3][160];
+    for (int i = 0; i < 3; ++i) {
+        const cli_option *opt = &job->o[opt_of[i]];
+        npy_array *a = &job->in[i];
+        const npy_status st = npy_read(opt->value, a, err, sizeof err);
+        if (st != NPY_OK)
+            return cli_fail(cli_npy_exit_code(st), "%s %s: %s", opt->name, opt->value, err);
+        npy_shape_string(a->ndim, a->shape, shape[i], sizeof shape[i]);
+        if (a->ndim != 4)
+            return cli_fail(CLI_USAGE, "%s %s: expected 4 dimensions %s (layout %s), got shape %s", opt->name,
+                            opt->value, bhnd ? dims_bhnd[i] : dims_bnhd[i], mhla_layout_name(job->cfg.layout),
+                            shape[i]);
+        for (int d = 0; d < 4; ++d)
+            if (a->shape[d] < 1 || a->shape[d] > INT32_MAX)
+                return cli_fail(CLI_USAGE, "%s %s: shape %s: every extent must be between 1 and %d", opt->name,
+                                opt->value, shape[i], INT32_MAX);
+        if (i > 0 && a->dtype != job->in[0].dtype)
+            return cli_fail(CLI_USAGE, "%s %s is %s but --q %s is %s: the inputs must have one dtype", opt->name,
+                            opt->value, npy_dtype_name(a->dtype), job->o[O_Q].value,
+                            npy_dtype_name(job->in[0].dtype));
+        /* B, N and H (and Dk between q and k) must agree; D is the last extent in both layouts. */
+        const int agree = i == 0 || (memcmp(a->shape, job->in[0].shape, 3 * sizeof a->shape[0]) == 0 &&
+                                     (i == 2 || a->shape[3] == job->in[0].shape[3]));
+        if (!agree)
+            return cli_fail(CLI_USAGE, "%s %s: shape %s does not match --q %s %s (%s must agree)", opt->name,
+                            opt->value, shape[i], job->o[O_Q].value, shape[0],
+                            i == 1 ? (bhnd ? "B, H, N and Dk" : "B, N, H and Dk") : (bhnd ? "B, H and N" : "B, N and H"));
+    }
+    job->file_dtype = job->in[0].dtype;
+    const int64_t *s = job->in[0].shape;
+    mhla_config *cfg = &job->cfg;
+    cfg->batch = s[0];
+    cfg->heads = bhnd ? s[1] : s[2];
+    cfg->seq_t = bhnd ? s[2] : s[1]; /* N, until --grid shapes it */
+    cfg->dk = s[3];
+    cfg->dv = job->in[2].shape[3];
+    if (job->file_dtype == NPY_F16 && !job->o[O_DTYPE].value)
+        return cli_fail(CLI_USAGE, "--q %s is float16, which selects --dtype f16: not supported yet (half-precision "
+                                   "storage); --dtype f32 computes it in float32",
+                        job->o[O_Q].value);
+    for (int i = 0; i < 3; ++i) {
+        if (job->file_dtype == NPY_F32) {
+            job->f32[i] = job->in[i].data;
+            continue;
+        }
+        if (!(job->f32[i] = malloc(job->in[i].count * sizeof(float))))
+            return cli_fail(CLI_RUNTIME, "out of host memory widening %s to float32", job->o[opt_of[i]].value);
+        half_to_float_array(job->f32[i], job->in[i].data, job->in[i].count);
+        npy_free(&job->in[i]);
+    }
+    return 0;
+}
+
+/* --grid and --blocks onto the configuration, checked against the inputs' N and each other. */
+static int shape_grid(run_job *job)
+{
+    mhla_config *cfg = &job->cfg;
+    const int64_t n = cfg->seq_t;
+    int64_t grid[3] = {n, 1, 1}, blocks[3] = {1, 1, 1};
+    int grid_ndim = 1, blocks_ndim = 1, rc;
+    char text[96];
+    if (job->o[O_GRID].value) {
+        if ((rc = args_dims(cmd, &job->o[O_GRID], grid, &grid_ndim)) != 0)
+            return rc;
+        if (grid[0] * grid[1] * grid[2] != n)
+            return cli_fail(CLI_USAGE, "--grid %s: %lld tokens, but --q %s has N = %lld", job->o[O_GRID].value,
+                            (long long)(grid[0] * grid[1] * grid[2]), job->o[O_Q].value, (long long)n);
+    }
+    if (job->o[O_BLOCKS].value) {
+        if ((rc = args_dims(cmd, &job->o[O_BLOCKS], blocks, &blocks_ndim)) != 0)
+            return rc;
+        if (blocks_ndim != grid_ndim)
+            return cli_usage(cmd, "--blocks %s: a %dD block grid for the %dD token grid %s (give %s)",
+                             job->o[O_BLOCKS].value, blocks_ndim, grid_ndim,
+                             args_dims_string(grid, grid_ndim, text, sizeof text),
+                             grid_ndim == 1 ? "M" : grid_ndim == 2 ? "BHxBW" : "BTxBHxBW");
+        static const char *const axis[3] = {"T", "Hs", "Ws"};
+        for (int d = 0; d < 3; ++d)
+            if (grid[d] % blocks[d] != 0)
+                return cli_fail(CLI_USAGE, "--blocks %s: does not divide the token grid %s (%s = %lld is not divisible "
+                                           "by %lld)",
+                                job->o[O_BLOCKS].value, args_dims_string(grid, grid_ndim, text, sizeof text), axis[d],
+                                (long long)grid[d], (long long)blocks[d]);
+    }
+    cfg->seq_t = grid[0], cfg->seq_h = grid[1], cfg->seq_w = grid[2];
+    cfg->block_t = blocks[0], cfg->block_h = blocks[1], cfg->block_w = blocks[2];
+    return 0;
+}
+
+/* Rows the mixing matrix must have for M blocks: M, or in causal mode at least M = ceil(N/C). */
+static int mixing_rows_fit(const mhla_config *cfg, int64_t m, int64_t rows) { return cfg->causal ? rows >= m : rows == m; }
+
+static int load_mixing(run_job *job)
+{
+    mhla_config *cfg = &job->cfg;
+    const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w;
+    const int64_t m = cfg->causal ? (n + cfg->chunk - 1) / cfg->chunk : cfg->block_t * cfg->block_h * cfg->block_w;
+    const cli_option *opt = &job->o[O_MIXING];
+    if (!opt->value) {
+        mhla_init_kind kind = cfg->causal ? MHLA_INIT_CAUSAL_UNIFORM : MHLA_INIT_LINEAR;
+        double param = 0.0;
+        int has_param = 0, rc;
+        if (job->o[O_INIT].value && (rc = args_init(cmd, &job->o[O_INIT], &kind, &param, &has_param)) != 0)
+            return rc;
+        const int64_t blocks[3] = {cfg->causal ? m : cfg->block_t, cfg->block_h, cfg->block_w};
+        job->mixing_rows = m;
+        return cli_mixing_init(cmd, job->o[O_BLOCKS].value ? job->o[O_BLOCKS].value : "(chunks)", kind,
+                               has_param ? &param : NULL, blocks, &job->mixing);
+    }
+    npy_array mc;
+    char err[512], shape[160];
+    const npy_status st = npy_read(opt->value, &mc, err, sizeof err);
+    if (st != NPY_OK)
+        return cli_fail(cli_npy_exit_code(st), "%s %s: %s", opt->name, opt->value, err);
+    npy_shape_string(mc.ndim, mc.shape, shape, sizeof shape);
+    int rc = 0;
+    if (mc.dtype != NPY_F32)
+        rc = cli_fail(CLI_USAGE, "%s %s: dtype %s, expected float32", opt->name, opt->value, npy_dtype_name(mc.dtype));
+    else if (mc.ndim != 2 || mc.shape[0] != mc.shape[1] || !mixing_rows_fit(cfg, m, mc.shape[0]))
+        rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected (%lld, %lld)%s for the %lld blocks of --blocks %s",
+                      opt->name, opt->value, shape, (long long)m, (long long)m, cfg->causal ? " or larger" : "",
+                      (long long)m, job->o[O_BLOCKS].value ? job->o[O_BLOCKS].value : "(chunks)");
+    if (rc != 0) {
+        npy_free(&mc);
+        return rc;
+    }
+    job->mixing = mc.data;
+    job->mixing_rows = mc.shape[0];
+    return 0;
+}
+
+/* ---- device -------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A failed call on the context: its message, and the exit code of its status. */
+static int device_fail(const run_job *job, mhla_status st, const char *what)
+{
+    return cli_fail(cli_exit_code(st), "%s: %s", what,
+                    job->ctx && *mhla_context_message(job->ctx) ? mhla_context_message(job->ctx) : mhla_last_message());
+}
+
+static int cl_fail(cl_int err, const char *what) { return cli_fail(CLI_RUNTIME, "%s failed (OpenCL error %d)", what, (int)err); }
+
+static int run_device(run_job *job)
+{
+    mhla_status st;
+    const char *spec = job->o[O_DEVICE].value;
+    if ((st = mhla_context_create(spec, &job->ctx)) != MHLA_OK)
+        return spec ? cli_fail(cli_exit_code(st), "--device %s: %s", spec, mhla_last_message())
+                    : cli_fail(cli_exit_code(st), "%s", mhla_last_message());
+    if ((st = mhla_plan_create(job->ctx, &job->cfg, &job->plan)) != MHLA_OK)
+        return device_fail(job, st, "run");
+
+    const void *host[5] = {job->f32[0], job->f32[1], job->f32[2], NULL, job->mixing};
+    const size_t have[5] = {job->in[0].count, job->in[1].count, job->in[2].count, job->in[2].count,
+                            (size_t)(job->mixing_rows * job->mixing_rows)};
+    cl_int err = CL_SUCCESS;
+    for (int t = 0; t < 5; ++t) {
+        const size_t bytes = mhla_plan_tensor_bytes(job->plan, (mhla_tensor)t);
+        if (bytes != have[t] * sizeof(float)) /* the plan and the files disagree: a bug here, not a user error */
+            return cli_fail(CLI_RUNTIME, "internal error: tensor %d needs %zu bytes, the input holds %zu", t, bytes,
+                            have[t] * sizeof(float));
+        job->buf[t] = clCreateBuffer(mhla_context_cl_context(job->ctx),
+                                     host[t] ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_WRITE_ONLY, bytes,
+                                     (void *)host[t], &err);
+        if (err != CL_SUCCESS)
+            return cl_fail(err, "clCreateBuffer");
+    }
+
+    /* --repeat: one warm-up (the first call also builds CLBlast's GEMM), then R timed runs, each
+     * from a marker enqueued before it to the end of its output event (device time). */
+    cl_command_queue queue = mhla_context_queue(job->ctx);
+    const int64_t runs = job->repeat ? job->repeat + 1 : 1;
+    double *ms = job->repeat ? malloc((size_t)job->repeat * sizeof *ms) : NULL;
+    if (job->repeat && !ms)
+        return cli_fail(CLI_RUNTIME, "out of host memory");
+    int rc = 0;
+    for (int64_t r = 0; r < runs && rc == 0; ++r) {
+        cl_event start = NULL, done = NULL;
+        cl_ulong t0 = 0, t1 = 0;
+        if (job->repeat && (err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start)) != CL_SUCCESS)
+            rc = cl_fail(err, "clEnqueueMarkerWithWaitList");
+        else if ((st = mhla_forward(job->plan, job->buf[MHLA_TENSOR_Q], job->buf[MHLA_TENSOR_K],
+                                    job->buf[MHLA_TENSOR_V], job->buf[MHLA_TENSOR_MIXING],
+                                    job->buf[MHLA_TENSOR_OUT], 0, NULL, &done)) != MHLA_OK)
+            rc = device_fail(job, st, "run");
+        else if ((err = clWaitForEvents(1, &done)) != CL_SUCCESS)
+            rc = cl_fail(err, "clWaitForEvents (the forward pass)");
+        else if (job->repeat &&
+                 ((err = clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL)) != CL_SUCCESS ||
+                  (err = clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL)) != CL_SUCCESS))
+            rc = cl_fail(err, "--repeat: clGetEventProfilingInfo");
+        else if (job->repeat && r > 0)
+            ms[r - 1] = (double)(t1 - t0) * 1e-6;
+        if (start)
+            clReleaseEvent(start);
+        if (done)
+            clReleaseEvent(done);
+    }
+    if (rc == 0 && job->repeat) {
+        const size_t R = (size_t)job->repeat;
+        qsort(ms, R, sizeof *ms, cmp_double);
+        const double median = R % 2 ? ms[R / 2] : 0.5 * (ms[R / 2 - 1] + ms[R / 2]);
+        printf("time_ms median %.3f min %.3f max %.3f\n", median, ms[0], ms[R - 1]);
+    }
+    free(ms);
+    if (rc != 0)
+        return rc;
+    const size_t out_count = job->in[2].count;
+    if (!(job->result = malloc(out_count * sizeof *job->result)))
+        return cli_fail(CLI_RUNTIME, "out of host memory for the output");
+    if ((err = clEnqueueReadBuffer(queue, job->buf[MHLA_TENSOR_OUT], CL_TRUE, 0, out_count * sizeof *job->result,
+                                   job->result, 0, NULL, NULL)) != CL_SUCCESS)
+        return cl_fail(err, "clEnqueueReadBuffer (the output)");
+    return 0;
+}
+
+/* ---- check and output ---------------------------------------------------------------------- */
+
+/* --check: the reference on the same inputs; stores max_rel_err in job->check_err and prints it. */
+static int check(run_job *job)
+{
+    const size_t n = job->in[2].count;
+    double *ref = malloc(n * sizeof *ref);
+    if (!ref)
+        return cli_fail(CLI_RUNTIME, "--check: out of host memory for the reference");
+    const mhla_status st = mhla_reference_forward(&job->cfg, job->f32[0], job->f32[1], job->f32[2], job->mixing, ref);
+    if (st == MHLA_OK)
+        job->check_err = mhla_max_rel_err(job->result, ref, n);
+    free(ref);
+    if (st != MHLA_OK)
+        return cli_fail(cli_exit_code(st), "--check: %s", mhla_last_message());
+    printf("max_rel_err %.3g\n", job->check_err);
+    return 0;
+}
+
+static int write_output(run_job *job)
+{
+    char err[512];
+    const void *data = job->result;
+    uint16_t *half = NULL;
+    if (job->file_dtype == NPY_F16) { /* float16 in, float16 out */
+        if (!(half = malloc(job->in[2].count * sizeof *half)))
+            return cli_fail(CLI_RUNTIME, "out of host memory for the float16 output");
+        float_to_half_array(half, job->result, job->in[2].count);
+        data = half;
+    }
+    const npy_status st =
+        npy_writer_commit(&job->out, job->file_dtype, 4, job->in[2].shape, data, err, sizeof err);
+    cli_guard_temp(NULL);
+    free(half);
+    if (st != NPY_OK)
+        return cli_fail(cli_npy_exit_code(st), "--out %s: %s", job->o[O_OUT].value, err);
+    return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_job job;
+    memset(&job, 0, sizeof job);
+    job.out.fd = -1;
+    static const cli_option table[O_COUNT] = {
+        [O_Q] = {"--q", "Q.npy", NULL},
+        [O_K] = {"--k", "K.npy", NULL},
+        [O_V] = {"--v", "V.npy", NULL},
+        [O_OUT] = {"--out", "O.npy", NULL},
+        [O_LAYOUT] = {"--layout", "bnhd|bhnd", NULL},
+        [O_GRID] = {"--grid", "N|HsxWs|TxHsxWs", NULL},
+        [O_BLOCKS] = {"--blocks", "M|BHxBW|BTxBHxBW", NULL},
+        [O_MIXING] = {"--mixing", "MC.npy", NULL},
+        [O_INIT] = {"--init", "KIND[:PARAM]", NULL},
+        [O_FEATURE_MAP] = {"--feature-map", "none|relu|relu-eps|elu1", NULL},
+        [O_FEATURE_EPS] = {"--feature-eps", "X", NULL},
+        [O_SCALE] = {"--scale", "X", NULL},
+        [O_NORMALIZER] = {"--normalizer", "paper|official|none", NULL},
+        [O_EPS] = {"--eps", "X", NULL},
+        [O_CAUSAL] = {"--causal", NULL, NULL},
+        [O_CHUNK] = {"--chunk", "C", NULL},
+        [O_RECURRENT] = {"--recurrent", NULL, NULL},
+        [O_CU_SEQLENS] = {"--cu-seqlens", "CU.npy", NULL},
+        [O_DTYPE] = {"--dtype", "f32|f16|bf16", NULL},
+        [O_DEVICE] = {"--device", "SPEC", NULL},
+        [O_CHECK] = {"--check", NULL, NULL},
+        [O_REPEAT] = {"--repeat", "R", NULL},
+    };
+    memcpy(job.o, table, sizeof table);
+    int help_shown = 0, rc;
+    char err[512], msg[512];
+
+    if ((rc = parse_options(&job, argc, argv, &help_shown)) != 0 || help_shown)
+        goto done;
+    if ((rc = read_inputs(&job)) != 0 || (rc = shape_grid(&job)) != 0 || (rc = load_mixing(&job)) != 0)
+        goto done;
+    job.cfg.mixing_rows = job.mixing_rows;
+    /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
+    mhla_status st = mhla_config_check(&job.cfg, msg, sizeof msg);
+    if (st != MHLA_OK) {
+        rc = cli_fail(cli_exit_code(st), "--q %s, --v %s: %s", job.o[O_Q].value, job.o[O_V].value, msg);
+        goto done;
+    }
+    /* The output's temporary exists before the work starts: a bad --out fails fast. */
+    npy_status ws = npy_writer_open(&job.out, job.o[O_OUT].value, err, sizeof err);
+    if (ws != NPY_OK) {
+        rc = cli_fail(cli_npy_exit_code(ws), "--out %s: %s", job.o[O_OUT].value, err);
+        goto done;
+    }
+    cli_guard_temp(job.out.tmp);
+    if ((rc = run_device(&job)) != 0)
+        goto done;
+    if (job.o[O_CHECK].value && (rc = check(&job)) != 0)
+        goto done;
+    if ((rc = write_output(&job)) != 0)
+        goto done;
+    if (job.o[O_CHECK].value) {
+        const int64_t n = job.cfg.seq_t * job.cfg.seq_h * job.cfg.seq_w;
+        const double tol = mhla_reference_tolerance(job.cfg.dtype, n);
+        if (!(job.check_err <= tol)) /* NaN fails too */
+            rc = cli_fail(CLI_CHECK_FAILED, "--check: max_rel_err %.3g exceeds the tolerance %g (%s storage, N = %lld)",
+                          job.check_err, tol, mhla_dtype_name(job.cfg.dtype), (long long)n);
+    }
+done:
+    job_free(&job);
+    return rc;
+}

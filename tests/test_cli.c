@@ -1,0 +1,1106 @@
+/* The `mhla` binary driven as a user or a script drives it: each option's effect on the output
+ * checked against the double-precision reference computed here (and shown to matter on the
+ * input), every error path's exit code and single stderr line, and that a failed run leaves
+ * neither an output nor a temporary file behind.
+ * usage: test_cli MHLA_BINARY KERNEL_SOURCE_DIR */
+#include "half.h"
+#include "helpers.h"
+#include "npy.h"
+#include "scratch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static const char *mhla_bin;   /* the built tool */
+static const char *kernel_src; /* the source tree's kernels/, for MHLA_KERNEL_DIR variants */
+static char root[256];         /* this run's scratch folder: captured streams and test folders */
+static char dir[320];          /* the current test's working folder, where mhla runs */
+
+/* ---- the test folder ----------------------------------------------------------------------- */
+
+static int fresh_dir(void **state)
+{
+    (void)state;
+    static int serial;
+    snprintf(dir, sizeof dir, "%s/t%02d", root, ++serial);
+    return mkdir(dir, 0755);
+}
+
+static int drop_dir(void **state)
+{
+    (void)state;
+    scratch_remove(dir);
+    return 0;
+}
+
+static const char *in_dir(const char *name) { return scratch_path(dir, name); }
+
+/* Every name in the test folder (hidden ones too: temporaries are), sorted, space-separated. */
+static const char *listing(void) { return scratch_listing(dir); }
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap && !(buf = realloc(buf, cap = 2 * cap + 8192)))
+            break;
+        const size_t r = fread(buf + n, 1, 4096, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+/* ---- running the tool ---------------------------------------------------------------------- */
+
+typedef struct result {
+    int code;   /* exit status, or -1 when a signal ended it */
+    int signal; /* the signal that ended it, or 0 */
+    char out[16384];
+    char err[16384];
+} result;
+
+/* When nonzero, the child's RLIMIT_FSIZE in bytes (with SIGXFSZ ignored): writes past it fail. */
+static rlim_t child_file_limit;
+
+/* Starts mhla in the test folder with `args`; `env` entries "NAME=VALUE" are set in the child
+ * ("NAME=" unsets). MHLA_KERNEL_DIR is always cleared first, so that only a test sets it. */
+static pid_t spawn(const char *const *env, const char *stdout_path, const char *const *args)
+{
+    char out_path[512], err_path[512];
+    snprintf(out_path, sizeof out_path, "%s/stdout", root);
+    snprintf(err_path, sizeof err_path, "%s/stderr", root);
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    const int o = open(stdout_path ? stdout_path : out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o < 0 || e < 0 || chdir(dir) != 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+        _exit(126);
+    if (child_file_limit) {
+        const struct rlimit lim = {child_file_limit, child_file_limit};
+        signal(SIGXFSZ, SIG_IGN); /* an ignored signal stays ignored across exec */
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+            _exit(126);
+    }
+    unsetenv("MHLA_KERNEL_DIR");
+    for (const char *const *p = env; p && *p; ++p) {
+        char name[128];
+        const char *eq = strchr(*p, '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *p), *p);
+        if (eq[1])
+            setenv(name, eq + 1, 1);
+        else
+            unsetenv(name);
+    }
+    const char *argv[64] = {mhla_bin};
+    int n = 1;
+    while (args[n - 1] && n < 63) {
+        argv[n] = args[n - 1];
+        ++n;
+    }
+    argv[n] = NULL;
+    execv(mhla_bin, (char *const *)argv);
+    _exit(127);
+}
+
+static result *finish(pid_t pid)
+{
+    static result r;
+    int status = 0;
+    assert_true(pid > 0);
+    while (waitpid(pid, &status, 0) < 0)
+        assert_int_equal(errno, EINTR);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    char path[512];
+    const char *names[2] = {"stdout", "stderr"};
+    char *dst[2] = {r.out, r.err};
+    for (int i = 0; i < 2; ++i) {
+        snprintf(path, sizeof path, "%s/%s", root, names[i]);
+        char *text = slurp(path, NULL);
+        snprintf(dst[i], sizeof r.out, "%s", text ? text : "");
+        free(text);
+    }
+    if (r.code == 126 || r.code == 127)
+        fail_msg("could not start %s in %s", mhla_bin, dir);
+    return &r;
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define MHLA(...) finish(spawn(NULL, NULL, ARGS(__VA_ARGS__)))
+#define MHLA_ENV(env, ...) finish(spawn(env, NULL, ARGS(__VA_ARGS__)))
+
+static void expect_ok(const result *r)
+{
+    if (r->code != 0)
+        fail_msg("exit %d, stderr: %s", r->code, r->err);
+    assert_string_equal(r->err, "");
+}
+
+/* Failed with `code`; stderr is one line "mhla: ..." containing `text`; stdout is empty. */
+static void expect_fail(const result *r, int code, const char *text)
+{
+    if (r->code != code || !strstr(r->err, text))
+        fail_msg("exit %d (expected %d), stderr '%s' (expected to contain '%s')", r->code, code, r->err, text);
+    const size_t len = strlen(r->err);
+    assert_true(strncmp(r->err, "mhla: ", 6) == 0);
+    assert_true(len > 0 && r->err[len - 1] == '\n');
+    if (strchr(r->err, '\n') != r->err + len - 1)
+        fail_msg("stderr has more than one line: %s", r->err);
+    if (code != 3)
+        assert_string_equal(r->out, "");
+}
+
+/* ---- inputs, written independently of cli/npy.c ---------------------------------------------- */
+
+/* A version 1.0 .npy with `header` as the dict, padded to 16 bytes as NumPy before 1.14 did. */
+static void write_raw_npy(const char *name, const char *dict, const void *data, size_t bytes)
+{
+    char header[1024];
+    int n = snprintf(header, sizeof header, "%s", dict);
+    while ((10 + n + 1) % 16)
+        header[n++] = ' ';
+    header[n++] = '\n';
+    FILE *f = fopen(in_dir(name), "wb");
+    assert_non_null(f);
+    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xFF),
+                                   (unsigned char)(n >> 8)};
+    assert_int_equal(fwrite(pre, 1, 10, f), 10);
+    assert_int_equal(fwrite(header, 1, (size_t)n, f), (size_t)n);
+    if (bytes)
+        assert_int_equal(fwrite(data, 1, bytes, f), bytes);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void write_npy(const char *name, const char *descr, int ndim, const int64_t *shape, const void *data,
+                      size_t bytes)
+{
+    char dict[512];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int i = 0; i < ndim; ++i)
+        n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld%s", (long long)shape[i],
+                      ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+    snprintf(dict + n, sizeof dict - (size_t)n, "), }");
+    write_raw_npy(name, dict, data, bytes);
+}
+
+/* q, k, v of one problem, as written to q.npy, k.npy and v.npy. */
+typedef struct tensors {
+    int64_t b, n, h, dk, dv;
+    mhla_layout layout;
+    int half; /* written as float16; q/k/v hold the rounded values */
+    float *q, *k, *v;
+    size_t nq, nv;
+} tensors;
+
+static void write_tensor(const char *name, const tensors *t, const float *x, size_t count, int64_t d)
+{
+    const int64_t shape[4] = {t->b, t->layout == MHLA_LAYOUT_BHND ? t->h : t->n,
+                              t->layout == MHLA_LAYOUT_BHND ? t->n : t->h, d};
+    if (!t->half) {
+        write_npy(name, "<f4", 4, shape, x, count * sizeof *x);
+        return;
+    }
+    uint16_t *h = malloc(count * sizeof *h);
+    assert_non_null(h);
+    float_to_half_array(h, x, count);
+    write_npy(name, "<f2", 4, shape, h, count * sizeof *h);
+    free(h);
+}
+
+/* Values uniform in [lo, 1) (v in [-1, 1)), rounded to float16 when `half`. */
+static tensors make_inputs(int64_t b, int64_t n, int64_t h, int64_t dk, int64_t dv, mhla_layout layout, int half,
+                           float lo)
+{
+    tensors t = {b, n, h, dk, dv, layout, half, NULL, NULL, NULL, (size_t)(b * n * h * dk), (size_t)(b * n * h * dv)};
+    t.q = malloc(t.nq * sizeof *t.q);
+    t.k = malloc(t.nq * sizeof *t.k);
+    t.v = malloc(t.nv * sizeof *t.v);
+    assert_true(t.q && t.k && t.v);
+    fill_uniform(t.q, t.nq, 11, lo, 1.0f);
+    fill_uniform(t.k, t.nq, 12, lo, 1.0f);
+    fill_uniform(t.v, t.nv, 13, -1.0f, 1.0f);
+    float *all[3] = {t.q, t.k, t.v};
+    const size_t cnt[3] = {t.nq, t.nq, t.nv};
+    for (int i = 0; half && i < 3; ++i)
+        for (size_t j = 0; j < cnt[i]; ++j)
+            all[i][j] = half_to_float(float_to_half(all[i][j]));
+    write_tensor("q.npy", &t, t.q, t.nq, dk);
+    write_tensor("k.npy", &t, t.k, t.nq, dk);
+    write_tensor("v.npy", &t, t.v, t.nv, dv);
+    return t;
+}
+
+static void free_inputs(tensors *t) { free(t->q), free(t->k), free(t->v); }
+
+/* The configuration `mhla run` should have built: defaults, the inputs' sizes, grid and blocks. */
+static mhla_config config_for(const tensors *t, const int64_t grid[3], const int64_t blocks[3])
+{
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.batch = t->b, cfg.heads = t->h, cfg.dk = t->dk, cfg.dv = t->dv, cfg.layout = t->layout;
+    cfg.seq_t = grid[0], cfg.seq_h = grid[1], cfg.seq_w = grid[2];
+    cfg.block_t = blocks[0], cfg.block_h = blocks[1], cfg.block_w = blocks[2];
+    return cfg;
+}
+
+static float *init_mixing(mhla_init_kind kind, const double *param, const mhla_config *cfg)
+{
+    const size_t m = (size_t)(cfg->block_t * cfg->block_h * cfg->block_w);
+    float *mc = malloc(m * m * sizeof *mc);
+    assert_non_null(mc);
+    assert_int_equal(mhla_mixing_init(kind, param, cfg->block_t, cfg->block_h, cfg->block_w, mc, m * m), MHLA_OK);
+    return mc;
+}
+
+static double *reference(const tensors *t, const mhla_config *cfg, const float *mixing)
+{
+    double *ref = malloc(t->nv * sizeof *ref);
+    assert_non_null(ref);
+    if (mhla_reference_forward(cfg, t->q, t->k, t->v, mixing, ref) != MHLA_OK)
+        fail_msg("reference: %s", mhla_last_message());
+    return ref;
+}
+
+/* SPEC.md's distance between two references: max |a - b| / max |b|. */
+static double distance(const double *a, const double *b, size_t n)
+{
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < n; ++i) {
+        diff = fmax(diff, fabs(a[i] - b[i]));
+        mag = fmax(mag, fabs(b[i]));
+    }
+    return diff / mag;
+}
+
+/* Reads the output `name`: it must be `dtype`, shaped like v; returns its values as floats. */
+static float *read_output(const tensors *t, const char *name, npy_dtype dtype)
+{
+    npy_array o;
+    char err[512];
+    if (npy_read(in_dir(name), &o, err, sizeof err) != NPY_OK)
+        fail_msg("%s: %s", name, err);
+    assert_int_equal(o.dtype, dtype);
+    assert_int_equal(o.ndim, 4);
+    const int64_t want[4] = {t->b, t->layout == MHLA_LAYOUT_BHND ? t->h : t->n,
+                             t->layout == MHLA_LAYOUT_BHND ? t->n : t->h, t->dv};
+    assert_memory_equal(o.shape, want, sizeof want);
+    if (dtype == NPY_F32)
+        return o.data;
+    float *f = malloc(o.count * sizeof *f);
+    assert_non_null(f);
+    half_to_float_array(f, o.data, o.count);
+    npy_free(&o);
+    return f;
+}
+
+/* The output's max relative error against the reference of cfg and mixing. */
+static double output_error(const tensors *t, const mhla_config *cfg, const float *mixing, const char *name,
+                           npy_dtype dtype)
+{
+    float *o = read_output(t, name, dtype);
+    double *ref = reference(t, cfg, mixing);
+    const double e = mhla_max_rel_err(o, ref, t->nv);
+    free(o);
+    free(ref);
+    return e;
+}
+
+/* output_error() for the defaults (linear init) on a grid and block grid. */
+static double default_error(const tensors *t, const int64_t grid[3], const int64_t blocks[3], npy_dtype dtype)
+{
+    const mhla_config cfg = config_for(t, grid, blocks);
+    float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
+    const double e = output_error(t, &cfg, mc, "o.npy", dtype);
+    free(mc);
+    return e;
+}
+
+/* "max_rel_err <x>" as the last line of stdout. */
+static double printed_error(const result *r)
+{
+    const char *line = strstr(r->out, "max_rel_err ");
+    double e = -1;
+    if (!line || sscanf(line, "max_rel_err %lf", &e) != 1)
+        fail_msg("no max_rel_err line in '%s'", r->out);
+    return e;
+}
+
+static const int64_t grid_8x8[3] = {1, 8, 8};
+
+/* ---- help, version ------------------------------------------------------------------------- */
+
+static void test_help_and_version(void **state)
+{
+    (void)state;
+    const result *r = MHLA("--version");
+    expect_ok(r);
+    char want[128];
+    snprintf(want, sizeof want, "mhla %s (libmhla %s)\n", MHLA_VERSION_STRING, mhla_version_string());
+    assert_string_equal(r->out, want);
+
+    r = MHLA("--help");
+    expect_ok(r);
+    const char *top[] = {"usage: mhla", "run ", "init-mixing ", "info ", "exit codes"};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; ++i)
+        assert_non_null(strstr(r->out, top[i]));
+    /* Every option of `run` is documented in its help. */
+    r = MHLA("run", "--q", "x.npy", "-h");
+    expect_ok(r);
+    const char *run_opts[] = {"--q ", "--k ", "--v ", "--out ", "--layout ", "--grid ", "--blocks ", "--mixing ",
+                              "--init ", "--feature-map ", "--feature-eps ", "--scale ", "--normalizer ", "--eps ",
+                              "--causal ", "--chunk ", "--recurrent", "--cu-seqlens ", "--dtype ", "--device ",
+                              "--check ", "--repeat ", "max_rel_err", "time_ms median"};
+    for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; ++i)
+        if (!strstr(r->out, run_opts[i]))
+            fail_msg("'mhla run --help' does not mention %s", run_opts[i]);
+    r = MHLA("init-mixing", "--help");
+    expect_ok(r);
+    assert_non_null(strstr(r->out, "--blocks "));
+    assert_non_null(strstr(r->out, "--init "));
+    assert_non_null(strstr(r->out, "--out "));
+    r = MHLA("info", "--help");
+    expect_ok(r);
+    assert_non_null(strstr(r->out, "usage: mhla info"));
+
+    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, init-mixing or info; see 'mhla --help')");
+    const char *none[] = {NULL};
+    expect_fail(finish(spawn(NULL, NULL, none)), 2, "missing command");
+    /* A failed write of what was printed is a failure too. */
+    expect_fail(finish(spawn(NULL, "/dev/full", ARGS("--version"))), 1, "cannot write to standard output");
+    assert_string_equal(listing(), "");
+}
+
+/* ---- init-mixing --------------------------------------------------------------------------- */
+
+static void test_init_mixing(void **state)
+{
+    (void)state;
+    const struct {
+        const char *blocks, *init; /* init NULL: the default, linear */
+        int64_t bt, bh, bw;
+        mhla_init_kind kind;
+        double param;
+        int has_param;
+    } cases[] = {
+        {"8", NULL, 8, 1, 1, MHLA_INIT_LINEAR, 0, 0},
+        {"2x4", "exp:2", 1, 2, 4, MHLA_INIT_EXP, 2, 1},
+        {"2x2x2", "local:1", 2, 2, 2, MHLA_INIT_LOCAL, 1, 1},
+        {"3x3", "paper", 1, 3, 3, MHLA_INIT_PAPER, 0, 0},
+        {"4X4", "cos", 1, 4, 4, MHLA_INIT_COS, 0, 0},
+        {"2x3x2", "gaussian", 2, 3, 2, MHLA_INIT_GAUSSIAN, 0, 0},
+        {"5", "causal-uniform", 5, 1, 1, MHLA_INIT_CAUSAL_UNIFORM, 0, 0},
+        {"1", "exp", 1, 1, 1, MHLA_INIT_EXP, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const result *r = cases[i].init ? MHLA("init-mixing", "--blocks", cases[i].blocks, "--init", cases[i].init,
+                                               "--out", "mc.npy")
+                                        : MHLA("init-mixing", "--out=mc.npy", "--blocks", cases[i].blocks);
+        expect_ok(r);
+        assert_string_equal(r->out, "");
+        const int64_t m = cases[i].bt * cases[i].bh * cases[i].bw;
+        float *want = malloc((size_t)(m * m) * sizeof *want);
+        assert_non_null(want);
+        assert_int_equal(mhla_mixing_init(cases[i].kind, cases[i].has_param ? &cases[i].param : NULL, cases[i].bt,
+                                          cases[i].bh, cases[i].bw, want, (size_t)(m * m)),
+                         MHLA_OK);
+        npy_array mc;
+        char err[512];
+        assert_int_equal(npy_read(in_dir("mc.npy"), &mc, err, sizeof err), NPY_OK);
+        assert_int_equal(mc.dtype, NPY_F32);
+        assert_int_equal(mc.ndim, 2);
+        assert_int_equal(mc.shape[0], m);
+        assert_int_equal(mc.shape[1], m);
+        assert_memory_equal(mc.data, want, (size_t)(m * m) * sizeof *want);
+        npy_free(&mc);
+        free(want);
+        assert_string_equal(listing(), "mc.npy");
+    }
+}
+
+static void test_init_mixing_errors(void **state)
+{
+    (void)state;
+    assert_int_equal(mkdir(in_dir("sub"), 0755), 0);
+    const struct {
+        const char *args[10];
+        const char *text;
+    } cases[] = {
+        {{"init-mixing", "--out", "mc.npy"}, "init-mixing: missing --blocks M|BHxBW|BTxBHxBW (see 'mhla init-mixing --help')"},
+        {{"init-mixing", "--blocks", "4"}, "init-mixing: missing --out MC.npy"},
+        {{"init-mixing", "--blocks", "2x0", "--out", "mc.npy"}, "--blocks 2x0: extent 0 must be between 1 and 2147483647"},
+        {{"init-mixing", "--blocks", "2x", "--out", "mc.npy"}, "--blocks 2x: expected N, HxW or TxHxW"},
+        {{"init-mixing", "--blocks", "axb", "--out", "mc.npy"}, "--blocks axb: 'a' is not an integer"},
+        {{"init-mixing", "--blocks", "2x2x2x2", "--out", "mc.npy"}, "--blocks 2x2x2x2: at most 3 extents"},
+        {{"init-mixing", "--blocks", "-4", "--out", "mc.npy"}, "--blocks -4: extent -4 must be between 1"},
+        {{"init-mixing", "--blocks", "300x300", "--out", "mc.npy"}, "--blocks 300x300: mhla_mixing_init: block grid 1x300x300 has more than 65536 blocks"},
+        {{"init-mixing", "--blocks", "4", "--init", "bogus", "--out", "mc.npy"}, "--init bogus: unknown init kind 'bogus'"},
+        {{"init-mixing", "--blocks", "4", "--init", "exp:-1", "--out", "mc.npy"}, "--init exp:-1: mhla_mixing_init: exp sigma must be finite and > 0, got -1"},
+        {{"init-mixing", "--blocks", "4", "--init", "exp:abc", "--out", "mc.npy"}, "--init exp:abc: parameter 'abc' is not a number"},
+        {{"init-mixing", "--blocks", "4", "--init", "linear:2", "--out", "mc.npy"}, "--init linear:2: linear takes no parameter"},
+        {{"init-mixing", "--blocks", "4", "--out", "mc.npy", "--bogus"}, "init-mixing: unknown option '--bogus'"},
+        {{"init-mixing", "--blocks", "4", "--out", "mc.npy", "extra"}, "init-mixing: unexpected argument 'extra'"},
+        {{"init-mixing", "--blocks", "4", "--blocks", "4", "--out", "mc.npy"}, "--blocks: given twice"},
+        {{"init-mixing", "--blocks", "4", "--out"}, "--out: missing value MC.npy"},
+        {{"init-mixing", "--blocks", "4", "--out="}, "--out: empty value (expected MC.npy)"},
+        {{"init-mixing", "--blocks", "4", "--out", "nodir/mc.npy"}, "--out nodir/mc.npy: cannot create a file in directory 'nodir': No such file or directory"},
+        {{"init-mixing", "--blocks", "4", "--out", "sub"}, "--out sub: is a directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        expect_fail(finish(spawn(NULL, NULL, cases[i].args)), 2, cases[i].text);
+        assert_string_equal(listing(), "sub");
+    }
+    rmdir(in_dir("sub"));
+}
+
+/* ---- run: results -------------------------------------------------------------------------- */
+
+static void test_run_check_1d_2d_3d(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(2, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const struct {
+        const char *grid, *blocks;
+        int64_t g[3], b[3];
+    } cases[] = {
+        {NULL, "4", {64, 1, 1}, {4, 1, 1}},
+        {"8x8", "2x2", {1, 8, 8}, {1, 2, 2}},
+        {"4x4x4", "2x2x2", {4, 4, 4}, {2, 2, 2}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const result *r = cases[i].grid ? MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+                                               "--grid", cases[i].grid, "--blocks", cases[i].blocks, "--check")
+                                        : MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+                                               "--blocks", cases[i].blocks, "--check");
+        expect_ok(r);
+        const double printed = printed_error(r);
+        assert_true(printed >= 0 && printed <= 1e-5);
+        char line[64];
+        snprintf(line, sizeof line, "max_rel_err %.3g\n", printed);
+        assert_string_equal(r->out, line); /* the only line */
+        const double e = default_error(&t, cases[i].g, cases[i].b, NPY_F32);
+        if (!(e <= mhla_reference_tolerance(MHLA_DTYPE_F32, 64)))
+            fail_msg("grid %s: max_rel_err %g", cases[i].grid ? cases[i].grid : "1D", e);
+        assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
+    }
+    free_inputs(&t);
+}
+
+static void set_fm_none(mhla_config *c) { c->feature_map = MHLA_FEATURE_NONE, c->normalizer = MHLA_NORMALIZER_NONE; }
+static void set_norm_none(mhla_config *c) { c->normalizer = MHLA_NORMALIZER_NONE; }
+static void set_relu(mhla_config *c) { c->feature_map = MHLA_FEATURE_RELU, c->feature_eps = 0.5f; }
+static void set_feps(mhla_config *c) { c->feature_eps = 0.5f; }
+static void set_elu1(mhla_config *c) { c->feature_map = MHLA_FEATURE_ELU1; }
+static void set_scale(mhla_config *c) { c->scale = 2.5f, c->normalizer = MHLA_NORMALIZER_NONE; }
+static void set_eps(mhla_config *c) { c->eps = 5.0f; }
+static void set_official(mhla_config *c) { c->normalizer = MHLA_NORMALIZER_OFFICIAL; }
+
+/* Each option changes the output as the reference says, and the input is one where it matters:
+ * the reference with the option dropped (`dropped`, from the same defaults) is far from it. */
+static void test_run_options(void **state)
+{
+    (void)state;
+    const double exp_param = 1.5, local_param = 1.0;
+    const struct {
+        const char *args[8];
+        void (*apply)(mhla_config *);   /* the expected configuration, from the defaults */
+        void (*dropped)(mhla_config *); /* ... were the option ignored; NULL: same as the defaults */
+        mhla_init_kind init;
+        const double *param;
+        int no_contrast; /* explicit defaults and device choices: nothing to contrast with */
+    } cases[] = {
+        {{"--feature-map", "none", "--normalizer", "none"}, set_fm_none, set_norm_none, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--feature-map", "relu", "--feature-eps", "0.5"}, set_relu, set_feps, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--feature-map", "elu1"}, set_elu1, NULL, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--feature-eps", "0.5"}, set_feps, NULL, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--scale", "2.5", "--normalizer", "none"}, set_scale, set_norm_none, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--eps", "5"}, set_eps, NULL, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--normalizer", "official"}, set_official, NULL, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--normalizer", "none"}, set_norm_none, NULL, MHLA_INIT_LINEAR, NULL, 0},
+        {{"--init", "cos"}, NULL, NULL, MHLA_INIT_COS, NULL, 0},
+        {{"--init", "exp"}, NULL, NULL, MHLA_INIT_EXP, NULL, 0},
+        {{"--init", "exp:1.5"}, NULL, NULL, MHLA_INIT_EXP, &exp_param, 0},
+        {{"--init", "gaussian"}, NULL, NULL, MHLA_INIT_GAUSSIAN, NULL, 0},
+        {{"--init", "local"}, NULL, NULL, MHLA_INIT_LOCAL, NULL, 0},
+        {{"--init", "local:1"}, NULL, NULL, MHLA_INIT_LOCAL, &local_param, 0},
+        {{"--init", "paper"}, NULL, NULL, MHLA_INIT_PAPER, NULL, 0},
+        {{"--init", "causal-uniform"}, NULL, NULL, MHLA_INIT_CAUSAL_UNIFORM, NULL, 0},
+        {{"--feature-map", "relu-eps", "--normalizer", "paper", "--init", "linear", "--dtype", "f32"}, NULL, NULL,
+         MHLA_INIT_LINEAR, NULL, 1},
+        {{"--layout", "bnhd", "--device", "0"}, NULL, NULL, MHLA_INIT_LINEAR, NULL, 1},
+        {{"--device", "0:0"}, NULL, NULL, MHLA_INIT_LINEAR, NULL, 1},
+    };
+    tensors t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const int64_t blocks[3] = {1, 4, 4}; /* M = 16: the initializers all differ on a 4x4 grid */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *args[24] = {"run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+                                "--grid=8x8", "--blocks=4x4"};
+        int n = 11;
+        for (int a = 0; a < 8 && cases[i].args[a]; ++a)
+            args[n++] = cases[i].args[a];
+        const result *r = finish(spawn(NULL, NULL, args));
+        expect_ok(r);
+        assert_string_equal(r->out, "");
+        mhla_config cfg = config_for(&t, grid_8x8, blocks), off = cfg;
+        if (cases[i].apply)
+            cases[i].apply(&cfg);
+        if (cases[i].dropped)
+            cases[i].dropped(&off);
+        float *mc = init_mixing(cases[i].init, cases[i].param, &cfg);
+        float *linear = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
+        const double e = output_error(&t, &cfg, mc, "o.npy", NPY_F32);
+        if (!(e <= 1e-5))
+            fail_msg("%s %s: max_rel_err %g against the reference", cases[i].args[0], cases[i].args[1], e);
+        if (!cases[i].no_contrast) {
+            double *want = reference(&t, &cfg, mc), *other = reference(&t, &off, linear);
+            const double d = distance(other, want, t.nv);
+            free(want), free(other);
+            if (!(d > 1e-3))
+                fail_msg("%s %s: the output would hardly change without it (%g): a useless case", cases[i].args[0],
+                         cases[i].args[1], d);
+        }
+        free(mc), free(linear);
+        assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
+    }
+    free_inputs(&t);
+}
+
+static void test_run_mixing_file_and_layout(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(2, 16, 3, 8, 4, MHLA_LAYOUT_BHND, 0, -1.0f);
+    const int64_t grid[3] = {16, 1, 1}, blocks[3] = {4, 1, 1};
+    mhla_config cfg = config_for(&t, grid, blocks);
+    /* A "trained" matrix: positive, rows not normalized, far from any initializer. */
+    float mc[16];
+    fill_uniform(mc, 16, 77, 0.1f, 2.0f);
+    const int64_t shape[2] = {4, 4};
+    write_npy("mc.npy", "<f4", 2, shape, mc, sizeof mc);
+    expect_ok(MHLA("run", "--layout", "bhnd", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+                   "--blocks", "4", "--mixing", "mc.npy"));
+    const double e = output_error(&t, &cfg, mc, "o.npy", NPY_F32);
+    assert_true(e <= 1e-5);
+    /* It mattered: the linear init, and the same data read as BNHD, both give other outputs. */
+    float *linear = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
+    double *want = reference(&t, &cfg, mc), *other = reference(&t, &cfg, linear);
+    assert_true(distance(other, want, t.nv) > 1e-3);
+    free(other);
+    mhla_config bnhd = cfg;
+    bnhd.layout = MHLA_LAYOUT_BNHD, bnhd.heads = 16, bnhd.seq_t = 3, bnhd.block_t = 1; /* (2,3,16,D) as BNHD */
+    float one = 1.0f;
+    other = reference(&t, &bnhd, &one);
+    assert_true(distance(other, want, t.nv) > 1e-3);
+    free(want), free(other), free(linear);
+    assert_string_equal(listing(), "k.npy mc.npy o.npy q.npy v.npy");
+    free_inputs(&t);
+}
+
+static void test_run_device_by_name(void **state)
+{
+    (void)state;
+    mhla_device_info info;
+    size_t count = 0;
+    assert_int_equal(mhla_device_list(&info, 1, &count), MHLA_OK);
+    tensors t = make_inputs(1, 16, 1, 4, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    /* MHLA_DEVICE is honoured when --device is absent... */
+    const char *nowhere[] = {"MHLA_DEVICE=no-such-device", NULL};
+    expect_fail(MHLA_ENV(nowhere, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks",
+                         "2"),
+                1, "mhla: no OpenCL device matches MHLA_DEVICE 'no-such-device'");
+    assert_string_equal(listing(), "k.npy q.npy v.npy");
+    /* ... and --device wins over it. */
+    expect_ok(MHLA_ENV(nowhere, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks",
+                       "2", "--device", info.device_name, "--check"));
+    const char *env[] = {"MHLA_DEVICE=0", NULL};
+    expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2"));
+    const int64_t grid[3] = {16, 1, 1}, blocks[3] = {2, 1, 1};
+    assert_true(default_error(&t, grid, blocks, NPY_F32) <= 1e-5);
+    free_inputs(&t);
+}
+
+static void test_run_repeat(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 32, 2, 8, 8, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const result *r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4",
+                           "--repeat", "3");
+    expect_ok(r);
+    double med = -1, lo = -1, hi = -1;
+    int used = 0;
+    if (sscanf(r->out, "time_ms median %lf min %lf max %lf\n%n", &med, &lo, &hi, &used) != 3)
+        fail_msg("no time_ms line: '%s'", r->out);
+    assert_int_equal((size_t)used, strlen(r->out)); /* the only line */
+    assert_true(lo > 0 && lo <= med && med <= hi);
+    /* Both lines, timing first; the output is still right after several runs. */
+    r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4", "--repeat",
+             "2", "--check");
+    expect_ok(r);
+    assert_true(strncmp(r->out, "time_ms median ", 15) == 0);
+    assert_true(printed_error(r) <= 1e-5);
+    const int64_t grid[3] = {32, 1, 1}, blocks[3] = {4, 1, 1};
+    assert_true(default_error(&t, grid, blocks, NPY_F32) <= 1e-5);
+    free_inputs(&t);
+}
+
+static void test_run_float16(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
+    const int64_t grid[3] = {1, 8, 8}, blocks[3] = {1, 2, 2};
+    /* float16 in, float32 on the device (--dtype f32), float16 out. */
+    const result *r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--grid", "8x8",
+                           "--blocks", "2x2", "--dtype", "f32", "--check");
+    expect_ok(r);
+    assert_true(printed_error(r) <= 1e-5); /* the float32 result, before rounding */
+    /* Rounding to float16 adds at most half an ulp, 2^-11 of the largest output. */
+    assert_true(default_error(&t, grid, blocks, NPY_F16) <= 1e-5 + 0x1p-11);
+    /* Without --dtype, float16 inputs select f16 storage, which is not there yet. */
+    expect_fail(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4"), 2,
+                "--q q.npy is float16, which selects --dtype f16: not supported yet");
+    expect_fail(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4",
+                     "--dtype", "f16"),
+                2, "--dtype f16: not supported yet (half-precision storage)");
+    expect_fail(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4",
+                     "--dtype", "bf16"),
+                2, "--dtype bf16: not supported yet");
+    /* Mixed dtypes. */
+    const int64_t shape[4] = {1, 64, 2, 8};
+    write_npy("k32.npy", "<f4", 4, shape, t.k, t.nq * sizeof(float));
+    expect_fail(MHLA("run", "--q", "q.npy", "--k", "k32.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4",
+                     "--dtype", "f32"),
+                2, "--k k32.npy is float32 but --q q.npy is float16: the inputs must have one dtype");
+    assert_string_equal(listing(), "k.npy k32.npy o.npy q.npy v.npy");
+    free_inputs(&t);
+}
+
+/* ---- run: errors --------------------------------------------------------------------------- */
+
+static void test_run_usage_errors(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    float mc[16] = {0};
+    const int64_t mshape[2] = {4, 4};
+    write_npy("mc.npy", "<f4", 2, mshape, mc, sizeof mc);
+    assert_int_equal(mkdir(in_dir("sub"), 0755), 0);
+    const char *before = "k.npy mc.npy q.npy sub v.npy";
+    const struct {
+        int code;
+        int bare; /* 1: args alone; 0: after --q q.npy --k k.npy --v v.npy --out o.npy */
+        const char *args[12];
+        const char *text;
+    } cases[] = {
+        {2, 1, {"--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"}, "run: missing --q Q.npy (see 'mhla run --help')"},
+        {2, 1, {"--q", "q.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"}, "run: missing --k K.npy"},
+        {2, 1, {"--q", "q.npy", "--k", "k.npy", "--out", "o.npy", "--blocks", "4"}, "run: missing --v V.npy"},
+        {2, 1, {"--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--blocks", "4"}, "run: missing --out O.npy"},
+        {2, 0, {"--grid", "64"}, "run: missing --blocks M|BHxBW|BTxBHxBW"},
+        {2, 0, {"--blocks", "4", "--bogus"}, "run: unknown option '--bogus' (see 'mhla run --help')"},
+        {2, 0, {"--blocks", "4", "-x"}, "run: unknown option '-x'"},
+        {2, 0, {"--blocks", "4", "extra"}, "run: unexpected argument 'extra'"},
+        {2, 0, {"--blocks", "4", "--eps", "1", "--eps", "2"}, "--eps: given twice"},
+        {2, 0, {"--blocks", "4", "--eps"}, "--eps: missing value X"},
+        {2, 0, {"--blocks", "4", "--device="}, "--device: empty value (expected SPEC)"},
+        {2, 0, {"--blocks", "4", "--check=yes"}, "--check: is a flag and takes no value, got 'yes'"},
+        {2, 0, {"--blocks", "4", "--layout", "nhwc"}, "--layout nhwc: unknown layout 'nhwc' (expected bnhd|bhnd)"},
+        {2, 0, {"--blocks", "4", "--feature-map", "gelu"}, "--feature-map gelu: unknown feature map 'gelu' (expected none|relu|relu-eps|elu1)"},
+        {2, 0, {"--blocks", "4", "--normalizer", "softmax"}, "--normalizer softmax: unknown normalizer 'softmax' (expected paper|official|none)"},
+        {2, 0, {"--blocks", "4", "--dtype", "f64"}, "--dtype f64: unknown dtype 'f64' (expected f32|f16|bf16)"},
+        {2, 0, {"--blocks", "4", "--feature-eps", "abc"}, "--feature-eps abc: not a number"},
+        {2, 0, {"--blocks", "4", "--feature-eps", "-1"}, "--feature-eps -1: must be >= 0"},
+        {2, 0, {"--blocks", "4", "--eps", "inf"}, "--eps inf: must be finite and within the float range"},
+        {2, 0, {"--blocks", "4", "--eps", "1e39"}, "--eps 1e39: must be finite and within the float range"},
+        {2, 0, {"--blocks", "4", "--eps", " 1"}, "--eps  1: not a number"},
+        {2, 0, {"--blocks", "4", "--scale", "0"}, "--scale 0: must be nonzero"},
+        {2, 0, {"--blocks", "4", "--scale", "nan"}, "--scale nan: must be finite"},
+        {2, 0, {"--blocks", "4", "--repeat", "0"}, "--repeat 0: must be between 1 and 1000000"},
+        {2, 0, {"--blocks", "4", "--repeat", "2.5"}, "--repeat 2.5: not an integer"},
+        {2, 0, {"--blocks", "4", "--grid", "8x"}, "--grid 8x: expected N, HxW or TxHxW"},
+        {2, 0, {"--blocks", "4", "--grid", "8xa"}, "--grid 8xa: 'a' is not an integer"},
+        {2, 0, {"--blocks", "4", "--grid", "0x8"}, "--grid 0x8: extent 0 must be between 1 and 2147483647"},
+        {2, 0, {"--blocks", "4", "--grid", "2x2x4x4"}, "--grid 2x2x4x4: at most 3 extents"},
+        {2, 0, {"--blocks", "4", "--grid", "65536x65536"}, "--grid 65536x65536: more than 2147483647 elements"},
+        {2, 0, {"--blocks", "2x2", "--grid", "8x9"}, "--grid 8x9: 72 tokens, but --q q.npy has N = 64"},
+        {2, 0, {"--blocks", "5"}, "--blocks 5: does not divide the token grid 64 (T = 64 is not divisible by 5)"},
+        {2, 0, {"--grid", "8x8", "--blocks", "3x2"}, "--blocks 3x2: does not divide the token grid 8x8 (Hs = 8 is not divisible by 3)"},
+        {2, 0, {"--grid", "4x4x4", "--blocks", "2x2x3"}, "--blocks 2x2x3: does not divide the token grid 4x4x4 (Ws = 4 is not divisible by 3)"},
+        {2, 0, {"--grid", "8x8", "--blocks", "4"}, "--blocks 4: a 1D block grid for the 2D token grid 8x8 (give BHxBW)"},
+        {2, 0, {"--blocks", "2x2"}, "--blocks 2x2: a 2D block grid for the 1D token grid 64 (give M)"},
+        {2, 0, {"--blocks", "4", "--init", "foo"}, "--init foo: unknown init kind 'foo'"},
+        {2, 0, {"--blocks", "4", "--init", "exp:0"}, "--init exp:0: mhla_mixing_init: exp sigma must be finite and > 0, got 0"},
+        {2, 0, {"--blocks", "4", "--init", "local:-1"}, "local threshold must be finite and >= 0, got -1"},
+        {2, 0, {"--blocks", "4", "--init", "gaussian:2"}, "--init gaussian:2: gaussian takes no parameter"},
+        {2, 0, {"--blocks", "4", "--init", "exp:x"}, "--init exp:x: parameter 'x' is not a number"},
+        {2, 0, {"--blocks", "4", "--init", "cos", "--mixing", "mc.npy"}, "--mixing and --init: give one"},
+        {2, 0, {"--causal"}, "--causal: not supported yet (causal MHLA)"},
+        {2, 0, {"--causal", "--chunk", "16", "--recurrent"}, "--causal: not supported yet (causal MHLA)"},
+        {2, 0, {"--causal", "--cu-seqlens", "cu.npy"}, "--causal: not supported yet (causal MHLA)"},
+        {2, 0, {"--causal", "--chunk", "0"}, "--chunk 0: must be between 1 and 2147483647"},
+        {2, 0, {"--blocks", "4", "--chunk", "16"}, "--chunk: only with --causal"},
+        {2, 0, {"--blocks", "4", "--recurrent"}, "--recurrent: only with --causal"},
+        {2, 0, {"--blocks", "4", "--cu-seqlens", "cu.npy"}, "--cu-seqlens: only with --causal"},
+        {2, 0, {"--causal", "--blocks", "4"}, "--blocks: not with --causal"},
+        {2, 1, {"--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "nodir/o.npy", "--blocks", "4"}, "--out nodir/o.npy: cannot create a file in directory 'nodir': No such file or directory"},
+        {2, 1, {"--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "sub", "--blocks", "4"}, "--out sub: is a directory"},
+        {1, 0, {"--blocks", "4", "--device", "no-such-device"}, "--device no-such-device: no OpenCL device matches device spec 'no-such-device'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *args[24] = {"run"};
+        int n = 1;
+        if (!cases[i].bare) {
+            const char *base[] = {"--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy"};
+            for (int a = 0; a < 8; ++a)
+                args[n++] = base[a];
+        }
+        for (int a = 0; a < 12 && cases[i].args[a]; ++a)
+            args[n++] = cases[i].args[a];
+        expect_fail(finish(spawn(NULL, NULL, args)), cases[i].code, cases[i].text);
+        if (strcmp(listing(), before) != 0)
+            fail_msg("case %zu (%s) left: %s", i, cases[i].text, listing());
+    }
+    rmdir(in_dir("sub"));
+    free_inputs(&t);
+}
+
+/* Input files that are missing, damaged, of the wrong kind or inconsistent with each other. */
+static void test_run_input_errors(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const size_t qb = t.nq * sizeof(float);
+    const int64_t s_q[4] = {1, 64, 2, 8}, s_n32[4] = {1, 32, 2, 8}, s_dk4[4] = {1, 64, 2, 4}, s_h3[4] = {1, 64, 3, 4},
+                  s_3d[3] = {64, 2, 8}, s_zero[4] = {1, 0, 2, 8}, s_big[4] = {1, 4, 1, 300}, s_mc5[2] = {5, 5},
+                  s_mc1[1] = {16};
+    float *big = calloc(4 * 300, sizeof *big);
+    assert_non_null(big);
+    write_npy("n32.npy", "<f4", 4, s_n32, t.q, qb / 2);
+    write_npy("dk4.npy", "<f4", 4, s_dk4, t.q, qb / 2);
+    write_npy("h3.npy", "<f4", 4, s_h3, t.q, 64 * 3 * 4 * sizeof(float));
+    write_npy("rank3.npy", "<f4", 3, s_3d, t.q, qb);
+    write_npy("zero.npy", "<f4", 4, s_zero, NULL, 0);
+    write_npy("big.npy", "<f4", 4, s_big, big, 4 * 300 * sizeof *big);
+    write_npy("f8.npy", "<f8", 4, s_q, t.q, qb); /* the bytes do not matter: the dtype is refused first */
+    write_npy("be.npy", ">f4", 4, s_q, t.q, qb);
+    write_npy("trunc.npy", "<f4", 4, s_q, t.q, qb - 8);
+    write_npy("mc5.npy", "<f4", 2, s_mc5, t.q, 25 * sizeof(float));
+    write_npy("mc1.npy", "<f4", 1, s_mc1, t.q, 16 * sizeof(float));
+    write_npy("mc16.npy", "<f2", 2, s_mc5, t.q, 25 * 2);
+    write_raw_npy("fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 64, 2, 8), }", t.q, qb);
+    write_raw_npy("huge.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776, 1, 1), }",
+                  t.q, 64);
+    FILE *f = fopen(in_dir("text.npy"), "w");
+    assert_non_null(f);
+    fputs("1.0 2.0 3.0\n", f);
+    fclose(f);
+    free(big);
+    const char *before = listing();
+    char before_copy[4096];
+    snprintf(before_copy, sizeof before_copy, "%s", before);
+    const struct {
+        const char *q, *k, *v, *extra[4];
+        const char *text;
+    } cases[] = {
+        {"missing.npy", "k.npy", "v.npy", {0}, "--q missing.npy: cannot open: No such file or directory"},
+        {"q.npy", "text.npy", "v.npy", {0}, "--k text.npy: not a .npy file"},
+        {"q.npy", "k.npy", "trunc.npy", {0}, "--v trunc.npy: truncated .npy data: shape (1, 64, 2, 8) of float32 needs 4096 bytes, the file has 4088"},
+        {"be.npy", "k.npy", "v.npy", {0}, "--q be.npy: big-endian float32 ('>f4') is not supported"},
+        {"q.npy", "fortran.npy", "v.npy", {0}, "--k fortran.npy: Fortran-order arrays are not supported"},
+        {"q.npy", "k.npy", "f8.npy", {0}, "--v f8.npy: dtype '<f8' (float64) is not supported"},
+        {"huge.npy", "k.npy", "v.npy", {0}, "--q huge.npy: shape (1099511627776, 1099511627776, 1, 1) has more elements than memory can address"},
+        {"rank3.npy", "k.npy", "v.npy", {0}, "--q rank3.npy: expected 4 dimensions [B,N,H,Dk] (layout bnhd), got shape (64, 2, 8)"},
+        {"q.npy", "k.npy", "rank3.npy", {"--layout", "bhnd"}, "--v rank3.npy: expected 4 dimensions [B,H,N,Dv] (layout bhnd)"},
+        {"q.npy", "n32.npy", "v.npy", {0}, "--k n32.npy: shape (1, 32, 2, 8) does not match --q q.npy (1, 64, 2, 8) (B, N, H and Dk must agree)"},
+        {"q.npy", "dk4.npy", "v.npy", {0}, "--k dk4.npy: shape (1, 64, 2, 4) does not match --q q.npy (1, 64, 2, 8)"},
+        {"q.npy", "k.npy", "h3.npy", {0}, "--v h3.npy: shape (1, 64, 3, 4) does not match --q q.npy (1, 64, 2, 8) (B, N and H must agree)"},
+        {"q.npy", "k.npy", "h3.npy", {"--layout", "bhnd"}, "(B, H and N must agree)"},
+        {"zero.npy", "zero.npy", "zero.npy", {0}, "--q zero.npy: shape (1, 0, 2, 8): every extent must be between 1 and 2147483647"},
+        {"big.npy", "big.npy", "big.npy", {"--blocks", "2"}, "--q big.npy, --v big.npy: dk = 300 exceeds the largest supported head dimension 256"},
+        {"q.npy", "k.npy", "v.npy", {"--mixing", "mc5.npy"}, "--mixing mc5.npy: shape (5, 5), expected (4, 4) for the 4 blocks of --blocks 4"},
+        {"q.npy", "k.npy", "v.npy", {"--mixing", "mc1.npy"}, "--mixing mc1.npy: shape (16,), expected (4, 4)"},
+        {"q.npy", "k.npy", "v.npy", {"--mixing", "mc16.npy"}, "--mixing mc16.npy: dtype float16, expected float32"},
+        {"q.npy", "k.npy", "v.npy", {"--mixing", "trunc.npy"}, "--mixing trunc.npy: truncated .npy data"},
+        {"q.npy", "k.npy", "v.npy", {"--mixing", "nope.npy"}, "--mixing nope.npy: cannot open"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *args[24] = {"run", "--q", cases[i].q, "--k", cases[i].k, "--v", cases[i].v, "--out", "o.npy"};
+        int n = 9, has_blocks = 0;
+        for (int a = 0; a < 4 && cases[i].extra[a]; ++a) {
+            has_blocks |= strcmp(cases[i].extra[a], "--blocks") == 0;
+            args[n++] = cases[i].extra[a];
+        }
+        if (!has_blocks)
+            args[n++] = "--blocks", args[n++] = "4";
+        expect_fail(finish(spawn(NULL, NULL, args)), 2, cases[i].text);
+        if (strcmp(listing(), before_copy) != 0)
+            fail_msg("case %zu (%s) left: %s", i, cases[i].text, listing());
+    }
+    free_inputs(&t);
+}
+
+/* ---- failures after the work started ----------------------------------------------------- */
+
+/* A copy of the kernels in <dir>/kernels where output.cl has `from` replaced by `to` (once). */
+static const char *kernel_variant(const char *name, const char *from, const char *to)
+{
+    static char kdir[600];
+    snprintf(kdir, sizeof kdir, "%s/%s", dir, name);
+    assert_int_equal(mkdir(kdir, 0755), 0);
+    DIR *d = opendir(kernel_src);
+    assert_non_null(d);
+    struct dirent *e;
+    int replaced = 0;
+    while ((e = readdir(d)) != NULL) {
+        const size_t len = strlen(e->d_name);
+        if (!(len > 3 && (strcmp(e->d_name + len - 3, ".cl") == 0 || strcmp(e->d_name + len - 2, ".h") == 0)))
+            continue;
+        char src[1024], dst[1024];
+        snprintf(src, sizeof src, "%s/%s", kernel_src, e->d_name);
+        snprintf(dst, sizeof dst, "%s/%s", kdir, e->d_name);
+        char *text = slurp(src, NULL);
+        assert_non_null(text);
+        FILE *f = fopen(dst, "w");
+        assert_non_null(f);
+        char *at = strcmp(e->d_name, "output.cl") == 0 ? strstr(text, from) : NULL;
+        if (at) {
+            assert_null(strstr(at + 1, from)); /* exactly once, or the test needs updating */
+            fwrite(text, 1, (size_t)(at - text), f);
+            fputs(to, f);
+            fputs(at + strlen(from), f);
+            replaced = 1;
+        } else {
+            fputs(text, f);
+        }
+        fclose(f);
+        free(text);
+    }
+    closedir(d);
+    if (!replaced)
+        fail_msg("'%s' not found in %s/output.cl: update this test to the kernel", from, kernel_src);
+    return kdir;
+}
+
+static void write_sentinel_output(void)
+{
+    FILE *f = fopen(in_dir("o.npy"), "w");
+    assert_non_null(f);
+    fputs("previous output\n", f);
+    fclose(f);
+}
+
+static void assert_sentinel_output(void)
+{
+    char *text = slurp(in_dir("o.npy"), NULL);
+    assert_non_null(text);
+    assert_string_equal(text, "previous output\n");
+    free(text);
+}
+
+static void test_failures_leave_no_output(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 32, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    write_sentinel_output();
+    char env_broken[700], env_off[700];
+    /* A kernel that does not build: a runtime failure (1), its multi-line build log on one line. */
+    snprintf(env_broken, sizeof env_broken, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("broken", "= num;", "= num; this is not OpenCL C;"));
+    const char *env1[] = {env_broken, NULL};
+    result *r = MHLA_ENV(env1, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+                                   "--blocks", "4");
+    /* PoCL's compiler prints its own diagnostics count ("1 error generated.") on stderr first: the
+     * driver's, not ours. Ours is the last line, and the only one. */
+    char *ours = strstr(r->err, "mhla: ");
+    assert_non_null(ours);
+    memmove(r->err, ours, strlen(ours) + 1);
+    expect_fail(r, 1, "run: building kernels/output.cl for");
+    assert_non_null(strstr(r->err, " | ")); /* the log's line breaks */
+    assert_sentinel_output();
+    assert_string_equal(listing(), "broken k.npy o.npy q.npy v.npy");
+
+    /* No OpenCL platform at all. */
+    char env_icd[700];
+    snprintf(env_icd, sizeof env_icd, "OCL_ICD_VENDORS=%s", in_dir("broken")); /* holds no .icd file */
+    const char *env2[] = {env_icd, NULL};
+    expect_fail(MHLA_ENV(env2, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks",
+                         "4"),
+                1, "no OpenCL device found");
+    assert_sentinel_output();
+    assert_string_equal(listing(), "broken k.npy o.npy q.npy v.npy");
+
+    /* A kernel 0.1% off: --check prints the error and exits 3; the (complete) output is written. */
+    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s", kernel_variant("off", "= num;", "= num * 1.001f;"));
+    const char *env3[] = {env_off, NULL};
+    r = MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4",
+                 "--check");
+    expect_fail(r, 3, "--check: max_rel_err");
+    assert_non_null(strstr(r->err, "exceeds the tolerance 1e-05 (f32 storage, N = 32)"));
+    const double e = printed_error(r);
+    assert_true(e > 5e-4 && e < 2e-3);
+    const int64_t grid[3] = {32, 1, 1}, blocks[3] = {4, 1, 1};
+    const double written = default_error(&t, grid, blocks, NPY_F32);
+    assert_true(fabs(written - e) <= 0.01 * e); /* the output written is the one checked */
+    /* Without --check the same run succeeds: only --check compares. */
+    expect_ok(MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
+    assert_string_equal(listing(), "broken k.npy o.npy off q.npy v.npy");
+    free_inputs(&t);
+}
+
+/* A full disk, as a file size limit: the output cannot be written, a runtime failure (1). */
+static void test_output_write_failure(void **state)
+{
+    (void)state;
+    /* A 4 MiB output against a 3 MiB limit. PoCL writes its own (smaller) files while it builds
+     * kernels, so a first run without the limit fills its cache. */
+    tensors t = make_inputs(64, 64, 4, 8, 64, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    expect_ok(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
+    write_sentinel_output();
+    child_file_limit = 3 << 20;
+    const result *r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4");
+    child_file_limit = 0;
+    expect_fail(r, 1, "--out o.npy: cannot write the output (4194432 bytes): File too large");
+    assert_sentinel_output();
+    assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
+    free_inputs(&t);
+}
+
+static void test_signal_removes_temporary(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 16, 1, 4, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    write_sentinel_output();
+    /* Long enough to be caught running; killed as soon as its temporary output exists. */
+    const pid_t pid = spawn(NULL, NULL, ARGS("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
+                                             "--blocks", "2", "--repeat", "1000000"));
+    assert_true(pid > 0);
+    int seen = 0;
+    const struct timespec pause = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 6000 && !seen; ++i) { /* at most a minute */
+        seen = strstr(listing(), ".o.npy.tmp-") != NULL;
+        if (!seen)
+            nanosleep(&pause, NULL);
+    }
+    kill(pid, SIGTERM);
+    const result *r = finish(pid);
+    assert_true(seen);
+    assert_int_equal(r->signal, SIGTERM);
+    assert_sentinel_output();
+    assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
+    free_inputs(&t);
+}
+
+/* ---- info ---------------------------------------------------------------------------------- */
+
+static void test_info(void **state)
+{
+    (void)state;
+    const char *plain[] = {"MHLA_DEVICE=", NULL};
+    const result *r = MHLA_ENV(plain, "info");
+    expect_ok(r);
+    const char *lines[] = {"platform 0: ",      "  device 0 (0:0): ", "[default]",      "    vendor ",
+                           "    device version ", "    driver version ", "    OpenCL C ", "    compute units ",
+                           " MHz\n",            "    global memory ", "largest buffer ", "    local memory ",
+                           "    max work-group ", "    fp16 / fp64 ",  "mhla run uses device 0 (0:0) ",
+                           "(the default; MHLA_DEVICE is not set)\n"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; ++i)
+        if (!strstr(r->out, lines[i]))
+            fail_msg("'mhla info' lacks '%s':\n%s", lines[i], r->out);
+    assert_null(strstr(r->out, "selected by MHLA_DEVICE"));
+
+    /* Two PoCL devices, the second picked by MHLA_DEVICE. */
+    const char *two[] = {"POCL_DEVICES=pthread pthread", "MHLA_DEVICE=1", NULL};
+    r = MHLA_ENV(two, "info");
+    expect_ok(r);
+    const char *dev1 = strstr(r->out, "  device 1 (0:1): ");
+    assert_non_null(dev1);
+    assert_non_null(strstr(dev1, "[selected by MHLA_DEVICE]"));
+    assert_non_null(strstr(r->out, "mhla run uses device 1 (0:1) "));
+    assert_non_null(strstr(r->out, "(MHLA_DEVICE=1)\n"));
+
+    const char *bad[] = {"MHLA_DEVICE=no-such-device", NULL};
+    r = MHLA_ENV(bad, "info");
+    assert_int_equal(r->code, 1);
+    assert_non_null(strstr(r->out, "platform 0: ")); /* the list still helps */
+    const char *why = "mhla: info: no OpenCL device matches MHLA_DEVICE 'no-such-device'";
+    assert_true(strncmp(r->err, why, strlen(why)) == 0);
+    assert_ptr_equal(strchr(r->err, '\n'), r->err + strlen(r->err) - 1);
+
+    assert_int_equal(mkdir(in_dir("icd"), 0755), 0);
+    char icd[700];
+    snprintf(icd, sizeof icd, "OCL_ICD_VENDORS=%s", in_dir("icd"));
+    const char *none[] = {icd, NULL};
+    expect_fail(MHLA_ENV(none, "info"), 1, "info: no OpenCL device found");
+    expect_fail(MHLA("info", "extra"), 2, "info: unexpected argument 'extra' (options start with --) (see 'mhla info --help')");
+    expect_fail(MHLA("info", "--all"), 2, "info: unknown option '--all'");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s MHLA_BINARY KERNEL_SOURCE_DIR\n", argv[0]);
+        return 2;
+    }
+    static char bin[4096]; /* absolute: the tests run it from their own folders */
+    char cwd[2048];
+    if (argv[1][0] != '/' && !getcwd(cwd, sizeof cwd)) {
+        perror("getcwd");
+        return 1;
+    }
+    snprintf(bin, sizeof bin, "%s%s%s", argv[1][0] == '/' ? "" : cwd, argv[1][0] == '/' ? "" : "/", argv[1]);
+    mhla_bin = bin;
+    kernel_src = argv[2];
+    if (scratch_make(root, sizeof root, "mhla-cli") != 0) {
+        perror("mkdtemp");
+        return 1;
+    }
+    umask(022);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_help_and_version, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_init_mixing, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_init_mixing_errors, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_usage_errors, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_input_errors, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_check_1d_2d_3d, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_options, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_mixing_file_and_layout, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_device_by_name, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_repeat, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_float16, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_failures_leave_no_output, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
+    };
+    const int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    scratch_remove(root);
+    return failed;
+}
