@@ -80,6 +80,10 @@ int main(void)
             ms[r] = (double)(t1 - t0) * 1e-6;
         clReleaseEvent(start), clReleaseEvent(end);
     }
+    mhla_stage_times st;
+    if (mhla_plan_stage_times(plan, &st) == MHLA_OK)
+        printf("stages     summary %.3f ms, mixing %.3f ms, output %.3f ms (last run)\n", st.summary_ms, st.mixing_ms,
+               st.output_ms);
     clEnqueueReadBuffer(queue, buf[3], CL_TRUE, 0, nv * 4, o, 0, NULL, NULL);
     qsort(ms, REPEAT, sizeof ms[0], cmp_double);
     const double flops = 4.0 * 8 * 4096 * 64 * 64;

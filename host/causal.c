@@ -247,6 +247,8 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
                     "clEnqueueNDRangeKernel(causal_summary)");
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[0]));
     /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
      *    tiles), then CLBlast adds the earlier blocks. */
     {
@@ -268,6 +270,8 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
         MHLA_FORWARD_IF_ERROR(st, prefix_gemms(c, run));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[1]));
     /* 3. Every token's output. */
     {
         const size_t local[3] = {(size_t)c->tiling.lws, 1, 1};
@@ -288,6 +292,8 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
         MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ko, 3, NULL, global, local, 0, NULL, done),
                     "clEnqueueNDRangeKernel(causal_output)");
     }
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[2]));
 cleanup:
     return st;
 }
@@ -386,7 +392,8 @@ mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, 
     MHLA_FAIL_IF(st, plan->cfg.varlen, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
                  "mhla_forward_varlen() with their cu_seqlens");
-    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, cp->chunks, cp->tiles, &cp->tables, cp->sums, cp->pref};
+    mhla_causal_run run = {q,           k,        v,        mixing,          out, plan->shape.n, cp->chunks,
+                           cp->tiles,   &cp->tables, cp->sums, cp->pref, &plan->marks[1]};
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(cp->kern, &run, num_wait, wait, done));
 cleanup:
     return st;

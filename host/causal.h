@@ -81,8 +81,10 @@ typedef struct mhla_causal_run {
     int64_t n;            /* tokens in q, k, v, out */
     cl_mem chunks, tiles; /* device copies of `tables` */
     const mhla_chunk_tables *tables;
-    cl_mem sums; /* summaries by slot */
-    cl_mem pref; /* prefix mixtures by chunk-table row */
+    cl_mem sums;   /* summaries by slot */
+    cl_mem pref;   /* prefix mixtures by chunk-table row */
+    cl_event *marks; /* plans: the markers after the summaries, the prefix mixtures and the output
+                        (mhla_plan_stage_times, on profiling queues); NULL for none */
 } mhla_causal_run;
 
 /* Enqueues the three stages (first one waits for `wait`, `done` is the output's event). */

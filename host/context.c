@@ -97,6 +97,7 @@ mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
      * timestamps per command. */
     ctx->queue = clCreateCommandQueue(ctx->cl, ref.device, CL_QUEUE_PROFILING_ENABLE, &err);
     MHLA_CL_TRY(st, ctx, err, "clCreateCommandQueue");
+    ctx->profiling = 1;
     MHLA_FORWARD_IF_ERROR(st, mhla__context_read_device(ctx));
     *out = ctx;
     ctx = NULL;
@@ -127,6 +128,7 @@ mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_c
     MHLA_CL_TRY(st, ctx, clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL),
                 "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
     ctx->out_of_order = (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
+    ctx->profiling = (qprops & CL_QUEUE_PROFILING_ENABLE) != 0;
     MHLA_CL_TRY(st, ctx, clRetainContext(context), "clRetainContext");
     ctx->cl = context;
     MHLA_CL_TRY(st, ctx, clRetainCommandQueue(queue), "clRetainCommandQueue");
@@ -182,6 +184,21 @@ static size_t kernel_wg_limit(mhla_context *ctx, cl_kernel kernel)
 }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark)
+{
+    mhla_status st = MHLA_OK;
+    if (!ctx->profiling)
+        return MHLA_OK;
+    if (*mark)
+        clReleaseEvent(*mark);
+    *mark = NULL;
+    /* With no wait list a marker completes after every command enqueued before it (in or out of
+     * order), so its end time is the end of the stage before it. */
+    MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, mark), "clEnqueueMarkerWithWaitList");
+cleanup:
+    return st;
+}
 
 size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want)
 {

@@ -255,7 +255,7 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
         MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &tables, u, len, dec->position / C, 0, C, &c->tiling));
         MHLA_FORWARD_IF_ERROR(st, reserve_pref_work(dec, tables.n_chunks));
         mhla_causal_run run = {bufs[MHLA_TENSOR_Q], bufs[MHLA_TENSOR_K], bufs[MHLA_TENSOR_V], bufs[MHLA_TENSOR_MIXING],
-                               bufs[MHLA_TENSOR_OUT], n, NULL, NULL, &tables, dec->sums, dec->pref_work};
+                               bufs[MHLA_TENSOR_OUT], n, NULL, NULL, &tables, dec->sums, dec->pref_work, NULL};
         const int first = u == 0;
         if (!first)
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));

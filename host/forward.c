@@ -76,6 +76,23 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    /* The first marker waits for the caller's events, so the summary stage needs no wait list of
+     * its own when markers are on. */
+    if (ctx->profiling) {
+        if (plan->marks[0])
+            clReleaseEvent(plan->marks[0]);
+        plan->marks[0] = NULL;
+        MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, num_wait, wait, &plan->marks[0]),
+                    "clEnqueueMarkerWithWaitList");
+    }
+cleanup:
+    return st;
+}
+
 mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out, cl_uint num_wait,
                          const cl_event *wait, cl_event *done)
 {
@@ -86,6 +103,7 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
     ctx = plan->ctx;
     const cl_mem bufs[] = {q, k, v, out, mixing};
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_check(plan, "mhla_forward", bufs, num_wait, wait));
+    MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
     if (plan->cfg.causal) {
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));
         goto cleanup;
@@ -93,13 +111,16 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
 
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));
     MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, out, done));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[3]));
 cleanup:
     return st;
 }
@@ -160,4 +181,30 @@ mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, con
                               void *out)
 {
     return mhla__forward_host(plan, "mhla_forward_host", q, k, v, mixing, out, NULL, 0);
+}
+
+mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = NULL;
+    cl_ulong t[4] = {0};
+
+    MHLA_FAIL_IF(st, !plan || !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_stage_times: %s is NULL",
+                 plan ? "out" : "plan");
+    ctx = plan->ctx;
+    MHLA_FAIL_IF(st, !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_plan_stage_times: the queue was created without CL_QUEUE_PROFILING_ENABLE");
+    MHLA_FAIL_IF(st, !plan->marks[3], ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_plan_stage_times: the plan has not run a forward pass yet");
+    MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &plan->marks[3]), "clWaitForEvents (stage markers)");
+    for (int i = 0; i < 4; ++i)
+        MHLA_CL_TRY(st, ctx,
+                    clGetEventProfilingInfo(plan->marks[i], CL_PROFILING_COMMAND_END, sizeof t[i], &t[i], NULL),
+                    "clGetEventProfilingInfo (stage markers)");
+    out->summary_ms = (double)(t[1] - t[0]) * 1e-6;
+    out->mixing_ms = (double)(t[2] - t[1]) * 1e-6;
+    out->output_ms = (double)(t[3] - t[2]) * 1e-6;
+    out->total_ms = (double)(t[3] - t[0]) * 1e-6;
+cleanup:
+    return st;
 }

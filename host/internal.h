@@ -94,6 +94,7 @@ struct mhla_context {
     cl_context cl;
     cl_command_queue queue;
     int out_of_order; /* the wrapped queue runs out of order: stages need barriers */
+    int profiling;    /* the queue records profiling information: stage markers are enqueued */
     mhla_device_limits limits;
     char device_name[256];
     char vendor[256];
@@ -161,6 +162,8 @@ static inline size_t mhla__round_up(size_t x, size_t m) { return (x + m - 1) / m
                 "clSetKernelArg(" #kernel ", " #index ")")
 /* Orders the next stage after the previous one on an out-of-order queue; a no-op otherwise. */
 mhla_status mhla__stage_barrier(mhla_context *ctx);
+/* On a profiling queue, replaces *mark with a marker event after everything enqueued so far. */
+mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark);
 
 /* ---- tuning -------------------------------------------------------------------------------- */
 
@@ -235,6 +238,8 @@ struct mhla_plan {
     size_t workspace_bytes;
     /* mhla_forward_host staging, allocated on first use */
     cl_mem stage[5];
+    /* profiling queues: markers at the start and after each stage of the last forward */
+    cl_event marks[4];
     struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (host/causal.c) */
 };
 
@@ -262,6 +267,9 @@ mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name,
 /* bufs indexed by mhla_tensor: out aliasing no input, and a consistent wait list. */
 mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
                              const cl_event *wait);
+/* On a profiling queue, marks[0] of the plan: a marker that waits for the caller's events, the
+ * start of mhla_plan_stage_times()' span. */
+mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl_event *wait);
 /* Both, for the plan's tensors. */
 mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
                                 const cl_event *wait);

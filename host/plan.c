@@ -158,6 +158,9 @@ void mhla_plan_destroy(mhla_plan *plan)
     for (size_t i = 0; i < sizeof plan->stage / sizeof plan->stage[0]; ++i)
         if (plan->stage[i])
             clReleaseMemObject(plan->stage[i]);
+    for (size_t i = 0; i < sizeof plan->marks / sizeof plan->marks[0]; ++i)
+        if (plan->marks[i])
+            clReleaseEvent(plan->marks[i]);
     mhla__causal_plan_destroy(plan->causal);
     free(plan);
 }

@@ -58,7 +58,9 @@ mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, c
                                                          (int64_t)tables.n_chunks, plan->cfg.chunk, &kern->tiling));
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, tables.n_chunks));
     const mhla_causal_plan *cp = plan->causal;
-    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, NULL, NULL, &tables, cp->sums, cp->pref};
+    mhla_causal_run run = {q, k, v, mixing, out, plan->shape.n, NULL, NULL, &tables, cp->sums, cp->pref,
+                           &plan->marks[1]};
+    MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_once(kern, &run, num_wait, wait, done));
 cleanup:
     mhla__chunk_tables_free(&tables);

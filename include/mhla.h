@@ -275,6 +275,25 @@ size_t mhla_plan_workspace_size(const mhla_plan *plan);
  * NULL for NULL. Owned by the plan. */
 const mhla_config *mhla_plan_config(const mhla_plan *plan);
 
+/* Device time of each stage of one forward pass, in milliseconds (OpenCL profiling events).
+ * Causal plans (mhla_forward and mhla_forward_varlen): the chunk summaries, the prefix mixtures
+ * (kernel and CLBlast SGEMMs) and the output with the masked intra-chunk part. */
+typedef struct mhla_stage_times {
+    double summary_ms; /* block summaries (and their reduction when blocks are split) */
+    double mixing_ms;  /* the mixing GEMM(s), and the official normalizer's dot products */
+    double output_ms;  /* the per-token read-out with the normalizer */
+    double total_ms;   /* first stage's start to last stage's end */
+} mhla_stage_times;
+
+/*! mhla_plan_stage_times() :
+ * Reports the stage times of the plan's most recent mhla_forward()/mhla_forward_host() (or
+ * mhla_forward_varlen()/_host()), waiting
+ * for it to finish if needed. The stage boundaries are marker events the forward enqueues when the
+ * context's queue has CL_QUEUE_PROFILING_ENABLE (contexts made by mhla_context_create() do).
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile; MHLA_ERR_INVALID_ARGUMENT
+ *         for NULL arguments or when the plan has not run yet. */
+mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out);
+
 typedef enum mhla_tensor {
     MHLA_TENSOR_Q = 0,
     MHLA_TENSOR_K = 1,

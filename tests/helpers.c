@@ -11,8 +11,6 @@
 
 #include <cmocka.h>
 
-double spec_tolerance_f32(int64_t n) { return n <= 4096 ? 1e-5 : 1e-4; }
-
 void fill_uniform(float *x, size_t n, uint32_t seed, float lo, float hi)
 {
     uint64_t s = 0x9E3779B97F4A7C15ULL ^ seed;

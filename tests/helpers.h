@@ -1,5 +1,5 @@
 /* Shared by the device tests: deterministic inputs, one forward pass checked against the
- * double-precision reference, and SPEC.md's tolerances. */
+ * double-precision reference (tolerances: mhla_reference_tolerance()). */
 #ifndef MHLA_TEST_HELPERS_H
 #define MHLA_TEST_HELPERS_H
 
@@ -9,9 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h> /* strstr in assert_message_has */
-
-/* SPEC.md "Accuracy the tests hold", f32 storage. */
-double spec_tolerance_f32(int64_t n);
 
 /* Fills x[0..n) with values uniform in [lo, hi), deterministic in seed. */
 void fill_uniform(float *x, size_t n, uint32_t seed, float lo, float hi);

@@ -21,7 +21,7 @@ static double expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_
     mhla_status st = run_against_reference(ctx, cfg, init, seed, &err, NULL, NULL);
     if (st != MHLA_OK)
         fail_msg("%s: %s: %s", label, mhla_status_name(st), mhla_context_message(ctx));
-    const double tol = spec_tolerance_f32(cfg->seq_t);
+    const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t);
     if (!(err <= tol))
         fail_msg("%s: max_rel_err %.3g > %.1g", label, err, tol);
     return err;
@@ -212,6 +212,27 @@ static void test_nan_propagates(void **state)
     test_inputs_free(&in);
 }
 
+/* mhla_plan_stage_times() splits a causal forward into its summaries, prefix mixtures and output. */
+static void test_stage_times(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 2, 2100, 32, 16, 16); /* 66 chunks: prefix GEMM blocks too */
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 93, &in), MHLA_OK);
+    float *out = malloc(in.nv * sizeof *out);
+    mhla_plan *plan = NULL;
+    mhla_stage_times t;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_ERR_INVALID_ARGUMENT); /* not run yet */
+    assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out), MHLA_OK);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_OK);
+    assert_true(t.summary_ms > 0 && t.mixing_ms > 0 && t.output_ms > 0);
+    assert_true(fabs(t.summary_ms + t.mixing_ms + t.output_ms - t.total_ms) <= 1e-6 * t.total_ms + 1e-9);
+    mhla_plan_destroy(plan);
+    free(out);
+    test_inputs_free(&in);
+}
+
 /* Same inputs, same bits. */
 static void test_deterministic(void **state)
 {
@@ -296,6 +317,7 @@ int main(void)
         cmocka_unit_test(test_larger_mixing),
         cmocka_unit_test(test_causality_exact),
         cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_stage_times),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_plan_errors),
     };

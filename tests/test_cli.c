@@ -933,7 +933,7 @@ static void test_failures_leave_no_output(void **state)
     char env_broken[700], env_off[700];
     /* A kernel that does not build: a runtime failure (1), its multi-line build log on one line. */
     snprintf(env_broken, sizeof env_broken, "MHLA_KERNEL_DIR=%s",
-             kernel_variant("broken", "= num;", "= num; this is not OpenCL C;"));
+             kernel_variant("broken", "#include \"common.h\"\n", "#include \"common.h\"\nthis is not OpenCL C;\n"));
     const char *env1[] = {env_broken, NULL};
     result *r = MHLA_ENV(env1, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
                                    "--blocks", "4");
@@ -958,7 +958,9 @@ static void test_failures_leave_no_output(void **state)
     assert_string_equal(listing(), "broken k.npy o.npy q.npy v.npy");
 
     /* A kernel 0.1% off: --check prints the error and exits 3; the (complete) output is written. */
-    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s", kernel_variant("off", "= num;", "= num * 1.001f;"));
+    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s", kernel_variant("off", "#include \"common.h\"\n",
+                                          "#include \"common.h\"\n#undef VSTOREN\n"
+                                          "#define VSTOREN(W, x, o, p) CAT(VSTORE_, W)((x) * 1.001f, o, p)\n"));
     const char *env3[] = {env_off, NULL};
     r = MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4",
                  "--check");

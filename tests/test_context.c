@@ -185,6 +185,16 @@ static void wrap_case(cl_command_queue_properties props)
     clReleaseCommandQueue(queue);
     forward_ok(ctx, 8, 1);
     forward_ok(ctx, 12, 2);
+    if (!(props & CL_QUEUE_PROFILING_ENABLE)) { /* the app's queue does not profile: no stage times */
+        mhla_config cfg = config_1d(1, 1, 16, 2, 4, 4);
+        mhla_plan *plan = NULL;
+        mhla_stage_times t;
+        float x[64] = {0}, o[64], mix[4] = {1, 0, 0, 1};
+        assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+        assert_int_equal(mhla_forward_host(plan, x, x, x, mix, o), MHLA_OK);
+        assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_ERR_UNSUPPORTED);
+        mhla_plan_destroy(plan);
+    }
     mhla_context_destroy(ctx);
     clReleaseContext(clctx);
     mhla_context_destroy(owner);

@@ -31,7 +31,7 @@ static void expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_ki
     mhla_status st = run_against_reference(ctx, cfg, init, seed, &err, NULL, NULL);
     if (st != MHLA_OK)
         fail_msg("%s: %s: %s", label, mhla_status_name(st), mhla_context_message(ctx));
-    const double tol = spec_tolerance_f32(cfg->seq_t * cfg->seq_h * cfg->seq_w);
+    const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t * cfg->seq_h * cfg->seq_w);
     if (!(err <= tol))
         fail_msg("%s: max_rel_err %.3g > %.1g", label, err, tol);
 }
@@ -330,6 +330,31 @@ static void test_events_no_hidden_finish(void **state)
     mhla_plan_destroy(plan);
 }
 
+/* Stage times come from the last forward: each stage takes some time and they add up to the total. */
+static void test_stage_times(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_1d(1, 2, 512, 8, 32, 32);
+    cfg.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    mhla_plan *plan = NULL;
+    mhla_stage_times t;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_ERR_INVALID_ARGUMENT); /* not run yet */
+    assert_int_equal(mhla_plan_stage_times(plan, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    double err = 0;
+    assert_int_equal(run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, 9, &err, NULL, NULL), MHLA_OK);
+    const size_t nq = 512 * 2 * 32;
+    float *x = calloc(nq, sizeof *x), *o = malloc(nq * sizeof *o), mix[64];
+    assert_non_null(x), assert_non_null(o);
+    assert_int_equal(mhla_mixing_init(MHLA_INIT_LINEAR, NULL, 8, 1, 1, mix, 64), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, x, x, x, mix, o), MHLA_OK);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_OK);
+    assert_true(t.summary_ms > 0 && t.mixing_ms > 0 && t.output_ms > 0);
+    assert_true(fabs(t.summary_ms + t.mixing_ms + t.output_ms - t.total_ms) < 1e-6 * t.total_ms + 1e-9);
+    mhla_plan_destroy(plan);
+    free(x), free(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_nan_inf_propagate),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_events_no_hidden_finish),
+        cmocka_unit_test(test_stage_times),
     };
     return cmocka_run_group_tests_name("forward", tests, setup, teardown);
 }
