@@ -30,6 +30,13 @@ void mhla__causal_destroy(mhla_causal *c)
     free(c);
 }
 
+/* Register tiles of one chunk's summary: the work-items a chunk's summary takes. */
+static size_t summary_tiles(const mhla_causal *c)
+{
+    const mhla_causal_tiling *t = &c->tiling;
+    return (size_t)(c->cfg.dk / t->sum_rd) * (size_t)(c->cfg.dv / (t->sum_ve * t->sum_nv));
+}
+
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
 {
     mhla_status st = MHLA_OK;
@@ -51,25 +58,27 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_summary", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
-    /* One group spans a summary row's columns where it can (Dv + 1 with z: 65 is better than 2 x 64
-     * half idle); 256 at most. */
-    c->lws_summary = mhla__local_size(ctx, c->k_summary, c->scols < 256 ? (size_t)c->scols : 256);
+    /* One chunk per group (the kernel's barriers count the chunk's tokens). */
+    c->lws_summary = mhla__local_size(ctx, c->k_summary, summary_tiles(c) < (size_t)c->tiling.wg
+                                                             ? summary_tiles(c)
+                                                             : (size_t)c->tiling.wg);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_prefix", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
-    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, 64);
-    if (mhla__local_size(ctx, c->k_prefix_one, 64) < c->lws_prefix)
-        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, 64);
+    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)c->tiling.wg);
+    if (mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg) < c->lws_prefix)
+        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_output", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
-    /* The output kernel's tiles are sized for exactly tiling.lws work-items. */
+    /* The output kernel's tiles are sized for exactly this many work-items per group. */
+    c->lws_output = (size_t)mhla__causal_output_wg(&c->tiling, cfg->dv);
     MHLA_CL_TRY(st, ctx,
                 clGetKernelWorkGroupInfo(c->k_output, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
                 "clGetKernelWorkGroupInfo(causal_output)");
-    MHLA_FAIL_IF(st, kwg < (size_t)c->tiling.lws, ctx, MHLA_ERR_UNSUPPORTED,
-                 "causal_output is built for work-groups of %d work-items but %s allows %zu for it; "
-                 "set MHLA_CAUSAL_TILING (host/causal_tuning.c) with lws <= %zu",
-                 c->tiling.lws, ctx->device_name, kwg, kwg);
+    MHLA_FAIL_IF(st, kwg < c->lws_output, ctx, MHLA_ERR_UNSUPPORTED,
+                 "causal_output is built for groups of %zu work-items but %s allows %zu for it; set "
+                 "MHLA_CAUSAL_TILING=tq=... (host/causal_tuning.c) to fewer tokens per group",
+                 c->lws_output, ctx->device_name, kwg);
     if (with_step) {
         MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "decoder", &opts, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
@@ -117,11 +126,11 @@ mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int6
                                    const mhla_causal_tiling *tiling)
 {
     mhla_status st = MHLA_OK;
-    const int64_t nchunks = (len + chunk - 1) / chunk, pr = tiling->prefix_rows, gr = tiling->gemm_rows;
+    const int64_t nchunks = (len + chunk - 1) / chunk, pr = tiling->mix_mr, gr = tiling->gemm_rows;
     int64_t tile_rows = 0; /* rows left in the open tile */
     for (int64_t c = 0; c < nchunks; ++c) {
         const int64_t i = first_chunk + c, off = c * chunk, clen = len - off < chunk ? len - off : chunk;
-        /* Tiles start at multiples of prefix_rows in i, so none straddles a GEMM block. */
+        /* Tiles start at multiples of mix_mr in i, so none straddles a GEMM block. */
         if (tile_rows == 0) {
             tile_rows = pr - i % pr;
             if (tile_rows > nchunks - c)
@@ -233,18 +242,16 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
 
     /* 1. S_j of every chunk into its slot. */
     {
-        const size_t row_blocks = ((size_t)cfg->dk + (size_t)c->tiling.summary_rows - 1) / (size_t)c->tiling.summary_rows;
         const size_t local[3] = {c->lws_summary, 1, 1};
-        const size_t global[3] = {mhla__round_up((size_t)c->scols, local[0]), t->n_chunks * row_blocks,
-                                  (size_t)c->bh};
+        const size_t extent[3] = {summary_tiles(c), t->n_chunks, (size_t)c->bh};
         MHLA_SET_ARG(st, ctx, ks, 0, run->k);
         MHLA_SET_ARG(st, ctx, ks, 1, run->v);
         MHLA_SET_ARG(st, ctx, ks, 2, run->chunks);
         MHLA_SET_ARG(st, ctx, ks, 3, run->sums);
         MHLA_SET_ARG(st, ctx, ks, 4, grid);
         MHLA_SET_ARG(st, ctx, ks, 5, feature_eps);
-        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ks, 3, NULL, global, local, num_wait, wait, NULL),
-                    "clEnqueueNDRangeKernel(causal_summary)");
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 3, extent, local, num_wait, wait, NULL,
+                                               "clEnqueueNDRangeKernel(causal_summary)"));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (run->marks)
@@ -252,9 +259,10 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
     /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
      *    tiles), then CLBlast adds the earlier blocks. */
     {
-        const size_t local[2] = {c->lws_prefix, 1};
-        const size_t cols = local[0] * (size_t)c->tiling.prefix_cols; /* columns of one group */
-        const size_t global[2] = {(c->slot_floats + cols - 1) / cols * local[0], t->n_tiles};
+        const size_t cols = (size_t)c->tiling.pre_ve * (size_t)c->tiling.mix_nv; /* of one work-item */
+        const cl_int n_tiles = (cl_int)t->n_tiles;
+        const size_t local[3] = {t->n_tiles < c->lws_prefix ? t->n_tiles : c->lws_prefix, 1, 1};
+        const size_t extent[3] = {t->n_tiles, (c->slot_floats + cols - 1) / cols, 1};
         MHLA_SET_ARG(st, ctx, kp, 0, run->sums);
         MHLA_SET_ARG(st, ctx, kp, 1, run->mixing);
         MHLA_SET_ARG(st, ctx, kp, 2, run->tiles);
@@ -262,8 +270,9 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
         MHLA_SET_ARG(st, ctx, kp, 4, rows_mc);
         MHLA_SET_ARG(st, ctx, kp, 5, width);
         MHLA_SET_ARG(st, ctx, kp, 6, gemm_rows);
-        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kp, 2, NULL, global, local, 0, NULL, NULL),
-                    "clEnqueueNDRangeKernel(causal_prefix)");
+        MHLA_SET_ARG(st, ctx, kp, 7, n_tiles);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kp, 2, extent, local, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(causal_prefix)"));
     }
     if (t->n_gemms > 0) {
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
@@ -274,8 +283,8 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[1]));
     /* 3. Every token's output. */
     {
-        const size_t local[3] = {(size_t)c->tiling.lws, 1, 1};
-        const size_t global[3] = {(size_t)c->tiling.lws, t->n_chunks * (size_t)tiles_per_chunk, (size_t)c->bh};
+        const size_t local[3] = {c->lws_output, 1, 1};
+        const size_t global[3] = {c->lws_output, t->n_chunks * (size_t)tiles_per_chunk, (size_t)c->bh};
         MHLA_SET_ARG(st, ctx, ko, 0, run->q);
         MHLA_SET_ARG(st, ctx, ko, 1, run->k);
         MHLA_SET_ARG(st, ctx, ko, 2, run->v);

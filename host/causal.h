@@ -5,26 +5,31 @@
 
 #include "internal.h"
 
-/* Tiling of the causal kernels (their -D flags), chosen per device by host/causal_tuning.c. */
+/* Tiling of the causal kernels (their -D flags, except gemm_rows). The register tiles come from
+ * the shared tuning table (host/tuning.c) cut down to divide this configuration's sizes; the
+ * score tiles and the GEMM blocks from host/causal_tuning.c. */
 typedef struct mhla_causal_tiling {
-    int tq;          /* CAUSAL_TQ: query tokens per output work-group */
-    int kt;          /* CAUSAL_KT: key tokens staged in local memory at a time */
-    int lws;         /* CAUSAL_LWS: work-items per output work-group */
-    int prefix_rows;  /* PREFIX_ROWS: rows of P per prefix work-item */
-    int prefix_cols;  /* PREFIX_COLS: columns per prefix work-item, a local size apart */
-    int summary_rows; /* SUM_ROWS: summary rows (key dimensions) per summary work-item */
-    int gemm_rows;    /* prefix blocks: a row's earlier blocks of this many chunks go through CLBlast
-                         (a multiple of prefix_rows; 0 = all in the kernel). Not a -D flag. */
+    int sum_rd, sum_ve, sum_nv;         /* summary: SUM_RD x (SUM_VE * SUM_NV) per work-item */
+    int out_rt, out_ve, out_nv, out_dc; /* output: OUT_RT tokens x (OUT_VE * OUT_NV) columns */
+    int mix_mr, mix_nv, pre_ve;         /* prefix: MIX_MR rows x (PRE_VE * MIX_NV) columns */
+    int wg;                             /* work-group size aimed at (summary, prefix) */
+    int tq, kt;                         /* output: CAUSAL_TQ tokens per group, CAUSAL_KT keys per pass */
+    int gemm_rows;                      /* prefix blocks: a row's earlier blocks of this many chunks go
+                                           through CLBlast (a multiple of mix_mr; 0 = all in the kernel) */
 } mhla_causal_tiling;
 
-/* The tiling for cfg on ctx's device: the tuning table's entry, clamped to the device's work-group
- * and local-memory limits (MHLA_ERR_UNSUPPORTED when even the smallest tiling does not fit). */
+/* Work-items of one output group. */
+static inline int mhla__causal_output_wg(const mhla_causal_tiling *t, int64_t dv)
+{
+    return (int)(dv / (t->out_ve * t->out_nv)) * (t->tq / t->out_rt);
+}
+
+/* The tiling for cfg on ctx's device, fitted to the device's work-group and local-memory limits
+ * (MHLA_ERR_UNSUPPORTED when even the smallest tiling does not fit). */
 mhla_status mhla__causal_tiling_choose(mhla_context *ctx, const mhla_config *cfg, mhla_causal_tiling *out);
 /* The specialization flags of cfg's kernels (host/plan.c, the one place they are assembled);
  * tiling NULL for the non-causal kernels. */
 void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling, mhla_build_opts *opts);
-/* Local memory bytes the output kernel needs with tiling t for head dimension dk. */
-size_t mhla__causal_local_bytes(const mhla_causal_tiling *t, int64_t dk);
 
 /* The kernels of the causal form for one configuration, built once. */
 typedef struct mhla_causal {
@@ -33,9 +38,10 @@ typedef struct mhla_causal {
     mhla_causal_tiling tiling;
     int64_t bh;         /* batch * heads */
     int64_t scols;      /* summary columns: Dv + 1 (z) for the paper normalizer, Dv for none */
-    size_t slot_floats; /* B*H*Dk*scols: the floats of one chunk's summaries (one "slot") */
+    size_t slot_floats; /* B*H*Dk*scols: one chunk's summaries (a "slot": S as [B*H][Dk][Dv], then
+                           z as [B*H][Dk]; kernels/causal.h) */
     cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
-    size_t lws_summary, lws_prefix, lws_step;
+    size_t lws_summary, lws_prefix, lws_output, lws_step;
     cl_mem gemm_temp; /* CLBlast's temporary buffer for the prefix GEMMs, grown on demand */
     size_t gemm_temp_bytes;
 } mhla_causal;

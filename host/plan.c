@@ -15,12 +15,12 @@ void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling,
     mhla__opts_add(opts, "-DFEATURE_MAP=%d", (int)c->feature_map);
     mhla__opts_add(opts, "-DNORMALIZER=%d", (int)c->normalizer);
     if (tiling) {
-        mhla__opts_add(opts, "-DCAUSAL_TQ=%d", tiling->tq);
-        mhla__opts_add(opts, "-DCAUSAL_KT=%d", tiling->kt);
-        mhla__opts_add(opts, "-DCAUSAL_LWS=%d", tiling->lws);
-        mhla__opts_add(opts, "-DPREFIX_ROWS=%d", tiling->prefix_rows);
-        mhla__opts_add(opts, "-DPREFIX_COLS=%d", tiling->prefix_cols);
-        mhla__opts_add(opts, "-DSUM_ROWS=%d", tiling->summary_rows);
+        const mhla_causal_tiling *t = tiling;
+        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d", t->sum_rd, t->sum_ve, t->sum_nv);
+        mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d", t->out_rt, t->out_ve, t->out_nv,
+                       t->out_dc);
+        mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_NV=%d -DPRE_VE=%d", t->mix_mr, t->mix_nv, t->pre_ve);
+        mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d", t->tq, t->kt);
     }
 }
 

@@ -1,25 +1,45 @@
 /* Causal stage 3: the output of every token, o_t = q~_t P_i + Mc[i,i] * sum_{s in chunk i, s<=t}
- * (q~_t . k~_s) v_s, with the paper normalizer's denominator fused. A work-group takes
- * CAUSAL_TQ consecutive tokens of one chunk and walks the chunk's earlier keys CAUSAL_KT at a
- * time through local memory, so local memory does not grow with the chunk size. */
+ * (q~_t . k~_s) v_s, with the paper normalizer's denominator fused. A work-group takes CAUSAL_TQ
+ * consecutive tokens of one chunk; the chunk's earlier keys pass through local memory CAUSAL_KT
+ * at a time (transposed, so that scores are vectors along the keys), so local memory does not grow
+ * with the chunk size. Each work-item keeps an OUT_RT x OUT_COLS register tile of vectors
+ * (explicit vectors: CPU runtimes compile them straight to SIMD registers). */
 #include "causal.h"
 
+#ifndef OUT_RT
+#define OUT_RT 4 /* tokens per work-item */
+#endif
+#ifndef OUT_VE
+#define OUT_VE 16 /* vector width along the output columns; divides DV */
+#endif
+#ifndef OUT_NV
+#define OUT_NV 2 /* output vectors per token per work-item; OUT_VE * OUT_NV divides DV */
+#endif
+#ifndef OUT_DC
+#define OUT_DC 8 /* key dimensions per vector in the scores and the q~, k~ loads; divides DK */
+#endif
 #ifndef CAUSAL_TQ
-#define CAUSAL_TQ 16 /* query tokens per work-group: each v and P element read serves this many */
+#define CAUSAL_TQ 32 /* tokens per work-group; a multiple of OUT_RT */
 #endif
 #ifndef CAUSAL_KT
-#define CAUSAL_KT 16 /* key tokens staged in local memory at a time */
+#define CAUSAL_KT 32 /* keys per pass through local memory */
 #endif
-#ifndef CAUSAL_LWS
-#define CAUSAL_LWS 64 /* work-items per group; the host launches exactly this many */
+#if CAUSAL_KT % OUT_VE != 0
+#error "CAUSAL_KT must be a multiple of OUT_VE (scores are computed OUT_VE keys at a time)"
 #endif
-#if CAUSAL_TQ > CAUSAL_LWS
-#error "CAUSAL_TQ must not exceed CAUSAL_LWS: work-item r < CAUSAL_TQ owns row r's denominator"
+#define OUT_COLS (OUT_VE * OUT_NV)
+#define OUT_NE (DV / OUT_COLS)           /* column tiles */
+#define OUT_TG (CAUSAL_TQ / OUT_RT)       /* token groups */
+#define OUT_WG (OUT_NE * OUT_TG)          /* work-items per group: the host launches exactly this */
+#define DKV (DK / OUT_DC)                 /* vectors per q or k row */
+#define KTV (CAUSAL_KT / OUT_VE)          /* score vectors per row of a key pass */
+#if CAUSAL_TQ % OUT_RT != 0
+#error "CAUSAL_TQ must be a multiple of OUT_RT"
 #endif
-#define EPW ((DV + CAUSAL_LWS - 1) / CAUSAL_LWS) /* output columns per work-item */
 
-/* global: (CAUSAL_LWS, chunks * tiles_per_chunk, B*H); local: (CAUSAL_LWS, 1, 1). Work-item lid
- * owns columns lid, lid + CAUSAL_LWS, ... of the tile's CAUSAL_TQ output rows. */
+/* global: (OUT_WG, chunks * tiles_per_chunk, B*H); local: (OUT_WG, 1, 1). Work-item (column tile
+ * et, token group tg) owns rows tg*OUT_RT .. +OUT_RT-1 of the group's tokens, columns et*OUT_COLS
+ * .. +OUT_COLS-1. pref row c is chunk entry c's P (its S part, then z). */
 kernel void causal_output(global const float *restrict q, global const float *restrict k,
                           global const float *restrict v, global const float *restrict pref,
                           global const float *restrict mixing, global const int4 *restrict chunks,
@@ -27,15 +47,12 @@ kernel void causal_output(global const float *restrict q, global const float *re
                           const int tiles_per_chunk, const float feature_eps, const float scale,
                           const float eps)
 {
-    local float qs[CAUSAL_TQ * DK];
-    local float ks[CAUSAL_KT * DK];
-    local float sc[CAUSAL_TQ * CAUSAL_KT];
-#if NORMALIZER == 0
-    local float den[CAUSAL_TQ];
-#else
-    (void)eps;
-#endif
+    local float qs[CAUSAL_TQ * DK]; /* q~ of the group's tokens */
+    local float kt[DK * CAUSAL_KT]; /* k~ of the current keys, transposed: [d][s] */
+    local float sc[CAUSAL_TQ * CAUSAL_KT]; /* q~_r . k~_s (masked pairs are never read) */
     const int lid = (int)get_local_id(0);
+    const int et = lid % OUT_NE;
+    const int r0 = (lid / OUT_NE) * OUT_RT;
     const int c = (int)get_group_id(1) / tiles_per_chunk;
     const int p0 = ((int)get_group_id(1) - c * tiles_per_chunk) * CAUSAL_TQ;
     const int bh = (int)get_group_id(2);
@@ -43,98 +60,175 @@ kernel void causal_output(global const float *restrict q, global const float *re
     if (p0 >= ch.y)
         return; /* the whole group: a tile past the end of a short chunk */
     const int nq = min(CAUSAL_TQ, ch.y - p0);
-
-    for (int x = lid; x < CAUSAL_TQ * DK; x += CAUSAL_LWS) {
-        const int r = x / DK;
-        const int d = x - r * DK;
-        qs[x] = r < nq ? scale * feature(q[row_offset(g, bh, ch.x + p0 + r, DK) + d], feature_eps) : 0.0f;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    float inter[CAUSAL_TQ * EPW], intra[CAUSAL_TQ * EPW];
-    for (int x = 0; x < CAUSAL_TQ * EPW; ++x)
-        inter[x] = intra[x] = 0.0f;
-#if NORMALIZER == 0
-    float den_inter = 0.0f, den_intra = 0.0f; /* of row lid, for lid < CAUSAL_TQ */
+    const float mii = mixing[(long)ch.z * rows_mc + ch.z];
+    const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
+    global const float *qb = q + row_base(g, bh, DK) + (ch.x + p0) * kstride;
+    global const float *kb0 = k + row_base(g, bh, DK) + ch.x * kstride;
+    global const float *vb = v + row_base(g, bh, DV) + ch.x * vstride + et * OUT_COLS;
+#if ZCOL
+    float den_inter[OUT_RT], den_intra[OUT_RT];
+#else
+    (void)eps;
 #endif
+
+    /* One register tile (two would spill on CPUs): q~ P_i first, before any barrier, as the
+     * non-causal output computes q~ S~; then the intra-chunk terms with Mc[i,i] folded into each
+     * score. */
+    VEC(OUT_VE) acc[OUT_RT][OUT_NV];
+    #pragma unroll
+    for (int r = 0; r < OUT_RT; ++r) {
+        #pragma unroll
+        for (int j = 0; j < OUT_NV; ++j)
+            acc[r][j] = (VEC(OUT_VE))(0.0f);
+#if ZCOL
+        den_inter[r] = den_intra[r] = 0.0f;
+#endif
+    }
 
     /* q~ P_i: chunk 0 of a sequence has no prefix, and its P row is not read. */
-    if (ch.z > 0) {
-        global const float *P = pref + summary_offset(c, bh, g.bh);
-        for (int d = 0; d < DK; ++d) {
-            for (int u = 0; u < EPW; ++u) {
-                const int e = lid + u * CAUSAL_LWS;
-                if (e < DV) {
-                    const float pv = P[d * CSC + e];
-                    for (int r = 0; r < CAUSAL_TQ; ++r)
-                        inter[r * EPW + u] += qs[r * DK + d] * pv;
+    {
+        global const float *P = pref + slot_s(c, bh, g.bh) + et * OUT_COLS;
+#if ZCOL
+        global const float *zp = pref + slot_z(c, bh, g.bh);
+        VEC(OUT_DC) dz[OUT_RT];
+        #pragma unroll
+        for (int r = 0; r < OUT_RT; ++r)
+            dz[r] = (VEC(OUT_DC))(0.0f);
+#endif
+        if (ch.z > 0) {
+            for (int d0 = 0; d0 < DK; d0 += OUT_DC) {
+                float qt[OUT_RT][OUT_DC]; /* q~ of this step, for each token */
+#if ZCOL
+                const VEC(OUT_DC) zv = VLOADN(OUT_DC, 0, zp + d0);
+#endif
+                #pragma unroll
+                for (int r = 0; r < OUT_RT; ++r) {
+                    /* a row past the group's last token repeats it; its result is not stored */
+                    const int rr = min(r0 + r, nq - 1);
+                    const VEC(OUT_DC) x = VLOADN(OUT_DC, 0, qb + rr * kstride + d0);
+                    const VEC(OUT_DC) fx = scale * FEATURE_V(OUT_DC, x, feature_eps);
+#if ZCOL
+                    dz[r] += fx * zv;
+#endif
+                    VSTOREN(OUT_DC, fx, 0, qt[r]);
+                }
+                #pragma unroll
+                for (int dd = 0; dd < OUT_DC; ++dd) {
+                    VEC(OUT_VE) pv[OUT_NV];
+                    #pragma unroll
+                    for (int j = 0; j < OUT_NV; ++j)
+                        pv[j] = VLOADN(OUT_VE, 0, P + (long)(d0 + dd) * DV + j * OUT_VE);
+                    #pragma unroll
+                    for (int r = 0; r < OUT_RT; ++r)
+                        #pragma unroll
+                        for (int j = 0; j < OUT_NV; ++j)
+                            acc[r][j] += qt[r][dd] * pv[j];
                 }
             }
-#if NORMALIZER == 0
-            if (lid < CAUSAL_TQ)
-                den_inter += qs[lid * DK + d] * P[d * CSC + DV];
-#endif
         }
+#if ZCOL
+        #pragma unroll
+        for (int r = 0; r < OUT_RT; ++r)
+            HSUM(OUT_DC, dz[r], den_inter[r]);
+#endif
     }
+
+    /* q~ of the group's tokens, for the scores. */
+    for (int x = lid; x < CAUSAL_TQ * DKV; x += OUT_WG) {
+        const int r = x / DKV, d0 = (x - r * DKV) * OUT_DC;
+        VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
+        if (r < nq) {
+            const VEC(OUT_DC) raw = VLOADN(OUT_DC, 0, qb + r * kstride + d0);
+            val = scale * FEATURE_V(OUT_DC, raw, feature_eps);
+        }
+        VSTOREN(OUT_DC, val, 0, qs + r * DK + d0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 
     /* The masked intra-chunk part over keys 0 .. p0 + nq - 1 of the chunk. Masked pairs are
      * skipped, never multiplied by zero, so a later token's NaN or Inf cannot reach row r. */
     const int kend = p0 + nq;
     for (int kb = 0; kb < kend; kb += CAUSAL_KT) {
         const int nk = min(CAUSAL_KT, kend - kb);
-        for (int x = lid; x < CAUSAL_KT * DK; x += CAUSAL_LWS) {
-            const int s = x / DK;
-            const int d = x - s * DK;
-            ks[x] = s < nk ? feature(k[row_offset(g, bh, ch.x + kb + s, DK) + d], feature_eps) : 0.0f;
+        for (int x = lid; x < CAUSAL_KT * DKV; x += OUT_WG) {
+            const int s = x / DKV, d0 = (x - s * DKV) * OUT_DC;
+            float kd[OUT_DC];
+            VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
+            if (s < nk) {
+                const VEC(OUT_DC) raw = VLOADN(OUT_DC, 0, kb0 + (kb + s) * kstride + d0);
+                val = FEATURE_V(OUT_DC, raw, feature_eps);
+            }
+            VSTOREN(OUT_DC, val, 0, kd);
+            #pragma unroll
+            for (int i = 0; i < OUT_DC; ++i)
+                kt[(d0 + i) * CAUSAL_KT + s] = kd[i];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int x = lid; x < CAUSAL_TQ * CAUSAL_KT; x += CAUSAL_LWS) {
-            const int r = x / CAUSAL_KT;
-            const int s = x - r * CAUSAL_KT;
-            float a = 0.0f;
-            if (r < nq && s < nk && kb + s <= p0 + r)
-                for (int d = 0; d < DK; ++d)
-                    a += qs[r * DK + d] * ks[s * DK + d];
-            sc[x] = a;
+        /* OUT_VE scores of one row at a time, vectors along the keys; vectors wholly masked (or
+         * past the group's last token) are never read, so not computed. */
+        for (int x = lid; x < CAUSAL_TQ * KTV; x += OUT_WG) {
+            const int r = x / KTV, s0 = (x - r * KTV) * OUT_VE;
+            if (r >= nq || kb + s0 > p0 + r)
+                continue;
+            VEC(OUT_VE) acc = (VEC(OUT_VE))(0.0f);
+            for (int d = 0; d < DK; ++d)
+                acc += qs[r * DK + d] * VLOADN(OUT_VE, 0, kt + d * CAUSAL_KT + s0);
+            VSTOREN(OUT_VE, acc, 0, sc + r * CAUSAL_KT + s0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-#if NORMALIZER == 0
-        if (lid < CAUSAL_TQ)
-            for (int s = 0; s < nk; ++s)
-                den_intra += sc[lid * CAUSAL_KT + s];
+        if (kb + nk - 1 <= p0 + r0) { /* every key of the pass is visible to every row */
+            for (int s = 0; s < nk; ++s) {
+                VEC(OUT_VE) vv[OUT_NV];
+                #pragma unroll
+                for (int j = 0; j < OUT_NV; ++j)
+                    vv[j] = VLOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
+                #pragma unroll
+                for (int r = 0; r < OUT_RT; ++r) {
+                    const float a = mii * sc[(r0 + r) * CAUSAL_KT + s];
+#if ZCOL
+                    den_intra[r] += a;
 #endif
-        for (int s = 0; s < nk; ++s) {
-            const long vrow = row_offset(g, bh, ch.x + kb + s, DV);
-            for (int u = 0; u < EPW; ++u) {
-                const int e = lid + u * CAUSAL_LWS;
-                if (e < DV) {
-                    const float vv = v[vrow + e];
-                    for (int r = 0; r < CAUSAL_TQ; ++r)
-                        if (kb + s <= p0 + r)
-                            intra[r * EPW + u] += sc[r * CAUSAL_KT + s] * vv;
+                    #pragma unroll
+                    for (int j = 0; j < OUT_NV; ++j)
+                        acc[r][j] += a * vv[j];
                 }
             }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE); /* ks and sc are overwritten next */
-    }
-
-    const float mii = mixing[(long)ch.z * rows_mc + ch.z];
-#if NORMALIZER == 0
-    if (lid < CAUSAL_TQ)
-        den[lid] = den_inter + mii * den_intra + eps;
-    barrier(CLK_LOCAL_MEM_FENCE);
+        } else {
+            for (int s = 0; s < nk; ++s) {
+                VEC(OUT_VE) vv[OUT_NV];
+                #pragma unroll
+                for (int j = 0; j < OUT_NV; ++j)
+                    vv[j] = VLOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
+                #pragma unroll
+                for (int r = 0; r < OUT_RT; ++r)
+                    if (kb + s <= p0 + r0 + r) {
+                        const float a = mii * sc[(r0 + r) * CAUSAL_KT + s];
+#if ZCOL
+                        den_intra[r] += a;
 #endif
-    for (int r = 0; r < nq; ++r) {
-        const long orow = row_offset(g, bh, ch.x + p0 + r, DV);
-        for (int u = 0; u < EPW; ++u) {
-            const int e = lid + u * CAUSAL_LWS;
-            if (e < DV) {
-                float o = inter[r * EPW + u] + mii * intra[r * EPW + u];
-#if NORMALIZER == 0
-                o = o / den[r];
-#endif
-                out[orow + e] = o;
+                        #pragma unroll
+                        for (int j = 0; j < OUT_NV; ++j)
+                            acc[r][j] += a * vv[j];
+                    }
             }
         }
+        barrier(CLK_LOCAL_MEM_FENCE); /* kt and sc are overwritten next */
     }
+
+        global float *ob = out + row_base(g, bh, DV) + (ch.x + p0) * vstride + et * OUT_COLS;
+    #pragma unroll
+    for (int r = 0; r < OUT_RT; ++r)
+        if (r0 + r < nq) {
+#if ZCOL
+            const float den = den_inter[r] + den_intra[r] + eps; /* den_intra has Mc[i,i] in it */
+#endif
+            #pragma unroll
+            for (int j = 0; j < OUT_NV; ++j) {
+#if ZCOL
+                VSTOREN(OUT_VE, acc[r][j] / den, 0, ob + (r0 + r) * vstride + j * OUT_VE);
+#else
+                VSTOREN(OUT_VE, acc[r][j], 0, ob + (r0 + r) * vstride + j * OUT_VE);
+#endif
+            }
+        }
 }

@@ -1,51 +1,98 @@
-/* Causal stage 1: the summary S_j = sum k~ v^T of every chunk of every sequence (with the key sum
- * z_j as an extra column for the paper normalizer), one launch over all chunks. */
+/* Causal stage 1: the summary S_j = sum k~ v^T of every chunk of every sequence (and the key sum
+ * z_j for the paper normalizer), one launch over all chunks, into the chunks' slots. */
 #include "causal.h"
 
+#ifndef SUM_RD
+#define SUM_RD 8 /* key rows d per work-item, loaded as one vector; divides DK */
+#endif
+#ifndef SUM_VE
+#define SUM_VE 16 /* vector width along the value columns e; divides DV */
+#endif
+#ifndef SUM_NV
+#define SUM_NV 2 /* value vectors per work-item; SUM_VE * SUM_NV divides DV */
+#endif
 #ifndef SUM_CHUNK
-#define SUM_CHUNK 32 /* tokens summed before folding into the total: keeps float error ~ sqrt(C) */
+#define SUM_CHUNK 32 /* tokens summed before folding into the total: keeps float error ~ C/32 + 32 */
 #endif
-#ifndef SUM_ROWS
-#define SUM_ROWS 8 /* summary rows (key dimensions) per work-item: each v element read serves them all */
-#endif
-#define ROW_BLOCKS ((DK + SUM_ROWS - 1) / SUM_ROWS)
+#define SUM_COLS (SUM_VE * SUM_NV)
+#define SUM_NE (DV / SUM_COLS) /* column tiles */
+#define SUM_ND (DK / SUM_RD)   /* row tiles */
 
-/* global: (CSC rounded up, chunks * ROW_BLOCKS, B*H). Work-item (e, block of SUM_ROWS rows d)
- * owns those entries of column e; consecutive work-items read consecutive v columns of a token and
- * share its k~ values. */
+/* global: (SUM_ND*SUM_NE rounded up, chunks, B*H). Work-item (row tile, column tile) of a chunk
+ * accumulates a SUM_RD x SUM_COLS register tile over the chunk's tokens (consecutive in the
+ * tensors); the column-tile-0 work-items also sum the keys. */
 kernel void causal_summary(global const float *restrict k, global const float *restrict v,
                            global const int4 *restrict chunks, global float *restrict sums,
                            const mhla_grid g, const float feature_eps)
 {
-    const int e = (int)get_global_id(0);
-    const int cb = (int)get_global_id(1);
+    /* Padding work-items compute on a valid tile and store nothing: every work-item of the group
+     * must reach the same barriers. */
+    const int tile_id = (int)get_global_id(0);
+    const int active = tile_id < SUM_ND * SUM_NE;
+    const int tile = active ? tile_id : 0;
+    const int4 ch = chunks[get_global_id(1)];
     const int bh = (int)get_global_id(2);
-    if (e >= CSC)
-        return;
-    const int c = cb / ROW_BLOCKS;
-    const int d0 = (cb - c * ROW_BLOCKS) * SUM_ROWS;
-    const int4 ch = chunks[c];
-    float total[SUM_ROWS];
-    for (int r = 0; r < SUM_ROWS; ++r)
-        total[r] = 0.0f;
+    const int et = tile % SUM_NE;
+    const int d0 = (tile / SUM_NE) * SUM_RD;
+
+    VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
+    VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
+    #pragma unroll
+    for (int r = 0; r < SUM_RD; ++r)
+        #pragma unroll
+        for (int j = 0; j < SUM_NV; ++j)
+            acc[r][j] = (VEC(SUM_VE))(0.0f);
+    const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
+    global const float *kp = k + row_base(g, bh, DK) + ch.x * kstride + d0;
+    global const float *vp = v + row_base(g, bh, DV) + ch.x * vstride + et * SUM_COLS;
     for (int p0 = 0; p0 < ch.y; p0 += SUM_CHUNK) {
         const int p1 = min(p0 + SUM_CHUNK, ch.y);
-        float part[SUM_ROWS];
-        for (int r = 0; r < SUM_ROWS; ++r)
-            part[r] = 0.0f;
-        for (int p = p0; p < p1; ++p) {
-            const int t = ch.x + p;
-            const float vv = e < DV ? v[row_offset(g, bh, t, DV) + e] : 1.0f;
-            global const float *krow = k + row_offset(g, bh, t, DK) + d0;
-            for (int r = 0; r < SUM_ROWS; ++r)
-                if (d0 + r < DK)
-                    part[r] += feature(krow[r], feature_eps) * vv;
+        VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);
+        #pragma unroll
+        for (int r = 0; r < SUM_RD; ++r)
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                part[r][j] = (VEC(SUM_VE))(0.0f);
+        for (int p = p0; p < p1; ++p, kp += kstride, vp += vstride) {
+            const VEC(SUM_RD) x = VLOADN(SUM_RD, 0, kp);
+            const VEC(SUM_RD) kv = FEATURE_V(SUM_RD, x, feature_eps);
+            float kd[SUM_RD];
+            VSTOREN(SUM_RD, kv, 0, kd);
+            zpart += kv;
+            VEC(SUM_VE) vv[SUM_NV];
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                vv[j] = VLOADN(SUM_VE, 0, vp + j * SUM_VE);
+            #pragma unroll
+            for (int r = 0; r < SUM_RD; ++r)
+                #pragma unroll
+                for (int j = 0; j < SUM_NV; ++j)
+                    part[r][j] += kd[r] * vv[j];
         }
-        for (int r = 0; r < SUM_ROWS; ++r)
-            total[r] += part[r];
+        #pragma unroll
+        for (int r = 0; r < SUM_RD; ++r)
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                acc[r][j] += part[r][j];
+        z += zpart;
+        /* The group's work-items share these tokens' k and v rows: meeting here keeps them on the
+         * same tokens, read from memory once and from cache by the others (CPU runtimes run a
+         * group's work-items one after another between barriers). */
+        barrier(CLK_GLOBAL_MEM_FENCE);
     }
-    global float *s = sums + summary_offset(ch.w + ch.z, bh, g.bh);
-    for (int r = 0; r < SUM_ROWS; ++r)
-        if (d0 + r < DK)
-            s[(d0 + r) * CSC + e] = total[r];
+    if (!active)
+        return;
+    const int slot = ch.w + ch.z;
+    global float *s = sums + slot_s(slot, bh, g.bh) + et * SUM_COLS;
+    #pragma unroll
+    for (int r = 0; r < SUM_RD; ++r)
+        #pragma unroll
+        for (int j = 0; j < SUM_NV; ++j)
+            VSTOREN(SUM_VE, acc[r][j], 0, s + (long)(d0 + r) * DV + j * SUM_VE);
+#if ZCOL
+    if (et == 0)
+        VSTOREN(SUM_RD, z, 0, sums + slot_z(slot, bh, g.bh) + d0);
+#else
+    (void)z;
+#endif
 }

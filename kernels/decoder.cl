@@ -4,7 +4,7 @@
 #include "causal.h"
 
 /* global: (local size, B*H): one work-group per (batch, head); work-item lid owns summary
- * columns lid, lid + local size, ... (column DV is z for the paper normalizer).
+ * columns lid, lid + local size, ... of DV + ZCOL (column DV is z for the paper normalizer).
  * token: the token's index in q/k/v/out, tensors of g.n tokens. chunk: i, the summary slot of
  * the running chunk. fresh: 1 on the chunk's first token (the slot is overwritten, not read). */
 kernel void decoder_step(global const float *restrict q, global const float *restrict k,
@@ -15,7 +15,7 @@ kernel void decoder_step(global const float *restrict q, global const float *res
                          const float eps)
 {
     local float ql[DK], kl[DK];
-#if NORMALIZER == 0
+#if ZCOL
     local float den;
 #else
     (void)eps;
@@ -31,25 +31,28 @@ kernel void decoder_step(global const float *restrict q, global const float *res
     barrier(CLK_LOCAL_MEM_FENCE);
 
     const float mii = mixing[(long)chunk * rows_mc + chunk];
-    global float *S = sums + summary_offset(chunk, bh, g.bh);
-    global const float *P = pref + summary_offset(0, bh, g.bh);
     const long orow = row_offset(g, bh, token, DV);
-    for (int e = lid; e < CSC; e += lsz) {
+    for (int e = lid; e < DV + ZCOL; e += lsz) {
+        /* column e of S (stride DV), or z (stride 1) */
+        const long first = e < DV ? slot_s(chunk, bh, g.bh) + e : slot_z(chunk, bh, g.bh);
+        const long pfirst = e < DV ? slot_s(0, bh, g.bh) + e : slot_z(0, bh, g.bh);
+        const int stride = e < DV ? DV : 1;
         const float ve = e < DV ? v[orow + e] : 1.0f;
         float acc = 0.0f;
         for (int d = 0; d < DK; ++d) {
-            const float s = (fresh ? 0.0f : S[d * CSC + e]) + kl[d] * ve;
-            S[d * CSC + e] = s;
-            acc += ql[d] * (P[d * CSC + e] + mii * s);
+            global float *sd = sums + first + (long)d * stride;
+            const float s = (fresh ? 0.0f : *sd) + kl[d] * ve;
+            *sd = s;
+            acc += ql[d] * (pref[pfirst + (long)d * stride] + mii * s);
         }
         if (e < DV)
             out[orow + e] = acc;
-#if NORMALIZER == 0
+#if ZCOL
         else
             den = acc + eps;
 #endif
     }
-#if NORMALIZER == 0
+#if ZCOL
     barrier(CLK_LOCAL_MEM_FENCE);
     /* Each work-item divides the numerators it wrote itself: no other work-item's global writes
      * are read, so a local barrier is enough. */

@@ -42,9 +42,16 @@ int context_teardown(void **state)
     return 0;
 }
 
+void set_odd_tiling(void)
+{
+    setenv("MHLA_TUNING", TEST_ODD_TUNING, 1);
+    setenv("MHLA_CAUSAL_TILING", TEST_ODD_TILING, 1);
+}
+
 int unset_tiling(void **state)
 {
     (void)state;
+    unsetenv("MHLA_TUNING");
     unsetenv("MHLA_CAUSAL_TILING");
     return 0;
 }

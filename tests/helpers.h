@@ -45,8 +45,8 @@ mhla_context *test_context(void);
 int context_setup(void **state);
 int context_teardown(void **state);
 
-/* Teardown of a test that sets MHLA_CAUSAL_TILING: a failed check leaves the test early, and the
- * override must not outlive it. */
+/* Teardown of a test that sets MHLA_TUNING and MHLA_CAUSAL_TILING: a failed check leaves the test
+ * early, and the overrides must not outlive it. */
 int unset_tiling(void **state);
 
 /* The context's last message mentions `text`. */
@@ -63,10 +63,14 @@ void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status wa
 /* A config for an N-token 1D sequence with M blocks (other fields at their defaults). */
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv);
 
-/* Small, odd causal tilings (MHLA_CAUSAL_TILING, read when a plan or decoder is created) that make
- * small tests reach every path: partial tiles, several output columns per work-item, summary rows
- * not dividing Dk, and prefix GEMM blocks of 4 chunks. */
-#define TEST_ODD_TILING "3,5,32,2,3,5,4"
+/* Small, odd tilings (read when a plan or decoder is created) that make small tests reach every
+ * path of the causal kernels: 3 tokens per work-item, 2-wide vectors, score tiles of 12 x 5,
+ * prefix tiles of 2 rows x 3 vectors with a partial last one, and prefix GEMM blocks of 4 chunks
+ * (CLBlast adds every earlier block). set_odd_tiling() sets both variables, unset_tiling() clears
+ * them. */
+#define TEST_ODD_TUNING "sum_rd=2,sum_ve=2,sum_nv=1,out_rt=3,out_ve=2,out_nv=1,out_dc=2,mix_mr=2,mix_nv=3,wg=7"
+#define TEST_ODD_TILING "tq=12,kt=5,gemm_rows=4"
+void set_odd_tiling(void);
 
 /* A causal config (mhla_config_init_causal) for B sequences of N tokens in chunks of C. */
 mhla_config config_causal(int64_t batch, int64_t heads, int64_t n, int64_t chunk, int64_t dk, int64_t dv);

@@ -153,7 +153,7 @@ static void test_prompt_then_decode(void **state)
 static void test_odd_tiling(void **state)
 {
     mhla_context *ctx = *state;
-    setenv("MHLA_CAUSAL_TILING", TEST_ODD_TILING, 1);
+    set_odd_tiling();
     const char *schedules[] = {"s69", "p40 s29", "s5 p30 s3 p31", "s17 p52", "p69"};
     double worst = 0.0;
     for (int paper = 0; paper <= 1; ++paper) {
@@ -174,7 +174,7 @@ static void test_odd_tiling(void **state)
         free(chunk);
         test_inputs_free(&in);
     }
-    unsetenv("MHLA_CAUSAL_TILING");
+    unset_tiling(NULL);
     print_message("decoder, odd tiling: worst max_rel_err vs chunk run %.3g\n", worst);
 }
 

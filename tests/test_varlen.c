@@ -75,7 +75,7 @@ static void test_varlen_vs_reference(void **state)
 static void test_varlen_odd_tiling(void **state)
 {
     mhla_context *ctx = *state;
-    setenv("MHLA_CAUSAL_TILING", TEST_ODD_TILING, 1);
+    set_odd_tiling();
     for (int paper = 0; paper <= 1; ++paper) {
         mhla_config cfg = packed(493, 2, 16, 16, 24);
         cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
@@ -84,7 +84,7 @@ static void test_varlen_odd_tiling(void **state)
         if (!(err <= 1e-5))
             fail_msg("varlen odd tiling %s: max_rel_err %.3g", mhla_normalizer_name(cfg.normalizer), err);
     }
-    unsetenv("MHLA_CAUSAL_TILING");
+    unset_tiling(NULL);
 }
 
 /* Packing changes nothing: every sequence's output equals, bit for bit, a plain causal plan run on
