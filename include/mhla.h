@@ -320,9 +320,9 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
  * row-major (Mc[i][b]), out like v. `out` must not be q, k, v or mixing. Each buffer's
  * CL_MEM_SIZE is checked against mhla_plan_tensor_bytes().
  * Causal plans (cfg.causal = 1, varlen 0) run the chunk form of SPEC.md "Causal MHLA" instead:
- * per-chunk summaries, the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j (the chunks of a row's
- * own block (32 chunks) in one kernel launch, the earlier blocks as CLBlast SGEMMs; only the strictly
- * lower triangle of Mc and only earlier chunks are read), and the output (q~ P_i plus Mc[i,i]
+ * per-chunk summaries, the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j (one kernel launch over
+ * all chunks; on GPUs each row's earlier blocks of 32 chunks go to CLBlast SGEMMs; only the
+ * strictly lower triangle of Mc and only earlier chunks are read), and the output (q~ P_i plus Mc[i,i]
  * times the masked intra-chunk attention). `mixing` is then mixing_rows x mixing_rows
  * (row-major) of which only the lower triangle of the leading ceil(N/C) x ceil(N/C) block is
  * read: entries above the diagonal may hold anything, NaN included. Each batch element is one
@@ -459,8 +459,8 @@ mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const float *q, const f
 
 /* Decoder state (save a session, fork a sequence): host byte order, little or big endian as
  * written, float32 IEEE-754. W = batch*heads*dk*SC floats per summary, SC = dv + 1 for the paper
- * normalizer (the key sum z as the last column), dv for none; each summary is laid out
- * [batch*heads][dk][SC] (batch-major, then head).
+ * normalizer, dv for none; a summary is S as [batch*heads][dk][dv] (batch-major, then head), then,
+ * for the paper normalizer only, the key sums z as [batch*heads][dk].
  *   offset size  field
  *   0      8     magic "MHLADEC\0"
  *   8      4     uint32 format version (1)
