@@ -3,16 +3,108 @@
 #include "args.h"
 #include "cli.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char help[] =
-    "usage: mhla info\n"
+    "usage: mhla info [--timings]\n"
     "\n"
     "Lists every OpenCL platform and device in the order device specs index them, with their\n"
     "limits, and marks the device `mhla run` uses: the first GPU, else the first device, unless\n"
     "MHLA_DEVICE (or run --device) selects another by 'P:D', index or name substring.\n"
-    "Exits 1 when there is no OpenCL device or MHLA_DEVICE matches none.\n";
+    "Exits 1 when there is no OpenCL device or MHLA_DEVICE matches none.\n"
+    "\n"
+    "  --timings   also time plan creation on that device (B=1 H=8, 64x64 tokens, 4x4 blocks,\n"
+    "              Dk=Dv=64): with an empty program cache, from the on-disk cache in a new context,\n"
+    "              and from the context's memory. The driver's own cache (PoCL keeps one) can make\n"
+    "              the first figure smaller than a true first build.\n";
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Milliseconds to create (and destroy) a plan on a new context, or on `keep` when given. */
+static int time_plan(mhla_context **keep, double *ms)
+{
+    mhla_context *ctx = keep ? *keep : NULL;
+    mhla_plan *plan = NULL;
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 8, cfg.seq_h = 64, cfg.seq_w = 64, cfg.block_h = 4, cfg.block_w = 4, cfg.dk = 64, cfg.dv = 64;
+    mhla_status st = ctx ? MHLA_OK : mhla_context_create(NULL, &ctx);
+    if (st != MHLA_OK)
+        return cli_fail(cli_exit_code(st), "info --timings: %s", mhla_last_message());
+    const double t0 = now_ms();
+    st = mhla_plan_create(ctx, &cfg, &plan);
+    *ms = now_ms() - t0;
+    mhla_plan_destroy(plan);
+    if (st != MHLA_OK) {
+        int rc = cli_fail(cli_exit_code(st), "info --timings: %s", mhla_context_message(ctx));
+        mhla_context_destroy(ctx);
+        return rc;
+    }
+    if (keep)
+        *keep = ctx;
+    else
+        mhla_context_destroy(ctx);
+    return CLI_OK;
+}
+
+/* Removes a folder holding only files (the cache entries this command wrote). */
+static void remove_flat_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir); /* a leftover temporary folder is not worth failing the command */
+}
+
+/* Cold, disk-cache and in-memory plan creation, with MHLA_CACHE_DIR pointed at a fresh folder. */
+static int print_timings(void)
+{
+    char dir[] = "/tmp/mhla-info-cache-XXXXXX";
+    if (!mkdtemp(dir))
+        return cli_fail(CLI_RUNTIME, "info --timings: cannot create a temporary folder in /tmp");
+    const char *saved = getenv("MHLA_CACHE_DIR");
+    char *copy = saved ? strdup(saved) : NULL;
+    setenv("MHLA_CACHE_DIR", dir, 1);
+    mhla_context *ctx = NULL;
+    double cold = 0, disk = 0, memory = 0;
+    int rc = time_plan(NULL, &cold);
+    if (rc == CLI_OK)
+        rc = time_plan(&ctx, &disk);
+    if (rc == CLI_OK)
+        rc = time_plan(&ctx, &memory);
+    mhla_context_destroy(ctx);
+    if (copy)
+        setenv("MHLA_CACHE_DIR", copy, 1);
+    else
+        unsetenv("MHLA_CACHE_DIR");
+    free(copy);
+    remove_flat_dir(dir);
+    if (rc != CLI_OK)
+        return rc;
+    printf("plan creation (B=1 H=8 64x64 tokens, 4x4 blocks, Dk=Dv=64):\n");
+    printf("  empty program cache     %9.1f ms\n", cold);
+    printf("  on-disk cache, new ctx  %9.1f ms\n", disk);
+    printf("  same context            %9.1f ms\n", memory);
+    return CLI_OK;
+}
 
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
@@ -23,7 +115,8 @@ int cmd_info(int argc, char **argv)
     mhla_device_info *infos = NULL;
     size_t count = 0, selected = 0;
 
-    if ((rc = args_parse(cmd, help, NULL, 0, argc, argv, &help_shown)) != 0 || help_shown)
+    cli_option opts[] = {{"--timings", NULL, NULL}};
+    if ((rc = args_parse(cmd, help, opts, 1, argc, argv, &help_shown)) != 0 || help_shown)
         return rc;
     mhla_status st = mhla_device_list(NULL, 0, &count);
     if (st != MHLA_OK)
@@ -73,5 +166,5 @@ int cmd_info(int argc, char **argv)
     else
         printf(" (the default; MHLA_DEVICE is not set)\n");
     free(infos);
-    return CLI_OK;
+    return opts[0].value ? print_timings() : CLI_OK;
 }

@@ -2,7 +2,6 @@
  * against the double-precision reference (--check) and timed with profiling events (--repeat). */
 #include "args.h"
 #include "cli.h"
-#include "half.h"
 #include "npy.h"
 
 #include <mhla_reference.h>
@@ -41,9 +40,11 @@ static const char help[] =
     "  --causal [--chunk C] [--recurrent] [--cu-seqlens CU.npy]\n"
     "                                causal MHLA (not supported yet: exits 2)\n"
     "device:\n"
-    "  --dtype f32|f16|bf16          storage type on the device (default: the inputs'; f16 and\n"
-    "                                bf16 are not supported yet, --dtype f32 computes float16\n"
-    "                                inputs in float32)\n"
+    "  --dtype f32|f16|bf16          storage of q, k, v and the output on the device, with\n"
+    "                                float32 arithmetic (default: the inputs' dtype). Inputs\n"
+    "                                are rounded to it first; --check runs the reference on the\n"
+    "                                rounded inputs. The output file is float16 when the inputs\n"
+    "                                are float16, else float32 (bf16 values are exact in it)\n"
     "  --device SPEC                 'P:D', an index or a name substring, as MHLA_DEVICE (see\n"
     "                                'mhla info'); default: MHLA_DEVICE, else the first GPU,\n"
     "                                else the first device\n"
@@ -68,7 +69,8 @@ typedef struct run_job {
     cli_option o[O_COUNT];
     mhla_config cfg;
     npy_array in[3];      /* q, k, v as read; float16 data is widened into `f32` */
-    float *f32[3];        /* q, k, v as float: in[i].data, or the widened copy */
+    float *f32[3];        /* q, k, v as float: in[i].data, or the widened copy; rounded to cfg.dtype */
+    uint16_t *dev16[3];   /* q, k, v in cfg.dtype's bits when it is f16 or bf16 */
     npy_dtype file_dtype; /* of the inputs, hence of the output */
     float *mixing;
     int64_t mixing_rows;
@@ -93,6 +95,7 @@ static void job_free(run_job *job)
     for (int i = 0; i < 3; ++i) {
         if (job->f32[i] != job->in[i].data)
             free(job->f32[i]);
+        free(job->dev16[i]);
         npy_free(&job->in[i]);
     }
     free(job->mixing);
@@ -114,10 +117,6 @@ static int not_supported_yet(const run_job *job)
     for (size_t i = 0; i < sizeof causal / sizeof causal[0]; ++i)
         if (job->o[causal[i]].value)
             return cli_fail(CLI_USAGE, "%s: not supported yet (causal MHLA)", job->o[causal[i]].name);
-    if (job->o[O_DTYPE].value && job->cfg.dtype != MHLA_DTYPE_F32)
-        return cli_fail(CLI_USAGE, "--dtype %s: not supported yet (half-precision storage); --dtype f32 computes "
-                                   "float16 inputs in float32",
-                        job->o[O_DTYPE].value);
     return 0;
 }
 
@@ -210,10 +209,8 @@ static int read_inputs(run_job *job)
     cfg->seq_t = bhnd ? s[2] : s[1]; /* N, until --grid shapes it */
     cfg->dk = s[3];
     cfg->dv = job->in[2].shape[3];
-    if (job->file_dtype == NPY_F16 && !job->o[O_DTYPE].value)
-        return cli_fail(CLI_USAGE, "--q %s is float16, which selects --dtype f16: not supported yet (half-precision "
-                                   "storage); --dtype f32 computes it in float32",
-                        job->o[O_Q].value);
+    if (!job->o[O_DTYPE].value) /* default storage: the inputs' dtype */
+        cfg->dtype = job->file_dtype == NPY_F16 ? MHLA_DTYPE_F16 : MHLA_DTYPE_F32;
     for (int i = 0; i < 3; ++i) {
         if (job->file_dtype == NPY_F32) {
             job->f32[i] = job->in[i].data;
@@ -221,8 +218,16 @@ static int read_inputs(run_job *job)
         }
         if (!(job->f32[i] = malloc(job->in[i].count * sizeof(float))))
             return cli_fail(CLI_RUNTIME, "out of host memory widening %s to float32", job->o[opt_of[i]].value);
-        half_to_float_array(job->f32[i], job->in[i].data, job->in[i].count);
+        mhla_convert(MHLA_DTYPE_F32, job->f32[i], MHLA_DTYPE_F16, job->in[i].data, job->in[i].count);
         npy_free(&job->in[i]);
+    }
+    /* 16-bit storage: the device gets the rounded bits, the reference the same rounded values. */
+    for (int i = 0; i < 3 && cfg->dtype != MHLA_DTYPE_F32; ++i) {
+        if (!(job->dev16[i] = malloc(job->in[i].count * sizeof(uint16_t))))
+            return cli_fail(CLI_RUNTIME, "out of host memory rounding %s to %s", job->o[opt_of[i]].value,
+                            mhla_dtype_name(cfg->dtype));
+        mhla_convert(cfg->dtype, job->dev16[i], MHLA_DTYPE_F32, job->f32[i], job->in[i].count);
+        mhla_convert(MHLA_DTYPE_F32, job->f32[i], cfg->dtype, job->dev16[i], job->in[i].count);
     }
     return 0;
 }
@@ -332,15 +337,19 @@ static int run_device(run_job *job)
     if ((st = mhla_plan_create(job->ctx, &job->cfg, &job->plan)) != MHLA_OK)
         return device_fail(job, st, "run");
 
-    const void *host[5] = {job->f32[0], job->f32[1], job->f32[2], NULL, job->mixing};
+    const int wide = job->cfg.dtype == MHLA_DTYPE_F32;
+    const void *host[5] = {wide ? (void *)job->f32[0] : job->dev16[0], wide ? (void *)job->f32[1] : job->dev16[1],
+                           wide ? (void *)job->f32[2] : job->dev16[2], NULL, job->mixing};
     const size_t have[5] = {job->in[0].count, job->in[1].count, job->in[2].count, job->in[2].count,
                             (size_t)(job->mixing_rows * job->mixing_rows)};
+    const size_t elem = wide ? sizeof(float) : sizeof(uint16_t);
     cl_int err = CL_SUCCESS;
     for (int t = 0; t < 5; ++t) {
         const size_t bytes = mhla_plan_tensor_bytes(job->plan, (mhla_tensor)t);
-        if (bytes != have[t] * sizeof(float)) /* the plan and the files disagree: a bug here, not a user error */
+        const size_t held = have[t] * (t == MHLA_TENSOR_MIXING ? sizeof(float) : elem);
+        if (bytes != held) /* the plan and the files disagree: a bug here, not a user error */
             return cli_fail(CLI_RUNTIME, "internal error: tensor %d needs %zu bytes, the input holds %zu", t, bytes,
-                            have[t] * sizeof(float));
+                            held);
         job->buf[t] = clCreateBuffer(mhla_context_cl_context(job->ctx),
                                      host[t] ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_WRITE_ONLY, bytes,
                                      (void *)host[t], &err);
@@ -390,10 +399,21 @@ static int run_device(run_job *job)
     const size_t out_count = job->in[2].count;
     if (!(job->result = malloc(out_count * sizeof *job->result)))
         return cli_fail(CLI_RUNTIME, "out of host memory for the output");
-    if ((err = clEnqueueReadBuffer(queue, job->buf[MHLA_TENSOR_OUT], CL_TRUE, 0, out_count * sizeof *job->result,
-                                   job->result, 0, NULL, NULL)) != CL_SUCCESS)
-        return cl_fail(err, "clEnqueueReadBuffer (the output)");
-    return 0;
+    if (wide) {
+        if ((err = clEnqueueReadBuffer(queue, job->buf[MHLA_TENSOR_OUT], CL_TRUE, 0, out_count * sizeof *job->result,
+                                       job->result, 0, NULL, NULL)) != CL_SUCCESS)
+            return cl_fail(err, "clEnqueueReadBuffer (the output)");
+        return 0;
+    }
+    uint16_t *bits = malloc(out_count * sizeof *bits);
+    if (!bits)
+        return cli_fail(CLI_RUNTIME, "out of host memory for the output");
+    err = clEnqueueReadBuffer(queue, job->buf[MHLA_TENSOR_OUT], CL_TRUE, 0, out_count * sizeof *bits, bits, 0, NULL,
+                              NULL);
+    if (err == CL_SUCCESS)
+        mhla_convert(MHLA_DTYPE_F32, job->result, job->cfg.dtype, bits, out_count);
+    free(bits);
+    return err == CL_SUCCESS ? 0 : cl_fail(err, "clEnqueueReadBuffer (the output)");
 }
 
 /* ---- check and output ---------------------------------------------------------------------- */
@@ -423,7 +443,7 @@ static int write_output(run_job *job)
     if (job->file_dtype == NPY_F16) { /* float16 in, float16 out */
         if (!(half = malloc(job->in[2].count * sizeof *half)))
             return cli_fail(CLI_RUNTIME, "out of host memory for the float16 output");
-        float_to_half_array(half, job->result, job->in[2].count);
+        mhla_convert(MHLA_DTYPE_F16, half, MHLA_DTYPE_F32, job->result, job->in[2].count);
         data = half;
     }
     const npy_status st =

@@ -54,20 +54,23 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
     c->slot_floats = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_tiling_choose(ctx, cfg, &c->tiling));
-    mhla__build_options(cfg, &c->tiling, &opts);
 
+    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE | MHLA_OPTS_SUMMARY, &opts);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_summary", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
     /* One chunk per group (the kernel's barriers count the chunk's tokens). */
     c->lws_summary = mhla__local_size(ctx, c->k_summary, summary_tiles(c) < (size_t)c->tiling.wg
                                                              ? summary_tiles(c)
                                                              : (size_t)c->tiling.wg);
+    /* The prefix mixtures see slots as rows of floats: only their tiles specialize them. */
+    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_PREFIX, &opts);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_prefix", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
     c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)c->tiling.wg);
     if (mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg) < c->lws_prefix)
         c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg);
+    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE | MHLA_OPTS_OUTPUT, &opts);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_output", &opts, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
     /* The output kernel's tiles are sized for exactly this many work-items per group. */
@@ -80,6 +83,7 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
                  "MHLA_CAUSAL_TILING=tq=... (host/causal_tuning.c) to fewer tokens per group",
                  c->lws_output, ctx->device_name, kwg);
     if (with_step) {
+        mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE, &opts);
         MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "decoder", &opts, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
         c->lws_step = mhla__local_size(ctx, c->k_step, 64);

@@ -27,9 +27,12 @@ static inline int mhla__causal_output_wg(const mhla_causal_tiling *t, int64_t dv
 /* The tiling for cfg on ctx's device, fitted to the device's work-group and local-memory limits
  * (MHLA_ERR_UNSUPPORTED when even the smallest tiling does not fit). */
 mhla_status mhla__causal_tiling_choose(mhla_context *ctx, const mhla_config *cfg, mhla_causal_tiling *out);
-/* The specialization flags of cfg's kernels (host/plan.c, the one place they are assembled);
- * tiling NULL for the non-causal kernels. */
-void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling, mhla_build_opts *opts);
+/* The specialization flags of cfg's kernels (host/plan.c, the one place they are assembled), in
+ * groups: the shape (DK, DV, layout, feature map, normalizer, dtype), and the causal summary,
+ * output and prefix tiles; tiling NULL for the non-causal kernels. */
+enum { MHLA_OPTS_SHAPE = 1, MHLA_OPTS_SUMMARY = 2, MHLA_OPTS_OUTPUT = 4, MHLA_OPTS_PREFIX = 8 };
+void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling, unsigned parts,
+                         mhla_build_opts *opts);
 
 /* The kernels of the causal form for one configuration, built once. */
 typedef struct mhla_causal {

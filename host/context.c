@@ -63,6 +63,10 @@ mhla_status mhla__context_read_device(mhla_context *ctx)
                 "clGetDeviceInfo(CL_DEVICE_OPENCL_C_VERSION)");
     cver[sizeof cver - 1] = '\0';
     parse_c_version(cver, &lim->opencl_c_major, &lim->opencl_c_minor);
+    /* Every kernel is OpenCL C 1.2 (vloadn on private memory, restrict, static-free helpers);
+     * every device of OpenCL 1.2 through 3.0 compiles it with -cl-std=CL1.2. */
+    MHLA_FAIL_IF(st, lim->opencl_c_major * 10 + lim->opencl_c_minor < 12, ctx, MHLA_ERR_UNSUPPORTED,
+                 "%s supports only '%s'; libmhla's kernels need OpenCL C 1.2 or later", ctx->device_name, cver);
     lim->has_fp16 = mhla__device_has_extension(dev, "cl_khr_fp16");
     cl_uint cu = 0;
     MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL),

@@ -1,6 +1,7 @@
 /* Kernel programs: where the source comes from (embedded, or $MHLA_KERNEL_DIR in development),
  * how build options are assembled, and the context's cache of built programs. */
 #include "internal.h"
+#include "program_cache.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -91,8 +92,8 @@ cleanup:
     return st;
 }
 
-static mhla_status build(mhla_context *ctx, const char *name, const char *source, const char *options,
-                         cl_program *out)
+static mhla_status build(mhla_context *ctx, const char *name, const char *source, uint64_t source_hash,
+                         const char *options, cl_program *out)
 {
     mhla_status st = MHLA_OK;
     cl_int err = CL_SUCCESS;
@@ -108,6 +109,11 @@ static mhla_status build(mhla_context *ctx, const char *name, const char *source
     else
         snprintf(full_opts, sizeof full_opts, "-cl-std=CL1.2 %s", options);
 
+    prog = mhla__cache_load(ctx, name, source_hash, full_opts, full_opts);
+    if (prog) {
+        *out = prog;
+        return MHLA_OK;
+    }
     prog = clCreateProgramWithSource(ctx->cl, 1, &source, NULL, &err);
     MHLA_CL_TRY(st, ctx, err, "clCreateProgramWithSource");
     err = clBuildProgram(prog, 1, &ctx->device, full_opts, NULL, NULL);
@@ -125,6 +131,7 @@ static mhla_status build(mhla_context *ctx, const char *name, const char *source
                      "building kernels/%s.cl for %s failed: %s (%d); options: %s; build log:\n%s", name,
                      ctx->device_name, mhla__cl_error_name(err), (int)err, full_opts, log ? log : "(none)");
     }
+    mhla__cache_store(ctx, name, source_hash, full_opts, prog);
     *out = prog;
     prog = NULL;
 cleanup:
@@ -157,7 +164,7 @@ mhla_status mhla__program_get(mhla_context *ctx, const char *name, const mhla_bu
     memcpy(entry->key, name, nlen + 1);
     memcpy(entry->key + nlen + 1, opts->text, olen + 1);
     entry->source_hash = hash;
-    MHLA_FORWARD_IF_ERROR(st, build(ctx, name, source, opts->text, &entry->program));
+    MHLA_FORWARD_IF_ERROR(st, build(ctx, name, source, hash, opts->text, &entry->program));
     entry->next = ctx->programs;
     ctx->programs = entry;
     *out = entry->program;

@@ -537,6 +537,27 @@ const char *mhla_layout_name(mhla_layout layout);
 mhla_status mhla_dtype_parse(const char *name, mhla_dtype *out); /* f32|f16|bf16 */
 const char *mhla_dtype_name(mhla_dtype dtype);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Storage types on the host                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/*! mhla_f16_to_float() / mhla_bf16_to_float() : the 16-bit value with bit pattern `h` as a float;
+ * exact for every value (subnormals, infinities; a NaN stays a NaN with its sign and payload top).
+ * mhla_float_to_f16() / mhla_float_to_bf16() : `f` rounded to the nearest 16-bit value, ties to
+ * even (what the kernels store); overflow gives infinity, a NaN stays a quiet NaN. Thread-safe. */
+float mhla_f16_to_float(uint16_t h);
+uint16_t mhla_float_to_f16(float f);
+float mhla_bf16_to_float(uint16_t h);
+uint16_t mhla_float_to_bf16(float f);
+
+/*! mhla_convert() :
+ * Converts n elements between storage types (f32 <-> f16, f32 <-> bf16, or a copy of one type);
+ * f16 <-> bf16 is refused (convert through f32, whose rounding the caller then sees). dst and
+ * src may be the same array only for a same-type copy. Elements are float or uint16_t.
+ * @return MHLA_OK or MHLA_ERR_INVALID_ARGUMENT (NULL pointer with n > 0, unknown dtype, f16 <-> bf16),
+ *         explained in mhla_last_message(). Thread-safe. */
+mhla_status mhla_convert(mhla_dtype dst_type, void *dst, mhla_dtype src_type, const void *src, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,7 @@
 /* global: (SUM_ND*SUM_NE rounded up, M*splits, B*H). Work-item (row tile, column tile) of segment
  * `split` of block `blk` accumulates a SUM_RD x SUM_COLS register tile over the segment's tokens;
  * the column-tile-0 work-items also sum the keys. Writes row blk*splits + split of `dst`. */
-kernel void block_summary(global const float *restrict k, global const float *restrict v, global float *restrict dst,
+kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
                           const mhla_grid g, const float feature_eps, const int splits, const int split_len)
 {
     /* Padding work-items (tile past the last) compute on a valid tile and store nothing: every
@@ -46,8 +46,8 @@ kernel void block_summary(global const float *restrict k, global const float *re
         #pragma unroll
         for (int j = 0; j < SUM_NV; ++j)
             acc[r][j] = (VEC(SUM_VE))(0.0f);
-    global const float *kbase = k + row_base(g, bh, DK) + d0;
-    global const float *vbase = v + row_base(g, bh, DV) + et * SUM_COLS;
+    global const STORE_T *kbase = k + row_base(g, bh, DK) + d0;
+    global const STORE_T *vbase = v + row_base(g, bh, DV) + et * SUM_COLS;
     const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
     for (int p0 = p_begin; p0 < p_end;) {
         /* One chunk of at most SUM_CHUNK positions, taken as pieces of contiguous token runs so
@@ -62,10 +62,10 @@ kernel void block_summary(global const float *restrict k, global const float *re
         while (p0 < p1) {
             const int len = min(g.run - p0 % g.run, p1 - p0);
             const int t0 = token_of(g, blk, p0);
-            global const float *kp = kbase + t0 * kstride;
-            global const float *vp = vbase + t0 * vstride;
+            global const STORE_T *kp = kbase + t0 * kstride;
+            global const STORE_T *vp = vbase + t0 * vstride;
             for (int i = 0; i < len; ++i, kp += kstride, vp += vstride) {
-                const VEC(SUM_RD) x = VLOADN(SUM_RD, 0, kp);
+                const VEC(SUM_RD) x = LOADN(SUM_RD, 0, kp);
                 const VEC(SUM_RD) kv = FEATURE_V(SUM_RD, x, feature_eps);
                 float kd[SUM_RD];
                 VSTOREN(SUM_RD, kv, 0, kd);
@@ -73,7 +73,7 @@ kernel void block_summary(global const float *restrict k, global const float *re
                 VEC(SUM_VE) vv[SUM_NV];
                 #pragma unroll
                 for (int j = 0; j < SUM_NV; ++j)
-                    vv[j] = VLOADN(SUM_VE, 0, vp + j * SUM_VE);
+                    vv[j] = LOADN(SUM_VE, 0, vp + j * SUM_VE);
                 #pragma unroll
                 for (int r = 0; r < SUM_RD; ++r)
                     #pragma unroll

@@ -43,6 +43,60 @@
 #define VSTORE_16(x, o, p) vstore16(x, o, p)
 #define VSTOREN(W, x, o, p) CAT(VSTORE_, W)(x, o, p)
 
+/* Storage of q, k, v and the output (-DDTYPE, mhla_dtype): 0 float, 1 IEEE half through the
+ * core vload_half/vstore_half (no cl_khr_fp16 needed), 2 bfloat16 as ushort, widened by a shift
+ * and narrowed with round-to-nearest-even. Arithmetic and the workspace are float throughout.
+ * LOADN(W, o, p) reads W elements at p + o*W as VEC(W); STOREN(W, x, o, p) writes them. */
+#ifndef DTYPE
+#define DTYPE 0
+#endif
+#if DTYPE == 0
+#define STORE_T float
+#define LOADN(W, o, p) VLOADN(W, o, p)
+#define STOREN(W, x, o, p) VSTOREN(W, x, o, p)
+#elif DTYPE == 1
+#define STORE_T half
+#define LOADH_1(o, p) vload_half(o, p)
+#define LOADH_2(o, p) vload_half2(o, p)
+#define LOADH_4(o, p) vload_half4(o, p)
+#define LOADH_8(o, p) vload_half8(o, p)
+#define LOADH_16(o, p) vload_half16(o, p)
+#define STOREH_1(x, o, p) vstore_half_rte(x, o, p)
+#define STOREH_2(x, o, p) vstore_half2_rte(x, o, p)
+#define STOREH_4(x, o, p) vstore_half4_rte(x, o, p)
+#define STOREH_8(x, o, p) vstore_half8_rte(x, o, p)
+#define STOREH_16(x, o, p) vstore_half16_rte(x, o, p)
+#define LOADN(W, o, p) CAT(LOADH_, W)(o, p)
+#define STOREN(W, x, o, p) CAT(STOREH_, W)(x, o, p)
+#else
+#define STORE_T ushort
+float bf16_load_1(const size_t o, global const ushort *p) { return as_float((uint)p[o] << 16); }
+ushort bf16_round_1(const float x)
+{
+    const uint u = as_uint(x);
+    return (ushort)(isnan(x) ? (u >> 16) | 0x40u : (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+void bf16_store_1(const float x, const size_t o, global ushort *p) { p[o] = bf16_round_1(x); }
+#define BF16_VECTOR(W)                                                                              \
+    VEC(W) bf16_load_##W(const size_t o, global const ushort *p)                                   \
+    {                                                                                               \
+        return CAT(as_float, W)(CAT(convert_uint, W)(CAT(vload, W)(o, p)) << 16);                   \
+    }                                                                                               \
+    void bf16_store_##W(const VEC(W) x, const size_t o, global ushort *p)                          \
+    {                                                                                               \
+        const CAT(uint, W) u = CAT(as_uint, W)(x);                                                  \
+        const CAT(uint, W) r = select((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, (u >> 16) | 0x40u,      \
+                                      CAT(convert_uint, W)(isnan(x)));                              \
+        CAT(vstore, W)(CAT(convert_ushort, W)(r), o, p);                                            \
+    }
+BF16_VECTOR(2)
+BF16_VECTOR(4)
+BF16_VECTOR(8)
+BF16_VECTOR(16)
+#define LOADN(W, o, p) CAT(bf16_load_, W)(o, p)
+#define STOREN(W, x, o, p) CAT(bf16_store_, W)(x, o, p)
+#endif
+
 /* Block summaries live in one buffer of M rows, one row per block, so that the mixing is a single
  * SGEMM over rows: each row holds S for every (batch*head, d) as Dv contiguous floats (aligned
  * rows for vector loads), then the key sums z for every (batch*head, d). */

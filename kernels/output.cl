@@ -21,8 +21,8 @@
 /* global: (OUT_NE rounded up, M*ceil(Nb/OUT_RT), B*H). Work-item (column tile, token group) keeps
  * an OUT_RT x OUT_COLS register tile; every token of the group reads the same summary rows, and
  * each token's q row is read in contiguous OUT_DC-wide pieces. */
-kernel void block_output(global const float *restrict q, global const float *restrict mixed,
-                         global const float *restrict den, global float *restrict out, const mhla_grid g,
+kernel void block_output(global const STORE_T *restrict q, global const float *restrict mixed,
+                         global const float *restrict den, global STORE_T *restrict out, const mhla_grid g,
                          const float feature_eps, const float scale, const float eps)
 {
     const int et = (int)get_global_id(0);
@@ -34,12 +34,12 @@ kernel void block_output(global const float *restrict q, global const float *res
         return;
     global const float *s = mixed + summary_s_offset(g.bh, blk, bh, 0) + et * OUT_COLS;
     global const float *z = mixed + summary_z_offset(g.bh, blk, bh);
-    global const float *qrow[OUT_RT];
+    global const STORE_T *qrow[OUT_RT];
     int tok[OUT_RT];
     VEC(OUT_VE) acc[OUT_RT][OUT_NV];
     VEC(OUT_DC) dsum[OUT_RT]; /* q~ . z~ in OUT_DC-wide partial sums */
     token_walk w = walk_begin(g, blk, p0);
-    global const float *qbase = q + row_base(g, bh, DK);
+    global const STORE_T *qbase = q + row_base(g, bh, DK);
     #pragma unroll
     for (int r = 0; r < OUT_RT; ++r) {
         tok[r] = w.t;
@@ -56,7 +56,7 @@ kernel void block_output(global const float *restrict q, global const float *res
         const VEC(OUT_DC) zv = VLOADN(OUT_DC, 0, z + d0);
         #pragma unroll
         for (int r = 0; r < OUT_RT; ++r) {
-            const VEC(OUT_DC) x = VLOADN(OUT_DC, 0, qrow[r] + d0);
+            const VEC(OUT_DC) x = LOADN(OUT_DC, 0, qrow[r] + d0);
             const VEC(OUT_DC) fx = scale * FEATURE_V(OUT_DC, x, feature_eps);
             dsum[r] += fx * zv;
             VSTOREN(OUT_DC, fx, 0, qt[r]);
@@ -85,13 +85,13 @@ kernel void block_output(global const float *restrict q, global const float *res
 #elif NORMALIZER == 1
         const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r] + eps;
 #endif
-        global float *orow = out + row_base(g, bh, DV) + tok[r] * row_stride(g, DV) + et * OUT_COLS;
+        global STORE_T *orow = out + row_base(g, bh, DV) + tok[r] * row_stride(g, DV) + et * OUT_COLS;
         #pragma unroll
         for (int j = 0; j < OUT_NV; ++j) {
 #if NORMALIZER == 2
-            VSTOREN(OUT_VE, acc[r][j], 0, orow + j * OUT_VE);
+            STOREN(OUT_VE, acc[r][j], 0, orow + j * OUT_VE);
 #else
-            VSTOREN(OUT_VE, acc[r][j] / inv, 0, orow + j * OUT_VE);
+            STOREN(OUT_VE, acc[r][j] / inv, 0, orow + j * OUT_VE);
 #endif
         }
     }
@@ -99,7 +99,7 @@ kernel void block_output(global const float *restrict q, global const float *res
 
 /* global: (M*Nb rounded up, B*H). dots[b][bh][p] = q~_{b,p} . z_b, mixed afterwards by the
  * same GEMM as the summaries into the official denominators. */
-kernel void official_dots(global const float *restrict q, global const float *restrict summary,
+kernel void official_dots(global const STORE_T *restrict q, global const float *restrict summary,
                           global float *restrict dots, const mhla_grid g, const float feature_eps,
                           const float scale)
 {
@@ -110,10 +110,10 @@ kernel void official_dots(global const float *restrict q, global const float *re
     const int blk = ip / g.nb;
     const int p = ip - blk * g.nb;
     const int t = token_of(g, blk, p);
-    global const float *qrow = q + row_offset(g, bh, t, DK);
+    global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
     global const float *z = summary + summary_z_offset(g.bh, blk, bh);
     float acc = 0.0f;
     for (int d = 0; d < DK; ++d)
-        acc += scale * feature(qrow[d], feature_eps) * z[d];
+        acc += scale * feature(LOADN(1, d, qrow), feature_eps) * z[d];
     dots[((long)blk * g.bh + bh) * g.nb + p] = acc;
 }

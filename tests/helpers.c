@@ -173,6 +173,16 @@ mhla_status test_inputs_make(const mhla_config *cfg, mhla_init_kind init, uint32
     return MHLA_OK;
 }
 
+/* Rounds x to the storage type and back, as the device will see it; fills `stored` (the bits
+ * passed to mhla_forward_host) when the type is not f32. */
+static void round_to_storage(mhla_dtype dtype, float *x, uint16_t *stored, size_t n)
+{
+    if (dtype == MHLA_DTYPE_F32)
+        return;
+    mhla_convert(dtype, stored, MHLA_DTYPE_F32, x, n);
+    mhla_convert(MHLA_DTYPE_F32, x, dtype, stored, n);
+}
+
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                                    double *err, float **out_keep, double **ref_keep)
 {
@@ -181,18 +191,32 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     test_inputs in;
     float *out = NULL;
     double *ref = NULL;
+    uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL;
     if ((st = test_inputs_make(cfg, init, seed, &in)) != MHLA_OK)
         return st;
+    const int half = cfg->dtype != MHLA_DTYPE_F32;
     out = malloc(in.nv * sizeof *out);
     ref = malloc(in.nv * sizeof *ref);
-    if (!out || !ref) {
+    if (half) {
+        q16 = malloc(in.nq * 2), k16 = malloc(in.nq * 2);
+        v16 = malloc(in.nv * 2), o16 = malloc(in.nv * 2);
+    }
+    if (!out || !ref || (half && (!q16 || !k16 || !v16 || !o16))) {
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
     }
+    round_to_storage(cfg->dtype, in.q, q16, in.nq);
+    round_to_storage(cfg->dtype, in.k, k16, in.nq);
+    round_to_storage(cfg->dtype, in.v, v16, in.nv);
     if ((st = mhla_plan_create(ctx, cfg, &plan)) != MHLA_OK)
         goto cleanup;
-    if ((st = mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out)) != MHLA_OK)
+    if (half) {
+        if ((st = mhla_forward_host(plan, q16, k16, v16, in.mix, o16)) != MHLA_OK)
+            goto cleanup;
+        mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o16, in.nv);
+    } else if ((st = mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out)) != MHLA_OK) {
         goto cleanup;
+    }
     if ((st = mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref)) != MHLA_OK)
         goto cleanup;
     *err = mhla_max_rel_err(out, ref, in.nv);
@@ -208,5 +232,6 @@ cleanup:
     mhla_plan_destroy(plan);
     test_inputs_free(&in);
     free(out), free(ref);
+    free(q16), free(k16), free(v16), free(o16);
     return st;
 }

@@ -32,9 +32,10 @@ typedef struct test_inputs {
 mhla_status test_inputs_make(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in);
 void test_inputs_free(test_inputs *in);
 
-/* test_inputs_make, a device forward through mhla_forward_host and the reference. Returns the status of
- * the first failing call; on success *err is SPEC.md's max relative error. `out`/`ref` (optional)
- * receive the arrays, which the caller frees. Causal configs included. */
+/* test_inputs_make, the q, k, v rounded to cfg->dtype's storage, a device forward through
+ * mhla_forward_host and the reference on the same rounded inputs. Returns the status of the first
+ * failing call; on success *err is SPEC.md's max relative error. `out`/`ref` (optional) receive the
+ * arrays, which the caller frees. Causal configs included. */
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                                    double *err, float **out, double **ref);
 

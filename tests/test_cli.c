@@ -3,7 +3,6 @@
  * input), every error path's exit code and single stderr line, and that a failed run leaves
  * neither an output nor a temporary file behind.
  * usage: test_cli MHLA_BINARY KERNEL_SOURCE_DIR */
-#include "half.h"
 #include "helpers.h"
 #include "npy.h"
 #include "scratch.h"
@@ -233,7 +232,7 @@ static void write_tensor(const char *name, const tensors *t, const float *x, siz
     }
     uint16_t *h = malloc(count * sizeof *h);
     assert_non_null(h);
-    float_to_half_array(h, x, count);
+    mhla_convert(MHLA_DTYPE_F16, h, MHLA_DTYPE_F32, x, count);
     write_npy(name, "<f2", 4, shape, h, count * sizeof *h);
     free(h);
 }
@@ -254,7 +253,7 @@ static tensors make_inputs(int64_t b, int64_t n, int64_t h, int64_t dk, int64_t 
     const size_t cnt[3] = {t.nq, t.nq, t.nv};
     for (int i = 0; half && i < 3; ++i)
         for (size_t j = 0; j < cnt[i]; ++j)
-            all[i][j] = half_to_float(float_to_half(all[i][j]));
+            all[i][j] = mhla_f16_to_float(mhla_float_to_f16(all[i][j]));
     write_tensor("q.npy", &t, t.q, t.nq, dk);
     write_tensor("k.npy", &t, t.k, t.nq, dk);
     write_tensor("v.npy", &t, t.v, t.nv, dv);
@@ -319,7 +318,7 @@ static float *read_output(const tensors *t, const char *name, npy_dtype dtype)
         return o.data;
     float *f = malloc(o.count * sizeof *f);
     assert_non_null(f);
-    half_to_float_array(f, o.data, o.count);
+    mhla_convert(MHLA_DTYPE_F32, f, MHLA_DTYPE_F16, o.data, o.count);
     npy_free(&o);
     return f;
 }
@@ -684,15 +683,32 @@ static void test_run_float16(void **state)
     assert_true(printed_error(r) <= 1e-5); /* the float32 result, before rounding */
     /* Rounding to float16 adds at most half an ulp, 2^-11 of the largest output. */
     assert_true(default_error(&t, grid, blocks, NPY_F16) <= 1e-5 + 0x1p-11);
-    /* Without --dtype, float16 inputs select f16 storage, which is not there yet. */
-    expect_fail(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4"), 2,
-                "--q q.npy is float16, which selects --dtype f16: not supported yet");
-    expect_fail(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4",
-                     "--dtype", "f16"),
-                2, "--dtype f16: not supported yet (half-precision storage)");
-    expect_fail(MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o2.npy", "--blocks", "4",
-                     "--dtype", "bf16"),
-                2, "--dtype bf16: not supported yet");
+    /* Without --dtype, float16 inputs select f16 storage: a float16 file out, within SPEC.md's f16
+     * tolerance, and not the float32 result (the device stored 16 bits). */
+    r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--grid", "8x8", "--blocks",
+             "2x2", "--check");
+    expect_ok(r);
+    double e = printed_error(r);
+    assert_true(e <= 2e-3 && e > 1e-6);
+    assert_true(default_error(&t, grid, blocks, NPY_F16) <= 2e-3);
+    /* --dtype bf16 on float16 inputs: bf16 storage, a float16 file out, within the bf16 tolerance. */
+    r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--grid", "8x8", "--blocks",
+             "2x2", "--dtype", "bf16", "--check");
+    expect_ok(r);
+    e = printed_error(r);
+    assert_true(e <= 1.6e-2 && e > 2e-4);
+    assert_true(default_error(&t, grid, blocks, NPY_F16) <= 1.6e-2);
+    free_inputs(&t);
+    /* float32 inputs with --dtype f16: rounded on the way in, a float32 file out. */
+    t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--grid", "8x8", "--blocks",
+             "2x2", "--dtype", "f16", "--check");
+    expect_ok(r);
+    assert_true(printed_error(r) <= 2e-3);
+    e = default_error(&t, grid, blocks, NPY_F32); /* against the unrounded inputs */
+    assert_true(e <= 1e-2 && e > 1e-6);
+    free_inputs(&t);
+    t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
     /* Mixed dtypes. */
     const int64_t shape[4] = {1, 64, 2, 8};
     write_npy("k32.npy", "<f4", 4, shape, t.k, t.nq * sizeof(float));
@@ -1063,6 +1079,21 @@ static void test_info(void **state)
     expect_fail(MHLA_ENV(none, "info"), 1, "info: no OpenCL device found");
     expect_fail(MHLA("info", "extra"), 2, "info: unexpected argument 'extra' (options start with --) (see 'mhla info --help')");
     expect_fail(MHLA("info", "--all"), 2, "info: unknown option '--all'");
+
+    /* --timings: three plan creations, the cache folder it used is gone afterwards */
+    r = MHLA_ENV(plain, "info", "--timings");
+    expect_ok(r);
+    const char *timing_lines[] = {"plan creation (B=1 H=8 64x64 tokens, 4x4 blocks, Dk=Dv=64):\n",
+                                  "  empty program cache ", "  on-disk cache, new ctx ", "  same context "};
+    for (size_t i = 0; i < sizeof timing_lines / sizeof timing_lines[0]; ++i)
+        if (!strstr(r->out, timing_lines[i]))
+            fail_msg("'mhla info --timings' lacks '%s':\n%s", timing_lines[i], r->out);
+    double cold = -1, disk = -1, memory = -1;
+    assert_int_equal(sscanf(strstr(r->out, "  empty program cache "), "  empty program cache %lf ms", &cold), 1);
+    assert_int_equal(sscanf(strstr(r->out, "  on-disk cache, new ctx "), "  on-disk cache, new ctx %lf ms", &disk), 1);
+    assert_int_equal(sscanf(strstr(r->out, "  same context "), "  same context %lf ms", &memory), 1);
+    assert_true(cold >= 0 && disk >= 0 && memory >= 0);
+    expect_fail(MHLA_ENV(none, "info", "--timings"), 1, "info: no OpenCL device found");
 }
 
 int main(int argc, char **argv)

@@ -264,9 +264,11 @@ static void test_kernel_build_failure(void **state)
 static void test_not_yet_supported(void **state)
 {
     mhla_context *ctx = *state;
-    mhla_config c = config_1d(1, 1, 16, 4, 8, 8);
-    c.dtype = MHLA_DTYPE_BF16;
-    expect_plan_error(ctx, &c, MHLA_ERR_UNSUPPORTED, "dtype bf16");
+    mhla_config c;
+    mhla_config_init_causal(&c);
+    c.seq_t = 16, c.dk = 8, c.dv = 8;
+    c.dtype = MHLA_DTYPE_F16; /* the causal kernels are f32 only */
+    expect_plan_error(ctx, &c, MHLA_ERR_UNSUPPORTED, "causal mode supports f32 storage only, got dtype f16");
 }
 
 int main(void)

@@ -144,6 +144,40 @@ static void test_split_blocks(void **state)
     expect_close(ctx, &img, MHLA_INIT_PAPER, 44, "2D image 48x40, 2x1 blocks, split");
 }
 
+/* f16 and bf16 storage of q, k, v and out, against the reference on the same rounded inputs
+ * (SPEC.md: 2e-3 and 1.6e-2), over layouts, normalizers, feature maps, grids and odd dims. */
+static void test_half_storage(void **state)
+{
+    mhla_context *ctx = *state;
+    for (int dt = MHLA_DTYPE_F16; dt <= MHLA_DTYPE_BF16; ++dt)
+        for (int variant = 0; variant < 6; ++variant) {
+            mhla_config cfg;
+            mhla_config_init(&cfg);
+            cfg.dtype = (mhla_dtype)dt;
+            cfg.batch = 2, cfg.heads = 2;
+            cfg.seq_h = 8, cfg.seq_w = 12, cfg.block_h = 2, cfg.block_w = 3;
+            cfg.dk = 16, cfg.dv = 32;
+            cfg.layout = (mhla_layout)(variant & 1);
+            cfg.normalizer = (mhla_normalizer)(variant % 3);
+            cfg.feature_map = (mhla_feature_map)(variant % 4);
+            if (variant == 5) { /* 1D, odd head dims, one long split block */
+                cfg = config_1d(1, 3, 1500, 1, 24, 5);
+                cfg.dtype = (mhla_dtype)dt;
+            }
+            double err = 0;
+            mhla_status st = run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, (uint32_t)(60 + variant), &err, NULL,
+                                                   NULL);
+            if (st != MHLA_OK)
+                fail_msg("%s variant %d: %s: %s", mhla_dtype_name(cfg.dtype), variant, mhla_status_name(st),
+                         mhla_context_message(ctx));
+            const double tol = mhla_reference_tolerance(cfg.dtype, cfg.seq_t * cfg.seq_h * cfg.seq_w);
+            if (!(err <= tol))
+                fail_msg("%s variant %d: max_rel_err %.3g > %.3g", mhla_dtype_name(cfg.dtype), variant, err, tol);
+            /* the output was stored in 16 bits: the error is not that of f32 storage */
+            assert_true(err > 1e-6);
+        }
+}
+
 /* M = 1 is plain linear attention: compare with its formula written out here, independently of
  * the reference: o_t = q~ (sum_s k~_s v_s^T) / (q~ . sum_s k~_s + eps). */
 static void test_m1_is_linear_attention(void **state)
@@ -364,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_odd_sizes),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_split_blocks),
+        cmocka_unit_test(test_half_storage),
         cmocka_unit_test(test_m1_is_linear_attention),
         cmocka_unit_test(test_block_membership),
         cmocka_unit_test(test_nan_inf_propagate),

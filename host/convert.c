@@ -1,6 +1,7 @@
-/* float16 <-> float32 by bit manipulation, so that the result does not depend on the compiler's
- * _Float16 support or the FPU's rounding mode. */
-#include "half.h"
+/* Host conversions between float32 and the 16-bit storage types: IEEE binary16 (f16) and bfloat16
+ * (bf16), by bit manipulation, so that results depend on neither the compiler's _Float16 support
+ * nor the FPU's rounding mode. Narrowing rounds to nearest, ties to even, like the kernels' stores. */
+#include "internal.h"
 
 #include <string.h>
 
@@ -18,7 +19,7 @@ static float float_of(uint32_t u)
     return f;
 }
 
-float half_to_float(uint16_t h)
+float mhla_f16_to_float(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1Fu;
@@ -38,7 +39,7 @@ float half_to_float(uint16_t h)
     return float_of(sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3FFu) << 13));
 }
 
-uint16_t float_to_half(float f)
+uint16_t mhla_float_to_f16(float f)
 {
     const uint32_t u = bits_of(f);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -71,14 +72,40 @@ uint16_t float_to_half(float f)
     return (uint16_t)(sign | h);
 }
 
-void half_to_float_array(float *dst, const uint16_t *src, size_t n)
+float mhla_bf16_to_float(uint16_t b) { return float_of((uint32_t)b << 16); }
+
+uint16_t mhla_float_to_bf16(float f)
 {
-    for (size_t i = 0; i < n; ++i)
-        dst[i] = half_to_float(src[i]);
+    const uint32_t u = bits_of(f);
+    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x7FFFFFu)) /* NaN: keep sign and top payload, quiet */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    /* round to nearest, ties to even; a carry into the exponent (up to infinity) is correct */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-void float_to_half_array(uint16_t *dst, const float *src, size_t n)
+mhla_status mhla_convert(mhla_dtype dst_type, void *dst, mhla_dtype src_type, const void *src, size_t n)
 {
-    for (size_t i = 0; i < n; ++i)
-        dst[i] = float_to_half(src[i]);
+    mhla_status st = MHLA_OK;
+    MHLA_FAIL_IF(st, (!dst || !src) && n > 0, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_convert: %s is NULL",
+                 dst ? "src" : "dst");
+    MHLA_FAIL_IF(st, !mhla_dtype_name(dst_type) || !mhla_dtype_name(src_type), NULL, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_convert: unknown dtype %d", (int)(mhla_dtype_name(dst_type) ? src_type : dst_type));
+    MHLA_FAIL_IF(st, dst_type != MHLA_DTYPE_F32 && src_type != MHLA_DTYPE_F32 && dst_type != src_type, NULL,
+                 MHLA_ERR_INVALID_ARGUMENT, "mhla_convert: %s to %s goes through f32: convert twice",
+                 mhla_dtype_name(src_type), mhla_dtype_name(dst_type));
+    if (dst_type == src_type) {
+        memmove(dst, src, n * mhla__dtype_size(dst_type));
+    } else if (dst_type == MHLA_DTYPE_F32) {
+        float *d = dst;
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; ++i)
+            d[i] = src_type == MHLA_DTYPE_F16 ? mhla_f16_to_float(s[i]) : mhla_bf16_to_float(s[i]);
+    } else {
+        uint16_t *d = dst;
+        const float *s = src;
+        for (size_t i = 0; i < n; ++i)
+            d[i] = dst_type == MHLA_DTYPE_F16 ? mhla_float_to_f16(s[i]) : mhla_float_to_bf16(s[i]);
+    }
+cleanup:
+    return st;
 }
