@@ -28,6 +28,7 @@
 #error "CAUSAL_KT must be a multiple of OUT_VE (scores are computed OUT_VE keys at a time)"
 #endif
 #define OUT_COLS (OUT_VE * OUT_NV)
+#include "tiles.h"
 #define OUT_NE (DV / OUT_COLS)           /* column tiles */
 #define OUT_TG (CAUSAL_TQ / OUT_RT)       /* token groups */
 #define OUT_WG (OUT_NE * OUT_TG)          /* work-items per group: the host launches exactly this */
@@ -86,46 +87,17 @@ kernel void causal_output(global const float *restrict q, global const float *re
     }
 
     /* q~ P_i: chunk 0 of a sequence has no prefix, and its P row is not read. */
-    {
-        global const float *P = pref + slot_s(c, bh, g.bh) + et * OUT_COLS;
-#if ZCOL
-        global const float *zp = pref + slot_z(c, bh, g.bh);
-        VEC(OUT_DC) dz[OUT_RT];
+    if (ch.z > 0) {
+        global const float *qrow[OUT_RT];
+        VEC(OUT_DC) dz[OUT_RT]; /* q~ . zP in partial sums */
         #pragma unroll
-        for (int r = 0; r < OUT_RT; ++r)
+        for (int r = 0; r < OUT_RT; ++r) {
+            qrow[r] = qb + min(r0 + r, nq - 1) * kstride; /* rows past the last token repeat it */
             dz[r] = (VEC(OUT_DC))(0.0f);
-#endif
-        if (ch.z > 0) {
-            for (int d0 = 0; d0 < DK; d0 += OUT_DC) {
-                float qt[OUT_RT][OUT_DC]; /* q~ of this step, for each token */
-#if ZCOL
-                const VEC(OUT_DC) zv = VLOADN(OUT_DC, 0, zp + d0);
-#endif
-                #pragma unroll
-                for (int r = 0; r < OUT_RT; ++r) {
-                    /* a row past the group's last token repeats it; its result is not stored */
-                    const int rr = min(r0 + r, nq - 1);
-                    const VEC(OUT_DC) x = VLOADN(OUT_DC, 0, qb + rr * kstride + d0);
-                    const VEC(OUT_DC) fx = scale * FEATURE_V(OUT_DC, x, feature_eps);
-#if ZCOL
-                    dz[r] += fx * zv;
-#endif
-                    VSTOREN(OUT_DC, fx, 0, qt[r]);
-                }
-                #pragma unroll
-                for (int dd = 0; dd < OUT_DC; ++dd) {
-                    VEC(OUT_VE) pv[OUT_NV];
-                    #pragma unroll
-                    for (int j = 0; j < OUT_NV; ++j)
-                        pv[j] = VLOADN(OUT_VE, 0, P + (long)(d0 + dd) * DV + j * OUT_VE);
-                    #pragma unroll
-                    for (int r = 0; r < OUT_RT; ++r)
-                        #pragma unroll
-                        for (int j = 0; j < OUT_NV; ++j)
-                            acc[r][j] += qt[r][dd] * pv[j];
-                }
-            }
         }
+        global const float *P = pref + slot_s(c, bh, g.bh) + et * OUT_COLS;
+        global const float *zp = ZCOL ? pref + slot_z(c, bh, g.bh) : pref; /* none: read, not used */
+        READOUT_TILE(qrow, P, zp, scale, feature_eps, acc, dz);
 #if ZCOL
         #pragma unroll
         for (int r = 0; r < OUT_RT; ++r)

@@ -15,6 +15,7 @@
 #define SUM_CHUNK 32 /* tokens summed before folding into the total: keeps float error ~ C/32 + 32 */
 #endif
 #define SUM_COLS (SUM_VE * SUM_NV)
+#include "tiles.h"
 #define SUM_NE (DV / SUM_COLS) /* column tiles */
 #define SUM_ND (DK / SUM_RD)   /* row tiles */
 
@@ -53,22 +54,7 @@ kernel void causal_summary(global const float *restrict k, global const float *r
             #pragma unroll
             for (int j = 0; j < SUM_NV; ++j)
                 part[r][j] = (VEC(SUM_VE))(0.0f);
-        for (int p = p0; p < p1; ++p, kp += kstride, vp += vstride) {
-            const VEC(SUM_RD) x = VLOADN(SUM_RD, 0, kp);
-            const VEC(SUM_RD) kv = FEATURE_V(SUM_RD, x, feature_eps);
-            float kd[SUM_RD];
-            VSTOREN(SUM_RD, kv, 0, kd);
-            zpart += kv;
-            VEC(SUM_VE) vv[SUM_NV];
-            #pragma unroll
-            for (int j = 0; j < SUM_NV; ++j)
-                vv[j] = VLOADN(SUM_VE, 0, vp + j * SUM_VE);
-            #pragma unroll
-            for (int r = 0; r < SUM_RD; ++r)
-                #pragma unroll
-                for (int j = 0; j < SUM_NV; ++j)
-                    part[r][j] += kd[r] * vv[j];
-        }
+        summary_tile_run(kp + p0 * kstride, vp + p0 * vstride, kstride, vstride, p1 - p0, feature_eps, part, &zpart);
         #pragma unroll
         for (int r = 0; r < SUM_RD; ++r)
             #pragma unroll
