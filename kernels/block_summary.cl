@@ -3,23 +3,7 @@
  * segments whose partial summaries summary_reduce adds in a fixed order (no atomics: the result
  * is bit-identical run to run). */
 #include "common.h"
-
-#ifndef SUM_RD
-#define SUM_RD 8 /* key rows d per work-item, loaded as one vector; divides DK */
-#endif
-#ifndef SUM_VE
-#define SUM_VE 16 /* vector width along the value columns e; divides DV */
-#endif
-#ifndef SUM_NV
-#define SUM_NV 2 /* value vectors per work-item; SUM_VE * SUM_NV divides DV */
-#endif
-#ifndef SUM_CHUNK
-#define SUM_CHUNK 32 /* tokens summed before folding into the total: float error grows ~ Nb/32 + 32 */
-#endif
-#define SUM_COLS (SUM_VE * SUM_NV)
 #include "tiles.h"
-#define SUM_NE (DV / SUM_COLS) /* column tiles */
-#define SUM_ND (DK / SUM_RD)   /* row tiles */
 
 /* global: (SUM_ND*SUM_NE rounded up, M*splits, B*H). Work-item (row tile, column tile) of segment
  * `split` of block `blk` accumulates a SUM_RD x SUM_COLS register tile over the segment's tokens;

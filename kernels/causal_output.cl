@@ -5,19 +5,8 @@
  * with the chunk size. Each work-item keeps an OUT_RT x OUT_COLS register tile of vectors
  * (explicit vectors: CPU runtimes compile them straight to SIMD registers). */
 #include "causal.h"
+#include "tiles.h"
 
-#ifndef OUT_RT
-#define OUT_RT 4 /* tokens per work-item */
-#endif
-#ifndef OUT_VE
-#define OUT_VE 16 /* vector width along the output columns; divides DV */
-#endif
-#ifndef OUT_NV
-#define OUT_NV 2 /* output vectors per token per work-item; OUT_VE * OUT_NV divides DV */
-#endif
-#ifndef OUT_DC
-#define OUT_DC 8 /* key dimensions per vector in the scores and the q~, k~ loads; divides DK */
-#endif
 #ifndef CAUSAL_TQ
 #define CAUSAL_TQ 32 /* tokens per work-group; a multiple of OUT_RT */
 #endif
@@ -27,9 +16,6 @@
 #if CAUSAL_KT % OUT_VE != 0
 #error "CAUSAL_KT must be a multiple of OUT_VE (scores are computed OUT_VE keys at a time)"
 #endif
-#define OUT_COLS (OUT_VE * OUT_NV)
-#include "tiles.h"
-#define OUT_NE (DV / OUT_COLS)           /* column tiles */
 #define OUT_TG (CAUSAL_TQ / OUT_RT)       /* token groups */
 #define OUT_WG (OUT_NE * OUT_TG)          /* work-items per group: the host launches exactly this */
 #define DKV (DK / OUT_DC)                 /* vectors per q or k row */

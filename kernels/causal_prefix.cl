@@ -103,7 +103,8 @@ kernel void causal_prefix(global const float *restrict sums, global const float 
  * GEMV, one pass over S_0 .. S_{i-1} with long runs of each. (CLBlast's SGEMV was slower on PoCL
  * for i not a multiple of its tile, and it reads y even with beta = 0.) */
 kernel void causal_prefix_one(global const float *restrict sums, global const float *restrict mixing,
-                              global float *restrict pref, const int rows_mc, const long width, const int chunk)
+                              global float *restrict pref, const int rows_mc, const long width,
+                              const int chunk)
 {
     const long col0 = (long)get_global_id(0) * ONE_COLS;
     if (col0 >= width)

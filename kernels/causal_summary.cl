@@ -1,23 +1,7 @@
 /* Causal stage 1: the summary S_j = sum k~ v^T of every chunk of every sequence (and the key sum
  * z_j for the paper normalizer), one launch over all chunks, into the chunks' slots. */
 #include "causal.h"
-
-#ifndef SUM_RD
-#define SUM_RD 8 /* key rows d per work-item, loaded as one vector; divides DK */
-#endif
-#ifndef SUM_VE
-#define SUM_VE 16 /* vector width along the value columns e; divides DV */
-#endif
-#ifndef SUM_NV
-#define SUM_NV 2 /* value vectors per work-item; SUM_VE * SUM_NV divides DV */
-#endif
-#ifndef SUM_CHUNK
-#define SUM_CHUNK 32 /* tokens summed before folding into the total: keeps float error ~ C/32 + 32 */
-#endif
-#define SUM_COLS (SUM_VE * SUM_NV)
 #include "tiles.h"
-#define SUM_NE (DV / SUM_COLS) /* column tiles */
-#define SUM_ND (DK / SUM_RD)   /* row tiles */
 
 /* global: (SUM_ND*SUM_NE rounded up, chunks, B*H). Work-item (row tile, column tile) of a chunk
  * accumulates a SUM_RD x SUM_COLS register tile over the chunk's tokens (consecutive in the
@@ -54,7 +38,8 @@ kernel void causal_summary(global const float *restrict k, global const float *r
             #pragma unroll
             for (int j = 0; j < SUM_NV; ++j)
                 part[r][j] = (VEC(SUM_VE))(0.0f);
-        summary_tile_run(kp + p0 * kstride, vp + p0 * vstride, kstride, vstride, p1 - p0, feature_eps, part, &zpart);
+        summary_tile_run(kp + p0 * kstride, vp + p0 * vstride, kstride, vstride, p1 - p0, feature_eps, part,
+                         &zpart);
         #pragma unroll
         for (int r = 0; r < SUM_RD; ++r)
             #pragma unroll

@@ -2,22 +2,7 @@
  * normalizer (paper, official or none), fused. Also the per-token dot products the official
  * normalizer mixes (q~ at position p of block b with z_b). */
 #include "common.h"
-
-#ifndef OUT_RT
-#define OUT_RT 4 /* tokens per work-item */
-#endif
-#ifndef OUT_VE
-#define OUT_VE 16 /* vector width along the output columns; divides DV */
-#endif
-#ifndef OUT_NV
-#define OUT_NV 2 /* output vectors per token per work-item; OUT_VE * OUT_NV divides DV */
-#endif
-#ifndef OUT_DC
-#define OUT_DC 8 /* key dimensions per step: q~ is loaded and mapped OUT_DC at a time; divides DK */
-#endif
-#define OUT_COLS (OUT_VE * OUT_NV)
 #include "tiles.h"
-#define OUT_NE (DV / OUT_COLS)
 
 /* global: (OUT_NE rounded up, M*ceil(Nb/OUT_RT), B*H). Work-item (column tile, token group) keeps
  * an OUT_RT x OUT_COLS register tile; every token of the group reads the same summary rows, and

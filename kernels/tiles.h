@@ -1,12 +1,44 @@
-/* Register-tile loops shared by the non-causal and the causal kernels: a block's (or chunk's)
- * summary over a run of consecutive tokens, and the read-out q~ S of a few tokens. Include after
- * the kernel's tile sizes (SUM_* or OUT_*) are defined. */
+/* Register tiles shared by the non-causal and the causal kernels: their sizes (set by the host
+ * from the tuning table, with defaults here), a block's (or chunk's) summary over a run of
+ * consecutive tokens, and the read-out q~ S of a few tokens. */
 #ifndef MHLA_KERNELS_TILES_H
 #define MHLA_KERNELS_TILES_H
 
 #include "common.h"
 
-#ifdef SUM_RD
+/* Summaries: SUM_RD x (SUM_VE * SUM_NV) per work-item. */
+#ifndef SUM_RD
+#define SUM_RD 8 /* key rows d per work-item, loaded as one vector; divides DK */
+#endif
+#ifndef SUM_VE
+#define SUM_VE 16 /* vector width along the value columns e; divides DV */
+#endif
+#ifndef SUM_NV
+#define SUM_NV 2 /* value vectors per work-item; SUM_VE * SUM_NV divides DV */
+#endif
+#ifndef SUM_CHUNK
+#define SUM_CHUNK 32 /* tokens summed before folding into the total: float error grows ~ n/32 + 32 */
+#endif
+#define SUM_COLS (SUM_VE * SUM_NV)
+#define SUM_NE (DV / SUM_COLS) /* column tiles */
+#define SUM_ND (DK / SUM_RD)   /* row tiles */
+
+/* Read-outs: OUT_RT tokens x (OUT_VE * OUT_NV) output columns per work-item. */
+#ifndef OUT_RT
+#define OUT_RT 4 /* tokens per work-item */
+#endif
+#ifndef OUT_VE
+#define OUT_VE 16 /* vector width along the output columns; divides DV */
+#endif
+#ifndef OUT_NV
+#define OUT_NV 2 /* output vectors per token per work-item; OUT_VE * OUT_NV divides DV */
+#endif
+#ifndef OUT_DC
+#define OUT_DC 8 /* key dimensions per step: q~ (and k~) are loaded and mapped OUT_DC at a time; divides DK */
+#endif
+#define OUT_COLS (OUT_VE * OUT_NV)
+#define OUT_NE (DV / OUT_COLS) /* column tiles */
+
 /* part += k~ v^T and zpart += k~ over `len` consecutive tokens whose k and v rows start at kp and
  * vp (the work-item's SUM_RD key rows and SUM_NV vectors of SUM_VE value columns). */
 void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const long kstride,
@@ -30,9 +62,7 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
                 part[r][j] += kd[r] * vv[j];
     }
 }
-#endif
 
-#ifdef OUT_RT
 /* acc[r] += q~_r S and dsum[r] += q~_r * z (OUT_DC-wide partial sums of q~_r . z) for the OUT_RT
  * tokens whose q rows are qrow[r], with q~ = scale * phi(q). S has rows of DV floats, s pointing at
  * the work-item's OUT_NV vectors of OUT_VE columns in row 0. A macro, not a function: PoCL keeps
@@ -56,6 +86,5 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
                     (acc)[r_][j_] += qt_[r_][dd_] * sv_[j_];                                        \
         }                                                                                           \
     }
-#endif
 
 #endif /* MHLA_KERNELS_TILES_H */
