@@ -1,5 +1,6 @@
-/* The README's main job until the benchmark lands: MHLA on a generated 64x64-token image on the
- * default device, timed with OpenCL profiling events and checked against the C reference. */
+/* A minimal timed and checked forward (the main job before mhla-bench): MHLA on a generated
+ * 64x64-token image on the default device, timed with OpenCL profiling events and checked against
+ * the C reference. */
 #include <mhla.h>
 #include <mhla_reference.h>
 

@@ -104,6 +104,18 @@ mhla_status mhla__causal_tiling_choose(mhla_context *ctx, const mhla_config *cfg
         lim = ctx->limits.max_work_item_sizes[0];
     while ((size_t)mhla__causal_output_wg(&t, dv) > lim && t.tq > t.out_rt)
         t.tq = (t.tq / 2 + t.out_rt - 1) / t.out_rt * t.out_rt;
+    /* Still too many column tiles: wider ones (more vectors per work-item), down to one tile. */
+    while ((size_t)mhla__causal_output_wg(&t, dv) > lim && dv / t.out_ve > t.out_nv) {
+        const int64_t vecs = dv / t.out_ve; /* column vectors of a row */
+        int nv = t.out_nv + 1;
+        while (vecs % nv != 0)
+            ++nv;
+        t.out_nv = nv;
+    }
+    /* CLBlast's GEMM kernels are built for work-groups of 64 and more (a device allowing 16 fails
+     * them with CL_INVALID_WORK_GROUP_SIZE): there the prefix kernel sums every earlier chunk. */
+    if (lim < 64)
+        t.gemm_rows = 0;
     while (local_bytes(&t, dk) > ctx->limits.local_mem_bytes && (t.tq > t.out_rt || t.kt > t.out_ve)) {
         if ((t.kt >= t.tq || t.tq <= t.out_rt) && t.kt > t.out_ve)
             t.kt = (t.kt / 2 + t.out_ve - 1) / t.out_ve * t.out_ve;

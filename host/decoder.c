@@ -130,7 +130,7 @@ static mhla_status check_buffers(mhla_decoder *dec, const char *fn, const cl_mem
         MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(dec->ctx, fn, mhla__tensor_name((mhla_tensor)t), bufs[t],
                                                   mhla_decoder_tensor_bytes(dec, (mhla_tensor)t, n), shape));
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__check_call(dec->ctx, fn, bufs, num_wait, wait));
+    MHLA_FORWARD_IF_ERROR(st, mhla__check_call(dec->ctx, fn, bufs, 1, num_wait, wait));
 cleanup:
     return st;
 }

@@ -47,13 +47,13 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
-                             const cl_event *wait)
+mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,
+                             cl_uint num_wait, const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
     const cl_mem out = bufs[MHLA_TENSOR_OUT];
     MHLA_FAIL_IF(st, out == bufs[MHLA_TENSOR_Q] || out == bufs[MHLA_TENSOR_K] || out == bufs[MHLA_TENSOR_V] ||
-                         out == bufs[MHLA_TENSOR_MIXING],
+                         (with_mixing && out == bufs[MHLA_TENSOR_MIXING]),
                  ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: out must not be the same buffer as q, k, v or mixing", fn);
     MHLA_FAIL_IF(st, (num_wait > 0) != (wait != NULL), ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "%s: wait list of %u events with %s pointer", fn, (unsigned)num_wait, wait ? "a" : "a NULL");
@@ -66,12 +66,14 @@ mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bu
 {
     mhla_status st = MHLA_OK;
     char shape[160];
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
+    /* A softmax plan has no mixing matrix: its argument is ignored. */
+    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
         describe(plan, (mhla_tensor)t, shape, sizeof shape);
         MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(plan->ctx, fn, mhla__tensor_name((mhla_tensor)t), bufs[t],
                                                   mhla_plan_tensor_bytes(plan, (mhla_tensor)t), shape));
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__check_call(plan->ctx, fn, bufs, num_wait, wait));
+    MHLA_FORWARD_IF_ERROR(st, mhla__check_call(plan->ctx, fn, bufs, !plan->softmax, num_wait, wait));
 cleanup:
     return st;
 }
@@ -103,6 +105,10 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
     ctx = plan->ctx;
     const cl_mem bufs[] = {q, k, v, out, mixing};
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_check(plan, "mhla_forward", bufs, num_wait, wait));
+    if (plan->softmax) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__softmax_enqueue(plan, q, k, v, out, num_wait, wait, done));
+        goto cleanup;
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
     if (plan->cfg.causal) {
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));
@@ -135,10 +141,11 @@ mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, c
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
     ctx = plan->ctx;
     const void *inputs[] = {q, k, v, NULL, mixing};
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
+    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING; /* softmax: no mixing */
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], ctx, MHLA_ERR_INVALID_ARGUMENT,
                      "%s: %s pointer is NULL", fn, mhla__tensor_name((mhla_tensor)t));
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
         if (plan->stage[t])
             continue;
         char what[64];
@@ -148,7 +155,7 @@ mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, c
                                                       &plan->stage[t]));
     }
     enqueued = 1;
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
         if (t == MHLA_TENSOR_OUT)
             continue;
         MHLA_CL_TRY(st, ctx,
@@ -194,6 +201,9 @@ mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)
     ctx = plan->ctx;
     MHLA_FAIL_IF(st, !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
                  "mhla_plan_stage_times: the queue was created without CL_QUEUE_PROFILING_ENABLE");
+    MHLA_FAIL_IF(st, plan->softmax, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_plan_stage_times: a softmax plan runs one kernel, not stages: time the event mhla_forward() "
+                 "returns");
     MHLA_FAIL_IF(st, !plan->marks[3], ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_plan_stage_times: the plan has not run a forward pass yet");
     MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &plan->marks[3]), "clWaitForEvents (stage markers)");

@@ -183,6 +183,10 @@ typedef struct mhla_tuning {
     int mix_kernel;    /* mixing: 1 = kernels/mixing.cl, 0 = CLBlast SGEMM */
     int mix_mr;        /* mixing kernel: rows per work-item */
     int mix_nv;        /* mixing kernel: 16-wide vectors per row per work-item */
+    int sm_bq;         /* softmax: query rows per work-group */
+    int sm_bk;         /* softmax: keys per local-memory tile (shrunk to fit local memory) */
+    int sm_vw;         /* softmax: vector width, 0 = the device's preferred float width */
+    int sm_rows;       /* softmax: 1 = each work-item copies whole tile rows, 0 = coalesced copy */
 } mhla_tuning;
 
 mhla_status mhla__tuning_lookup(mhla_context *ctx, mhla_tuning *out);
@@ -213,8 +217,15 @@ typedef struct mhla_grid_args {
     cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh, run;
 } mhla_grid_args;
 
+/* Tile of a softmax plan: the tuning's sm_* fields made valid for kernels/softmax.cl (VW 1..16,
+ * BK a multiple of it, local memory permitting). */
+typedef struct mhla_softmax_tile {
+    int bq, bk, vw, copy_rows;
+} mhla_softmax_tile;
+
 struct mhla_plan {
     mhla_context *ctx;
+    int softmax;     /* a softmax-attention baseline plan (mhla_softmax_plan_create) */
     mhla_config cfg; /* resolved */
     mhla_shape shape;
     mhla_grid_args grid;
@@ -226,7 +237,9 @@ struct mhla_plan {
     cl_kernel k_official_dots; /* official normalizer only */
     cl_kernel k_output;
     cl_kernel k_mixing; /* tuning.mix_kernel only */
-    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_reduce, lws_dots;
+    cl_kernel k_softmax; /* softmax plans only */
+    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_reduce, lws_dots, lws_softmax;
+    mhla_softmax_tile softmax_tile; /* softmax plans only */
     /* workspace: summaries are M rows of B*H*Dk*(Dv+1) floats (kernels/common.h) */
     cl_mem partial; /* splits > 1: M*splits rows of segment summaries */
     cl_mem summary; /* S_b and z_b */
@@ -243,6 +256,9 @@ struct mhla_plan {
     struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (host/causal.c) */
 };
 
+/* Fills plan->grid from plan->cfg and plan->shape. */
+void mhla__plan_fill_grid(mhla_plan *plan);
+
 /* Stages of the non-causal forward, each in the host file named after it. */
 mhla_status mhla__block_summary_setup(mhla_plan *plan, const mhla_build_opts *opts);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
@@ -254,6 +270,13 @@ mhla_status mhla__output_setup(mhla_plan *plan, const mhla_build_opts *opts);
 mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
 mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done);
 
+/* The softmax baseline (host/softmax.c): its configuration (block grid, feature map and normalizer
+ * ignored, scale 0 -> Dk^-0.5) and its one kernel. */
+mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, mhla_shape *shape, char *msg,
+                                 size_t msg_size);
+mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                  const cl_event *wait, cl_event *done);
+
 /* Creates a device buffer of `bytes`, checked against the device's limits first; `what` names it
  * in the message. */
 mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
@@ -264,9 +287,10 @@ mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t by
  * (`shape` describes what needs them). */
 mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
                             const char *shape);
-/* bufs indexed by mhla_tensor: out aliasing no input, and a consistent wait list. */
-mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
-                             const cl_event *wait);
+/* bufs indexed by mhla_tensor: out aliasing no input (mixing only when with_mixing), and a
+ * consistent wait list. */
+mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,
+                             cl_uint num_wait, const cl_event *wait);
 /* On a profiling queue, marks[0] of the plan: a marker that waits for the caller's events, the
  * start of mhla_plan_stage_times()' span. */
 mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl_event *wait);

@@ -67,8 +67,10 @@ mhla_status mhla__mixing_setup(mhla_plan *plan, const mhla_build_opts *opts)
     if (plan->tuning.mix_kernel) {
         MHLA_FORWARD_IF_ERROR(st, mhla__program_get(plan->ctx, "mixing", opts, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "mixing_gemm", &plan->k_mixing));
-        const size_t cols = (size_t)plan->tuning.mix_nv * 16, rows = (size_t)plan->tuning.mix_mr;
-        const size_t extent[3] = {(summary_cols(plan) + cols - 1) / cols, (m + rows - 1) / rows, 1};
+        /* A work-group is one column tile and every row tile: its work-items read the same
+         * k x cols tile of B, which then comes from cache for all but the first. */
+        const size_t rows = (size_t)plan->tuning.mix_mr;
+        const size_t extent[3] = {1, (m + rows - 1) / rows, 1};
         mhla__local_size_3d(plan->ctx, plan->k_mixing, extent, (size_t)plan->tuning.wg, plan->lws_mixing);
         goto cleanup;
     }

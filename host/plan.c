@@ -59,7 +59,7 @@ cleanup:
     return st;
 }
 
-static void fill_grid(mhla_plan *plan)
+void mhla__plan_fill_grid(mhla_plan *plan)
 {
     const mhla_config *c = &plan->cfg;
     const mhla_shape *s = &plan->shape;
@@ -132,7 +132,7 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
     plan->cfg = *cfg;
     mhla__config_resolve(&plan->cfg);
     MHLA_FORWARD_IF_ERROR(st, mhla__config_validate(&plan->cfg, &plan->shape, NULL, 0));
-    fill_grid(plan);
+    mhla__plan_fill_grid(plan);
     if (plan->cfg.causal) {
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
     } else {
@@ -155,7 +155,8 @@ void mhla_plan_destroy(mhla_plan *plan)
 {
     if (!plan)
         return;
-    cl_kernel kernels[] = {plan->k_summary, plan->k_reduce, plan->k_official_dots, plan->k_output, plan->k_mixing};
+    cl_kernel kernels[] = {plan->k_summary, plan->k_reduce, plan->k_official_dots, plan->k_output, plan->k_mixing,
+                           plan->k_softmax};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -179,7 +180,7 @@ const mhla_config *mhla_plan_config(const mhla_plan *plan) { return plan ? &plan
 
 size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor)
 {
-    if (!plan)
+    if (!plan || (plan->softmax && tensor == MHLA_TENSOR_MIXING))
         return 0;
     size_t elems = mhla_config_tensor_elems(&plan->cfg, tensor);
     return elems * (tensor == MHLA_TENSOR_MIXING ? sizeof(float) : mhla__dtype_size(plan->cfg.dtype));

@@ -248,6 +248,49 @@ cleanup:
     return st;
 }
 
+mhla_status mhla_reference_softmax(const mhla_config *cfg_in, const float *q, const float *k, const float *v,
+                                   double *out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_config cfg;
+    mhla_shape s;
+    char msg[512];
+    double *logit = NULL;
+
+    MHLA_FAIL_IF(st, !q || !k || !v || !out, NULL, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_reference_softmax: a tensor pointer is NULL");
+    st = mhla__softmax_config(cfg_in, &cfg, &s, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "mhla_reference_softmax: %s", msg);
+    const int64_t N = s.n, Dk = cfg.dk, Dv = cfg.dv;
+    logit = malloc((size_t)N * sizeof *logit);
+    MHLA_FAIL_IF(st, !logit, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "mhla_reference_softmax: out of host memory");
+    for (int64_t b = 0; b < cfg.batch; ++b)
+        for (int64_t h = 0; h < cfg.heads; ++h)
+            for (int64_t t = 0; t < N; ++t) {
+                double mx = -INFINITY, sum = 0.0;
+                for (int64_t u = 0; u < N; ++u) {
+                    double dot = 0.0;
+                    for (int64_t d = 0; d < Dk; ++d)
+                        dot += (double)q[offset(&cfg, N, b, t, h, d, Dk)] * k[offset(&cfg, N, b, u, h, d, Dk)];
+                    logit[u] = cfg.scale * dot;
+                    mx = fmax(mx, logit[u]);
+                }
+                for (int64_t u = 0; u < N; ++u) {
+                    logit[u] = exp(logit[u] - mx); /* now the unnormalized weight */
+                    sum += logit[u];
+                }
+                for (int64_t e = 0; e < Dv; ++e) {
+                    double acc = 0.0;
+                    for (int64_t u = 0; u < N; ++u)
+                        acc += logit[u] * v[offset(&cfg, N, b, u, h, e, Dv)];
+                    out[offset(&cfg, N, b, t, h, e, Dv)] = acc / sum;
+                }
+            }
+cleanup:
+    free(logit);
+    return st;
+}
+
 double mhla_max_rel_err(const float *got, const double *ref, size_t n)
 {
     double max_diff = 0.0, max_ref = 0.0;

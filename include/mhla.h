@@ -290,8 +290,9 @@ typedef struct mhla_stage_times {
  * mhla_forward_varlen()/_host()), waiting
  * for it to finish if needed. The stage boundaries are marker events the forward enqueues when the
  * context's queue has CL_QUEUE_PROFILING_ENABLE (contexts made by mhla_context_create() do).
- * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile; MHLA_ERR_INVALID_ARGUMENT
- *         for NULL arguments or when the plan has not run yet. */
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile or for a softmax plan
+ *         (one kernel: time the event mhla_forward() returns); MHLA_ERR_INVALID_ARGUMENT for NULL
+ *         arguments or when the plan has not run yet. */
 mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out);
 
 typedef enum mhla_tensor {
@@ -318,7 +319,8 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
  * Enqueues MHLA on the context's queue: block summaries, mixing GEMM (CLBlast), output.
  * Buffers are the caller's: q, k [B,N,H,Dk], v [B,N,H,Dv] (or BHND), mixing M x M float32
  * row-major (Mc[i][b]), out like v. `out` must not be q, k, v or mixing. Each buffer's
- * CL_MEM_SIZE is checked against mhla_plan_tensor_bytes().
+ * CL_MEM_SIZE is checked against mhla_plan_tensor_bytes(). A softmax plan
+ * (mhla_softmax_plan_create()) runs its one kernel instead and ignores `mixing` (may be NULL).
  * Causal plans (cfg.causal = 1, varlen 0) run the chunk form of SPEC.md "Causal MHLA" instead:
  * per-chunk summaries, the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j (one kernel launch over
  * all chunks; on GPUs each row's earlier blocks of 32 chunks go to CLBlast SGEMMs; only the
@@ -340,7 +342,7 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
  * Convenience: copies host arrays to device buffers the plan keeps for the purpose, runs
  * mhla_forward() and copies `out` back. Blocks until the output is on the host.
  * Element types follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16);
- * the mixing matrix is always float. No pointer may be NULL. */
+ * the mixing matrix is always float. No pointer may be NULL, except `mixing` for a softmax plan. */
 mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
                               const float *mixing, void *out);
 
@@ -498,6 +500,31 @@ mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size);
  *         is past this decoder's capacity); a device failure. A state that fails validation
  *         leaves the decoder unchanged; after a device failure its state is undefined (reset it). */
 mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t size);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Softmax attention: the baseline MHLA is measured against (SPEC.md "Softmax attention")       */
+/* ------------------------------------------------------------------------------------------ */
+
+/*! mhla_softmax_plan_create() :
+ * Creates a plan computing standard softmax attention over all N tokens of each sequence,
+ *   o_t = sum_s softmax_s(scale * q_t . k_s) v_s,
+ * with a streaming (online) softmax: each work-group holds a tile of queries and streams keys and
+ * values through local memory with a running max and sum, so device memory stays O(N) (there is
+ * no N x N buffer) and large logits do not overflow. The tile is chosen from the device's limits
+ * (local memory, work-group size); every Dk and Dv up to MHLA_MAX_HEAD_DIM is supported.
+ * From `cfg` it uses batch, heads, the token grid (only N = T*Hs*Ws matters), dk, dv, layout,
+ * dtype (f32 only) and scale (0 selects Dk^-0.5). It ignores the block grid, feature map,
+ * feature_eps, normalizer, eps and mixing_rows; mhla_plan_config() reports them at their
+ * defaults (block grid 1x1x1). cfg->causal must be 0. `cfg` is copied.
+ * The plan runs through mhla_forward() and mhla_forward_host() like an MHLA plan; their `mixing`
+ * argument is ignored and may be NULL. mhla_plan_tensor_bytes(plan, MHLA_TENSOR_MIXING) and
+ * mhla_plan_workspace_size() are 0. Destroy it with mhla_plan_destroy().
+ * @return MHLA_OK; a validation status naming the offending field and value
+ *         (MHLA_ERR_UNSUPPORTED for causal = 1, f16/bf16, or a head dimension above
+ *         MHLA_MAX_HEAD_DIM); MHLA_ERR_UNSUPPORTED naming the sizes when the device's local
+ *         memory cannot hold even a one-key tile; MHLA_ERR_BUILD_FAILED with the build log.
+ * Thread-safety: as mhla_plan_create(). */
+mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Mixing-matrix initializers (SPEC.md "Mixing-matrix initializers")                           */

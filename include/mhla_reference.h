@@ -32,6 +32,18 @@ mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const float *q
                                           const float *v, const float *mixing,
                                           const int32_t *cu_seqlens, size_t num_seqs, double *out);
 
+/*! mhla_reference_softmax() :
+ * Softmax attention (SPEC.md "Softmax attention") in double precision on the host, what
+ * mhla_softmax_plan_create() plans compute: o_t = sum_s softmax_s(scale * q_t . k_s) v_s over all
+ * tokens, with the max logit subtracted before exp so that large logits do not overflow.
+ * Uses the same fields of `cfg` as mhla_softmax_plan_create() (scale 0 = Dk^-0.5).
+ * q, k: float [B,N,H,Dk] (or BHND), v float [B,N,H,Dv], out double shaped like v.
+ * O(N) scratch memory per query. A row whose logits are all -inf, or which meets a NaN, gives NaN.
+ * @return MHLA_OK, a validation status (explained in mhla_last_message()), or
+ *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
+mhla_status mhla_reference_softmax(const mhla_config *cfg, const float *q, const float *k, const float *v,
+                                   double *out);
+
 /*! mhla_max_rel_err() :
  * SPEC.md's accuracy measure: max |got - ref| / max |ref| over n elements. Elements that are not
  * finite must match in kind (NaN for NaN, +Inf for +Inf, -Inf for -Inf) and are then skipped;

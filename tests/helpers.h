@@ -42,6 +42,10 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
 /* A context on the default device (MHLA_DEVICE honoured), or a failed cmocka assertion. */
 mhla_context *test_context(void);
 
+/* PoCL's single-threaded `basic` device deadlocks inside clSetUserEventStatus when commands wait
+ * on the user event (pocl/pocl#1177, open): tests that gate work on a user event skip it there. */
+int user_event_gates_hang(mhla_context *ctx);
+
 /* cmocka group setup and teardown: *state is a test_context(). */
 int context_setup(void **state);
 int context_teardown(void **state);

@@ -402,16 +402,22 @@ static void test_device_calls(void **state)
         slice_tokens(&cfg, 40, 8, srcs[i], 0, 30, buf);
         assert_int_equal(clEnqueueWriteBuffer(queue, dsts[i], CL_TRUE, 0, pq, buf, 0, NULL, NULL), CL_SUCCESS);
     }
-    cl_event gate = clCreateUserEvent(clctx, &err), done = NULL;
-    assert_int_equal(mhla_decoder_prefill(dec, q, k, v, m, o, 30, 1, &gate, &done), MHLA_OK);
-    cl_int status = CL_COMPLETE;
-    assert_int_equal(clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL),
-                     CL_SUCCESS);
-    assert_true(status != CL_COMPLETE);
-    assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+    /* gated by a user event, except where such gates hang (user_event_gates_hang) */
+    const int gated = !user_event_gates_hang(ctx);
+    cl_event gate = gated ? clCreateUserEvent(clctx, &err) : NULL, done = NULL;
+    assert_int_equal(mhla_decoder_prefill(dec, q, k, v, m, o, 30, gated ? 1 : 0, gated ? &gate : NULL, &done),
+                     MHLA_OK);
+    if (gated) {
+        cl_int status = CL_COMPLETE;
+        assert_int_equal(clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL),
+                         CL_SUCCESS);
+        assert_true(status != CL_COMPLETE);
+        assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+        clReleaseEvent(gate);
+    }
     assert_int_equal(clEnqueueReadBuffer(queue, o, CL_TRUE, 0, pq, buf, 1, &done, NULL), CL_SUCCESS);
     place_tokens(&cfg, 40, 8, buf, 0, 30, out);
-    clReleaseEvent(gate), clReleaseEvent(done);
+    clReleaseEvent(done);
     /* then 10 single steps on [B,H,D] buffers */
     for (int64_t t = 30; t < 40; ++t) {
         for (int i = 0; i < 3; ++i) {

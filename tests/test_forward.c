@@ -329,6 +329,10 @@ static void test_deterministic(void **state)
 static void test_events_no_hidden_finish(void **state)
 {
     mhla_context *ctx = *state;
+    /* PoCL's single-threaded `basic` device deadlocks inside clSetUserEventStatus when commands wait
+     * on the user event (pocl/pocl#1177, open): the gate cannot be tested there. */
+    if (strncmp(mhla_context_device_name(ctx), "basic-", 6) == 0)
+        skip();
     cl_context clctx = mhla_context_cl_context(ctx);
     cl_command_queue queue = mhla_context_queue(ctx);
     mhla_config cfg = config_1d(1, 2, 64, 4, 16, 16);

@@ -272,6 +272,65 @@ static void test_max_rel_err(void **state)
     assert_true(isinf(mhla_max_rel_err(got, ref_neg, 4)));
 }
 
+/* mhla_reference_softmax against cases with a closed form: q = 0 weighs every key alike (the
+ * output is the mean of v); two keys give weights e^a / (e^a + e^b); and BHND is BNHD transposed. */
+static void test_reference_softmax(void **state)
+{
+    (void)state;
+    mhla_config cfg = config_1d(1, 1, 5, 1, 3, 2);
+    float q[15] = {0}, k[15], v[10];
+    double out[10];
+    fill_uniform(k, 15, 1, -3.0f, 3.0f);
+    fill_uniform(v, 10, 2, -1.0f, 1.0f);
+    assert_int_equal(mhla_reference_softmax(&cfg, q, k, v, out), MHLA_OK);
+    for (int e = 0; e < 2; ++e) {
+        double mean = 0.0;
+        for (int s = 0; s < 5; ++s)
+            mean += v[s * 2 + e] / 5.0;
+        for (int t = 0; t < 5; ++t)
+            assert_true(fabs(out[t * 2 + e] - mean) < 1e-12);
+    }
+
+    mhla_config two = config_1d(1, 1, 2, 1, 1, 1);
+    two.scale = 0.5f;
+    const float q2[2] = {2.0f, -1.0f}, k2[2] = {1.5f, -0.5f}, v2[2] = {3.0f, -2.0f};
+    double o2[2];
+    assert_int_equal(mhla_reference_softmax(&two, q2, k2, v2, o2), MHLA_OK);
+    for (int t = 0; t < 2; ++t) {
+        const double a = 0.5 * q2[t] * k2[0], b = 0.5 * q2[t] * k2[1];
+        assert_true(fabs(o2[t] - (exp(a) * 3.0 - exp(b) * 2.0) / (exp(a) + exp(b))) < 1e-12);
+    }
+    two.scale = 0.0f; /* the default, Dk^-0.5 = 1 for Dk = 1 */
+    assert_int_equal(mhla_reference_softmax(&two, q2, k2, v2, o2), MHLA_OK);
+    assert_true(fabs(o2[0] - (exp(3.0) * 3.0 - exp(-1.0) * 2.0) / (exp(3.0) + exp(-1.0))) < 1e-12);
+
+    /* B = 1, H = 2, N = 4: the BHND copy of the same tensors gives the BHND copy of the output. */
+    mhla_config bnhd = config_1d(1, 2, 4, 1, 3, 2), bhnd = bnhd;
+    bhnd.layout = MHLA_LAYOUT_BHND;
+    float qa[24], ka[24], va[16], qb[24], kb[24], vb[16];
+    double oa[16], ob[16];
+    fill_uniform(qa, 24, 3, -2.0f, 2.0f);
+    fill_uniform(ka, 24, 4, -2.0f, 2.0f);
+    fill_uniform(va, 16, 5, -1.0f, 1.0f);
+    for (int t = 0; t < 4; ++t)
+        for (int h = 0; h < 2; ++h) {
+            for (int d = 0; d < 3; ++d)
+                qb[(h * 4 + t) * 3 + d] = qa[(t * 2 + h) * 3 + d], kb[(h * 4 + t) * 3 + d] = ka[(t * 2 + h) * 3 + d];
+            for (int e = 0; e < 2; ++e)
+                vb[(h * 4 + t) * 2 + e] = va[(t * 2 + h) * 2 + e];
+        }
+    assert_int_equal(mhla_reference_softmax(&bnhd, qa, ka, va, oa), MHLA_OK);
+    assert_int_equal(mhla_reference_softmax(&bhnd, qb, kb, vb, ob), MHLA_OK);
+    for (int t = 0; t < 4; ++t)
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e)
+                assert_true(oa[(t * 2 + h) * 2 + e] == ob[(h * 4 + t) * 2 + e]);
+
+    bnhd.causal = 1;
+    assert_int_equal(mhla_reference_softmax(&bnhd, qa, ka, va, oa), MHLA_ERR_UNSUPPORTED);
+    assert_int_equal(mhla_reference_softmax(&two, NULL, k2, v2, o2), MHLA_ERR_INVALID_ARGUMENT);
+}
+
 static void test_tolerance(void **state)
 {
     (void)state;
@@ -292,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_causal_reference_varlen),
         cmocka_unit_test(test_reference_rejects_bad_input),
         cmocka_unit_test(test_max_rel_err),
+        cmocka_unit_test(test_reference_softmax),
         cmocka_unit_test(test_tolerance),
     };
     return cmocka_run_group_tests_name("reference", tests, NULL, NULL);

@@ -1,0 +1,246 @@
+/* mhla-bench: the types its units share (options, shapes, rows, device, peak, report) and the
+ * functions each unit offers. One unit per concern: options.c, ops.c, sweep.c, timing.c, peak.c,
+ * device.c, json.c, report_json.c, report_text.c (table and CSV), plot.c, compare.c. */
+#ifndef MHLA_BENCH_H
+#define MHLA_BENCH_H
+
+#include <mhla.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define BENCH_MAX_LIST 32 /* entries of one list option (--n, --image, ...) */
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+typedef enum bench_op_id {
+    BENCH_OP_MHLA = 0,
+    BENCH_OP_LINEAR,
+    BENCH_OP_SOFTMAX,
+    BENCH_OP_MHLA_CAUSAL,
+    BENCH_OP_DECODE,
+    BENCH_OP_COUNT
+} bench_op_id;
+
+/* One benchmarked problem: the token grid, the MHLA block grid and the head sizes. */
+typedef struct bench_shape {
+    int64_t batch, heads;
+    int64_t t, h, w;    /* token grid (T, Hs, Ws): 1D is (N, 1, 1), an image (1, Hs, Ws) */
+    int64_t bt, bh, bw; /* block grid; M = bt*bh*bw (1x1x1 for linear, unused by softmax) */
+    int64_t dk, dv;
+    mhla_layout layout;
+} bench_shape;
+
+/* Whether two shapes have the same batch, heads, head dims and layout (one series over N). */
+int bench_shape_same_sizes(const bench_shape *a, const bench_shape *b);
+/* ... and also the same token grid: the same q, k, v and out tensors (block grids aside). */
+int bench_shape_same_tensors(const bench_shape *a, const bench_shape *b);
+int64_t bench_shape_n(const bench_shape *s);
+int64_t bench_shape_m(const bench_shape *s);
+int bench_shape_is_2d(const bench_shape *s);
+
+/* Device buffers shared by the ops of one shape: q, k, v filled with random data, and out. */
+typedef struct bench_inputs {
+    cl_mem q, k, v, out;
+} bench_inputs;
+
+/* An op made ready for one shape (plan, mixing matrix, ...), run through bench_op.enqueue. */
+typedef struct bench_case {
+    mhla_context *ctx;
+    const bench_inputs *in;
+    mhla_plan *plan;
+    cl_mem mixing;
+} bench_case;
+
+typedef struct bench_op {
+    const char *name;
+    /* NULL when the library provides the op; otherwise why its rows are reported "n/a". */
+    const char *unavailable;
+    int one_d_only;   /* causal ops have no 2D form (SPEC.md: causal MHLA is 1D) */
+    int grid_free;    /* runs the same kernels for any token grid of N tokens (softmax) */
+    double time_power; /* run time grows as N^time_power: how skipped rows are estimated */
+    double (*flops)(const bench_shape *s);
+    double (*bytes)(const bench_shape *s);
+    /* Creates what a run needs; returns MHLA_OK or a status explained in the context message. */
+    mhla_status (*create)(bench_case *c, const bench_shape *s);
+    /* Enqueues one run; *done completes with it. */
+    mhla_status (*enqueue)(bench_case *c, cl_event *done);
+    /* Optional: summary, mixing and output device ms of the last run (mhla_plan_stage_times). */
+    mhla_status (*stages)(bench_case *c, double ms[3]);
+    void (*destroy)(bench_case *c);
+} bench_op;
+
+/* The initializer of the MHLA rows' mixing matrix (the released code's default). */
+#define BENCH_MIXING_INIT MHLA_INIT_LINEAR
+
+/* The op table (ops.c), indexed by bench_op_id. */
+const bench_op *bench_op_get(bench_op_id id);
+/* BENCH_OP_COUNT for an unknown name. */
+bench_op_id bench_op_find(const char *name);
+/* The M of the paper's rule for a 1D length or an image (see ops.c): fills the block grid of `s`
+ * from its token grid. */
+void bench_default_blocks(bench_shape *s);
+/* A block grid of M blocks for the token grid of `s` (1D: M divides N; 2D: bh x bw = M, as square
+ * as possible, dividing the sides). Returns 0 when there is none. */
+int bench_blocks_for_m(bench_shape *s, int64_t m);
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+typedef struct bench_options {
+    int quick;
+    double target_ms; /* measured time per row, about (iterations = target / one run) */
+    int min_iters, max_iters, warmup;
+    double max_row_s; /* a row estimated to need longer (warm-up + min_iters runs) is skipped */
+    double max_total_s; /* rows also fit in what is left of this (0: no limit) */
+    int64_t n[BENCH_MAX_LIST];
+    size_t n_count;
+    int64_t image_h[BENCH_MAX_LIST], image_w[BENCH_MAX_LIST];
+    size_t image_count;
+    int64_t heads[BENCH_MAX_LIST];
+    size_t heads_count;
+    int64_t dk[BENCH_MAX_LIST], dv[BENCH_MAX_LIST];
+    size_t dims_count;
+    int64_t m[BENCH_MAX_LIST]; /* empty: the paper's rule */
+    size_t m_count;
+    int64_t batch;
+    mhla_layout layout;
+    unsigned ops; /* bit (1 << bench_op_id) per op */
+    uint32_t seed;
+    int quiet;
+    const char *device;
+    const char *json_path, *csv_path, *plot_path;
+    const char *compare[2]; /* --compare A.json B.json */
+} bench_options;
+
+/* Parses argv into `o` (defaults first). Returns 0, 1 for --help (usage printed to `out`), or -1
+ * with the reason in err. */
+int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char *err, size_t err_size);
+
+/* ---- rows and report ------------------------------------------------------------------------ */
+
+typedef enum bench_status {
+    BENCH_STATUS_OK = 0,    /* measured */
+    BENCH_STATUS_ESTIMATED, /* not run: time estimated from a smaller N of the same series */
+    BENCH_STATUS_SKIPPED,   /* not run: does not fit the device, or no estimate possible */
+    BENCH_STATUS_NA,        /* the op does not exist in this build or for this shape */
+    BENCH_STATUS_FAILED     /* the library returned an error (in the note) */
+} bench_status;
+
+const char *bench_status_name(bench_status s);
+bench_status bench_status_parse(const char *name); /* BENCH_STATUS_FAILED for unknown names */
+
+typedef struct bench_row {
+    bench_op_id op;
+    bench_shape shape;
+    bench_status status;
+    char note[256];
+    int iters;
+    double ms_median, ms_min, ms_max; /* ms_median holds the estimate of an estimated row */
+    double stage_ms[3];               /* median summary, mixing, output ms (MHLA ops); NAN otherwise */
+    double flops, bytes;              /* per run, as the op counts them */
+    double gflops, gbps;              /* from ms_median */
+    double pct_peak_flops, pct_peak_bw;
+    /* mhla rows: this M's time over linear attention's, and softmax's over this; NAN if unknown. */
+    double ratio_mhla_linear, ratio_softmax_mhla;
+    int ratio_mhla_linear_estimated, ratio_softmax_mhla_estimated; /* a ratio uses an estimated time */
+} bench_row;
+
+typedef struct bench_device {
+    char name[256], vendor[256], driver[256], platform_name[256], platform_version[256];
+    char device_version[256], opencl_c[256];
+    unsigned compute_units, clock_mhz;
+    uint64_t global_mem, max_alloc, local_mem;
+} bench_device;
+
+typedef struct bench_peak {
+    double gflops, gflops_min, gflops_max; /* best vector width's median, min, max */
+    int vector_width;
+    double gbps, gbps_min, gbps_max; /* copy: bytes read + written per second */
+    double copy_bytes;               /* buffer size of the copy probe */
+    int runs;
+} bench_peak;
+
+typedef struct bench_report {
+    char library_version[32];
+    char started[32]; /* UTC, ISO 8601 */
+    char command[1024]; /* the command line that produced it */
+    double wall_s;
+    bench_device device;
+    bench_peak peak;
+    bench_options opts; /* the sweep's settings, kept with the numbers (paths not kept) */
+    bench_row *rows;
+    size_t row_count;
+} bench_report;
+
+/* Key of a row for matching across runs: op and every shape parameter. */
+int bench_row_same_case(const bench_row *a, const bench_row *b);
+/* Fills gflops, gbps and the %peak columns of the measured and estimated rows. */
+void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak);
+/* Fills the ratio columns of the mhla rows from the linear and softmax rows of the same shape. */
+void bench_fill_ratios(bench_row *rows, size_t count);
+/* The token grid ("1D", "64x64") and the block grid ("16", "4x4"; "-" for ops without blocks). */
+void bench_shape_label(const bench_shape *s, char *buf, size_t size);
+void bench_blocks_label(const bench_row *r, char *buf, size_t size);
+
+/* ---- sweep, timing, device --------------------------------------------------------------- */
+
+typedef struct bench_timing {
+    int iters;
+    double ms_median, ms_min, ms_max;
+    double stage_ms[3]; /* medians of summary, mixing, output; NAN without a stages hook */
+} bench_timing;
+
+/* What bench_time runs: enqueue() one run (*done completes with it), and optionally stages(),
+ * the per-stage device times of the run that just finished. */
+typedef struct bench_job {
+    mhla_status (*enqueue)(void *arg, cl_event *done);
+    mhla_status (*stages)(void *arg, double ms[3]);
+    void *arg;
+} bench_job;
+
+/* Runs the job `warmup` times, then as many times as fill about target_ms (within [min_iters,
+ * max_iters]) and reports device time from OpenCL profiling events. Returns MHLA_OK; the status of
+ * a failing hook (err is then "": the hook's own channel explains it); or MHLA_ERR_OPENCL with the
+ * reason in err. */
+mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
+                       int max_iters, bench_timing *out, char *err, size_t err_size);
+/* Median of n values (sorts them). */
+double bench_median(double *v, size_t n);
+/* Seconds on a monotonic clock. */
+double bench_now(void);
+
+mhla_status bench_device_read(mhla_context *ctx, bench_device *out);
+/* Measures the device's f32 multiply-add throughput and copy bandwidth (kernels/peak.cl). */
+mhla_status bench_peak_measure(mhla_context *ctx, const bench_device *dev, double target_ms, int runs,
+                               bench_peak *out, char *err, size_t err_size);
+
+/* Whether row `r` is left unrun because its warm-up and minimum runs would need more than budget_s:
+ * then it is marked estimated, its time scaled as N^time_power from the measured row of the same op
+ * and sizes (among done[0..n_done)) with the largest N not above its own; or, without one, skipped
+ * when even the device's peak could not make it in time. Returns 1 when it is not to run. */
+int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const bench_row *done, size_t n_done,
+                           double budget_s, bench_row *r);
+/* Runs every row of the options' sweep; rows are malloc'd into the report. */
+int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep);
+
+/* ---- outputs ------------------------------------------------------------------------------- */
+
+void bench_write_table(FILE *f, const bench_report *rep);
+int bench_write_csv(FILE *f, const bench_report *rep);
+int bench_write_json(FILE *f, const bench_report *rep);
+/* Reads a report written by bench_write_json; rows malloc'd (bench_report_free). */
+int bench_read_json(const char *path, bench_report *out, char *err, size_t err_size);
+void bench_report_free(bench_report *rep);
+
+/* Crossover of two time series over the same increasing N: where tb/ta crosses 1, interpolated
+ * linearly in log N and log t between the two neighbouring points. Points where either time is not
+ * positive are skipped. Returns 1 and *n_cross when the sign of log(tb/ta) changes, else 0. */
+int bench_crossover(const double *n, const double *ta, const double *tb, size_t count, double *n_cross);
+/* Writes the log-log time-vs-N plot of the report's 1D mhla/linear/softmax rows. */
+int bench_write_svg(FILE *f, const bench_report *rep);
+
+/* Prints per-row ratios of B over A; returns 0, or -1 with err. */
+int bench_compare(const char *path_a, const char *path_b, FILE *out, char *err, size_t err_size);
+
+#endif /* MHLA_BENCH_H */

@@ -1,0 +1,100 @@
+/* mhla-bench: MHLA against linear attention (M = 1) and softmax attention on one OpenCL device,
+ * read against the device's measured peak. The README's main job runs `mhla-bench --quick`.
+ * Exit status: 0, 1 when the device or an output file fails, 2 for bad options, 3 when a row
+ * failed (the table still prints). */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int write_file(const char *path, int (*writer)(FILE *, const bench_report *), const bench_report *rep)
+{
+    FILE *f = fopen(path, "w");
+    int rc = f ? writer(f, rep) : -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    if (rc)
+        fprintf(stderr, "mhla-bench: cannot write %s\n", path);
+    return rc;
+}
+
+static void fill_identity(bench_report *rep, const bench_options *o, int argc, char **argv)
+{
+    snprintf(rep->library_version, sizeof rep->library_version, "%s", mhla_version_string());
+    const time_t now = time(NULL);
+    struct tm utc;
+    if (gmtime_r(&now, &utc))
+        strftime(rep->started, sizeof rep->started, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    size_t len = 0;
+    for (int i = 0; i < argc && len + 1 < sizeof rep->command; ++i) {
+        const int w = snprintf(rep->command + len, sizeof rep->command - len, "%s%s", i ? " " : "", argv[i]);
+        len += w > 0 ? (size_t)w : 0;
+    }
+    rep->opts = *o;
+    rep->opts.device = rep->opts.json_path = rep->opts.csv_path = rep->opts.plot_path = NULL;
+    rep->opts.compare[0] = rep->opts.compare[1] = NULL;
+}
+
+int main(int argc, char **argv)
+{
+    bench_options o;
+    bench_report rep;
+    mhla_context *ctx = NULL;
+    char err[1024] = "";
+    int rc = bench_options_parse(argc, argv, &o, stdout, err, sizeof err);
+    if (rc == 1)
+        return 0;
+    if (rc < 0) {
+        fprintf(stderr, "mhla-bench: %s\n", err);
+        return 2;
+    }
+    if (o.compare[0]) {
+        if (bench_compare(o.compare[0], o.compare[1], stdout, err, sizeof err) == 0)
+            return 0;
+        fprintf(stderr, "mhla-bench: %s\n", err);
+        return 1;
+    }
+
+    const double t0 = bench_now();
+    memset(&rep, 0, sizeof rep);
+    fill_identity(&rep, &o, argc, argv);
+    mhla_status st = mhla_context_create(o.device, &ctx);
+    if (st == MHLA_OK)
+        st = bench_device_read(ctx, &rep.device);
+    if (st != MHLA_OK) {
+        fprintf(stderr, "mhla-bench: %s\n", ctx ? "cannot read the device's properties" : mhla_last_message());
+        mhla_context_destroy(ctx);
+        return 1;
+    }
+    if (!o.quiet)
+        fprintf(stderr, "mhla-bench: measuring the peak of %s...\n", rep.device.name);
+    /* Per FMA variant: a few runs of ~50 ms (quick) or ~150 ms, enough for a stable median. */
+    st = bench_peak_measure(ctx, &rep.device, o.quick ? 150.0 : 750.0, o.quick ? 3 : 5, &rep.peak, err, sizeof err);
+    if (st != MHLA_OK) {
+        fprintf(stderr, "mhla-bench: peak probe: %s\n", err);
+        mhla_context_destroy(ctx);
+        return 1;
+    }
+    if (bench_sweep_run(ctx, &o, &rep)) {
+        fprintf(stderr, "mhla-bench: out of host memory\n");
+        mhla_context_destroy(ctx);
+        return 1;
+    }
+    mhla_context_destroy(ctx);
+    rep.wall_s = bench_now() - t0;
+
+    bench_write_table(stdout, &rep);
+    rc = 0;
+    if (o.json_path && write_file(o.json_path, bench_write_json, &rep))
+        rc = 1;
+    if (o.csv_path && write_file(o.csv_path, bench_write_csv, &rep))
+        rc = 1;
+    if (o.plot_path && write_file(o.plot_path, bench_write_svg, &rep))
+        rc = 1;
+    for (size_t i = 0; i < rep.row_count && rc == 0; ++i)
+        if (rep.rows[i].status == BENCH_STATUS_FAILED)
+            rc = 3;
+    bench_report_free(&rep);
+    return rc;
+}

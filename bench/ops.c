@@ -1,0 +1,191 @@
+/* The op table of mhla-bench, one entry per op: what it computes, the flops and bytes it is credited
+ * with, and how a run is prepared and enqueued. Also the paper's rule for the number of blocks M.
+ * The causal ops are listed "n/a" until the causal path exists; wiring one is filling its entry. */
+#include "bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int bench_shape_same_sizes(const bench_shape *a, const bench_shape *b)
+{
+    return a->batch == b->batch && a->heads == b->heads && a->dk == b->dk && a->dv == b->dv && a->layout == b->layout;
+}
+
+int bench_shape_same_tensors(const bench_shape *a, const bench_shape *b)
+{
+    return bench_shape_same_sizes(a, b) && a->t == b->t && a->h == b->h && a->w == b->w;
+}
+
+int64_t bench_shape_n(const bench_shape *s) { return s->t * s->h * s->w; }
+int64_t bench_shape_m(const bench_shape *s) { return s->bt * s->bh * s->bw; }
+int bench_shape_is_2d(const bench_shape *s) { return s->h > 1 || s->w > 1; }
+
+/* The paper keeps M^2 <= N (Sec. 3, "Efficiency analysis"); within that, blocks of at least 256
+ * tokens (16x16 patches for images) keep each block summary at full rank for head dimensions up to
+ * 256 and the M x M mixing negligible. That gives N = 4096 -> M = 16 and N = 16384 -> M = 64. */
+#define BENCH_MIN_BLOCK_TOKENS 256
+
+static int64_t rule_max_m(int64_t n)
+{
+    int64_t m = n / BENCH_MIN_BLOCK_TOKENS;
+    while (m > 1 && m * m > n)
+        --m;
+    return m < 1 ? 1 : m;
+}
+
+int bench_blocks_for_m(bench_shape *s, int64_t m)
+{
+    if (m < 1)
+        return 0;
+    if (!bench_shape_is_2d(s)) {
+        if (s->t % m != 0)
+            return 0;
+        s->bt = m, s->bh = 1, s->bw = 1;
+        return 1;
+    }
+    /* bh x bw = m dividing the sides, the most square such pair. */
+    int64_t best = 0;
+    for (int64_t bh = 1; bh <= m; ++bh) {
+        if (m % bh != 0 || s->h % bh != 0 || s->w % (m / bh) != 0)
+            continue;
+        if (!best || llabs(bh - m / bh) < llabs(best - m / best))
+            best = bh;
+    }
+    if (!best)
+        return 0;
+    s->bt = 1, s->bh = best, s->bw = m / best;
+    return 1;
+}
+
+void bench_default_blocks(bench_shape *s)
+{
+    for (int64_t m = rule_max_m(bench_shape_n(s)); m >= 1; --m) {
+        if (bench_shape_is_2d(s)) {
+            /* Square block grids only, as the released vision models use. */
+            const int64_t b = (int64_t)llround(sqrt((double)m));
+            if (b * b != m || s->h % b != 0 || s->w % b != 0)
+                continue;
+        }
+        if (bench_blocks_for_m(s, m))
+            return;
+    }
+    s->bt = s->bh = s->bw = 1;
+}
+
+/* ---- flops and bytes ------------------------------------------------------------------------- */
+
+static double rows_of(const bench_shape *s) { return (double)s->batch * (double)s->heads * (double)bench_shape_n(s); }
+
+/* The issue's effective count for linear-time attention: 4*B*H*N*Dk*Dv (two products of Dk x Dv
+ * per token: building the summaries and reading them out). */
+static double linear_flops(const bench_shape *s) { return 4.0 * rows_of(s) * (double)s->dk * (double)s->dv; }
+
+/* Softmax attention: 2*B*H*N^2*(Dk + Dv) (scores and the weighted sum), 4*B*H*N^2*D for Dk = Dv. */
+static double softmax_flops(const bench_shape *s)
+{
+    return 2.0 * rows_of(s) * (double)bench_shape_n(s) * (double)(s->dk + s->dv);
+}
+
+/* Compulsory traffic, in bytes: q, k, v read once and out written once. */
+static double qkvo_bytes(const bench_shape *s) { return 4.0 * rows_of(s) * (double)(2 * s->dk + 2 * s->dv); }
+
+/* MHLA adds its workspace: the block summaries (Dk x (Dv+1) per batch, head and block) written by
+ * block_summary, read by the mixing GEMM, their mixtures written by it and read by the output
+ * stage, once each; and the M x M mixing matrix. */
+static double mhla_bytes(const bench_shape *s)
+{
+    const double m = (double)bench_shape_m(s);
+    const double summaries = (double)s->batch * (double)s->heads * m * (double)s->dk * (double)(s->dv + 1);
+    return qkvo_bytes(s) + 4.0 * (4.0 * summaries + m * m);
+}
+
+/* ---- runs through mhla_forward --------------------------------------------------------------- */
+
+static mhla_config config_of(const bench_shape *s)
+{
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.batch = s->batch, cfg.heads = s->heads;
+    cfg.seq_t = s->t, cfg.seq_h = s->h, cfg.seq_w = s->w;
+    cfg.block_t = s->bt, cfg.block_h = s->bh, cfg.block_w = s->bw;
+    cfg.dk = s->dk, cfg.dv = s->dv;
+    cfg.layout = s->layout;
+    return cfg;
+}
+
+/* MHLA with the released code's default initializer (columns normalized). Linear attention is the
+ * same plan on a shape whose block grid is 1x1x1 (the sweep gives it one), with mixing [[1]]. */
+static mhla_status create_mhla(bench_case *c, const bench_shape *s)
+{
+    mhla_status st = MHLA_OK;
+    const mhla_config cfg = config_of(s);
+    const size_t m = (size_t)bench_shape_m(s);
+    float *mix = malloc(m * m * sizeof *mix);
+    cl_int err = CL_SUCCESS;
+    if (!mix)
+        return MHLA_ERR_OUT_OF_HOST_MEMORY;
+    st = mhla_mixing_init(BENCH_MIXING_INIT, NULL, s->bt, s->bh, s->bw, mix, m * m);
+    if (st == MHLA_OK)
+        st = mhla_plan_create(c->ctx, &cfg, &c->plan);
+    if (st == MHLA_OK) {
+        c->mixing = clCreateBuffer(mhla_context_cl_context(c->ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   m * m * sizeof *mix, mix, &err);
+        if (err != CL_SUCCESS)
+            st = MHLA_ERR_OUT_OF_DEVICE_MEMORY;
+    }
+    free(mix);
+    return st;
+}
+
+static mhla_status create_softmax(bench_case *c, const bench_shape *s)
+{
+    const mhla_config cfg = config_of(s);
+    return mhla_softmax_plan_create(c->ctx, &cfg, &c->plan);
+}
+
+static mhla_status enqueue_forward(bench_case *c, cl_event *done)
+{
+    return mhla_forward(c->plan, c->in->q, c->in->k, c->in->v, c->mixing, c->in->out, 0, NULL, done);
+}
+
+static mhla_status stages_forward(bench_case *c, double ms[3])
+{
+    mhla_stage_times t;
+    const mhla_status st = mhla_plan_stage_times(c->plan, &t);
+    ms[0] = t.summary_ms, ms[1] = t.mixing_ms, ms[2] = t.output_ms;
+    return st;
+}
+
+static void destroy_plan(bench_case *c)
+{
+    mhla_plan_destroy(c->plan);
+    if (c->mixing)
+        clReleaseMemObject(c->mixing);
+    c->plan = NULL;
+    c->mixing = NULL;
+}
+
+static const char causal_missing[] = "causal path not built";
+
+static const bench_op ops[BENCH_OP_COUNT] = {
+    [BENCH_OP_MHLA] = {"mhla", NULL, 0, 0, 1.0, linear_flops, mhla_bytes, create_mhla, enqueue_forward,
+                       stages_forward, destroy_plan},
+    [BENCH_OP_LINEAR] = {"linear", NULL, 0, 0, 1.0, linear_flops, mhla_bytes, create_mhla, enqueue_forward,
+                         stages_forward, destroy_plan},
+    [BENCH_OP_SOFTMAX] = {"softmax", NULL, 0, 1, 2.0, softmax_flops, qkvo_bytes, create_softmax, enqueue_forward,
+                          NULL, destroy_plan},
+    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL,
+                              NULL},
+    [BENCH_OP_DECODE] = {"decode", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL, NULL},
+};
+
+const bench_op *bench_op_get(bench_op_id id) { return id < BENCH_OP_COUNT ? &ops[id] : NULL; }
+
+bench_op_id bench_op_find(const char *name)
+{
+    for (int i = 0; i < BENCH_OP_COUNT; ++i)
+        if (strcmp(ops[i].name, name) == 0)
+            return (bench_op_id)i;
+    return BENCH_OP_COUNT;
+}

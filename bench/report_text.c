@@ -1,0 +1,150 @@
+/* mhla-bench's text outputs: the table on stdout and the --csv file (one line per row, carrying the
+ * device, versions and parameters so that each line stands alone). */
+#include "bench.h"
+
+#include <math.h>
+#include <string.h>
+
+/* "12.3" or "" for NaN; `prefix` ("~" for estimates) goes before a number. */
+static const char *num(char *buf, size_t size, const char *fmt, double x, const char *prefix)
+{
+    buf[0] = '\0';
+    if (isfinite(x)) {
+        const size_t p = strlen(prefix) < size ? strlen(prefix) : 0;
+        memcpy(buf, prefix, p);
+        snprintf(buf + p, size - p, fmt, x);
+    }
+    return buf;
+}
+
+static void print_header(FILE *f, const bench_report *rep)
+{
+    const bench_device *d = &rep->device;
+    const bench_peak *p = &rep->peak;
+    fprintf(f, "mhla-bench: libmhla %s on %s\n", rep->library_version, d->name);
+    fprintf(f, "device     %s, %s; driver %s; %s; %s; %u compute units, %u MHz\n", d->vendor, d->platform_name,
+            d->driver, d->platform_version, d->opencl_c, d->compute_units, d->clock_mhz);
+    fprintf(f, "peak       %.1f GFLOP/s f32 multiply-add (float%d chains; %.1f..%.1f over %d runs), "
+               "%.1f GB/s copy (read+write of %.0f MiB; %.1f..%.1f)\n",
+            p->gflops, p->vector_width, p->gflops_min, p->gflops_max, p->runs, p->gbps, p->copy_bytes / 1048576.0,
+            p->gbps_min, p->gbps_max);
+    fprintf(f, "timing     device time (profiling events), median of the runs after %d warm-up; about %.0f ms per "
+               "row, %d..%d runs\n",
+            rep->opts.warmup, rep->opts.target_ms, rep->opts.min_iters, rep->opts.max_iters);
+    fprintf(f, "flops      mhla/linear 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv); bytes: see bench/README.md\n\n");
+}
+
+void bench_write_table(FILE *f, const bench_report *rep)
+{
+    print_header(f, rep);
+    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %10s %10s %10s %5s %8s %7s %6s %6s %8s %7s  %s\n", "op", "grid", "N",
+            "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak", "%bw",
+            "mhla/lin", "sm/mhla", "sum/mix/out %");
+    int estimated = 0;
+    for (size_t i = 0; i < rep->row_count; ++i) {
+        const bench_row *r = &rep->rows[i];
+        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], stages[48] = "";
+        bench_shape_label(&r->shape, grid, sizeof grid);
+        bench_blocks_label(r, blocks, sizeof blocks);
+        fprintf(f, "%-11s %-7s %6lld %5s %3lld %4lld %4lld ", bench_op_get(r->op)->name, grid,
+                (long long)bench_shape_n(&r->shape), blocks, (long long)r->shape.heads, (long long)r->shape.dk,
+                (long long)r->shape.dv);
+        if (r->status == BENCH_STATUS_OK) {
+            estimated |= r->ratio_mhla_linear_estimated | r->ratio_softmax_mhla_estimated;
+            const double *sm = r->stage_ms, sum = sm[0] + sm[1] + sm[2];
+            if (sum > 0) /* each stage's share of their sum (the total adds the gaps between them) */
+                snprintf(stages, sizeof stages, "%.0f/%.0f/%.0f", 100 * sm[0] / sum, 100 * sm[1] / sum,
+                         100 * sm[2] / sum);
+            char line[512];
+            snprintf(line, sizeof line, "%10s %10s %10s %5d %8s %7s %6s %6s %8s %7s  %-*s%s",
+                     num(a, sizeof a, "%.3f", r->ms_median, ""),
+                     num(b, sizeof b, "%.3f", r->ms_min, ""), num(c, sizeof c, "%.3f", r->ms_max, ""), r->iters,
+                     num(d, sizeof d, "%.2f", r->gflops, ""), num(e, sizeof e, "%.2f", r->gbps, ""),
+                     num(g, sizeof g, "%.1f%%", r->pct_peak_flops, ""), num(h, sizeof h, "%.1f%%", r->pct_peak_bw, ""),
+                     num(k, sizeof k, "%.3f", r->ratio_mhla_linear, r->ratio_mhla_linear_estimated ? "~" : ""),
+                     num(l, sizeof l, "%.2f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
+                     r->note[0] ? 14 : 0, stages, r->note);
+            for (size_t end = strlen(line); end > 0 && line[end - 1] == ' '; --end)
+                line[end - 1] = '\0'; /* no trailing blanks where the last columns are empty */
+            fprintf(f, "%s\n", line);
+        } else if (r->status == BENCH_STATUS_ESTIMATED) {
+            estimated = 1;
+            fprintf(f, "%10s  %s\n", num(a, sizeof a, "%.1f", r->ms_median, "~"), r->note);
+        } else {
+            fprintf(f, "%10s  %s\n", "-", r->note);
+        }
+    }
+    fprintf(f, "\nmhla/lin: MHLA time over linear attention's (same tokens and heads); sm/mhla: softmax time over "
+               "MHLA's;\nsum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times.\n");
+    if (estimated)
+        fprintf(f, "~ estimated, not measured: a row over its time budget (--max-row-s, --max-total-s) is scaled from "
+                   "a smaller N.\n");
+    fprintf(f, "total %.1f s\n", rep->wall_s);
+}
+
+/* A CSV field: quoted when it holds a comma, quote or newline. */
+static void csv_text(FILE *f, const char *s, int last)
+{
+    if (strpbrk(s, ",\"\n")) {
+        fputc('"', f);
+        for (; *s; ++s) {
+            if (*s == '"')
+                fputc('"', f);
+            fputc(*s, f);
+        }
+        fputc('"', f);
+    } else {
+        fputs(s, f);
+    }
+    fputc(last ? '\n' : ',', f);
+}
+
+static void csv_num(FILE *f, double x)
+{
+    if (isfinite(x))
+        fprintf(f, "%.10g,", x);
+    else
+        fputc(',', f);
+}
+
+int bench_write_csv(FILE *f, const bench_report *rep)
+{
+    fputs("device,vendor,driver_version,platform_version,opencl_c_version,library_version,peak_gflops,"
+          "peak_copy_gbps,target_ms,min_iters,max_iters,warmup,max_row_s,op,status,grid,n,batch,heads,seq_t,seq_h,"
+          "seq_w,block_t,block_h,block_w,m,dk,dv,layout,iters,ms_median,ms_min,ms_max,summary_ms,mixing_ms,output_ms,"
+          "flops,bytes,gflops,gbps,"
+          "pct_peak_flops,pct_peak_bw,ratio_mhla_linear,ratio_softmax_mhla,ratio_mhla_linear_estimated,"
+          "ratio_softmax_mhla_estimated,note\n",
+          f);
+    const bench_device *d = &rep->device;
+    for (size_t i = 0; i < rep->row_count; ++i) {
+        const bench_row *r = &rep->rows[i];
+        const bench_shape *s = &r->shape;
+        char grid[32];
+        bench_shape_label(s, grid, sizeof grid);
+        csv_text(f, d->name, 0);
+        csv_text(f, d->vendor, 0);
+        csv_text(f, d->driver, 0);
+        csv_text(f, d->platform_version, 0);
+        csv_text(f, d->opencl_c, 0);
+        csv_text(f, rep->library_version, 0);
+        csv_num(f, rep->peak.gflops);
+        csv_num(f, rep->peak.gbps);
+        csv_num(f, rep->opts.target_ms);
+        fprintf(f, "%d,%d,%d,", rep->opts.min_iters, rep->opts.max_iters, rep->opts.warmup);
+        csv_num(f, rep->opts.max_row_s);
+        fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%d,",
+                bench_op_get(r->op)->name, bench_status_name(r->status), grid, (long long)bench_shape_n(s),
+                (long long)s->batch, (long long)s->heads, (long long)s->t, (long long)s->h, (long long)s->w,
+                (long long)s->bt, (long long)s->bh, (long long)s->bw, (long long)bench_shape_m(s), (long long)s->dk,
+                (long long)s->dv, mhla_layout_name(s->layout), r->iters);
+        const double nums[] = {r->ms_median,   r->ms_min,      r->ms_max,      r->stage_ms[0], r->stage_ms[1],
+                               r->stage_ms[2], r->flops,       r->bytes,       r->gflops,      r->gbps,
+                               r->pct_peak_flops, r->pct_peak_bw, r->ratio_mhla_linear, r->ratio_softmax_mhla};
+        for (size_t j = 0; j < sizeof nums / sizeof nums[0]; ++j)
+            csv_num(f, r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED ? nums[j] : NAN);
+        fprintf(f, "%d,%d,", r->ratio_mhla_linear_estimated, r->ratio_softmax_mhla_estimated);
+        csv_text(f, r->note, 1);
+    }
+    return ferror(f) ? -1 : 0;
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Runs mhla-bench once on a tiny sweep and checks what it writes with independent readers
+(Python's json, csv and XML parsers): every requested row measured, figures consistent with each
+other, the CSV matching the JSON, a well-formed SVG with the three series, and --compare of the
+report with itself reading 1.
+
+    bench_smoke.py MHLA_BENCH
+"""
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit("bench_smoke: " + what)
+
+
+def main(bench):
+    tmp = tempfile.mkdtemp(prefix="mhla_bench_smoke")
+    js, cs, svg = (os.path.join(tmp, n) for n in ("r.json", "r.csv", "r.svg"))
+    args = [bench, "--n", "256,512", "--image", "16", "--heads", "2", "--dims", "32x16",
+            "--target-ms", "1", "--min-iters", "2", "--json", js, "--csv", cs, "--plot", svg]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    check(run.returncode == 0, "exit status %d\n%s%s" % (run.returncode, run.stdout, run.stderr))
+    check("median ms" in run.stdout and "softmax" in run.stdout, "no table on stdout:\n" + run.stdout)
+
+    rep = json.load(open(js))
+    check(rep["format"] == "mhla-bench 1", "format")
+    check(rep["device"]["name"] and rep["device"]["driver_version"], "device name/driver missing")
+    check(rep["library_version"].count(".") == 2, "library version")
+    check(rep["peak"]["gflops"] > 0 and rep["peak"]["copy_gbps"] > 0, "peak figures")
+    par = rep["parameters"]
+    check(par["target_ms"] == 1 and par["min_iters"] == 2 and par["n"] == [256, 512] and par["images"] == ["16x16"]
+          and par["heads"] == [2] and par["dims"] == ["32x16"] and par["m"] == [] and len(par["ops"]) == 5,
+          "parameters: %s" % par)
+    rows = rep["rows"]
+    # 1D: mhla, linear, softmax, mhla-causal, decode at two N; 2D: the first three.
+    check(len(rows) == 2 * 5 + 3, "%d rows" % len(rows))
+    for r in rows:
+        label = "%s n=%d" % (r["op"], r["n"])
+        check(r["heads"] == 2 and r["dk"] == 32 and r["dv"] == 16, label + ": sizes")
+        if r["op"] in ("mhla-causal", "decode"):
+            check(r["status"] == "n/a" and "causal" in r["note"], label + ": expected n/a")
+            continue
+        check(r["status"] == "ok", label + ": status " + r["status"] + " " + r["note"])
+        check(r["iters"] >= 2, label + ": iterations")
+        check(0 < r["ms_min"] <= r["ms_median"] <= r["ms_max"], label + ": min <= median <= max")
+        check(math.isclose(r["gflops"], r["flops"] / r["ms_median"] / 1e6, rel_tol=1e-6), label + ": GFLOP/s")
+        check(math.isclose(r["gbps"], r["bytes"] / r["ms_median"] / 1e6, rel_tol=1e-6), label + ": GB/s")
+        check(math.isclose(r["pct_peak_flops"], 100 * r["gflops"] / rep["peak"]["gflops"], rel_tol=1e-6),
+              label + ": % of peak")
+        stages = [r["summary_ms"], r["mixing_ms"], r["output_ms"]]
+        if r["op"] == "softmax":
+            check(stages == [None] * 3, label + ": softmax has no stages")
+        else:  # each stage timed by the library's markers; together about one forward
+            check(all(s is not None and s >= 0 for s in stages) and stages[0] > 0 and stages[2] > 0
+                  and sum(stages) <= 1.5 * r["ms_max"] + 1.0, label + ": stage times %s" % stages)
+        if r["op"] == "softmax":
+            check(math.isclose(r["flops"], 2 * 2 * r["n"] ** 2 * (32 + 16)), label + ": softmax flops")
+        else:
+            check(math.isclose(r["flops"], 4 * 2 * r["n"] * 32 * 16), label + ": linear-time flops")
+        if r["op"] == "mhla":
+            check(r["m"] == r["block_t"] * r["block_h"] * r["block_w"] and r["m"] * r["m"] <= r["n"],
+                  label + ": M")
+            lin = [x for x in rows if x["op"] == "linear" and x["n"] == r["n"] and x["seq_h"] == r["seq_h"]][0]
+            check(math.isclose(r["ratio_mhla_linear"], r["ms_median"] / lin["ms_median"], rel_tol=1e-6),
+                  label + ": mhla/linear ratio")
+            sm = [x for x in rows if x["op"] == "softmax" and x["n"] == r["n"] and x["seq_h"] == r["seq_h"]][0]
+            check(math.isclose(r["ratio_softmax_mhla"], sm["ms_median"] / r["ms_median"], rel_tol=1e-6),
+                  label + ": softmax/mhla ratio")
+    check([r["seq_h"] for r in rows if r["op"] == "mhla"] == [1, 1, 16], "2D row")
+
+    with open(cs, newline="") as f:
+        lines = list(csv.DictReader(f))
+    check(len(lines) == len(rows), "CSV has %d lines for %d rows" % (len(lines), len(rows)))
+    for line, r in zip(lines, rows):
+        check(line["op"] == r["op"] and int(line["n"]) == r["n"], "CSV row order")
+        check(line["device"] == rep["device"]["name"] and line["library_version"] == rep["library_version"],
+              "CSV device columns")
+        if r["status"] == "ok":
+            check(math.isclose(float(line["ms_median"]), r["ms_median"], rel_tol=1e-5), "CSV ms_median")
+
+    root = ET.parse(svg).getroot()
+    check(root.tag.endswith("svg"), "SVG root")
+    text = ET.tostring(root, encoding="unicode")
+    for color in ("#d62728", "#1f77b4", "#2ca02c"):  # mhla, linear, softmax
+        check(text.count("fill='%s'" % color) + text.count('fill="%s"' % color) >= 2, "SVG series " + color)
+    check(rep["device"]["name"] in text, "SVG title names the device")
+
+    cmp = subprocess.run([bench, "--compare", js, js], capture_output=True, text=True, timeout=60)
+    check(cmp.returncode == 0, "--compare failed: " + cmp.stderr)
+    check("9 rows in both" in cmp.stdout and "geometric mean B/A 1.000" in cmp.stdout,
+          "--compare output:\n" + cmp.stdout)
+    bad = subprocess.run([bench, "--compare", js, svg], capture_output=True, text=True, timeout=60)
+    check(bad.returncode == 1 and svg in bad.stderr, "--compare of a non-report must fail naming it")
+    print("bench_smoke: %d rows checked, peak %.1f GFLOP/s, %.1f GB/s" %
+          (len(rows), rep["peak"]["gflops"], rep["peak"]["copy_gbps"]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,378 @@
+/* mhla-bench's logic without a device: the rule for M, block grids for a given M, the crossover
+ * interpolation, the ratio columns, options, the JSON reader, and the JSON round trip that
+ * --compare relies on. */
+#include "bench.h"
+#include "json.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static bench_shape shape_1d(int64_t n)
+{
+    bench_shape s = {1, 8, n, 1, 1, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD};
+    return s;
+}
+
+static bench_shape shape_2d(int64_t h, int64_t w)
+{
+    bench_shape s = {1, 8, 1, h, w, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD};
+    return s;
+}
+
+/* The issue's targets pin the rule: N = 4096 -> M = 16, N = 16384 -> M = 64, and M^2 <= N. */
+static void test_default_m_rule(void **state)
+{
+    (void)state;
+    const int64_t n[] = {100, 256, 512, 1000, 1024, 2048, 4096, 16384, 65536, 131072, 262144};
+    const int64_t m[] = {1, 1, 2, 2, 4, 8, 16, 64, 256, 256, 512};
+    for (size_t i = 0; i < sizeof n / sizeof n[0]; ++i) {
+        bench_shape s = shape_1d(n[i]);
+        bench_default_blocks(&s);
+        if (bench_shape_m(&s) != m[i])
+            fail_msg("N=%lld: M=%lld, expected %lld", (long long)n[i], (long long)bench_shape_m(&s), (long long)m[i]);
+        assert_true(bench_shape_m(&s) * bench_shape_m(&s) <= n[i]);
+        assert_int_equal(n[i] % bench_shape_m(&s), 0);
+    }
+    /* Images get square block grids of 16x16-token blocks: 64x64 is forward_2d's 4x4. */
+    const int64_t side[][2] = {{32, 32}, {64, 64}, {128, 128}, {256, 256}, {48, 48}, {64, 32}, {30, 30}};
+    const int64_t grid[][2] = {{2, 2}, {4, 4}, {8, 8}, {16, 16}, {3, 3}, {2, 2}, {1, 1}};
+    for (size_t i = 0; i < sizeof side / sizeof side[0]; ++i) {
+        bench_shape s = shape_2d(side[i][0], side[i][1]);
+        bench_default_blocks(&s);
+        if (s.bh != grid[i][0] || s.bw != grid[i][1] || s.bt != 1)
+            fail_msg("%lldx%lld: blocks %lldx%lld", (long long)side[i][0], (long long)side[i][1], (long long)s.bh,
+                     (long long)s.bw);
+    }
+}
+
+static void test_blocks_for_m(void **state)
+{
+    (void)state;
+    bench_shape s = shape_1d(4096);
+    assert_true(bench_blocks_for_m(&s, 32));
+    assert_int_equal(s.bt, 32);
+    assert_false(bench_blocks_for_m(&s, 3));
+    assert_false(bench_blocks_for_m(&s, 0));
+    s = shape_2d(64, 64);
+    assert_true(bench_blocks_for_m(&s, 8));
+    assert_int_equal(s.bh * s.bw, 8);
+    assert_true(s.bh == 2 || s.bh == 4);
+    assert_true(bench_blocks_for_m(&s, 16));
+    assert_int_equal(s.bh, 4);
+    assert_int_equal(s.bw, 4);
+    assert_false(bench_blocks_for_m(&s, 7));
+    s = shape_2d(12, 20); /* 15 = 3 x 5 is the only way */
+    assert_true(bench_blocks_for_m(&s, 15));
+    assert_int_equal(s.bh, 3);
+    assert_int_equal(s.bw, 5);
+}
+
+/* t_a = N and t_b = N^2 / c cross at N = c; log-log interpolation is exact for power laws. */
+static void test_crossover(void **state)
+{
+    (void)state;
+    const double n[] = {1024, 2048, 4096, 8192, 16384};
+    double ta[5], tb[5], nx = 0.0;
+    for (int i = 0; i < 5; ++i)
+        ta[i] = n[i], tb[i] = n[i] * n[i] / 3000.0;
+    assert_true(bench_crossover(n, ta, tb, 5, &nx));
+    assert_true(fabs(nx - 3000.0) < 1e-6);
+    /* Swapped roles cross at the same N. */
+    assert_true(bench_crossover(n, tb, ta, 5, &nx));
+    assert_true(fabs(nx - 3000.0) < 1e-6);
+    /* Exactly equal at a point. */
+    tb[2] = ta[2];
+    assert_true(bench_crossover(n, ta, tb, 5, &nx));
+    assert_true(nx == 2048.0 || nx == 4096.0);
+    /* Never crossing, and points without a time skipped. */
+    for (int i = 0; i < 5; ++i)
+        tb[i] = 2.0 * ta[i];
+    assert_false(bench_crossover(n, ta, tb, 5, &nx));
+    const double tz[] = {0.0, 1.0, NAN, 4.0, 16.0}, tl[] = {1.0, 2.0, 4.0, 8.0, 8.0};
+    /* tz/tl: 1024 and 4096 skipped, 1/2 at 2048 and 8192, 2 at 16384: halfway (in log) from 8192. */
+    assert_true(bench_crossover(n, tl, tz, 5, &nx));
+    assert_true(fabs(nx - sqrt(8192.0 * 16384.0)) < 1e-6);
+}
+
+static bench_row timed_row(bench_op_id op, bench_shape s, double ms, bench_status status)
+{
+    bench_row r;
+    memset(&r, 0, sizeof r);
+    r.op = op;
+    r.shape = s;
+    r.status = status;
+    r.ms_median = r.ms_min = r.ms_max = ms;
+    r.stage_ms[0] = r.stage_ms[1] = r.stage_ms[2] = NAN;
+    r.iters = 3;
+    return r;
+}
+
+static void test_ratios_and_rates(void **state)
+{
+    (void)state;
+    bench_shape s = shape_1d(4096), mhla16 = s, mhla64 = s, other = shape_1d(1024);
+    assert_true(bench_blocks_for_m(&mhla16, 16));
+    assert_true(bench_blocks_for_m(&mhla64, 64));
+    bench_row rows[] = {
+        timed_row(BENCH_OP_MHLA, mhla16, 11.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_MHLA, mhla64, 12.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_LINEAR, s, 10.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_SOFTMAX, s, 330.0, BENCH_STATUS_ESTIMATED),
+        timed_row(BENCH_OP_MHLA, other, 3.0, BENCH_STATUS_OK),      /* no baselines at this N */
+        timed_row(BENCH_OP_LINEAR, other, 0.0, BENCH_STATUS_FAILED), /* not a time */
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    bench_fill_ratios(rows, n);
+    assert_true(fabs(rows[0].ratio_mhla_linear - 1.1) < 1e-12);
+    assert_true(fabs(rows[0].ratio_softmax_mhla - 30.0) < 1e-12);
+    assert_false(rows[0].ratio_mhla_linear_estimated);
+    assert_true(rows[0].ratio_softmax_mhla_estimated);
+    assert_true(fabs(rows[1].ratio_mhla_linear - 1.2) < 1e-12);
+    assert_true(isnan(rows[2].ratio_mhla_linear) && isnan(rows[3].ratio_softmax_mhla));
+    assert_true(isnan(rows[4].ratio_mhla_linear) && isnan(rows[4].ratio_softmax_mhla));
+
+    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3};
+    bench_fill_rates(rows, n, &peak);
+    const double flops = 4.0 * 8 * 4096 * 64 * 64;
+    assert_true(fabs(rows[2].flops - flops) < 1.0);
+    assert_true(fabs(rows[2].gflops - flops / 10e6) < 1e-9);
+    assert_true(fabs(rows[2].pct_peak_flops - rows[2].gflops) < 1e-9); /* peak 100 GFLOP/s */
+    assert_true(fabs(rows[3].flops - 2.0 * 8 * 4096.0 * 4096 * 128) < 1.0);
+    /* MHLA's bytes: q, k, v, out once plus four passes over the summaries and the mixing matrix. */
+    const double qkvo = 4.0 * 8 * 4096 * 256, summaries = 8.0 * 16 * 64 * 65;
+    assert_true(fabs(rows[0].bytes - (qkvo + 4.0 * (4.0 * summaries + 256.0))) < 1.0);
+    assert_true(fabs(rows[3].bytes - qkvo) < 1.0);
+    assert_true(isnan(rows[5].gflops));
+}
+
+/* A softmax row estimated from a smaller N as N^2, an MHLA row as N, and a first row without any
+ * measurement skipped only when even the device's peak is too slow for the row budget. */
+static void test_estimates(void **state)
+{
+    (void)state;
+    bench_options o;
+    char err[64];
+    char *argv[] = {"mhla-bench", "--warmup", "1", "--min-iters", "4"};
+    assert_int_equal(bench_options_parse(5, argv, &o, stdout, err, sizeof err), 0);
+    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3};
+    bench_shape s1k = shape_1d(1024), s4k = shape_1d(4096), s64k = shape_1d(65536);
+    const bench_row done[] = {timed_row(BENCH_OP_SOFTMAX, s1k, 10.0, BENCH_STATUS_OK),
+                              timed_row(BENCH_OP_SOFTMAX, s64k, 1.0, BENCH_STATUS_ESTIMATED), /* not a base */
+                              timed_row(BENCH_OP_MHLA, s1k, 30.0, BENCH_STATUS_OK)};
+    bench_row r = timed_row(BENCH_OP_SOFTMAX, s4k, 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 0.5, &r), 1); /* 5 x 160 ms > 0.5 s */
+    assert_int_equal(r.status, BENCH_STATUS_ESTIMATED);
+    assert_true(fabs(r.ms_median - 160.0) < 1e-9);
+    assert_non_null(strstr(r.note, "N=1024"));
+    r = timed_row(BENCH_OP_MHLA, s4k, 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 0.5, &r), 1); /* 5 x 120 ms > 0.5 s */
+    assert_true(fabs(r.ms_median - 120.0) < 1e-9);
+    r = timed_row(BENCH_OP_MHLA, s4k, 0.0, BENCH_STATUS_OK); /* 5 x 160 ms and 5 x 120 ms fit in 1 s */
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 1.0, &r), 0);
+    r = timed_row(BENCH_OP_SOFTMAX, s4k, 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 1.0, &r), 0);
+    /* No measured softmax below 64k in done[1..]: the peak bound, 2*8*65536^2*128 flops at 100 GFLOP/s. */
+    r = timed_row(BENCH_OP_SOFTMAX, s64k, 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done + 1, 2, 1.0, &r), 1);
+    assert_int_equal(r.status, BENCH_STATUS_SKIPPED);
+    r = timed_row(BENCH_OP_SOFTMAX, s1k, 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done + 1, 2, 1.0, &r), 0);
+    /* Nothing left of the sweep's time: even a short row is estimated. */
+    r = timed_row(BENCH_OP_MHLA, s1k, 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 0.0, &r), 1);
+    assert_true(fabs(r.ms_median - 30.0) < 1e-9);
+}
+
+static void test_options(void **state)
+{
+    (void)state;
+    bench_options o;
+    char err[256];
+    char *quick[] = {"mhla-bench", "--quick", "--json", "x.json"};
+    assert_int_equal(bench_options_parse(4, quick, &o, stdout, err, sizeof err), 0);
+    assert_true(o.quick);
+    assert_int_equal(o.n_count, 3);
+    assert_int_equal(o.n[2], 16384);
+    assert_int_equal(o.image_count, 1);
+    assert_string_equal(o.json_path, "x.json");
+    char *only_n[] = {"mhla-bench", "--n", "256,512", "--dims", "64x32,80", "--ops", "softmax,mhla", "--target-ms", "1"};
+    assert_int_equal(bench_options_parse(9, only_n, &o, stdout, err, sizeof err), 0);
+    assert_int_equal(o.n_count, 2);
+    assert_int_equal(o.image_count, 0); /* --n alone drops the image sweep */
+    assert_int_equal(o.dk[0], 64);
+    assert_int_equal(o.dv[0], 32);
+    assert_int_equal(o.dk[1], 80);
+    assert_int_equal(o.dv[1], 80);
+    assert_int_equal(o.ops, (1u << BENCH_OP_SOFTMAX) | (1u << BENCH_OP_MHLA));
+    assert_true(o.target_ms == 1.0);
+    char *image[] = {"mhla-bench", "--image", "64x48", "--n", "none"};
+    assert_int_equal(bench_options_parse(5, image, &o, stdout, err, sizeof err), 0);
+    assert_int_equal(o.n_count, 0);
+    assert_int_equal(o.image_h[0], 64);
+    assert_int_equal(o.image_w[0], 48);
+    char *bad[][3] = {{"mhla-bench", "--n", "0"},         {"mhla-bench", "--ops", "flash"},
+                      {"mhla-bench", "--heads", "none"},  {"mhla-bench", "--target-ms", "x"},
+                      {"mhla-bench", "--bogus", "1"},     {"mhla-bench", "--layout", "nhwc"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        err[0] = '\0';
+        assert_int_equal(bench_options_parse(3, bad[i], &o, stdout, err, sizeof err), -1);
+        assert_true(strlen(err) > 0);
+    }
+    char *missing[] = {"mhla-bench", "--json"};
+    assert_int_equal(bench_options_parse(2, missing, &o, stdout, err, sizeof err), -1);
+}
+
+static void test_json_reader(void **state)
+{
+    (void)state;
+    char err[128];
+    json_value *v = json_parse(" {\"a\": [1, -2.5e3, true, null], \"s\": \"x\\\"\\u00e9\\n\", \"o\": {}} ", err,
+                               sizeof err);
+    assert_non_null(v);
+    const json_value *a = json_get(v, "a");
+    assert_int_equal(a->type, JSON_ARRAY);
+    assert_int_equal(a->count, 4);
+    assert_true(json_number(&a->items[1], 0) == -2500.0);
+    assert_int_equal(a->items[2].type, JSON_BOOL);
+    assert_true(isnan(json_number(&a->items[3], NAN)));
+    assert_string_equal(json_string(json_get(v, "s"), ""), "x\"\xc3\xa9\n");
+    assert_int_equal(json_get(v, "o")->count, 0);
+    assert_null(json_get(v, "missing"));
+    json_free(v);
+    const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "{\"a\":1} x", "\"abc", "[1 2]", "nul"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        err[0] = '\0';
+        assert_null(json_parse(bad[i], err, sizeof err));
+        assert_true(strlen(err) > 0);
+    }
+}
+
+static void sample_report(bench_report *rep, bench_row *rows, double scale)
+{
+    memset(rep, 0, sizeof *rep);
+    snprintf(rep->library_version, sizeof rep->library_version, "0.1.0");
+    snprintf(rep->started, sizeof rep->started, "2025-01-01T00:00:00Z");
+    snprintf(rep->command, sizeof rep->command, "mhla-bench --n 4096 --json \"a b\".json");
+    snprintf(rep->device.name, sizeof rep->device.name, "Device \"X\", rev 2");
+    snprintf(rep->device.driver, sizeof rep->device.driver, "1.2\\3");
+    rep->device.compute_units = 2;
+    rep->device.max_alloc = 1ull << 40;
+    rep->peak = (bench_peak){123.5, 120, 125, 16, 15.25, 14, 16, 134217728.0, 5};
+    char err[64];
+    char *argv[] = {"mhla-bench", "--quick", "--seed", "7", "--max-row-s", "8"};
+    assert_int_equal(bench_options_parse(6, argv, &rep->opts, stdout, err, sizeof err), 0);
+    bench_shape s = shape_1d(4096), m16 = s, img = shape_2d(64, 64);
+    assert_true(bench_blocks_for_m(&m16, 16));
+    bench_default_blocks(&img);
+    rows[0] = timed_row(BENCH_OP_MHLA, m16, 11.0 * scale, BENCH_STATUS_OK);
+    rows[0].stage_ms[0] = 6.5, rows[0].stage_ms[1] = 0.25, rows[0].stage_ms[2] = 4.0;
+    rows[1] = timed_row(BENCH_OP_LINEAR, s, 10.0 * scale, BENCH_STATUS_OK);
+    rows[2] = timed_row(BENCH_OP_SOFTMAX, s, 330.0 * scale, BENCH_STATUS_ESTIMATED);
+    rows[2].ms_min = rows[2].ms_max = NAN;
+    snprintf(rows[2].note, sizeof rows[2].note, "estimated from N=1024, \"quoted\"");
+    rows[3] = timed_row(BENCH_OP_MHLA_CAUSAL, s, 0.0, BENCH_STATUS_NA);
+    rows[4] = timed_row(BENCH_OP_MHLA, img, 12.0 * scale, BENCH_STATUS_OK);
+    rows[4].shape.layout = MHLA_LAYOUT_BHND;
+    rep->rows = rows;
+    rep->row_count = 5;
+    bench_fill_rates(rows, 5, &rep->peak);
+    bench_fill_ratios(rows, 5);
+}
+
+static void write_report(const bench_report *rep, char *path)
+{
+    strcpy(path, "/tmp/mhla_bench_testXXXXXX");
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_int_equal(bench_write_json(f, rep), 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_json_round_trip(void **state)
+{
+    (void)state;
+    bench_report rep, back;
+    bench_row rows[5];
+    char path[64], err[256];
+    sample_report(&rep, rows, 1.0);
+    write_report(&rep, path);
+    assert_int_equal(bench_read_json(path, &back, err, sizeof err), 0);
+    unlink(path);
+    assert_string_equal(back.device.name, rep.device.name);
+    assert_string_equal(back.device.driver, rep.device.driver);
+    assert_string_equal(back.command, rep.command);
+    assert_true(back.device.max_alloc == rep.device.max_alloc);
+    assert_true(back.peak.gflops == rep.peak.gflops && back.peak.vector_width == 16);
+    assert_true(back.opts.target_ms == 150 && back.opts.min_iters == 3 && back.opts.seed == 7);
+    assert_true(back.opts.max_row_s == 8 && back.opts.quick == 1 && back.opts.batch == 1);
+    assert_int_equal(back.row_count, 5);
+    for (size_t i = 0; i < 5; ++i) {
+        const bench_row *a = &rows[i], *b = &back.rows[i];
+        assert_true(bench_row_same_case(a, b));
+        assert_int_equal(a->status, b->status);
+        assert_string_equal(a->note, b->note);
+        assert_int_equal(a->iters, b->iters);
+        const double pairs[][2] = {{a->ms_median, b->ms_median},
+                                   {a->ms_min, b->ms_min},
+                                   {a->gflops, b->gflops},
+                                   {a->ratio_mhla_linear, b->ratio_mhla_linear},
+                                   {a->stage_ms[0], b->stage_ms[0]},
+                                   {a->stage_ms[2], b->stage_ms[2]},
+                                   {a->ratio_softmax_mhla, b->ratio_softmax_mhla}};
+        for (size_t j = 0; j < sizeof pairs / sizeof pairs[0]; ++j)
+            assert_true((isnan(pairs[j][0]) && isnan(pairs[j][1])) ||
+                        fabs(pairs[j][0] - pairs[j][1]) <= 1e-9 * fabs(pairs[j][0]));
+    }
+    assert_int_equal(back.rows[4].shape.layout, MHLA_LAYOUT_BHND);
+    assert_int_equal(back.rows[4].shape.bh, 4);
+    bench_report_free(&back);
+    assert_int_equal(bench_read_json("/nonexistent/x.json", &back, err, sizeof err), -1);
+}
+
+/* --compare of a run against one twice as slow: every shared timed row reads 2. */
+static void test_compare(void **state)
+{
+    (void)state;
+    bench_report a, b;
+    bench_row rows_a[5], rows_b[5];
+    char path_a[64], path_b[64], err[256], *text = NULL;
+    size_t len = 0;
+    sample_report(&a, rows_a, 1.0);
+    sample_report(&b, rows_b, 2.0);
+    rows_b[4].shape.layout = MHLA_LAYOUT_BNHD; /* no longer the same case */
+    write_report(&a, path_a);
+    write_report(&b, path_b);
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    assert_int_equal(bench_compare(path_a, path_b, out, err, sizeof err), 0);
+    fclose(out);
+    unlink(path_a);
+    unlink(path_b);
+    assert_non_null(strstr(text, "3 rows in both"));
+    assert_non_null(strstr(text, "mhla        geometric mean B/A 2.000 over 1 measured rows"));
+    assert_non_null(strstr(text, "linear      geometric mean B/A 2.000"));
+    assert_non_null(strstr(text, "~  2.000")); /* the estimated softmax row, marked */
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_m_rule), cmocka_unit_test(test_blocks_for_m),
+        cmocka_unit_test(test_crossover),      cmocka_unit_test(test_ratios_and_rates),
+        cmocka_unit_test(test_estimates),
+        cmocka_unit_test(test_options),        cmocka_unit_test(test_json_reader),
+        cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_compare),
+    };
+    return cmocka_run_group_tests_name("bench", tests, NULL, NULL);
+}
