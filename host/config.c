@@ -41,14 +41,7 @@ void mhla_config_init_causal(mhla_config *cfg)
 
 size_t mhla__dtype_size(mhla_dtype dtype) { return dtype == MHLA_DTYPE_F32 ? 4 : 2; }
 
-#define CHECK(cond, code, ...)                                                                      \
-    do {                                                                                            \
-        if (!(cond)) {                                                                              \
-            if (msg && msg_size)                                                                    \
-                snprintf(msg, msg_size, __VA_ARGS__);                                               \
-            return (code);                                                                          \
-        }                                                                                           \
-    } while (0)
+#define CHECK MHLA_CHECK_MSG
 
 /* Multiplies non-negative sizes, reporting overflow past `limit`. */
 static int mul_ok(int64_t a, int64_t b, int64_t limit, int64_t *out)
@@ -84,6 +77,8 @@ mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, cha
           "unknown dtype %d (expected 0..2)", (int)cfg->dtype);
     CHECK(cfg->causal == 0 || cfg->causal == 1, MHLA_ERR_INVALID_ARGUMENT, "causal must be 0 or 1, got %d",
           cfg->causal);
+    CHECK(cfg->causal || cfg->varlen == 0, MHLA_ERR_INVALID_ARGUMENT,
+          "varlen = %d needs causal mode (variable-length batches are causal only)", cfg->varlen);
     CHECK(isfinite(cfg->feature_eps) && cfg->feature_eps >= 0.0f, MHLA_ERR_INVALID_ARGUMENT,
           "feature_eps must be finite and >= 0, got %g", (double)cfg->feature_eps);
     CHECK(isfinite(cfg->eps) && cfg->eps >= 0.0f, MHLA_ERR_INVALID_ARGUMENT, "eps must be finite and >= 0, got %g",
@@ -137,19 +132,27 @@ mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, cha
         CHECK(cfg->chunk >= 1, MHLA_ERR_INVALID_SHAPE, "chunk must be >= 1, got %lld", (long long)cfg->chunk);
         CHECK(cfg->mixing_rows >= 0, MHLA_ERR_INVALID_SHAPE, "mixing_rows must be >= 0, got %lld",
               (long long)cfg->mixing_rows);
+        CHECK(cfg->normalizer != MHLA_NORMALIZER_OFFICIAL, MHLA_ERR_UNSUPPORTED,
+              "the official normalizer is defined for block grids only; causal mode takes none or paper");
+        CHECK(cfg->varlen == 0 || cfg->varlen == 1, MHLA_ERR_INVALID_ARGUMENT, "varlen must be 0 or 1, got %d",
+              cfg->varlen);
+        CHECK(!cfg->varlen || cfg->batch == 1, MHLA_ERR_INVALID_SHAPE,
+              "varlen packs the sequences along the token axis: batch must be 1, got %lld", (long long)cfg->batch);
         sh.m = (n + cfg->chunk - 1) / cfg->chunk;
-        sh.nb = cfg->chunk;
-        sh.pt = cfg->chunk;
+        sh.nb = cfg->chunk < n ? cfg->chunk : n;
+        sh.pt = sh.nb;
         sh.ph = sh.pw = 1;
-        if (cfg->mixing_rows != 0)
+        /* Packed sequences are checked one by one against C * rows(Mc) when a call names them. */
+        if (cfg->mixing_rows != 0 && !cfg->varlen)
             CHECK(cfg->mixing_rows >= sh.m, MHLA_ERR_SEQUENCE_TOO_LONG,
                   "sequence of %lld tokens is longer than chunk * rows(Mc) = %lld * %lld = %lld", (long long)n,
                   (long long)cfg->chunk, (long long)cfg->mixing_rows, (long long)(cfg->chunk * cfg->mixing_rows));
         CHECK(cfg->mixing_rows <= 1 << 20, MHLA_ERR_INVALID_SHAPE, "mixing_rows = %lld is implausibly large",
               (long long)cfg->mixing_rows);
     }
-    /* The causal form arrives with its issue. */
-    CHECK(!cfg->causal, MHLA_ERR_UNSUPPORTED, "causal mode is not supported yet");
+    /* The causal kernels are f32 only (f16/bf16 storage is the non-causal kernels'). */
+    CHECK(!cfg->causal || cfg->dtype == MHLA_DTYPE_F32, MHLA_ERR_UNSUPPORTED,
+          "causal mode supports f32 storage only, got dtype %s", mhla_dtype_name(cfg->dtype));
     if (shape)
         *shape = sh;
     return MHLA_OK;

@@ -1,10 +1,10 @@
 /* mhla_forward: argument checks, then the three stages enqueued back to back on the context's
  * queue; and mhla_forward_host, the blocking host-pointer convenience around it. */
-#include "internal.h"
+#include "causal.h"
 
 #include <stdio.h>
 
-static const char *tensor_name(mhla_tensor t)
+const char *mhla__tensor_name(mhla_tensor t)
 {
     static const char *names[] = {"q", "k", "v", "out", "mixing"};
     return names[t];
@@ -27,25 +27,70 @@ static void describe(const mhla_plan *plan, mhla_tensor t, char *buf, size_t siz
                  (long long)c->heads, d, mhla_dtype_name(c->dtype));
 }
 
-static mhla_status check_buffer(mhla_plan *plan, cl_mem buf, mhla_tensor t)
+mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
+                            const char *shape)
+{
+    mhla_status st = MHLA_OK;
+    size_t size = 0;
+    cl_context owner = NULL;
+
+    MHLA_FAIL_IF(st, !buf, ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL", fn, name);
+    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
+    MHLA_FAIL_IF(st, err != CL_SUCCESS, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "%s: %s is not a valid cl_mem (clGetMemObjectInfo: %s)", fn, name, mhla__cl_error_name(err));
+    err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    MHLA_FAIL_IF(st, err != CL_SUCCESS || owner != ctx->cl, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "%s: %s buffer belongs to another cl_context", fn, name);
+    MHLA_FAIL_IF(st, size < need, ctx, MHLA_ERR_BUFFER_TOO_SMALL, "%s: %s buffer holds %zu bytes; %s needs %zu", fn,
+                 name, size, shape, need);
+cleanup:
+    return st;
+}
+
+mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,
+                             cl_uint num_wait, const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    const cl_mem out = bufs[MHLA_TENSOR_OUT];
+    MHLA_FAIL_IF(st, out == bufs[MHLA_TENSOR_Q] || out == bufs[MHLA_TENSOR_K] || out == bufs[MHLA_TENSOR_V] ||
+                         (with_mixing && out == bufs[MHLA_TENSOR_MIXING]),
+                 ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: out must not be the same buffer as q, k, v or mixing", fn);
+    MHLA_FAIL_IF(st, (num_wait > 0) != (wait != NULL), ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "%s: wait list of %u events with %s pointer", fn, (unsigned)num_wait, wait ? "a" : "a NULL");
+cleanup:
+    return st;
+}
+
+mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
+                                const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    char shape[160];
+    /* A softmax plan has no mixing matrix: its argument is ignored. */
+    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
+        describe(plan, (mhla_tensor)t, shape, sizeof shape);
+        MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(plan->ctx, fn, mhla__tensor_name((mhla_tensor)t), bufs[t],
+                                                  mhla_plan_tensor_bytes(plan, (mhla_tensor)t), shape));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__check_call(plan->ctx, fn, bufs, !plan->softmax, num_wait, wait));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    size_t size = 0, need = mhla_plan_tensor_bytes(plan, t);
-    cl_context owner = NULL;
-    char shape[160];
-
-    MHLA_FAIL_IF(st, !buf, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: %s buffer is NULL", tensor_name(t));
-    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
-    MHLA_FAIL_IF(st, err != CL_SUCCESS, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_forward: %s is not a valid cl_mem (clGetMemObjectInfo: %s)", tensor_name(t),
-                 mhla__cl_error_name(err));
-    err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
-    MHLA_FAIL_IF(st, err != CL_SUCCESS || owner != ctx->cl, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_forward: %s buffer belongs to another cl_context", tensor_name(t));
-    describe(plan, t, shape, sizeof shape);
-    MHLA_FAIL_IF(st, size < need, ctx, MHLA_ERR_BUFFER_TOO_SMALL,
-                 "mhla_forward: %s buffer holds %zu bytes; %s needs %zu", tensor_name(t), size, shape, need);
+    /* The first marker waits for the caller's events, so the summary stage needs no wait list of
+     * its own when markers are on. */
+    if (ctx->profiling) {
+        if (plan->marks[0])
+            clReleaseEvent(plan->marks[0]);
+        plan->marks[0] = NULL;
+        MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, num_wait, wait, &plan->marks[0]),
+                    "clEnqueueMarkerWithWaitList");
+    }
 cleanup:
     return st;
 }
@@ -59,28 +104,17 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: plan is NULL");
     ctx = plan->ctx;
     const cl_mem bufs[] = {q, k, v, out, mixing};
-    /* A softmax plan has no mixing matrix: its argument is ignored. */
-    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
-    for (int t = MHLA_TENSOR_Q; t <= last; ++t)
-        MHLA_FORWARD_IF_ERROR(st, check_buffer(plan, bufs[t], (mhla_tensor)t));
-    MHLA_FAIL_IF(st, out == q || out == k || out == v || (!plan->softmax && out == mixing), ctx,
-                 MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: out must not be the same buffer as q, k, v or mixing");
-    MHLA_FAIL_IF(st, (num_wait > 0) != (wait != NULL), ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_forward: wait list of %u events with %s pointer", (unsigned)num_wait, wait ? "a" : "a NULL");
+    MHLA_FORWARD_IF_ERROR(st, mhla__forward_check(plan, "mhla_forward", bufs, num_wait, wait));
     if (plan->softmax) {
         MHLA_FORWARD_IF_ERROR(st, mhla__softmax_enqueue(plan, q, k, v, out, num_wait, wait, done));
         goto cleanup;
     }
-
-    /* The first marker waits for the caller's events, so the summary stage needs no wait list of
-     * its own when markers are on. */
-    if (ctx->profiling) {
-        if (plan->marks[0])
-            clReleaseEvent(plan->marks[0]);
-        plan->marks[0] = NULL;
-        MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, num_wait, wait, &plan->marks[0]),
-                    "clEnqueueMarkerWithWaitList");
+    MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
+    if (plan->cfg.causal) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));
+        goto cleanup;
     }
+
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
@@ -97,25 +131,25 @@ cleanup:
     return st;
 }
 
-mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v, const float *mixing,
-                              void *out)
+mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, const void *k, const void *v,
+                               const float *mixing, void *out, const int32_t *cu_seqlens, size_t num_seqs)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = NULL;
     int enqueued = 0;
 
-    MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward_host: plan is NULL");
+    MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
     ctx = plan->ctx;
     const void *inputs[] = {q, k, v, NULL, mixing};
     const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING; /* softmax: no mixing */
     for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], ctx, MHLA_ERR_INVALID_ARGUMENT,
-                     "mhla_forward_host: %s pointer is NULL", tensor_name((mhla_tensor)t));
+                     "%s: %s pointer is NULL", fn, mhla__tensor_name((mhla_tensor)t));
     for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
         if (plan->stage[t])
             continue;
         char what[64];
-        snprintf(what, sizeof what, "the host-copy buffer for %s", tensor_name((mhla_tensor)t));
+        snprintf(what, sizeof what, "the host-copy buffer for %s", mhla__tensor_name((mhla_tensor)t));
         MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, t == MHLA_TENSOR_OUT ? CL_MEM_WRITE_ONLY : CL_MEM_READ_ONLY,
                                                       mhla_plan_tensor_bytes(plan, (mhla_tensor)t), what,
                                                       &plan->stage[t]));
@@ -127,22 +161,33 @@ mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, con
         MHLA_CL_TRY(st, ctx,
                     clEnqueueWriteBuffer(ctx->queue, plan->stage[t], CL_FALSE, 0,
                                          mhla_plan_tensor_bytes(plan, (mhla_tensor)t), inputs[t], 0, NULL, NULL),
-                    "clEnqueueWriteBuffer (mhla_forward_host input)");
+                    "clEnqueueWriteBuffer (host input)");
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, mhla_forward(plan, plan->stage[MHLA_TENSOR_Q], plan->stage[MHLA_TENSOR_K],
-                                           plan->stage[MHLA_TENSOR_V], plan->stage[MHLA_TENSOR_MIXING],
-                                           plan->stage[MHLA_TENSOR_OUT], 0, NULL, NULL));
+    cl_mem *sb = plan->stage;
+    if (cu_seqlens)
+        MHLA_FORWARD_IF_ERROR(st, mhla_forward_varlen(plan, sb[MHLA_TENSOR_Q], sb[MHLA_TENSOR_K], sb[MHLA_TENSOR_V],
+                                                      sb[MHLA_TENSOR_MIXING], cu_seqlens, num_seqs,
+                                                      sb[MHLA_TENSOR_OUT], 0, NULL, NULL));
+    else
+        MHLA_FORWARD_IF_ERROR(st, mhla_forward(plan, sb[MHLA_TENSOR_Q], sb[MHLA_TENSOR_K], sb[MHLA_TENSOR_V],
+                                               sb[MHLA_TENSOR_MIXING], sb[MHLA_TENSOR_OUT], 0, NULL, NULL));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_CL_TRY(st, ctx,
                 clEnqueueReadBuffer(ctx->queue, plan->stage[MHLA_TENSOR_OUT], CL_TRUE, 0,
                                     mhla_plan_tensor_bytes(plan, MHLA_TENSOR_OUT), out, 0, NULL, NULL),
-                "clEnqueueReadBuffer (mhla_forward_host output)");
+                "clEnqueueReadBuffer (host output)");
 cleanup:
     /* Non-blocking writes may still read the caller's arrays: never return before they are done. */
     if (st != MHLA_OK && enqueued)
         clFinish(ctx->queue);
     return st;
+}
+
+mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v, const float *mixing,
+                              void *out)
+{
+    return mhla__forward_host(plan, "mhla_forward_host", q, k, v, mixing, out, NULL, 0);
 }
 
 mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define MHLA_MESSAGE_MAX 16384 /* room for a kernel build log of a few hundred lines */
 
@@ -42,6 +43,17 @@ const char *mhla__cl_error_name(cl_int err);
         if (mhla_cl_err_ != CL_SUCCESS) {                                                           \
             (st) = mhla__fail_cl((ctx), mhla_cl_err_, (what), __FILE__, __LINE__);                  \
             goto cleanup;                                                                           \
+        }                                                                                           \
+    } while (0)
+
+/* For validators that own nothing and record nothing (config, cu_seqlens): on failure formats the
+ * reason into the caller's (msg, msg_size) when given and returns `code` at once. */
+#define MHLA_CHECK_MSG(cond, code, ...)                                                             \
+    do {                                                                                            \
+        if (!(cond)) {                                                                              \
+            if (msg && msg_size)                                                                    \
+                snprintf(msg, msg_size, __VA_ARGS__);                                               \
+            return (code);                                                                          \
         }                                                                                           \
     } while (0)
 
@@ -241,6 +253,7 @@ struct mhla_plan {
     cl_mem stage[5];
     /* profiling queues: markers at the start and after each stage of the last forward */
     cl_event marks[4];
+    struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (host/causal.c) */
 };
 
 /* Fills plan->grid from plan->cfg and plan->shape. */
@@ -269,11 +282,38 @@ mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
 mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
                                 cl_mem *out);
 
+/* Argument checks shared by every entry point that takes device buffers (host/forward.c); `fn`
+ * names the public call in messages. A buffer: not NULL, of ctx's cl_context, >= need bytes
+ * (`shape` describes what needs them). */
+mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
+                            const char *shape);
+/* bufs indexed by mhla_tensor: out aliasing no input (mixing only when with_mixing), and a
+ * consistent wait list. */
+mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,
+                             cl_uint num_wait, const cl_event *wait);
+/* On a profiling queue, marks[0] of the plan: a marker that waits for the caller's events, the
+ * start of mhla_plan_stage_times()' span. */
+mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl_event *wait);
+/* Both, for the plan's tensors. */
+mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
+                                const cl_event *wait);
+/* "q", "k", "v", "out", "mixing". */
+const char *mhla__tensor_name(mhla_tensor t);
+/* mhla_forward_host() and mhla_forward_varlen_host() (cu_seqlens != NULL): stage, run, read back. */
+mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, const void *k, const void *v,
+                               const float *mixing, void *out, const int32_t *cu_seqlens, size_t num_seqs);
+
 /* Runs CLBlast's row-major C[m x n] = A[m x k] * B[k x n] on the context's queue. */
 mhla_status mhla__sgemm(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off,
                         cl_mem b, size_t b_off, cl_mem c, size_t c_off, cl_mem temp, cl_event *ev);
 /* CLBlast's temporary-buffer size for that GEMM. */
 mhla_status mhla__sgemm_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t *bytes);
+/* The general form: leading dimensions of its own for A, B and C, and C = A * B + beta * C. */
+mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda,
+                           cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
+                           cl_mem temp, cl_event *ev);
+mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                                      size_t ldc, size_t *bytes);
 
 /* Formats into a fixed buffer, never overflowing; returns buf. */
 char *mhla__fmt(char *buf, size_t size, const char *fmt, ...)

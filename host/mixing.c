@@ -6,13 +6,14 @@
 
 #include <clblast_c.h>
 
-mhla_status mhla__sgemm_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t *bytes)
+mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                                      size_t ldc, size_t *bytes)
 {
     mhla_status st = MHLA_OK;
     cl_command_queue queue = ctx->queue;
     size_t size = 0;
     CLBlastStatusCode s = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
-                                                     m, n, k, 0, k, 0, n, 0, n, &queue, &size);
+                                                     m, n, k, 0, lda, 0, ldb, 0, ldc, &queue, &size);
     if (s != CLBlastSuccess) {
         st = mhla__fail_blas(ctx, s, "CLBlastSGemmTempBufferSize", __FILE__, __LINE__);
         goto cleanup;
@@ -22,21 +23,33 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__sgemm(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, cl_mem b,
-                        size_t b_off, cl_mem c, size_t c_off, cl_mem temp, cl_event *ev)
+mhla_status mhla__sgemm_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t *bytes)
+{
+    return mhla__sgemm_ld_temp_bytes(ctx, m, n, k, k, n, n, bytes);
+}
+
+mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda,
+                           cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
+                           cl_mem temp, cl_event *ev)
 {
     mhla_status st = MHLA_OK;
     cl_command_queue queue = ctx->queue;
     CLBlastStatusCode s;
     if (temp)
         s = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
-                                       a, a_off, k, b, b_off, n, 0.0f, c, c_off, n, &queue, ev, temp);
+                                       a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, &queue, ev, temp);
     else
-        s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f, a, a_off, k,
-                         b, b_off, n, 0.0f, c, c_off, n, &queue, ev);
+        s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f, a, a_off, lda,
+                         b, b_off, ldb, beta, c, c_off, ldc, &queue, ev);
     if (s != CLBlastSuccess)
-        st = mhla__fail_blas(ctx, s, "CLBlastSgemm (mixing)", __FILE__, __LINE__);
+        st = mhla__fail_blas(ctx, s, "CLBlastSgemm", __FILE__, __LINE__);
     return st;
+}
+
+mhla_status mhla__sgemm(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, cl_mem b,
+                        size_t b_off, cl_mem c, size_t c_off, cl_mem temp, cl_event *ev)
+{
+    return mhla__sgemm_ld(ctx, m, n, k, a, a_off, k, b, b_off, n, 0.0f, c, c_off, n, temp, ev);
 }
 
 /* Columns of the two GEMMs' right-hand sides. */

@@ -1,8 +1,9 @@
 /* The double-precision reference: SPEC.md's formulas evaluated directly, one batch and head at a
- * time, for clarity rather than speed. Every kernel is tested against it. */
+ * time (one sequence at a time in causal mode), for clarity rather than speed. Every kernel is
+ * tested against it. */
 #include "mhla_reference.h"
 
-#include "internal.h"
+#include "causal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -42,22 +43,134 @@ static int64_t token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, 
     return (f * c->seq_h + y) * c->seq_w + x;
 }
 
+/* Causal MHLA (SPEC.md "Causal MHLA"), chunk form, for one sequence: batch element b, head h,
+ * tokens t0 .. t0+len-1 of tensors of n tokens, chunked from t0. Mc is R x R (R = mixing_rows);
+ * only Mc[i][j <= i] is read. */
+static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, int64_t h, int64_t t0, int64_t len,
+                                   const float *q, const float *k, const float *v, const float *mixing, double *out)
+{
+    if (len == 0)
+        return MHLA_OK; /* an empty sequence of a packed batch */
+    mhla_status st = MHLA_OK;
+    const int64_t C = c->chunk, M = (len + C - 1) / C, R = c->mixing_rows, Dk = c->dk, Dv = c->dv;
+    const double scale = c->scale, feps = c->feature_eps;
+    const int paper = c->normalizer == MHLA_NORMALIZER_PAPER;
+    double *S = calloc((size_t)(M * Dk * Dv), sizeof *S), *z = calloc((size_t)(M * Dk), sizeof *z);
+    double *P = calloc((size_t)(Dk * Dv), sizeof *P), *zP = calloc((size_t)Dk, sizeof *zP);
+    double *qt = calloc((size_t)Dk, sizeof *qt), *num = calloc((size_t)Dv, sizeof *num);
+    MHLA_FAIL_IF(st, !S || !z || !P || !zP || !qt || !num, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                 "mhla_reference_forward: out of host memory");
+#define KT(s, d) feature(k[offset(c, n, b, t0 + (s), h, (d), Dk)], c->feature_map, feps)
+    /* S_j = sum_{s in chunk j} k~_s v_s^T, z_j = sum k~_s. */
+    for (int64_t s = 0; s < len; ++s)
+        for (int64_t d = 0; d < Dk; ++d) {
+            const double kd = KT(s, d);
+            z[(s / C) * Dk + d] += kd;
+            for (int64_t e = 0; e < Dv; ++e)
+                S[((s / C) * Dk + d) * Dv + e] += kd * v[offset(c, n, b, t0 + s, h, e, Dv)];
+        }
+    for (int64_t i = 0; i < M; ++i) {
+        /* P_i = sum_{j<i} Mc[i,j] S_j (and z likewise). */
+        memset(P, 0, (size_t)(Dk * Dv) * sizeof *P);
+        memset(zP, 0, (size_t)Dk * sizeof *zP);
+        for (int64_t j = 0; j < i; ++j) {
+            const double w = mixing[i * R + j];
+            for (int64_t x = 0; x < Dk * Dv; ++x)
+                P[x] += w * S[j * Dk * Dv + x];
+            for (int64_t d = 0; d < Dk; ++d)
+                zP[d] += w * z[j * Dk + d];
+        }
+        const double mii = mixing[i * R + i];
+        const int64_t end = (i + 1) * C < len ? (i + 1) * C : len;
+        for (int64_t t = i * C; t < end; ++t) {
+            double den_inter = 0.0, den_intra = 0.0;
+            for (int64_t d = 0; d < Dk; ++d) {
+                qt[d] = scale * feature(q[offset(c, n, b, t0 + t, h, d, Dk)], c->feature_map, feps);
+                den_inter += qt[d] * zP[d];
+            }
+            for (int64_t e = 0; e < Dv; ++e) {
+                num[e] = 0.0;
+                for (int64_t d = 0; d < Dk; ++d)
+                    num[e] += qt[d] * P[d * Dv + e];
+            }
+            /* Mc[i,i] * sum_{s in chunk i, s <= t} (q~_t . k~_s) v_s, as a separate sum. */
+            double intra[MHLA_MAX_HEAD_DIM] = {0};
+            for (int64_t s = i * C; s <= t; ++s) {
+                double a = 0.0;
+                for (int64_t d = 0; d < Dk; ++d)
+                    a += qt[d] * KT(s, d);
+                den_intra += a;
+                for (int64_t e = 0; e < Dv; ++e)
+                    intra[e] += a * v[offset(c, n, b, t0 + s, h, e, Dv)];
+            }
+            const double den = paper ? den_inter + mii * den_intra + c->eps : 1.0;
+            for (int64_t e = 0; e < Dv; ++e)
+                out[offset(c, n, b, t0 + t, h, e, Dv)] = (num[e] + mii * intra[e]) / den;
+        }
+    }
+#undef KT
+cleanup:
+    free(S), free(z), free(P), free(zP), free(qt), free(num);
+    return st;
+}
+
+/* The checks every reference entry point starts with: pointers, then the plan's validation, then
+ * the defaults resolved into *cfg. */
+static mhla_status prepare(const char *fn, const mhla_config *cfg_in, const float *q, const float *k, const float *v,
+                           const float *mixing, const double *out, mhla_config *cfg, mhla_shape *s)
+{
+    mhla_status st = MHLA_OK;
+    char msg[512];
+    MHLA_FAIL_IF(st, !cfg_in, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
+    MHLA_FAIL_IF(st, !q || !k || !v || !mixing || !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: a tensor pointer is NULL",
+                 fn);
+    st = mhla__config_validate(cfg_in, s, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "%s", msg);
+    *cfg = *cfg_in;
+    mhla__config_resolve(cfg);
+cleanup:
+    return st;
+}
+
+mhla_status mhla_reference_forward_varlen(const mhla_config *cfg_in, const float *q, const float *k, const float *v,
+                                          const float *mixing, const int32_t *cu_seqlens, size_t num_seqs,
+                                          double *out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_config cfg;
+    mhla_shape s;
+    char msg[512];
+    MHLA_FORWARD_IF_ERROR(st, prepare("mhla_reference_forward_varlen", cfg_in, q, k, v, mixing, out, &cfg, &s));
+    MHLA_FAIL_IF(st, !cfg.varlen, NULL, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_reference_forward_varlen: the config is not varlen (causal = 1, varlen = 1)");
+    st = mhla__cu_seqlens_check(cu_seqlens, num_seqs, s.n, cfg.chunk, cfg.mixing_rows, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "mhla_reference_forward_varlen: %s", msg);
+    for (size_t q_i = 0; q_i < num_seqs; ++q_i)
+        for (int64_t h = 0; h < cfg.heads; ++h)
+            MHLA_FORWARD_IF_ERROR(st, causal_sequence(&cfg, s.n, 0, h, cu_seqlens[q_i],
+                                                      (int64_t)cu_seqlens[q_i + 1] - cu_seqlens[q_i], q, k, v, mixing,
+                                                      out));
+cleanup:
+    return st;
+}
+
 mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, const float *k, const float *v,
                                    const float *mixing, double *out)
 {
     mhla_status st = MHLA_OK;
     mhla_config cfg;
     mhla_shape s;
-    char msg[512];
     double *S = NULL, *Smix = NULL, *qt = NULL, *dots = NULL;
 
-    MHLA_FAIL_IF(st, !cfg_in, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_reference_forward: config is NULL");
-    MHLA_FAIL_IF(st, !q || !k || !v || !mixing || !out, NULL, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_reference_forward: a tensor pointer is NULL");
-    st = mhla__config_validate(cfg_in, &s, msg, sizeof msg);
-    MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "%s", msg);
-    cfg = *cfg_in;
-    mhla__config_resolve(&cfg);
+    MHLA_FORWARD_IF_ERROR(st, prepare("mhla_reference_forward", cfg_in, q, k, v, mixing, out, &cfg, &s));
+    if (cfg.causal) {
+        MHLA_FAIL_IF(st, cfg.varlen, NULL, MHLA_ERR_INVALID_ARGUMENT,
+                     "mhla_reference_forward: a varlen config needs mhla_reference_forward_varlen()");
+        for (int64_t b = 0; b < cfg.batch; ++b)
+            for (int64_t h = 0; h < cfg.heads; ++h)
+                MHLA_FORWARD_IF_ERROR(st, causal_sequence(&cfg, s.n, b, h, 0, s.n, q, k, v, mixing, out));
+        goto cleanup;
+    }
 
     const int64_t M = s.m, Nb = s.nb, N = s.n, Dk = cfg.dk, Dv = cfg.dv, C = Dv + 1;
     const double scale = cfg.scale, feps = cfg.feature_eps, eps = cfg.eps;

@@ -221,6 +221,9 @@ typedef struct mhla_config {
     int causal;          /* 0: non-causal MHLA over the block grid; 1: chunkwise causal (1D) */
     int64_t chunk;       /* causal: chunk size C; default 64 */
     int64_t mixing_rows; /* causal: rows of the square Mc given (>= ceil(N/C)); 0 = ceil(N/C) */
+    int varlen;          /* causal: 1 = seq_t is the total of variable-length sequences packed along
+                            the token axis (batch 1), run with mhla_forward_varlen(); the limit
+                            C * mixing_rows then applies to each sequence, checked per call */
 } mhla_config;
 
 /*! mhla_config_init() : non-causal defaults (released vision/video code): BNHD, relu-eps with
@@ -229,13 +232,16 @@ typedef struct mhla_config {
 void mhla_config_init(mhla_config *cfg);
 
 /*! mhla_config_init_causal() : causal defaults (released language-model code): as above but
- * causal = 1, relu, scale Dk^-0.5 (0 = default), normalizer none, chunk 64. NULL is ignored. */
+ * causal = 1, relu, scale Dk^-0.5 (0 = default), normalizer none, chunk 64, varlen 0.
+ * Causal mode takes the normalizers `none` and `paper` (`official` is defined for block grids
+ * only) and a 1D grid (N, 1, 1); the block grid fields are ignored. NULL is ignored. */
 void mhla_config_init_causal(mhla_config *cfg);
 
 /*! mhla_config_check() :
  * Validates a configuration without a device (what mhla_plan_create() checks first).
  * @msg, @msg_size: optional buffer receiving the explanation on failure (may be NULL/0).
- * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, MHLA_ERR_INVALID_SHAPE or MHLA_ERR_UNSUPPORTED. */
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, MHLA_ERR_INVALID_SHAPE, MHLA_ERR_UNSUPPORTED, or
+ *         MHLA_ERR_SEQUENCE_TOO_LONG (causal, not varlen: N > chunk * mixing_rows). */
 mhla_status mhla_config_check(const mhla_config *cfg, char *msg, size_t msg_size);
 
 /* Largest head dimension (Dk or Dv) the kernels are built for. */
@@ -259,15 +265,19 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
 void mhla_plan_destroy(mhla_plan *plan);
 
 /*! mhla_plan_workspace_size() : bytes of device memory the plan owns for intermediate results
- * (block summaries and their mixtures: O(B*H*M*Dk*Dv)); 0 for NULL. Host staging buffers of
- * mhla_forward_host() are allocated on its first call and not counted here. */
+ * (block summaries and their mixtures: O(B*H*M*Dk*Dv); causal plans: chunk summaries and prefix
+ * mixtures, grown by a varlen call that needs more chunks); 0 for NULL. Host staging buffers of
+ * mhla_forward_host() and CLBlast's temporary buffer of the causal prefix GEMMs are allocated on
+ * first use and not counted here. */
 size_t mhla_plan_workspace_size(const mhla_plan *plan);
 
 /*! mhla_plan_config() : the plan's configuration with defaults resolved (scale, mixing_rows);
  * NULL for NULL. Owned by the plan. */
 const mhla_config *mhla_plan_config(const mhla_plan *plan);
 
-/* Device time of each stage of one forward pass, in milliseconds (OpenCL profiling events). */
+/* Device time of each stage of one forward pass, in milliseconds (OpenCL profiling events).
+ * Causal plans (mhla_forward and mhla_forward_varlen): the chunk summaries, the prefix mixtures
+ * (kernel and CLBlast SGEMMs) and the output with the masked intra-chunk part. */
 typedef struct mhla_stage_times {
     double summary_ms; /* block summaries (and their reduction when blocks are split) */
     double mixing_ms;  /* the mixing GEMM(s), and the official normalizer's dot products */
@@ -276,7 +286,8 @@ typedef struct mhla_stage_times {
 } mhla_stage_times;
 
 /*! mhla_plan_stage_times() :
- * Reports the stage times of the plan's most recent mhla_forward()/mhla_forward_host(), waiting
+ * Reports the stage times of the plan's most recent mhla_forward()/mhla_forward_host() (or
+ * mhla_forward_varlen()/_host()), waiting
  * for it to finish if needed. The stage boundaries are marker events the forward enqueues when the
  * context's queue has CL_QUEUE_PROFILING_ENABLE (contexts made by mhla_context_create() do).
  * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile or for a softmax plan
@@ -310,6 +321,15 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
  * row-major (Mc[i][b]), out like v. `out` must not be q, k, v or mixing. Each buffer's
  * CL_MEM_SIZE is checked against mhla_plan_tensor_bytes(). A softmax plan
  * (mhla_softmax_plan_create()) runs its one kernel instead and ignores `mixing` (may be NULL).
+ * Causal plans (cfg.causal = 1, varlen 0) run the chunk form of SPEC.md "Causal MHLA" instead:
+ * per-chunk summaries, the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j (one kernel launch over
+ * all chunks; on GPUs each row's earlier blocks of 32 chunks go to CLBlast SGEMMs; only the
+ * strictly lower triangle of Mc and only earlier chunks are read), and the output (q~ P_i plus Mc[i,i]
+ * times the masked intra-chunk attention). `mixing` is then mixing_rows x mixing_rows
+ * (row-major) of which only the lower triangle of the leading ceil(N/C) x ceil(N/C) block is
+ * read: entries above the diagonal may hold anything, NaN included. Each batch element is one
+ * sequence. Varlen plans are refused (use mhla_forward_varlen()). An output depends only on its
+ * own and earlier tokens, NaN and Inf included.
  * @num_wait, @wait: events the first stage waits for (may be 0/NULL).
  * @done: if not NULL, receives an event that completes with the output (caller releases it).
  * Nothing waits for the device: the call returns once the work is enqueued. The plan's
@@ -325,6 +345,161 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
  * the mixing matrix is always float. No pointer may be NULL, except `mixing` for a softmax plan. */
 mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
                               const float *mixing, void *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Variable-length causal batches (SPEC.md "Causal MHLA", variable length)                      */
+/* ------------------------------------------------------------------------------------------ */
+/* A varlen plan (cfg.causal = 1, cfg.varlen = 1, batch 1, seq_t = total) runs S sequences packed
+ * along the token axis: q, k [1,total,H,Dk], v, out [1,total,H,Dv] (or BHND [1,H,total,D]), with
+ * sequence s at tokens cu_seqlens[s] .. cu_seqlens[s+1]-1. Each sequence is chunked from its own
+ * start, reads the leading block of the shared Mc, and never sees another sequence's tokens.
+ *
+ * cu_seqlens (S + 1 int32 offsets, S >= 1) is a host array: the host needs the offsets anyway to
+ * validate them and to lay out the chunks, and taking them from the host keeps the call free of
+ * a blocking read-back (an application holding them on the device reads them back itself, one
+ * small blocking clEnqueueReadBuffer). Rules, each failure naming the index and the values:
+ *   cu_seqlens[0] == 0; cu_seqlens[s] <= cu_seqlens[s+1] (non-decreasing: an empty sequence is
+ *   accepted and produces no tokens, as in packed serving batches); cu_seqlens[S] == total;
+ *   every sequence at most chunk * mixing_rows tokens (MHLA_ERR_SEQUENCE_TOO_LONG).
+ * Bad offsets give MHLA_ERR_INVALID_ARGUMENT. A call may need more chunk workspace than the plan
+ * holds (at most one chunk per token); it is then grown, and kept for the next calls. */
+
+/*! mhla_forward_varlen() :
+ * Enqueues the causal chunk form over a packed batch; otherwise as mhla_forward() (buffers
+ * checked against the plan's total, events, nothing waits for the device). The offsets are read
+ * during the call only. Thread-safety: as mhla_forward().
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (plan not varlen, bad offsets, NULL),
+ *         MHLA_ERR_SEQUENCE_TOO_LONG, MHLA_ERR_BUFFER_TOO_SMALL, or a device failure. */
+mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                const int32_t *cu_seqlens, size_t num_seqs, cl_mem out,
+                                cl_uint num_wait, const cl_event *wait, cl_event *done);
+
+/*! mhla_forward_varlen_host() :
+ * Host-pointer convenience around mhla_forward_varlen(), like mhla_forward_host(): blocks until
+ * `out` is written. No pointer may be NULL. */
+mhla_status mhla_forward_varlen_host(mhla_plan *plan, const float *q, const float *k,
+                                     const float *v, const float *mixing,
+                                     const int32_t *cu_seqlens, size_t num_seqs, float *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Streaming causal decoder (SPEC.md "Causal MHLA", recurrent form)                             */
+/* ------------------------------------------------------------------------------------------ */
+/* A decoder holds, on the device, the summaries of the finished chunks S_0..S_{i-1}, the running
+ * summary of the current chunk i, and its prefix mixture P_i. A step costs O(B*H*Dk*Dv) whatever
+ * the context length; when a step starts chunk i it first builds P_i from Mc's row i
+ * (O(i*B*H*Dk*Dv), once per chunk). Its outputs equal the chunk form's (mhla_forward on a causal
+ * plan) to rounding. Thread-safety: one thread at a time per decoder, as for its context. */
+typedef struct mhla_decoder mhla_decoder;
+
+/*! mhla_decoder_create() :
+ * @cfg: a causal configuration (cfg.causal = 1, varlen 0, f32): batch, heads, dk, dv, chunk,
+ *   feature map, feature_eps, scale (0 = Dk^-0.5), normalizer (none or paper), eps, layout (of
+ *   the multi-token tensors of prefill and the host calls). seq_t/seq_h/seq_w and the block grid
+ *   are ignored. mixing_rows: rows of the Mc the calls pass; 0 = ceil(capacity / chunk).
+ * @capacity_tokens: the most tokens the decoder will hold (>= 1, <= chunk * mixing_rows, else
+ *   MHLA_ERR_SEQUENCE_TOO_LONG naming both); its state takes ceil(capacity / chunk) summaries of
+ *   B*H*Dk*(Dv + 1 for paper) floats on the device, plus one prefix mixture; a prefill adds up to
+ *   64 more (its chunk path runs 64 chunks at a time), allocated on first use and kept.
+ * @out: receives the handle, NULL on failure.
+ * @return MHLA_OK, a validation status, MHLA_ERR_BUILD_FAILED, MHLA_ERR_OUT_OF_DEVICE_MEMORY. */
+mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg, int64_t capacity_tokens,
+                                mhla_decoder **out);
+
+/*! mhla_decoder_destroy() : releases the decoder's device state. Accepts NULL. Work enqueued
+ * with it must have completed (or the queue be finished) before its context is destroyed. */
+void mhla_decoder_destroy(mhla_decoder *dec);
+
+/*! mhla_decoder_reset() : back to position 0 (an empty context), without device work.
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL. */
+mhla_status mhla_decoder_reset(mhla_decoder *dec);
+
+/*! mhla_decoder_position() : tokens consumed so far (the next token's index); -1 for NULL.
+ *  mhla_decoder_capacity() : capacity_tokens of mhla_decoder_create(); -1 for NULL.
+ *  mhla_decoder_config() : the configuration with defaults resolved (scale, mixing_rows); NULL for
+ *  NULL; owned by the decoder. */
+int64_t mhla_decoder_position(const mhla_decoder *dec);
+int64_t mhla_decoder_capacity(const mhla_decoder *dec);
+const mhla_config *mhla_decoder_config(const mhla_decoder *dec);
+
+/*! mhla_decoder_tensor_bytes() : bytes a buffer for `tensor` needs for a call on `n_tokens`
+ * tokens (q, k: B*n*H*Dk floats; v, out: B*n*H*Dv; mixing: mixing_rows^2, whatever n);
+ * 0 for NULL, unknown tensor or n_tokens < 1. */
+size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, int64_t n_tokens);
+
+/*! mhla_decoder_step() :
+ * Enqueues one token for every batch element and head: q, k [B,H,Dk], v, out [B,H,Dv] float32
+ * (for one token both layouts are this), mixing as in mhla_decoder_create(); at a chunk start it
+ * first builds P_i from Mc[i, 0..i-1]; Mc[i,i] is read every step. Pass the same Mc each call.
+ * Events and buffer checks as in mhla_forward(); nothing waits for the device.
+ * @return MHLA_OK; MHLA_ERR_CAPACITY_EXCEEDED (the message names the position and the capacity;
+ *         the decoder is unchanged); a buffer or device failure. */
+mhla_status mhla_decoder_step(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                              cl_mem out, cl_uint num_wait, const cl_event *wait, cl_event *done);
+
+/*! mhla_decoder_prefill() :
+ * Consumes n_tokens tokens at once: q, k [B,n,H,Dk], v, out [B,n,H,Dv] (or BHND), continuing at
+ * the current position (a prompt at 0, or more context later). Tokens up to the next chunk
+ * boundary go through the recurrent step; the whole chunks after it (and a partial last one) go
+ * through the chunk path (summaries straight into the decoder's state, prefix mixtures, masked
+ * intra-chunk output). Steps may follow. Same checks, events and errors as mhla_decoder_step(). */
+mhla_status mhla_decoder_prefill(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                 cl_mem out, int64_t n_tokens, cl_uint num_wait,
+                                 const cl_event *wait, cl_event *done);
+
+/*! mhla_decoder_step_host() / mhla_decoder_prefill_host() :
+ * Host-pointer conveniences: q, k [B,n,H,Dk], v, out [B,n,H,Dv] (or BHND) float arrays, mixing
+ * mixing_rows^2 floats. step_host runs n_tokens steps, one token after the other (the recurrent
+ * form over a whole sequence, what `mhla run --recurrent` does); prefill_host runs
+ * mhla_decoder_prefill(). Both copy the inputs once, block until `out` is written, and refuse
+ * (unchanged decoder) a call that would pass the capacity. No pointer may be NULL. */
+mhla_status mhla_decoder_step_host(mhla_decoder *dec, const float *q, const float *k,
+                                   const float *v, const float *mixing, float *out,
+                                   int64_t n_tokens);
+mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const float *q, const float *k,
+                                      const float *v, const float *mixing, float *out,
+                                      int64_t n_tokens);
+
+/* Decoder state (save a session, fork a sequence): host byte order, little or big endian as
+ * written, float32 IEEE-754. W = batch*heads*dk*SC floats per summary, SC = dv + 1 for the paper
+ * normalizer, dv for none; a summary is S as [batch*heads][dk][dv] (batch-major, then head), then,
+ * for the paper normalizer only, the key sums z as [batch*heads][dk].
+ *   offset size  field
+ *   0      8     magic "MHLADEC\0"
+ *   8      4     uint32 format version (1)
+ *   12     4     uint32 header bytes (128)
+ *   16     4     uint32 byte-order mark 0x01020304 (as written by the saving machine)
+ *   20     4     int32 feature map           24  4  float feature_eps
+ *   28     4     int32 normalizer            32  8  int64 batch
+ *   40     8     int64 heads                 48  8  int64 dk
+ *   56     8     int64 dv                    64  8  int64 chunk C
+ *   72     8     int64 SC                    80  8  int64 position n (tokens consumed)
+ *   88     8     int64 summaries stored: ceil(n / C)
+ *   96     32    zero (reserved)
+ *   128    ...   S_0 .. S_{i-1}, the finished chunks, then, when n % C != 0, the running summary
+ *                of chunk i = n / C (all ceil(n / C) summaries, W floats each, in chunk order);
+ *   then         when n % C != 0, the prefix mixture P_i (W floats). At n % C == 0 the next step
+ *                builds P_i from Mc, so it is not stored.
+ * The state does not hold Mc: restore with the Mc the session was run with. */
+
+/*! mhla_decoder_state_size() : bytes of the state at the current position; 0 for NULL. */
+size_t mhla_decoder_state_size(const mhla_decoder *dec);
+
+/*! mhla_decoder_state_read() :
+ * Copies the state into `buf` (mhla_decoder_state_size() bytes). Blocks until the device copy is
+ * done (work enqueued before it is waited for).
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL), MHLA_ERR_BUFFER_TOO_SMALL, a device failure. */
+mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size);
+
+/*! mhla_decoder_state_write() :
+ * Restores a state read from a decoder of the same batch, heads, dk, dv, chunk, feature map,
+ * feature_eps and normalizer (capacity, mixing_rows, scale, eps and layout may differ); blocks
+ * until it is on the device. The position becomes the state's.
+ * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT (bad magic, version, byte order, header, a config
+ *         field that differs, named with both values; size larger than the header says);
+ *         MHLA_ERR_BUFFER_TOO_SMALL (truncated); MHLA_ERR_CAPACITY_EXCEEDED (the state's position
+ *         is past this decoder's capacity); a device failure. A state that fails validation
+ *         leaves the decoder unchanged; after a device failure its state is undefined (reset it). */
+mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Softmax attention: the baseline MHLA is measured against (SPEC.md "Softmax attention")       */

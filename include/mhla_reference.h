@@ -18,6 +18,20 @@ extern "C" {
 mhla_status mhla_reference_forward(const mhla_config *cfg, const float *q, const float *k,
                                    const float *v, const float *mixing, double *out);
 
+/*! mhla_reference_forward() handles causal configs too (cfg.causal = 1, varlen 0): the chunk form
+ * of SPEC.md "Causal MHLA", each batch element one sequence, mixing mixing_rows x mixing_rows
+ * (only Mc[i][j <= i] read). */
+
+/*! mhla_reference_forward_varlen() :
+ * The causal reference over a packed batch (cfg.causal = 1, varlen = 1, batch 1, seq_t = total):
+ * each sequence cu_seqlens[s] .. cu_seqlens[s+1]-1 chunked from its own start, as
+ * mhla_forward_varlen() computes it, with the same cu_seqlens rules and messages.
+ * @return MHLA_OK, a validation status (explained in mhla_last_message()), or
+ *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
+mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const float *q, const float *k,
+                                          const float *v, const float *mixing,
+                                          const int32_t *cu_seqlens, size_t num_seqs, double *out);
+
 /*! mhla_reference_softmax() :
  * Softmax attention (SPEC.md "Softmax attention") in double precision on the host, what
  * mhla_softmax_plan_create() plans compute: o_t = sum_s softmax_s(scale * q_t . k_s) v_s over all

@@ -3,22 +3,7 @@
  * segments whose partial summaries summary_reduce adds in a fixed order (no atomics: the result
  * is bit-identical run to run). */
 #include "common.h"
-
-#ifndef SUM_RD
-#define SUM_RD 8 /* key rows d per work-item, loaded as one vector; divides DK */
-#endif
-#ifndef SUM_VE
-#define SUM_VE 16 /* vector width along the value columns e; divides DV */
-#endif
-#ifndef SUM_NV
-#define SUM_NV 2 /* value vectors per work-item; SUM_VE * SUM_NV divides DV */
-#endif
-#ifndef SUM_CHUNK
-#define SUM_CHUNK 32 /* tokens summed before folding into the total: float error grows ~ Nb/32 + 32 */
-#endif
-#define SUM_COLS (SUM_VE * SUM_NV)
-#define SUM_NE (DV / SUM_COLS) /* column tiles */
-#define SUM_ND (DK / SUM_RD)   /* row tiles */
+#include "tiles.h"
 
 /* global: (SUM_ND*SUM_NE rounded up, M*splits, B*H). Work-item (row tile, column tile) of segment
  * `split` of block `blk` accumulates a SUM_RD x SUM_COLS register tile over the segment's tokens;
@@ -62,24 +47,8 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
         while (p0 < p1) {
             const int len = min(g.run - p0 % g.run, p1 - p0);
             const int t0 = token_of(g, blk, p0);
-            global const STORE_T *kp = kbase + t0 * kstride;
-            global const STORE_T *vp = vbase + t0 * vstride;
-            for (int i = 0; i < len; ++i, kp += kstride, vp += vstride) {
-                const VEC(SUM_RD) x = LOADN(SUM_RD, 0, kp);
-                const VEC(SUM_RD) kv = FEATURE_V(SUM_RD, x, feature_eps);
-                float kd[SUM_RD];
-                VSTOREN(SUM_RD, kv, 0, kd);
-                zpart += kv;
-                VEC(SUM_VE) vv[SUM_NV];
-                #pragma unroll
-                for (int j = 0; j < SUM_NV; ++j)
-                    vv[j] = LOADN(SUM_VE, 0, vp + j * SUM_VE);
-                #pragma unroll
-                for (int r = 0; r < SUM_RD; ++r)
-                    #pragma unroll
-                    for (int j = 0; j < SUM_NV; ++j)
-                        part[r][j] += kd[r] * vv[j];
-            }
+            summary_tile_run(kbase + t0 * kstride, vbase + t0 * vstride, kstride, vstride, len, feature_eps, part,
+                             &zpart);
             p0 += len;
         }
         #pragma unroll

@@ -2,21 +2,7 @@
  * normalizer (paper, official or none), fused. Also the per-token dot products the official
  * normalizer mixes (q~ at position p of block b with z_b). */
 #include "common.h"
-
-#ifndef OUT_RT
-#define OUT_RT 4 /* tokens per work-item */
-#endif
-#ifndef OUT_VE
-#define OUT_VE 16 /* vector width along the output columns; divides DV */
-#endif
-#ifndef OUT_NV
-#define OUT_NV 2 /* output vectors per token per work-item; OUT_VE * OUT_NV divides DV */
-#endif
-#ifndef OUT_DC
-#define OUT_DC 8 /* key dimensions per step: q~ is loaded and mapped OUT_DC at a time; divides DK */
-#endif
-#define OUT_COLS (OUT_VE * OUT_NV)
-#define OUT_NE (DV / OUT_COLS)
+#include "tiles.h"
 
 /* global: (OUT_NE rounded up, M*ceil(Nb/OUT_RT), B*H). Work-item (column tile, token group) keeps
  * an OUT_RT x OUT_COLS register tile; every token of the group reads the same summary rows, and
@@ -51,29 +37,7 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
         if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
             walk_next(g, &w);
     }
-    for (int d0 = 0; d0 < DK; d0 += OUT_DC) {
-        float qt[OUT_RT][OUT_DC]; /* q~ of this step, for each token */
-        const VEC(OUT_DC) zv = VLOADN(OUT_DC, 0, z + d0);
-        #pragma unroll
-        for (int r = 0; r < OUT_RT; ++r) {
-            const VEC(OUT_DC) x = LOADN(OUT_DC, 0, qrow[r] + d0);
-            const VEC(OUT_DC) fx = scale * FEATURE_V(OUT_DC, x, feature_eps);
-            dsum[r] += fx * zv;
-            VSTOREN(OUT_DC, fx, 0, qt[r]);
-        }
-        #pragma unroll
-        for (int dd = 0; dd < OUT_DC; ++dd) {
-            VEC(OUT_VE) sv[OUT_NV];
-            #pragma unroll
-            for (int j = 0; j < OUT_NV; ++j)
-                sv[j] = VLOADN(OUT_VE, 0, s + (long)(d0 + dd) * DV + j * OUT_VE);
-            #pragma unroll
-            for (int r = 0; r < OUT_RT; ++r)
-                #pragma unroll
-                for (int j = 0; j < OUT_NV; ++j)
-                    acc[r][j] += qt[r][dd] * sv[j];
-        }
-    }
+    READOUT_TILE(qrow, s, z, scale, feature_eps, acc, dsum);
     for (int r = 0; r < OUT_RT && p0 + r < g.nb; ++r) {
 #if NORMALIZER == 0
         float dn[OUT_DC];

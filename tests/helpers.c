@@ -5,7 +5,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -28,6 +30,48 @@ mhla_context *test_context(void)
     return ctx;
 }
 
+int user_event_gates_hang(mhla_context *ctx)
+{
+    return strncmp(mhla_context_device_name(ctx), "basic-", 6) == 0;
+}
+
+int context_setup(void **state)
+{
+    *state = test_context();
+    return *state ? 0 : -1;
+}
+
+int context_teardown(void **state)
+{
+    mhla_context_destroy(*state);
+    return 0;
+}
+
+void set_odd_tiling(void)
+{
+    setenv("MHLA_TUNING", TEST_ODD_TUNING, 1);
+    setenv("MHLA_CAUSAL_TILING", TEST_ODD_TILING, 1);
+}
+
+int unset_tiling(void **state)
+{
+    (void)state;
+    unsetenv("MHLA_TUNING");
+    unsetenv("MHLA_CAUSAL_TILING");
+    return 0;
+}
+
+void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status want, const char *text)
+{
+    mhla_plan *plan = (mhla_plan *)0x1;
+    mhla_status st = mhla_plan_create(ctx, cfg, &plan);
+    if (st != want)
+        fail_msg("expected %s, got %s: %s", mhla_status_name(want), mhla_status_name(st), mhla_context_message(ctx));
+    assert_null(plan);
+    assert_message_has(ctx, text);
+    assert_string_equal(mhla_last_message(), mhla_context_message(ctx));
+}
+
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv)
 {
     mhla_config cfg;
@@ -39,6 +83,99 @@ mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_
     cfg.dk = dk;
     cfg.dv = dv;
     return cfg;
+}
+
+mhla_config config_causal(int64_t batch, int64_t heads, int64_t n, int64_t chunk, int64_t dk, int64_t dv)
+{
+    mhla_config cfg;
+    mhla_config_init_causal(&cfg);
+    cfg.batch = batch;
+    cfg.heads = heads;
+    cfg.seq_t = n;
+    cfg.chunk = chunk;
+    cfg.dk = dk;
+    cfg.dv = dv;
+    return cfg;
+}
+
+/* Moves n tokens between a tensor of N tokens (at t0) and one of n tokens, either direction. */
+static void copy_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n,
+                        float *dst, int to_small)
+{
+    const int64_t B = cfg->batch, H = cfg->heads;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t t = 0; t < n; ++t) {
+                size_t big, small;
+                if (cfg->layout == MHLA_LAYOUT_BHND) {
+                    big = (size_t)(((b * H + h) * N + t0 + t) * D);
+                    small = (size_t)(((b * H + h) * n + t) * D);
+                } else {
+                    big = (size_t)(((b * N + t0 + t) * H + h) * D);
+                    small = (size_t)(((b * n + t) * H + h) * D);
+                }
+                if (to_small)
+                    memcpy(dst + small, src + big, (size_t)D * sizeof *dst);
+                else
+                    memcpy(dst + big, src + small, (size_t)D * sizeof *dst);
+            }
+}
+
+void slice_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst)
+{
+    copy_tokens(cfg, N, D, src, t0, n, dst, 1);
+}
+
+void place_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst)
+{
+    copy_tokens(cfg, N, D, src, t0, n, dst, 0);
+}
+
+void test_inputs_free(test_inputs *in)
+{
+    free(in->q), free(in->k), free(in->v), free(in->mix);
+    memset(in, 0, sizeof *in);
+}
+
+mhla_status test_inputs_make(const mhla_config *cfg, mhla_init_kind init, uint32_t seed, test_inputs *in)
+{
+    mhla_status st = MHLA_OK;
+    memset(in, 0, sizeof *in);
+    in->nq = mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q);
+    in->nv = mhla_config_tensor_elems(cfg, MHLA_TENSOR_V);
+    in->nm = mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING);
+    in->q = malloc(in->nq * sizeof(float)), in->k = malloc(in->nq * sizeof(float));
+    in->v = malloc(in->nv * sizeof(float)), in->mix = malloc(in->nm * sizeof(float));
+    if (!in->q || !in->k || !in->v || !in->mix || in->nq == 0) {
+        test_inputs_free(in);
+        return MHLA_ERR_OUT_OF_HOST_MEMORY;
+    }
+    const float lo = cfg->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
+    fill_uniform(in->q, in->nq, seed * 3 + 1, lo, 1.0f);
+    fill_uniform(in->k, in->nq, seed * 3 + 2, lo, 1.0f);
+    fill_uniform(in->v, in->nv, seed * 3 + 3, -1.0f, 1.0f);
+    if (cfg->causal) {
+        in->rows = 1;
+        while ((size_t)(in->rows * in->rows) < in->nm)
+            ++in->rows;
+    } else {
+        in->rows = cfg->block_t * cfg->block_h * cfg->block_w;
+    }
+    if (init == TEST_INIT_RANDOM) /* signed weights would leave a denominator near 0 */
+        fill_uniform(in->mix, in->nm, seed * 3 + 4, cfg->normalizer == MHLA_NORMALIZER_NONE ? -0.5f : 0.05f, 1.0f);
+    else if (cfg->causal)
+        st = mhla_mixing_init(init, NULL, in->rows, 1, 1, in->mix, in->nm);
+    else
+        st = mhla_mixing_init(init, NULL, cfg->block_t, cfg->block_h, cfg->block_w, in->mix, in->nm);
+    if (st != MHLA_OK) {
+        test_inputs_free(in);
+        return st;
+    }
+    if (cfg->causal)
+        for (int64_t i = 0; i < in->rows; ++i)
+            for (int64_t j = i + 1; j < in->rows; ++j)
+                in->mix[i * in->rows + j] = NAN;
+    return MHLA_OK;
 }
 
 /* Rounds x to the storage type and back, as the device will see it; fills `stored` (the bits
@@ -56,40 +193,38 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
 {
     mhla_status st = MHLA_OK;
     mhla_plan *plan = NULL;
-    const size_t nq = mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q);
-    const size_t nv = mhla_config_tensor_elems(cfg, MHLA_TENSOR_V);
-    const size_t nm = mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING);
+    test_inputs in;
+    float *out = NULL;
+    double *ref = NULL;
+    uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL;
+    if ((st = test_inputs_make(cfg, init, seed, &in)) != MHLA_OK)
+        return st;
     const int half = cfg->dtype != MHLA_DTYPE_F32;
-    float *q = malloc(nq * sizeof *q), *k = malloc(nq * sizeof *k), *v = malloc(nv * sizeof *v);
-    float *out = malloc(nv * sizeof *out), *mix = malloc(nm * sizeof *mix);
-    double *ref = malloc(nv * sizeof *ref);
-    uint16_t *q16 = half ? malloc(nq * 2) : NULL, *k16 = half ? malloc(nq * 2) : NULL;
-    uint16_t *v16 = half ? malloc(nv * 2) : NULL, *o16 = half ? malloc(nv * 2) : NULL;
-    if (!q || !k || !v || !out || !mix || !ref || nq == 0 || (half && (!q16 || !k16 || !v16 || !o16))) {
+    out = malloc(in.nv * sizeof *out);
+    ref = malloc(in.nv * sizeof *ref);
+    if (half) {
+        q16 = malloc(in.nq * 2), k16 = malloc(in.nq * 2);
+        v16 = malloc(in.nv * 2), o16 = malloc(in.nv * 2);
+    }
+    if (!out || !ref || (half && (!q16 || !k16 || !v16 || !o16))) {
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
     }
-    const float lo = cfg->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
-    fill_uniform(q, nq, seed * 3 + 1, lo, 1.0f);
-    fill_uniform(k, nq, seed * 3 + 2, lo, 1.0f);
-    fill_uniform(v, nv, seed * 3 + 3, -1.0f, 1.0f);
-    round_to_storage(cfg->dtype, q, q16, nq);
-    round_to_storage(cfg->dtype, k, k16, nq);
-    round_to_storage(cfg->dtype, v, v16, nv);
-    if ((st = mhla_mixing_init(init, NULL, cfg->block_t, cfg->block_h, cfg->block_w, mix, nm)) != MHLA_OK)
-        goto cleanup;
+    round_to_storage(cfg->dtype, in.q, q16, in.nq);
+    round_to_storage(cfg->dtype, in.k, k16, in.nq);
+    round_to_storage(cfg->dtype, in.v, v16, in.nv);
     if ((st = mhla_plan_create(ctx, cfg, &plan)) != MHLA_OK)
         goto cleanup;
     if (half) {
-        if ((st = mhla_forward_host(plan, q16, k16, v16, mix, o16)) != MHLA_OK)
+        if ((st = mhla_forward_host(plan, q16, k16, v16, in.mix, o16)) != MHLA_OK)
             goto cleanup;
-        mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o16, nv);
-    } else if ((st = mhla_forward_host(plan, q, k, v, mix, out)) != MHLA_OK) {
+        mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o16, in.nv);
+    } else if ((st = mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out)) != MHLA_OK) {
         goto cleanup;
     }
-    if ((st = mhla_reference_forward(cfg, q, k, v, mix, ref)) != MHLA_OK)
+    if ((st = mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref)) != MHLA_OK)
         goto cleanup;
-    *err = mhla_max_rel_err(out, ref, nv);
+    *err = mhla_max_rel_err(out, ref, in.nv);
     if (out_keep) {
         *out_keep = out;
         out = NULL;
@@ -100,7 +235,8 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     }
 cleanup:
     mhla_plan_destroy(plan);
-    free(q), free(k), free(v), free(out), free(mix), free(ref);
+    test_inputs_free(&in);
+    free(out), free(ref);
     free(q16), free(k16), free(v16), free(o16);
     return st;
 }

@@ -1,5 +1,6 @@
 /* The C reference against an independent O(N^2) token-level form of SPEC.md (paper Eq. 5:
- * o_t = sum_s Mc[i, b(s)] (q~_t . k~_s) v_s / ...), so that the oracle itself is checked. */
+ * o_t = sum_s Mc[i, b(s)] (q~_t . k~_s) v_s / ..., and its causal, chunked and packed forms), so
+ * that the oracle itself is checked. */
 #include "helpers.h"
 
 #include <math.h>
@@ -8,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -142,6 +144,110 @@ static void test_reference_1d_and_m1(void **state)
     compare(&c, MHLA_INIT_LINEAR, 41);
 }
 
+/* Causal MHLA token by token, O(N^2): o_t = sum_{s <= t in t's sequence} Mc[i(t), i(s)] (q~_t . k~_s)
+ * v_s with chunk indices counted from the sequence's start (the paper normalizer divides by the
+ * same sum without v_s, plus eps). No chunk summaries, no prefix mixtures. Sequences are given by
+ * cu (NULL: each batch element is one sequence of N tokens). */
+static void causal_token_level(const mhla_config *c, const float *q, const float *k, const float *v, const float *mc,
+                               int64_t R, const int32_t *cu, size_t nseq, double *out)
+{
+    const int64_t N = c->seq_t, C = c->chunk;
+    /* The default scale Dk^-0.5 is a float, like every scale of a config. */
+    const double scale = c->scale == 0.0f ? (double)(float)(1.0 / sqrt((double)c->dk)) : c->scale;
+    const size_t seqs = cu ? nseq : 1;
+    for (int64_t b = 0; b < c->batch; ++b)
+        for (int64_t h = 0; h < c->heads; ++h)
+            for (size_t sq = 0; sq < seqs; ++sq) {
+                const int64_t t0 = cu ? cu[sq] : 0, t1 = cu ? cu[sq + 1] : N;
+                for (int64_t t = t0; t < t1; ++t) {
+                    double num[16] = {0}, den = c->eps;
+                    for (int64_t s = t0; s <= t; ++s) {
+                        double a = 0;
+                        for (int64_t d = 0; d < c->dk; ++d)
+                            a += scale * phi(q[at(c, N, b, t, h, d, c->dk)], c->feature_map, c->feature_eps) *
+                                 phi(k[at(c, N, b, s, h, d, c->dk)], c->feature_map, c->feature_eps);
+                        const double w = mc[((t - t0) / C) * R + (s - t0) / C] * a;
+                        for (int64_t e = 0; e < c->dv; ++e)
+                            num[e] += w * v[at(c, N, b, s, h, e, c->dv)];
+                        den += w;
+                    }
+                    if (c->normalizer == MHLA_NORMALIZER_NONE)
+                        den = 1.0;
+                    for (int64_t e = 0; e < c->dv; ++e)
+                        out[at(c, N, b, t, h, e, c->dv)] = num[e] / den;
+                }
+            }
+}
+
+/* Reference vs token-level form for a causal config (cu != NULL: varlen). */
+static void compare_causal(const mhla_config *c, const int32_t *cu, size_t nseq, uint32_t seed)
+{
+    test_inputs in;
+    assert_int_equal(test_inputs_make(c, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
+    double *ref = malloc(in.nv * 8), *tok = malloc(in.nv * 8);
+    assert_non_null(ref), assert_non_null(tok);
+    if (cu)
+        assert_int_equal(mhla_reference_forward_varlen(c, in.q, in.k, in.v, in.mix, cu, nseq, ref), MHLA_OK);
+    else
+        assert_int_equal(mhla_reference_forward(c, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
+    causal_token_level(c, in.q, in.k, in.v, in.mix, in.rows, cu, nseq, tok);
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < in.nv; ++i) {
+        max_diff = fmax(max_diff, fabs(ref[i] - tok[i]));
+        max_ref = fmax(max_ref, fabs(tok[i]));
+    }
+    if (!(max_ref > 0 && max_diff <= 1e-12 * max_ref))
+        fail_msg("causal reference vs token-level form: %.3g relative (normalizer %s, feature %s, layout %s, C %lld)",
+                 max_diff / max_ref, mhla_normalizer_name(c->normalizer), mhla_feature_map_name(c->feature_map),
+                 mhla_layout_name(c->layout), (long long)c->chunk);
+    test_inputs_free(&in);
+    free(ref), free(tok);
+}
+
+static void test_causal_reference_matches_token_level(void **state)
+{
+    (void)state;
+    const mhla_normalizer norms[] = {MHLA_NORMALIZER_NONE, MHLA_NORMALIZER_PAPER};
+    for (int n = 0; n < 2; ++n)
+        for (int fm = 0; fm <= 3; ++fm)
+            for (int layout = 0; layout <= 1; ++layout) {
+                mhla_config c = config_causal(2, 2, 23, 5, 5, 3); /* 5 chunks, the last of 3 tokens */
+                c.normalizer = norms[n];
+                c.feature_map = (mhla_feature_map)fm;
+                c.layout = (mhla_layout)layout;
+                c.scale = layout ? 0.7f : 0.0f; /* 0: Dk^-0.5 */
+                compare_causal(&c, NULL, 0, (uint32_t)(n * 8 + fm * 2 + layout));
+            }
+    mhla_config c = config_causal(1, 1, 7, 16, 4, 4); /* N < C: one partial chunk */
+    compare_causal(&c, NULL, 0, 30);
+    c = config_causal(1, 2, 12, 3, 4, 4);
+    c.mixing_rows = 9; /* a larger Mc: the leading 4 x 4 block */
+    compare_causal(&c, NULL, 0, 31);
+}
+
+static void test_causal_reference_varlen(void **state)
+{
+    (void)state;
+    const int32_t cu[] = {0, 1, 8, 8, 13, 30}; /* lengths 1, 7, 0 (empty), 5, 17 */
+    for (int layout = 0; layout <= 1; ++layout)
+        for (int paper = 0; paper <= 1; ++paper) {
+            mhla_config c = config_causal(1, 2, 30, 4, 3, 5);
+            c.varlen = 1;
+            c.layout = (mhla_layout)layout;
+            c.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+            c.mixing_rows = 5; /* ceil(17 / 4): enough for the longest sequence, not for the total */
+            compare_causal(&c, cu, 5, (uint32_t)(40 + layout * 2 + paper));
+        }
+    mhla_config c = config_causal(1, 1, 30, 4, 3, 5);
+    c.varlen = 1;
+    c.mixing_rows = 4;
+    float x[150] = {0};
+    double out[150];
+    assert_int_equal(mhla_reference_forward_varlen(&c, x, x, x, x, cu, 5, out), MHLA_ERR_SEQUENCE_TOO_LONG);
+    assert_non_null(strstr(mhla_last_message(), "sequence 4 (cu_seqlens[4] = 13 .. cu_seqlens[5] = 30) of 17 tokens"));
+    assert_int_equal(mhla_reference_forward(&c, x, x, x, x, out), MHLA_ERR_INVALID_ARGUMENT);
+}
+
 static void test_reference_rejects_bad_input(void **state)
 {
     (void)state;
@@ -241,6 +347,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_matches_token_level),
         cmocka_unit_test(test_reference_1d_and_m1),
+        cmocka_unit_test(test_causal_reference_matches_token_level),
+        cmocka_unit_test(test_causal_reference_varlen),
         cmocka_unit_test(test_reference_rejects_bad_input),
         cmocka_unit_test(test_max_rel_err),
         cmocka_unit_test(test_reference_softmax),

@@ -1,0 +1,413 @@
+/* The chunk form of causal MHLA (SPEC.md "Causal MHLA"): its kernels (causal_summary.cl,
+ * causal_prefix.cl, causal_output.cl, and decoder.cl for decoders), the chunk tables that tell
+ * them where each chunk lies, one enqueue of the three stages, and the causal plan around them. */
+#include "causal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n)
+{
+    mhla_grid_args g;
+    memset(&g, 0, sizeof g);
+    g.n = (cl_int)n;
+    g.heads = (cl_int)c->cfg.heads;
+    g.seq_h = g.seq_w = g.pt = g.ph = g.pw = g.blk_h = g.blk_w = g.nb = g.m = 1;
+    g.bh = (cl_int)c->bh;
+    return g;
+}
+
+void mhla__causal_destroy(mhla_causal *c)
+{
+    if (!c)
+        return;
+    cl_kernel kernels[] = {c->k_summary, c->k_prefix, c->k_prefix_one, c->k_output, c->k_step};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    if (c->gemm_temp)
+        clReleaseMemObject(c->gemm_temp);
+    free(c);
+}
+
+/* Register tiles of one chunk's summary: the work-items a chunk's summary takes. */
+static size_t summary_tiles(const mhla_causal *c)
+{
+    const mhla_causal_tiling *t = &c->tiling;
+    return (size_t)(c->cfg.dk / t->sum_rd) * (size_t)(c->cfg.dv / (t->sum_ve * t->sum_nv));
+}
+
+mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_causal *c = NULL;
+    cl_program prog = NULL;
+    mhla_build_opts opts;
+    size_t kwg = 0;
+
+    *out = NULL;
+    c = calloc(1, sizeof *c);
+    MHLA_FAIL_IF(st, !c, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating the causal kernels");
+    c->ctx = ctx;
+    c->cfg = *cfg;
+    c->bh = cfg->batch * cfg->heads;
+    c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
+    c->slot_floats = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_tiling_choose(ctx, cfg, &c->tiling));
+
+    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE | MHLA_OPTS_SUMMARY, &opts);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_summary", &opts, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
+    /* One chunk per group (the kernel's barriers count the chunk's tokens). */
+    c->lws_summary = mhla__local_size(ctx, c->k_summary, summary_tiles(c) < (size_t)c->tiling.wg
+                                                             ? summary_tiles(c)
+                                                             : (size_t)c->tiling.wg);
+    /* The prefix mixtures see slots as rows of floats: only their tiles specialize them. */
+    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_PREFIX, &opts);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_prefix", &opts, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
+    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)c->tiling.wg);
+    if (mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg) < c->lws_prefix)
+        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg);
+    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE | MHLA_OPTS_OUTPUT, &opts);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_output", &opts, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
+    /* The output kernel's tiles are sized for exactly this many work-items per group. */
+    c->lws_output = (size_t)mhla__causal_output_wg(&c->tiling, cfg->dv);
+    MHLA_CL_TRY(st, ctx,
+                clGetKernelWorkGroupInfo(c->k_output, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
+                "clGetKernelWorkGroupInfo(causal_output)");
+    MHLA_FAIL_IF(st, kwg < c->lws_output, ctx, MHLA_ERR_UNSUPPORTED,
+                 "causal_output is built for groups of %zu work-items but %s allows %zu for it; set "
+                 "MHLA_CAUSAL_TILING=tq=... (host/causal_tuning.c) to fewer tokens per group",
+                 c->lws_output, ctx->device_name, kwg);
+    if (with_step) {
+        mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE, &opts);
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "decoder", &opts, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
+        c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+    }
+    *out = c;
+    c = NULL;
+cleanup:
+    mhla__causal_destroy(c);
+    return st;
+}
+
+/* ---- chunk tables ------------------------------------------------------------------------ */
+
+/* Room for one more entry of `size` bytes in a growing array: returns the (possibly moved) array,
+ * or NULL when out of memory (the old array stays valid). */
+static void *grow(void *arr, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return arr;
+    const size_t ncap = *cap ? *cap * 2 : 64;
+    void *grown = realloc(arr, ncap * size);
+    if (grown)
+        *cap = ncap;
+    return grown;
+}
+
+#define PUSH(st, ctx, arr, n, cap, value)                                                           \
+    do {                                                                                            \
+        void *room_ = grow((arr), (n), &(cap), sizeof *(arr));                                      \
+        MHLA_FAIL_IF(st, !room_, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for chunk tables"); \
+        (arr) = room_;                                                                              \
+        (arr)[(n)++] = (value);                                                                     \
+    } while (0)
+
+static cl_int4 int4_of(int64_t x, int64_t y, int64_t z, int64_t w)
+{
+    cl_int4 e;
+    e.s[0] = (cl_int)x, e.s[1] = (cl_int)y, e.s[2] = (cl_int)z, e.s[3] = (cl_int)w;
+    return e;
+}
+
+mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int64_t start, int64_t len,
+                                   int64_t first_chunk, int64_t slot_base, int64_t chunk,
+                                   const mhla_causal_tiling *tiling)
+{
+    mhla_status st = MHLA_OK;
+    const int64_t nchunks = (len + chunk - 1) / chunk, pr = tiling->mix_mr, gr = tiling->gemm_rows;
+    int64_t tile_rows = 0; /* rows left in the open tile */
+    for (int64_t c = 0; c < nchunks; ++c) {
+        const int64_t i = first_chunk + c, off = c * chunk, clen = len - off < chunk ? len - off : chunk;
+        /* Tiles start at multiples of mix_mr in i, so none straddles a GEMM block. */
+        if (tile_rows == 0) {
+            tile_rows = pr - i % pr;
+            if (tile_rows > nchunks - c)
+                tile_rows = nchunks - c;
+            PUSH(st, ctx, t->tiles, t->n_tiles, t->cap_tiles, int4_of((int64_t)t->n_chunks, tile_rows, i, slot_base));
+        }
+        --tile_rows;
+        /* Chunks past the first GEMM block read the earlier blocks through one SGEMM per block. */
+        if (gr > 0 && i >= gr) {
+            mhla_prefix_gemm *last = t->n_gemms ? &t->gemms[t->n_gemms - 1] : NULL;
+            if (c > 0 && i % gr != 0 && last && last->i0 + last->rows == (size_t)i && last->slot_base == (size_t)slot_base)
+                ++last->rows;
+            else {
+                const mhla_prefix_gemm g = {t->n_chunks, 1, (size_t)i, (size_t)(i / gr * gr), (size_t)slot_base};
+                PUSH(st, ctx, t->gemms, t->n_gemms, t->cap_gemms, g);
+            }
+        }
+        PUSH(st, ctx, t->chunks, t->n_chunks, t->cap_chunks, int4_of(start + off, clen, i, slot_base));
+        if (clen > t->max_len)
+            t->max_len = clen;
+        if (slot_base + i + 1 > t->slots)
+            t->slots = slot_base + i + 1;
+    }
+cleanup:
+    return st;
+}
+
+void mhla__chunk_tables_free(mhla_chunk_tables *t)
+{
+    free(t->chunks);
+    free(t->tiles);
+    free(t->gemms);
+    memset(t, 0, sizeof *t);
+}
+
+mhla_status mhla__chunk_tables_upload(mhla_context *ctx, const mhla_chunk_tables *t, cl_mem *chunks, cl_mem *tiles)
+{
+    mhla_status st = MHLA_OK;
+    cl_int err = CL_SUCCESS;
+    *chunks = *tiles = NULL;
+    MHLA_FAIL_IF(st, t->n_chunks == 0 || t->n_tiles == 0, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "internal: an empty chunk table (no tokens to run)");
+    *chunks = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_chunks * sizeof(cl_int4),
+                             t->chunks, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (chunk table)");
+    *tiles = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_tiles * sizeof(cl_int4), t->tiles,
+                            &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (prefix tile table)");
+cleanup:
+    if (st != MHLA_OK) {
+        if (*chunks)
+            clReleaseMemObject(*chunks);
+        *chunks = *tiles = NULL;
+    }
+    return st;
+}
+
+/* ---- the three stages --------------------------------------------------------------------- */
+
+/* The prefix GEMMs of a run: CLBlast's temporary buffer sized for the largest, then one SGEMM
+ * per block, accumulating into the rows the kernel wrote. */
+static mhla_status prefix_gemms(mhla_causal *c, const mhla_causal_run *run)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_chunk_tables *t = run->tables;
+    const size_t W = c->slot_floats, R = (size_t)c->cfg.mixing_rows;
+    size_t need = 0;
+    for (size_t g = 0; g < t->n_gemms; ++g) {
+        size_t bytes = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld_temp_bytes(ctx, t->gemms[g].rows, W, t->gemms[g].k, R, W, W, &bytes));
+        need = bytes > need ? bytes : need;
+    }
+    if (need > c->gemm_temp_bytes) {
+        cl_mem grown = NULL;
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, need,
+                                                      "the prefix GEMMs' temporary buffer", &grown));
+        if (c->gemm_temp)
+            clReleaseMemObject(c->gemm_temp); /* enqueued work keeps it alive until it has run */
+        c->gemm_temp = grown;
+        c->gemm_temp_bytes = need;
+    }
+    for (size_t g = 0; g < t->n_gemms; ++g) {
+        const mhla_prefix_gemm *j = &t->gemms[g];
+        if (g > 0) /* they share the temporary buffer */
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld(ctx, j->rows, W, j->k, run->mixing, j->i0 * R, R, run->sums,
+                                                 j->slot_base * W, W, 1.0f, run->pref, j->prow * W, W,
+                                                 need ? c->gemm_temp : NULL, NULL));
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                 cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_config *cfg = &c->cfg;
+    const mhla_chunk_tables *t = run->tables;
+    const mhla_grid_args grid = mhla__causal_grid(c, run->n);
+    const cl_int rows_mc = (cl_int)cfg->mixing_rows, gemm_rows = (cl_int)c->tiling.gemm_rows;
+    const cl_long width = (cl_long)c->slot_floats;
+    const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
+    const int64_t span = t->max_len < 1 ? 1 : t->max_len;
+    const cl_int tiles_per_chunk = (cl_int)((span + c->tiling.tq - 1) / c->tiling.tq);
+    cl_kernel ks = c->k_summary, kp = c->k_prefix, ko = c->k_output;
+
+    /* 1. S_j of every chunk into its slot. */
+    {
+        const size_t local[3] = {c->lws_summary, 1, 1};
+        const size_t extent[3] = {summary_tiles(c), t->n_chunks, (size_t)c->bh};
+        MHLA_SET_ARG(st, ctx, ks, 0, run->k);
+        MHLA_SET_ARG(st, ctx, ks, 1, run->v);
+        MHLA_SET_ARG(st, ctx, ks, 2, run->chunks);
+        MHLA_SET_ARG(st, ctx, ks, 3, run->sums);
+        MHLA_SET_ARG(st, ctx, ks, 4, grid);
+        MHLA_SET_ARG(st, ctx, ks, 5, feature_eps);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 3, extent, local, num_wait, wait, NULL,
+                                               "clEnqueueNDRangeKernel(causal_summary)"));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[0]));
+    /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
+     *    tiles), then CLBlast adds the earlier blocks. */
+    {
+        const size_t cols = (size_t)c->tiling.pre_ve * (size_t)c->tiling.mix_nv; /* of one work-item */
+        const cl_int n_tiles = (cl_int)t->n_tiles;
+        const size_t local[3] = {t->n_tiles < c->lws_prefix ? t->n_tiles : c->lws_prefix, 1, 1};
+        const size_t extent[3] = {t->n_tiles, (c->slot_floats + cols - 1) / cols, 1};
+        MHLA_SET_ARG(st, ctx, kp, 0, run->sums);
+        MHLA_SET_ARG(st, ctx, kp, 1, run->mixing);
+        MHLA_SET_ARG(st, ctx, kp, 2, run->tiles);
+        MHLA_SET_ARG(st, ctx, kp, 3, run->pref);
+        MHLA_SET_ARG(st, ctx, kp, 4, rows_mc);
+        MHLA_SET_ARG(st, ctx, kp, 5, width);
+        MHLA_SET_ARG(st, ctx, kp, 6, gemm_rows);
+        MHLA_SET_ARG(st, ctx, kp, 7, n_tiles);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kp, 2, extent, local, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(causal_prefix)"));
+    }
+    if (t->n_gemms > 0) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, prefix_gemms(c, run));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[1]));
+    /* 3. Every token's output. */
+    {
+        const size_t local[3] = {c->lws_output, 1, 1};
+        const size_t global[3] = {c->lws_output, t->n_chunks * (size_t)tiles_per_chunk, (size_t)c->bh};
+        MHLA_SET_ARG(st, ctx, ko, 0, run->q);
+        MHLA_SET_ARG(st, ctx, ko, 1, run->k);
+        MHLA_SET_ARG(st, ctx, ko, 2, run->v);
+        MHLA_SET_ARG(st, ctx, ko, 3, run->pref);
+        MHLA_SET_ARG(st, ctx, ko, 4, run->mixing);
+        MHLA_SET_ARG(st, ctx, ko, 5, run->chunks);
+        MHLA_SET_ARG(st, ctx, ko, 6, run->out);
+        MHLA_SET_ARG(st, ctx, ko, 7, grid);
+        MHLA_SET_ARG(st, ctx, ko, 8, rows_mc);
+        MHLA_SET_ARG(st, ctx, ko, 9, tiles_per_chunk);
+        MHLA_SET_ARG(st, ctx, ko, 10, feature_eps);
+        MHLA_SET_ARG(st, ctx, ko, 11, scale);
+        MHLA_SET_ARG(st, ctx, ko, 12, eps);
+        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ko, 3, NULL, global, local, 0, NULL, done),
+                    "clEnqueueNDRangeKernel(causal_output)");
+    }
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[2]));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue_once(mhla_causal *c, mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                      cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    run->chunks = run->tiles = NULL;
+    MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(c->ctx, run->tables, &run->chunks, &run->tiles));
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(c, run, num_wait, wait, done));
+cleanup:
+    /* Enqueued kernels hold their own references to the tables. */
+    if (run->chunks)
+        clReleaseMemObject(run->chunks);
+    if (run->tiles)
+        clReleaseMemObject(run->tiles);
+    run->chunks = run->tiles = NULL;
+    return st;
+}
+
+/* ---- causal plans -------------------------------------------------------------------------- */
+
+void mhla__causal_plan_destroy(mhla_causal_plan *cp)
+{
+    if (!cp)
+        return;
+    cl_mem mems[] = {cp->sums, cp->pref, cp->chunks, cp->tiles};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    mhla__causal_destroy(cp->kern);
+    mhla__chunk_tables_free(&cp->tables);
+    free(cp);
+}
+
+mhla_status mhla__causal_plan_reserve(mhla_plan *plan, size_t slots)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    mhla_causal_plan *cp = plan->causal;
+    cl_mem sums = NULL, pref = NULL;
+    if (slots <= cp->slots)
+        goto cleanup;
+    const size_t bytes = slots * cp->kern->slot_floats * sizeof(float);
+    MHLA_FAIL_IF(st, 2 * bytes > ctx->limits.global_mem_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
+                 "%zu chunks of causal summaries and prefix mixtures need %zu bytes, more than the device's %llu "
+                 "bytes of global memory (%s)",
+                 slots, 2 * bytes, (unsigned long long)ctx->limits.global_mem_bytes, ctx->device_name);
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, "the chunk summaries", &sums));
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, "the prefix mixtures", &pref));
+    /* Work already enqueued keeps the old buffers alive until it has run (OpenCL reference counts). */
+    if (cp->sums)
+        clReleaseMemObject(cp->sums);
+    if (cp->pref)
+        clReleaseMemObject(cp->pref);
+    cp->sums = sums, cp->pref = pref;
+    sums = pref = NULL;
+    plan->workspace_bytes += 2 * (slots - cp->slots) * cp->kern->slot_floats * sizeof(float);
+    cp->slots = slots;
+cleanup:
+    if (sums)
+        clReleaseMemObject(sums);
+    if (pref)
+        clReleaseMemObject(pref);
+    return st;
+}
+
+mhla_status mhla__causal_plan_setup(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+
+    plan->causal = calloc(1, sizeof *plan->causal);
+    MHLA_FAIL_IF(st, !plan->causal, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a causal plan");
+    mhla_causal_plan *cp = plan->causal;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, &plan->cfg, 0, &cp->kern));
+    /* One chunk per C tokens; a varlen call with more (short sequences) grows it. */
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, (size_t)plan->shape.m));
+    plan->workspace_bytes += (size_t)plan->shape.m * 2 * sizeof(cl_int4);
+    if (!plan->cfg.varlen) {
+        /* Every batch element is one sequence of N tokens: the same chunks for all of them. */
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &cp->tables, 0, plan->shape.n, 0, 0, plan->cfg.chunk,
+                                                         &cp->kern->tiling));
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &cp->tables, &cp->chunks, &cp->tiles));
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
+                                 cl_uint num_wait, const cl_event *wait, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_causal_plan *cp = plan->causal;
+    MHLA_FAIL_IF(st, plan->cfg.varlen, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
+                 "mhla_forward_varlen() with their cu_seqlens");
+    mhla_causal_run run = {q,           k,        v,        mixing,          out, plan->shape.n, cp->chunks,
+                           cp->tiles,   &cp->tables, cp->sums, cp->pref, &plan->marks[1]};
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(cp->kern, &run, num_wait, wait, done));
+cleanup:
+    return st;
+}

@@ -1,0 +1,153 @@
+/* Internal to the causal stages (host/causal.c, causal_tuning.c, varlen.c, decoder.c): the kernels
+ * that causal plans and decoders share, chunk tables, and one enqueue of the chunk form. */
+#ifndef MHLA_CAUSAL_H
+#define MHLA_CAUSAL_H
+
+#include "internal.h"
+
+/* Tiling of the causal kernels (their -D flags, except gemm_rows). The register tiles come from
+ * the shared tuning table (host/tuning.c) cut down to divide this configuration's sizes; the
+ * score tiles and the GEMM blocks from host/causal_tuning.c. */
+typedef struct mhla_causal_tiling {
+    int sum_rd, sum_ve, sum_nv;         /* summary: SUM_RD x (SUM_VE * SUM_NV) per work-item */
+    int out_rt, out_ve, out_nv, out_dc; /* output: OUT_RT tokens x (OUT_VE * OUT_NV) columns */
+    int mix_mr, mix_nv, pre_ve;         /* prefix: MIX_MR rows x (PRE_VE * MIX_NV) columns */
+    int wg;                             /* work-group size aimed at (summary, prefix) */
+    int tq, kt;                         /* output: CAUSAL_TQ tokens per group, CAUSAL_KT keys per pass */
+    int gemm_rows;                      /* prefix blocks: a row's earlier blocks of this many chunks go
+                                           through CLBlast (a multiple of mix_mr; 0 = all in the kernel) */
+} mhla_causal_tiling;
+
+/* Work-items of one output group. */
+static inline int mhla__causal_output_wg(const mhla_causal_tiling *t, int64_t dv)
+{
+    return (int)(dv / (t->out_ve * t->out_nv)) * (t->tq / t->out_rt);
+}
+
+/* The tiling for cfg on ctx's device, fitted to the device's work-group and local-memory limits
+ * (MHLA_ERR_UNSUPPORTED when even the smallest tiling does not fit). */
+mhla_status mhla__causal_tiling_choose(mhla_context *ctx, const mhla_config *cfg, mhla_causal_tiling *out);
+/* The specialization flags of cfg's kernels (host/plan.c, the one place they are assembled), in
+ * groups: the shape (DK, DV, layout, feature map, normalizer, dtype), and the causal summary,
+ * output and prefix tiles; tiling NULL for the non-causal kernels. */
+enum { MHLA_OPTS_SHAPE = 1, MHLA_OPTS_SUMMARY = 2, MHLA_OPTS_OUTPUT = 4, MHLA_OPTS_PREFIX = 8 };
+void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling, unsigned parts,
+                         mhla_build_opts *opts);
+
+/* The kernels of the causal form for one configuration, built once. */
+typedef struct mhla_causal {
+    mhla_context *ctx;
+    mhla_config cfg; /* resolved */
+    mhla_causal_tiling tiling;
+    int64_t bh;         /* batch * heads */
+    int64_t scols;      /* summary columns: Dv + 1 (z) for the paper normalizer, Dv for none */
+    size_t slot_floats; /* B*H*Dk*scols: one chunk's summaries (a "slot": S as [B*H][Dk][Dv], then
+                           z as [B*H][Dk]; kernels/causal.h) */
+    cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
+    size_t lws_summary, lws_prefix, lws_output, lws_step;
+    cl_mem gemm_temp; /* CLBlast's temporary buffer for the prefix GEMMs, grown on demand */
+    size_t gemm_temp_bytes;
+} mhla_causal;
+
+/* Builds the kernels for resolved cfg (the decoder's step kernel only when with_step). */
+mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out);
+void mhla__causal_destroy(mhla_causal *c);
+/* kernels/common.h's grid for tensors of n tokens (only n, heads and bh are read). */
+mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n);
+
+/* One CLBlast SGEMM of the prefix stage: P rows [prow, prow + rows) (chunks i0 .. i0 + rows - 1 of
+ * one sequence, all in the block that starts at chunk k) += Mc[i0 .., 0 .. k) x S_0 .. S_{k-1}. */
+typedef struct mhla_prefix_gemm {
+    size_t prow, rows, i0, k, slot_base;
+} mhla_prefix_gemm;
+
+/* Chunk tables in host memory, int4 entries as kernels/causal.h and causal_prefix.cl read them:
+ * chunks {first token, tokens, chunk index i, slot of the sequence's chunk 0}; prefix tiles
+ * {first P row, rows, i of the first row, slot of the sequence's chunk 0}, aligned to multiples of
+ * prefix_rows in i; and the prefix GEMMs. Row r of P belongs to chunk entry r. */
+typedef struct mhla_chunk_tables {
+    cl_int4 *chunks;
+    size_t n_chunks, cap_chunks;
+    cl_int4 *tiles;
+    size_t n_tiles, cap_tiles;
+    mhla_prefix_gemm *gemms;
+    size_t n_gemms, cap_gemms;
+    int64_t max_len; /* tokens in the longest chunk */
+    int64_t slots;   /* summary slots the chunks write: 1 + the largest slot */
+} mhla_chunk_tables;
+
+/* Appends tokens [start, start + len) of the tensors, a sequence (or its continuation) whose token
+ * `start` begins chunk first_chunk (a chunk boundary); the sequence's chunk 0 has slot slot_base.
+ * len 0 adds nothing. Tiling t gives the tile and GEMM block sizes. */
+mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int64_t start, int64_t len,
+                                   int64_t first_chunk, int64_t slot_base, int64_t chunk,
+                                   const mhla_causal_tiling *tiling);
+void mhla__chunk_tables_free(mhla_chunk_tables *t);
+
+/* One run of the chunk form: summaries -> prefix mixtures -> output. */
+typedef struct mhla_causal_run {
+    cl_mem q, k, v, mixing, out;
+    int64_t n;            /* tokens in q, k, v, out */
+    cl_mem chunks, tiles; /* device copies of `tables` */
+    const mhla_chunk_tables *tables;
+    cl_mem sums;   /* summaries by slot */
+    cl_mem pref;   /* prefix mixtures by chunk-table row */
+    cl_event *marks; /* plans: the markers after the summaries, the prefix mixtures and the output
+                        (mhla_plan_stage_times, on profiling queues); NULL for none */
+} mhla_causal_run;
+
+/* Enqueues the three stages (first one waits for `wait`, `done` is the output's event). */
+mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                 cl_event *done);
+/* The same for tables built for this call: uploads run->tables (setting run->chunks and
+ * run->tiles), enqueues, and releases the uploads. */
+mhla_status mhla__causal_enqueue_once(mhla_causal *c, mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                      cl_event *done);
+/* Copies tables into new read-only device buffers (their contents are copied at creation, so the
+ * host tables may be freed at once; the caller releases the buffers, which OpenCL keeps alive
+ * until the kernels using them have run). */
+mhla_status mhla__chunk_tables_upload(mhla_context *ctx, const mhla_chunk_tables *t, cl_mem *chunks,
+                                      cl_mem *tiles);
+
+/* A causal plan's part: kernels, workspace (grown on demand by varlen calls) and, for a plan of
+ * fixed-length sequences, the chunk tables built once. */
+typedef struct mhla_causal_plan {
+    mhla_causal *kern;
+    cl_mem sums, pref;
+    size_t slots; /* chunks the workspace holds */
+    mhla_chunk_tables tables;
+    cl_mem chunks, tiles;
+} mhla_causal_plan;
+
+mhla_status mhla__causal_plan_setup(mhla_plan *plan);
+void mhla__causal_plan_destroy(mhla_causal_plan *cp);
+/* Grows the workspace to hold `slots` chunks (varlen calls). */
+mhla_status mhla__causal_plan_reserve(mhla_plan *plan, size_t slots);
+/* mhla_forward() of a causal (not varlen) plan, after the buffer checks. */
+mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
+                                 cl_uint num_wait, const cl_event *wait, cl_event *done);
+
+/* A streaming decoder (host/decoder.c; state save/restore in host/decoder_state.c).
+ * Invariant: when position % chunk != 0, `prefix` holds P_i of the running chunk i = position /
+ * chunk, and slot i of `sums` its running summary; at a chunk boundary the next step builds P_i
+ * and overwrites slot i. */
+struct mhla_decoder {
+    mhla_context *ctx;
+    mhla_causal *kern; /* kernels and the resolved config (seq_t = capacity) */
+    int64_t capacity, position;
+    size_t cap_slots; /* ceil(capacity / chunk) summary slots */
+    cl_mem sums;      /* [cap_slots][B*H][Dk][scols] */
+    cl_mem prefix;    /* [B*H][Dk][scols]: P_i */
+    cl_mem pref_work; /* prefill's prefix mixtures, one row per chunk it runs */
+    size_t pref_work_rows;
+    cl_mem stage[5]; /* host-call copies, indexed by mhla_tensor */
+    size_t stage_bytes[5];
+};
+
+/* cu_seqlens rules (mhla.h, "Variable-length causal batches"): S >= 1 offsets starting at 0,
+ * non-decreasing, ending at total, each sequence at most chunk * rows tokens. msg names the index
+ * and the values. Used by mhla_forward_varlen() and the reference. */
+mhla_status mhla__cu_seqlens_check(const int32_t *cu, size_t num_seqs, int64_t total, int64_t chunk, int64_t rows,
+                                   char *msg, size_t msg_size);
+
+#endif /* MHLA_CAUSAL_H */

@@ -1,0 +1,45 @@
+/* Shared by the causal kernels: the layout of a chunk's summaries (one "slot"), the chunk table
+ * entries the host lays out, and a horizontal sum. */
+#ifndef MHLA_KERNELS_CAUSAL_H
+#define MHLA_KERNELS_CAUSAL_H
+
+#include "common.h"
+
+/* Key sums z are kept only where a denominator needs them (the paper normalizer). */
+#if NORMALIZER == 0
+#define ZCOL 1
+#else
+#define ZCOL 0
+#endif
+
+/* A slot holds one chunk's summaries for every (batch*head): S as [B*H][DK][DV] (rows of DV
+ * contiguous floats, for vector loads), then z as [B*H][DK]. Slots follow each other; offsets are
+ * 64-bit: slots * B*H * DK * DV exceeds 2^31 for long contexts. */
+long slot_len(const int bhs)
+{
+    return (long)bhs * DK * (DV + ZCOL);
+}
+long slot_s(const int slot, const int bh, const int bhs)
+{
+    return (long)slot * slot_len(bhs) + (long)bh * DK * DV;
+}
+long slot_z(const int slot, const int bh, const int bhs)
+{
+    return (long)slot * slot_len(bhs) + (long)bhs * DK * DV + (long)bh * DK;
+}
+
+/* A chunk, as host/causal.c lays it out (int4): x = first token in the q/k/v/out tensors,
+ * y = tokens in the chunk, z = chunk index i inside its sequence (the row of Mc),
+ * w = summary slot of the sequence's chunk 0 (the chunk's own slot is w + z). */
+
+/* Sum of the W lanes of x (through a private array: valid for every width). */
+#define HSUM(W, x, out)                                                                             \
+    do {                                                                                            \
+        float hs_[W];                                                                               \
+        VSTOREN(W, (x), 0, hs_);                                                                    \
+        (out) = 0.0f;                                                                               \
+        for (int i_ = 0; i_ < (W); ++i_)                                                            \
+            (out) += hs_[i_];                                                                       \
+    } while (0)
+
+#endif /* MHLA_KERNELS_CAUSAL_H */

@@ -1,0 +1,192 @@
+/* Causal stage 3: the output of every token, o_t = q~_t P_i + Mc[i,i] * sum_{s in chunk i, s<=t}
+ * (q~_t . k~_s) v_s, with the paper normalizer's denominator fused. A work-group takes CAUSAL_TQ
+ * consecutive tokens of one chunk; the chunk's earlier keys pass through local memory CAUSAL_KT
+ * at a time (transposed, so that scores are vectors along the keys), so local memory does not grow
+ * with the chunk size. Each work-item keeps an OUT_RT x OUT_COLS register tile of vectors
+ * (explicit vectors: CPU runtimes compile them straight to SIMD registers). */
+#include "causal.h"
+#include "tiles.h"
+
+#ifndef CAUSAL_TQ
+#define CAUSAL_TQ 32 /* tokens per work-group; a multiple of OUT_RT */
+#endif
+#ifndef CAUSAL_KT
+#define CAUSAL_KT 32 /* keys per pass through local memory */
+#endif
+#if CAUSAL_KT % OUT_VE != 0
+#error "CAUSAL_KT must be a multiple of OUT_VE (scores are computed OUT_VE keys at a time)"
+#endif
+#define OUT_TG (CAUSAL_TQ / OUT_RT)       /* token groups */
+#define OUT_WG (OUT_NE * OUT_TG)          /* work-items per group: the host launches exactly this */
+#define DKV (DK / OUT_DC)                 /* vectors per q or k row */
+#define KTV (CAUSAL_KT / OUT_VE)          /* score vectors per row of a key pass */
+#if CAUSAL_TQ % OUT_RT != 0
+#error "CAUSAL_TQ must be a multiple of OUT_RT"
+#endif
+
+/* global: (OUT_WG, chunks * tiles_per_chunk, B*H); local: (OUT_WG, 1, 1). Work-item (column tile
+ * et, token group tg) owns rows tg*OUT_RT .. +OUT_RT-1 of the group's tokens, columns et*OUT_COLS
+ * .. +OUT_COLS-1. pref row c is chunk entry c's P (its S part, then z). */
+kernel void causal_output(global const float *restrict q, global const float *restrict k,
+                          global const float *restrict v, global const float *restrict pref,
+                          global const float *restrict mixing, global const int4 *restrict chunks,
+                          global float *restrict out, const mhla_grid g, const int rows_mc,
+                          const int tiles_per_chunk, const float feature_eps, const float scale,
+                          const float eps)
+{
+    local float qs[CAUSAL_TQ * DK]; /* q~ of the group's tokens */
+    local float kt[DK * CAUSAL_KT]; /* k~ of the current keys, transposed: [d][s] */
+    local float sc[CAUSAL_TQ * CAUSAL_KT]; /* q~_r . k~_s (masked pairs are never read) */
+    const int lid = (int)get_local_id(0);
+    const int et = lid % OUT_NE;
+    const int r0 = (lid / OUT_NE) * OUT_RT;
+    const int c = (int)get_group_id(1) / tiles_per_chunk;
+    const int p0 = ((int)get_group_id(1) - c * tiles_per_chunk) * CAUSAL_TQ;
+    const int bh = (int)get_group_id(2);
+    const int4 ch = chunks[c];
+    if (p0 >= ch.y)
+        return; /* the whole group: a tile past the end of a short chunk */
+    const int nq = min(CAUSAL_TQ, ch.y - p0);
+    const float mii = mixing[(long)ch.z * rows_mc + ch.z];
+    const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
+    global const float *qb = q + row_base(g, bh, DK) + (ch.x + p0) * kstride;
+    global const float *kb0 = k + row_base(g, bh, DK) + ch.x * kstride;
+    global const float *vb = v + row_base(g, bh, DV) + ch.x * vstride + et * OUT_COLS;
+#if ZCOL
+    float den_inter[OUT_RT], den_intra[OUT_RT];
+#else
+    (void)eps;
+#endif
+
+    /* One register tile (two would spill on CPUs): q~ P_i first, before any barrier, as the
+     * non-causal output computes q~ S~; then the intra-chunk terms with Mc[i,i] folded into each
+     * score. */
+    VEC(OUT_VE) acc[OUT_RT][OUT_NV];
+    #pragma unroll
+    for (int r = 0; r < OUT_RT; ++r) {
+        #pragma unroll
+        for (int j = 0; j < OUT_NV; ++j)
+            acc[r][j] = (VEC(OUT_VE))(0.0f);
+#if ZCOL
+        den_inter[r] = den_intra[r] = 0.0f;
+#endif
+    }
+
+    /* q~ P_i: chunk 0 of a sequence has no prefix, and its P row is not read. */
+    if (ch.z > 0) {
+        global const float *qrow[OUT_RT];
+        VEC(OUT_DC) dz[OUT_RT]; /* q~ . zP in partial sums */
+        #pragma unroll
+        for (int r = 0; r < OUT_RT; ++r) {
+            qrow[r] = qb + min(r0 + r, nq - 1) * kstride; /* rows past the last token repeat it */
+            dz[r] = (VEC(OUT_DC))(0.0f);
+        }
+        global const float *P = pref + slot_s(c, bh, g.bh) + et * OUT_COLS;
+        global const float *zp = ZCOL ? pref + slot_z(c, bh, g.bh) : pref; /* none: read, not used */
+        READOUT_TILE(qrow, P, zp, scale, feature_eps, acc, dz);
+#if ZCOL
+        #pragma unroll
+        for (int r = 0; r < OUT_RT; ++r)
+            HSUM(OUT_DC, dz[r], den_inter[r]);
+#endif
+    }
+
+    /* q~ of the group's tokens, for the scores. */
+    for (int x = lid; x < CAUSAL_TQ * DKV; x += OUT_WG) {
+        const int r = x / DKV, d0 = (x - r * DKV) * OUT_DC;
+        VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
+        if (r < nq) {
+            const VEC(OUT_DC) raw = VLOADN(OUT_DC, 0, qb + r * kstride + d0);
+            val = scale * FEATURE_V(OUT_DC, raw, feature_eps);
+        }
+        VSTOREN(OUT_DC, val, 0, qs + r * DK + d0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* The masked intra-chunk part over keys 0 .. p0 + nq - 1 of the chunk. Masked pairs are
+     * skipped, never multiplied by zero, so a later token's NaN or Inf cannot reach row r. */
+    const int kend = p0 + nq;
+    for (int kb = 0; kb < kend; kb += CAUSAL_KT) {
+        const int nk = min(CAUSAL_KT, kend - kb);
+        for (int x = lid; x < CAUSAL_KT * DKV; x += OUT_WG) {
+            const int s = x / DKV, d0 = (x - s * DKV) * OUT_DC;
+            float kd[OUT_DC];
+            VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
+            if (s < nk) {
+                const VEC(OUT_DC) raw = VLOADN(OUT_DC, 0, kb0 + (kb + s) * kstride + d0);
+                val = FEATURE_V(OUT_DC, raw, feature_eps);
+            }
+            VSTOREN(OUT_DC, val, 0, kd);
+            #pragma unroll
+            for (int i = 0; i < OUT_DC; ++i)
+                kt[(d0 + i) * CAUSAL_KT + s] = kd[i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* OUT_VE scores of one row at a time, vectors along the keys; vectors wholly masked (or
+         * past the group's last token) are never read, so not computed. */
+        for (int x = lid; x < CAUSAL_TQ * KTV; x += OUT_WG) {
+            const int r = x / KTV, s0 = (x - r * KTV) * OUT_VE;
+            if (r >= nq || kb + s0 > p0 + r)
+                continue;
+            VEC(OUT_VE) acc = (VEC(OUT_VE))(0.0f);
+            for (int d = 0; d < DK; ++d)
+                acc += qs[r * DK + d] * VLOADN(OUT_VE, 0, kt + d * CAUSAL_KT + s0);
+            VSTOREN(OUT_VE, acc, 0, sc + r * CAUSAL_KT + s0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (kb + nk - 1 <= p0 + r0) { /* every key of the pass is visible to every row */
+            for (int s = 0; s < nk; ++s) {
+                VEC(OUT_VE) vv[OUT_NV];
+                #pragma unroll
+                for (int j = 0; j < OUT_NV; ++j)
+                    vv[j] = VLOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
+                #pragma unroll
+                for (int r = 0; r < OUT_RT; ++r) {
+                    const float a = mii * sc[(r0 + r) * CAUSAL_KT + s];
+#if ZCOL
+                    den_intra[r] += a;
+#endif
+                    #pragma unroll
+                    for (int j = 0; j < OUT_NV; ++j)
+                        acc[r][j] += a * vv[j];
+                }
+            }
+        } else {
+            for (int s = 0; s < nk; ++s) {
+                VEC(OUT_VE) vv[OUT_NV];
+                #pragma unroll
+                for (int j = 0; j < OUT_NV; ++j)
+                    vv[j] = VLOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
+                #pragma unroll
+                for (int r = 0; r < OUT_RT; ++r)
+                    if (kb + s <= p0 + r0 + r) {
+                        const float a = mii * sc[(r0 + r) * CAUSAL_KT + s];
+#if ZCOL
+                        den_intra[r] += a;
+#endif
+                        #pragma unroll
+                        for (int j = 0; j < OUT_NV; ++j)
+                            acc[r][j] += a * vv[j];
+                    }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* kt and sc are overwritten next */
+    }
+
+        global float *ob = out + row_base(g, bh, DV) + (ch.x + p0) * vstride + et * OUT_COLS;
+    #pragma unroll
+    for (int r = 0; r < OUT_RT; ++r)
+        if (r0 + r < nq) {
+#if ZCOL
+            const float den = den_inter[r] + den_intra[r] + eps; /* den_intra has Mc[i,i] in it */
+#endif
+            #pragma unroll
+            for (int j = 0; j < OUT_NV; ++j) {
+#if ZCOL
+                VSTOREN(OUT_VE, acc[r][j] / den, 0, ob + (r0 + r) * vstride + j * OUT_VE);
+#else
+                VSTOREN(OUT_VE, acc[r][j], 0, ob + (r0 + r) * vstride + j * OUT_VE);
+#endif
+            }
+        }
+}

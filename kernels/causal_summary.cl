@@ -1,0 +1,69 @@
+/* Causal stage 1: the summary S_j = sum k~ v^T of every chunk of every sequence (and the key sum
+ * z_j for the paper normalizer), one launch over all chunks, into the chunks' slots. */
+#include "causal.h"
+#include "tiles.h"
+
+/* global: (SUM_ND*SUM_NE rounded up, chunks, B*H). Work-item (row tile, column tile) of a chunk
+ * accumulates a SUM_RD x SUM_COLS register tile over the chunk's tokens (consecutive in the
+ * tensors); the column-tile-0 work-items also sum the keys. */
+kernel void causal_summary(global const float *restrict k, global const float *restrict v,
+                           global const int4 *restrict chunks, global float *restrict sums,
+                           const mhla_grid g, const float feature_eps)
+{
+    /* Padding work-items compute on a valid tile and store nothing: every work-item of the group
+     * must reach the same barriers. */
+    const int tile_id = (int)get_global_id(0);
+    const int active = tile_id < SUM_ND * SUM_NE;
+    const int tile = active ? tile_id : 0;
+    const int4 ch = chunks[get_global_id(1)];
+    const int bh = (int)get_global_id(2);
+    const int et = tile % SUM_NE;
+    const int d0 = (tile / SUM_NE) * SUM_RD;
+
+    VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
+    VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
+    #pragma unroll
+    for (int r = 0; r < SUM_RD; ++r)
+        #pragma unroll
+        for (int j = 0; j < SUM_NV; ++j)
+            acc[r][j] = (VEC(SUM_VE))(0.0f);
+    const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
+    global const float *kp = k + row_base(g, bh, DK) + ch.x * kstride + d0;
+    global const float *vp = v + row_base(g, bh, DV) + ch.x * vstride + et * SUM_COLS;
+    for (int p0 = 0; p0 < ch.y; p0 += SUM_CHUNK) {
+        const int p1 = min(p0 + SUM_CHUNK, ch.y);
+        VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);
+        #pragma unroll
+        for (int r = 0; r < SUM_RD; ++r)
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                part[r][j] = (VEC(SUM_VE))(0.0f);
+        summary_tile_run(kp + p0 * kstride, vp + p0 * vstride, kstride, vstride, p1 - p0, feature_eps, part,
+                         &zpart);
+        #pragma unroll
+        for (int r = 0; r < SUM_RD; ++r)
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                acc[r][j] += part[r][j];
+        z += zpart;
+        /* The group's work-items share these tokens' k and v rows: meeting here keeps them on the
+         * same tokens, read from memory once and from cache by the others (CPU runtimes run a
+         * group's work-items one after another between barriers). */
+        barrier(CLK_GLOBAL_MEM_FENCE);
+    }
+    if (!active)
+        return;
+    const int slot = ch.w + ch.z;
+    global float *s = sums + slot_s(slot, bh, g.bh) + et * SUM_COLS;
+    #pragma unroll
+    for (int r = 0; r < SUM_RD; ++r)
+        #pragma unroll
+        for (int j = 0; j < SUM_NV; ++j)
+            VSTOREN(SUM_VE, acc[r][j], 0, s + (long)(d0 + r) * DV + j * SUM_VE);
+#if ZCOL
+    if (et == 0)
+        VSTOREN(SUM_RD, z, 0, sums + slot_z(slot, bh, g.bh) + d0);
+#else
+    (void)z;
+#endif
+}

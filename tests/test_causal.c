@@ -1,0 +1,340 @@
+/* Causal MHLA, chunk form, on the device against the double-precision reference: chunk sizes
+ * around N (N < C, N % C != 0), Dk != Dv, both normalizers, every feature map and layout, a larger
+ * Mc than the sequence needs, exact causality (NaN/Inf in later tokens), and plan errors. */
+#include "helpers.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* Device forward vs reference within SPEC.md's f32 tolerance; returns the error. */
+static double expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
+                           const char *label)
+{
+    double err = 0.0;
+    mhla_status st = run_against_reference(ctx, cfg, init, seed, &err, NULL, NULL);
+    if (st != MHLA_OK)
+        fail_msg("%s: %s: %s", label, mhla_status_name(st), mhla_context_message(ctx));
+    const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t);
+    if (!(err <= tol))
+        fail_msg("%s: max_rel_err %.3g > %.1g", label, err, tol);
+    return err;
+}
+
+/* Both normalizers, every feature map and both layouts, each pair of them at least once (8 of the
+ * 16 combinations: every combination would compile twice the kernels for nothing more), B = 2,
+ * H = 3, Dk != Dv, N = 150 in chunks of 64 (the last one partial), the default scale Dk^-0.5 and an
+ * explicit one. */
+static void test_modes_matrix(void **state)
+{
+    mhla_context *ctx = *state;
+    const struct {
+        mhla_normalizer norm;
+        mhla_feature_map fm;
+        mhla_layout layout;
+    } modes[] = {
+        {MHLA_NORMALIZER_NONE, MHLA_FEATURE_RELU, MHLA_LAYOUT_BNHD},
+        {MHLA_NORMALIZER_NONE, MHLA_FEATURE_RELU_EPS, MHLA_LAYOUT_BHND},
+        {MHLA_NORMALIZER_NONE, MHLA_FEATURE_ELU1, MHLA_LAYOUT_BNHD},
+        {MHLA_NORMALIZER_NONE, MHLA_FEATURE_NONE, MHLA_LAYOUT_BHND},
+        {MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU, MHLA_LAYOUT_BHND},
+        {MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS, MHLA_LAYOUT_BNHD},
+        {MHLA_NORMALIZER_PAPER, MHLA_FEATURE_ELU1, MHLA_LAYOUT_BHND},
+        {MHLA_NORMALIZER_PAPER, MHLA_FEATURE_NONE, MHLA_LAYOUT_BNHD},
+    };
+    double worst = 0.0;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; ++i) {
+        mhla_config cfg = config_causal(2, 3, 150, 64, 24, 40);
+        cfg.normalizer = modes[i].norm;
+        cfg.feature_map = modes[i].fm;
+        cfg.layout = modes[i].layout;
+        cfg.scale = i % 3 == 0 ? 0.3f : 0.0f;
+        char label[128];
+        snprintf(label, sizeof label, "%s/%s/%s", mhla_normalizer_name(cfg.normalizer),
+                 mhla_feature_map_name(cfg.feature_map), mhla_layout_name(cfg.layout));
+        const double err = expect_close(ctx, &cfg, TEST_INIT_RANDOM, (uint32_t)i, label);
+        worst = err > worst ? err : worst;
+    }
+    print_message("causal modes matrix: worst max_rel_err vs reference %.3g\n", worst);
+}
+
+/* C in {16, 64, 128} against N < C, N = a multiple of C, and N not a multiple; C = 1 (every token
+ * its own chunk) and a chunk far larger than any local-memory tile (C = 1000). */
+static void test_chunk_sizes(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t chunks[] = {16, 64, 128};
+    double worst = 0.0;
+    for (size_t c = 0; c < 3; ++c) {
+        const int64_t C = chunks[c];
+        const int64_t ns[] = {C / 2 + 3, 2 * C, 2 * C + 37, 300};
+        for (size_t i = 0; i < 4; ++i)
+            for (int paper = 0; paper <= 1; ++paper) {
+                mhla_config cfg = config_causal(1, 2, ns[i], C, 24, 40); /* the modes' kernels */
+                cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+                char label[96];
+                snprintf(label, sizeof label, "C=%lld N=%lld %s", (long long)C, (long long)ns[i],
+                         paper ? "paper" : "none");
+                const double err = expect_close(ctx, &cfg, c == 1 ? MHLA_INIT_CAUSAL_UNIFORM : TEST_INIT_RANDOM,
+                                                (uint32_t)(c * 10 + i * 2 + (size_t)paper), label);
+                worst = err > worst ? err : worst;
+            }
+    }
+    mhla_config one = config_causal(1, 1, 20, 1, 8, 8);
+    worst = fmax(worst, expect_close(ctx, &one, TEST_INIT_RANDOM, 50, "C=1 N=20"));
+    mhla_config big = config_causal(1, 1, 1500, 1000, 16, 16);
+    big.normalizer = MHLA_NORMALIZER_PAPER;
+    worst = fmax(worst, expect_close(ctx, &big, MHLA_INIT_CAUSAL_UNIFORM, 51, "C=1000 N=1500 paper"));
+    print_message("causal chunk sizes: worst max_rel_err vs reference %.3g\n", worst);
+}
+
+/* Head dimensions: tiny, unequal both ways, and the largest supported (several output columns
+ * per work-item). */
+static void test_head_dims(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t dims[][2] = {{1, 1}, {5, 3}, {80, 24}, {24, 80}, {128, 128}, {256, 256}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
+        mhla_config cfg = config_causal(1, 2, 100, 32, dims[i][0], dims[i][1]);
+        cfg.normalizer = i % 2 ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        char label[64];
+        snprintf(label, sizeof label, "Dk=%lld Dv=%lld", (long long)dims[i][0], (long long)dims[i][1]);
+        expect_close(ctx, &cfg, TEST_INIT_RANDOM, (uint32_t)(60 + i), label);
+    }
+}
+
+/* 4096 tokens (64 chunks of 64), the released model's default shape per head: SPEC's 1e-5. */
+static void test_long_sequence(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 2, 4096, 64, 64, 64);
+    const double err = expect_close(ctx, &cfg, MHLA_INIT_CAUSAL_UNIFORM, 70, "N=4096 C=64");
+    print_message("causal N=4096 C=64: max_rel_err vs reference %.3g\n", err);
+}
+
+/* A model trained with a larger Mc (here 32 x 32) run on a shorter sequence uses the leading
+ * ceil(N/C) block: with everything outside its lower triangle NaN, the output equals (bit for bit)
+ * that of the leading block given alone, and matches the reference. */
+static void test_larger_mixing(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t R = 32, N = 300, C = 64, M = 5;
+    mhla_config cfg = config_causal(2, 2, N, C, 24, 40);
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    cfg.mixing_rows = R;
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 80, &in), MHLA_OK);
+    assert_int_equal(in.rows, R);
+    for (int64_t i = M; i < R; ++i)
+        for (int64_t j = 0; j < R; ++j)
+            in.mix[i * R + j] = NAN; /* rows the sequence never reaches */
+    float lead[25];
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < M; ++j)
+            lead[i * M + j] = in.mix[i * R + j];
+    float *out = malloc(in.nv * sizeof *out), *out_lead = malloc(in.nv * sizeof *out);
+    double *ref = malloc(in.nv * sizeof *ref);
+    assert_non_null(out), assert_non_null(out_lead), assert_non_null(ref);
+    mhla_plan *plan = NULL, *plan_lead = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_tensor_bytes(plan, MHLA_TENSOR_MIXING), (size_t)(R * R * 4));
+    assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out), MHLA_OK);
+    mhla_config cfg_lead = cfg;
+    cfg_lead.mixing_rows = 0; /* = ceil(N/C) */
+    assert_int_equal(mhla_plan_create(ctx, &cfg_lead, &plan_lead), MHLA_OK);
+    assert_int_equal(mhla_plan_config(plan_lead)->mixing_rows, M);
+    assert_int_equal(mhla_forward_host(plan_lead, in.q, in.k, in.v, lead, out_lead), MHLA_OK);
+    assert_memory_equal(out, out_lead, in.nv * sizeof *out);
+    assert_int_equal(mhla_reference_forward(&cfg, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
+    const double err = mhla_max_rel_err(out, ref, in.nv);
+    if (!(err <= 1e-5))
+        fail_msg("larger Mc: max_rel_err %.3g", err);
+    mhla_plan_destroy(plan), mhla_plan_destroy(plan_lead);
+    test_inputs_free(&in);
+    free(out), free(out_lead), free(ref);
+}
+
+/* Exact causality, without the reference: poisoning every token from t on (NaN in q, k and v,
+ * Inf in some v) leaves the outputs of tokens before t bit for bit unchanged, including the
+ * tokens of t's own chunk and the prefix mixtures of later chunks never leak backwards. */
+static void test_causality_exact(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t N = 200, C = 32, H = 2, D = 16;
+    const int64_t cuts[] = {70, 96, 1}; /* mid-chunk, a chunk boundary, right after the first token */
+    for (int paper = 0; paper <= 1; ++paper) {
+        mhla_config cfg = config_causal(1, H, N, C, D, D);
+        cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        test_inputs in;
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 90, &in), MHLA_OK);
+        float *base = malloc(in.nv * sizeof *base), *cut = malloc(in.nv * sizeof *cut);
+        assert_non_null(base), assert_non_null(cut);
+        mhla_plan *plan = NULL;
+        assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+        assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, base), MHLA_OK);
+        for (size_t c = 0; c < 3; ++c) {
+            test_inputs bad;
+            assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 90, &bad), MHLA_OK);
+            for (int64_t t = cuts[c]; t < N; ++t)
+                for (int64_t x = 0; x < H * D; ++x) {
+                    bad.q[t * H * D + x] = NAN;
+                    bad.k[t * H * D + x] = NAN;
+                    bad.v[t * H * D + x] = x % 3 ? NAN : INFINITY;
+                }
+            assert_int_equal(mhla_forward_host(plan, bad.q, bad.k, bad.v, bad.mix, cut), MHLA_OK);
+            const size_t before = (size_t)(cuts[c] * H * D);
+            assert_memory_equal(base, cut, before * sizeof *base);
+            for (size_t x = 0; x < before; ++x)
+                assert_true(isfinite(cut[x]));
+            for (size_t x = before; x < in.nv; ++x)
+                assert_true(isnan(cut[x]));
+            test_inputs_free(&bad);
+        }
+        mhla_plan_destroy(plan);
+        test_inputs_free(&in);
+        free(base), free(cut);
+    }
+}
+
+/* A NaN in one token's k reaches that token and every later one of the sequence, exactly as in
+ * the reference; a NaN in q stays in its row. */
+static void test_nan_propagates(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 1, 100, 16, 8, 8);
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 91, &in), MHLA_OK);
+    in.q[10 * 8 + 3] = NAN;
+    in.k[57 * 8 + 1] = NAN;
+    float out[800];
+    double ref[800];
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out), MHLA_OK);
+    assert_int_equal(mhla_reference_forward(&cfg, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
+    for (int t = 0; t < 100; ++t)
+        assert_int_equal(isnan(out[t * 8]) != 0, t == 10 || t >= 57);
+    assert_true(mhla_max_rel_err(out, ref, 800) <= 1e-5);
+    mhla_plan_destroy(plan);
+    test_inputs_free(&in);
+}
+
+/* mhla_plan_stage_times() splits a causal forward into its summaries, prefix mixtures and output. */
+static void test_stage_times(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 2, 2100, 32, 16, 16); /* 66 chunks */
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 93, &in), MHLA_OK);
+    float *out = malloc(in.nv * sizeof *out);
+    mhla_plan *plan = NULL;
+    mhla_stage_times t;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_ERR_INVALID_ARGUMENT); /* not run yet */
+    assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out), MHLA_OK);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_OK);
+    assert_true(t.summary_ms > 0 && t.mixing_ms > 0 && t.output_ms > 0);
+    assert_true(fabs(t.summary_ms + t.mixing_ms + t.output_ms - t.total_ms) <= 1e-6 * t.total_ms + 1e-9);
+    mhla_plan_destroy(plan);
+    free(out);
+    test_inputs_free(&in);
+}
+
+/* Same inputs, same bits. */
+static void test_deterministic(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(2, 2, 333, 64, 24, 40);
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    float *a = NULL, *b = NULL;
+    double *ref = NULL, err = 0;
+    assert_int_equal(run_against_reference(ctx, &cfg, TEST_INIT_RANDOM, 5, &err, &a, &ref), MHLA_OK);
+    free(ref);
+    assert_int_equal(run_against_reference(ctx, &cfg, TEST_INIT_RANDOM, 5, &err, &b, &ref), MHLA_OK);
+    assert_memory_equal(a, b, mhla_config_tensor_elems(&cfg, MHLA_TENSOR_OUT) * sizeof(float));
+    free(a), free(b), free(ref);
+}
+
+/* Odd tilings (TEST_ODD_TILING) against the reference; a malformed override is refused. */
+static void test_odd_tiling(void **state)
+{
+    mhla_context *ctx = *state;
+    set_odd_tiling();
+    double worst = 0.0;
+    for (int paper = 0; paper <= 1; ++paper)
+        for (int layout = 0; layout <= 1; ++layout) {
+            mhla_config cfg = config_causal(2, 2, 300, 16, 24, 40); /* 19 chunks: 4 GEMM blocks after the first */
+            cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+            cfg.layout = (mhla_layout)layout;
+            cfg.mixing_rows = 23;
+            worst = fmax(worst, expect_close(ctx, &cfg, TEST_INIT_RANDOM, (uint32_t)(95 + paper * 2 + layout), "odd tiling"));
+        }
+    mhla_config small = config_causal(1, 1, 7, 3, 5, 3);
+    worst = fmax(worst, expect_close(ctx, &small, TEST_INIT_RANDOM, 99, "odd tiling, N=7 C=3"));
+    setenv("MHLA_CAUSAL_TILING", "16,16,64", 1);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &small, &plan), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "MHLA_CAUSAL_TILING='16,16,64': expected name=value");
+    setenv("MHLA_CAUSAL_TILING", "tq=8,chunk=3", 1);
+    assert_int_equal(mhla_plan_create(ctx, &small, &plan), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "unknown field 'chunk'");
+    unset_tiling(NULL);
+    print_message("causal odd tiling: worst max_rel_err vs reference %.3g\n", worst);
+}
+
+/* Configurations the causal plan refuses, each naming the values. */
+static void test_plan_errors(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config c = config_causal(1, 1, 300, 64, 8, 8);
+    c.mixing_rows = 4;
+    expect_plan_error(ctx, &c, MHLA_ERR_SEQUENCE_TOO_LONG,
+                      "sequence of 300 tokens is longer than chunk * rows(Mc) = 64 * 4 = 256");
+    char msg[256];
+    assert_int_equal(mhla_config_check(&c, msg, sizeof msg), MHLA_ERR_SEQUENCE_TOO_LONG);
+    c.mixing_rows = 5; /* exactly enough */
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    mhla_plan_destroy(plan);
+    c = config_causal(1, 1, 100, 16, 8, 8);
+    c.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    expect_plan_error(ctx, &c, MHLA_ERR_UNSUPPORTED, "official normalizer");
+    c = config_causal(1, 1, 100, 0, 8, 8);
+    expect_plan_error(ctx, &c, MHLA_ERR_INVALID_SHAPE, "chunk must be >= 1, got 0");
+    c = config_causal(1, 1, 100, 16, 8, 8);
+    c.seq_h = 2;
+    expect_plan_error(ctx, &c, MHLA_ERR_INVALID_SHAPE, "causal mode is 1D");
+    c = config_causal(2, 1, 100, 16, 8, 8);
+    c.varlen = 1;
+    expect_plan_error(ctx, &c, MHLA_ERR_INVALID_SHAPE, "batch must be 1, got 2");
+    c = config_1d(1, 1, 16, 4, 8, 8);
+    c.varlen = 1;
+    expect_plan_error(ctx, &c, MHLA_ERR_INVALID_ARGUMENT, "varlen = 1 needs causal mode");
+    c = config_causal(1, 1, 100, 16, 8, 8);
+    c.varlen = 3;
+    expect_plan_error(ctx, &c, MHLA_ERR_INVALID_ARGUMENT, "varlen must be 0 or 1, got 3");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_modes_matrix),
+        cmocka_unit_test(test_chunk_sizes),
+        cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_long_sequence),
+        cmocka_unit_test_teardown(test_odd_tiling, unset_tiling),
+        cmocka_unit_test(test_larger_mixing),
+        cmocka_unit_test(test_causality_exact),
+        cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_stage_times),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_plan_errors),
+    };
+    return cmocka_run_group_tests_name("causal", tests, context_setup, context_teardown);
+}

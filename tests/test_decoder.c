@@ -1,0 +1,505 @@
+/* The streaming decoder: token-by-token decoding equals the chunk form (SPEC: 1e-5) over several
+ * chunks, prompt-then-decode equals a full chunk run, state save/restore and forking, capacity,
+ * the device calls with events, and the errors. */
+#include "helpers.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* Feeds tokens [t0, t0 + n) of the full inputs to the decoder (prefill or n steps) and places its
+ * outputs at the same tokens of `out`. */
+static mhla_status feed(mhla_decoder *dec, const mhla_config *cfg, const test_inputs *in, int64_t t0, int64_t n,
+                        int prefill, float *out)
+{
+    const int64_t N = cfg->seq_t, B = cfg->batch, H = cfg->heads;
+    float *q = malloc((size_t)(B * n * H * cfg->dk) * 4), *k = malloc((size_t)(B * n * H * cfg->dk) * 4);
+    float *v = malloc((size_t)(B * n * H * cfg->dv) * 4), *o = malloc((size_t)(B * n * H * cfg->dv) * 4);
+    assert_non_null(q), assert_non_null(k), assert_non_null(v), assert_non_null(o);
+    slice_tokens(cfg, N, cfg->dk, in->q, t0, n, q);
+    slice_tokens(cfg, N, cfg->dk, in->k, t0, n, k);
+    slice_tokens(cfg, N, cfg->dv, in->v, t0, n, v);
+    mhla_status st = prefill ? mhla_decoder_prefill_host(dec, q, k, v, in->mix, o, n)
+                             : mhla_decoder_step_host(dec, q, k, v, in->mix, o, n);
+    if (st == MHLA_OK)
+        place_tokens(cfg, N, cfg->dv, o, t0, n, out);
+    free(q), free(k), free(v), free(o);
+    return st;
+}
+
+/* A schedule: segments of prefill ('p') or steps ('s'), e.g. "p40 s29". Runs it on a fresh
+ * decoder of capacity N and returns the whole sequence's output. */
+static float *run_schedule(mhla_context *ctx, const mhla_config *cfg, const test_inputs *in, const char *schedule)
+{
+    mhla_decoder *dec = NULL;
+    mhla_status st = mhla_decoder_create(ctx, cfg, cfg->seq_t, &dec);
+    if (st != MHLA_OK)
+        fail_msg("mhla_decoder_create: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
+    float *out = malloc(in->nv * sizeof *out);
+    assert_non_null(out);
+    int64_t t = 0;
+    for (const char *p = schedule; *p;) {
+        char kind = 0;
+        int n = 0, used = 0;
+        assert_int_equal(sscanf(p, " %c%d%n", &kind, &n, &used), 2);
+        p += used;
+        st = feed(dec, cfg, in, t, n, kind == 'p', out);
+        if (st != MHLA_OK)
+            fail_msg("%s at token %lld: %s: %s", schedule, (long long)t, mhla_status_name(st),
+                     mhla_context_message(ctx));
+        t += n;
+        assert_int_equal(mhla_decoder_position(dec), t);
+        while (*p == ' ')
+            ++p;
+    }
+    assert_int_equal(t, cfg->seq_t);
+    mhla_decoder_destroy(dec);
+    return out;
+}
+
+/* The chunk form's output (a causal plan) as doubles, to measure against. */
+static double *chunk_run(mhla_context *ctx, const mhla_config *cfg, const test_inputs *in, float **as_float)
+{
+    float *out = malloc(in->nv * sizeof *out);
+    double *ref = malloc(in->nv * sizeof *ref);
+    assert_non_null(out), assert_non_null(ref);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, in->q, in->k, in->v, in->mix, out), MHLA_OK);
+    mhla_plan_destroy(plan);
+    for (size_t i = 0; i < in->nv; ++i)
+        ref[i] = out[i];
+    if (as_float)
+        *as_float = out;
+    else
+        free(out);
+    return ref;
+}
+
+/* Decoding token by token equals the chunk form over several chunks (SPEC: <= 1e-5): C in {16,
+ * 64, 128}, both normalizers, both layouts, B = 2, H = 2, Dk != Dv. Also against the reference. */
+static void test_decode_equals_chunk(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t chunks[] = {16, 64, 128};
+    double worst_chunk = 0.0, worst_ref = 0.0;
+    for (size_t c = 0; c < 3; ++c)
+        for (int paper = 0; paper <= 1; ++paper)
+            for (int layout = 0; layout <= 1; ++layout) {
+                if (c > 0 && layout) /* the layouts once, the chunk sizes in BNHD */
+                    continue;
+                const int64_t C = chunks[c], N = 3 * C + 5;
+                mhla_config cfg = config_causal(2, 2, N, C, 24, 16);
+                cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+                cfg.layout = (mhla_layout)layout;
+                test_inputs in;
+                assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, (uint32_t)(c * 4 + (size_t)paper * 2 + (size_t)layout), &in),
+                                 MHLA_OK);
+                float *dec = run_schedule(ctx, &cfg, &in, N == 53 ? "s53" : N == 197 ? "s197" : "s389");
+                double *chunk = chunk_run(ctx, &cfg, &in, NULL);
+                double *ref = malloc(in.nv * sizeof *ref);
+                assert_int_equal(mhla_reference_forward(&cfg, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
+                const double e_chunk = mhla_max_rel_err(dec, chunk, in.nv), e_ref = mhla_max_rel_err(dec, ref, in.nv);
+                if (!(e_chunk <= 1e-5 && e_ref <= 1e-5))
+                    fail_msg("C=%lld %s %s: decode vs chunk %.3g, vs reference %.3g", (long long)C,
+                             mhla_normalizer_name(cfg.normalizer), mhla_layout_name(cfg.layout), e_chunk, e_ref);
+                worst_chunk = fmax(worst_chunk, e_chunk);
+                worst_ref = fmax(worst_ref, e_ref);
+                free(dec), free(chunk), free(ref);
+                test_inputs_free(&in);
+            }
+    print_message("decode vs chunk: worst max_rel_err %.3g; decode vs reference %.3g\n", worst_chunk, worst_ref);
+}
+
+/* Prompts through the chunk path then decoding, in many splits: at and off chunk boundaries, a
+ * prefill continuing mid-chunk (its head goes through steps), several prefills. A whole-sequence
+ * prefill is the chunk form itself (bit for bit). */
+static void test_prompt_then_decode(void **state)
+{
+    mhla_context *ctx = *state;
+    const char *schedules[] = {"p40 s29", "p1 s68", "p16 s53", "p32 s37", "s5 p30 s3 p31", "p20 p20 p29", "s17 p52"};
+    double worst = 0.0;
+    for (int paper = 0; paper <= 1; ++paper) {
+        mhla_config cfg = config_causal(2, 2, 69, 16, 24, 16);
+        cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        test_inputs in;
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, (uint32_t)(20 + paper), &in), MHLA_OK);
+        float *chunk_f = NULL;
+        double *chunk = chunk_run(ctx, &cfg, &in, &chunk_f);
+        float *whole = run_schedule(ctx, &cfg, &in, "p69");
+        assert_memory_equal(whole, chunk_f, in.nv * sizeof *whole);
+        for (size_t s = 0; s < sizeof schedules / sizeof schedules[0]; ++s) {
+            float *out = run_schedule(ctx, &cfg, &in, schedules[s]);
+            const double err = mhla_max_rel_err(out, chunk, in.nv);
+            if (!(err <= 1e-5))
+                fail_msg("%s (%s): vs chunk run %.3g", schedules[s], mhla_normalizer_name(cfg.normalizer), err);
+            worst = fmax(worst, err);
+            free(out);
+        }
+        free(whole), free(chunk_f), free(chunk);
+        test_inputs_free(&in);
+    }
+    print_message("prompt-then-decode vs full chunk run: worst max_rel_err %.3g\n", worst);
+}
+
+/* With odd tilings and chunks of 4 tokens (prefix GEMM blocks of 4 chunks): decoding and prefills
+ * that start inside a GEMM block still equal the chunk form. */
+static void test_odd_tiling(void **state)
+{
+    mhla_context *ctx = *state;
+    set_odd_tiling();
+    const char *schedules[] = {"s69", "p40 s29", "s5 p30 s3 p31", "s17 p52", "p69"};
+    double worst = 0.0;
+    for (int paper = 0; paper <= 1; ++paper) {
+        mhla_config cfg = config_causal(2, 2, 69, 4, 24, 40); /* 18 chunks */
+        cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        test_inputs in;
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, (uint32_t)(70 + paper), &in), MHLA_OK);
+        double *chunk = chunk_run(ctx, &cfg, &in, NULL);
+        for (size_t s = 0; s < sizeof schedules / sizeof schedules[0]; ++s) {
+            float *out = run_schedule(ctx, &cfg, &in, schedules[s]);
+            const double err = mhla_max_rel_err(out, chunk, in.nv);
+            if (!(err <= 1e-5))
+                fail_msg("odd tiling %s (%s): vs chunk run %.3g", schedules[s], mhla_normalizer_name(cfg.normalizer),
+                         err);
+            worst = fmax(worst, err);
+            free(out);
+        }
+        free(chunk);
+        test_inputs_free(&in);
+    }
+    unset_tiling(NULL);
+    print_message("decoder, odd tiling: worst max_rel_err vs chunk run %.3g\n", worst);
+}
+
+/* A prompt of more chunks than one chunk-path run takes (64): 151 chunks of 2 tokens, from the
+ * start and from inside a chunk; later runs read the summaries the earlier runs wrote. */
+static void test_long_prefill(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 2, 301, 2, 8, 8);
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 75, &in), MHLA_OK);
+    float *chunk_f = NULL;
+    double *chunk = chunk_run(ctx, &cfg, &in, &chunk_f);
+    float *whole = run_schedule(ctx, &cfg, &in, "p301");
+    assert_memory_equal(whole, chunk_f, in.nv * sizeof *whole); /* the same kernels and summation order */
+    float *split = run_schedule(ctx, &cfg, &in, "s3 p290 s8");
+    const double err = mhla_max_rel_err(split, chunk, in.nv);
+    if (!(err <= 1e-5))
+        fail_msg("s3 p290 s8 vs chunk run: %.3g", err);
+    free(whole), free(split), free(chunk_f), free(chunk);
+    test_inputs_free(&in);
+}
+
+/* Save at a mid-chunk position and at a chunk boundary, restore into another decoder (of another
+ * capacity) and continue: bit for bit the same outputs as the original decoder, and the chunk
+ * form's. Fork: the restored decoder continues with other tokens, checked against the reference
+ * on the spliced sequence. Reset: a decoder reused from position 0 repeats its first outputs. */
+static void test_state_save_restore(void **state)
+{
+    mhla_context *ctx = *state;
+    const int64_t N = 69, C = 16, cuts[] = {40, 32};
+    mhla_config cfg = config_causal(2, 2, N, C, 24, 16);
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    cfg.mixing_rows = 5; /* the model's Mc, whatever each decoder's capacity */
+    test_inputs in, other;
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 30, &in), MHLA_OK);
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 31, &other), MHLA_OK);
+    memcpy(other.mix, in.mix, in.nm * sizeof *in.mix);
+    double *chunk = chunk_run(ctx, &cfg, &in, NULL);
+    const size_t W = 2 * 2 * 24 * 17 * sizeof(float); /* one summary slot, z column included */
+    for (int c = 0; c < 2; ++c) {
+        const int64_t cut = cuts[c];
+        float *a = malloc(in.nv * 4), *b = malloc(in.nv * 4), *f = malloc(in.nv * 4), *first = malloc(in.nv * 4);
+        mhla_decoder *da = NULL, *db = NULL;
+        assert_int_equal(mhla_decoder_create(ctx, &cfg, N, &da), MHLA_OK);
+        assert_int_equal(mhla_decoder_create(ctx, &cfg, 80, &db), MHLA_OK);
+        assert_int_equal(mhla_decoder_state_size(da), 128);
+        assert_int_equal(feed(da, &cfg, &in, 0, 7, 1, a), MHLA_OK);
+        assert_int_equal(feed(da, &cfg, &in, 7, cut - 7, 0, a), MHLA_OK);
+        const size_t size = mhla_decoder_state_size(da);
+        /* 40 = 2 chunks + 8 tokens: 3 summaries and P_2; 32: 2 summaries, no P */
+        assert_int_equal(size, 128 + (c == 0 ? 4 : 2) * W);
+        unsigned char *saved = malloc(size);
+        assert_int_equal(mhla_decoder_state_read(da, saved, size), MHLA_OK);
+        assert_memory_equal(saved, "MHLADEC", 8);
+        int64_t pos;
+        memcpy(&pos, saved + 80, 8);
+        assert_int_equal(pos, cut);
+        assert_int_equal(mhla_decoder_state_write(db, saved, size), MHLA_OK);
+        assert_int_equal(mhla_decoder_position(db), cut);
+        memcpy(b, a, in.nv * 4);
+        memcpy(f, a, in.nv * 4);
+        assert_int_equal(feed(da, &cfg, &in, cut, N - cut, 0, a), MHLA_OK);
+        assert_int_equal(feed(db, &cfg, &in, cut, N - cut, 0, b), MHLA_OK);
+        assert_memory_equal(a, b, in.nv * 4);
+        assert_true(mhla_max_rel_err(a, chunk, in.nv) <= 1e-5);
+
+        /* fork: the same saved context, other continuation tokens */
+        test_inputs spliced = in;
+        spliced.q = malloc(in.nq * 4), spliced.k = malloc(in.nq * 4), spliced.v = malloc(in.nv * 4);
+        memcpy(spliced.q, in.q, in.nq * 4), memcpy(spliced.k, in.k, in.nq * 4), memcpy(spliced.v, in.v, in.nv * 4);
+        const int64_t rq = 2 * 24, rv = 2 * 16; /* floats per token per batch element (H * D) */
+        for (int64_t bb = 0; bb < 2; ++bb) {
+            memcpy(spliced.q + (bb * N + cut) * rq, other.q + (bb * N + cut) * rq, (size_t)((N - cut) * rq) * 4);
+            memcpy(spliced.k + (bb * N + cut) * rq, other.k + (bb * N + cut) * rq, (size_t)((N - cut) * rq) * 4);
+            memcpy(spliced.v + (bb * N + cut) * rv, other.v + (bb * N + cut) * rv, (size_t)((N - cut) * rv) * 4);
+        }
+        assert_int_equal(mhla_decoder_state_write(db, saved, size), MHLA_OK);
+        assert_int_equal(feed(db, &cfg, &spliced, cut, N - cut, 1, f), MHLA_OK);
+        double *ref = malloc(in.nv * sizeof *ref);
+        assert_int_equal(mhla_reference_forward(&cfg, spliced.q, spliced.k, spliced.v, in.mix, ref), MHLA_OK);
+        const double err = mhla_max_rel_err(f, ref, in.nv);
+        if (!(err <= 1e-5))
+            fail_msg("fork at %lld: vs reference %.3g", (long long)cut, err);
+
+        /* reset: the same first tokens give the same bits */
+        assert_int_equal(mhla_decoder_reset(da), MHLA_OK);
+        assert_int_equal(mhla_decoder_position(da), 0);
+        assert_int_equal(feed(da, &cfg, &in, 0, 7, 1, first), MHLA_OK);
+        assert_memory_equal(first, a, (size_t)(7 * 2 * 16) * 4); /* batch 0's first 7 tokens */
+        free(ref), free(spliced.q), free(spliced.k), free(spliced.v);
+        free(saved), free(a), free(b), free(f), free(first);
+        mhla_decoder_destroy(da), mhla_decoder_destroy(db);
+    }
+    free(chunk);
+    test_inputs_free(&in), test_inputs_free(&other);
+}
+
+/* Restoring a state into a decoder it does not fit, or a damaged state: each refused with a message
+ * naming the field and both values, and the decoder left as it was. */
+static void test_state_errors(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 2, 50, 16, 8, 8);
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 40, &in), MHLA_OK);
+    float *out = malloc(in.nv * 4);
+    mhla_decoder *dec = NULL, *other = NULL;
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 50, &dec), MHLA_OK);
+    assert_int_equal(feed(dec, &cfg, &in, 0, 20, 1, out), MHLA_OK);
+    const size_t size = mhla_decoder_state_size(dec);
+    unsigned char *s = malloc(size + 8), *bad = malloc(size + 8);
+    assert_int_equal(mhla_decoder_state_read(dec, s, size - 1), MHLA_ERR_BUFFER_TOO_SMALL);
+    assert_message_has(ctx, "state at position 20 takes");
+    assert_int_equal(mhla_decoder_state_read(dec, s, size), MHLA_OK);
+
+    struct {
+        int64_t dk, heads, chunk;
+        mhla_normalizer norm;
+        int64_t capacity;
+        mhla_status want;
+        const char *text;
+    } cases[] = {
+        {16, 2, 16, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with dk = 8, this decoder has dk = 16"},
+        {8, 3, 16, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT, "heads = 2, this decoder has heads = 3"},
+        {8, 2, 32, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT, "chunk = 16, this decoder has chunk = 32"},
+        {8, 2, 16, MHLA_NORMALIZER_PAPER, 50, MHLA_ERR_INVALID_ARGUMENT, "normalizer = 2, this decoder has normalizer = 0"},
+        {8, 2, 16, MHLA_NORMALIZER_NONE, 19, MHLA_ERR_CAPACITY_EXCEEDED,
+         "the state is at position 20, past this decoder's capacity of 19 tokens"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        mhla_config c = cfg;
+        c.dk = cases[i].dk, c.heads = cases[i].heads, c.chunk = cases[i].chunk, c.normalizer = cases[i].norm;
+        assert_int_equal(mhla_decoder_create(ctx, &c, cases[i].capacity, &other), MHLA_OK);
+        mhla_status st = mhla_decoder_state_write(other, s, size);
+        if (st != cases[i].want)
+            fail_msg("case %zu: expected %s, got %s: %s", i, mhla_status_name(cases[i].want), mhla_status_name(st),
+                     mhla_context_message(ctx));
+        assert_message_has(ctx, cases[i].text);
+        assert_int_equal(mhla_decoder_position(other), 0);
+        mhla_decoder_destroy(other);
+    }
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 50, &other), MHLA_OK);
+    assert_int_equal(mhla_decoder_state_write(other, s, size - 4), MHLA_ERR_BUFFER_TOO_SMALL);
+    assert_message_has(ctx, "truncated");
+    assert_int_equal(mhla_decoder_state_write(other, s, 100), MHLA_ERR_BUFFER_TOO_SMALL);
+    memcpy(bad, s, size);
+    memset(bad + size, 0, 8);
+    assert_int_equal(mhla_decoder_state_write(other, bad, size + 8), MHLA_ERR_INVALID_ARGUMENT);
+    bad[0] = 'X';
+    assert_int_equal(mhla_decoder_state_write(other, bad, size), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "bad magic");
+    memcpy(bad, s, size);
+    bad[8] = 9; /* version */
+    assert_int_equal(mhla_decoder_state_write(other, bad, size), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "format version 9");
+    memcpy(bad, s, size);
+    bad[88] = 7; /* summaries that do not match the position */
+    assert_int_equal(mhla_decoder_state_write(other, bad, size), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "corrupt header");
+    assert_int_equal(mhla_decoder_position(other), 0);
+    assert_int_equal(mhla_decoder_state_write(other, s, size), MHLA_OK);
+    assert_int_equal(mhla_decoder_position(other), 20);
+    mhla_decoder_destroy(other), mhla_decoder_destroy(dec);
+    free(s), free(bad), free(out);
+    test_inputs_free(&in);
+}
+
+/* Past the capacity: refused with position and capacity named, nothing consumed. */
+static void test_capacity(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_causal(1, 1, 21, 8, 4, 4);
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 50, &in), MHLA_OK);
+    float *out = malloc(in.nv * 4);
+    mhla_decoder *dec = NULL;
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 20, &dec), MHLA_OK);
+    assert_int_equal(mhla_decoder_capacity(dec), 20);
+    assert_int_equal(feed(dec, &cfg, &in, 0, 18, 0, out), MHLA_OK);
+    assert_int_equal(feed(dec, &cfg, &in, 18, 3, 1, out), MHLA_ERR_CAPACITY_EXCEEDED);
+    assert_message_has(ctx, "3 token(s) at position 18 would pass the decoder's capacity of 20 tokens");
+    assert_int_equal(mhla_decoder_position(dec), 18);
+    assert_int_equal(feed(dec, &cfg, &in, 18, 2, 0, out), MHLA_OK);
+    assert_int_equal(feed(dec, &cfg, &in, 20, 1, 0, out), MHLA_ERR_CAPACITY_EXCEEDED);
+    assert_message_has(ctx, "1 token(s) at position 20 would pass the decoder's capacity of 20 tokens");
+    assert_int_equal(mhla_decoder_position(dec), 20);
+    mhla_decoder_destroy(dec);
+    free(out);
+    test_inputs_free(&in);
+}
+
+/* mhla_decoder_step/prefill on the caller's buffers: they wait for the caller's event and return
+ * one without blocking; one step's q is [B,H,D] whatever the layout. */
+static void test_device_calls(void **state)
+{
+    mhla_context *ctx = *state;
+    cl_context clctx = mhla_context_cl_context(ctx);
+    cl_command_queue queue = mhla_context_queue(ctx);
+    mhla_config cfg = config_causal(2, 3, 40, 16, 8, 8);
+    cfg.layout = MHLA_LAYOUT_BHND;
+    test_inputs in;
+    assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 60, &in), MHLA_OK);
+    double *chunk = chunk_run(ctx, &cfg, &in, NULL);
+    mhla_decoder *dec = NULL;
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 40, &dec), MHLA_OK);
+    assert_int_equal(mhla_decoder_tensor_bytes(dec, MHLA_TENSOR_Q, 1), 2 * 3 * 8 * 4);
+    assert_int_equal(mhla_decoder_tensor_bytes(dec, MHLA_TENSOR_MIXING, 1), 3 * 3 * 4);
+    assert_int_equal(mhla_decoder_tensor_bytes(dec, MHLA_TENSOR_Q, 0), 0);
+    const size_t pq = 2 * 30 * 3 * 8 * 4, sq = 2 * 3 * 8 * 4;
+    cl_int err;
+    cl_mem q = clCreateBuffer(clctx, CL_MEM_READ_WRITE, pq, NULL, &err);
+    cl_mem k = clCreateBuffer(clctx, CL_MEM_READ_WRITE, pq, NULL, &err);
+    cl_mem v = clCreateBuffer(clctx, CL_MEM_READ_WRITE, pq, NULL, &err);
+    cl_mem o = clCreateBuffer(clctx, CL_MEM_READ_WRITE, pq, NULL, &err);
+    cl_mem m = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in.nm * 4, in.mix, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    float *buf = malloc(pq), *out = malloc(in.nv * 4);
+    /* a 30-token prompt, gated by a user event */
+    const float *srcs[] = {in.q, in.k, in.v};
+    cl_mem dsts[] = {q, k, v};
+    for (int i = 0; i < 3; ++i) {
+        slice_tokens(&cfg, 40, 8, srcs[i], 0, 30, buf);
+        assert_int_equal(clEnqueueWriteBuffer(queue, dsts[i], CL_TRUE, 0, pq, buf, 0, NULL, NULL), CL_SUCCESS);
+    }
+    /* gated by a user event, except where such gates hang (user_event_gates_hang) */
+    const int gated = !user_event_gates_hang(ctx);
+    cl_event gate = gated ? clCreateUserEvent(clctx, &err) : NULL, done = NULL;
+    assert_int_equal(mhla_decoder_prefill(dec, q, k, v, m, o, 30, gated ? 1 : 0, gated ? &gate : NULL, &done),
+                     MHLA_OK);
+    if (gated) {
+        cl_int status = CL_COMPLETE;
+        assert_int_equal(clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL),
+                         CL_SUCCESS);
+        assert_true(status != CL_COMPLETE);
+        assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+        clReleaseEvent(gate);
+    }
+    assert_int_equal(clEnqueueReadBuffer(queue, o, CL_TRUE, 0, pq, buf, 1, &done, NULL), CL_SUCCESS);
+    place_tokens(&cfg, 40, 8, buf, 0, 30, out);
+    clReleaseEvent(done);
+    /* then 10 single steps on [B,H,D] buffers */
+    for (int64_t t = 30; t < 40; ++t) {
+        for (int i = 0; i < 3; ++i) {
+            slice_tokens(&cfg, 40, 8, srcs[i], t, 1, buf);
+            assert_int_equal(clEnqueueWriteBuffer(queue, dsts[i], CL_TRUE, 0, sq, buf, 0, NULL, NULL), CL_SUCCESS);
+        }
+        done = NULL;
+        assert_int_equal(mhla_decoder_step(dec, q, k, v, m, o, 0, NULL, &done), MHLA_OK);
+        assert_int_equal(clEnqueueReadBuffer(queue, o, CL_TRUE, 0, sq, buf, 1, &done, NULL), CL_SUCCESS);
+        clReleaseEvent(done);
+        place_tokens(&cfg, 40, 8, buf, t, 1, out);
+    }
+    const double e = mhla_max_rel_err(out, chunk, in.nv);
+    if (!(e <= 1e-5))
+        fail_msg("device prefill + steps vs chunk: %.3g", e);
+    /* buffer checks name the call and the shape */
+    assert_int_equal(mhla_decoder_reset(dec), MHLA_OK);
+    cl_mem small = clCreateBuffer(clctx, CL_MEM_READ_WRITE, sq - 4, NULL, &err);
+    assert_int_equal(mhla_decoder_step(dec, small, k, v, m, o, 0, NULL, NULL), MHLA_ERR_BUFFER_TOO_SMALL);
+    assert_message_has(ctx, "mhla_decoder_step: q buffer holds 188 bytes; 1 token(s) of [B,H,D] = [2,3,8] f32 needs 192");
+    assert_int_equal(mhla_decoder_prefill(dec, q, k, v, m, o, 31, 0, NULL, NULL), MHLA_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(mhla_decoder_step(dec, q, k, v, m, q, 0, NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "out must not be the same buffer");
+    assert_int_equal(mhla_decoder_step(dec, q, k, v, NULL, o, 0, NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "mixing buffer is NULL");
+    assert_int_equal(mhla_decoder_position(dec), 0);
+    assert_int_equal(clFinish(queue), CL_SUCCESS);
+    cl_mem mems[] = {q, k, v, o, m, small};
+    for (int i = 0; i < 6; ++i)
+        clReleaseMemObject(mems[i]);
+    mhla_decoder_destroy(dec);
+    free(buf), free(out), free(chunk);
+    test_inputs_free(&in);
+}
+
+static void test_create_errors(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_decoder *dec = (mhla_decoder *)0x1;
+    mhla_config cfg = config_causal(1, 1, 1, 64, 8, 8);
+    cfg.mixing_rows = 4;
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 300, &dec), MHLA_ERR_SEQUENCE_TOO_LONG);
+    assert_null(dec);
+    assert_message_has(ctx, "capacity of 300 tokens is longer than chunk * rows(Mc) = 64 * 4 = 256");
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 256, &dec), MHLA_OK);
+    assert_int_equal(mhla_decoder_config(dec)->mixing_rows, 4);
+    assert_true(fabsf(mhla_decoder_config(dec)->scale - 1.0f / sqrtf(8.0f)) < 1e-7f);
+    mhla_decoder_destroy(dec);
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 0, &dec), MHLA_ERR_INVALID_SHAPE);
+    assert_message_has(ctx, "capacity_tokens must be in 1..");
+    mhla_config nc = config_1d(1, 1, 16, 4, 8, 8);
+    assert_int_equal(mhla_decoder_create(ctx, &nc, 16, &dec), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "needs a causal config");
+    cfg.varlen = 1;
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 16, &dec), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "varlen must be 0");
+    cfg.varlen = 0, cfg.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 16, &dec), MHLA_ERR_UNSUPPORTED);
+    assert_int_equal(mhla_decoder_create(NULL, &cfg, 16, &dec), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_decoder_create(ctx, NULL, 16, &dec), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_decoder_create(ctx, &cfg, 16, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    float x[8] = {0};
+    assert_int_equal(mhla_decoder_step_host(NULL, x, x, x, x, x, 1), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_decoder_reset(NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_decoder_position(NULL), -1);
+    assert_int_equal(mhla_decoder_state_size(NULL), 0);
+    assert_null(mhla_decoder_config(NULL));
+    mhla_decoder_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_equals_chunk),
+        cmocka_unit_test(test_prompt_then_decode),
+        cmocka_unit_test_teardown(test_odd_tiling, unset_tiling),
+        cmocka_unit_test(test_long_prefill),
+        cmocka_unit_test(test_state_save_restore),
+        cmocka_unit_test(test_state_errors),
+        cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_device_calls),
+        cmocka_unit_test(test_create_errors),
+    };
+    return cmocka_run_group_tests_name("decoder", tests, context_setup, context_teardown);
+}
