@@ -41,8 +41,8 @@ int cli_npy_exit_code(npy_status status);
 void cli_guard_temp(const char *path);
 
 /* The M x M matrix of an initializer for a block grid (bt, bh, bw), malloc'd into *out; a bad grid
- * is reported against --blocks `blocks_text`. Returns 0, CLI_USAGE or CLI_RUNTIME. */
-int cli_mixing_init(const char *cmd, const char *blocks_text, mhla_init_kind kind, const double *param,
+ * is reported after `label` (e.g. "--blocks 4x4"). Returns 0, CLI_USAGE or CLI_RUNTIME. */
+int cli_mixing_init(const char *cmd, const char *label, mhla_init_kind kind, const double *param,
                     const int64_t blocks[3], float **out);
 
 int cmd_run(int argc, char **argv);

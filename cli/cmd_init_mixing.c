@@ -18,7 +18,7 @@ static const char help[] =
     "                             local[:THRES] (default 1.5), paper, causal-uniform\n"
     "  --out MC.npy               the output (written to a temporary file, then renamed)\n";
 
-int cli_mixing_init(const char *cmd, const char *blocks_text, mhla_init_kind kind, const double *param,
+int cli_mixing_init(const char *cmd, const char *label, mhla_init_kind kind, const double *param,
                     const int64_t blocks[3], float **out)
 {
     *out = NULL;
@@ -35,7 +35,7 @@ int cli_mixing_init(const char *cmd, const char *blocks_text, mhla_init_kind kin
     if (st != MHLA_OK) {
         free(*out);
         *out = NULL;
-        return cli_usage(cmd, "--blocks %s: %s", blocks_text, mhla_last_message());
+        return cli_usage(cmd, "%s: %s", label, mhla_last_message());
     }
     return 0;
 }
@@ -68,7 +68,9 @@ int cmd_init_mixing(int argc, char **argv)
     if (opts[O_INIT].value && (rc = args_init(cmd, &opts[O_INIT], &kind, &param, &has_param)) != 0)
         return rc;
     const int64_t m = blocks[0] * blocks[1] * blocks[2];
-    if ((rc = cli_mixing_init(cmd, opts[O_BLOCKS].value, kind, has_param ? &param : NULL, blocks, &mc)) != 0)
+    char label[160];
+    snprintf(label, sizeof label, "--blocks %s", opts[O_BLOCKS].value);
+    if ((rc = cli_mixing_init(cmd, label, kind, has_param ? &param : NULL, blocks, &mc)) != 0)
         return rc;
     const int64_t shape[2] = {m, m};
     const npy_status ws = npy_write(opts[O_OUT].value, NPY_F32, 2, shape, mc, err, sizeof err);

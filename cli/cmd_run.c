@@ -1,8 +1,8 @@
 /* `mhla run`: one MHLA forward pass over .npy files on an OpenCL device, optionally checked
- * against the double-precision reference (--check) and timed with profiling events (--repeat). */
-#include "args.h"
+ * against the double-precision reference (--check) and timed with profiling events (--repeat).
+ * The causal options' rules and the decoder path (--recurrent) are in run_causal.c. */
 #include "cli.h"
-#include "npy.h"
+#include "run.h"
 
 #include <mhla_reference.h>
 
@@ -11,8 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char help[] =
+/* In two parts: C99 only promises string literals of 4095 characters. */
+static const char help_head[] =
     "usage: mhla run --q Q.npy --k K.npy --v V.npy --out O.npy --blocks ... [options]\n"
+    "       mhla run --q Q.npy --k K.npy --v V.npy --out O.npy --causal [--chunk C] [--recurrent]\n"
+    "                [--cu-seqlens CU.npy] [options]\n"
     "\n"
     "Runs MHLA (SPEC.md) on the OpenCL device and writes the output. Q and K are [B,N,H,Dk], V is\n"
     "[B,N,H,Dv] (or [B,H,N,D] with --layout bhnd), float32 or float16 .npy files, little-endian,\n"
@@ -26,8 +29,11 @@ static const char help[] =
     "  --grid N|HsxWs|TxHsxWs        token grid, product N (default: N from Q, 1D)\n"
     "  --blocks M|BHxBW|BTxBHxBW     block grid dividing the token grid, with as many extents\n"
     "                                (required without --causal)\n"
-    "mixing matrix (M = number of blocks):\n"
-    "  --mixing MC.npy               an M x M float32 matrix Mc[i][b] (e.g. a trained one)\n"
+    "mixing matrix (M = number of blocks; with --causal, M = ceil(N/C) chunks):\n"
+    "  --mixing MC.npy               an M x M float32 matrix Mc[i][b] (e.g. a trained one); with\n"
+    "                                --causal any square one with at least M rows (a model trained\n"
+    "                                on longer sequences), of which the lower triangle of the\n"
+    "                                leading M x M block is read\n"
     "  --init KIND[:PARAM]           else an initializer: linear, cos, exp[:SIGMA], gaussian,\n"
     "                                local[:THRES], paper, causal-uniform (default linear,\n"
     "                                causal-uniform with --causal); see 'mhla init-mixing'\n"
@@ -35,10 +41,19 @@ static const char help[] =
     "  --feature-map none|relu|relu-eps|elu1   phi on q and k (default relu-eps; relu --causal)\n"
     "  --feature-eps X               relu-eps offset (default 1e-6)\n"
     "  --scale X                     q~ = X * phi(q), X != 0 (default 1; Dk^-0.5 with --causal)\n"
-    "  --normalizer paper|official|none   (default paper; none with --causal)\n"
-    "  --eps X                       added to every denominator (default 1e-6)\n"
-    "  --causal [--chunk C] [--recurrent] [--cu-seqlens CU.npy]\n"
-    "                                causal MHLA (not supported yet: exits 2)\n"
+    "  --normalizer paper|official|none   (default paper; none with --causal, which does not\n"
+    "                                take official)\n"
+    "  --eps X                       added to every denominator (default 1e-6)\n";
+static const char help_tail[] =
+    "causal MHLA (SPEC.md \"Causal MHLA\"; 1D: --grid N only, no --blocks):\n"
+    "  --causal                      chunkwise causal attention: token t sees tokens <= t\n"
+    "  --chunk C                     chunk size (default 64; the last chunk may be partial)\n"
+    "  --recurrent                   run the streaming decoder token by token instead of the chunk\n"
+    "                                form (same outputs to rounding); f32 storage only, the default\n"
+    "                                with it even for float16 inputs\n"
+    "  --cu-seqlens CU.npy           packed variable-length sequences: S+1 int32 or int64 offsets\n"
+    "                                (0 first, non-decreasing, N last) over inputs of batch 1; each\n"
+    "                                sequence is chunked from its own start, M is ceil(longest/C)\n"
     "device:\n"
     "  --dtype f32|f16|bf16          storage of q, k, v and the output on the device, with\n"
     "                                float32 arithmetic (default: the inputs' dtype). Inputs\n"
@@ -51,37 +66,15 @@ static const char help[] =
     "  --check                       also run the double-precision reference and print\n"
     "                                'max_rel_err <value>'; exit 3 (the output is still written)\n"
     "                                when it exceeds SPEC.md's tolerance (f32: 1e-5 up to N = 4096,\n"
-    "                                1e-4 beyond)\n"
+    "                                1e-4 beyond; N of the longest sequence with --cu-seqlens)\n"
     "  --repeat R                    run R times after one untimed warm-up and print\n"
-    "                                'time_ms median <m> min <a> max <b>' (device time per run)\n"
+    "                                'time_ms median <m> min <a> max <b>' (device time per run;\n"
+    "                                with --recurrent, the wall time of each run's whole token\n"
+    "                                loop, host copies included)\n"
     "\n"
     "exit codes: 0 success; 1 runtime or device failure; 2 usage or input error; 3 --check failed.\n";
 
-enum {
-    O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
-    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_COUNT
-};
-
-static const char *const cmd = "run";
-
-/* Everything one run holds; released by job_free(). */
-typedef struct run_job {
-    cli_option o[O_COUNT];
-    mhla_config cfg;
-    npy_array in[3];      /* q, k, v as read; float16 data is widened into `f32` */
-    float *f32[3];        /* q, k, v as float: in[i].data, or the widened copy; rounded to cfg.dtype */
-    uint16_t *dev16[3];   /* q, k, v in cfg.dtype's bits when it is f16 or bf16 */
-    npy_dtype file_dtype; /* of the inputs, hence of the output */
-    float *mixing;
-    int64_t mixing_rows;
-    int64_t repeat; /* 0: one run, untimed */
-    npy_writer out;
-    mhla_context *ctx;
-    mhla_plan *plan;
-    cl_mem buf[5]; /* indexed by mhla_tensor */
-    float *result;
-    double check_err; /* --check: max_rel_err of result against the reference */
-} run_job;
+static const char *const cmd = RUN_CMD;
 
 static void job_free(run_job *job)
 {
@@ -91,6 +84,7 @@ static void job_free(run_job *job)
         if (job->buf[t])
             clReleaseMemObject(job->buf[t]);
     mhla_plan_destroy(job->plan);
+    mhla_decoder_destroy(job->dec);
     mhla_context_destroy(job->ctx);
     for (int i = 0; i < 3; ++i) {
         if (job->f32[i] != job->in[i].data)
@@ -99,6 +93,7 @@ static void job_free(run_job *job)
         npy_free(&job->in[i]);
     }
     free(job->mixing);
+    free(job->cu_seqlens);
     free(job->result);
 }
 
@@ -110,20 +105,12 @@ static void job_free(run_job *job)
          ? cli_usage(cmd, "%s %s: %s", (job)->o[index].name, (job)->o[index].value, mhla_last_message()) \
          : 0)
 
-/* Options the library cannot run yet. Each line goes when its issue lands. */
-static int not_supported_yet(const run_job *job)
-{
-    static const int causal[] = {O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS};
-    for (size_t i = 0; i < sizeof causal / sizeof causal[0]; ++i)
-        if (job->o[causal[i]].value)
-            return cli_fail(CLI_USAGE, "%s: not supported yet (causal MHLA)", job->o[causal[i]].name);
-    return 0;
-}
-
 static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
 {
     cli_option *o = job->o;
     int rc;
+    char help[sizeof help_head + sizeof help_tail];
+    snprintf(help, sizeof help, "%s%s", help_head, help_tail);
     if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, help_shown)) != 0 || *help_shown)
         return rc;
     static const int required[] = {O_Q, O_K, O_V, O_OUT};
@@ -131,11 +118,15 @@ static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
         if (!o[required[i]].value)
             return cli_usage(cmd, "run: missing %s %s", o[required[i]].name, o[required[i]].metavar);
     static const int causal_only[] = {O_CHUNK, O_RECURRENT, O_CU_SEQLENS};
-    for (size_t i = 0; i < sizeof causal_only / sizeof causal_only[0]; ++i)
-        if (o[causal_only[i]].value && !o[O_CAUSAL].value)
-            return cli_usage(cmd, "%s: only with --causal", o[causal_only[i]].name);
+    for (size_t i = 0; i < sizeof causal_only / sizeof causal_only[0]; ++i) {
+        const cli_option *c = &o[causal_only[i]];
+        if (c->value && !o[O_CAUSAL].value)
+            return c->metavar ? cli_usage(cmd, "%s %s: only with --causal", c->name, c->value)
+                              : cli_usage(cmd, "%s: only with --causal", c->name);
+    }
     if (o[O_BLOCKS].value && o[O_CAUSAL].value)
-        return cli_usage(cmd, "--blocks: not with --causal (its blocks are chunks of --chunk tokens)");
+        return cli_usage(cmd, "--blocks %s: not with --causal (its blocks are chunks of --chunk tokens)",
+                         o[O_BLOCKS].value);
     if (o[O_MIXING].value && o[O_INIT].value)
         return cli_usage(cmd, "--mixing and --init: give one (a matrix, or how to make one)");
 
@@ -161,8 +152,8 @@ static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
         return rc;
     if (!o[O_CAUSAL].value && !o[O_BLOCKS].value)
         return cli_usage(cmd, "run: missing --blocks M|BHxBW|BTxBHxBW (the block grid; M = 1 is plain linear "
-                              "attention)");
-    return not_supported_yet(job);
+                                  "attention)");
+    return o[O_CAUSAL].value ? causal_check_options(job) : 0;
 }
 
 /* ---- inputs -------------------------------------------------------------------------------- */
@@ -181,6 +172,9 @@ static int read_inputs(run_job *job)
         if (st != NPY_OK)
             return cli_fail(cli_npy_exit_code(st), "%s %s: %s", opt->name, opt->value, err);
         npy_shape_string(a->ndim, a->shape, shape[i], sizeof shape[i]);
+        if (a->dtype != NPY_F32 && a->dtype != NPY_F16)
+            return cli_fail(CLI_USAGE, "%s %s: dtype %s, expected float32 or float16", opt->name, opt->value,
+                            npy_dtype_name(a->dtype));
         if (a->ndim != 4)
             return cli_fail(CLI_USAGE, "%s %s: expected 4 dimensions %s (layout %s), got shape %s", opt->name,
                             opt->value, bhnd ? dims_bhnd[i] : dims_bnhd[i], mhla_layout_name(job->cfg.layout),
@@ -209,7 +203,7 @@ static int read_inputs(run_job *job)
     cfg->seq_t = bhnd ? s[2] : s[1]; /* N, until --grid shapes it */
     cfg->dk = s[3];
     cfg->dv = job->in[2].shape[3];
-    if (!job->o[O_DTYPE].value) /* default storage: the inputs' dtype */
+    if (!job->o[O_DTYPE].value && !job->o[O_RECURRENT].value) /* default storage: the inputs' (the decoder's: f32) */
         cfg->dtype = job->file_dtype == NPY_F16 ? MHLA_DTYPE_F16 : MHLA_DTYPE_F32;
     for (int i = 0; i < 3; ++i) {
         if (job->file_dtype == NPY_F32) {
@@ -268,14 +262,13 @@ static int shape_grid(run_job *job)
     return 0;
 }
 
-/* Rows the mixing matrix must have for M blocks: M, or in causal mode at least M = ceil(N/C). */
-static int mixing_rows_fit(const mhla_config *cfg, int64_t m, int64_t rows) { return cfg->causal ? rows >= m : rows == m; }
-
+/* The mixing matrix: --mixing (M x M; causal: square with at least M rows), or --init's for M
+ * blocks (causal: M = ceil(longest sequence / C) chunks). */
 static int load_mixing(run_job *job)
 {
     mhla_config *cfg = &job->cfg;
-    const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w;
-    const int64_t m = cfg->causal ? (n + cfg->chunk - 1) / cfg->chunk : cfg->block_t * cfg->block_h * cfg->block_w;
+    const int64_t m = cfg->causal ? (job->longest + cfg->chunk - 1) / cfg->chunk
+                                  : cfg->block_t * cfg->block_h * cfg->block_w;
     const cli_option *opt = &job->o[O_MIXING];
     if (!opt->value) {
         mhla_init_kind kind = cfg->causal ? MHLA_INIT_CAUSAL_UNIFORM : MHLA_INIT_LINEAR;
@@ -285,8 +278,13 @@ static int load_mixing(run_job *job)
             return rc;
         const int64_t blocks[3] = {cfg->causal ? m : cfg->block_t, cfg->block_h, cfg->block_w};
         job->mixing_rows = m;
-        return cli_mixing_init(cmd, job->o[O_BLOCKS].value ? job->o[O_BLOCKS].value : "(chunks)", kind,
-                               has_param ? &param : NULL, blocks, &job->mixing);
+        char label[200];
+        if (cfg->causal)
+            snprintf(label, sizeof label, "--chunk %lld: %lld chunks for the mixing matrix", (long long)cfg->chunk,
+                     (long long)m);
+        else
+            snprintf(label, sizeof label, "--blocks %s", job->o[O_BLOCKS].value);
+        return cli_mixing_init(cmd, label, kind, has_param ? &param : NULL, blocks, &job->mixing);
     }
     npy_array mc;
     char err[512], shape[160];
@@ -297,10 +295,15 @@ static int load_mixing(run_job *job)
     int rc = 0;
     if (mc.dtype != NPY_F32)
         rc = cli_fail(CLI_USAGE, "%s %s: dtype %s, expected float32", opt->name, opt->value, npy_dtype_name(mc.dtype));
-    else if (mc.ndim != 2 || mc.shape[0] != mc.shape[1] || !mixing_rows_fit(cfg, m, mc.shape[0]))
-        rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected (%lld, %lld)%s for the %lld blocks of --blocks %s",
-                      opt->name, opt->value, shape, (long long)m, (long long)m, cfg->causal ? " or larger" : "",
-                      (long long)m, job->o[O_BLOCKS].value ? job->o[O_BLOCKS].value : "(chunks)");
+    else if (cfg->causal && (mc.ndim != 2 || mc.shape[0] != mc.shape[1]))
+        rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected a square matrix of at least (%lld, %lld) for the %lld "
+                                 "chunks of %lld tokens",
+                      opt->name, opt->value, shape, (long long)m, (long long)m, (long long)m, (long long)cfg->chunk);
+    else if (!cfg->causal && (mc.ndim != 2 || mc.shape[0] != m || mc.shape[1] != m))
+        rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected (%lld, %lld) for the %lld blocks of --blocks %s", opt->name,
+                      opt->value, shape, (long long)m, (long long)m, (long long)m, job->o[O_BLOCKS].value);
+    else if (cfg->causal && mc.shape[0] < m)
+        rc = causal_mixing_covers(job, mc.shape[0]);
     if (rc != 0) {
         npy_free(&mc);
         return rc;
@@ -318,8 +321,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A failed call on the context: its message, and the exit code of its status. */
-static int device_fail(const run_job *job, mhla_status st, const char *what)
+int run_device_fail(const run_job *job, mhla_status st, const char *what)
 {
     return cli_fail(cli_exit_code(st), "%s: %s", what,
                     job->ctx && *mhla_context_message(job->ctx) ? mhla_context_message(job->ctx) : mhla_last_message());
@@ -327,15 +329,43 @@ static int device_fail(const run_job *job, mhla_status st, const char *what)
 
 static int cl_fail(cl_int err, const char *what) { return cli_fail(CLI_RUNTIME, "%s failed (OpenCL error %d)", what, (int)err); }
 
+void run_print_times(double *ms, size_t count)
+{
+    qsort(ms, count, sizeof *ms, cmp_double);
+    const double median = count % 2 ? ms[count / 2] : 0.5 * (ms[count / 2 - 1] + ms[count / 2]);
+    printf("time_ms median %.3f min %.3f max %.3f\n", median, ms[0], ms[count - 1]);
+}
+
+int run_open_context(run_job *job)
+{
+    const char *spec = job->o[O_DEVICE].value;
+    const mhla_status st = mhla_context_create(spec, &job->ctx);
+    if (st == MHLA_OK)
+        return 0;
+    return spec ? cli_fail(cli_exit_code(st), "--device %s: %s", spec, mhla_last_message())
+                : cli_fail(cli_exit_code(st), "%s", mhla_last_message());
+}
+
+/* The forward pass (causal plans: the chunk form; packed ones with their offsets). */
+static mhla_status forward(const run_job *job, cl_event *done)
+{
+    const cl_mem *b = job->buf;
+    if (job->cfg.varlen)
+        return mhla_forward_varlen(job->plan, b[MHLA_TENSOR_Q], b[MHLA_TENSOR_K], b[MHLA_TENSOR_V],
+                                   b[MHLA_TENSOR_MIXING], job->cu_seqlens, job->num_seqs, b[MHLA_TENSOR_OUT], 0, NULL,
+                                   done);
+    return mhla_forward(job->plan, b[MHLA_TENSOR_Q], b[MHLA_TENSOR_K], b[MHLA_TENSOR_V], b[MHLA_TENSOR_MIXING],
+                        b[MHLA_TENSOR_OUT], 0, NULL, done);
+}
+
 static int run_device(run_job *job)
 {
     mhla_status st;
-    const char *spec = job->o[O_DEVICE].value;
-    if ((st = mhla_context_create(spec, &job->ctx)) != MHLA_OK)
-        return spec ? cli_fail(cli_exit_code(st), "--device %s: %s", spec, mhla_last_message())
-                    : cli_fail(cli_exit_code(st), "%s", mhla_last_message());
+    int rc;
+    if ((rc = run_open_context(job)) != 0)
+        return rc;
     if ((st = mhla_plan_create(job->ctx, &job->cfg, &job->plan)) != MHLA_OK)
-        return device_fail(job, st, "run");
+        return run_device_fail(job, st, "run");
 
     const int wide = job->cfg.dtype == MHLA_DTYPE_F32;
     const void *host[5] = {wide ? (void *)job->f32[0] : job->dev16[0], wide ? (void *)job->f32[1] : job->dev16[1],
@@ -364,16 +394,13 @@ static int run_device(run_job *job)
     double *ms = job->repeat ? malloc((size_t)job->repeat * sizeof *ms) : NULL;
     if (job->repeat && !ms)
         return cli_fail(CLI_RUNTIME, "out of host memory");
-    int rc = 0;
     for (int64_t r = 0; r < runs && rc == 0; ++r) {
         cl_event start = NULL, done = NULL;
         cl_ulong t0 = 0, t1 = 0;
         if (job->repeat && (err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start)) != CL_SUCCESS)
             rc = cl_fail(err, "clEnqueueMarkerWithWaitList");
-        else if ((st = mhla_forward(job->plan, job->buf[MHLA_TENSOR_Q], job->buf[MHLA_TENSOR_K],
-                                    job->buf[MHLA_TENSOR_V], job->buf[MHLA_TENSOR_MIXING],
-                                    job->buf[MHLA_TENSOR_OUT], 0, NULL, &done)) != MHLA_OK)
-            rc = device_fail(job, st, "run");
+        else if ((st = forward(job, &done)) != MHLA_OK)
+            rc = run_device_fail(job, st, "run");
         else if ((err = clWaitForEvents(1, &done)) != CL_SUCCESS)
             rc = cl_fail(err, "clWaitForEvents (the forward pass)");
         else if (job->repeat &&
@@ -387,12 +414,8 @@ static int run_device(run_job *job)
         if (done)
             clReleaseEvent(done);
     }
-    if (rc == 0 && job->repeat) {
-        const size_t R = (size_t)job->repeat;
-        qsort(ms, R, sizeof *ms, cmp_double);
-        const double median = R % 2 ? ms[R / 2] : 0.5 * (ms[R / 2 - 1] + ms[R / 2]);
-        printf("time_ms median %.3f min %.3f max %.3f\n", median, ms[0], ms[R - 1]);
-    }
+    if (rc == 0 && job->repeat)
+        run_print_times(ms, (size_t)job->repeat);
     free(ms);
     if (rc != 0)
         return rc;
@@ -425,7 +448,10 @@ static int check(run_job *job)
     double *ref = malloc(n * sizeof *ref);
     if (!ref)
         return cli_fail(CLI_RUNTIME, "--check: out of host memory for the reference");
-    const mhla_status st = mhla_reference_forward(&job->cfg, job->f32[0], job->f32[1], job->f32[2], job->mixing, ref);
+    const mhla_status st =
+        job->cfg.varlen ? mhla_reference_forward_varlen(&job->cfg, job->f32[0], job->f32[1], job->f32[2], job->mixing,
+                                                        job->cu_seqlens, job->num_seqs, ref)
+                        : mhla_reference_forward(&job->cfg, job->f32[0], job->f32[1], job->f32[2], job->mixing, ref);
     if (st == MHLA_OK)
         job->check_err = mhla_max_rel_err(job->result, ref, n);
     free(ref);
@@ -490,7 +516,8 @@ int cmd_run(int argc, char **argv)
 
     if ((rc = parse_options(&job, argc, argv, &help_shown)) != 0 || help_shown)
         goto done;
-    if ((rc = read_inputs(&job)) != 0 || (rc = shape_grid(&job)) != 0 || (rc = load_mixing(&job)) != 0)
+    if ((rc = read_inputs(&job)) != 0 || (rc = shape_grid(&job)) != 0 ||
+        (job.cfg.causal && (rc = causal_shape(&job)) != 0) || (rc = load_mixing(&job)) != 0)
         goto done;
     job.cfg.mixing_rows = job.mixing_rows;
     /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
@@ -506,14 +533,15 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
     cli_guard_temp(job.out.tmp);
-    if ((rc = run_device(&job)) != 0)
+    if ((rc = job.o[O_RECURRENT].value ? causal_run_recurrent(&job) : run_device(&job)) != 0)
         goto done;
     if (job.o[O_CHECK].value && (rc = check(&job)) != 0)
         goto done;
     if ((rc = write_output(&job)) != 0)
         goto done;
     if (job.o[O_CHECK].value) {
-        const int64_t n = job.cfg.seq_t * job.cfg.seq_h * job.cfg.seq_w;
+        /* SPEC.md's N is a sequence's length: the longest one when several are packed. */
+        const int64_t n = job.cfg.causal ? job.longest : job.cfg.seq_t * job.cfg.seq_h * job.cfg.seq_w;
         const double tol = mhla_reference_tolerance(job.cfg.dtype, n);
         if (!(job.check_err <= tol)) /* NaN fails too */
             rc = cli_fail(CLI_CHECK_FAILED, "--check: max_rel_err %.3g exceeds the tolerance %g (%s storage, N = %lld)",

@@ -36,9 +36,23 @@ static npy_status fail(npy_status st, char *err, size_t err_size, const char *fm
     return st;
 }
 
-const char *npy_dtype_name(npy_dtype dtype) { return dtype == NPY_F16 ? "float16" : "float32"; }
+/* Each dtype's NumPy name, type code (after the byte-order character) and size. */
+static const struct {
+    const char *name, *code;
+    size_t size;
+} dtypes[] = {
+    [NPY_F32] = {"float32", "f4", 4},
+    [NPY_F16] = {"float16", "f2", 2},
+    [NPY_I32] = {"int32", "i4", 4},
+    [NPY_I64] = {"int64", "i8", 8},
+};
+#define NPY_DTYPE_COUNT (sizeof dtypes / sizeof dtypes[0])
 
-size_t npy_dtype_size(npy_dtype dtype) { return dtype == NPY_F16 ? 2 : 4; }
+static int dtype_known(npy_dtype dtype) { return (unsigned)dtype < NPY_DTYPE_COUNT; }
+
+const char *npy_dtype_name(npy_dtype dtype) { return dtype_known(dtype) ? dtypes[dtype].name : "unknown"; }
+
+size_t npy_dtype_size(npy_dtype dtype) { return dtype_known(dtype) ? dtypes[dtype].size : 0; }
 
 static int host_is_little_endian(void)
 {
@@ -80,6 +94,36 @@ void npy_free(npy_array *a)
         return;
     free(a->data);
     a->data = NULL;
+}
+
+npy_status npy_to_int32(const npy_array *a, int32_t **out, char *err, size_t err_size)
+{
+    if (!out)
+        return fail(NPY_ERR_ARGUMENT, err, err_size, "npy_to_int32: out is NULL");
+    *out = NULL;
+    if (!a || (!a->data && a->count))
+        return fail(NPY_ERR_ARGUMENT, err, err_size, "npy_to_int32: no array");
+    if (a->dtype != NPY_I32 && a->dtype != NPY_I64)
+        return fail(NPY_ERR_INPUT, err, err_size, "dtype %s, expected int32 or int64", npy_dtype_name(a->dtype));
+    int32_t *v = malloc(a->count ? a->count * sizeof *v : 1);
+    if (!v)
+        return fail(NPY_ERR_NO_MEMORY, err, err_size, "out of host memory for %zu int32 values", a->count);
+    if (a->dtype == NPY_I32) {
+        if (a->count)
+            memcpy(v, a->data, a->count * sizeof *v);
+    } else {
+        const int64_t *w = a->data;
+        for (size_t i = 0; i < a->count; ++i) {
+            if (w[i] < INT32_MIN || w[i] > INT32_MAX) {
+                free(v);
+                return fail(NPY_ERR_INPUT, err, err_size, "int64 element %zu = %lld is outside the int32 range %d..%d",
+                            i, (long long)w[i], INT32_MIN, INT32_MAX);
+            }
+            v[i] = (int32_t)w[i];
+        }
+    }
+    *out = v;
+    return NPY_OK;
 }
 
 /* ---- reading ----------------------------------------------------------------------------- */
@@ -250,7 +294,8 @@ static npy_status parse_header(const char *text, size_t len, header_fields *h, c
             skip_space(&p);
             if (p.pos < p.len && p.s[p.pos] == '[')
                 return fail(NPY_ERR_INPUT, err, err_size,
-                            "structured dtype (a list of fields) is not supported: float32 or float16 expected");
+                            "structured dtype (a list of fields) is not supported: float32, float16, int32 or "
+                            "int64 expected");
             st = parse_string(&p, h->descr, sizeof h->descr, "a quoted dtype for 'descr'");
         } else if (strcmp(key, "fortran_order") == 0) {
             seen = &h->have_fortran;
@@ -291,8 +336,10 @@ static npy_status decode_descr(const char *descr, npy_dtype *dtype, int *swap, c
     const char order = prefixed ? descr[0] : '=';
     const char *type = prefixed ? descr + 1 : descr;
     const int little = order == '<' || (order != '>' && host_is_little_endian());
-    if (strcmp(type, "f4") == 0 || strcmp(type, "f2") == 0) {
-        *dtype = type[1] == '4' ? NPY_F32 : NPY_F16;
+    for (size_t d = 0; d < NPY_DTYPE_COUNT; ++d) {
+        if (strcmp(type, dtypes[d].code) != 0)
+            continue;
+        *dtype = (npy_dtype)d;
         if (!little)
             return fail(NPY_ERR_INPUT, err, err_size,
                         "big-endian %s ('%s') is not supported: save it little-endian, e.g. a.astype('<%s')",
@@ -301,14 +348,17 @@ static npy_status decode_descr(const char *descr, npy_dtype *dtype, int *swap, c
         return NPY_OK;
     }
     if (type[0] == 'O')
-        return fail(NPY_ERR_INPUT, err, err_size, "object arrays ('%s') are not supported: float32 or float16 expected",
-                    descr);
+        return fail(NPY_ERR_INPUT, err, err_size,
+                    "object arrays ('%s') are not supported: float32, float16, int32 or int64 expected", descr);
     const char *name = strcmp(type, "f8") == 0   ? " (float64)"
-                       : strcmp(type, "i4") == 0 ? " (int32)"
-                       : strcmp(type, "i8") == 0 ? " (int64)"
+                       : strcmp(type, "i2") == 0 ? " (int16)"
+                       : strcmp(type, "u4") == 0 ? " (uint32)"
+                       : strcmp(type, "u8") == 0 ? " (uint64)"
                                                  : "";
     return fail(NPY_ERR_INPUT, err, err_size,
-                "dtype '%s'%s is not supported: float32 ('<f4') or float16 ('<f2') expected", descr, name);
+                "dtype '%s'%s is not supported: float32 ('<f4'), float16 ('<f2'), int32 ('<i4') or int64 ('<i8') "
+                "expected",
+                descr, name);
 }
 
 npy_status npy_read(const char *path, npy_array *out, char *err, size_t err_size)
@@ -527,8 +577,8 @@ static size_t format_header(char *buf, size_t size, npy_dtype dtype, int ndim, c
 {
     char shape_text[NPY_MAX_DIMS * 22 + 4];
     npy_shape_string(ndim, shape, shape_text, sizeof shape_text);
-    int n = snprintf(buf + 10, size - 10, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                     dtype == NPY_F16 ? "<f2" : "<f4", shape_text);
+    int n = snprintf(buf + 10, size - 10, "{'descr': '<%s', 'fortran_order': False, 'shape': %s, }",
+                     dtypes[dtype].code, shape_text);
     size_t total = 10 + (size_t)n + 1; /* + the final '\n' */
     const size_t pad = NPY_ALIGN - total % NPY_ALIGN; /* as NumPy: 1..64 spaces */
     memset(buf + 10 + n, ' ', pad);
@@ -549,14 +599,13 @@ npy_status npy_writer_commit(npy_writer *w, npy_dtype dtype, int ndim, const int
     int e = 0;
     const char *step = "write";
 
-    if (!w || !w->tmp || (!shape && ndim > 0) || !data || ndim < 0 || ndim > NPY_MAX_DIMS ||
-        (dtype != NPY_F32 && dtype != NPY_F16)) {
+    if (!w || !w->tmp || (!shape && ndim > 0) || !data || ndim < 0 || ndim > NPY_MAX_DIMS || !dtype_known(dtype)) {
         npy_writer_abort(w);
         return fail(NPY_ERR_ARGUMENT, err, err_size, "npy_writer_commit: no open writer, or bad data, rank or dtype");
     }
     size_t count = 1;
     for (int i = 0; i < ndim; ++i) {
-        if (shape[i] < 0 || (shape[i] != 0 && count > SIZE_MAX / 4 / (size_t)shape[i])) {
+        if (shape[i] < 0 || (shape[i] != 0 && count > SIZE_MAX / 8 / (size_t)shape[i])) {
             st = fail(NPY_ERR_ARGUMENT, err, err_size, "npy_writer_commit: bad extent %lld", (long long)shape[i]);
             goto cleanup;
         }

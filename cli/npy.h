@@ -1,5 +1,6 @@
-/* NumPy .npy files (format versions 1.0, 2.0 and 3.0) of float32 or float16, little-endian,
- * C order: a reader that validates everything before it allocates, and an atomic writer. */
+/* NumPy .npy files (format versions 1.0, 2.0 and 3.0) of float32, float16, int32 or int64,
+ * little-endian, C order: a reader that validates everything before it allocates, and an atomic
+ * writer. */
 #ifndef MHLA_CLI_NPY_H
 #define MHLA_CLI_NPY_H
 
@@ -19,10 +20,12 @@ typedef enum npy_status {
 
 typedef enum npy_dtype {
     NPY_F32 = 0, /* '<f4' */
-    NPY_F16 = 1  /* '<f2', stored as uint16_t bit patterns */
+    NPY_F16 = 1, /* '<f2', stored as uint16_t bit patterns */
+    NPY_I32 = 2, /* '<i4' (offsets such as cu_seqlens) */
+    NPY_I64 = 3  /* '<i8' */
 } npy_dtype;
 
-/* "float32" or "float16", as NumPy names them. */
+/* "float32", "float16", "int32" or "int64", as NumPy names them. */
 const char *npy_dtype_name(npy_dtype dtype);
 size_t npy_dtype_size(npy_dtype dtype);
 
@@ -35,7 +38,8 @@ typedef struct npy_array {
 } npy_array;
 
 /*! npy_read() :
- * Reads a whole .npy file. The header must be a dict with exactly the keys 'descr' ('<f4', '<f2';
+ * Reads a whole .npy file. The header must be a dict with exactly the keys 'descr' ('<f4', '<f2',
+ * '<i4', '<i8';
  * '=' and '|' mean the host's order), 'fortran_order' (False) and 'shape' (a tuple of
  * non-negative ints), in any order, with any spacing and an optional trailing comma. The data
  * size the header declares is compared with the file's size before anything is allocated: a
@@ -47,6 +51,14 @@ npy_status npy_read(const char *path, npy_array *out, char *err, size_t err_size
 
 /*! npy_free() : frees out->data and clears it. Accepts NULL and a zeroed array. */
 void npy_free(npy_array *a);
+
+/*! npy_to_int32() :
+ * The elements of an int32 or int64 array as int32, malloc'd into *out (a.count of them, at least
+ * one byte allocated). An int64 element outside the int32 range is refused, naming its index and
+ * value; so is a float array.
+ * @return NPY_OK, NPY_ERR_INPUT (dtype or range), NPY_ERR_NO_MEMORY or NPY_ERR_ARGUMENT; on
+ *         failure *out is NULL. */
+npy_status npy_to_int32(const npy_array *a, int32_t **out, char *err, size_t err_size);
 
 /*! npy_shape_string() : "(2, 8, 4)" ("(5,)" for one dimension, "()" for none) into buf. */
 const char *npy_shape_string(int ndim, const int64_t *shape, char *buf, size_t size);

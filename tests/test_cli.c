@@ -302,6 +302,16 @@ static double distance(const double *a, const double *b, size_t n)
     return diff / mag;
 }
 
+/* An option must change the output: the reference with it (`want`) far from the one without it
+ * (`other`), else the case shows nothing. Frees both. */
+static void expect_matters(double *want, double *other, size_t n, const char *what)
+{
+    const double d = distance(other, want, n);
+    free(want), free(other);
+    if (!(d > 1e-3))
+        fail_msg("%s: the output would hardly change without it (%g): a useless case", what, d);
+}
+
 /* Reads the output `name`: it must be `dtype`, shaped like v; returns its values as floats. */
 static float *read_output(const tensors *t, const char *name, npy_dtype dtype)
 {
@@ -580,14 +590,8 @@ static void test_run_options(void **state)
         const double e = output_error(&t, &cfg, mc, "o.npy", NPY_F32);
         if (!(e <= 1e-5))
             fail_msg("%s %s: max_rel_err %g against the reference", cases[i].args[0], cases[i].args[1], e);
-        if (!cases[i].no_contrast) {
-            double *want = reference(&t, &cfg, mc), *other = reference(&t, &off, linear);
-            const double d = distance(other, want, t.nv);
-            free(want), free(other);
-            if (!(d > 1e-3))
-                fail_msg("%s %s: the output would hardly change without it (%g): a useless case", cases[i].args[0],
-                         cases[i].args[1], d);
-        }
+        if (!cases[i].no_contrast)
+            expect_matters(reference(&t, &cfg, mc), reference(&t, &off, linear), t.nv, cases[i].args[0]);
         free(mc), free(linear);
         assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
     }
@@ -719,6 +723,363 @@ static void test_run_float16(void **state)
     free_inputs(&t);
 }
 
+/* ---- run --causal: results ------------------------------------------------------------------ */
+
+/* The configuration `mhla run --causal` should have built: causal defaults (relu, scale Dk^-0.5,
+ * normalizer none), the inputs' sizes, chunk C and an Mc of `rows` rows. */
+static mhla_config causal_config_for(const tensors *t, int64_t chunk, int64_t rows)
+{
+    mhla_config cfg;
+    mhla_config_init_causal(&cfg);
+    cfg.batch = t->b, cfg.heads = t->h, cfg.dk = t->dk, cfg.dv = t->dv, cfg.layout = t->layout;
+    cfg.seq_t = t->n, cfg.chunk = chunk, cfg.mixing_rows = rows;
+    return cfg;
+}
+
+/* An m x m initializer over m chunks (causal-uniform is the causal default). */
+static float *chunk_mixing(mhla_init_kind kind, int64_t m)
+{
+    float *mc = malloc((size_t)(m * m) * sizeof *mc);
+    assert_non_null(mc);
+    assert_int_equal(mhla_mixing_init(kind, NULL, m, 1, 1, mc, (size_t)(m * m)), MHLA_OK);
+    return mc;
+}
+
+/* The reference of a causal cfg: packed (cfg.varlen) with `cu`, else one sequence per batch element. */
+static double *causal_reference(const tensors *t, const mhla_config *cfg, const float *mc, const int32_t *cu,
+                                size_t num_seqs)
+{
+    double *ref = malloc(t->nv * sizeof *ref);
+    assert_non_null(ref);
+    const mhla_status st = cfg->varlen ? mhla_reference_forward_varlen(cfg, t->q, t->k, t->v, mc, cu, num_seqs, ref)
+                                       : mhla_reference_forward(cfg, t->q, t->k, t->v, mc, ref);
+    if (st != MHLA_OK)
+        fail_msg("reference: %s", mhla_last_message());
+    return ref;
+}
+
+/* The float32 output `name` against the causal reference of cfg. */
+static double causal_error(const tensors *t, const mhla_config *cfg, const float *mc, const int32_t *cu,
+                           size_t num_seqs, const char *name)
+{
+    float *o = read_output(t, name, NPY_F32);
+    double *ref = causal_reference(t, cfg, mc, cu, num_seqs);
+    const double e = mhla_max_rel_err(o, ref, t->nv);
+    free(o), free(ref);
+    return e;
+}
+
+/* SPEC.md's distance between two output files: max |a - b| / max |b|. */
+static double files_distance(const tensors *t, const char *a, const char *b)
+{
+    float *x = read_output(t, a, NPY_F32), *y = read_output(t, b, NPY_F32);
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < t->nv; ++i) {
+        diff = fmax(diff, fabs((double)x[i] - y[i]));
+        mag = fmax(mag, fabs((double)y[i]));
+    }
+    free(x), free(y);
+    return diff / mag;
+}
+
+/* `mhla run` on q.npy, k.npy, v.npy into `out` with --causal and `extra` (NULL-terminated). */
+static result *run_causal(const char *out, const char *const *extra)
+{
+    const char *args[32] = {"run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", out, "--causal"};
+    int n = 10;
+    for (; extra && *extra && n < 31; ++extra)
+        args[n++] = *extra;
+    return finish(spawn(NULL, NULL, args));
+}
+
+/* A successful --check run: its printed error within the f32 tolerance for sequences of n tokens. */
+static void expect_checked(const result *r, int64_t n)
+{
+    expect_ok(r);
+    const double e = printed_error(r);
+    if (!(e >= 0 && e <= mhla_reference_tolerance(MHLA_DTYPE_F32, n)))
+        fail_msg("printed max_rel_err %g", e);
+}
+
+/* The chunk form: N not a multiple of C, N < C, C = 16 and the default 64, both layouts. */
+static void test_run_causal_chunk(void **state)
+{
+    (void)state;
+    const struct {
+        int64_t b, n;
+        const char *chunk; /* NULL: the default, 64 */
+        mhla_layout layout;
+    } cases[] = {
+        {2, 100, "16", MHLA_LAYOUT_BNHD}, /* 7 chunks, the last of 4 tokens */
+        {2, 40, NULL, MHLA_LAYOUT_BNHD},  /* N < C: one partial chunk */
+        {1, 130, "64", MHLA_LAYOUT_BNHD}, /* 3 chunks, the last of 2 tokens */
+        {2, 100, "16", MHLA_LAYOUT_BHND},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        tensors t = make_inputs(cases[i].b, cases[i].n, 2, 8, 4, cases[i].layout, 0, -1.0f);
+        const char *layout = cases[i].layout == MHLA_LAYOUT_BHND ? "bhnd" : "bnhd";
+        const result *r = cases[i].chunk ? run_causal("o.npy", ARGS("--chunk", cases[i].chunk, "--layout", layout,
+                                                                    "--check"))
+                                         : run_causal("o.npy", ARGS("--layout", layout, "--check"));
+        expect_checked(r, t.n);
+        char line[64];
+        snprintf(line, sizeof line, "max_rel_err %.3g\n", printed_error(r));
+        assert_string_equal(r->out, line); /* the only line */
+        const int64_t c = cases[i].chunk ? atoi(cases[i].chunk) : 64, m = (t.n + c - 1) / c;
+        mhla_config cfg = causal_config_for(&t, c, m);
+        float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, m);
+        const double e = causal_error(&t, &cfg, mc, NULL, 0, "o.npy");
+        if (!(e <= mhla_reference_tolerance(MHLA_DTYPE_F32, t.n)))
+            fail_msg("case %zu: max_rel_err %g against the causal reference", i, e);
+        if (c == 16) { /* the chunk size mattered: C = 64 gives another output */
+            mhla_config wide = causal_config_for(&t, 64, 2);
+            float *mc2 = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 2);
+            expect_matters(causal_reference(&t, &cfg, mc, NULL, 0), causal_reference(&t, &wide, mc2, NULL, 0), t.nv,
+                           "--chunk 16");
+            free(mc2);
+        }
+        free(mc);
+        assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
+        free_inputs(&t);
+        scratch_remove(in_dir("o.npy"));
+    }
+}
+
+/* --recurrent: the decoder token by token gives the chunk form's numbers (SPEC.md: 1e-5), in both
+ * layouts, with --repeat, and from float16 files (the decoder stores f32). */
+static void test_run_causal_recurrent(void **state)
+{
+    (void)state;
+    const mhla_layout layouts[2] = {MHLA_LAYOUT_BNHD, MHLA_LAYOUT_BHND};
+    for (int l = 0; l < 2; ++l) {
+        tensors t = make_inputs(2, 100, 2, 8, 4, layouts[l], 0, -1.0f);
+        const char *layout = l ? "bhnd" : "bnhd";
+        const result *r = run_causal("chunk.npy", ARGS("--chunk", "16", "--layout", layout, "--check"));
+        expect_checked(r, t.n);
+        const double chunk_printed = printed_error(r);
+        r = run_causal("rec.npy", ARGS("--chunk", "16", "--layout", layout, "--recurrent", "--check"));
+        expect_checked(r, t.n);
+        const double rec_printed = printed_error(r);
+        mhla_config cfg = causal_config_for(&t, 16, 7);
+        float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7);
+        const double d = files_distance(&t, "rec.npy", "chunk.npy");
+        const double e_rec = causal_error(&t, &cfg, mc, NULL, 0, "rec.npy");
+        const double e_chunk = causal_error(&t, &cfg, mc, NULL, 0, "chunk.npy");
+        if (!(d <= 1e-5 && e_rec <= 1e-5 && e_chunk <= 1e-5))
+            fail_msg("%s: recurrent vs chunk %g, vs the reference %g and %g", layout, d, e_rec, e_chunk);
+        /* What was printed is what was written. */
+        assert_true(fabs(rec_printed - e_rec) <= 0.01 * e_rec + 1e-12);
+        assert_true(fabs(chunk_printed - e_chunk) <= 0.01 * e_chunk + 1e-12);
+        free(mc);
+        assert_string_equal(listing(), "chunk.npy k.npy q.npy rec.npy v.npy");
+        free_inputs(&t);
+        scratch_remove(in_dir("chunk.npy"));
+        scratch_remove(in_dir("rec.npy"));
+    }
+    /* --repeat times the whole token loop: a timing line first, then the check; the output is
+     * still the chunk form's after several runs (the decoder is reset between them). */
+    tensors t = make_inputs(1, 70, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const result *r = run_causal("rec.npy", ARGS("--recurrent", "--repeat", "3", "--check"));
+    expect_ok(r);
+    double med = -1, lo = -1, hi = -1;
+    if (sscanf(r->out, "time_ms median %lf min %lf max %lf\n", &med, &lo, &hi) != 3)
+        fail_msg("no time_ms line first: '%s'", r->out);
+    assert_true(lo > 0 && lo <= med && med <= hi);
+    assert_true(printed_error(r) <= 1e-5);
+    mhla_config cfg = causal_config_for(&t, 64, 2);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 2);
+    assert_true(causal_error(&t, &cfg, mc, NULL, 0, "rec.npy") <= 1e-5);
+    free(mc);
+    free_inputs(&t);
+    /* float16 files: f32 in the decoder (no --dtype needed), a float16 file out. */
+    t = make_inputs(2, 50, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
+    r = run_causal("rec16.npy", ARGS("--chunk", "16", "--recurrent", "--check"));
+    expect_checked(r, t.n);
+    cfg = causal_config_for(&t, 16, 4);
+    mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 4);
+    float *o = read_output(&t, "rec16.npy", NPY_F16);
+    double *ref = causal_reference(&t, &cfg, mc, NULL, 0);
+    assert_true(mhla_max_rel_err(o, ref, t.nv) <= 1e-5 + 0x1p-11); /* + half an ulp of float16 */
+    free(o), free(ref), free(mc);
+    free_inputs(&t);
+}
+
+/* A trained Mc larger than the sequence needs: only its leading ceil(N/C) block's lower triangle
+ * is read (NaN everywhere else), by the chunk form and by the decoder. */
+static void test_run_causal_larger_mixing(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    enum { M = 7, R = 10 }; /* ceil(100 / 16) = 7 chunks, a 10 x 10 matrix */
+    float big[R * R], lead[M * M];
+    fill_uniform(big, R * R, 91, 0.1f, 2.0f);
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < R; ++j)
+            if (j > i || i >= M)
+                big[i * R + j] = NAN;
+    for (int i = 0; i < M; ++i)
+        memcpy(lead + i * M, big + i * R, M * sizeof *lead);
+    const int64_t s_big[2] = {R, R}, s_lead[2] = {M, M};
+    write_npy("big.npy", "<f4", 2, s_big, big, sizeof big);
+    write_npy("lead.npy", "<f4", 2, s_lead, lead, sizeof lead);
+    expect_checked(run_causal("o_big.npy", ARGS("--chunk", "16", "--mixing", "big.npy", "--check")), t.n);
+    expect_checked(run_causal("o_lead.npy", ARGS("--chunk", "16", "--mixing", "lead.npy", "--check")), t.n);
+    expect_checked(run_causal("o_rec.npy", ARGS("--chunk", "16", "--mixing", "big.npy", "--recurrent", "--check")),
+                   t.n);
+    /* The larger matrix gives exactly its leading block's output. */
+    float *a = read_output(&t, "o_big.npy", NPY_F32), *b = read_output(&t, "o_lead.npy", NPY_F32);
+    assert_memory_equal(a, b, t.nv * sizeof *a);
+    free(a), free(b);
+    mhla_config cfg = causal_config_for(&t, 16, M);
+    assert_true(causal_error(&t, &cfg, lead, NULL, 0, "o_big.npy") <= 1e-5);
+    assert_true(files_distance(&t, "o_rec.npy", "o_big.npy") <= 1e-5);
+    /* The matrix mattered: causal-uniform gives another output. */
+    float *uniform = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, M);
+    expect_matters(causal_reference(&t, &cfg, lead, NULL, 0), causal_reference(&t, &cfg, uniform, NULL, 0), t.nv,
+                   "--mixing big.npy");
+    free(uniform);
+    assert_string_equal(listing(), "big.npy k.npy lead.npy o_big.npy o_lead.npy o_rec.npy q.npy v.npy");
+    free_inputs(&t);
+}
+
+/* --cu-seqlens: sequences of 1, 63, 64, 65 and 300 tokens packed in [1,493,H,D] (int32 offsets;
+ * int64 ones with an empty sequence too), by the chunk form and the decoder, in both layouts. */
+static void test_run_causal_packed(void **state)
+{
+    (void)state;
+    const int32_t cu32[6] = {0, 1, 64, 128, 193, 493};
+    const int64_t cu64[7] = {0, 1, 64, 64, 128, 193, 493};
+    const int32_t cu64_as32[7] = {0, 1, 64, 64, 128, 193, 493};
+    const int64_t s32[1] = {6}, s64[1] = {7};
+    const mhla_layout layouts[2] = {MHLA_LAYOUT_BNHD, MHLA_LAYOUT_BHND};
+    for (int l = 0; l < 2; ++l) {
+        tensors t = make_inputs(1, 493, 2, 8, 4, layouts[l], 0, -1.0f);
+        write_npy("cu32.npy", "<i4", 1, s32, cu32, sizeof cu32);
+        write_npy("cu64.npy", "<i8", 1, s64, cu64, sizeof cu64);
+        const char *layout = l ? "bhnd" : "bnhd";
+        mhla_config cfg = causal_config_for(&t, 64, 5); /* ceil(300 / 64) = 5 chunks */
+        cfg.varlen = 1;
+        float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 5);
+        for (int f = 0; f < (l ? 1 : 2); ++f) { /* BHND: the int32 file only */
+            const char *file = f ? "cu64.npy" : "cu32.npy";
+            const int32_t *cu = f ? cu64_as32 : cu32;
+            const size_t seqs = f ? 6 : 5;
+            expect_checked(run_causal("chunk.npy", ARGS("--cu-seqlens", file, "--layout", layout, "--check")), 300);
+            expect_checked(run_causal("rec.npy", ARGS("--cu-seqlens", file, "--layout", layout, "--recurrent",
+                                                      "--check")),
+                           300);
+            const double e_chunk = causal_error(&t, &cfg, mc, cu, seqs, "chunk.npy");
+            const double e_rec = causal_error(&t, &cfg, mc, cu, seqs, "rec.npy");
+            const double d = files_distance(&t, "rec.npy", "chunk.npy");
+            if (!(e_chunk <= 1e-5 && e_rec <= 1e-5 && d <= 1e-5))
+                fail_msg("%s %s: chunk %g, recurrent %g against the reference; %g apart", layout, file, e_chunk, e_rec,
+                         d);
+        }
+        if (l == 0) { /* --repeat on a packed batch: a timing line, then the check */
+            const result *r = run_causal("chunk.npy", ARGS("--cu-seqlens", "cu32.npy", "--repeat", "2", "--check"));
+            expect_ok(r);
+            assert_true(strncmp(r->out, "time_ms median ", 15) == 0);
+            assert_true(printed_error(r) <= 1e-5);
+            assert_true(causal_error(&t, &cfg, mc, cu32, 5, "chunk.npy") <= 1e-5);
+        }
+        /* The offsets mattered: one sequence of 493 tokens gives another output. */
+        mhla_config whole = causal_config_for(&t, 64, 8);
+        float *mc8 = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 8);
+        expect_matters(causal_reference(&t, &cfg, mc, cu32, 5), causal_reference(&t, &whole, mc8, NULL, 0), t.nv,
+                       "--cu-seqlens");
+        free(mc8), free(mc);
+        assert_string_equal(listing(), "chunk.npy cu32.npy cu64.npy k.npy q.npy rec.npy v.npy");
+        free_inputs(&t);
+        scratch_remove(in_dir("chunk.npy"));
+        scratch_remove(in_dir("rec.npy"));
+    }
+}
+
+static void set_paper(mhla_config *c) { c->normalizer = MHLA_NORMALIZER_PAPER; }
+static void set_half_scale(mhla_config *c) { c->scale = 0.5f; }
+static void set_elu(mhla_config *c) { c->feature_map = MHLA_FEATURE_ELU1; }
+
+/* Options in causal mode, each checked against the reference and shown to matter, with the chunk
+ * form and with the decoder. */
+static void test_run_causal_options(void **state)
+{
+    (void)state;
+    const struct {
+        const char *args[6];
+        void (*apply)(mhla_config *);
+        mhla_init_kind init;
+        int no_contrast;
+    } cases[] = {
+        {{"--normalizer", "paper"}, set_paper, MHLA_INIT_CAUSAL_UNIFORM, 0},
+        {{"--normalizer", "paper", "--recurrent"}, set_paper, MHLA_INIT_CAUSAL_UNIFORM, 0},
+        {{"--scale", "0.5"}, set_half_scale, MHLA_INIT_CAUSAL_UNIFORM, 0},
+        {{"--feature-map", "elu1", "--recurrent"}, set_elu, MHLA_INIT_CAUSAL_UNIFORM, 0},
+        {{"--init", "linear"}, NULL, MHLA_INIT_LINEAR, 0},
+        {{"--normalizer", "none", "--feature-map", "relu", "--init", "causal-uniform"}, NULL, MHLA_INIT_CAUSAL_UNIFORM,
+         1},
+    };
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, 0.0f);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *extra[12] = {"--chunk", "16", "--check"};
+        int n = 3;
+        for (int a = 0; a < 6 && cases[i].args[a]; ++a)
+            extra[n++] = cases[i].args[a];
+        expect_checked(run_causal("o.npy", extra), t.n);
+        mhla_config cfg = causal_config_for(&t, 16, 7), plain = cfg;
+        if (cases[i].apply)
+            cases[i].apply(&cfg);
+        float *mc = chunk_mixing(cases[i].init, 7), *uniform = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7);
+        const double e = causal_error(&t, &cfg, mc, NULL, 0, "o.npy");
+        if (!(e <= 1e-5))
+            fail_msg("%s %s: max_rel_err %g", cases[i].args[0], cases[i].args[1], e);
+        if (!cases[i].no_contrast)
+            expect_matters(causal_reference(&t, &cfg, mc, NULL, 0), causal_reference(&t, &plain, uniform, NULL, 0),
+                           t.nv, cases[i].args[0]);
+        free(mc), free(uniform);
+        assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
+    }
+    free_inputs(&t);
+}
+
+/* float16 and bfloat16 storage in causal mode: within SPEC.md's tolerance where the library runs
+ * them, else its refusal (exit 2, its message, no output). --dtype f32 on float16 files always runs. */
+static void test_run_causal_16bit(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
+    const struct {
+        const char *dtype;
+        mhla_dtype storage;
+    } cases[] = {{"f16", MHLA_DTYPE_F16}, {"bf16", MHLA_DTYPE_BF16}};
+    mhla_config cfg = causal_config_for(&t, 16, 7);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        mhla_config c = cfg;
+        c.dtype = cases[i].storage;
+        char msg[512] = "";
+        const result *r = run_causal("o.npy", ARGS("--chunk", "16", "--dtype", cases[i].dtype, "--check"));
+        if (mhla_config_check(&c, msg, sizeof msg) != MHLA_OK) {
+            expect_fail(r, 2, msg);
+            assert_string_equal(listing(), "k.npy q.npy v.npy");
+            continue;
+        }
+        const double tol = mhla_reference_tolerance(cases[i].storage, t.n);
+        expect_ok(r);
+        assert_true(printed_error(r) <= tol);
+        float *o = read_output(&t, "o.npy", NPY_F16);
+        double *ref = causal_reference(&t, &cfg, mc, NULL, 0);
+        assert_true(mhla_max_rel_err(o, ref, t.nv) <= tol + 0x1p-11);
+        free(o), free(ref);
+        scratch_remove(in_dir("o.npy"));
+    }
+    expect_checked(run_causal("o.npy", ARGS("--chunk", "16", "--dtype", "f32", "--check")), t.n);
+    float *o = read_output(&t, "o.npy", NPY_F16);
+    double *ref = causal_reference(&t, &cfg, mc, NULL, 0);
+    assert_true(mhla_max_rel_err(o, ref, t.nv) <= 1e-5 + 0x1p-11);
+    free(o), free(ref), free(mc);
+    free_inputs(&t);
+}
+
 /* ---- run: errors --------------------------------------------------------------------------- */
 
 static void test_run_usage_errors(void **state)
@@ -778,14 +1139,14 @@ static void test_run_usage_errors(void **state)
         {2, 0, {"--blocks", "4", "--init", "gaussian:2"}, "--init gaussian:2: gaussian takes no parameter"},
         {2, 0, {"--blocks", "4", "--init", "exp:x"}, "--init exp:x: parameter 'x' is not a number"},
         {2, 0, {"--blocks", "4", "--init", "cos", "--mixing", "mc.npy"}, "--mixing and --init: give one"},
-        {2, 0, {"--causal"}, "--causal: not supported yet (causal MHLA)"},
-        {2, 0, {"--causal", "--chunk", "16", "--recurrent"}, "--causal: not supported yet (causal MHLA)"},
-        {2, 0, {"--causal", "--cu-seqlens", "cu.npy"}, "--causal: not supported yet (causal MHLA)"},
         {2, 0, {"--causal", "--chunk", "0"}, "--chunk 0: must be between 1 and 2147483647"},
-        {2, 0, {"--blocks", "4", "--chunk", "16"}, "--chunk: only with --causal"},
+        {2, 0, {"--causal", "--chunk", "1.5"}, "--chunk 1.5: not an integer"},
+        {2, 0, {"--blocks", "4", "--chunk", "16"}, "--chunk 16: only with --causal"},
         {2, 0, {"--blocks", "4", "--recurrent"}, "--recurrent: only with --causal"},
-        {2, 0, {"--blocks", "4", "--cu-seqlens", "cu.npy"}, "--cu-seqlens: only with --causal"},
-        {2, 0, {"--causal", "--blocks", "4"}, "--blocks: not with --causal"},
+        {2, 0, {"--blocks", "4", "--cu-seqlens", "cu.npy"}, "--cu-seqlens cu.npy: only with --causal"},
+        {2, 0, {"--causal", "--blocks", "4"}, "--blocks 4: not with --causal (its blocks are chunks of --chunk tokens)"},
+        {2, 0, {"--causal", "--recurrent=yes"}, "--recurrent: is a flag and takes no value, got 'yes'"},
+        {2, 0, {"--causal", "--cu-seqlens"}, "--cu-seqlens: missing value CU.npy"},
         {2, 1, {"--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "nodir/o.npy", "--blocks", "4"}, "--out nodir/o.npy: cannot create a file in directory 'nodir': No such file or directory"},
         {2, 1, {"--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "sub", "--blocks", "4"}, "--out sub: is a directory"},
         {1, 0, {"--blocks", "4", "--device", "no-such-device"}, "--device no-such-device: no OpenCL device matches device spec 'no-such-device'"},
@@ -883,10 +1244,88 @@ static void test_run_input_errors(void **state)
     free_inputs(&t);
 }
 
+/* Every error of the causal options: exit 2, one line naming the option or file and the value, and
+ * neither an output nor a temporary file left behind. */
+static void test_run_causal_errors(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const int64_t s_b2[4] = {2, 50, 2, 8}, s_mc6[2] = {6, 6}, s_rect[2] = {7, 8}, s3[1] = {3}, s4[1] = {4},
+                  s2x2[2] = {2, 2}, s1[1] = {1};
+    write_npy("q2.npy", "<f4", 4, s_b2, t.q, t.nq * sizeof(float)); /* the same values as B = 2, N = 50 */
+    float mc[7 * 8];
+    fill_uniform(mc, 7 * 8, 5, 0.1f, 1.0f);
+    write_npy("mc6.npy", "<f4", 2, s_mc6, mc, 36 * sizeof(float));
+    write_npy("rect.npy", "<f4", 2, s_rect, mc, sizeof mc);
+    const int32_t ok[3] = {0, 50, 100}, start[3] = {2, 50, 100}, dec[4] = {0, 60, 50, 100}, end[3] = {0, 50, 99},
+                  neg[3] = {0, -5, 100}, two_d[4] = {0, 50, 50, 100}, zero[1] = {0}, long_seq[3] = {0, 3, 100};
+    const int64_t big[3] = {0, (int64_t)1 << 32, 100};
+    const float as_float[3] = {0, 50, 100};
+    write_npy("cu_ok.npy", "<i4", 1, s3, ok, sizeof ok);
+    write_npy("cu_start.npy", "<i4", 1, s3, start, sizeof start);
+    write_npy("cu_dec.npy", "<i4", 1, s4, dec, sizeof dec);
+    write_npy("cu_end.npy", "<i4", 1, s3, end, sizeof end);
+    write_npy("cu_neg.npy", "<i4", 1, s3, neg, sizeof neg);
+    write_npy("cu_2d.npy", "<i4", 2, s2x2, two_d, sizeof two_d);
+    write_npy("cu_one.npy", "<i4", 1, s1, zero, sizeof zero);
+    write_npy("cu_long.npy", "<i4", 1, s3, long_seq, sizeof long_seq);
+    write_npy("cu_big.npy", "<i8", 1, s3, big, sizeof big);
+    write_npy("cu_f4.npy", "<f4", 1, s3, as_float, sizeof as_float);
+    write_npy("cu_be.npy", ">i4", 1, s3, ok, sizeof ok); /* the bytes do not matter: refused first */
+    char before[4096];
+    snprintf(before, sizeof before, "%s", listing());
+    const struct {
+        const char *args[10];
+        const char *text;
+    } cases[] = {
+        {{"--causal", "--normalizer", "official"}, "--normalizer official: not in causal mode (it is defined for block grids; --causal takes none or paper)"},
+        {{"--causal", "--blocks", "4"}, "--blocks 4: not with --causal"},
+        {{"--causal", "--grid", "10x10"}, "--grid 10x10: causal mode is 1D (give --grid N, or leave it out)"},
+        {{"--causal", "--grid", "1x1x100"}, "--grid 1x1x100: causal mode is 1D"},
+        {{"--causal", "--grid", "99"}, "--grid 99: 99 tokens, but --q q.npy has N = 100"},
+        {{"--causal", "--chunk", "16", "--mixing", "mc6.npy"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
+        {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--recurrent"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
+        {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--cu-seqlens", "cu_long.npy"}, "--mixing mc6.npy: sequence 1 of --cu-seqlens cu_long.npy (cu_seqlens[1] = 3 .. cu_seqlens[2] = 100) has 97 tokens, longer than chunk * rows(Mc) = 16 * 6 = 96"},
+        {{"--causal", "--mixing", "rect.npy"}, "--mixing rect.npy: shape (7, 8), expected a square matrix of at least (2, 2) for the 2 chunks of 64 tokens"},
+        {{"--causal", "--cu-seqlens", "cu_start.npy"}, "--cu-seqlens cu_start.npy: cu_seqlens[0] must be 0, got 2"},
+        {{"--causal", "--cu-seqlens", "cu_dec.npy"}, "--cu-seqlens cu_dec.npy: offsets must not decrease: cu_seqlens[2] = 50 < cu_seqlens[1] = 60"},
+        {{"--causal", "--cu-seqlens", "cu_neg.npy", "--recurrent"}, "--cu-seqlens cu_neg.npy: offsets must not decrease: cu_seqlens[1] = -5 < cu_seqlens[0] = 0"},
+        {{"--causal", "--cu-seqlens", "cu_end.npy"}, "--cu-seqlens cu_end.npy: cu_seqlens[2] = 99 must equal N = 100, the tokens of --q q.npy"},
+        {{"--causal", "--cu-seqlens", "cu_f4.npy"}, "--cu-seqlens cu_f4.npy: dtype float32, expected int32 or int64 offsets"},
+        {{"--causal", "--cu-seqlens", "cu_2d.npy"}, "--cu-seqlens cu_2d.npy: shape (2, 2), expected a 1-D array of S+1 >= 2 offsets"},
+        {{"--causal", "--cu-seqlens", "cu_one.npy"}, "--cu-seqlens cu_one.npy: shape (1,), expected a 1-D array"},
+        {{"--causal", "--cu-seqlens", "cu_big.npy"}, "--cu-seqlens cu_big.npy: int64 element 1 = 4294967296 is outside the int32 range"},
+        {{"--causal", "--cu-seqlens", "cu_be.npy"}, "--cu-seqlens cu_be.npy: big-endian int32 ('>i4') is not supported"},
+        {{"--causal", "--cu-seqlens", "nope.npy"}, "--cu-seqlens nope.npy: cannot open: No such file or directory"},
+        {{"--blocks", "4", "--cu-seqlens", "cu_ok.npy"}, "--cu-seqlens cu_ok.npy: only with --causal"},
+        {{"--causal", "--chunk", "0"}, "--chunk 0: must be between 1 and 2147483647"},
+        {{"--causal", "--recurrent", "--dtype", "bf16"}, "--dtype bf16: --recurrent runs the decoder, which stores f32 only"},
+        {{"--causal", "--init", "exp:0"}, "--init exp:0: mhla_mixing_init: exp sigma must be finite and > 0, got 0"},
+        {{"--causal", "--q", "cu_ok.npy"}, "--q: given twice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *args[24] = {"run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy"};
+        int n = 9;
+        for (int a = 0; a < 10 && cases[i].args[a]; ++a)
+            args[n++] = cases[i].args[a];
+        expect_fail(finish(spawn(NULL, NULL, args)), 2, cases[i].text);
+        if (strcmp(listing(), before) != 0)
+            fail_msg("case %zu (%s) left: %s", i, cases[i].text, listing());
+    }
+    /* Packed sequences need batch 1; integer q/k/v are refused. */
+    expect_fail(MHLA("run", "--q", "q2.npy", "--k", "q2.npy", "--v", "q2.npy", "--out", "o.npy", "--causal",
+                     "--cu-seqlens", "cu_ok.npy"),
+                2, "--cu-seqlens cu_ok.npy: packed sequences need batch 1 ([1,N,H,D]), but --q q2.npy has B = 2");
+    expect_fail(MHLA("run", "--q", "cu_ok.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--causal"), 2,
+                "--q cu_ok.npy: dtype int32, expected float32 or float16");
+    assert_string_equal(listing(), before);
+    free_inputs(&t);
+}
+
 /* ---- failures after the work started ----------------------------------------------------- */
 
-/* A copy of the kernels in <dir>/kernels where output.cl has `from` replaced by `to` (once). */
-static const char *kernel_variant(const char *name, const char *from, const char *to)
+/* A copy of the kernels in <dir>/<name> where `file` has `from` replaced by `to` (once). */
+static const char *kernel_variant(const char *name, const char *file, const char *from, const char *to)
 {
     static char kdir[600];
     snprintf(kdir, sizeof kdir, "%s/%s", dir, name);
@@ -906,7 +1345,7 @@ static const char *kernel_variant(const char *name, const char *from, const char
         assert_non_null(text);
         FILE *f = fopen(dst, "w");
         assert_non_null(f);
-        char *at = strcmp(e->d_name, "output.cl") == 0 ? strstr(text, from) : NULL;
+        char *at = strcmp(e->d_name, file) == 0 ? strstr(text, from) : NULL;
         if (at) {
             assert_null(strstr(at + 1, from)); /* exactly once, or the test needs updating */
             fwrite(text, 1, (size_t)(at - text), f);
@@ -921,7 +1360,7 @@ static const char *kernel_variant(const char *name, const char *from, const char
     }
     closedir(d);
     if (!replaced)
-        fail_msg("'%s' not found in %s/output.cl: update this test to the kernel", from, kernel_src);
+        fail_msg("'%s' not found in %s/%s: update this test to the kernel", from, kernel_src, file);
     return kdir;
 }
 
@@ -949,7 +1388,8 @@ static void test_failures_leave_no_output(void **state)
     char env_broken[700], env_off[700];
     /* A kernel that does not build: a runtime failure (1), its multi-line build log on one line. */
     snprintf(env_broken, sizeof env_broken, "MHLA_KERNEL_DIR=%s",
-             kernel_variant("broken", "#include \"common.h\"\n", "#include \"common.h\"\nthis is not OpenCL C;\n"));
+             kernel_variant("broken", "output.cl", "#include \"common.h\"\n",
+                            "#include \"common.h\"\nthis is not OpenCL C;\n"));
     const char *env1[] = {env_broken, NULL};
     result *r = MHLA_ENV(env1, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
                                    "--blocks", "4");
@@ -974,7 +1414,7 @@ static void test_failures_leave_no_output(void **state)
     assert_string_equal(listing(), "broken k.npy o.npy q.npy v.npy");
 
     /* A kernel 0.1% off: --check prints the error and exits 3; the (complete) output is written. */
-    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s", kernel_variant("off", "#include \"common.h\"\n",
+    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s", kernel_variant("off", "output.cl", "#include \"common.h\"\n",
                                           "#include \"common.h\"\n#undef VSTOREN\n"
                                           "#define VSTOREN(W, x, o, p) CAT(VSTORE_, W)((x) * 1.001f, o, p)\n"));
     const char *env3[] = {env_off, NULL};
@@ -990,6 +1430,33 @@ static void test_failures_leave_no_output(void **state)
     /* Without --check the same run succeeds: only --check compares. */
     expect_ok(MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
     assert_string_equal(listing(), "broken k.npy o.npy off q.npy v.npy");
+    free_inputs(&t);
+}
+
+/* A causal kernel 0.1% off (every vector store of causal.h's kernels): --check exits 3 and the
+ * output is written all the same. */
+static void test_run_causal_check_fails(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    char env_off[700];
+    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("off", "causal.h", "#include \"common.h\"\n",
+                            "#include \"common.h\"\n#undef VSTOREN\n"
+                            "#define VSTOREN(W, x, o, p) CAT(VSTORE_, W)((x) * 1.001f, o, p)\n"));
+    const char *env[] = {env_off, NULL};
+    result *r = MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--causal",
+                         "--chunk", "16", "--check");
+    expect_fail(r, 3, "--check: max_rel_err");
+    assert_non_null(strstr(r->err, "exceeds the tolerance 1e-05 (f32 storage, N = 100)"));
+    const double e = printed_error(r);
+    assert_true(e > 1e-4 && e < 1e-2);
+    mhla_config cfg = causal_config_for(&t, 16, 7);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7);
+    const double written = causal_error(&t, &cfg, mc, NULL, 0, "o.npy");
+    free(mc);
+    assert_true(fabs(written - e) <= 0.01 * e); /* the output written is the one checked */
+    assert_string_equal(listing(), "k.npy o.npy off q.npy v.npy");
     free_inputs(&t);
 }
 
@@ -1128,7 +1595,15 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_run_device_by_name, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_run_repeat, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_run_float16, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_chunk, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_recurrent, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_larger_mixing, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_packed, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_options, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_16bit, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_errors, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_failures_leave_no_output, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_causal_check_fails, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),

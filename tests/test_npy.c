@@ -208,7 +208,10 @@ static void test_unsupported_content(void **state)
         {"{'descr': '>f2', 'fortran_order': False, 'shape': (12,), }", "big-endian float16 ('>f2')"},
         {"{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", "Fortran-order arrays are not supported"},
         {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", "dtype '<f8' (float64) is not supported"},
-        {"{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }", "dtype '<i4' (int32) is not supported"},
+        {"{'descr': '<u4', 'fortran_order': False, 'shape': (6,), }", "dtype '<u4' (uint32) is not supported"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (12,), }", "dtype '<i2' (int16) is not supported: float32 ('<f4'), float16 ('<f2'), int32 ('<i4') or int64 ('<i8') expected"},
+        {"{'descr': '>i4', 'fortran_order': False, 'shape': (6,), }", "big-endian int32 ('>i4') is not supported"},
+        {"{'descr': '>i8', 'fortran_order': False, 'shape': (3,), }", "big-endian int64 ('>i8')"},
         {"{'descr': '|u1', 'fortran_order': False, 'shape': (24,), }", "dtype '|u1' is not supported"},
         {"{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", "object arrays ('|O') are not supported"},
         {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,), }", "structured dtype"},
@@ -229,6 +232,82 @@ static void test_unsupported_content(void **state)
         craft("bad.npy", 1, cases[i].header, six, sizeof six);
         expect_read_error("bad.npy", NPY_ERR_INPUT, cases[i].text);
     }
+}
+
+/* int32 and int64 (cu_seqlens offsets): every byte-order spelling of the host's order, the values
+ * as written, and npy_to_int32()'s range check naming the element. */
+static void test_integers(void **state)
+{
+    (void)state;
+    const int32_t i32[6] = {0, 1, 64, -7, INT32_MAX, INT32_MIN};
+    const char *orders[] = {"<", "|", "="};
+    npy_array a;
+    char err[512] = "", header[128];
+    int32_t *v = NULL;
+    for (size_t o = 0; o < sizeof orders / sizeof orders[0]; ++o) {
+        snprintf(header, sizeof header, "{'descr': '%si4', 'fortran_order': False, 'shape': (6,), }\n", orders[o]);
+        craft("i4.npy", 1, header, i32, sizeof i32);
+        if (npy_read(path_of("i4.npy"), &a, err, sizeof err) != NPY_OK)
+            fail_msg("'%si4': %s", orders[o], err);
+        assert_int_equal(a.dtype, NPY_I32);
+        assert_string_equal(npy_dtype_name(a.dtype), "int32");
+        assert_int_equal(a.ndim, 1);
+        assert_int_equal(a.count, 6);
+        assert_memory_equal(a.data, i32, sizeof i32);
+        assert_int_equal(npy_to_int32(&a, &v, err, sizeof err), NPY_OK);
+        assert_memory_equal(v, i32, sizeof i32);
+        free(v);
+        npy_free(&a);
+    }
+    /* int64 within the int32 range converts exactly, the extremes included. */
+    const int64_t i64[6] = {0, 1, 64, -7, INT32_MAX, INT32_MIN};
+    craft("i8.npy", 3, "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }\n", i64, sizeof i64);
+    assert_int_equal(npy_read(path_of("i8.npy"), &a, err, sizeof err), NPY_OK);
+    assert_int_equal(a.dtype, NPY_I64);
+    assert_string_equal(npy_dtype_name(a.dtype), "int64");
+    assert_int_equal(npy_dtype_size(a.dtype), 8);
+    assert_memory_equal(a.data, i64, sizeof i64);
+    assert_int_equal(npy_to_int32(&a, &v, err, sizeof err), NPY_OK);
+    assert_memory_equal(v, i32, sizeof i32);
+    free(v);
+    npy_free(&a);
+    /* One past either end of int32 is refused, naming the element and its value. */
+    const struct {
+        int64_t bad;
+        const char *text;
+    } out_of_range[] = {
+        {(int64_t)INT32_MAX + 1, "int64 element 2 = 2147483648 is outside the int32 range -2147483648..2147483647"},
+        {(int64_t)INT32_MIN - 1, "int64 element 2 = -2147483649 is outside the int32 range"},
+        {INT64_MAX, "int64 element 2 = 9223372036854775807 is outside"},
+    };
+    for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; ++i) {
+        const int64_t w[4] = {0, 5, out_of_range[i].bad, 9};
+        craft("big8.npy", 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }\n", w, sizeof w);
+        assert_int_equal(npy_read(path_of("big8.npy"), &a, err, sizeof err), NPY_OK);
+        v = (int32_t *)&a; /* must be cleared */
+        assert_int_equal(npy_to_int32(&a, &v, err, sizeof err), NPY_ERR_INPUT);
+        assert_null(v);
+        if (!strstr(err, out_of_range[i].text))
+            fail_msg("'%s' lacks '%s'", err, out_of_range[i].text);
+        npy_free(&a);
+    }
+    /* Floats are not offsets; an empty integer array converts to nothing. */
+    craft("f.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }\n", six, sizeof six);
+    assert_int_equal(npy_read(path_of("f.npy"), &a, err, sizeof err), NPY_OK);
+    assert_int_equal(npy_to_int32(&a, &v, err, sizeof err), NPY_ERR_INPUT);
+    assert_null(v);
+    assert_string_equal(err, "dtype float32, expected int32 or int64");
+    npy_free(&a);
+    craft("e.npy", 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (0,), }\n", NULL, 0);
+    assert_int_equal(npy_read(path_of("e.npy"), &a, err, sizeof err), NPY_OK);
+    assert_int_equal(npy_to_int32(&a, &v, err, sizeof err), NPY_OK);
+    assert_non_null(v);
+    free(v);
+    npy_free(&a);
+    assert_int_equal(npy_to_int32(NULL, &v, err, sizeof err), NPY_ERR_ARGUMENT);
+    assert_int_equal(npy_to_int32(&a, NULL, err, sizeof err), NPY_ERR_ARGUMENT);
+    craft("trunc8.npy", 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }\n", i64, 28);
+    expect_read_error("trunc8.npy", NPY_ERR_INPUT, "truncated .npy data: shape (4,) of int64 needs 32 bytes, the file has 28");
 }
 
 static void test_not_a_file(void **state)
@@ -269,6 +348,22 @@ static void check_written(const char *name, const char *descr, const char *shape
     free(header);
 }
 
+/* npy_write() of a 1-D array, then its bytes (check_written) and npy_read()'s dtype and values. */
+static void round_trip_1d(const char *name, npy_dtype dtype, const char *descr, int64_t count, const void *data)
+{
+    char err[512] = "", shape_text[32];
+    const size_t bytes = (size_t)count * npy_dtype_size(dtype);
+    snprintf(shape_text, sizeof shape_text, "(%lld,)", (long long)count);
+    assert_int_equal(npy_write(path_of(name), dtype, 1, &count, data, err, sizeof err), NPY_OK);
+    check_written(name, descr, shape_text, bytes);
+    npy_array a;
+    assert_int_equal(npy_read(path_of(name), &a, err, sizeof err), NPY_OK);
+    assert_int_equal(a.dtype, dtype);
+    assert_int_equal(a.count, (size_t)count);
+    assert_memory_equal(a.data, data, bytes);
+    npy_free(&a);
+}
+
 static void test_write_round_trip(void **state)
 {
     (void)state;
@@ -285,12 +380,14 @@ static void test_write_round_trip(void **state)
 
     const uint16_t halves[3] = {0x3C00, 0x7C00, 0x0001};
     const int64_t one[1] = {3};
-    assert_int_equal(npy_write(path_of("o16.npy"), NPY_F16, 1, one, halves, err, sizeof err), NPY_OK);
-    check_written("o16.npy", "<f2", "(3,)", sizeof halves);
-    assert_int_equal(npy_read(path_of("o16.npy"), &a, err, sizeof err), NPY_OK);
-    assert_int_equal(a.dtype, NPY_F16);
-    assert_memory_equal(a.data, halves, sizeof halves);
-    npy_free(&a);
+    round_trip_1d("o16.npy", NPY_F16, "<f2", 3, halves);
+    /* Integer arrays too (int32 and int64, as --cu-seqlens takes them). */
+    const int32_t offsets[4] = {0, 1, 64, 493};
+    const int64_t wide[2] = {-1, (int64_t)1 << 40};
+    round_trip_1d("i4.npy", NPY_I32, "<i4", 4, offsets);
+    round_trip_1d("i8.npy", NPY_I64, "<i8", 2, wide);
+    unlink(path_of("i4.npy"));
+    unlink(path_of("i8.npy"));
 
     assert_int_equal(npy_write(path_of("o0.npy"), NPY_F32, 0, NULL, six, err, sizeof err), NPY_OK);
     check_written("o0.npy", "<f4", "()", 4);
@@ -328,6 +425,10 @@ static void test_writer_temporary(void **state)
     assert_int_equal(npy_writer_open(&w, path_of("t.npy"), err, sizeof err), NPY_OK);
     const int64_t neg[1] = {-1};
     assert_int_equal(npy_writer_commit(&w, NPY_F32, 1, neg, six, err, sizeof err), NPY_ERR_ARGUMENT);
+    assert_string_equal(listing(), "");
+    assert_int_equal(npy_writer_open(&w, path_of("t.npy"), err, sizeof err), NPY_OK);
+    const int64_t one[1] = {1};
+    assert_int_equal(npy_writer_commit(&w, (npy_dtype)4, 1, one, six, err, sizeof err), NPY_ERR_ARGUMENT);
     assert_string_equal(listing(), "");
 }
 
@@ -381,6 +482,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_damaged_files, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_huge_declared_shapes, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_unsupported_content, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_integers, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_not_a_file, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_write_round_trip, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_writer_temporary, make_dir, remove_dir),

@@ -1,0 +1,72 @@
+/* `mhla run`'s job, shared by cmd_run.c (options, inputs, the forward pass on the device, --check,
+ * the output) and run_causal.c (the rules of the causal options, --cu-seqlens, the decoder). */
+#ifndef MHLA_CLI_RUN_H
+#define MHLA_CLI_RUN_H
+
+#include "args.h"
+#include "npy.h"
+
+#include <mhla.h>
+
+#include <stdint.h>
+
+enum {
+    O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
+    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_COUNT
+};
+
+#define RUN_CMD "run" /* the subcommand, for cli_usage() */
+
+/* Everything one run holds; released by cmd_run.c's job_free(). */
+typedef struct run_job {
+    cli_option o[O_COUNT];
+    mhla_config cfg;
+    npy_array in[3];      /* q, k, v as read; float16 data is widened into `f32` */
+    float *f32[3];        /* q, k, v as float: in[i].data, or the widened copy; rounded to cfg.dtype */
+    uint16_t *dev16[3];   /* q, k, v in cfg.dtype's bits when it is f16 or bf16 */
+    npy_dtype file_dtype; /* of the inputs, hence of the output */
+    float *mixing;
+    int64_t mixing_rows;
+    int32_t *cu_seqlens;  /* --cu-seqlens: num_seqs + 1 offsets, validated; else NULL */
+    size_t num_seqs;
+    int64_t longest;      /* causal: the longest sequence (N, or the longest packed one) */
+    int64_t repeat;       /* 0: one run, untimed */
+    npy_writer out;
+    mhla_context *ctx;
+    mhla_plan *plan;
+    mhla_decoder *dec;
+    cl_mem buf[5]; /* indexed by mhla_tensor */
+    float *result;
+    double check_err; /* --check: max_rel_err of result against the reference */
+} run_job;
+
+/* ---- cmd_run.c, for run_causal.c ---- */
+
+/* Creates job->ctx on --device (or the default device). Returns 0 or the exit code. */
+int run_open_context(run_job *job);
+
+/* A failed library call on the job's context: its message after `what`; the status's exit code. */
+int run_device_fail(const run_job *job, mhla_status st, const char *what);
+
+/* Sorts R run times (ms) and prints "time_ms median <m> min <a> max <b>". */
+void run_print_times(double *ms, size_t count);
+
+/* ---- run_causal.c ---- */
+
+/* The causal options' rules once the configuration holds the parsed options: the normalizer, and
+ * --recurrent's storage type (f32; also its default). Returns 0 or CLI_USAGE. */
+int causal_check_options(run_job *job);
+
+/* After the inputs and --grid: a causal token grid must be 1D; reads and validates --cu-seqlens
+ * against the packed inputs (batch 1, offsets 0 .. N, non-decreasing) and sets cfg.varlen; sets
+ * job->longest. Returns 0 or the exit code. */
+int causal_shape(run_job *job);
+
+/* --mixing in causal mode: rows must cover the longest sequence; the error names both numbers. */
+int causal_mixing_covers(const run_job *job, int64_t rows);
+
+/* --recurrent: the decoder, token by token (per packed sequence, reset in between), into
+ * job->result; --repeat times each run's whole token loop. Returns 0 or the exit code. */
+int causal_run_recurrent(run_job *job);
+
+#endif /* MHLA_CLI_RUN_H */

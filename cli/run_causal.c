@@ -1,0 +1,201 @@
+/* `mhla run --causal`: the rules of the causal options, the packed offsets of --cu-seqlens, and
+ * --recurrent, which runs the streaming decoder token by token. The chunk form (with or without
+ * --cu-seqlens) is cmd_run.c's forward pass on a causal plan. */
+#include "cli.h"
+#include "run.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int causal_check_options(run_job *job)
+{
+    const cli_option *o = job->o;
+    if (job->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL)
+        return cli_usage(RUN_CMD, "--normalizer %s: not in causal mode (it is defined for block grids; --causal "
+                                  "takes none or paper)",
+                         o[O_NORMALIZER].value);
+    if (o[O_RECURRENT].value && job->cfg.dtype != MHLA_DTYPE_F32)
+        return cli_usage(RUN_CMD, "--dtype %s: --recurrent runs the decoder, which stores f32 only (give --dtype f32 "
+                                  "or leave it out)",
+                         o[O_DTYPE].value);
+    return 0;
+}
+
+/* Reads --cu-seqlens into job->cu_seqlens and checks it against the N packed tokens: S+1 offsets,
+ * 0 first, never decreasing (an empty sequence is allowed, as the library allows it), N last. */
+static int read_cu_seqlens(run_job *job, int64_t n)
+{
+    const cli_option *opt = &job->o[O_CU_SEQLENS];
+    npy_array a;
+    char err[512], shape[160];
+    npy_status st = npy_read(opt->value, &a, err, sizeof err);
+    if (st != NPY_OK)
+        return cli_fail(cli_npy_exit_code(st), "%s %s: %s", opt->name, opt->value, err);
+    npy_shape_string(a.ndim, a.shape, shape, sizeof shape);
+    int rc = 0;
+    if (a.dtype != NPY_I32 && a.dtype != NPY_I64)
+        rc = cli_fail(CLI_USAGE, "%s %s: dtype %s, expected int32 or int64 offsets", opt->name, opt->value,
+                      npy_dtype_name(a.dtype));
+    else if (a.ndim != 1 || a.count < 2)
+        rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected a 1-D array of S+1 >= 2 offsets (0, then where each "
+                                 "sequence ends)",
+                      opt->name, opt->value, shape);
+    else if ((st = npy_to_int32(&a, &job->cu_seqlens, err, sizeof err)) != NPY_OK)
+        rc = cli_fail(cli_npy_exit_code(st), "%s %s: %s", opt->name, opt->value, err);
+    const size_t count = a.count;
+    npy_free(&a);
+    if (rc != 0)
+        return rc;
+    const int32_t *cu = job->cu_seqlens;
+    const size_t s_count = count - 1;
+    if (cu[0] != 0)
+        return cli_fail(CLI_USAGE, "%s %s: cu_seqlens[0] must be 0, got %d", opt->name, opt->value, (int)cu[0]);
+    job->longest = 0;
+    for (size_t s = 0; s < s_count; ++s) {
+        if (cu[s + 1] < cu[s])
+            return cli_fail(CLI_USAGE, "%s %s: offsets must not decrease: cu_seqlens[%zu] = %d < cu_seqlens[%zu] = %d",
+                            opt->name, opt->value, s + 1, (int)cu[s + 1], s, (int)cu[s]);
+        if (cu[s + 1] - cu[s] > job->longest)
+            job->longest = cu[s + 1] - cu[s];
+    }
+    if (cu[s_count] != n)
+        return cli_fail(CLI_USAGE, "%s %s: cu_seqlens[%zu] = %d must equal N = %lld, the tokens of --q %s", opt->name,
+                        opt->value, s_count, (int)cu[s_count], (long long)n, job->o[O_Q].value);
+    job->num_seqs = s_count;
+    return 0;
+}
+
+int causal_shape(run_job *job)
+{
+    const cli_option *grid = &job->o[O_GRID];
+    if (grid->value && strpbrk(grid->value, "xX"))
+        return cli_usage(RUN_CMD, "--grid %s: causal mode is 1D (give --grid N, or leave it out)", grid->value);
+    mhla_config *cfg = &job->cfg;
+    job->longest = cfg->seq_t;
+    if (!job->o[O_CU_SEQLENS].value)
+        return 0;
+    if (cfg->batch != 1)
+        return cli_fail(CLI_USAGE,
+                        "--cu-seqlens %s: packed sequences need batch 1 ([1,N,H,D]), but --q %s has B = %lld",
+                        job->o[O_CU_SEQLENS].value, job->o[O_Q].value, (long long)cfg->batch);
+    const int rc = read_cu_seqlens(job, cfg->seq_t);
+    cfg->varlen = rc == 0;
+    return rc;
+}
+
+int causal_mixing_covers(const run_job *job, int64_t rows)
+{
+    const cli_option *mix = &job->o[O_MIXING];
+    const int64_t c = job->cfg.chunk;
+    if (!job->cu_seqlens)
+        return cli_fail(CLI_USAGE, "%s %s: the sequence of %lld tokens is longer than chunk * rows(Mc) = %lld * %lld "
+                                   "= %lld",
+                        mix->name, mix->value, (long long)job->longest, (long long)c, (long long)rows,
+                        (long long)(c * rows));
+    const int32_t *cu = job->cu_seqlens;
+    size_t s = 0;
+    while (s + 1 < job->num_seqs && cu[s + 1] - cu[s] != job->longest)
+        ++s;
+    return cli_fail(CLI_USAGE, "%s %s: sequence %zu of --cu-seqlens %s (cu_seqlens[%zu] = %d .. cu_seqlens[%zu] = %d) "
+                               "has %lld tokens, longer than chunk * rows(Mc) = %lld * %lld = %lld",
+                    mix->name, mix->value, s, job->o[O_CU_SEQLENS].value, s, (int)cu[s], s + 1, (int)cu[s + 1],
+                    (long long)job->longest, (long long)c, (long long)rows, (long long)(c * rows));
+}
+
+/* ---- --recurrent ------------------------------------------------------------------------------ */
+
+/* Tokens [start, start + len) of a packed BHND tensor [1,H,total,d], copied into (gather) or back
+ * from (scatter) a [1,H,len,d] one: there a sequence's tokens are not contiguous. */
+static void bhnd_copy(float *packed, float *seq, int gather, int64_t heads, int64_t total, int64_t d, int64_t start,
+                      int64_t len)
+{
+    const size_t bytes = (size_t)(len * d) * sizeof(float);
+    for (int64_t h = 0; h < heads; ++h) {
+        float *p = packed + (h * total + start) * d, *s = seq + h * len * d;
+        memcpy(gather ? s : p, gather ? p : s, bytes);
+    }
+}
+
+/* One run of the decoder over every sequence: the whole input (each batch element a sequence), or
+ * each packed one from position 0. BNHD sequences are contiguous and read in place; BHND ones go
+ * through `scratch` (q, k, v, out of the longest sequence). */
+static mhla_status decode_all(run_job *job, float *const scratch[4])
+{
+    const mhla_config *cfg = &job->cfg;
+    float *const *x = job->f32;
+    if (!cfg->varlen) {
+        mhla_status st = mhla_decoder_reset(job->dec);
+        return st == MHLA_OK ? mhla_decoder_step_host(job->dec, x[0], x[1], x[2], job->mixing, job->result, cfg->seq_t)
+                             : st;
+    }
+    const int bhnd = cfg->layout == MHLA_LAYOUT_BHND;
+    const int64_t h = cfg->heads, total = cfg->seq_t, d[4] = {cfg->dk, cfg->dk, cfg->dv, cfg->dv};
+    for (size_t s = 0; s < job->num_seqs; ++s) {
+        const int64_t start = job->cu_seqlens[s], len = job->cu_seqlens[s + 1] - start;
+        if (len == 0) /* an empty sequence: no tokens, no output */
+            continue;
+        float *seq[4];
+        for (int t = 0; t < 4; ++t) {
+            float *packed = t < 3 ? x[t] : job->result;
+            seq[t] = bhnd ? scratch[t] : packed + start * h * d[t];
+            if (bhnd && t < 3)
+                bhnd_copy(packed, seq[t], 1, h, total, d[t], start, len);
+        }
+        mhla_status st = mhla_decoder_reset(job->dec);
+        if (st == MHLA_OK)
+            st = mhla_decoder_step_host(job->dec, seq[0], seq[1], seq[2], job->mixing, seq[3], len);
+        if (st != MHLA_OK)
+            return st;
+        if (bhnd)
+            bhnd_copy(job->result, seq[3], 0, h, total, d[3], start, len);
+    }
+    return MHLA_OK;
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+int causal_run_recurrent(run_job *job)
+{
+    int rc = run_open_context(job);
+    if (rc != 0)
+        return rc;
+    mhla_config cfg = job->cfg;
+    cfg.varlen = 0; /* the decoder takes one sequence per batch element; packed ones one by one */
+    mhla_status st = mhla_decoder_create(job->ctx, &cfg, job->longest, &job->dec);
+    if (st != MHLA_OK)
+        return run_device_fail(job, st, "--recurrent");
+    const size_t out_count = job->in[2].count;
+    if (!(job->result = malloc(out_count * sizeof *job->result)))
+        return cli_fail(CLI_RUNTIME, "out of host memory for the output");
+    float *scratch[4] = {NULL, NULL, NULL, NULL};
+    const int64_t d[4] = {cfg.dk, cfg.dk, cfg.dv, cfg.dv};
+    for (int t = 0; t < 4 && job->cfg.varlen && cfg.layout == MHLA_LAYOUT_BHND; ++t)
+        if (!(scratch[t] = malloc((size_t)(job->longest * cfg.heads * d[t]) * sizeof(float))))
+            rc = cli_fail(CLI_RUNTIME, "out of host memory for a sequence of %lld tokens", (long long)job->longest);
+    /* --repeat: one warm-up, then R timed runs of the whole token loop (wall time: the decoder's
+     * host calls block, and each copies its sequence in and its output out once). */
+    const int64_t runs = job->repeat ? job->repeat + 1 : 1;
+    double *ms = job->repeat ? malloc((size_t)job->repeat * sizeof *ms) : NULL;
+    if (job->repeat && !ms && rc == 0)
+        rc = cli_fail(CLI_RUNTIME, "out of host memory");
+    for (int64_t r = 0; r < runs && rc == 0; ++r) {
+        const double t0 = now_ms();
+        if ((st = decode_all(job, scratch)) != MHLA_OK)
+            rc = run_device_fail(job, st, "--recurrent");
+        else if (r > 0)
+            ms[r - 1] = now_ms() - t0;
+    }
+    if (rc == 0 && job->repeat)
+        run_print_times(ms, (size_t)job->repeat);
+    free(ms);
+    for (int t = 0; t < 4; ++t)
+        free(scratch[t]);
+    return rc;
+}
