@@ -375,11 +375,12 @@ mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, c
                                 cl_uint num_wait, const cl_event *wait, cl_event *done);
 
 /*! mhla_forward_varlen_host() :
- * Host-pointer convenience around mhla_forward_varlen(), like mhla_forward_host(): blocks until
- * `out` is written. No pointer may be NULL. */
-mhla_status mhla_forward_varlen_host(mhla_plan *plan, const float *q, const float *k,
-                                     const float *v, const float *mixing,
-                                     const int32_t *cu_seqlens, size_t num_seqs, float *out);
+ * Host-pointer convenience around mhla_forward_varlen(), like mhla_forward_host(): element types
+ * follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16), the mixing matrix is float;
+ * blocks until `out` is written. No pointer may be NULL. */
+mhla_status mhla_forward_varlen_host(mhla_plan *plan, const void *q, const void *k,
+                                     const void *v, const float *mixing,
+                                     const int32_t *cu_seqlens, size_t num_seqs, void *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Streaming causal decoder (SPEC.md "Causal MHLA", recurrent form)                             */
@@ -392,7 +393,7 @@ mhla_status mhla_forward_varlen_host(mhla_plan *plan, const float *q, const floa
 typedef struct mhla_decoder mhla_decoder;
 
 /*! mhla_decoder_create() :
- * @cfg: a causal configuration (cfg.causal = 1, varlen 0, f32): batch, heads, dk, dv, chunk,
+ * @cfg: a causal configuration (cfg.causal = 1, varlen 0, any dtype): batch, heads, dk, dv, chunk,
  *   feature map, feature_eps, scale (0 = Dk^-0.5), normalizer (none or paper), eps, layout (of
  *   the multi-token tensors of prefill and the host calls). seq_t/seq_h/seq_w and the block grid
  *   are ignored. mixing_rows: rows of the Mc the calls pass; 0 = ceil(capacity / chunk).
@@ -447,16 +448,17 @@ mhla_status mhla_decoder_prefill(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v
                                  const cl_event *wait, cl_event *done);
 
 /*! mhla_decoder_step_host() / mhla_decoder_prefill_host() :
- * Host-pointer conveniences: q, k [B,n,H,Dk], v, out [B,n,H,Dv] (or BHND) float arrays, mixing
- * mixing_rows^2 floats. step_host runs n_tokens steps, one token after the other (the recurrent
+ * Host-pointer conveniences: q, k [B,n,H,Dk], v, out [B,n,H,Dv] (or BHND) arrays whose elements
+ * follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16), mixing mixing_rows^2
+ * floats. The decoder's state stays float whatever the storage type. step_host runs n_tokens steps, one token after the other (the recurrent
  * form over a whole sequence, what `mhla run --recurrent` does); prefill_host runs
  * mhla_decoder_prefill(). Both copy the inputs once, block until `out` is written, and refuse
  * (unchanged decoder) a call that would pass the capacity. No pointer may be NULL. */
-mhla_status mhla_decoder_step_host(mhla_decoder *dec, const float *q, const float *k,
-                                   const float *v, const float *mixing, float *out,
+mhla_status mhla_decoder_step_host(mhla_decoder *dec, const void *q, const void *k,
+                                   const void *v, const float *mixing, void *out,
                                    int64_t n_tokens);
-mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const float *q, const float *k,
-                                      const float *v, const float *mixing, float *out,
+mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q, const void *k,
+                                      const void *v, const float *mixing, void *out,
                                       int64_t n_tokens);
 
 /* Decoder state (save a session, fork a sequence): host byte order, little or big endian as
