@@ -150,9 +150,6 @@ mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, cha
         CHECK(cfg->mixing_rows <= 1 << 20, MHLA_ERR_INVALID_SHAPE, "mixing_rows = %lld is implausibly large",
               (long long)cfg->mixing_rows);
     }
-    /* The causal kernels are f32 only (f16/bf16 storage is the non-causal kernels'). */
-    CHECK(!cfg->causal || cfg->dtype == MHLA_DTYPE_F32, MHLA_ERR_UNSUPPORTED,
-          "causal mode supports f32 storage only, got dtype %s", mhla_dtype_name(cfg->dtype));
     if (shape)
         *shape = sh;
     return MHLA_OK;

@@ -99,14 +99,14 @@ size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, in
     if (!dec || n_tokens < 1)
         return 0;
     const mhla_config *c = &dec->kern->cfg;
-    const size_t rows = (size_t)dec->kern->bh * (size_t)n_tokens;
+    const size_t rows = (size_t)dec->kern->bh * (size_t)n_tokens, elem = mhla__dtype_size(c->dtype);
     switch (tensor) {
     case MHLA_TENSOR_Q:
     case MHLA_TENSOR_K:
-        return rows * (size_t)c->dk * sizeof(float);
+        return rows * (size_t)c->dk * elem;
     case MHLA_TENSOR_V:
     case MHLA_TENSOR_OUT:
-        return rows * (size_t)c->dv * sizeof(float);
+        return rows * (size_t)c->dv * elem;
     case MHLA_TENSOR_MIXING:
         return (size_t)c->mixing_rows * (size_t)c->mixing_rows * sizeof(float);
     }
@@ -125,8 +125,8 @@ static mhla_status check_buffers(mhla_decoder *dec, const char *fn, const cl_mem
         if (t == MHLA_TENSOR_MIXING)
             snprintf(shape, sizeof shape, "%lld x %lld float32", (long long)c->mixing_rows, (long long)c->mixing_rows);
         else
-            snprintf(shape, sizeof shape, "%lld token(s) of [B,H,D] = [%lld,%lld,%lld] f32", (long long)n,
-                     (long long)c->batch, (long long)c->heads, d);
+            snprintf(shape, sizeof shape, "%lld token(s) of [B,H,D] = [%lld,%lld,%lld] %s", (long long)n,
+                     (long long)c->batch, (long long)c->heads, d, mhla_dtype_name(c->dtype));
         MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(dec->ctx, fn, mhla__tensor_name((mhla_tensor)t), bufs[t],
                                                   mhla_decoder_tensor_bytes(dec, (mhla_tensor)t, n), shape));
     }
@@ -307,8 +307,8 @@ cleanup:
 
 /* Host calls: copy the inputs into the decoder's staging buffers (grown to n tokens), run n steps
  * or one prefill, read the output back. */
-static mhla_status host_call(mhla_decoder *dec, const char *fn, const float *q, const float *k, const float *v,
-                             const float *mixing, float *out, int64_t n, int prefill)
+static mhla_status host_call(mhla_decoder *dec, const char *fn, const void *q, const void *k, const void *v,
+                             const float *mixing, void *out, int64_t n, int prefill)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = NULL;
@@ -316,7 +316,7 @@ static mhla_status host_call(mhla_decoder *dec, const char *fn, const float *q, 
 
     MHLA_FAIL_IF(st, !dec, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: decoder is NULL", fn);
     ctx = dec->ctx;
-    const float *inputs[] = {q, k, v, NULL, mixing};
+    const void *inputs[] = {q, k, v, NULL, mixing};
     for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
         MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], ctx, MHLA_ERR_INVALID_ARGUMENT,
                      "%s: %s pointer is NULL", fn, mhla__tensor_name((mhla_tensor)t));
@@ -364,14 +364,14 @@ cleanup:
     return st;
 }
 
-mhla_status mhla_decoder_step_host(mhla_decoder *dec, const float *q, const float *k, const float *v,
-                                   const float *mixing, float *out, int64_t n_tokens)
+mhla_status mhla_decoder_step_host(mhla_decoder *dec, const void *q, const void *k, const void *v,
+                                   const float *mixing, void *out, int64_t n_tokens)
 {
     return host_call(dec, "mhla_decoder_step_host", q, k, v, mixing, out, n_tokens, 0);
 }
 
-mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const float *q, const float *k, const float *v,
-                                      const float *mixing, float *out, int64_t n_tokens)
+mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q, const void *k, const void *v,
+                                      const float *mixing, void *out, int64_t n_tokens)
 {
     return host_call(dec, "mhla_decoder_prefill_host", q, k, v, mixing, out, n_tokens, 1);
 }

@@ -141,8 +141,28 @@ cleanup:
     return st;
 }
 
+/* Development switch MHLA_DUMP_PROGRAMS=<file>: every program request is appended as
+ * "<kernel file>\t<options>" so that tests/kernels_clang.py can compile each specialization the
+ * host emits with another compiler. One write per line with O_APPEND semantics keeps lines whole
+ * when several processes share the file. */
+static void dump_request(const char *name, const char *options)
+{
+    const char *path = getenv("MHLA_DUMP_PROGRAMS");
+    if (!path || !*path)
+        return;
+    char line[1600];
+    const int n = snprintf(line, sizeof line, "%s\t%s\n", name, options);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    if (n > 0 && (size_t)n < sizeof line)
+        fwrite(line, 1, (size_t)n, f);
+    fclose(f);
+}
+
 mhla_status mhla__program_get(mhla_context *ctx, const char *name, const mhla_build_opts *opts, cl_program *out)
 {
+    dump_request(name, opts->text);
     mhla_status st = MHLA_OK;
     char *source = NULL;
     mhla_program_entry *entry = NULL;

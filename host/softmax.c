@@ -93,6 +93,7 @@ static void softmax_build_options(const mhla_plan *plan, mhla_build_opts *opts)
     mhla__opts_add(opts, "-DDK=%lld", (long long)c->dk);
     mhla__opts_add(opts, "-DDV=%lld", (long long)c->dv);
     mhla__opts_add(opts, "-DLAYOUT_BHND=%d", c->layout == MHLA_LAYOUT_BHND);
+    mhla__opts_add(opts, "-DDTYPE=%d", (int)c->dtype);
     mhla__opts_add(opts, "-DVW=%d", plan->softmax_tile.vw);
     mhla__opts_add(opts, "-DBK=%d", plan->softmax_tile.bk);
     mhla__opts_add(opts, "-DCOPY_ROWS=%d", plan->softmax_tile.copy_rows);

@@ -67,8 +67,8 @@ cleanup:
     return st;
 }
 
-mhla_status mhla_forward_varlen_host(mhla_plan *plan, const float *q, const float *k, const float *v,
-                                     const float *mixing, const int32_t *cu_seqlens, size_t num_seqs, float *out)
+mhla_status mhla_forward_varlen_host(mhla_plan *plan, const void *q, const void *k, const void *v,
+                                     const float *mixing, const int32_t *cu_seqlens, size_t num_seqs, void *out)
 {
     mhla_status st = MHLA_OK;
     MHLA_FAIL_IF(st, !cu_seqlens, plan ? plan->ctx : NULL, MHLA_ERR_INVALID_ARGUMENT,

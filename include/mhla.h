@@ -10,6 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Public functions are exported from the shared library; everything else in it is hidden. */
+#if defined(_WIN32) && defined(MHLA_BUILDING_DLL)
+#define MHLA_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(MHLA_DLL)
+#define MHLA_API __declspec(dllimport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define MHLA_API __attribute__((visibility("default")))
+#else
+#define MHLA_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,11 +40,11 @@ extern "C" {
 
 /*! mhla_version() :
  * @return the MHLA_VERSION_NUMBER the library was built with (may differ from the header's). */
-unsigned mhla_version(void);
+MHLA_API unsigned mhla_version(void);
 
 /*! mhla_version_string() :
  * @return the library's version as "MAJOR.MINOR.PATCH"; a static string, never NULL. */
-const char *mhla_version_string(void);
+MHLA_API const char *mhla_version_string(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Status codes                                                                                 */
@@ -63,20 +74,20 @@ typedef enum mhla_status {
 
 /*! mhla_status_name() :
  * @return the enumerator's name ("MHLA_ERR_INVALID_SHAPE"), or "MHLA_UNKNOWN_STATUS". Static. */
-const char *mhla_status_name(mhla_status status);
+MHLA_API const char *mhla_status_name(mhla_status status);
 
 /*! mhla_strerror() :
  * @return a one-line generic description of `status`. Static, never NULL.
  * The specific explanation of a failure (naming the offending value) is the message of the
  * context (mhla_context_message()) or of the thread (mhla_last_message()). */
-const char *mhla_strerror(mhla_status status);
+MHLA_API const char *mhla_strerror(mhla_status status);
 
 /*! mhla_last_message() :
  * @return the message of the last failing call made on this thread, whatever handle it used
  *         (the only place a failed mhla_context_create() explains itself); "" if none failed.
  *         Thread-local storage owned by the library, valid until the next failing call on this
  *         thread. A successful call does not clear it. */
-const char *mhla_last_message(void);
+MHLA_API const char *mhla_last_message(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Devices                                                                                      */
@@ -110,7 +121,7 @@ typedef struct mhla_device_info {
  * @infos, @capacity: caller array (may be NULL/0 to only count).
  * @count: receives the total number of devices (may exceed capacity; only `capacity` filled).
  * @return MHLA_OK (also with zero devices), MHLA_ERR_INVALID_ARGUMENT for NULL count. */
-mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *count);
+MHLA_API mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *count);
 
 /*! mhla_device_selected() :
  * Which device mhla_context_create(device_spec) would open, without creating anything.
@@ -118,7 +129,7 @@ mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *c
  * @index: receives the device's position in mhla_device_list() (mhla_device_info.index).
  * @return MHLA_OK, MHLA_ERR_DEVICE_NOT_FOUND (the message lists the devices), or
  *         MHLA_ERR_INVALID_ARGUMENT for NULL index. Thread-safe. */
-mhla_status mhla_device_selected(const char *device_spec, size_t *index);
+MHLA_API mhla_status mhla_device_selected(const char *device_spec, size_t *index);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Context: one OpenCL device and an in-order or out-of-order command queue                    */
@@ -136,7 +147,7 @@ typedef struct mhla_context mhla_context;
  * @return MHLA_OK, MHLA_ERR_DEVICE_NOT_FOUND (with the list of devices in the message),
  *         MHLA_ERR_INVALID_ARGUMENT, or an OpenCL failure.
  * Thread-safety: a context and its plans may be used by one thread at a time. */
-mhla_status mhla_context_create(const char *device_spec, mhla_context **out);
+MHLA_API mhla_status mhla_context_create(const char *device_spec, mhla_context **out);
 
 /*! mhla_context_wrap() :
  * Wraps an application's existing context and queue (the integration path for GPU apps): the
@@ -146,29 +157,29 @@ mhla_status mhla_context_create(const char *device_spec, mhla_context **out);
  * Device timings (mhla-bench) need a queue created with CL_QUEUE_PROFILING_ENABLE.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT when a handle is NULL, invalid, or the queue
  *         belongs to another context. */
-mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_context **out);
+MHLA_API mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_context **out);
 
 /*! mhla_context_destroy() : releases everything the context owns. Accepts NULL.
  * Plans created on it must be destroyed first. */
-void mhla_context_destroy(mhla_context *ctx);
+MHLA_API void mhla_context_destroy(mhla_context *ctx);
 
 /*! mhla_context_message() :
  * @return the explanation of the last failure of a call on this context (including a kernel
  *         build log when a build failed), or "" when none failed. Owned by the context, valid
  *         until its next failing call. NULL ctx gives "". */
-const char *mhla_context_message(const mhla_context *ctx);
+MHLA_API const char *mhla_context_message(const mhla_context *ctx);
 
 /*! mhla_context_cl_error() :
  * @return the raw OpenCL (or CLBlast) error code of the last failure on this context that came
  *         from OpenCL, or CL_SUCCESS (0). */
-cl_int mhla_context_cl_error(const mhla_context *ctx);
+MHLA_API cl_int mhla_context_cl_error(const mhla_context *ctx);
 
 /*! Accessors: the underlying OpenCL objects (not retained for the caller; NULL for NULL ctx),
  * and the device's name ("" for NULL ctx). */
-cl_context mhla_context_cl_context(const mhla_context *ctx);
-cl_command_queue mhla_context_queue(const mhla_context *ctx);
-cl_device_id mhla_context_device(const mhla_context *ctx);
-const char *mhla_context_device_name(const mhla_context *ctx);
+MHLA_API cl_context mhla_context_cl_context(const mhla_context *ctx);
+MHLA_API cl_command_queue mhla_context_queue(const mhla_context *ctx);
+MHLA_API cl_device_id mhla_context_device(const mhla_context *ctx);
+MHLA_API const char *mhla_context_device_name(const mhla_context *ctx);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Plan configuration                                                                           */
@@ -229,20 +240,20 @@ typedef struct mhla_config {
 /*! mhla_config_init() : non-causal defaults (released vision/video code): BNHD, relu-eps with
  * feature_eps 1e-6, scale 1 (0 = default), paper normalizer, eps 1e-6, f32; all sizes 0 except
  * batch = heads = 1 and every grid/block extent = 1. NULL is ignored. */
-void mhla_config_init(mhla_config *cfg);
+MHLA_API void mhla_config_init(mhla_config *cfg);
 
 /*! mhla_config_init_causal() : causal defaults (released language-model code): as above but
  * causal = 1, relu, scale Dk^-0.5 (0 = default), normalizer none, chunk 64, varlen 0.
  * Causal mode takes the normalizers `none` and `paper` (`official` is defined for block grids
  * only) and a 1D grid (N, 1, 1); the block grid fields are ignored. NULL is ignored. */
-void mhla_config_init_causal(mhla_config *cfg);
+MHLA_API void mhla_config_init_causal(mhla_config *cfg);
 
 /*! mhla_config_check() :
  * Validates a configuration without a device (what mhla_plan_create() checks first).
  * @msg, @msg_size: optional buffer receiving the explanation on failure (may be NULL/0).
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, MHLA_ERR_INVALID_SHAPE, MHLA_ERR_UNSUPPORTED, or
  *         MHLA_ERR_SEQUENCE_TOO_LONG (causal, not varlen: N > chunk * mixing_rows). */
-mhla_status mhla_config_check(const mhla_config *cfg, char *msg, size_t msg_size);
+MHLA_API mhla_status mhla_config_check(const mhla_config *cfg, char *msg, size_t msg_size);
 
 /* Largest head dimension (Dk or Dv) the kernels are built for. */
 #define MHLA_MAX_HEAD_DIM 256
@@ -258,22 +269,22 @@ typedef struct mhla_plan mhla_plan;
  * @return MHLA_OK; a validation status naming the offending field and value;
  *         MHLA_ERR_BUILD_FAILED with the build log in the context message;
  *         MHLA_ERR_OUT_OF_DEVICE_MEMORY when the workspace does not fit the device. */
-mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
+MHLA_API mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
 
 /*! mhla_plan_destroy() : releases the plan's kernels and workspace. Accepts NULL.
  * Work already enqueued with the plan must have completed. */
-void mhla_plan_destroy(mhla_plan *plan);
+MHLA_API void mhla_plan_destroy(mhla_plan *plan);
 
 /*! mhla_plan_workspace_size() : bytes of device memory the plan owns for intermediate results
  * (block summaries and their mixtures: O(B*H*M*Dk*Dv); causal plans: chunk summaries and prefix
  * mixtures, grown by a varlen call that needs more chunks); 0 for NULL. Host staging buffers of
  * mhla_forward_host() and CLBlast's temporary buffer of the causal prefix GEMMs are allocated on
  * first use and not counted here. */
-size_t mhla_plan_workspace_size(const mhla_plan *plan);
+MHLA_API size_t mhla_plan_workspace_size(const mhla_plan *plan);
 
 /*! mhla_plan_config() : the plan's configuration with defaults resolved (scale, mixing_rows);
  * NULL for NULL. Owned by the plan. */
-const mhla_config *mhla_plan_config(const mhla_plan *plan);
+MHLA_API const mhla_config *mhla_plan_config(const mhla_plan *plan);
 
 /* Device time of each stage of one forward pass, in milliseconds (OpenCL profiling events).
  * Causal plans (mhla_forward and mhla_forward_varlen): the chunk summaries, the prefix mixtures
@@ -293,7 +304,7 @@ typedef struct mhla_stage_times {
  * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile or for a softmax plan
  *         (one kernel: time the event mhla_forward() returns); MHLA_ERR_INVALID_ARGUMENT for NULL
  *         arguments or when the plan has not run yet. */
-mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out);
+MHLA_API mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out);
 
 typedef enum mhla_tensor {
     MHLA_TENSOR_Q = 0,
@@ -305,11 +316,11 @@ typedef enum mhla_tensor {
 
 /*! mhla_plan_tensor_bytes() : the number of bytes a buffer for `tensor` must hold at least;
  * 0 for NULL plan or unknown tensor. */
-size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor);
+MHLA_API size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor);
 
 /*! mhla_config_tensor_elems() : element count of `tensor` for a valid configuration (the
  * mixing matrix is M x M, or mixing_rows^2 causal); 0 when `cfg` is NULL or invalid. */
-size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
+MHLA_API size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Forward pass                                                                                 */
@@ -335,7 +346,7 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
  * Nothing waits for the device: the call returns once the work is enqueued. The plan's
  * workspace is reused by the next call, which the queue orders after this one.
  * @return MHLA_OK, or a status with the context message naming the offending buffer or call. */
-mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
+MHLA_API mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
                          cl_uint num_wait, const cl_event *wait, cl_event *done);
 
 /*! mhla_forward_host() :
@@ -343,7 +354,7 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
  * mhla_forward() and copies `out` back. Blocks until the output is on the host.
  * Element types follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16);
  * the mixing matrix is always float. No pointer may be NULL, except `mixing` for a softmax plan. */
-mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
+MHLA_API mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
                               const float *mixing, void *out);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -370,16 +381,17 @@ mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, con
  * during the call only. Thread-safety: as mhla_forward().
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (plan not varlen, bad offsets, NULL),
  *         MHLA_ERR_SEQUENCE_TOO_LONG, MHLA_ERR_BUFFER_TOO_SMALL, or a device failure. */
-mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+MHLA_API mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                 const int32_t *cu_seqlens, size_t num_seqs, cl_mem out,
                                 cl_uint num_wait, const cl_event *wait, cl_event *done);
 
 /*! mhla_forward_varlen_host() :
- * Host-pointer convenience around mhla_forward_varlen(), like mhla_forward_host(): blocks until
- * `out` is written. No pointer may be NULL. */
-mhla_status mhla_forward_varlen_host(mhla_plan *plan, const float *q, const float *k,
-                                     const float *v, const float *mixing,
-                                     const int32_t *cu_seqlens, size_t num_seqs, float *out);
+ * Host-pointer convenience around mhla_forward_varlen(), like mhla_forward_host(): element types
+ * follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16), the mixing matrix is float;
+ * blocks until `out` is written. No pointer may be NULL. */
+MHLA_API mhla_status mhla_forward_varlen_host(mhla_plan *plan, const void *q, const void *k,
+                                     const void *v, const float *mixing,
+                                     const int32_t *cu_seqlens, size_t num_seqs, void *out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Streaming causal decoder (SPEC.md "Causal MHLA", recurrent form)                             */
@@ -392,7 +404,7 @@ mhla_status mhla_forward_varlen_host(mhla_plan *plan, const float *q, const floa
 typedef struct mhla_decoder mhla_decoder;
 
 /*! mhla_decoder_create() :
- * @cfg: a causal configuration (cfg.causal = 1, varlen 0, f32): batch, heads, dk, dv, chunk,
+ * @cfg: a causal configuration (cfg.causal = 1, varlen 0, any dtype): batch, heads, dk, dv, chunk,
  *   feature map, feature_eps, scale (0 = Dk^-0.5), normalizer (none or paper), eps, layout (of
  *   the multi-token tensors of prefill and the host calls). seq_t/seq_h/seq_w and the block grid
  *   are ignored. mixing_rows: rows of the Mc the calls pass; 0 = ceil(capacity / chunk).
@@ -402,29 +414,29 @@ typedef struct mhla_decoder mhla_decoder;
  *   64 more (its chunk path runs 64 chunks at a time), allocated on first use and kept.
  * @out: receives the handle, NULL on failure.
  * @return MHLA_OK, a validation status, MHLA_ERR_BUILD_FAILED, MHLA_ERR_OUT_OF_DEVICE_MEMORY. */
-mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg, int64_t capacity_tokens,
+MHLA_API mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg, int64_t capacity_tokens,
                                 mhla_decoder **out);
 
 /*! mhla_decoder_destroy() : releases the decoder's device state. Accepts NULL. Work enqueued
  * with it must have completed (or the queue be finished) before its context is destroyed. */
-void mhla_decoder_destroy(mhla_decoder *dec);
+MHLA_API void mhla_decoder_destroy(mhla_decoder *dec);
 
 /*! mhla_decoder_reset() : back to position 0 (an empty context), without device work.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL. */
-mhla_status mhla_decoder_reset(mhla_decoder *dec);
+MHLA_API mhla_status mhla_decoder_reset(mhla_decoder *dec);
 
 /*! mhla_decoder_position() : tokens consumed so far (the next token's index); -1 for NULL.
  *  mhla_decoder_capacity() : capacity_tokens of mhla_decoder_create(); -1 for NULL.
  *  mhla_decoder_config() : the configuration with defaults resolved (scale, mixing_rows); NULL for
  *  NULL; owned by the decoder. */
-int64_t mhla_decoder_position(const mhla_decoder *dec);
-int64_t mhla_decoder_capacity(const mhla_decoder *dec);
-const mhla_config *mhla_decoder_config(const mhla_decoder *dec);
+MHLA_API int64_t mhla_decoder_position(const mhla_decoder *dec);
+MHLA_API int64_t mhla_decoder_capacity(const mhla_decoder *dec);
+MHLA_API const mhla_config *mhla_decoder_config(const mhla_decoder *dec);
 
 /*! mhla_decoder_tensor_bytes() : bytes a buffer for `tensor` needs for a call on `n_tokens`
  * tokens (q, k: B*n*H*Dk floats; v, out: B*n*H*Dv; mixing: mixing_rows^2, whatever n);
  * 0 for NULL, unknown tensor or n_tokens < 1. */
-size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, int64_t n_tokens);
+MHLA_API size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, int64_t n_tokens);
 
 /*! mhla_decoder_step() :
  * Enqueues one token for every batch element and head: q, k [B,H,Dk], v, out [B,H,Dv] float32
@@ -433,7 +445,7 @@ size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, in
  * Events and buffer checks as in mhla_forward(); nothing waits for the device.
  * @return MHLA_OK; MHLA_ERR_CAPACITY_EXCEEDED (the message names the position and the capacity;
  *         the decoder is unchanged); a buffer or device failure. */
-mhla_status mhla_decoder_step(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+MHLA_API mhla_status mhla_decoder_step(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                               cl_mem out, cl_uint num_wait, const cl_event *wait, cl_event *done);
 
 /*! mhla_decoder_prefill() :
@@ -442,21 +454,22 @@ mhla_status mhla_decoder_step(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, c
  * boundary go through the recurrent step; the whole chunks after it (and a partial last one) go
  * through the chunk path (summaries straight into the decoder's state, prefix mixtures, masked
  * intra-chunk output). Steps may follow. Same checks, events and errors as mhla_decoder_step(). */
-mhla_status mhla_decoder_prefill(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+MHLA_API mhla_status mhla_decoder_prefill(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                  cl_mem out, int64_t n_tokens, cl_uint num_wait,
                                  const cl_event *wait, cl_event *done);
 
 /*! mhla_decoder_step_host() / mhla_decoder_prefill_host() :
- * Host-pointer conveniences: q, k [B,n,H,Dk], v, out [B,n,H,Dv] (or BHND) float arrays, mixing
- * mixing_rows^2 floats. step_host runs n_tokens steps, one token after the other (the recurrent
+ * Host-pointer conveniences: q, k [B,n,H,Dk], v, out [B,n,H,Dv] (or BHND) arrays whose elements
+ * follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16), mixing mixing_rows^2
+ * floats. The decoder's state stays float whatever the storage type. step_host runs n_tokens steps, one token after the other (the recurrent
  * form over a whole sequence, what `mhla run --recurrent` does); prefill_host runs
  * mhla_decoder_prefill(). Both copy the inputs once, block until `out` is written, and refuse
  * (unchanged decoder) a call that would pass the capacity. No pointer may be NULL. */
-mhla_status mhla_decoder_step_host(mhla_decoder *dec, const float *q, const float *k,
-                                   const float *v, const float *mixing, float *out,
+MHLA_API mhla_status mhla_decoder_step_host(mhla_decoder *dec, const void *q, const void *k,
+                                   const void *v, const float *mixing, void *out,
                                    int64_t n_tokens);
-mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const float *q, const float *k,
-                                      const float *v, const float *mixing, float *out,
+MHLA_API mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q, const void *k,
+                                      const void *v, const float *mixing, void *out,
                                       int64_t n_tokens);
 
 /* Decoder state (save a session, fork a sequence): host byte order, little or big endian as
@@ -482,13 +495,13 @@ mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const float *q, const f
  * The state does not hold Mc: restore with the Mc the session was run with. */
 
 /*! mhla_decoder_state_size() : bytes of the state at the current position; 0 for NULL. */
-size_t mhla_decoder_state_size(const mhla_decoder *dec);
+MHLA_API size_t mhla_decoder_state_size(const mhla_decoder *dec);
 
 /*! mhla_decoder_state_read() :
  * Copies the state into `buf` (mhla_decoder_state_size() bytes). Blocks until the device copy is
  * done (work enqueued before it is waited for).
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL), MHLA_ERR_BUFFER_TOO_SMALL, a device failure. */
-mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size);
+MHLA_API mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size);
 
 /*! mhla_decoder_state_write() :
  * Restores a state read from a decoder of the same batch, heads, dk, dv, chunk, feature map,
@@ -499,7 +512,7 @@ mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size);
  *         MHLA_ERR_BUFFER_TOO_SMALL (truncated); MHLA_ERR_CAPACITY_EXCEEDED (the state's position
  *         is past this decoder's capacity); a device failure. A state that fails validation
  *         leaves the decoder unchanged; after a device failure its state is undefined (reset it). */
-mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t size);
+MHLA_API mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Softmax attention: the baseline MHLA is measured against (SPEC.md "Softmax attention")       */
@@ -524,7 +537,7 @@ mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t 
  *         MHLA_MAX_HEAD_DIM); MHLA_ERR_UNSUPPORTED naming the sizes when the device's local
  *         memory cannot hold even a one-key tile; MHLA_ERR_BUILD_FAILED with the build log.
  * Thread-safety: as mhla_plan_create(). */
-mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
+MHLA_API mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Mixing-matrix initializers (SPEC.md "Mixing-matrix initializers")                           */
@@ -547,22 +560,22 @@ typedef enum mhla_init_kind {
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL out, unknown kind, bad param),
  *         MHLA_ERR_INVALID_SHAPE (non-positive extent), MHLA_ERR_BUFFER_TOO_SMALL.
  *         The explanation is in mhla_last_message(). Thread-safe. */
-mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t bt, int64_t bh,
+MHLA_API mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t bt, int64_t bh,
                              int64_t bw, float *out, size_t out_count);
 
 /*! mhla_init_kind_parse() / mhla_init_kind_name() : "linear", "cos", "exp", "gaussian", "local",
  * "paper", "causal-uniform". parse returns MHLA_ERR_INVALID_ARGUMENT for an unknown name;
  * name returns NULL for an unknown kind. Similar helpers for the other enums follow. */
-mhla_status mhla_init_kind_parse(const char *name, mhla_init_kind *out);
-const char *mhla_init_kind_name(mhla_init_kind kind);
-mhla_status mhla_feature_map_parse(const char *name, mhla_feature_map *out); /* none|relu|relu-eps|elu1 */
-const char *mhla_feature_map_name(mhla_feature_map fm);
-mhla_status mhla_normalizer_parse(const char *name, mhla_normalizer *out); /* paper|official|none */
-const char *mhla_normalizer_name(mhla_normalizer n);
-mhla_status mhla_layout_parse(const char *name, mhla_layout *out); /* bnhd|bhnd */
-const char *mhla_layout_name(mhla_layout layout);
-mhla_status mhla_dtype_parse(const char *name, mhla_dtype *out); /* f32|f16|bf16 */
-const char *mhla_dtype_name(mhla_dtype dtype);
+MHLA_API mhla_status mhla_init_kind_parse(const char *name, mhla_init_kind *out);
+MHLA_API const char *mhla_init_kind_name(mhla_init_kind kind);
+MHLA_API mhla_status mhla_feature_map_parse(const char *name, mhla_feature_map *out); /* none|relu|relu-eps|elu1 */
+MHLA_API const char *mhla_feature_map_name(mhla_feature_map fm);
+MHLA_API mhla_status mhla_normalizer_parse(const char *name, mhla_normalizer *out); /* paper|official|none */
+MHLA_API const char *mhla_normalizer_name(mhla_normalizer n);
+MHLA_API mhla_status mhla_layout_parse(const char *name, mhla_layout *out); /* bnhd|bhnd */
+MHLA_API const char *mhla_layout_name(mhla_layout layout);
+MHLA_API mhla_status mhla_dtype_parse(const char *name, mhla_dtype *out); /* f32|f16|bf16 */
+MHLA_API const char *mhla_dtype_name(mhla_dtype dtype);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Storage types on the host                                                                    */
@@ -572,10 +585,10 @@ const char *mhla_dtype_name(mhla_dtype dtype);
  * exact for every value (subnormals, infinities; a NaN stays a NaN with its sign and payload top).
  * mhla_float_to_f16() / mhla_float_to_bf16() : `f` rounded to the nearest 16-bit value, ties to
  * even (what the kernels store); overflow gives infinity, a NaN stays a quiet NaN. Thread-safe. */
-float mhla_f16_to_float(uint16_t h);
-uint16_t mhla_float_to_f16(float f);
-float mhla_bf16_to_float(uint16_t h);
-uint16_t mhla_float_to_bf16(float f);
+MHLA_API float mhla_f16_to_float(uint16_t h);
+MHLA_API uint16_t mhla_float_to_f16(float f);
+MHLA_API float mhla_bf16_to_float(uint16_t h);
+MHLA_API uint16_t mhla_float_to_bf16(float f);
 
 /*! mhla_convert() :
  * Converts n elements between storage types (f32 <-> f16, f32 <-> bf16, or a copy of one type);
@@ -583,7 +596,7 @@ uint16_t mhla_float_to_bf16(float f);
  * src may be the same array only for a same-type copy. Elements are float or uint16_t.
  * @return MHLA_OK or MHLA_ERR_INVALID_ARGUMENT (NULL pointer with n > 0, unknown dtype, f16 <-> bf16),
  *         explained in mhla_last_message(). Thread-safe. */
-mhla_status mhla_convert(mhla_dtype dst_type, void *dst, mhla_dtype src_type, const void *src, size_t n);
+MHLA_API mhla_status mhla_convert(mhla_dtype dst_type, void *dst, mhla_dtype src_type, const void *src, size_t n);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@ extern "C" {
  * bf16 storage, pass the rounded values widened to float). out: double, same shape as v.
  * @return MHLA_OK, a validation status (explained in mhla_last_message()), or
  *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
-mhla_status mhla_reference_forward(const mhla_config *cfg, const float *q, const float *k,
+MHLA_API mhla_status mhla_reference_forward(const mhla_config *cfg, const float *q, const float *k,
                                    const float *v, const float *mixing, double *out);
 
 /*! mhla_reference_forward() handles causal configs too (cfg.causal = 1, varlen 0): the chunk form
@@ -28,7 +28,7 @@ mhla_status mhla_reference_forward(const mhla_config *cfg, const float *q, const
  * mhla_forward_varlen() computes it, with the same cu_seqlens rules and messages.
  * @return MHLA_OK, a validation status (explained in mhla_last_message()), or
  *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
-mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const float *q, const float *k,
+MHLA_API mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const float *q, const float *k,
                                           const float *v, const float *mixing,
                                           const int32_t *cu_seqlens, size_t num_seqs, double *out);
 
@@ -41,20 +41,20 @@ mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const float *q
  * O(N) scratch memory per query. A row whose logits are all -inf, or which meets a NaN, gives NaN.
  * @return MHLA_OK, a validation status (explained in mhla_last_message()), or
  *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
-mhla_status mhla_reference_softmax(const mhla_config *cfg, const float *q, const float *k, const float *v,
+MHLA_API mhla_status mhla_reference_softmax(const mhla_config *cfg, const float *q, const float *k, const float *v,
                                    double *out);
 
 /*! mhla_max_rel_err() :
  * SPEC.md's accuracy measure: max |got - ref| / max |ref| over n elements. Elements that are not
  * finite must match in kind (NaN for NaN, +Inf for +Inf, -Inf for -Inf) and are then skipped;
  * a mismatch returns +Inf. A reference that is all zero compares absolute differences. */
-double mhla_max_rel_err(const float *got, const double *ref, size_t n);
+MHLA_API double mhla_max_rel_err(const float *got, const double *ref, size_t n);
 
 /*! mhla_reference_tolerance() :
  * SPEC.md's "Accuracy the tests hold": the largest mhla_max_rel_err() allowed for storage type
  * `dtype` on sequences of `n` tokens (f32: 1e-5 up to 4096 tokens, 1e-4 beyond; f16: 2e-3;
  * bf16: 1.6e-2, against the reference run on the same rounded inputs); 0 for an unknown dtype. */
-double mhla_reference_tolerance(mhla_dtype dtype, int64_t n);
+MHLA_API double mhla_reference_tolerance(mhla_dtype dtype, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -27,10 +27,10 @@
 /* global: (OUT_WG, chunks * tiles_per_chunk, B*H); local: (OUT_WG, 1, 1). Work-item (column tile
  * et, token group tg) owns rows tg*OUT_RT .. +OUT_RT-1 of the group's tokens, columns et*OUT_COLS
  * .. +OUT_COLS-1. pref row c is chunk entry c's P (its S part, then z). */
-kernel void causal_output(global const float *restrict q, global const float *restrict k,
-                          global const float *restrict v, global const float *restrict pref,
+kernel void causal_output(global const STORE_T *restrict q, global const STORE_T *restrict k,
+                          global const STORE_T *restrict v, global const float *restrict pref,
                           global const float *restrict mixing, global const int4 *restrict chunks,
-                          global float *restrict out, const mhla_grid g, const int rows_mc,
+                          global STORE_T *restrict out, const mhla_grid g, const int rows_mc,
                           const int tiles_per_chunk, const float feature_eps, const float scale,
                           const float eps)
 {
@@ -49,9 +49,9 @@ kernel void causal_output(global const float *restrict q, global const float *re
     const int nq = min(CAUSAL_TQ, ch.y - p0);
     const float mii = mixing[(long)ch.z * rows_mc + ch.z];
     const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
-    global const float *qb = q + row_base(g, bh, DK) + (ch.x + p0) * kstride;
-    global const float *kb0 = k + row_base(g, bh, DK) + ch.x * kstride;
-    global const float *vb = v + row_base(g, bh, DV) + ch.x * vstride + et * OUT_COLS;
+    global const STORE_T *qb = q + row_base(g, bh, DK) + (ch.x + p0) * kstride;
+    global const STORE_T *kb0 = k + row_base(g, bh, DK) + ch.x * kstride;
+    global const STORE_T *vb = v + row_base(g, bh, DV) + ch.x * vstride + et * OUT_COLS;
 #if ZCOL
     float den_inter[OUT_RT], den_intra[OUT_RT];
 #else
@@ -74,7 +74,7 @@ kernel void causal_output(global const float *restrict q, global const float *re
 
     /* q~ P_i: chunk 0 of a sequence has no prefix, and its P row is not read. */
     if (ch.z > 0) {
-        global const float *qrow[OUT_RT];
+        global const STORE_T *qrow[OUT_RT];
         VEC(OUT_DC) dz[OUT_RT]; /* q~ . zP in partial sums */
         #pragma unroll
         for (int r = 0; r < OUT_RT; ++r) {
@@ -96,7 +96,7 @@ kernel void causal_output(global const float *restrict q, global const float *re
         const int r = x / DKV, d0 = (x - r * DKV) * OUT_DC;
         VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
         if (r < nq) {
-            const VEC(OUT_DC) raw = VLOADN(OUT_DC, 0, qb + r * kstride + d0);
+            const VEC(OUT_DC) raw = LOADN(OUT_DC, 0, qb + r * kstride + d0);
             val = scale * FEATURE_V(OUT_DC, raw, feature_eps);
         }
         VSTOREN(OUT_DC, val, 0, qs + r * DK + d0);
@@ -113,7 +113,7 @@ kernel void causal_output(global const float *restrict q, global const float *re
             float kd[OUT_DC];
             VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
             if (s < nk) {
-                const VEC(OUT_DC) raw = VLOADN(OUT_DC, 0, kb0 + (kb + s) * kstride + d0);
+                const VEC(OUT_DC) raw = LOADN(OUT_DC, 0, kb0 + (kb + s) * kstride + d0);
                 val = FEATURE_V(OUT_DC, raw, feature_eps);
             }
             VSTOREN(OUT_DC, val, 0, kd);
@@ -139,7 +139,7 @@ kernel void causal_output(global const float *restrict q, global const float *re
                 VEC(OUT_VE) vv[OUT_NV];
                 #pragma unroll
                 for (int j = 0; j < OUT_NV; ++j)
-                    vv[j] = VLOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
+                    vv[j] = LOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
                 #pragma unroll
                 for (int r = 0; r < OUT_RT; ++r) {
                     const float a = mii * sc[(r0 + r) * CAUSAL_KT + s];
@@ -156,7 +156,7 @@ kernel void causal_output(global const float *restrict q, global const float *re
                 VEC(OUT_VE) vv[OUT_NV];
                 #pragma unroll
                 for (int j = 0; j < OUT_NV; ++j)
-                    vv[j] = VLOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
+                    vv[j] = LOADN(OUT_VE, 0, vb + (kb + s) * vstride + j * OUT_VE);
                 #pragma unroll
                 for (int r = 0; r < OUT_RT; ++r)
                     if (kb + s <= p0 + r0 + r) {
@@ -173,7 +173,7 @@ kernel void causal_output(global const float *restrict q, global const float *re
         barrier(CLK_LOCAL_MEM_FENCE); /* kt and sc are overwritten next */
     }
 
-        global float *ob = out + row_base(g, bh, DV) + (ch.x + p0) * vstride + et * OUT_COLS;
+    global STORE_T *ob = out + row_base(g, bh, DV) + (ch.x + p0) * vstride + et * OUT_COLS;
     #pragma unroll
     for (int r = 0; r < OUT_RT; ++r)
         if (r0 + r < nq) {
@@ -183,9 +183,9 @@ kernel void causal_output(global const float *restrict q, global const float *re
             #pragma unroll
             for (int j = 0; j < OUT_NV; ++j) {
 #if ZCOL
-                VSTOREN(OUT_VE, acc[r][j] / den, 0, ob + (r0 + r) * vstride + j * OUT_VE);
+                STOREN(OUT_VE, acc[r][j] / den, 0, ob + (r0 + r) * vstride + j * OUT_VE);
 #else
-                VSTOREN(OUT_VE, acc[r][j], 0, ob + (r0 + r) * vstride + j * OUT_VE);
+                STOREN(OUT_VE, acc[r][j], 0, ob + (r0 + r) * vstride + j * OUT_VE);
 #endif
             }
         }

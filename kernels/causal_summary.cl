@@ -6,7 +6,7 @@
 /* global: (SUM_ND*SUM_NE rounded up, chunks, B*H). Work-item (row tile, column tile) of a chunk
  * accumulates a SUM_RD x SUM_COLS register tile over the chunk's tokens (consecutive in the
  * tensors); the column-tile-0 work-items also sum the keys. */
-kernel void causal_summary(global const float *restrict k, global const float *restrict v,
+kernel void causal_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
                            global const int4 *restrict chunks, global float *restrict sums,
                            const mhla_grid g, const float feature_eps)
 {
@@ -28,8 +28,8 @@ kernel void causal_summary(global const float *restrict k, global const float *r
         for (int j = 0; j < SUM_NV; ++j)
             acc[r][j] = (VEC(SUM_VE))(0.0f);
     const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
-    global const float *kp = k + row_base(g, bh, DK) + ch.x * kstride + d0;
-    global const float *vp = v + row_base(g, bh, DV) + ch.x * vstride + et * SUM_COLS;
+    global const STORE_T *kp = k + row_base(g, bh, DK) + ch.x * kstride + d0;
+    global const STORE_T *vp = v + row_base(g, bh, DV) + ch.x * vstride + et * SUM_COLS;
     for (int p0 = 0; p0 < ch.y; p0 += SUM_CHUNK) {
         const int p1 = min(p0 + SUM_CHUNK, ch.y);
         VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);

@@ -7,15 +7,16 @@
  * columns lid, lid + local size, ... of DV + ZCOL (column DV is z for the paper normalizer).
  * token: the token's index in q/k/v/out, tensors of g.n tokens. chunk: i, the summary slot of
  * the running chunk. fresh: 1 on the chunk's first token (the slot is overwritten, not read). */
-kernel void decoder_step(global const float *restrict q, global const float *restrict k,
-                         global const float *restrict v, global const float *restrict mixing,
+kernel void decoder_step(global const STORE_T *restrict q, global const STORE_T *restrict k,
+                         global const STORE_T *restrict v, global const float *restrict mixing,
                          global float *restrict sums, global const float *restrict pref,
-                         global float *restrict out, const mhla_grid g, const int token, const int chunk,
+                         global STORE_T *restrict out, const mhla_grid g, const int token, const int chunk,
                          const int rows_mc, const int fresh, const float feature_eps, const float scale,
                          const float eps)
 {
     local float ql[DK], kl[DK];
 #if ZCOL
+    local float num[DV]; /* numerators, divided once the denominator is known: one rounding of out */
     local float den;
 #else
     (void)eps;
@@ -25,8 +26,8 @@ kernel void decoder_step(global const float *restrict q, global const float *res
     const int bh = (int)get_group_id(1);
     const long qrow = row_offset(g, bh, token, DK);
     for (int d = lid; d < DK; d += lsz) {
-        ql[d] = scale * feature(q[qrow + d], feature_eps);
-        kl[d] = feature(k[qrow + d], feature_eps);
+        ql[d] = scale * feature(LOADN(1, qrow + d, q), feature_eps);
+        kl[d] = feature(LOADN(1, qrow + d, k), feature_eps);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -37,7 +38,7 @@ kernel void decoder_step(global const float *restrict q, global const float *res
         const long first = e < DV ? slot_s(chunk, bh, g.bh) + e : slot_z(chunk, bh, g.bh);
         const long pfirst = e < DV ? slot_s(0, bh, g.bh) + e : slot_z(0, bh, g.bh);
         const int stride = e < DV ? DV : 1;
-        const float ve = e < DV ? v[orow + e] : 1.0f;
+        const float ve = e < DV ? LOADN(1, orow + e, v) : 1.0f;
         float acc = 0.0f;
         for (int d = 0; d < DK; ++d) {
             global float *sd = sums + first + (long)d * stride;
@@ -45,18 +46,18 @@ kernel void decoder_step(global const float *restrict q, global const float *res
             *sd = s;
             acc += ql[d] * (pref[pfirst + (long)d * stride] + mii * s);
         }
-        if (e < DV)
-            out[orow + e] = acc;
 #if ZCOL
+        if (e < DV)
+            num[e] = acc;
         else
             den = acc + eps;
+#else
+        STOREN(1, acc, orow + e, out);
 #endif
     }
 #if ZCOL
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* Each work-item divides the numerators it wrote itself: no other work-item's global writes
-     * are read, so a local barrier is enough. */
     for (int e = lid; e < DV; e += lsz)
-        out[orow + e] = out[orow + e] / den;
+        STOREN(1, num[e] / den, orow + e, out);
 #endif
 }

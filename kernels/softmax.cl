@@ -88,8 +88,8 @@ float hmax(const floatv x)
 /* global: (N rounded up to the local size, B*H); local: (query rows per tile, 1). Work-items past
  * the last token still help load the tiles (every work-item must reach the barriers) but write
  * nothing. */
-kernel void softmax_attention(global const float *restrict q, global const float *restrict k,
-                              global const float *restrict v, global float *restrict out, const mhla_grid g,
+kernel void softmax_attention(global const STORE_T *restrict q, global const STORE_T *restrict k,
+                              global const STORE_T *restrict v, global STORE_T *restrict out, const mhla_grid g,
                               const float scale)
 {
     local float kt[DK * BK]; /* key tile, transposed: kt[d*BK + j], so scores form whole vectors */
@@ -104,9 +104,9 @@ kernel void softmax_attention(global const float *restrict q, global const float
     const long vbase = row_base(g, bh, DV), vstride = row_stride(g, DV);
 
     float qs[DK];
-    global const float *qrow = q + kbase + (long)(active ? t : 0) * kstride;
+    global const STORE_T *qrow = q + kbase + (long)(active ? t : 0) * kstride;
     for (int d = 0; d < DK; ++d)
-        qs[d] = active ? scale * qrow[d] : 0.0f;
+        qs[d] = active ? scale * LOADN(1, d, qrow) : 0.0f;
     floatv acc[NO];
     for (int c = 0; c < NO; ++c)
         acc[c] = (floatv)(0.0f);
@@ -119,21 +119,21 @@ kernel void softmax_attention(global const float *restrict q, global const float
 #if COPY_ROWS
         for (int j = lid; j < BK; j += lsize) {
             const int inside = j < valid;
-            global const float *krow = k + kbase + (long)(s0 + (inside ? j : 0)) * kstride;
-            global const float *vrow = v + vbase + (long)(s0 + (inside ? j : 0)) * vstride;
+            global const STORE_T *krow = k + kbase + (long)(s0 + (inside ? j : 0)) * kstride;
+            global const STORE_T *vrow = v + vbase + (long)(s0 + (inside ? j : 0)) * vstride;
             for (int d = 0; d < DK; ++d)
-                kt[d * BK + j] = inside ? krow[d] : 0.0f;
+                kt[d * BK + j] = inside ? LOADN(1, d, krow) : 0.0f;
             for (int e = 0; e < DVP; ++e)
-                vt[j * DVP + e] = inside && e < DV ? vrow[e] : 0.0f;
+                vt[j * DVP + e] = inside && e < DV ? LOADN(1, e, vrow) : 0.0f;
         }
 #else
         for (int i = lid; i < BK * DK; i += lsize) {
             const int j = i / DK, d = i - j * DK;
-            kt[d * BK + j] = j < valid ? k[kbase + (long)(s0 + j) * kstride + d] : 0.0f;
+            kt[d * BK + j] = j < valid ? LOADN(1, kbase + (long)(s0 + j) * kstride + d, k) : 0.0f;
         }
         for (int i = lid; i < BK * DVP; i += lsize) {
             const int j = i / DVP, e = i - j * DVP;
-            vt[i] = j < valid && e < DV ? v[vbase + (long)(s0 + j) * vstride + e] : 0.0f;
+            vt[i] = j < valid && e < DV ? LOADN(1, vbase + (long)(s0 + j) * vstride + e, v) : 0.0f;
         }
 #endif
         for (int j = lid; j < BK; j += lsize)
@@ -183,13 +183,13 @@ kernel void softmax_attention(global const float *restrict q, global const float
 
     if (!active)
         return;
-    global float *orow = out + vbase + (long)t * vstride;
+    global STORE_T *orow = out + vbase + (long)t * vstride;
     for (int c = 0; c < DV / VW; ++c)
-        vstorev(acc[c] / l, c, orow);
+        STOREN(VW, acc[c] / l, c, orow);
 #if DV % VW != 0
     float tail[VW];
     vstorev(acc[NO - 1] / l, 0, tail);
     for (int e = 0; e < DV % VW; ++e)
-        orow[(DV / VW) * VW + e] = tail[e];
+        STOREN(1, tail[e], (DV / VW) * VW + e, orow);
 #endif
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sourced by run.sh and test.sh: installs the Debian packages libmhla needs (only the missing
-# ones), then configures (once) and builds. MHLA_BUILD_DIR picks the build folder (default: build).
+# ones, plus MHLA_EXTRA_PACKAGES), then configures (once) and builds. MHLA_BUILD_DIR picks the
+# build folder (default: build).
 set -euo pipefail
 
 MHLA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MHLA_BUILD_DIR=${MHLA_BUILD_DIR:-$MHLA_ROOT/build}
 # gcc/libc6-dev/python3: a bare Debian has no C compiler, and meson and scripts/cl2c.py need python3.
 MHLA_PACKAGES="gcc libc6-dev python3 ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd \
-meson ninja-build libcmocka-dev pkg-config"
+meson ninja-build libcmocka-dev pkg-config ${MHLA_EXTRA_PACKAGES:-}"
 
 mhla_install_missing() {
     local missing=() p

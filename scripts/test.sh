@@ -2,6 +2,8 @@
 # The tests: installs what is missing, builds, runs `meson test` (every suite; pass --suite unit,
 # --suite opencl or --suite cli to narrow it), and closes with one "N passed, N failed, N skipped" line.
 set -euo pipefail
+# clang-14: the portability suite compiles every kernel specialization with its OpenCL front end.
+MHLA_EXTRA_PACKAGES="clang-14"
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 rc=0
 meson test -C "$MHLA_BUILD_DIR" --print-errorlogs "$@" || rc=$?

@@ -261,14 +261,19 @@ static void test_kernel_build_failure(void **state)
     mhla_context_destroy(ctx);
 }
 
-static void test_not_yet_supported(void **state)
+static void test_unsupported_combinations(void **state)
 {
     mhla_context *ctx = *state;
     mhla_config c;
     mhla_config_init_causal(&c);
     c.seq_t = 16, c.dk = 8, c.dv = 8;
-    c.dtype = MHLA_DTYPE_F16; /* the causal kernels are f32 only */
-    expect_plan_error(ctx, &c, MHLA_ERR_UNSUPPORTED, "causal mode supports f32 storage only, got dtype f16");
+    c.normalizer = MHLA_NORMALIZER_OFFICIAL; /* defined over block grids only */
+    expect_plan_error(ctx, &c, MHLA_ERR_UNSUPPORTED, "the official normalizer is defined for block grids only");
+    c.normalizer = MHLA_NORMALIZER_NONE;
+    c.dtype = MHLA_DTYPE_BF16; /* every storage type is supported in causal mode too */
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    mhla_plan_destroy(plan);
 }
 
 int main(void)
@@ -282,7 +287,7 @@ int main(void)
         cmocka_unit_test(test_device_buffers),
         cmocka_unit_test(test_out_of_device_memory),
         cmocka_unit_test(test_kernel_build_failure),
-        cmocka_unit_test(test_not_yet_supported),
+        cmocka_unit_test(test_unsupported_combinations),
     };
     return cmocka_run_group_tests_name("errors", tests, setup, teardown);
 }
