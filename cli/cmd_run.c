@@ -49,8 +49,7 @@ static const char help_tail[] =
     "  --causal                      chunkwise causal attention: token t sees tokens <= t\n"
     "  --chunk C                     chunk size (default 64; the last chunk may be partial)\n"
     "  --recurrent                   run the streaming decoder token by token instead of the chunk\n"
-    "                                form (same outputs to rounding); f32 storage only, the default\n"
-    "                                with it even for float16 inputs\n"
+    "                                form (the same outputs, to rounding)\n"
     "  --cu-seqlens CU.npy           packed variable-length sequences: S+1 int32 or int64 offsets\n"
     "                                (0 first, non-decreasing, N last) over inputs of batch 1; each\n"
     "                                sequence is chunked from its own start, M is ceil(longest/C)\n"
@@ -203,7 +202,7 @@ static int read_inputs(run_job *job)
     cfg->seq_t = bhnd ? s[2] : s[1]; /* N, until --grid shapes it */
     cfg->dk = s[3];
     cfg->dv = job->in[2].shape[3];
-    if (!job->o[O_DTYPE].value && !job->o[O_RECURRENT].value) /* default storage: the inputs' (the decoder's: f32) */
+    if (!job->o[O_DTYPE].value) /* default storage: the inputs' dtype */
         cfg->dtype = job->file_dtype == NPY_F16 ? MHLA_DTYPE_F16 : MHLA_DTYPE_F32;
     for (int i = 0; i < 3; ++i) {
         if (job->file_dtype == NPY_F32) {

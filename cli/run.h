@@ -53,8 +53,8 @@ void run_print_times(double *ms, size_t count);
 
 /* ---- run_causal.c ---- */
 
-/* The causal options' rules once the configuration holds the parsed options: the normalizer, and
- * --recurrent's storage type (f32; also its default). Returns 0 or CLI_USAGE. */
+/* The causal options' rules once the configuration holds the parsed options (the normalizer).
+ * Returns 0 or CLI_USAGE. */
 int causal_check_options(run_job *job);
 
 /* After the inputs and --grid: a causal token grid must be 1D; reads and validates --cu-seqlens

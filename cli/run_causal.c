@@ -16,10 +16,6 @@ int causal_check_options(run_job *job)
         return cli_usage(RUN_CMD, "--normalizer %s: not in causal mode (it is defined for block grids; --causal "
                                   "takes none or paper)",
                          o[O_NORMALIZER].value);
-    if (o[O_RECURRENT].value && job->cfg.dtype != MHLA_DTYPE_F32)
-        return cli_usage(RUN_CMD, "--dtype %s: --recurrent runs the decoder, which stores f32 only (give --dtype f32 "
-                                  "or leave it out)",
-                         o[O_DTYPE].value);
     return 0;
 }
 
@@ -106,28 +102,36 @@ int causal_mixing_covers(const run_job *job, int64_t rows)
 
 /* ---- --recurrent ------------------------------------------------------------------------------ */
 
+/* What the decoder reads and writes, in the storage type: q, k, v and the output (`out` is
+ * job->result for f32, else 16-bit patterns converted into it after the run). */
+typedef struct decode_io {
+    unsigned char *x[4];
+    size_t elem;                /* 4 or 2 bytes */
+    unsigned char *scratch[4]; /* BHND packed sequences: q, k, v, out of the longest one */
+} decode_io;
+
 /* Tokens [start, start + len) of a packed BHND tensor [1,H,total,d], copied into (gather) or back
  * from (scatter) a [1,H,len,d] one: there a sequence's tokens are not contiguous. */
-static void bhnd_copy(float *packed, float *seq, int gather, int64_t heads, int64_t total, int64_t d, int64_t start,
-                      int64_t len)
+static void bhnd_copy(unsigned char *packed, unsigned char *seq, int gather, size_t elem, int64_t heads,
+                      int64_t total, int64_t d, int64_t start, int64_t len)
 {
-    const size_t bytes = (size_t)(len * d) * sizeof(float);
+    const size_t row = (size_t)d * elem, bytes = (size_t)len * row;
     for (int64_t h = 0; h < heads; ++h) {
-        float *p = packed + (h * total + start) * d, *s = seq + h * len * d;
+        unsigned char *p = packed + (size_t)(h * total + start) * row, *s = seq + (size_t)h * bytes;
         memcpy(gather ? s : p, gather ? p : s, bytes);
     }
 }
 
 /* One run of the decoder over every sequence: the whole input (each batch element a sequence), or
  * each packed one from position 0. BNHD sequences are contiguous and read in place; BHND ones go
- * through `scratch` (q, k, v, out of the longest sequence). */
-static mhla_status decode_all(run_job *job, float *const scratch[4])
+ * through io->scratch. */
+static mhla_status decode_all(run_job *job, const decode_io *io)
 {
     const mhla_config *cfg = &job->cfg;
-    float *const *x = job->f32;
     if (!cfg->varlen) {
         mhla_status st = mhla_decoder_reset(job->dec);
-        return st == MHLA_OK ? mhla_decoder_step_host(job->dec, x[0], x[1], x[2], job->mixing, job->result, cfg->seq_t)
+        return st == MHLA_OK ? mhla_decoder_step_host(job->dec, io->x[0], io->x[1], io->x[2], job->mixing, io->x[3],
+                                                      cfg->seq_t)
                              : st;
     }
     const int bhnd = cfg->layout == MHLA_LAYOUT_BHND;
@@ -136,12 +140,11 @@ static mhla_status decode_all(run_job *job, float *const scratch[4])
         const int64_t start = job->cu_seqlens[s], len = job->cu_seqlens[s + 1] - start;
         if (len == 0) /* an empty sequence: no tokens, no output */
             continue;
-        float *seq[4];
+        unsigned char *seq[4];
         for (int t = 0; t < 4; ++t) {
-            float *packed = t < 3 ? x[t] : job->result;
-            seq[t] = bhnd ? scratch[t] : packed + start * h * d[t];
+            seq[t] = bhnd ? io->scratch[t] : io->x[t] + (size_t)(start * h * d[t]) * io->elem;
             if (bhnd && t < 3)
-                bhnd_copy(packed, seq[t], 1, h, total, d[t], start, len);
+                bhnd_copy(io->x[t], seq[t], 1, io->elem, h, total, d[t], start, len);
         }
         mhla_status st = mhla_decoder_reset(job->dec);
         if (st == MHLA_OK)
@@ -149,7 +152,7 @@ static mhla_status decode_all(run_job *job, float *const scratch[4])
         if (st != MHLA_OK)
             return st;
         if (bhnd)
-            bhnd_copy(job->result, seq[3], 0, h, total, d[3], start, len);
+            bhnd_copy(io->x[3], seq[3], 0, io->elem, h, total, d[3], start, len);
     }
     return MHLA_OK;
 }
@@ -172,12 +175,16 @@ int causal_run_recurrent(run_job *job)
     if (st != MHLA_OK)
         return run_device_fail(job, st, "--recurrent");
     const size_t out_count = job->in[2].count;
-    if (!(job->result = malloc(out_count * sizeof *job->result)))
+    const int wide = cfg.dtype == MHLA_DTYPE_F32;
+    decode_io io = {{NULL}, wide ? sizeof(float) : sizeof(uint16_t), {NULL}};
+    for (int t = 0; t < 3; ++t)
+        io.x[t] = wide ? (unsigned char *)job->f32[t] : (unsigned char *)job->dev16[t];
+    if (!(job->result = malloc(out_count * sizeof *job->result)) ||
+        !(io.x[3] = wide ? (unsigned char *)job->result : malloc(out_count * io.elem)))
         return cli_fail(CLI_RUNTIME, "out of host memory for the output");
-    float *scratch[4] = {NULL, NULL, NULL, NULL};
     const int64_t d[4] = {cfg.dk, cfg.dk, cfg.dv, cfg.dv};
     for (int t = 0; t < 4 && job->cfg.varlen && cfg.layout == MHLA_LAYOUT_BHND; ++t)
-        if (!(scratch[t] = malloc((size_t)(job->longest * cfg.heads * d[t]) * sizeof(float))))
+        if (!(io.scratch[t] = malloc((size_t)(job->longest * cfg.heads * d[t]) * io.elem)) && rc == 0)
             rc = cli_fail(CLI_RUNTIME, "out of host memory for a sequence of %lld tokens", (long long)job->longest);
     /* --repeat: one warm-up, then R timed runs of the whole token loop (wall time: the decoder's
      * host calls block, and each copies its sequence in and its output out once). */
@@ -187,15 +194,19 @@ int causal_run_recurrent(run_job *job)
         rc = cli_fail(CLI_RUNTIME, "out of host memory");
     for (int64_t r = 0; r < runs && rc == 0; ++r) {
         const double t0 = now_ms();
-        if ((st = decode_all(job, scratch)) != MHLA_OK)
+        if ((st = decode_all(job, &io)) != MHLA_OK)
             rc = run_device_fail(job, st, "--recurrent");
         else if (r > 0)
             ms[r - 1] = now_ms() - t0;
     }
     if (rc == 0 && job->repeat)
         run_print_times(ms, (size_t)job->repeat);
+    if (rc == 0 && !wide) /* the stored 16-bit outputs, as floats for --check and the file */
+        mhla_convert(MHLA_DTYPE_F32, job->result, cfg.dtype, io.x[3], out_count);
     free(ms);
+    if (!wide)
+        free(io.x[3]);
     for (int t = 0; t < 4; ++t)
-        free(scratch[t]);
+        free(io.scratch[t]);
     return rc;
 }

@@ -846,7 +846,7 @@ static void test_run_causal_chunk(void **state)
 }
 
 /* --recurrent: the decoder token by token gives the chunk form's numbers (SPEC.md: 1e-5), in both
- * layouts, with --repeat, and from float16 files (the decoder stores f32). */
+ * layouts, and with --repeat (16-bit storage: test_run_causal_16bit). */
 static void test_run_causal_recurrent(void **state)
 {
     (void)state;
@@ -890,17 +890,6 @@ static void test_run_causal_recurrent(void **state)
     float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 2);
     assert_true(causal_error(&t, &cfg, mc, NULL, 0, "rec.npy") <= 1e-5);
     free(mc);
-    free_inputs(&t);
-    /* float16 files: f32 in the decoder (no --dtype needed), a float16 file out. */
-    t = make_inputs(2, 50, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
-    r = run_causal("rec16.npy", ARGS("--chunk", "16", "--recurrent", "--check"));
-    expect_checked(r, t.n);
-    cfg = causal_config_for(&t, 16, 4);
-    mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 4);
-    float *o = read_output(&t, "rec16.npy", NPY_F16);
-    double *ref = causal_reference(&t, &cfg, mc, NULL, 0);
-    assert_true(mhla_max_rel_err(o, ref, t.nv) <= 1e-5 + 0x1p-11); /* + half an ulp of float16 */
-    free(o), free(ref), free(mc);
     free_inputs(&t);
 }
 
@@ -993,6 +982,21 @@ static void test_run_causal_packed(void **state)
         scratch_remove(in_dir("chunk.npy"));
         scratch_remove(in_dir("rec.npy"));
     }
+    /* float16 files in BHND: f16 storage, the decoder's per-sequence gather of 2-byte elements. */
+    tensors t = make_inputs(1, 493, 2, 8, 4, MHLA_LAYOUT_BHND, 1, -1.0f);
+    const double tol = mhla_reference_tolerance(MHLA_DTYPE_F16, 300);
+    expect_ok(run_causal("chunk.npy", ARGS("--cu-seqlens", "cu32.npy", "--layout", "bhnd")));
+    expect_ok(run_causal("rec.npy", ARGS("--cu-seqlens", "cu32.npy", "--layout", "bhnd", "--recurrent")));
+    mhla_config cfg = causal_config_for(&t, 64, 5);
+    cfg.varlen = 1;
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 5);
+    double *ref = causal_reference(&t, &cfg, mc, cu32, 5);
+    float *chunk = read_output(&t, "chunk.npy", NPY_F16), *rec = read_output(&t, "rec.npy", NPY_F16);
+    const double e_chunk = mhla_max_rel_err(chunk, ref, t.nv), e_rec = mhla_max_rel_err(rec, ref, t.nv);
+    if (!(e_chunk <= tol + 0x1p-11 && e_rec <= tol + 0x1p-11))
+        fail_msg("float16 BHND: chunk %g, decoder %g against the reference", e_chunk, e_rec);
+    free(chunk), free(rec), free(ref), free(mc);
+    free_inputs(&t);
 }
 
 static void set_paper(mhla_config *c) { c->normalizer = MHLA_NORMALIZER_PAPER; }
@@ -1041,8 +1045,9 @@ static void test_run_causal_options(void **state)
     free_inputs(&t);
 }
 
-/* float16 and bfloat16 storage in causal mode: within SPEC.md's tolerance where the library runs
- * them, else its refusal (exit 2, its message, no output). --dtype f32 on float16 files always runs. */
+/* float16 and bfloat16 storage in causal mode, the chunk form and the decoder: within SPEC.md's
+ * tolerance of the reference on the rounded inputs, and of each other. Float16 files select f16
+ * storage by default; --dtype f32 computes them in float32. */
 static void test_run_causal_16bit(void **state)
 {
     (void)state;
@@ -1050,33 +1055,56 @@ static void test_run_causal_16bit(void **state)
     const struct {
         const char *dtype;
         mhla_dtype storage;
-    } cases[] = {{"f16", MHLA_DTYPE_F16}, {"bf16", MHLA_DTYPE_BF16}};
-    mhla_config cfg = causal_config_for(&t, 16, 7);
+    } cases[] = {{"f16", MHLA_DTYPE_F16}, {"bf16", MHLA_DTYPE_BF16}, {"f32", MHLA_DTYPE_F32}, {NULL, MHLA_DTYPE_F16}};
+    const mhla_config cfg = causal_config_for(&t, 16, 7);
     float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-        mhla_config c = cfg;
-        c.dtype = cases[i].storage;
-        char msg[512] = "";
-        const result *r = run_causal("o.npy", ARGS("--chunk", "16", "--dtype", cases[i].dtype, "--check"));
-        if (mhla_config_check(&c, msg, sizeof msg) != MHLA_OK) {
-            expect_fail(r, 2, msg);
-            assert_string_equal(listing(), "k.npy q.npy v.npy");
-            continue;
-        }
+        const char *dtype = cases[i].dtype ? cases[i].dtype : "f16";
         const double tol = mhla_reference_tolerance(cases[i].storage, t.n);
+        const result *r = cases[i].dtype ? run_causal("chunk.npy", ARGS("--chunk", "16", "--dtype", dtype, "--check"))
+                                         : run_causal("chunk.npy", ARGS("--chunk", "16", "--check"));
         expect_ok(r);
-        assert_true(printed_error(r) <= tol);
-        float *o = read_output(&t, "o.npy", NPY_F16);
-        double *ref = causal_reference(&t, &cfg, mc, NULL, 0);
-        assert_true(mhla_max_rel_err(o, ref, t.nv) <= tol + 0x1p-11);
-        free(o), free(ref);
-        scratch_remove(in_dir("o.npy"));
+        const double e = printed_error(r);
+        if (!(e <= tol) || (cases[i].storage != MHLA_DTYPE_F32 && !(e > 1e-6))) /* 16 bits were stored */
+            fail_msg("%s: the chunk form printed %g", dtype, e);
+        r = cases[i].dtype ? run_causal("rec.npy", ARGS("--chunk", "16", "--dtype", dtype, "--recurrent", "--check"))
+                           : run_causal("rec.npy", ARGS("--chunk", "16", "--recurrent", "--check"));
+        expect_ok(r);
+        if (!(printed_error(r) <= tol))
+            fail_msg("%s: the decoder printed %g", dtype, printed_error(r));
+        /* The files (float16, as the inputs) against the reference on the inputs rounded to the
+         * storage type, and the decoder against the chunk form. */
+        tensors rounded = t;
+        float *copies[3] = {NULL, NULL, NULL};
+        const size_t counts[3] = {t.nq, t.nq, t.nv};
+        float *const src[3] = {t.q, t.k, t.v};
+        uint16_t *bits = malloc(t.nq > t.nv ? t.nq * sizeof *bits : t.nv * sizeof *bits);
+        assert_non_null(bits);
+        for (int x = 0; x < 3; ++x) {
+            copies[x] = malloc(counts[x] * sizeof(float));
+            assert_non_null(copies[x]);
+            memcpy(copies[x], src[x], counts[x] * sizeof(float));
+            if (cases[i].storage != MHLA_DTYPE_F32) {
+                mhla_convert(cases[i].storage, bits, MHLA_DTYPE_F32, src[x], counts[x]);
+                mhla_convert(MHLA_DTYPE_F32, copies[x], cases[i].storage, bits, counts[x]);
+            }
+        }
+        free(bits);
+        rounded.q = copies[0], rounded.k = copies[1], rounded.v = copies[2];
+        double *ref = causal_reference(&rounded, &cfg, mc, NULL, 0);
+        float *chunk = read_output(&t, "chunk.npy", NPY_F16), *rec = read_output(&t, "rec.npy", NPY_F16);
+        const double e_chunk = mhla_max_rel_err(chunk, ref, t.nv), e_rec = mhla_max_rel_err(rec, ref, t.nv);
+        double diff = 0, mag = 0;
+        for (size_t j = 0; j < t.nv; ++j)
+            diff = fmax(diff, fabs((double)rec[j] - chunk[j])), mag = fmax(mag, fabs((double)chunk[j]));
+        if (!(e_chunk <= tol + 0x1p-11 && e_rec <= tol + 0x1p-11 && diff / mag <= tol))
+            fail_msg("%s: chunk %g, decoder %g against the reference; %g apart", dtype, e_chunk, e_rec, diff / mag);
+        free(chunk), free(rec), free(ref);
+        for (int x = 0; x < 3; ++x)
+            free(copies[x]);
+        assert_string_equal(listing(), "chunk.npy k.npy q.npy rec.npy v.npy");
     }
-    expect_checked(run_causal("o.npy", ARGS("--chunk", "16", "--dtype", "f32", "--check")), t.n);
-    float *o = read_output(&t, "o.npy", NPY_F16);
-    double *ref = causal_reference(&t, &cfg, mc, NULL, 0);
-    assert_true(mhla_max_rel_err(o, ref, t.nv) <= 1e-5 + 0x1p-11);
-    free(o), free(ref), free(mc);
+    free(mc);
     free_inputs(&t);
 }
 
@@ -1299,7 +1327,6 @@ static void test_run_causal_errors(void **state)
         {{"--causal", "--cu-seqlens", "nope.npy"}, "--cu-seqlens nope.npy: cannot open: No such file or directory"},
         {{"--blocks", "4", "--cu-seqlens", "cu_ok.npy"}, "--cu-seqlens cu_ok.npy: only with --causal"},
         {{"--causal", "--chunk", "0"}, "--chunk 0: must be between 1 and 2147483647"},
-        {{"--causal", "--recurrent", "--dtype", "bf16"}, "--dtype bf16: --recurrent runs the decoder, which stores f32 only"},
         {{"--causal", "--init", "exp:0"}, "--init exp:0: mhla_mixing_init: exp sigma must be finite and > 0, got 0"},
         {{"--causal", "--q", "cu_ok.npy"}, "--q: given twice"},
     };
