@@ -439,7 +439,7 @@ MHLA_API const mhla_config *mhla_decoder_config(const mhla_decoder *dec);
 MHLA_API size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, int64_t n_tokens);
 
 /*! mhla_decoder_step() :
- * Enqueues one token for every batch element and head: q, k [B,H,Dk], v, out [B,H,Dv] float32
+ * Enqueues one token for every batch element and head: q, k [B,H,Dk], v, out [B,H,Dv] in cfg.dtype
  * (for one token both layouts are this), mixing as in mhla_decoder_create(); at a chunk start it
  * first builds P_i from Mc[i, 0..i-1]; Mc[i,i] is read every step. Pass the same Mc each call.
  * Events and buffer checks as in mhla_forward(); nothing waits for the device.
