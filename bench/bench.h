@@ -1,6 +1,7 @@
 /* mhla-bench: the types its units share (options, shapes, rows, device, peak, report) and the
- * functions each unit offers. One unit per concern: options.c, ops.c, sweep.c, timing.c, peak.c,
- * device.c, json.c, report_json.c, report_text.c (table and CSV), plot.c, compare.c. */
+ * functions each unit offers. One unit per concern: options.c, ops.c (decode.c: the decode op),
+ * sweep.c, timing.c, peak.c, device.c, json.c, report_json.c, report_text.c (table and CSV),
+ * plot.c, compare.c. */
 #ifndef MHLA_BENCH_H
 #define MHLA_BENCH_H
 
@@ -30,6 +31,7 @@ typedef struct bench_shape {
     int64_t bt, bh, bw; /* block grid; M = bt*bh*bw (1x1x1 for linear, unused by softmax) */
     int64_t dk, dv;
     mhla_layout layout;
+    int64_t chunk; /* causal ops: the chunk size C (bt then holds ceil(N/C)); 0 for the others */
 } bench_shape;
 
 /* Whether two shapes have the same batch, heads, head dims and layout (one series over N). */
@@ -37,6 +39,7 @@ int bench_shape_same_sizes(const bench_shape *a, const bench_shape *b);
 /* ... and also the same token grid: the same q, k, v and out tensors (block grids aside). */
 int bench_shape_same_tensors(const bench_shape *a, const bench_shape *b);
 int64_t bench_shape_n(const bench_shape *s);
+/* Blocks, or chunks ceil(N/C) for the causal ops. */
 int64_t bench_shape_m(const bench_shape *s);
 int bench_shape_is_2d(const bench_shape *s);
 
@@ -51,6 +54,7 @@ typedef struct bench_case {
     const bench_inputs *in;
     mhla_plan *plan;
     cl_mem mixing;
+    struct bench_decode *decode; /* the decode op's decoder and saved state (decode.c) */
 } bench_case;
 
 typedef struct bench_op {
@@ -59,20 +63,36 @@ typedef struct bench_op {
     const char *unavailable;
     int one_d_only;   /* causal ops have no 2D form (SPEC.md: causal MHLA is 1D) */
     int grid_free;    /* runs the same kernels for any token grid of N tokens (softmax) */
-    double time_power; /* run time grows as N^time_power: how skipped rows are estimated */
+    /* Whether a row over its time budget may be estimated from a smaller N of the same op, scaled
+     * by the op's flops (decode is not: its flatness in N is what the rows are there to show). */
+    int estimable;
+    /* Per run (decode: per step), as the op is credited with; see bench/README.md. */
     double (*flops)(const bench_shape *s);
     double (*bytes)(const bench_shape *s);
     /* Creates what a run needs; returns MHLA_OK or a status explained in the context message. */
     mhla_status (*create)(bench_case *c, const bench_shape *s);
+    /* Optional: brings the case back to where a run starts, before every run and outside its time
+     * (decode: restores the decoder's state at the end of the context). */
+    mhla_status (*prepare)(bench_case *c);
     /* Enqueues one run; *done completes with it. */
     mhla_status (*enqueue)(bench_case *c, cl_event *done);
     /* Optional: summary, mixing and output device ms of the last run (mhla_plan_stage_times). */
     mhla_status (*stages)(bench_case *c, double ms[3]);
+    /* Optional: a run made of steps (decode: C tokens). step_count() of them, the end of each
+     * (CL_PROFILING_COMMAND_END, ns) from step_ends() after the run, and the index of the step
+     * reported on its own (decode: the one that starts a chunk), or -1. */
+    int (*step_count)(const bench_case *c);
+    int (*marked_step)(const bench_case *c);
+    mhla_status (*step_ends)(bench_case *c, cl_ulong *end_ns);
     void (*destroy)(bench_case *c);
 } bench_op;
 
-/* The initializer of the MHLA rows' mixing matrix (the released code's default). */
+/* The initializer of the MHLA rows' mixing matrix (the released code's default), and of the causal
+ * rows' (row i: 1/(i+1) on and below the diagonal). */
 #define BENCH_MIXING_INIT MHLA_INIT_LINEAR
+#define BENCH_CAUSAL_MIXING_INIT MHLA_INIT_CAUSAL_UNIFORM
+/* The chunk size of the causal rows unless --chunk says otherwise (the library's default). */
+#define BENCH_DEFAULT_CHUNK 64
 
 /* The op table (ops.c), indexed by bench_op_id. */
 const bench_op *bench_op_get(bench_op_id id);
@@ -84,6 +104,24 @@ void bench_default_blocks(bench_shape *s);
 /* A block grid of M blocks for the token grid of `s` (1D: M divides N; 2D: bh x bw = M, as square
  * as possible, dividing the sides). Returns 0 when there is none. */
 int bench_blocks_for_m(bench_shape *s, int64_t m);
+/* Gives a causal row's shape its chunk size C and chunk count ceil(N/C) (in bt). */
+void bench_set_chunk(bench_shape *s, int64_t chunk);
+/* A causal configuration (mhla_config_init_causal()) for the shape's sizes and chunk. */
+mhla_config bench_causal_config(const bench_shape *s);
+/* A device buffer holding the bt*bh*bw square mixing matrix of `kind` (mhla_mixing_init()). */
+mhla_status bench_mixing_create(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
+                                cl_mem *out);
+
+/* The decode op (decode.c): its hooks, and the tokens of context it steps from (the row's N). */
+mhla_status bench_decode_create(bench_case *c, const bench_shape *s);
+mhla_status bench_decode_prepare(bench_case *c);
+mhla_status bench_decode_enqueue(bench_case *c, cl_event *done);
+int bench_decode_steps(const bench_case *c);
+int bench_decode_marked_step(const bench_case *c);
+mhla_status bench_decode_step_ends(bench_case *c, cl_ulong *end_ns);
+void bench_decode_destroy(bench_case *c);
+double bench_decode_flops(const bench_shape *s);
+double bench_decode_bytes(const bench_shape *s);
 
 /* ---- options -------------------------------------------------------------------------------- */
 
@@ -103,6 +141,10 @@ typedef struct bench_options {
     size_t dims_count;
     int64_t m[BENCH_MAX_LIST]; /* empty: the paper's rule */
     size_t m_count;
+    int64_t chunk[BENCH_MAX_LIST]; /* causal chunk sizes C (mhla-causal and decode rows) */
+    size_t chunk_count;
+    int64_t decode_ctx[BENCH_MAX_LIST]; /* decode rows: tokens of context before the timed steps */
+    size_t decode_ctx_count;
     int64_t batch;
     mhla_layout layout;
     unsigned ops; /* bit (1 << bench_op_id) per op */
@@ -136,14 +178,25 @@ typedef struct bench_row {
     bench_status status;
     char note[256];
     int iters;
-    double ms_median, ms_min, ms_max; /* ms_median holds the estimate of an estimated row */
-    double stage_ms[3];               /* median summary, mixing, output ms (MHLA ops); NAN otherwise */
+    double ms_median, ms_min, ms_max; /* ms_median holds the estimate of an estimated row; decode:
+                                         one step (token), over every step of every run */
+    double stage_ms[3];               /* median summary, mixing (causal: prefix), output ms; or NAN */
+    int steps;                        /* decode: steps per run (C, one chunk start among them); else 0 */
+    double step_mean_ms;              /* decode: median over the runs of the mean step; NAN otherwise */
+    double chunk_start_ms;            /* decode: median time of the step that starts a chunk; NAN */
+    double tokens_per_s;              /* decode: batch tokens per second at step_mean_ms; NAN */
     double flops, bytes;              /* per run, as the op counts them */
     double gflops, gbps;              /* from ms_median */
     double pct_peak_flops, pct_peak_bw;
     /* mhla rows: this M's time over linear attention's, and softmax's over this; NAN if unknown. */
     double ratio_mhla_linear, ratio_softmax_mhla;
     int ratio_mhla_linear_estimated, ratio_softmax_mhla_estimated; /* a ratio uses an estimated time */
+    /* mhla-causal rows: this chunk form's time over the (first) mhla row's of the same tensors. */
+    double ratio_causal_mhla;
+    int ratio_causal_mhla_estimated;
+    /* decode rows: this per-step median over that of the smallest measured context of the same
+     * sizes and chunk (1 there; flat decoding stays near 1 as the context grows). */
+    double ratio_context;
 } bench_row;
 
 typedef struct bench_device {
@@ -177,8 +230,11 @@ typedef struct bench_report {
 int bench_row_same_case(const bench_row *a, const bench_row *b);
 /* Fills gflops, gbps and the %peak columns of the measured and estimated rows. */
 void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak);
-/* Fills the ratio columns of the mhla rows from the linear and softmax rows of the same shape. */
+/* Fills the ratio columns: mhla rows from the linear and softmax rows of the same tensors,
+ * mhla-causal rows from the mhla row, decode rows from the smallest context's decode row. */
 void bench_fill_ratios(bench_row *rows, size_t count);
+/* Decode throughput: batch tokens per second at a mean step of step_mean_ms; NAN if not positive. */
+double bench_tokens_per_s(int64_t batch, double step_mean_ms);
 /* The token grid ("1D", "64x64") and the block grid ("16", "4x4"; "-" for ops without blocks). */
 void bench_shape_label(const bench_shape *s, char *buf, size_t size);
 void bench_blocks_label(const bench_row *r, char *buf, size_t size);
@@ -189,24 +245,36 @@ typedef struct bench_timing {
     int iters;
     double ms_median, ms_min, ms_max;
     double stage_ms[3]; /* medians of summary, mixing, output; NAN without a stages hook */
+    /* Runs made of steps (job.steps > 0); NAN otherwise. */
+    double step_median, step_min, step_max; /* over every step of every timed run */
+    double step_mean;                       /* median over the runs of run time / steps */
+    double marked_ms;                       /* median over the runs of the marked step */
 } bench_timing;
 
-/* What bench_time runs: enqueue() one run (*done completes with it), and optionally stages(),
- * the per-stage device times of the run that just finished. */
+/* What bench_time runs: prepare() (optional, untimed) then enqueue() one run (*done completes with
+ * it), and optionally stages(), the per-stage device times of the run that just finished. A run
+ * of `steps` steps (0: not split) reports each step's end through step_ends(); a step's time is
+ * from the previous step's end (the run's start for the first) to its own. */
 typedef struct bench_job {
+    mhla_status (*prepare)(void *arg);
     mhla_status (*enqueue)(void *arg, cl_event *done);
     mhla_status (*stages)(void *arg, double ms[3]);
+    mhla_status (*step_ends)(void *arg, cl_ulong *end_ns);
+    int steps, marked_step; /* marked_step: a step index reported alone, or -1 */
     void *arg;
 } bench_job;
 
 /* Runs the job `warmup` times, then as many times as fill about target_ms (within [min_iters,
- * max_iters]) and reports device time from OpenCL profiling events. Returns MHLA_OK; the status of
- * a failing hook (err is then "": the hook's own channel explains it); or MHLA_ERR_OPENCL with the
- * reason in err. */
+ * max_iters]; a prepare hook's wall time counts against target_ms with the run's) and reports
+ * device time from OpenCL profiling events. Returns MHLA_OK; the status of a failing hook (err is
+ * then "": the hook's own channel explains it); or MHLA_ERR_OPENCL with the reason in err. */
 mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
                        int max_iters, bench_timing *out, char *err, size_t err_size);
 /* Median of n values (sorts them). */
 double bench_median(double *v, size_t n);
+/* Fills the step fields of `out` from step_ms[run * steps + s], `runs` runs of `steps` steps
+ * (reorders step_ms); marked: a step index reported alone, or -1. */
+void bench_step_stats(double *step_ms, int runs, int steps, int marked, bench_timing *out);
 /* Seconds on a monotonic clock. */
 double bench_now(void);
 
@@ -216,9 +284,11 @@ mhla_status bench_peak_measure(mhla_context *ctx, const bench_device *dev, doubl
                                bench_peak *out, char *err, size_t err_size);
 
 /* Whether row `r` is left unrun because its warm-up and minimum runs would need more than budget_s:
- * then it is marked estimated, its time scaled as N^time_power from the measured row of the same op
- * and sizes (among done[0..n_done)) with the largest N not above its own; or, without one, skipped
- * when even the device's peak could not make it in time. Returns 1 when it is not to run. */
+ * then it is marked estimated, its time scaled by the op's flops from the measured row of the same
+ * op, sizes and chunk (among done[0..n_done)) with the largest N not above its own (N for MHLA and
+ * linear, N^2 for softmax); or, without one, skipped when even the device's peak could not make it
+ * in time. A row of an op that is not estimable runs unless no time is left at all (then skipped).
+ * Returns 1 when it is not to run. */
 int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const bench_row *done, size_t n_done,
                            double budget_s, bench_row *r);
 /* Runs every row of the options' sweep; rows are malloc'd into the report. */

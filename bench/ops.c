@@ -1,6 +1,6 @@
 /* The op table of mhla-bench, one entry per op: what it computes, the flops and bytes it is credited
- * with, and how a run is prepared and enqueued. Also the paper's rule for the number of blocks M.
- * The causal ops are listed "n/a" until the causal path exists; wiring one is filling its entry. */
+ * with, and how a run is prepared and enqueued (the decode op's hooks are in decode.c). Also the
+ * paper's rule for the number of blocks M, and the chunks of the causal rows. */
 #include "bench.h"
 
 #include <math.h>
@@ -58,6 +58,12 @@ int bench_blocks_for_m(bench_shape *s, int64_t m)
     return 1;
 }
 
+void bench_set_chunk(bench_shape *s, int64_t chunk)
+{
+    s->chunk = chunk;
+    s->bt = (bench_shape_n(s) + chunk - 1) / chunk, s->bh = 1, s->bw = 1;
+}
+
 void bench_default_blocks(bench_shape *s)
 {
     for (int64_t m = rule_max_m(bench_shape_n(s)); m >= 1; --m) {
@@ -90,14 +96,41 @@ static double softmax_flops(const bench_shape *s)
 /* Compulsory traffic, in bytes: q, k, v read once and out written once. */
 static double qkvo_bytes(const bench_shape *s) { return 4.0 * rows_of(s) * (double)(2 * s->dk + 2 * s->dv); }
 
-/* MHLA adds its workspace: the block summaries (Dk x (Dv+1) per batch, head and block) written by
- * block_summary, read by the mixing GEMM, their mixtures written by it and read by the output
- * stage, once each; and the M x M mixing matrix. */
+/* Summaries of Dk x cols floats per batch, head and block (or chunk): written by the summary stage,
+ * read by the mixing (causal: prefix) stage, their mixtures written by it and read by the output
+ * stage, once each. */
+static double workspace_bytes(const bench_shape *s, double cols)
+{
+    const double m = (double)bench_shape_m(s);
+    return 4.0 * 4.0 * (double)s->batch * (double)s->heads * m * (double)s->dk * cols;
+}
+
+/* MHLA adds its workspace, summaries of Dk x (Dv+1) (the paper normalizer's key sums), and the
+ * M x M mixing matrix. */
 static double mhla_bytes(const bench_shape *s)
 {
     const double m = (double)bench_shape_m(s);
-    const double summaries = (double)s->batch * (double)s->heads * m * (double)s->dk * (double)(s->dv + 1);
-    return qkvo_bytes(s) + 4.0 * (4.0 * summaries + m * m);
+    return qkvo_bytes(s) + workspace_bytes(s, (double)(s->dv + 1)) + 4.0 * m * m;
+}
+
+/* The chunk form (SPEC.md "Causal MHLA"), per batch and head, with M = ceil(N/C) chunks:
+ * summaries and read-out as linear attention, 4*N*Dk*Dv; the prefix mixtures P_i = sum_{j<i}
+ * Mc[i,j] S_j, 2*Dk*Dv per (i, j < i), 2*Dk*Dv*M(M-1)/2; the masked intra-chunk part, scores and
+ * their weighted sum over the len(len+1)/2 visible pairs of each chunk, (Dk+Dv)*len(len+1). */
+static double causal_flops(const bench_shape *s)
+{
+    const double bh = (double)s->batch * (double)s->heads, n = (double)bench_shape_n(s), c = (double)s->chunk;
+    const double m = (double)bench_shape_m(s), dk = (double)s->dk, dv = (double)s->dv;
+    const double full = floor(n / c), tail = n - full * c;
+    const double pairs2 = full * c * (c + 1.0) + tail * (tail + 1.0); /* sum of len(len+1) */
+    return bh * (4.0 * n * dk * dv + dk * dv * m * (m - 1.0) + (dk + dv) * pairs2);
+}
+
+/* Causal: summaries of Dk x Dv (normalizer none) and the lower triangle of Mc, M(M+1)/2 floats. */
+static double causal_bytes(const bench_shape *s)
+{
+    const double m = (double)bench_shape_m(s);
+    return qkvo_bytes(s) + workspace_bytes(s, (double)s->dv) + 4.0 * m * (m + 1.0) / 2.0;
 }
 
 /* ---- runs through mhla_forward --------------------------------------------------------------- */
@@ -114,27 +147,58 @@ static mhla_config config_of(const bench_shape *s)
     return cfg;
 }
 
-/* MHLA with the released code's default initializer (columns normalized). Linear attention is the
- * same plan on a shape whose block grid is 1x1x1 (the sweep gives it one), with mixing [[1]]. */
-static mhla_status create_mhla(bench_case *c, const bench_shape *s)
+mhla_config bench_causal_config(const bench_shape *s)
+{
+    mhla_config cfg;
+    mhla_config_init_causal(&cfg);
+    cfg.batch = s->batch, cfg.heads = s->heads;
+    cfg.seq_t = bench_shape_n(s);
+    cfg.dk = s->dk, cfg.dv = s->dv;
+    cfg.layout = s->layout;
+    cfg.chunk = s->chunk;
+    return cfg;
+}
+
+/* An M x M mixing matrix of `kind` (1D, M = bt) on the device, in *out. */
+mhla_status bench_mixing_create(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
+                                cl_mem *out)
 {
     mhla_status st = MHLA_OK;
-    const mhla_config cfg = config_of(s);
-    const size_t m = (size_t)bench_shape_m(s);
+    const size_t m = (size_t)(bt * bh * bw);
     float *mix = malloc(m * m * sizeof *mix);
     cl_int err = CL_SUCCESS;
     if (!mix)
         return MHLA_ERR_OUT_OF_HOST_MEMORY;
-    st = mhla_mixing_init(BENCH_MIXING_INIT, NULL, s->bt, s->bh, s->bw, mix, m * m);
-    if (st == MHLA_OK)
-        st = mhla_plan_create(c->ctx, &cfg, &c->plan);
+    st = mhla_mixing_init(kind, NULL, bt, bh, bw, mix, m * m);
     if (st == MHLA_OK) {
-        c->mixing = clCreateBuffer(mhla_context_cl_context(c->ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                   m * m * sizeof *mix, mix, &err);
+        *out = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                              m * m * sizeof *mix, mix, &err);
         if (err != CL_SUCCESS)
             st = MHLA_ERR_OUT_OF_DEVICE_MEMORY;
     }
     free(mix);
+    return st;
+}
+
+/* MHLA with the released code's default initializer (columns normalized). Linear attention is the
+ * same plan on a shape whose block grid is 1x1x1 (the sweep gives it one), with mixing [[1]]. */
+static mhla_status create_mhla(bench_case *c, const bench_shape *s)
+{
+    const mhla_config cfg = config_of(s);
+    mhla_status st = mhla_plan_create(c->ctx, &cfg, &c->plan);
+    if (st == MHLA_OK)
+        st = bench_mixing_create(c->ctx, BENCH_MIXING_INIT, s->bt, s->bh, s->bw, &c->mixing);
+    return st;
+}
+
+/* The chunk form on a causal plan; its Mc has the rows the plan resolved (ceil(N/C)). */
+static mhla_status create_causal(bench_case *c, const bench_shape *s)
+{
+    const mhla_config cfg = bench_causal_config(s);
+    mhla_status st = mhla_plan_create(c->ctx, &cfg, &c->plan);
+    if (st == MHLA_OK)
+        st = bench_mixing_create(c->ctx, BENCH_CAUSAL_MIXING_INIT, mhla_plan_config(c->plan)->mixing_rows, 1, 1,
+                                 &c->mixing);
     return st;
 }
 
@@ -166,18 +230,20 @@ static void destroy_plan(bench_case *c)
     c->mixing = NULL;
 }
 
-static const char causal_missing[] = "causal path not built";
+#define FORWARD_HOOKS NULL, enqueue_forward /* no prepare: every forward starts from scratch */
 
 static const bench_op ops[BENCH_OP_COUNT] = {
-    [BENCH_OP_MHLA] = {"mhla", NULL, 0, 0, 1.0, linear_flops, mhla_bytes, create_mhla, enqueue_forward,
-                       stages_forward, destroy_plan},
-    [BENCH_OP_LINEAR] = {"linear", NULL, 0, 0, 1.0, linear_flops, mhla_bytes, create_mhla, enqueue_forward,
-                         stages_forward, destroy_plan},
-    [BENCH_OP_SOFTMAX] = {"softmax", NULL, 0, 1, 2.0, softmax_flops, qkvo_bytes, create_softmax, enqueue_forward,
-                          NULL, destroy_plan},
-    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL,
-                              NULL},
-    [BENCH_OP_DECODE] = {"decode", causal_missing, 1, 0, 1.0, linear_flops, qkvo_bytes, NULL, NULL, NULL, NULL},
+    [BENCH_OP_MHLA] = {"mhla", NULL, 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
+                       stages_forward, NULL, NULL, NULL, destroy_plan},
+    [BENCH_OP_LINEAR] = {"linear", NULL, 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
+                         stages_forward, NULL, NULL, NULL, destroy_plan},
+    [BENCH_OP_SOFTMAX] = {"softmax", NULL, 0, 1, 1, softmax_flops, qkvo_bytes, create_softmax, FORWARD_HOOKS,
+                          NULL, NULL, NULL, NULL, destroy_plan},
+    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", NULL, 1, 0, 1, causal_flops, causal_bytes, create_causal,
+                              FORWARD_HOOKS, stages_forward, NULL, NULL, NULL, destroy_plan},
+    [BENCH_OP_DECODE] = {"decode", NULL, 1, 0, 0, bench_decode_flops, bench_decode_bytes, bench_decode_create,
+                         bench_decode_prepare, bench_decode_enqueue, NULL, bench_decode_steps,
+                         bench_decode_marked_step, bench_decode_step_ends, bench_decode_destroy},
 };
 
 const bench_op *bench_op_get(bench_op_id id) { return id < BENCH_OP_COUNT ? &ops[id] : NULL; }

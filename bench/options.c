@@ -22,6 +22,10 @@ static const char usage[] =
     "  --batch B         batch size (default 1)\n"
     "  --layout L        bnhd or bhnd (default bnhd)\n"
     "  --ops LIST        mhla,linear,softmax,mhla-causal,decode (default all)\n"
+    "  --chunk LIST      causal chunk sizes C of the mhla-causal and decode rows (default 64)\n"
+    "  --decode-context LIST\n"
+    "                    decode rows: tokens of context before the timed steps (default\n"
+    "                    1024,8192,32768; the --n list when --n is given; 'none' for none)\n"
     "timing:\n"
     "  --target-ms MS    measured time per row, about (default 1000; --quick 150)\n"
     "  --min-iters N     at least N timed runs per row (default 5; --quick 3)\n"
@@ -50,12 +54,19 @@ static void set_defaults(bench_options *o, int quick)
     static const int64_t full_n[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
     static const int64_t quick_n[] = {1024, 4096, 16384};
     static const int64_t full_image[] = {32, 64, 128, 256};
+    /* Decoding's claim is a per-token time flat in the context: 1k to 32k tokens show it, and cost
+     * a few seconds even with --quick (one prefill each, then short runs of C steps). */
+    static const int64_t decode_ctx[] = {1024, 8192, 32768};
     const int64_t *n = quick ? quick_n : full_n;
     o->n_count = quick ? 3 : 7;
     memcpy(o->n, n, o->n_count * sizeof *n);
     o->image_count = quick ? 1 : 4;
     for (size_t i = 0; i < o->image_count; ++i)
         o->image_h[i] = o->image_w[i] = quick ? 64 : full_image[i];
+    o->decode_ctx_count = 3;
+    memcpy(o->decode_ctx, decode_ctx, sizeof decode_ctx);
+    o->chunk[0] = BENCH_DEFAULT_CHUNK;
+    o->chunk_count = 1;
     o->heads[0] = 8;
     o->heads_count = 1;
     o->dk[0] = o->dv[0] = 64;
@@ -167,7 +178,7 @@ static int parse_int(const char *arg, int lo, int *out)
 
 int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char *err, size_t err_size)
 {
-    int quick = 0, n_given = 0, image_given = 0;
+    int quick = 0, n_given = 0, image_given = 0, decode_given = 0;
     for (int i = 1; i < argc; ++i)
         quick |= strcmp(argv[i], "--quick") == 0;
     set_defaults(o, quick);
@@ -203,6 +214,13 @@ int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char
                 return -1;
         } else if (strcmp(opt, "--dims") == 0) {
             if (parse_list(arg, o->dk, o->dv, &o->dims_count, 0, err, err_size, opt))
+                return -1;
+        } else if (strcmp(opt, "--decode-context") == 0) {
+            decode_given = 1;
+            if (parse_list(arg, o->decode_ctx, NULL, &o->decode_ctx_count, 1, err, err_size, opt))
+                return -1;
+        } else if (strcmp(opt, "--chunk") == 0) {
+            if (parse_list(arg, o->chunk, NULL, &o->chunk_count, 0, err, err_size, opt))
                 return -1;
         } else if (strcmp(opt, "--m") == 0) {
             if (parse_list(arg, o->m, NULL, &o->m_count, 0, err, err_size, opt))
@@ -262,5 +280,10 @@ int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char
         o->image_count = 0;
     if (image_given && !n_given)
         o->n_count = 0;
+    /* Decoding follows the lengths asked for unless given its own. */
+    if (n_given && !decode_given) {
+        memcpy(o->decode_ctx, o->n, o->n_count * sizeof o->n[0]);
+        o->decode_ctx_count = o->n_count;
+    }
     return 0;
 }

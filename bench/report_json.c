@@ -74,7 +74,9 @@ static const field row_fields[] = {
     NUM(bench_row, "block_w", shape.bw, F_I64),
     NUM(bench_row, "dk", shape.dk, F_I64),
     NUM(bench_row, "dv", shape.dv, F_I64),
+    NUM(bench_row, "chunk", shape.chunk, F_I64),
     NUM(bench_row, "iters", iters, F_INT),
+    NUM(bench_row, "steps", steps, F_INT),
     NUM(bench_row, "ms_median", ms_median, F_DOUBLE),
     NUM(bench_row, "ms_min", ms_min, F_DOUBLE),
     NUM(bench_row, "ms_max", ms_max, F_DOUBLE),
@@ -91,6 +93,12 @@ static const field row_fields[] = {
     NUM(bench_row, "ratio_softmax_mhla", ratio_softmax_mhla, F_DOUBLE),
     NUM(bench_row, "ratio_mhla_linear_estimated", ratio_mhla_linear_estimated, F_INT),
     NUM(bench_row, "ratio_softmax_mhla_estimated", ratio_softmax_mhla_estimated, F_INT),
+    NUM(bench_row, "step_mean_ms", step_mean_ms, F_DOUBLE),
+    NUM(bench_row, "chunk_start_ms", chunk_start_ms, F_DOUBLE),
+    NUM(bench_row, "tokens_per_s", tokens_per_s, F_DOUBLE),
+    NUM(bench_row, "ratio_causal_mhla", ratio_causal_mhla, F_DOUBLE),
+    NUM(bench_row, "ratio_causal_mhla_estimated", ratio_causal_mhla_estimated, F_INT),
+    NUM(bench_row, "ratio_context", ratio_context, F_DOUBLE),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -177,6 +185,8 @@ static void write_sweep(FILE *f, const bench_options *o)
     write_sizes(f, "heads", o->heads, NULL, o->heads_count);
     write_sizes(f, "dims", o->dk, o->dv, o->dims_count);
     write_sizes(f, "m", o->m, NULL, o->m_count);
+    write_sizes(f, "chunk", o->chunk, NULL, o->chunk_count);
+    write_sizes(f, "decode_context", o->decode_ctx, NULL, o->decode_ctx_count);
     fprintf(f, ", \"layout\": \"%s\", \"ops\": [", mhla_layout_name(o->layout));
     for (int op = 0, first = 1; op < BENCH_OP_COUNT; ++op)
         if (o->ops & (1u << op)) {
@@ -203,15 +213,21 @@ int bench_write_json(FILE *f, const bench_report *rep)
     fputs("},\n  \"parameters\": {", f);
     write_fields(f, rep, parameter_fields, COUNT(parameter_fields));
     write_sweep(f, &rep->opts);
-    /* What every row shares: the library's defaults, which the MHLA and linear rows run with. */
-    mhla_config cfg;
+    /* What every row shares: the library's defaults, which the MHLA and linear rows run with, and
+     * the causal defaults of the mhla-causal and decode rows. */
+    mhla_config cfg, causal;
     mhla_config_init(&cfg);
+    mhla_config_init_causal(&causal);
     const struct {
         const char *key, *value;
     } shared[] = {{"dtype", mhla_dtype_name(cfg.dtype)},
                   {"feature_map", mhla_feature_map_name(cfg.feature_map)},
                   {"normalizer", mhla_normalizer_name(cfg.normalizer)},
                   {"mixing_init", mhla_init_kind_name(BENCH_MIXING_INIT)},
+                  {"causal_feature_map", mhla_feature_map_name(causal.feature_map)},
+                  {"causal_normalizer", mhla_normalizer_name(causal.normalizer)},
+                  {"causal_scale", "Dk^-0.5"},
+                  {"causal_mixing_init", mhla_init_kind_name(BENCH_CAUSAL_MIXING_INIT)},
                   {"softmax_scale", "Dk^-0.5"},
                   {"time", "device time, OpenCL profiling events"}};
     for (size_t i = 0; i < COUNT(shared); ++i) {
@@ -302,6 +318,7 @@ int bench_read_json(const char *path, bench_report *out, char *err, size_t err_s
             continue; /* an op this build does not know (a newer report): nothing to match it with */
         memset(r, 0, sizeof *r);
         r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
+        r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = r->ratio_causal_mhla = r->ratio_context = NAN;
         r->op = op;
         r->status = bench_status_parse(json_string(json_get(o, "status"), ""));
         if (mhla_layout_parse(json_string(json_get(o, "layout"), "bnhd"), &r->shape.layout) != MHLA_OK)

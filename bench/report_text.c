@@ -1,5 +1,6 @@
-/* mhla-bench's text outputs: the table on stdout and the --csv file (one line per row, carrying the
- * device, versions and parameters so that each line stands alone). */
+/* mhla-bench's text outputs: the table on stdout (and the decode rows' per-token summary after it)
+ * and the --csv file (one line per row, carrying the device, versions and parameters so that each
+ * line stands alone). */
 #include "bench.h"
 
 #include <math.h>
@@ -31,38 +32,99 @@ static void print_header(FILE *f, const bench_report *rep)
     fprintf(f, "timing     device time (profiling events), median of the runs after %d warm-up; about %.0f ms per "
                "row, %d..%d runs\n",
             rep->opts.warmup, rep->opts.target_ms, rep->opts.min_iters, rep->opts.max_iters);
-    fprintf(f, "flops      mhla/linear 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv); bytes: see bench/README.md\n\n");
+    fprintf(f, "flops      mhla/linear 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv), mhla-causal that plus its prefix and "
+               "masked intra-chunk terms, decode 4*B*H*Dk*Dv per token; bytes: see bench/README.md\n\n");
+}
+
+/* The measured decode rows like `ref` (sizes and chunk) with the smallest and the largest context. */
+static void context_ends(const bench_report *rep, const bench_row *ref, const bench_row **lo, const bench_row **hi)
+{
+    *lo = *hi = NULL;
+    for (size_t i = 0; i < rep->row_count; ++i) {
+        const bench_row *r = &rep->rows[i];
+        if (r->op != BENCH_OP_DECODE || r->status != BENCH_STATUS_OK || !bench_shape_same_sizes(&r->shape, &ref->shape) ||
+            r->shape.chunk != ref->shape.chunk)
+            continue;
+        if (!*lo || bench_shape_n(&r->shape) < bench_shape_n(&(*lo)->shape))
+            *lo = r;
+        if (!*hi || bench_shape_n(&r->shape) > bench_shape_n(&(*hi)->shape))
+            *hi = r;
+    }
+}
+
+/* The decode rows per token: median step, the mean over a run of C steps (one chunk start in it),
+ * the chunk start alone, tokens/s, and how the per-token time moves with the context. */
+static void write_decode(FILE *f, const bench_report *rep)
+{
+    fprintf(f, "\ndecode per token: each run restores the state after N tokens of context (untimed), then steps C "
+               "tokens, one of\nwhich starts a chunk and first builds P_i from the i earlier chunks; step time = end "
+               "of the previous step to its own.\n");
+    fprintf(f, "%7s %3s %4s %4s %4s %10s %10s %10s %10s %10s %9s %7s\n", "context", "H", "Dk", "Dv", "C", "median ms",
+            "min ms", "max ms", "mean/C ms", "start ms", "tok/s", "x first");
+    for (size_t i = 0; i < rep->row_count; ++i) {
+        const bench_row *r = &rep->rows[i];
+        char a[48], b[48], c[48], d[48], e[48], g[48], h[48];
+        if (r->op != BENCH_OP_DECODE)
+            continue;
+        fprintf(f, "%7lld %3lld %4lld %4lld %4lld ", (long long)bench_shape_n(&r->shape), (long long)r->shape.heads,
+                (long long)r->shape.dk, (long long)r->shape.dv, (long long)r->shape.chunk);
+        if (r->status != BENCH_STATUS_OK) {
+            fprintf(f, "%10s  %s\n", "-", r->note);
+            continue;
+        }
+        fprintf(f, "%10s %10s %10s %10s %10s %9s %7s\n", num(a, sizeof a, "%.4f", r->ms_median, ""),
+                num(b, sizeof b, "%.4f", r->ms_min, ""), num(c, sizeof c, "%.4f", r->ms_max, ""),
+                num(d, sizeof d, "%.4f", r->step_mean_ms, ""), num(e, sizeof e, "%.4f", r->chunk_start_ms, ""),
+                num(g, sizeof g, "%.0f", r->tokens_per_s, ""), num(h, sizeof h, "%.2f", r->ratio_context, ""));
+    }
+    for (size_t i = 0; i < rep->row_count; ++i) { /* one line per series, at its largest context */
+        const bench_row *lo, *hi;
+        context_ends(rep, &rep->rows[i], &lo, &hi);
+        if (rep->rows[i].op != BENCH_OP_DECODE || hi != &rep->rows[i] || lo == hi)
+            continue;
+        fprintf(f, "decode H=%lld Dk=%lld Dv=%lld C=%lld, %lld over %lld tokens of context: per-token median %.2fx, "
+                   "mean over C steps %.2fx\n",
+                (long long)hi->shape.heads, (long long)hi->shape.dk, (long long)hi->shape.dv,
+                (long long)hi->shape.chunk, (long long)bench_shape_n(&hi->shape), (long long)bench_shape_n(&lo->shape),
+                hi->ms_median / lo->ms_median, hi->step_mean_ms / lo->step_mean_ms);
+    }
 }
 
 void bench_write_table(FILE *f, const bench_report *rep)
 {
     print_header(f, rep);
-    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %10s %10s %10s %5s %8s %7s %6s %6s %8s %7s  %s\n", "op", "grid", "N",
-            "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak", "%bw",
-            "mhla/lin", "sm/mhla", "sum/mix/out %");
-    int estimated = 0;
+    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %10s %10s %10s %5s %8s %7s %6s %6s %8s %7s %7s  %s\n", "op", "grid",
+            "N", "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak", "%bw",
+            "mhla/lin", "sm/mhla", "c/mhla", "sum/mix/out %");
+    int estimated = 0, causal = 0, decode = 0;
     for (size_t i = 0; i < rep->row_count; ++i) {
         const bench_row *r = &rep->rows[i];
-        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], stages[48] = "";
+        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48];
+        char stages[48] = "";
+        causal |= r->op == BENCH_OP_MHLA_CAUSAL;
+        decode |= r->op == BENCH_OP_DECODE;
         bench_shape_label(&r->shape, grid, sizeof grid);
         bench_blocks_label(r, blocks, sizeof blocks);
         fprintf(f, "%-11s %-7s %6lld %5s %3lld %4lld %4lld ", bench_op_get(r->op)->name, grid,
                 (long long)bench_shape_n(&r->shape), blocks, (long long)r->shape.heads, (long long)r->shape.dk,
                 (long long)r->shape.dv);
         if (r->status == BENCH_STATUS_OK) {
-            estimated |= r->ratio_mhla_linear_estimated | r->ratio_softmax_mhla_estimated;
+            estimated |= r->ratio_mhla_linear_estimated | r->ratio_softmax_mhla_estimated |
+                         r->ratio_causal_mhla_estimated;
             const double *sm = r->stage_ms, sum = sm[0] + sm[1] + sm[2];
             if (sum > 0) /* each stage's share of their sum (the total adds the gaps between them) */
                 snprintf(stages, sizeof stages, "%.0f/%.0f/%.0f", 100 * sm[0] / sum, 100 * sm[1] / sum,
                          100 * sm[2] / sum);
             char line[512];
-            snprintf(line, sizeof line, "%10s %10s %10s %5d %8s %7s %6s %6s %8s %7s  %-*s%s",
-                     num(a, sizeof a, "%.3f", r->ms_median, ""),
-                     num(b, sizeof b, "%.3f", r->ms_min, ""), num(c, sizeof c, "%.3f", r->ms_max, ""), r->iters,
+            const char *ms_fmt = r->op == BENCH_OP_DECODE ? "%.4f" : "%.3f"; /* a step: tens of microseconds */
+            snprintf(line, sizeof line, "%10s %10s %10s %5d %8s %7s %6s %6s %8s %7s %7s  %-*s%s",
+                     num(a, sizeof a, ms_fmt, r->ms_median, ""),
+                     num(b, sizeof b, ms_fmt, r->ms_min, ""), num(c, sizeof c, ms_fmt, r->ms_max, ""), r->iters,
                      num(d, sizeof d, "%.2f", r->gflops, ""), num(e, sizeof e, "%.2f", r->gbps, ""),
                      num(g, sizeof g, "%.1f%%", r->pct_peak_flops, ""), num(h, sizeof h, "%.1f%%", r->pct_peak_bw, ""),
                      num(k, sizeof k, "%.3f", r->ratio_mhla_linear, r->ratio_mhla_linear_estimated ? "~" : ""),
                      num(l, sizeof l, "%.2f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
+                     num(m, sizeof m, "%.2f", r->ratio_causal_mhla, r->ratio_causal_mhla_estimated ? "~" : ""),
                      r->note[0] ? 14 : 0, stages, r->note);
             for (size_t end = strlen(line); end > 0 && line[end - 1] == ' '; --end)
                 line[end - 1] = '\0'; /* no trailing blanks where the last columns are empty */
@@ -76,9 +138,15 @@ void bench_write_table(FILE *f, const bench_report *rep)
     }
     fprintf(f, "\nmhla/lin: MHLA time over linear attention's (same tokens and heads); sm/mhla: softmax time over "
                "MHLA's;\nsum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times.\n");
+    if (causal || decode)
+        fprintf(f, "mhla-causal, decode: M is the number of chunks ceil(N/C); c/mhla: the chunk form's time over MHLA's "
+                   "at the same N;\nmhla-causal sum/mix/out: chunk summaries, prefix mixtures, output. decode: one "
+                   "token per run step, N tokens of context.\n");
     if (estimated)
         fprintf(f, "~ estimated, not measured: a row over its time budget (--max-row-s, --max-total-s) is scaled from "
                    "a smaller N.\n");
+    if (decode)
+        write_decode(f, rep);
     fprintf(f, "total %.1f s\n", rep->wall_s);
 }
 
@@ -114,7 +182,8 @@ int bench_write_csv(FILE *f, const bench_report *rep)
           "seq_w,block_t,block_h,block_w,m,dk,dv,layout,iters,ms_median,ms_min,ms_max,summary_ms,mixing_ms,output_ms,"
           "flops,bytes,gflops,gbps,"
           "pct_peak_flops,pct_peak_bw,ratio_mhla_linear,ratio_softmax_mhla,ratio_mhla_linear_estimated,"
-          "ratio_softmax_mhla_estimated,note\n",
+          "ratio_softmax_mhla_estimated,chunk,steps,step_mean_ms,chunk_start_ms,tokens_per_s,ratio_causal_mhla,"
+          "ratio_causal_mhla_estimated,ratio_context,note\n",
           f);
     const bench_device *d = &rep->device;
     for (size_t i = 0; i < rep->row_count; ++i) {
@@ -143,7 +212,13 @@ int bench_write_csv(FILE *f, const bench_report *rep)
                                r->pct_peak_flops, r->pct_peak_bw, r->ratio_mhla_linear, r->ratio_softmax_mhla};
         for (size_t j = 0; j < sizeof nums / sizeof nums[0]; ++j)
             csv_num(f, r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED ? nums[j] : NAN);
-        fprintf(f, "%d,%d,", r->ratio_mhla_linear_estimated, r->ratio_softmax_mhla_estimated);
+        fprintf(f, "%d,%d,%lld,%d,", r->ratio_mhla_linear_estimated, r->ratio_softmax_mhla_estimated,
+                (long long)s->chunk, r->steps);
+        const double more[] = {r->step_mean_ms, r->chunk_start_ms, r->tokens_per_s, r->ratio_causal_mhla};
+        for (size_t j = 0; j < sizeof more / sizeof more[0]; ++j)
+            csv_num(f, r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED ? more[j] : NAN);
+        fprintf(f, "%d,", r->ratio_causal_mhla_estimated);
+        csv_num(f, r->status == BENCH_STATUS_OK ? r->ratio_context : NAN);
         csv_text(f, r->note, 1);
     }
     return ferror(f) ? -1 : 0;

@@ -1,5 +1,6 @@
 /* Rows of an mhla-bench report: status names, labels, matching, and the columns derived from the
- * measured times (rates, % of peak, the MHLA/linear and softmax/MHLA ratios). */
+ * measured times (rates, % of peak, the MHLA/linear, softmax/MHLA, causal/MHLA and decode context
+ * ratios, decode tokens/s). */
 #include "bench.h"
 
 #include <math.h>
@@ -24,7 +25,7 @@ bench_status bench_status_parse(const char *name)
 int bench_row_same_case(const bench_row *a, const bench_row *b)
 {
     return a->op == b->op && bench_shape_same_tensors(&a->shape, &b->shape) && a->shape.bt == b->shape.bt &&
-           a->shape.bh == b->shape.bh && a->shape.bw == b->shape.bw;
+           a->shape.bh == b->shape.bh && a->shape.bw == b->shape.bw && a->shape.chunk == b->shape.chunk;
 }
 
 static int has_time(const bench_row *r)
@@ -60,17 +61,50 @@ static const bench_row *find_timed(const bench_row *rows, size_t count, bench_op
     return NULL;
 }
 
+double bench_tokens_per_s(int64_t batch, double step_mean_ms)
+{
+    return step_mean_ms > 0.0 ? (double)batch * 1e3 / step_mean_ms : NAN;
+}
+
+/* The measured decode row of r's sizes and chunk with the smallest context, or NULL. */
+static const bench_row *first_context(const bench_row *rows, size_t count, const bench_row *r)
+{
+    const bench_row *first = NULL;
+    for (size_t i = 0; i < count; ++i) {
+        const bench_row *d = &rows[i];
+        if (d->op == BENCH_OP_DECODE && d->status == BENCH_STATUS_OK && d->ms_median > 0.0 &&
+            bench_shape_same_sizes(&d->shape, &r->shape) && d->shape.chunk == r->shape.chunk &&
+            (!first || bench_shape_n(&d->shape) < bench_shape_n(&first->shape)))
+            first = d;
+    }
+    return first;
+}
+
 void bench_fill_ratios(bench_row *rows, size_t count)
 {
     for (size_t i = 0; i < count; ++i) {
         bench_row *r = &rows[i];
-        r->ratio_mhla_linear = r->ratio_softmax_mhla = NAN;
-        r->ratio_mhla_linear_estimated = r->ratio_softmax_mhla_estimated = 0;
-        if (r->op != BENCH_OP_MHLA || !has_time(r))
+        r->ratio_mhla_linear = r->ratio_softmax_mhla = r->ratio_causal_mhla = r->ratio_context = NAN;
+        r->ratio_mhla_linear_estimated = r->ratio_softmax_mhla_estimated = r->ratio_causal_mhla_estimated = 0;
+        if (!has_time(r))
+            continue;
+        const int self = r->status == BENCH_STATUS_ESTIMATED;
+        if (r->op == BENCH_OP_MHLA_CAUSAL) {
+            const bench_row *mhla = find_timed(rows, count, BENCH_OP_MHLA, r);
+            if (mhla) {
+                r->ratio_causal_mhla = r->ms_median / mhla->ms_median;
+                r->ratio_causal_mhla_estimated = self || mhla->status == BENCH_STATUS_ESTIMATED;
+            }
+        }
+        if (r->op == BENCH_OP_DECODE && !self) { /* measured rows only: decode is never estimated */
+            const bench_row *first = first_context(rows, count, r);
+            if (first)
+                r->ratio_context = r->ms_median / first->ms_median;
+        }
+        if (r->op != BENCH_OP_MHLA)
             continue;
         const bench_row *lin = find_timed(rows, count, BENCH_OP_LINEAR, r);
         const bench_row *sm = find_timed(rows, count, BENCH_OP_SOFTMAX, r);
-        const int self = r->status == BENCH_STATUS_ESTIMATED;
         if (lin) {
             r->ratio_mhla_linear = r->ms_median / lin->ms_median;
             r->ratio_mhla_linear_estimated = self || lin->status == BENCH_STATUS_ESTIMATED;
@@ -95,7 +129,7 @@ void bench_shape_label(const bench_shape *s, char *buf, size_t size)
 void bench_blocks_label(const bench_row *r, char *buf, size_t size)
 {
     const bench_shape *s = &r->shape;
-    if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR)
+    if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR && !s->chunk)
         snprintf(buf, size, "-");
     else if (s->bt > 1 && bench_shape_is_2d(s))
         snprintf(buf, size, "%lldx%lldx%lld", (long long)s->bt, (long long)s->bh, (long long)s->bw);

@@ -7,24 +7,39 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A row of `op` on shape `s`, written at rows[count] when rows is not NULL. */
+static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_shape *s)
+{
+    if (!rows)
+        return;
+    bench_row *r = &rows[count];
+    memset(r, 0, sizeof *r);
+    r->op = op;
+    r->shape = *s;
+    r->ratio_mhla_linear = r->ratio_softmax_mhla = r->ratio_causal_mhla = r->ratio_context = NAN;
+    r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
+    r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = NAN;
+}
+
 /* The rows of one shape, written at rows[count...] when rows is not NULL: the mhla rows (one per M
- * of --m, or the rule's M), then linear, softmax, and the causal ops on 1D shapes. Returns the count
- * after them. */
+ * of --m, or the rule's M), then linear, softmax, and on 1D shapes mhla-causal (one per chunk size).
+ * Returns the count after them. Decode rows have their own contexts (decode_rows). */
 static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row *rows, size_t count)
 {
     for (int op = 0; op < BENCH_OP_COUNT; ++op) {
-        if (!(o->ops & (1u << op)) || (bench_shape_is_2d(s) && bench_op_get((bench_op_id)op)->one_d_only))
+        if (!(o->ops & (1u << op)) || op == BENCH_OP_DECODE ||
+            (bench_shape_is_2d(s) && bench_op_get((bench_op_id)op)->one_d_only))
             continue;
-        const size_t variants = op == BENCH_OP_MHLA && o->m_count ? o->m_count : 1;
+        const size_t variants = op == BENCH_OP_MHLA && o->m_count ? o->m_count
+                                : op == BENCH_OP_MHLA_CAUSAL ? o->chunk_count
+                                                             : 1;
         for (size_t v = 0; v < variants; ++v, ++count) {
+            init_row(rows, count, (bench_op_id)op, s);
             if (!rows)
                 continue;
             bench_row *r = &rows[count];
-            memset(r, 0, sizeof *r);
-            r->op = (bench_op_id)op;
-            r->shape = *s;
-            r->ratio_mhla_linear = r->ratio_softmax_mhla = NAN;
-            r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
+            if (op == BENCH_OP_MHLA_CAUSAL)
+                bench_set_chunk(&r->shape, o->chunk[v]);
             if (op != BENCH_OP_MHLA)
                 continue; /* linear and softmax keep the 1x1x1 block grid */
             if (!o->m_count) {
@@ -38,20 +53,38 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
     return count;
 }
 
-/* All rows in order: per head dims and heads, the 1D lengths then the images. */
+/* The decode rows of one head setting: per chunk size, one per context of --decode-context. */
+static size_t decode_rows(const bench_options *o, const bench_shape *sizes, bench_row *rows, size_t count)
+{
+    if (!(o->ops & (1u << BENCH_OP_DECODE)))
+        return count;
+    for (size_t ci = 0; ci < o->chunk_count; ++ci)
+        for (size_t i = 0; i < o->decode_ctx_count; ++i, ++count) {
+            bench_shape s = *sizes;
+            s.t = o->decode_ctx[i], s.h = s.w = 1;
+            bench_set_chunk(&s, o->chunk[ci]);
+            init_row(rows, count, BENCH_OP_DECODE, &s);
+        }
+    return count;
+}
+
+/* All rows in order: per head dims and heads, the 1D lengths, the images, then the decode contexts. */
 static size_t plan_rows(const bench_options *o, bench_row *rows)
 {
     size_t count = 0;
     for (size_t di = 0; di < o->dims_count; ++di)
-        for (size_t hi = 0; hi < o->heads_count; ++hi)
+        for (size_t hi = 0; hi < o->heads_count; ++hi) {
+            bench_shape s = {o->batch, o->heads[hi], 1, 1, 1, 1, 1, 1, o->dk[di], o->dv[di], o->layout, 0};
             for (size_t gi = 0; gi < o->n_count + o->image_count; ++gi) {
-                bench_shape s = {o->batch, o->heads[hi], 1, 1, 1, 1, 1, 1, o->dk[di], o->dv[di], o->layout};
+                s.t = s.h = s.w = 1;
                 if (gi < o->n_count)
                     s.t = o->n[gi];
                 else
                     s.h = o->image_h[gi - o->n_count], s.w = o->image_w[gi - o->n_count];
                 count = shape_rows(o, &s, rows, count);
             }
+            count = decode_rows(o, &s, rows, count);
+        }
     return count;
 }
 
@@ -124,13 +157,21 @@ int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const
 {
     const bench_op *op = bench_op_get(r->op);
     const double n = (double)bench_shape_n(&r->shape), runs = (double)(o->warmup + o->min_iters);
+    if (!op->estimable) {
+        if (budget_s > 0.0)
+            return 0;
+        r->status = BENCH_STATUS_SKIPPED;
+        snprintf(r->note, sizeof r->note, "not run: no time left of the sweep's %.0f s (%s rows are never estimated)",
+                 o->max_total_s, op->name);
+        return 1;
+    }
     /* The base: a measured row on the same kind of grid (1D or image) if there is one, else any;
      * among those the largest N. */
     const bench_row *base = NULL;
     for (size_t i = 0; i < n_done; ++i) {
         const bench_row *d = &done[i];
         if (d->status != BENCH_STATUS_OK || d->op != r->op || !bench_shape_same_sizes(&d->shape, &r->shape) ||
-            (double)bench_shape_n(&d->shape) > n)
+            d->shape.chunk != r->shape.chunk || (double)bench_shape_n(&d->shape) > n)
             continue;
         const int d_same = bench_shape_is_2d(&d->shape) == bench_shape_is_2d(&r->shape);
         const int b_same = base && bench_shape_is_2d(&base->shape) == bench_shape_is_2d(&r->shape);
@@ -138,7 +179,8 @@ int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const
             base = d;
     }
     if (base) {
-        const double est = base->ms_median * pow(n / (double)bench_shape_n(&base->shape), op->time_power);
+        const double scale = op->flops(&r->shape) / op->flops(&base->shape);
+        const double est = base->ms_median * scale;
         if (runs * est <= budget_s * 1e3)
             return 0;
         char grid[32];
@@ -146,9 +188,9 @@ int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const
         r->status = BENCH_STATUS_ESTIMATED;
         r->ms_median = est;
         r->ms_min = r->ms_max = NAN;
-        snprintf(r->note, sizeof r->note, "estimated from %s N=%lld as N^%g: %d runs of ~%.1f s exceed the row's %.0f s",
-                 grid, (long long)bench_shape_n(&base->shape), op->time_power, o->warmup + o->min_iters, est * 1e-3,
-                 budget_s);
+        snprintf(r->note, sizeof r->note,
+                 "estimated from %s N=%lld by flops (x%.3g): %d runs of ~%.1f s exceed the row's %.0f s", grid,
+                 (long long)bench_shape_n(&base->shape), scale, o->warmup + o->min_iters, est * 1e-3, budget_s);
         return 1;
     }
     const double floor_ms = peak->gflops > 0 ? op->flops(&r->shape) / (peak->gflops * 1e6) : 0.0;
@@ -200,18 +242,38 @@ static mhla_status case_stages(void *arg, double ms[3])
     return a->op->stages(a->c, ms);
 }
 
+static mhla_status prepare_case(void *arg)
+{
+    const run_arg *a = arg;
+    return a->op->prepare(a->c);
+}
+
+static mhla_status case_step_ends(void *arg, cl_ulong *end_ns)
+{
+    const run_arg *a = arg;
+    return a->op->step_ends(a->c, end_ns);
+}
+
 static void run_row(mhla_context *ctx, const bench_options *o, const bench_inputs *in, bench_row *r)
 {
     const bench_op *op = bench_op_get(r->op);
-    bench_case c = {ctx, in, NULL, NULL};
+    bench_case c = {ctx, in, NULL, NULL, NULL};
     bench_timing t;
     char err[256] = "";
     mhla_status st = op->create(&c, &r->shape);
     if (st == MHLA_OK) {
         run_arg a = {op, &c};
-        const bench_job job = {enqueue_case, op->stages ? case_stages : NULL, &a};
+        const int steps = op->step_count ? op->step_count(&c) : 0;
+        const bench_job job = {op->prepare ? prepare_case : NULL,
+                               enqueue_case,
+                               op->stages ? case_stages : NULL,
+                               steps ? case_step_ends : NULL,
+                               steps,
+                               steps ? op->marked_step(&c) : -1,
+                               &a};
         st = bench_time(mhla_context_queue(ctx), &job, o->warmup, o->target_ms, o->min_iters, o->max_iters, &t, err,
                         sizeof err);
+        r->steps = steps;
     } else {
         snprintf(err, sizeof err, "%s", mhla_context_message(ctx));
     }
@@ -232,6 +294,12 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
     r->ms_min = t.ms_min;
     r->ms_max = t.ms_max;
     memcpy(r->stage_ms, t.stage_ms, sizeof r->stage_ms);
+    if (r->steps) { /* the row's times are per step (token); its runs' mean step and chunk start beside */
+        r->ms_median = t.step_median, r->ms_min = t.step_min, r->ms_max = t.step_max;
+        r->step_mean_ms = t.step_mean;
+        r->chunk_start_ms = t.marked_ms;
+        r->tokens_per_s = bench_tokens_per_s(r->shape.batch, t.step_mean);
+    }
 }
 
 static void progress(const bench_options *o, size_t i, size_t total, const bench_row *r, double t0)

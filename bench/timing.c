@@ -28,10 +28,37 @@ double bench_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void bench_step_stats(double *step_ms, int runs, int steps, int marked, bench_timing *out)
+{
+    double *per_run = malloc((size_t)(runs > 0 ? runs : 1) * sizeof *per_run);
+    out->step_mean = out->marked_ms = NAN;
+    if (per_run && runs > 0 && steps > 0) {
+        for (int i = 0; i < runs; ++i) {
+            double sum = 0.0;
+            for (int s = 0; s < steps; ++s)
+                sum += step_ms[(size_t)i * (size_t)steps + (size_t)s];
+            per_run[i] = sum / steps;
+        }
+        out->step_mean = bench_median(per_run, (size_t)runs);
+        if (marked >= 0 && marked < steps) {
+            for (int i = 0; i < runs; ++i)
+                per_run[i] = step_ms[(size_t)i * (size_t)steps + (size_t)marked];
+            out->marked_ms = bench_median(per_run, (size_t)runs);
+        }
+    }
+    free(per_run);
+    const size_t all = runs > 0 && steps > 0 ? (size_t)runs * (size_t)steps : 0;
+    out->step_median = all ? bench_median(step_ms, all) : NAN; /* sorts */
+    out->step_min = all ? step_ms[0] : NAN;
+    out->step_max = all ? step_ms[all - 1] : NAN;
+}
+
 /* One run's device time in ms. The run is gated behind a user event so that it starts only once
  * all its commands are enqueued: the time from the gate's marker to the last command's end is the
- * device's, with no host enqueue cost (CLBlast's included) inside it. */
-static mhla_status timed_run(cl_command_queue queue, const bench_job *job, double *ms, char *err, size_t err_size)
+ * device's, with no host enqueue cost (CLBlast's included) inside it. A run of steps also gets
+ * each step's time in step_ms (the ends' ns go through ends_ns, job->steps of them). */
+static mhla_status timed_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
+                             cl_ulong *ends_ns, char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
     cl_context clctx = NULL;
@@ -66,6 +93,16 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
         goto cleanup;
     }
     *ms = t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0.0;
+    if (job->steps > 0 && step_ms) {
+        if ((st = job->step_ends(job->arg, ends_ns)) != MHLA_OK) {
+            err[0] = '\0';
+            goto cleanup;
+        }
+        for (int i = 0; i < job->steps; ++i) {
+            const cl_ulong from = i ? ends_ns[i - 1] : t0;
+            step_ms[i] = ends_ns[i] > from ? (double)(ends_ns[i] - from) * 1e-6 : 0.0;
+        }
+    }
 cleanup:
     if (gate)
         clReleaseEvent(gate);
@@ -76,31 +113,58 @@ cleanup:
     return st;
 }
 
+/* The job's prepare hook, if any; *wall_ms gets its host time. */
+static mhla_status prepare(const bench_job *job, double *wall_ms)
+{
+    const double t = bench_now();
+    const mhla_status st = job->prepare ? job->prepare(job->arg) : MHLA_OK;
+    *wall_ms = (bench_now() - t) * 1e3;
+    return st;
+}
+
 mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
                        int max_iters, bench_timing *out, char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
-    double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, one = 0.0;
+    double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, *step_ms = NULL, one = 0.0, prep = 0.0;
+    const size_t steps = job->steps > 0 ? (size_t)job->steps : 0;
+    cl_ulong *ends = calloc(steps ? steps : 1, sizeof *ends);
+    double *warm_steps = calloc(steps ? steps : 1, sizeof *warm_steps);
+    if (!ends || !warm_steps) {
+        snprintf(err, err_size, "out of host memory");
+        st = MHLA_ERR_OUT_OF_HOST_MEMORY;
+        goto cleanup;
+    }
     /* The first run also builds what is built lazily (CLBlast compiles its GEMM then). */
-    for (int i = 0; i < warmup; ++i)
-        if ((st = timed_run(queue, job, &one, err, err_size)) != MHLA_OK)
-            return st;
+    for (int i = 0; i < warmup; ++i) {
+        err[0] = '\0';
+        if ((st = prepare(job, &prep)) != MHLA_OK ||
+            (st = timed_run(queue, job, &one, warm_steps, ends, err, err_size)) != MHLA_OK)
+            goto cleanup;
+    }
+    /* Runs that fill target_ms, the untimed preparation included (it takes the row's time too). */
     int iters = min_iters;
-    if (one > 0.0 && target_ms / one > (double)iters)
-        iters = target_ms / one > (double)max_iters ? max_iters : (int)(target_ms / one + 0.5);
+    const double per_run = one + prep;
+    if (one > 0.0 && target_ms / per_run > (double)iters)
+        iters = target_ms / per_run > (double)max_iters ? max_iters : (int)(target_ms / per_run + 0.5);
     if (iters < 1)
         iters = 1;
     ms = malloc((size_t)iters * sizeof *ms);
     for (int s = 0; s < 3 && job->stages; ++s)
         stage[s] = malloc((size_t)iters * sizeof *stage[s]);
-    if (!ms || (job->stages && (!stage[0] || !stage[1] || !stage[2]))) {
+    if (steps)
+        step_ms = malloc((size_t)iters * steps * sizeof *step_ms);
+    if (!ms || (job->stages && (!stage[0] || !stage[1] || !stage[2])) || (steps && !step_ms)) {
         snprintf(err, err_size, "out of host memory");
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
     }
     for (int i = 0; i < iters; ++i) {
         double s3[3];
-        if ((st = timed_run(queue, job, &ms[i], err, err_size)) != MHLA_OK)
+        err[0] = '\0';
+        if ((st = prepare(job, &prep)) != MHLA_OK ||
+            (st = timed_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, err, err_size)) !=
+                MHLA_OK)
             goto cleanup;
         if (job->stages && (st = job->stages(job->arg, s3)) != MHLA_OK)
             goto cleanup;
@@ -113,7 +177,11 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     out->ms_max = ms[iters - 1];
     for (int s = 0; s < 3; ++s)
         out->stage_ms[s] = job->stages ? bench_median(stage[s], (size_t)iters) : NAN;
+    bench_step_stats(step_ms, steps ? iters : 0, job->steps, job->marked_step, out);
 cleanup:
+    free(ends);
+    free(warm_steps);
+    free(step_ms);
     free(ms);
     for (int s = 0; s < 3; ++s)
         free(stage[s]);

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Runs mhla-bench once on a tiny sweep and checks what it writes with independent readers
-(Python's json, csv and XML parsers): every requested row measured, figures consistent with each
-other, the CSV matching the JSON, a well-formed SVG with the three series, and --compare of the
-report with itself reading 1.
+(Python's json, csv and XML parsers): every requested row measured (the causal chunk form and
+decoding included), figures consistent with each other and with the flop formulas recomputed here,
+the CSV matching the JSON, a well-formed SVG with the three series, and --compare of the report
+with itself reading 1.
 
     bench_smoke.py MHLA_BENCH
 """
@@ -21,14 +22,34 @@ def check(cond, what):
         sys.exit("bench_smoke: " + what)
 
 
+def check_decode(r, rows, label):
+    """A decode row: per-step times over runs of C = 32 steps, one chunk start in each."""
+    check(r["steps"] == 32 and r["iters"] >= 2, label + ": steps and runs")
+    check(0 < r["ms_min"] <= r["ms_median"] <= r["ms_max"], label + ": min <= median <= max")
+    # A run's mean step lies between the fastest and the slowest step, and so does the chunk start.
+    check(r["ms_min"] <= r["step_mean_ms"] <= r["ms_max"], label + ": mean over C steps")
+    check(r["ms_min"] <= r["chunk_start_ms"] <= r["ms_max"], label + ": chunk start")
+    check(math.isclose(r["tokens_per_s"], r["batch"] * 1e3 / r["step_mean_ms"], rel_tol=1e-6), label + ": tokens/s")
+    check(math.isclose(r["flops"], 4 * 2 * 32 * 16), label + ": flops per token")
+    check(math.isclose(r["bytes"], 4 * 2 * (2 * 32 + 2 * 16 + 3 * 32 * 16)), label + ": bytes per token")
+    check(math.isclose(r["gflops"], r["flops"] / r["ms_median"] / 1e6, rel_tol=1e-6), label + ": GFLOP/s")
+    check(r["summary_ms"] is None and r["ratio_causal_mhla"] is None, label + ": no stages or causal ratio")
+    first = min((x for x in rows if x["op"] == "decode"), key=lambda x: x["n"])
+    check(math.isclose(r["ratio_context"], r["ms_median"] / first["ms_median"], rel_tol=1e-6),
+          label + ": ratio to the smallest context")
+
+
 def main(bench):
     tmp = tempfile.mkdtemp(prefix="mhla_bench_smoke")
     js, cs, svg = (os.path.join(tmp, n) for n in ("r.json", "r.csv", "r.svg"))
-    args = [bench, "--n", "256,512", "--image", "16", "--heads", "2", "--dims", "32x16",
+    # Chunks of 32: 8 and 16 of them; decode at 256 and 512 tokens of context (the --n list).
+    args = [bench, "--n", "256,512", "--image", "16", "--heads", "2", "--dims", "32x16", "--chunk", "32",
             "--target-ms", "1", "--min-iters", "2", "--json", js, "--csv", cs, "--plot", svg]
     run = subprocess.run(args, capture_output=True, text=True, timeout=600)
     check(run.returncode == 0, "exit status %d\n%s%s" % (run.returncode, run.stdout, run.stderr))
     check("median ms" in run.stdout and "softmax" in run.stdout, "no table on stdout:\n" + run.stdout)
+    check("decode per token" in run.stdout and "512 over 256 tokens of context: per-token median" in run.stdout,
+          "no decode summary on stdout:\n" + run.stdout)
 
     rep = json.load(open(js))
     check(rep["format"] == "mhla-bench 1", "format")
@@ -37,18 +58,25 @@ def main(bench):
     check(rep["peak"]["gflops"] > 0 and rep["peak"]["copy_gbps"] > 0, "peak figures")
     par = rep["parameters"]
     check(par["target_ms"] == 1 and par["min_iters"] == 2 and par["n"] == [256, 512] and par["images"] == ["16x16"]
-          and par["heads"] == [2] and par["dims"] == ["32x16"] and par["m"] == [] and len(par["ops"]) == 5,
+          and par["heads"] == [2] and par["dims"] == ["32x16"] and par["m"] == [] and len(par["ops"]) == 5
+          and par["chunk"] == [32] and par["decode_context"] == [256, 512]
+          and par["causal_normalizer"] == "none" and par["causal_mixing_init"] == "causal-uniform",
           "parameters: %s" % par)
     rows = rep["rows"]
-    # 1D: mhla, linear, softmax, mhla-causal, decode at two N; 2D: the first three.
-    check(len(rows) == 2 * 5 + 3, "%d rows" % len(rows))
+    # 1D: mhla, linear, softmax, mhla-causal at two N; 2D: the first three; then decode at two contexts.
+    check(len(rows) == 2 * 4 + 3 + 2, "%d rows" % len(rows))
+    check([r["op"] for r in rows[-2:]] == ["decode"] * 2, "decode rows last")
     for r in rows:
         label = "%s n=%d" % (r["op"], r["n"])
         check(r["heads"] == 2 and r["dk"] == 32 and r["dv"] == 16, label + ": sizes")
-        if r["op"] in ("mhla-causal", "decode"):
-            check(r["status"] == "n/a" and "causal" in r["note"], label + ": expected n/a")
-            continue
         check(r["status"] == "ok", label + ": status " + r["status"] + " " + r["note"])
+        causal = r["op"] in ("mhla-causal", "decode")
+        check(r["chunk"] == (32 if causal else 0), label + ": chunk")
+        if causal:
+            check(r["m"] == -(-r["n"] // 32) and r["seq_h"] == 1, label + ": M is ceil(N/C) chunks")
+        if r["op"] == "decode":
+            check_decode(r, rows, label)
+            continue
         check(r["iters"] >= 2, label + ": iterations")
         check(0 < r["ms_min"] <= r["ms_median"] <= r["ms_max"], label + ": min <= median <= max")
         check(math.isclose(r["gflops"], r["flops"] / r["ms_median"] / 1e6, rel_tol=1e-6), label + ": GFLOP/s")
@@ -63,8 +91,16 @@ def main(bench):
                   and sum(stages) <= 1.5 * r["ms_max"] + 1.0, label + ": stage times %s" % stages)
         if r["op"] == "softmax":
             check(math.isclose(r["flops"], 2 * 2 * r["n"] ** 2 * (32 + 16)), label + ": softmax flops")
+        elif r["op"] == "mhla-causal":
+            m, n = r["m"], r["n"]  # N is a multiple of C here: every chunk is full
+            want = 2 * (4 * n * 32 * 16 + 32 * 16 * m * (m - 1) + (32 + 16) * m * 32 * 33)
+            check(math.isclose(r["flops"], want), label + ": causal flops %g, expected %g" % (r["flops"], want))
+            mhla = [x for x in rows if x["op"] == "mhla" and x["n"] == n and x["seq_h"] == 1][0]
+            check(math.isclose(r["ratio_causal_mhla"], r["ms_median"] / mhla["ms_median"], rel_tol=1e-6),
+                  label + ": causal/mhla ratio")
         else:
             check(math.isclose(r["flops"], 4 * 2 * r["n"] * 32 * 16), label + ": linear-time flops")
+            check(r["ratio_causal_mhla"] is None, label + ": causal/mhla on a non-causal row")
         if r["op"] == "mhla":
             check(r["m"] == r["block_t"] * r["block_h"] * r["block_w"] and r["m"] * r["m"] <= r["n"],
                   label + ": M")
@@ -75,6 +111,7 @@ def main(bench):
             check(math.isclose(r["ratio_softmax_mhla"], sm["ms_median"] / r["ms_median"], rel_tol=1e-6),
                   label + ": softmax/mhla ratio")
     check([r["seq_h"] for r in rows if r["op"] == "mhla"] == [1, 1, 16], "2D row")
+    check(not any(r["op"] == "mhla-causal" and r["seq_h"] > 1 for r in rows), "no 2D causal rows")
 
     with open(cs, newline="") as f:
         lines = list(csv.DictReader(f))
@@ -85,6 +122,12 @@ def main(bench):
               "CSV device columns")
         if r["status"] == "ok":
             check(math.isclose(float(line["ms_median"]), r["ms_median"], rel_tol=1e-5), "CSV ms_median")
+        check(int(line["chunk"]) == r["chunk"] and int(line["steps"]) == r["steps"], "CSV chunk/steps")
+        for key in ("step_mean_ms", "chunk_start_ms", "tokens_per_s", "ratio_causal_mhla", "ratio_context"):
+            if r[key] is None:
+                check(line[key] == "", "CSV %s of %s should be empty" % (key, r["op"]))
+            else:
+                check(math.isclose(float(line[key]), r[key], rel_tol=1e-5), "CSV %s of %s" % (key, r["op"]))
 
     root = ET.parse(svg).getroot()
     check(root.tag.endswith("svg"), "SVG root")
@@ -95,8 +138,8 @@ def main(bench):
 
     cmp = subprocess.run([bench, "--compare", js, js], capture_output=True, text=True, timeout=60)
     check(cmp.returncode == 0, "--compare failed: " + cmp.stderr)
-    check("9 rows in both" in cmp.stdout and "geometric mean B/A 1.000" in cmp.stdout,
-          "--compare output:\n" + cmp.stdout)
+    check("13 rows in both" in cmp.stdout and "decode      geometric mean B/A 1.000 over 2" in cmp.stdout
+          and "mhla-causal geometric mean B/A 1.000 over 2" in cmp.stdout, "--compare output:\n" + cmp.stdout)
     bad = subprocess.run([bench, "--compare", js, svg], capture_output=True, text=True, timeout=60)
     check(bad.returncode == 1 and svg in bad.stderr, "--compare of a non-report must fail naming it")
     print("bench_smoke: %d rows checked, peak %.1f GFLOP/s, %.1f GB/s" %

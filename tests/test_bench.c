@@ -1,6 +1,6 @@
 /* mhla-bench's logic without a device: the rule for M, block grids for a given M, the crossover
- * interpolation, the ratio columns, options, the JSON reader, and the JSON round trip that
- * --compare relies on. */
+ * interpolation, the flops of the causal ops, the decode step statistics, the ratio columns,
+ * options, the JSON reader, and the JSON round trip that --compare relies on. */
 #include "bench.h"
 #include "json.h"
 
@@ -17,13 +17,13 @@
 
 static bench_shape shape_1d(int64_t n)
 {
-    bench_shape s = {1, 8, n, 1, 1, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD};
+    bench_shape s = {1, 8, n, 1, 1, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0};
     return s;
 }
 
 static bench_shape shape_2d(int64_t h, int64_t w)
 {
-    bench_shape s = {1, 8, 1, h, w, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD};
+    bench_shape s = {1, 8, 1, h, w, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0};
     return s;
 }
 
@@ -73,6 +73,86 @@ static void test_blocks_for_m(void **state)
     assert_true(bench_blocks_for_m(&s, 15));
     assert_int_equal(s.bh, 3);
     assert_int_equal(s.bw, 5);
+}
+
+static bench_shape shape_causal(int64_t n, int64_t chunk)
+{
+    bench_shape s = shape_1d(n);
+    bench_set_chunk(&s, chunk);
+    return s;
+}
+
+static double op_flops(bench_op_id op, const bench_shape *s) { return bench_op_get(op)->flops(s); }
+
+/* The chunk form's flops, term by term (summaries and read-out, prefix mixtures, masked
+ * intra-chunk pairs), and what they say about causal over non-causal: the arithmetic floor of
+ * the ratio the issue asks about, 1.75x at N = 4096 and 2.5x at N = 16384 with C = Dk = Dv = 64. */
+static void test_causal_flops(void **state)
+{
+    (void)state;
+    bench_shape s = shape_causal(4096, 64);
+    assert_int_equal(bench_shape_m(&s), 64);
+    assert_int_equal(s.chunk, 64);
+    const double bh = 8.0, d2 = 64.0 * 64.0;
+    double want = bh * (4.0 * 4096 * d2 + d2 * 64 * 63 + 128.0 * 64 * (64 * 65));
+    assert_true(fabs(op_flops(BENCH_OP_MHLA_CAUSAL, &s) - want) < 1.0);
+    bench_shape nc = shape_1d(4096);
+    assert_true(fabs(op_flops(BENCH_OP_MHLA_CAUSAL, &s) / op_flops(BENCH_OP_MHLA, &nc) - 1.754) < 1e-3);
+    s = shape_causal(16384, 64), nc = shape_1d(16384);
+    assert_true(fabs(op_flops(BENCH_OP_MHLA_CAUSAL, &s) / op_flops(BENCH_OP_MHLA, &nc) - 2.504) < 1e-3);
+    /* C = 128 trades a quarter of the prefix for twice the intra-chunk pairs: better at 16384 only. */
+    s = shape_causal(16384, 128);
+    assert_true(fabs(op_flops(BENCH_OP_MHLA_CAUSAL, &s) / op_flops(BENCH_OP_MHLA, &nc) - 2.256) < 1e-3);
+    s = shape_causal(4096, 128), nc = shape_1d(4096);
+    assert_true(fabs(op_flops(BENCH_OP_MHLA_CAUSAL, &s) / op_flops(BENCH_OP_MHLA, &nc) - 2.068) < 1e-3);
+    /* A partial last chunk: N = 100, C = 64 is one chunk of 64 and one of 36, M = 2. */
+    s = shape_causal(100, 64);
+    s.heads = 2, s.dk = 32, s.dv = 16;
+    assert_int_equal(bench_shape_m(&s), 2);
+    want = 2.0 * (4.0 * 100 * 32 * 16 + 32.0 * 16 * 2 * 1 + 48.0 * (64 * 65 + 36 * 37));
+    assert_true(fabs(op_flops(BENCH_OP_MHLA_CAUSAL, &s) - want) < 1e-6);
+    /* One chunk: no prefix at all. */
+    s = shape_causal(64, 64);
+    s.heads = 1, s.dk = s.dv = 1;
+    assert_true(fabs(op_flops(BENCH_OP_MHLA_CAUSAL, &s) - (4.0 * 64 + 2.0 * 64 * 65)) < 1e-9);
+    /* Bytes: q, k, v, out, four passes over M summaries of Dk x Dv, the lower triangle of Mc. */
+    s = shape_causal(4096, 64);
+    const double qkvo = 4.0 * 8 * 4096 * 256, sums = 8.0 * 64 * 64 * 64;
+    assert_true(fabs(bench_op_get(BENCH_OP_MHLA_CAUSAL)->bytes(&s) - (qkvo + 16.0 * sums + 4.0 * 64 * 65 / 2)) < 1.0);
+    /* Decode: per token, whatever the context: 4*B*H*Dk*Dv flops; one token's q, k, v, out and the
+     * running summary read and written and P_i read. */
+    const bench_shape d1k = shape_causal(1024, 64), d32k = shape_causal(32768, 64);
+    assert_true(op_flops(BENCH_OP_DECODE, &d1k) == 4.0 * 8 * d2);
+    assert_true(op_flops(BENCH_OP_DECODE, &d32k) == op_flops(BENCH_OP_DECODE, &d1k));
+    assert_true(bench_op_get(BENCH_OP_DECODE)->bytes(&d1k) == 4.0 * 8 * (256 + 3 * d2));
+    assert_false(bench_op_get(BENCH_OP_DECODE)->estimable);
+    assert_true(bench_op_get(BENCH_OP_MHLA_CAUSAL)->estimable);
+    assert_true(bench_op_get(BENCH_OP_MHLA_CAUSAL)->one_d_only && bench_op_get(BENCH_OP_DECODE)->one_d_only);
+}
+
+/* Decode runs of C steps: the per-step median over every step, the mean over a run (chunk start
+ * included) as the median over runs, the marked step's median, and tokens/s from the mean. */
+static void test_step_stats(void **state)
+{
+    (void)state;
+    /* 3 runs of 4 steps; step 1 starts the chunk (slow), one run has a slow outlier step. */
+    double ms[] = {1.0, 9.0, 1.0, 1.0, /* mean 3 */
+                   1.0, 13.0, 1.0, 1.0, /* mean 4 */
+                   2.0, 11.0, 1.0, 30.0 /* mean 11 */};
+    bench_timing t;
+    bench_step_stats(ms, 3, 4, 1, &t);
+    assert_true(t.step_median == 1.0); /* 7 of the 12 steps take 1 ms */
+    assert_true(t.step_min == 1.0 && t.step_max == 30.0);
+    assert_true(t.step_mean == 4.0); /* median of 3, 4, 11: the outlier run does not move it */
+    assert_true(t.marked_ms == 11.0);
+    double two[] = {1.0, 3.0, 5.0, 7.0};
+    bench_step_stats(two, 2, 2, -1, &t); /* even count: the middle two */
+    assert_true(t.step_median == 4.0 && t.step_mean == 4.0 && isnan(t.marked_ms));
+    bench_step_stats(NULL, 0, 0, -1, &t);
+    assert_true(isnan(t.step_median) && isnan(t.step_mean) && isnan(t.marked_ms));
+    assert_true(fabs(bench_tokens_per_s(1, 0.05) - 20000.0) < 1e-6);
+    assert_true(fabs(bench_tokens_per_s(4, 0.05) - 80000.0) < 1e-6); /* a step serves every sequence */
+    assert_true(isnan(bench_tokens_per_s(1, 0.0)) && isnan(bench_tokens_per_s(1, NAN)));
 }
 
 /* t_a = N and t_b = N^2 / c cross at N = c; log-log interpolation is exact for power laws. */
@@ -153,6 +233,51 @@ static void test_ratios_and_rates(void **state)
     assert_true(isnan(rows[5].gflops));
 }
 
+/* causal/mhla: the chunk form over the first mhla row of the same tensors; x first: a decode row's
+ * per-token median over the smallest measured context of its sizes and chunk. */
+static void test_causal_ratios(void **state)
+{
+    (void)state;
+    bench_shape s4k = shape_1d(4096), m16 = s4k, m64 = s4k;
+    assert_true(bench_blocks_for_m(&m16, 16));
+    assert_true(bench_blocks_for_m(&m64, 64));
+    bench_shape h4 = shape_causal(1024, 64);
+    h4.heads = 4;
+    bench_row rows[] = {
+        timed_row(BENCH_OP_MHLA, m16, 10.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_MHLA, m64, 12.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_MHLA_CAUSAL, shape_causal(4096, 64), 20.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_MHLA_CAUSAL, shape_causal(4096, 128), 25.0, BENCH_STATUS_ESTIMATED),
+        timed_row(BENCH_OP_MHLA_CAUSAL, shape_causal(1024, 64), 5.0, BENCH_STATUS_OK), /* no mhla at 1024 */
+        timed_row(BENCH_OP_DECODE, shape_causal(8192, 64), 0.030, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_DECODE, shape_causal(1024, 64), 0.025, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_DECODE, shape_causal(32768, 64), 0.035, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_DECODE, shape_causal(512, 128), 0.050, BENCH_STATUS_OK),   /* another chunk */
+        timed_row(BENCH_OP_DECODE, h4, 0.010, BENCH_STATUS_OK),                      /* other sizes */
+        timed_row(BENCH_OP_DECODE, shape_causal(256, 64), 0.0, BENCH_STATUS_SKIPPED), /* not a base */
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    bench_fill_ratios(rows, n);
+    assert_true(fabs(rows[2].ratio_causal_mhla - 2.0) < 1e-12); /* over the first mhla row (M = 16) */
+    assert_false(rows[2].ratio_causal_mhla_estimated);
+    assert_true(fabs(rows[3].ratio_causal_mhla - 2.5) < 1e-12);
+    assert_true(rows[3].ratio_causal_mhla_estimated);
+    assert_true(isnan(rows[4].ratio_causal_mhla));
+    assert_true(isnan(rows[0].ratio_causal_mhla) && isnan(rows[5].ratio_causal_mhla));
+    assert_true(fabs(rows[5].ratio_context - 1.2) < 1e-12);
+    assert_true(fabs(rows[6].ratio_context - 1.0) < 1e-12);
+    assert_true(fabs(rows[7].ratio_context - 1.4) < 1e-12);
+    assert_true(fabs(rows[8].ratio_context - 1.0) < 1e-12);
+    assert_true(fabs(rows[9].ratio_context - 1.0) < 1e-12);
+    assert_true(isnan(rows[10].ratio_context) && isnan(rows[2].ratio_context));
+    /* Causal rows are told apart by their chunk: same N, other C, another case. */
+    assert_false(bench_row_same_case(&rows[2], &rows[3]));
+    assert_true(bench_row_same_case(&rows[2], &rows[2]));
+    char label[32];
+    bench_blocks_label(&rows[3], label, sizeof label);
+    assert_string_equal(label, "32"); /* ceil(4096 / 128) chunks */
+}
+
 /* A softmax row estimated from a smaller N as N^2, an MHLA row as N, and a first row without any
  * measurement skipped only when even the device's peak is too slow for the row budget. */
 static void test_estimates(void **state)
@@ -189,7 +314,38 @@ static void test_estimates(void **state)
     r = timed_row(BENCH_OP_MHLA, s1k, 0.0, BENCH_STATUS_OK);
     assert_int_equal(bench_estimate_instead(&o, &peak, done, 3, 0.0, &r), 1);
     assert_true(fabs(r.ms_median - 30.0) < 1e-9);
+    /* mhla-causal scales by its own flops (the prefix grows as N^2), from the same chunk only. */
+    const bench_row causal[] = {timed_row(BENCH_OP_MHLA_CAUSAL, shape_causal(4096, 64), 100.0, BENCH_STATUS_OK),
+                                timed_row(BENCH_OP_MHLA_CAUSAL, shape_causal(8192, 128), 1.0, BENCH_STATUS_OK)};
+    r = timed_row(BENCH_OP_MHLA_CAUSAL, shape_causal(16384, 64), 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, causal, 2, 1.0, &r), 1);
+    assert_int_equal(r.status, BENCH_STATUS_ESTIMATED);
+    const bench_shape c4k = shape_causal(4096, 64), c16k = shape_causal(16384, 64);
+    const double grow = op_flops(BENCH_OP_MHLA_CAUSAL, &c16k) / op_flops(BENCH_OP_MHLA_CAUSAL, &c4k);
+    assert_true(grow > 5.7 && grow < 5.8); /* 4x the tokens, 16x the prefix */
+    assert_true(fabs(r.ms_median - 100.0 * grow) < 1e-9);
+    assert_non_null(strstr(r.note, "N=4096"));
+    /* Decode rows are never estimated: they run while any time is left, else are skipped. */
+    const bench_row dec[] = {timed_row(BENCH_OP_DECODE, shape_causal(1024, 64), 1e6, BENCH_STATUS_OK)};
+    r = timed_row(BENCH_OP_DECODE, shape_causal(32768, 64), 0.0, BENCH_STATUS_OK);
+    assert_int_equal(bench_estimate_instead(&o, &peak, dec, 1, 0.5, &r), 0);
+    assert_int_equal(bench_estimate_instead(&o, &peak, dec, 1, 0.0, &r), 1);
+    assert_int_equal(r.status, BENCH_STATUS_SKIPPED);
+    assert_non_null(strstr(r.note, "never estimated"));
 }
+
+/* A parsed list against the values expected. */
+static void assert_sizes(const int64_t *got, size_t count, const int64_t *want, size_t want_count)
+{
+    assert_int_equal(count, want_count);
+    for (size_t i = 0; i < count; ++i)
+        assert_int_equal(got[i], want[i]);
+}
+#define ASSERT_SIZES(got, count, ...)                                                                \
+    do {                                                                                             \
+        const int64_t want_[] = {__VA_ARGS__};                                                       \
+        assert_sizes((got), (count), want_, sizeof want_ / sizeof want_[0]);                         \
+    } while (0)
 
 static void test_options(void **state)
 {
@@ -228,6 +384,30 @@ static void test_options(void **state)
     }
     char *missing[] = {"mhla-bench", "--json"};
     assert_int_equal(bench_options_parse(2, missing, &o, stdout, err, sizeof err), -1);
+    /* Causal options: chunk sizes (64 by default) and decode contexts (1k, 8k, 32k by default, the
+     * --n list when only --n is given, their own list when given, none). */
+    char *defaults[] = {"mhla-bench"};
+    assert_int_equal(bench_options_parse(1, defaults, &o, stdout, err, sizeof err), 0);
+    ASSERT_SIZES(o.chunk, o.chunk_count, 64);
+    ASSERT_SIZES(o.decode_ctx, o.decode_ctx_count, 1024, 8192, 32768);
+    assert_int_equal(bench_options_parse(2, quick, &o, stdout, err, sizeof err), 0);
+    ASSERT_SIZES(o.decode_ctx, o.decode_ctx_count, 1024, 8192, 32768);
+    char *follow[] = {"mhla-bench", "--n", "256,512", "--chunk", "32,128"};
+    assert_int_equal(bench_options_parse(5, follow, &o, stdout, err, sizeof err), 0);
+    ASSERT_SIZES(o.decode_ctx, o.decode_ctx_count, 256, 512);
+    ASSERT_SIZES(o.chunk, o.chunk_count, 32, 128);
+    char *own[] = {"mhla-bench", "--decode-context", "4096", "--n", "256"};
+    assert_int_equal(bench_options_parse(5, own, &o, stdout, err, sizeof err), 0);
+    ASSERT_SIZES(o.decode_ctx, o.decode_ctx_count, 4096);
+    ASSERT_SIZES(o.n, o.n_count, 256);
+    char *none[] = {"mhla-bench", "--decode-context", "none"};
+    assert_int_equal(bench_options_parse(3, none, &o, stdout, err, sizeof err), 0);
+    assert_int_equal(o.decode_ctx_count, 0);
+    assert_int_equal(o.n_count, 7); /* the other sweeps untouched */
+    char *bad_chunk[][3] = {{"mhla-bench", "--chunk", "0"}, {"mhla-bench", "--chunk", "none"},
+                            {"mhla-bench", "--decode-context", "1k"}};
+    for (size_t i = 0; i < sizeof bad_chunk / sizeof bad_chunk[0]; ++i)
+        assert_int_equal(bench_options_parse(3, bad_chunk[i], &o, stdout, err, sizeof err), -1);
 }
 
 static void test_json_reader(void **state)
@@ -281,10 +461,21 @@ static void sample_report(bench_report *rep, bench_row *rows, double scale)
     rows[3] = timed_row(BENCH_OP_MHLA_CAUSAL, s, 0.0, BENCH_STATUS_NA);
     rows[4] = timed_row(BENCH_OP_MHLA, img, 12.0 * scale, BENCH_STATUS_OK);
     rows[4].shape.layout = MHLA_LAYOUT_BHND;
+    rows[5] = timed_row(BENCH_OP_MHLA_CAUSAL, shape_causal(4096, 128), 22.0 * scale, BENCH_STATUS_OK);
+    rows[5].stage_ms[0] = 5.0, rows[5].stage_ms[1] = 2.5, rows[5].stage_ms[2] = 14.0;
+    for (int i = 0; i < 2; ++i) { /* decode at 1k and 32k tokens of context */
+        bench_row *d = &rows[6 + i];
+        *d = timed_row(BENCH_OP_DECODE, shape_causal(i ? 32768 : 1024, 64), (i ? 0.03 : 0.025) * scale,
+                       BENCH_STATUS_OK);
+        d->steps = 64;
+        d->step_mean_ms = (i ? 0.1 : 0.03) * scale;
+        d->chunk_start_ms = (i ? 4.5 : 0.1) * scale;
+        d->tokens_per_s = bench_tokens_per_s(1, d->step_mean_ms);
+    }
     rep->rows = rows;
-    rep->row_count = 5;
-    bench_fill_rates(rows, 5, &rep->peak);
-    bench_fill_ratios(rows, 5);
+    rep->row_count = 8;
+    bench_fill_rates(rows, 8, &rep->peak);
+    bench_fill_ratios(rows, 8);
 }
 
 static void write_report(const bench_report *rep, char *path)
@@ -302,7 +493,7 @@ static void test_json_round_trip(void **state)
 {
     (void)state;
     bench_report rep, back;
-    bench_row rows[5];
+    bench_row rows[8];
     char path[64], err[256];
     sample_report(&rep, rows, 1.0);
     write_report(&rep, path);
@@ -315,8 +506,8 @@ static void test_json_round_trip(void **state)
     assert_true(back.peak.gflops == rep.peak.gflops && back.peak.vector_width == 16);
     assert_true(back.opts.target_ms == 150 && back.opts.min_iters == 3 && back.opts.seed == 7);
     assert_true(back.opts.max_row_s == 8 && back.opts.quick == 1 && back.opts.batch == 1);
-    assert_int_equal(back.row_count, 5);
-    for (size_t i = 0; i < 5; ++i) {
+    assert_int_equal(back.row_count, 8);
+    for (size_t i = 0; i < 8; ++i) {
         const bench_row *a = &rows[i], *b = &back.rows[i];
         assert_true(bench_row_same_case(a, b));
         assert_int_equal(a->status, b->status);
@@ -328,13 +519,23 @@ static void test_json_round_trip(void **state)
                                    {a->ratio_mhla_linear, b->ratio_mhla_linear},
                                    {a->stage_ms[0], b->stage_ms[0]},
                                    {a->stage_ms[2], b->stage_ms[2]},
-                                   {a->ratio_softmax_mhla, b->ratio_softmax_mhla}};
+                                   {a->ratio_softmax_mhla, b->ratio_softmax_mhla},
+                                   {a->ratio_causal_mhla, b->ratio_causal_mhla},
+                                   {a->step_mean_ms, b->step_mean_ms},
+                                   {a->chunk_start_ms, b->chunk_start_ms},
+                                   {a->tokens_per_s, b->tokens_per_s},
+                                   {a->ratio_context, b->ratio_context}};
         for (size_t j = 0; j < sizeof pairs / sizeof pairs[0]; ++j)
             assert_true((isnan(pairs[j][0]) && isnan(pairs[j][1])) ||
                         fabs(pairs[j][0] - pairs[j][1]) <= 1e-9 * fabs(pairs[j][0]));
     }
     assert_int_equal(back.rows[4].shape.layout, MHLA_LAYOUT_BHND);
     assert_int_equal(back.rows[4].shape.bh, 4);
+    assert_int_equal(back.rows[5].shape.chunk, 128);
+    assert_true(fabs(back.rows[5].ratio_causal_mhla - 2.0) < 1e-12); /* 22 ms over the M = 16 row's 11 */
+    assert_int_equal(back.rows[7].steps, 64);
+    assert_true(fabs(back.rows[7].ratio_context - 1.2) < 1e-12);
+    assert_true(fabs(back.rows[7].tokens_per_s - 10000.0) < 1e-6);
     bench_report_free(&back);
     assert_int_equal(bench_read_json("/nonexistent/x.json", &back, err, sizeof err), -1);
 }
@@ -344,7 +545,7 @@ static void test_compare(void **state)
 {
     (void)state;
     bench_report a, b;
-    bench_row rows_a[5], rows_b[5];
+    bench_row rows_a[8], rows_b[8];
     char path_a[64], path_b[64], err[256], *text = NULL;
     size_t len = 0;
     sample_report(&a, rows_a, 1.0);
@@ -358,7 +559,8 @@ static void test_compare(void **state)
     fclose(out);
     unlink(path_a);
     unlink(path_b);
-    assert_non_null(strstr(text, "3 rows in both"));
+    assert_non_null(strstr(text, "6 rows in both"));
+    assert_non_null(strstr(text, "decode      geometric mean B/A 2.000 over 2 measured rows"));
     assert_non_null(strstr(text, "mhla        geometric mean B/A 2.000 over 1 measured rows"));
     assert_non_null(strstr(text, "linear      geometric mean B/A 2.000"));
     assert_non_null(strstr(text, "~  2.000")); /* the estimated softmax row, marked */
@@ -370,6 +572,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_m_rule), cmocka_unit_test(test_blocks_for_m),
         cmocka_unit_test(test_crossover),      cmocka_unit_test(test_ratios_and_rates),
+        cmocka_unit_test(test_causal_flops),   cmocka_unit_test(test_step_stats),
+        cmocka_unit_test(test_causal_ratios),
         cmocka_unit_test(test_estimates),
         cmocka_unit_test(test_options),        cmocka_unit_test(test_json_reader),
         cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_compare),
