@@ -26,11 +26,7 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
 
     VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
     VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
-    #pragma unroll
-    for (int r = 0; r < SUM_RD; ++r)
-        #pragma unroll
-        for (int j = 0; j < SUM_NV; ++j)
-            acc[r][j] = (VEC(SUM_VE))(0.0f);
+    SUM_TILE_ZERO(acc);
     global const STORE_T *kbase = k + row_base(g, bh, DK) + d0;
     global const STORE_T *vbase = v + row_base(g, bh, DV) + et * SUM_COLS;
     const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
@@ -39,11 +35,7 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
          * that the innermost loop is a plain counted loop over consecutive tokens. */
         const int p1 = min(p0 + SUM_CHUNK, p_end);
         VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);
-        #pragma unroll
-        for (int r = 0; r < SUM_RD; ++r)
-            #pragma unroll
-            for (int j = 0; j < SUM_NV; ++j)
-                part[r][j] = (VEC(SUM_VE))(0.0f);
+        SUM_TILE_ZERO(part);
         while (p0 < p1) {
             const int len = min(g.run - p0 % g.run, p1 - p0);
             const int t0 = token_of(g, blk, p0);
@@ -51,11 +43,7 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
                              &zpart);
             p0 += len;
         }
-        #pragma unroll
-        for (int r = 0; r < SUM_RD; ++r)
-            #pragma unroll
-            for (int j = 0; j < SUM_NV; ++j)
-                acc[r][j] += part[r][j];
+        SUM_TILE_ADD(acc, part);
         z += zpart;
         /* The group's work-items share this chunk's k and v rows: meeting here keeps them on one
          * chunk at a time, so it is read from memory once and from cache by the others (CPU

@@ -22,29 +22,17 @@ kernel void causal_summary(global const STORE_T *restrict k, global const STORE_
 
     VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
     VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
-    #pragma unroll
-    for (int r = 0; r < SUM_RD; ++r)
-        #pragma unroll
-        for (int j = 0; j < SUM_NV; ++j)
-            acc[r][j] = (VEC(SUM_VE))(0.0f);
+    SUM_TILE_ZERO(acc);
     const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
     global const STORE_T *kp = k + row_base(g, bh, DK) + ch.x * kstride + d0;
     global const STORE_T *vp = v + row_base(g, bh, DV) + ch.x * vstride + et * SUM_COLS;
     for (int p0 = 0; p0 < ch.y; p0 += SUM_CHUNK) {
         const int p1 = min(p0 + SUM_CHUNK, ch.y);
         VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);
-        #pragma unroll
-        for (int r = 0; r < SUM_RD; ++r)
-            #pragma unroll
-            for (int j = 0; j < SUM_NV; ++j)
-                part[r][j] = (VEC(SUM_VE))(0.0f);
+        SUM_TILE_ZERO(part);
         summary_tile_run(kp + p0 * kstride, vp + p0 * vstride, kstride, vstride, p1 - p0, feature_eps, part,
                          &zpart);
-        #pragma unroll
-        for (int r = 0; r < SUM_RD; ++r)
-            #pragma unroll
-            for (int j = 0; j < SUM_NV; ++j)
-                acc[r][j] += part[r][j];
+        SUM_TILE_ADD(acc, part);
         z += zpart;
         /* The group's work-items share these tokens' k and v rows: meeting here keeps them on the
          * same tokens, read from memory once and from cache by the others (CPU runtimes run a

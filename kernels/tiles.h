@@ -39,6 +39,21 @@
 #define OUT_COLS (OUT_VE * OUT_NV)
 #define OUT_NE (DV / OUT_COLS) /* column tiles */
 
+/* Whole register tiles of the summary kernels (SUM_RD x SUM_NV vectors): set to zero, and fold a
+ * chunk's partial sums into the total. Macros, as READOUT_TILE below: the tiles stay in registers. */
+#define SUM_TILE_ZERO(t)                                                                            \
+    do {                                                                                            \
+        _Pragma("unroll") for (int r_ = 0; r_ < SUM_RD; ++r_)                                       \
+            _Pragma("unroll") for (int j_ = 0; j_ < SUM_NV; ++j_)                                   \
+                (t)[r_][j_] = (VEC(SUM_VE))(0.0f);                                                  \
+    } while (0)
+#define SUM_TILE_ADD(acc, part)                                                                     \
+    do {                                                                                            \
+        _Pragma("unroll") for (int r_ = 0; r_ < SUM_RD; ++r_)                                       \
+            _Pragma("unroll") for (int j_ = 0; j_ < SUM_NV; ++j_)                                   \
+                (acc)[r_][j_] += (part)[r_][j_];                                                    \
+    } while (0)
+
 /* part += k~ v^T and zpart += k~ over `len` consecutive tokens whose k and v rows start at kp and
  * vp (the work-item's SUM_RD key rows and SUM_NV vectors of SUM_VE value columns). */
 void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const long kstride,
