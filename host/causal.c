@@ -386,12 +386,12 @@ mhla_status mhla__causal_plan_setup(mhla_plan *plan)
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, &plan->cfg, 0, &cp->kern));
     /* One chunk per C tokens; a varlen call with more (short sequences) grows it. */
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, (size_t)plan->shape.m));
-    plan->workspace_bytes += (size_t)plan->shape.m * 2 * sizeof(cl_int4);
     if (!plan->cfg.varlen) {
         /* Every batch element is one sequence of N tokens: the same chunks for all of them. */
         MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &cp->tables, 0, plan->shape.n, 0, 0, plan->cfg.chunk,
                                                          &cp->kern->tiling));
         MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &cp->tables, &cp->chunks, &cp->tiles));
+        plan->workspace_bytes += (cp->tables.n_chunks + cp->tables.n_tiles) * sizeof(cl_int4);
     }
 cleanup:
     return st;
@@ -402,9 +402,6 @@ mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, 
 {
     mhla_status st = MHLA_OK;
     mhla_causal_plan *cp = plan->causal;
-    MHLA_FAIL_IF(st, plan->cfg.varlen, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
-                 "mhla_forward_varlen() with their cu_seqlens");
     mhla_causal_run run = {q,           k,        v,        mixing,          out, plan->shape.n, cp->chunks,
                            cp->tiles,   &cp->tables, cp->sums, cp->pref, &plan->marks[1]};
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(cp->kern, &run, num_wait, wait, done));

@@ -99,7 +99,10 @@ size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, in
     if (!dec || n_tokens < 1)
         return 0;
     const mhla_config *c = &dec->kern->cfg;
-    const size_t rows = (size_t)dec->kern->bh * (size_t)n_tokens, elem = mhla__dtype_size(c->dtype);
+    const size_t elem = mhla__dtype_size(c->dtype), widest = (size_t)(c->dk > c->dv ? c->dk : c->dv);
+    if ((uint64_t)n_tokens > SIZE_MAX / ((size_t)dec->kern->bh * widest * elem))
+        return 0; /* more bytes than a size_t holds */
+    const size_t rows = (size_t)dec->kern->bh * (size_t)n_tokens;
     switch (tensor) {
     case MHLA_TENSOR_Q:
     case MHLA_TENSOR_K:
@@ -113,23 +116,33 @@ size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, in
     return 0;
 }
 
+/* A call's tensors, for the message of a buffer that is too small. */
+typedef struct decoder_call {
+    const mhla_decoder *dec;
+    int64_t n; /* tokens */
+} decoder_call;
+
+static void describe(const void *obj, mhla_tensor t, char *buf, size_t size)
+{
+    const decoder_call *call = obj;
+    const mhla_config *c = &call->dec->kern->cfg;
+    const long long d = (t == MHLA_TENSOR_Q || t == MHLA_TENSOR_K) ? (long long)c->dk : (long long)c->dv;
+    if (t == MHLA_TENSOR_MIXING)
+        snprintf(buf, size, "%lld x %lld float32", (long long)c->mixing_rows, (long long)c->mixing_rows);
+    else
+        snprintf(buf, size, "%lld token(s) of [B,H,D] = [%lld,%lld,%lld] %s", (long long)call->n, (long long)c->batch,
+                 (long long)c->heads, d, mhla_dtype_name(c->dtype));
+}
+
 /* Buffers of a call on n tokens: sizes, context, aliasing, wait list. */
 static mhla_status check_buffers(mhla_decoder *dec, const char *fn, const cl_mem bufs[5], int64_t n,
                                  cl_uint num_wait, const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
-    const mhla_config *c = &dec->kern->cfg;
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
-        char shape[160];
-        const long long d = (t == MHLA_TENSOR_Q || t == MHLA_TENSOR_K) ? (long long)c->dk : (long long)c->dv;
-        if (t == MHLA_TENSOR_MIXING)
-            snprintf(shape, sizeof shape, "%lld x %lld float32", (long long)c->mixing_rows, (long long)c->mixing_rows);
-        else
-            snprintf(shape, sizeof shape, "%lld token(s) of [B,H,D] = [%lld,%lld,%lld] %s", (long long)n,
-                     (long long)c->batch, (long long)c->heads, d, mhla_dtype_name(c->dtype));
-        MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(dec->ctx, fn, mhla__tensor_name((mhla_tensor)t), bufs[t],
-                                                  mhla_decoder_tensor_bytes(dec, (mhla_tensor)t, n), shape));
-    }
+    const decoder_call call = {dec, n};
+    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
+        MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(dec->ctx, fn, (mhla_tensor)t, bufs[t],
+                                                  mhla_decoder_tensor_bytes(dec, (mhla_tensor)t, n), describe, &call));
     MHLA_FORWARD_IF_ERROR(st, mhla__check_call(dec->ctx, fn, bufs, 1, num_wait, wait));
 cleanup:
     return st;

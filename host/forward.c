@@ -11,8 +11,9 @@ const char *mhla__tensor_name(mhla_tensor t)
 }
 
 /* "[B,N,H,D] = [1,4096,8,64] f32" — what the shape needs, for messages. */
-static void describe(const mhla_plan *plan, mhla_tensor t, char *buf, size_t size)
+static void describe(const void *obj, mhla_tensor t, char *buf, size_t size)
 {
+    const mhla_plan *plan = obj;
     const mhla_config *c = &plan->cfg;
     if (t == MHLA_TENSOR_MIXING) {
         snprintf(buf, size, "%lld x %lld float32", (long long)c->mixing_rows, (long long)c->mixing_rows);
@@ -27,12 +28,14 @@ static void describe(const mhla_plan *plan, mhla_tensor t, char *buf, size_t siz
                  (long long)c->heads, d, mhla_dtype_name(c->dtype));
 }
 
-mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
-                            const char *shape)
+mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, mhla_tensor t, cl_mem buf, size_t need,
+                            mhla_shape_fn shape, const void *obj)
 {
     mhla_status st = MHLA_OK;
     size_t size = 0;
     cl_context owner = NULL;
+    const char *name = mhla__tensor_name(t);
+    char what[160] = "";
 
     MHLA_FAIL_IF(st, !buf, ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL", fn, name);
     cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
@@ -41,8 +44,10 @@ mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name,
     err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
     MHLA_FAIL_IF(st, err != CL_SUCCESS || owner != ctx->cl, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "%s: %s buffer belongs to another cl_context", fn, name);
+    if (size < need)
+        shape(obj, t, what, sizeof what);
     MHLA_FAIL_IF(st, size < need, ctx, MHLA_ERR_BUFFER_TOO_SMALL, "%s: %s buffer holds %zu bytes; %s needs %zu", fn,
-                 name, size, shape, need);
+                 name, size, what, need);
 cleanup:
     return st;
 }
@@ -65,14 +70,11 @@ mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bu
                                 const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
-    char shape[160];
     /* A softmax plan has no mixing matrix: its argument is ignored. */
     const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
-    for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
-        describe(plan, (mhla_tensor)t, shape, sizeof shape);
-        MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(plan->ctx, fn, mhla__tensor_name((mhla_tensor)t), bufs[t],
-                                                  mhla_plan_tensor_bytes(plan, (mhla_tensor)t), shape));
-    }
+    for (int t = MHLA_TENSOR_Q; t <= last; ++t)
+        MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(plan->ctx, fn, (mhla_tensor)t, bufs[t],
+                                                  mhla_plan_tensor_bytes(plan, (mhla_tensor)t), describe, plan));
     MHLA_FORWARD_IF_ERROR(st, mhla__check_call(plan->ctx, fn, bufs, !plan->softmax, num_wait, wait));
 cleanup:
     return st;
@@ -109,6 +111,10 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
         MHLA_FORWARD_IF_ERROR(st, mhla__softmax_enqueue(plan, q, k, v, out, num_wait, wait, done));
         goto cleanup;
     }
+    /* Refused before anything is enqueued (the start marker included). */
+    MHLA_FAIL_IF(st, plan->cfg.causal && plan->cfg.varlen, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
+                 "mhla_forward_varlen() with their cu_seqlens");
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
     if (plan->cfg.causal) {
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));

@@ -283,10 +283,12 @@ mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t by
                                 cl_mem *out);
 
 /* Argument checks shared by every entry point that takes device buffers (host/forward.c); `fn`
- * names the public call in messages. A buffer: not NULL, of ctx's cl_context, >= need bytes
- * (`shape` describes what needs them). */
-mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
-                            const char *shape);
+ * names the public call in messages. A buffer: not NULL, of ctx's cl_context, >= need bytes.
+ * shape(obj, t, ...) describes what needs them; it runs only for the message of a buffer that is
+ * too small, so that per-token calls format no strings. */
+typedef void (*mhla_shape_fn)(const void *obj, mhla_tensor t, char *buf, size_t size);
+mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, mhla_tensor t, cl_mem buf, size_t need,
+                            mhla_shape_fn shape, const void *obj);
 /* bufs indexed by mhla_tensor: out aliasing no input (mixing only when with_mixing), and a
  * consistent wait list. */
 mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,

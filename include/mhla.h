@@ -435,7 +435,7 @@ MHLA_API const mhla_config *mhla_decoder_config(const mhla_decoder *dec);
 
 /*! mhla_decoder_tensor_bytes() : bytes a buffer for `tensor` needs for a call on `n_tokens`
  * tokens (q, k: B*n*H*Dk floats; v, out: B*n*H*Dv; mixing: mixing_rows^2, whatever n);
- * 0 for NULL, unknown tensor or n_tokens < 1. */
+ * 0 for NULL, unknown tensor, n_tokens < 1, or a size beyond size_t. */
 MHLA_API size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, int64_t n_tokens);
 
 /*! mhla_decoder_step() :
