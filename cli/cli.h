@@ -37,6 +37,9 @@ int cli_exit_code(mhla_status status);
  * error (2), a failed write or allocation a runtime failure (1). */
 int cli_npy_exit_code(npy_status status);
 
+/* Wall-clock milliseconds (CLOCK_MONOTONIC), for the timings the tool prints. */
+double cli_now_ms(void);
+
 /* A temporary output file removed if SIGINT, SIGTERM or SIGHUP ends the process; NULL clears. */
 void cli_guard_temp(const char *path);
 

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static const char help[] =
@@ -23,13 +22,6 @@ static const char help[] =
     "              and from the context's memory. The driver's own cache (PoCL keeps one) can make\n"
     "              the first figure smaller than a true first build.\n";
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 /* Milliseconds to create (and destroy) a plan on a new context, or on `keep` when given. */
 static int time_plan(mhla_context **keep, double *ms)
 {
@@ -41,13 +33,15 @@ static int time_plan(mhla_context **keep, double *ms)
     mhla_status st = ctx ? MHLA_OK : mhla_context_create(NULL, &ctx);
     if (st != MHLA_OK)
         return cli_fail(cli_exit_code(st), "info --timings: %s", mhla_last_message());
-    const double t0 = now_ms();
+    const double t0 = cli_now_ms();
     st = mhla_plan_create(ctx, &cfg, &plan);
-    *ms = now_ms() - t0;
+    *ms = cli_now_ms() - t0;
     mhla_plan_destroy(plan);
     if (st != MHLA_OK) {
         int rc = cli_fail(cli_exit_code(st), "info --timings: %s", mhla_context_message(ctx));
         mhla_context_destroy(ctx);
+        if (keep)
+            *keep = NULL; /* the caller must not destroy it again */
         return rc;
     }
     if (keep)

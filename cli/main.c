@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,6 +78,13 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     vreport(fmt, ap, hint);
     va_end(ap);
     return CLI_USAGE;
+}
+
+double cli_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
 int cli_exit_code(mhla_status status)

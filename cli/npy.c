@@ -532,8 +532,10 @@ npy_status npy_writer_open(npy_writer *w, const char *path, char *err, size_t er
     const size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0; /* keeps the '/' */
     w->path = malloc(len + 1);
     w->tmp = malloc(len + sizeof "/..tmp-XXXXXX" + 1);
-    if (!w->path || !w->tmp) {
-        npy_writer_abort(w);
+    if (!w->path || !w->tmp) { /* nothing created yet: free, do not abort (w->tmp holds no name) */
+        free(w->path);
+        free(w->tmp);
+        w->path = w->tmp = NULL;
         return fail(NPY_ERR_NO_MEMORY, err, err_size, "out of host memory");
     }
     memcpy(w->path, path, len + 1);

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 int causal_check_options(run_job *job)
 {
@@ -157,13 +156,6 @@ static mhla_status decode_all(run_job *job, const decode_io *io)
     return MHLA_OK;
 }
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 int causal_run_recurrent(run_job *job)
 {
     int rc = run_open_context(job);
@@ -193,11 +185,11 @@ int causal_run_recurrent(run_job *job)
     if (job->repeat && !ms && rc == 0)
         rc = cli_fail(CLI_RUNTIME, "out of host memory");
     for (int64_t r = 0; r < runs && rc == 0; ++r) {
-        const double t0 = now_ms();
+        const double t0 = cli_now_ms();
         if ((st = decode_all(job, &io)) != MHLA_OK)
             rc = run_device_fail(job, st, "--recurrent");
         else if (r > 0)
-            ms[r - 1] = now_ms() - t0;
+            ms[r - 1] = cli_now_ms() - t0;
     }
     if (rc == 0 && job->repeat)
         run_print_times(ms, (size_t)job->repeat);

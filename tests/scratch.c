@@ -19,6 +19,10 @@ void scratch_remove(const char *path)
 {
     DIR *d = opendir(path);
     struct dirent *e;
+    if (!d) { /* a file (or nothing): scratch.h promises it is gone too */
+        unlink(path);
+        return;
+    }
     char sub[1024];
     while (d && (e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
