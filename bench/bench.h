@@ -59,8 +59,6 @@ typedef struct bench_case {
 
 typedef struct bench_op {
     const char *name;
-    /* NULL when the library provides the op; otherwise why its rows are reported "n/a". */
-    const char *unavailable;
     int one_d_only;   /* causal ops have no 2D form (SPEC.md: causal MHLA is 1D) */
     int grid_free;    /* runs the same kernels for any token grid of N tokens (softmax) */
     /* Whether a row over its time budget may be estimated from a smaller N of the same op, scaled
@@ -228,6 +226,8 @@ typedef struct bench_report {
 
 /* Key of a row for matching across runs: op and every shape parameter. */
 int bench_row_same_case(const bench_row *a, const bench_row *b);
+/* Whether the row has a time to show or compare: measured or estimated, and positive. */
+int bench_row_has_time(const bench_row *r);
 /* Fills gflops, gbps and the %peak columns of the measured and estimated rows. */
 void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak);
 /* Fills the ratio columns: mhla rows from the linear and softmax rows of the same tensors,

@@ -4,11 +4,6 @@
 
 #include <math.h>
 
-static int timed(const bench_row *r)
-{
-    return (r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED) && r->ms_median > 0.0;
-}
-
 static void describe(FILE *out, const char *tag, const char *path, const bench_report *r)
 {
     fprintf(out, "%s  %s: %s (%s), libmhla %s, %s\n", tag, path, r->device.name, r->device.driver,
@@ -38,7 +33,7 @@ int bench_compare(const char *path_a, const char *path_b, FILE *out, char *err, 
         for (size_t j = 0; j < b.row_count && !rb; ++j)
             if (bench_row_same_case(ra, &b.rows[j]))
                 rb = &b.rows[j];
-        if (!rb || !timed(ra) || !timed(rb))
+        if (!rb || !bench_row_has_time(ra) || !bench_row_has_time(rb))
             continue;
         char grid[32], blocks[32];
         bench_shape_label(&ra->shape, grid, sizeof grid);

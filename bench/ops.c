@@ -233,15 +233,15 @@ static void destroy_plan(bench_case *c)
 #define FORWARD_HOOKS NULL, enqueue_forward /* no prepare: every forward starts from scratch */
 
 static const bench_op ops[BENCH_OP_COUNT] = {
-    [BENCH_OP_MHLA] = {"mhla", NULL, 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
+    [BENCH_OP_MHLA] = {"mhla", 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
                        stages_forward, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_LINEAR] = {"linear", NULL, 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
+    [BENCH_OP_LINEAR] = {"linear", 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
                          stages_forward, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_SOFTMAX] = {"softmax", NULL, 0, 1, 1, softmax_flops, qkvo_bytes, create_softmax, FORWARD_HOOKS,
+    [BENCH_OP_SOFTMAX] = {"softmax", 0, 1, 1, softmax_flops, qkvo_bytes, create_softmax, FORWARD_HOOKS,
                           NULL, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", NULL, 1, 0, 1, causal_flops, causal_bytes, create_causal,
+    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", 1, 0, 1, causal_flops, causal_bytes, create_causal,
                               FORWARD_HOOKS, stages_forward, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_DECODE] = {"decode", NULL, 1, 0, 0, bench_decode_flops, bench_decode_bytes, bench_decode_create,
+    [BENCH_OP_DECODE] = {"decode", 1, 0, 0, bench_decode_flops, bench_decode_bytes, bench_decode_create,
                          bench_decode_prepare, bench_decode_enqueue, NULL, bench_decode_steps,
                          bench_decode_marked_step, bench_decode_step_ends, bench_decode_destroy},
 };

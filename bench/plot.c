@@ -52,8 +52,7 @@ static void collect(const bench_report *rep, const bench_row *ref, series *s)
     for (size_t i = 0; i < rep->row_count; ++i) {
         const bench_row *r = &rep->rows[i];
         const double n = (double)bench_shape_n(&r->shape);
-        if (r->op != s->op || (r->status != BENCH_STATUS_OK && r->status != BENCH_STATUS_ESTIMATED) ||
-            !(r->ms_median > 0) || !bench_shape_same_sizes(&r->shape, &ref->shape) ||
+        if (r->op != s->op || !bench_row_has_time(r) || !bench_shape_same_sizes(&r->shape, &ref->shape) ||
             bench_shape_is_2d(&r->shape) != bench_shape_is_2d(&ref->shape) || s->count == BENCH_MAX_LIST * 2)
             continue;
         size_t at = 0;

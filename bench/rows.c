@@ -28,7 +28,7 @@ int bench_row_same_case(const bench_row *a, const bench_row *b)
            a->shape.bh == b->shape.bh && a->shape.bw == b->shape.bw && a->shape.chunk == b->shape.chunk;
 }
 
-static int has_time(const bench_row *r)
+int bench_row_has_time(const bench_row *r)
 {
     return (r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED) && r->ms_median > 0.0;
 }
@@ -41,7 +41,7 @@ void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak)
         r->flops = op->flops(&r->shape);
         r->bytes = op->bytes(&r->shape);
         r->gflops = r->gbps = r->pct_peak_flops = r->pct_peak_bw = NAN;
-        if (!has_time(r))
+        if (!bench_row_has_time(r))
             continue;
         r->gflops = r->flops / (r->ms_median * 1e6);
         r->gbps = r->bytes / (r->ms_median * 1e6);
@@ -56,7 +56,7 @@ void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak)
 static const bench_row *find_timed(const bench_row *rows, size_t count, bench_op_id op, const bench_row *like)
 {
     for (size_t i = 0; i < count; ++i)
-        if (rows[i].op == op && has_time(&rows[i]) && bench_shape_same_tensors(&rows[i].shape, &like->shape))
+        if (rows[i].op == op && bench_row_has_time(&rows[i]) && bench_shape_same_tensors(&rows[i].shape, &like->shape))
             return &rows[i];
     return NULL;
 }
@@ -86,7 +86,7 @@ void bench_fill_ratios(bench_row *rows, size_t count)
         bench_row *r = &rows[i];
         r->ratio_mhla_linear = r->ratio_softmax_mhla = r->ratio_causal_mhla = r->ratio_context = NAN;
         r->ratio_mhla_linear_estimated = r->ratio_softmax_mhla_estimated = r->ratio_causal_mhla_estimated = 0;
-        if (!has_time(r))
+        if (!bench_row_has_time(r))
             continue;
         const int self = r->status == BENCH_STATUS_ESTIMATED;
         if (r->op == BENCH_OP_MHLA_CAUSAL) {

@@ -16,6 +16,7 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
     memset(r, 0, sizeof *r);
     r->op = op;
     r->shape = *s;
+    r->ms_median = r->ms_min = r->ms_max = NAN; /* no time until the row runs (null in the JSON) */
     r->ratio_mhla_linear = r->ratio_softmax_mhla = r->ratio_causal_mhla = r->ratio_context = NAN;
     r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
     r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = NAN;
@@ -328,16 +329,10 @@ int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep
     plan_rows(o, rows);
     for (size_t i = 0; i < total; ++i) {
         bench_row *r = &rows[i];
-        const bench_op *op = bench_op_get(r->op);
         char why[160];
         progress(o, i, total, r, t0);
         if (r->status != BENCH_STATUS_OK) /* decided while planning */
             continue;
-        if (op->unavailable) {
-            r->status = BENCH_STATUS_NA;
-            snprintf(r->note, sizeof r->note, "n/a (%s)", op->unavailable);
-            continue;
-        }
         if (too_big(&r->shape, &rep->device, why, sizeof why)) {
             r->status = BENCH_STATUS_SKIPPED;
             snprintf(r->note, sizeof r->note, "%s", why);

@@ -129,8 +129,7 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, *step_ms = NULL, one = 0.0, prep = 0.0;
     const size_t steps = job->steps > 0 ? (size_t)job->steps : 0;
     cl_ulong *ends = calloc(steps ? steps : 1, sizeof *ends);
-    double *warm_steps = calloc(steps ? steps : 1, sizeof *warm_steps);
-    if (!ends || !warm_steps) {
+    if (!ends) {
         snprintf(err, err_size, "out of host memory");
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
@@ -139,7 +138,7 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     for (int i = 0; i < warmup; ++i) {
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = timed_run(queue, job, &one, warm_steps, ends, err, err_size)) != MHLA_OK)
+            (st = timed_run(queue, job, &one, NULL, ends, err, err_size)) != MHLA_OK)
             goto cleanup;
     }
     /* Runs that fill target_ms, the untimed preparation included (it takes the row's time too). */
@@ -180,7 +179,6 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     bench_step_stats(step_ms, steps ? iters : 0, job->steps, job->marked_step, out);
 cleanup:
     free(ends);
-    free(warm_steps);
     free(step_ms);
     free(ms);
     for (int s = 0; s < 3; ++s)
