@@ -195,6 +195,7 @@ typedef struct bench_row {
     /* decode rows: this per-step median over that of the smallest measured context of the same
      * sizes and chunk (1 there; flat decoding stays near 1 as the context grows). */
     double ratio_context;
+    int host_clock; /* timed with the host clock (the device's profiling timestamps are unusable) */
 } bench_row;
 
 typedef struct bench_device {
@@ -202,6 +203,7 @@ typedef struct bench_device {
     char device_version[256], opencl_c[256];
     unsigned compute_units, clock_mhz;
     uint64_t global_mem, max_alloc, local_mem;
+    int float_width; /* floats per SIMD register (mhla_device_info.float_width) */
 } bench_device;
 
 typedef struct bench_peak {
@@ -210,6 +212,7 @@ typedef struct bench_peak {
     double gbps, gbps_min, gbps_max; /* copy: bytes read + written per second */
     double copy_bytes;               /* buffer size of the copy probe */
     int runs;
+    int host_clock; /* timed with the host clock (the device's profiling timestamps are unusable) */
 } bench_peak;
 
 typedef struct bench_report {
@@ -249,6 +252,7 @@ typedef struct bench_timing {
     double step_median, step_min, step_max; /* over every step of every timed run */
     double step_mean;                       /* median over the runs of run time / steps */
     double marked_ms;                       /* median over the runs of the marked step */
+    int host_clock; /* the device's timestamps were unusable: runs timed with the host clock */
 } bench_timing;
 
 /* What bench_time runs: prepare() (optional, untimed) then enqueue() one run (*done completes with

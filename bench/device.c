@@ -44,5 +44,13 @@ mhla_status bench_device_read(mhla_context *ctx, bench_device *out)
         out->max_alloc = ul;
     if (clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ul, &ul, NULL) == CL_SUCCESS)
         out->local_mem = ul;
+    cl_uint native = 0, preferred = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof native, &native, NULL) != CL_SUCCESS)
+        native = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof preferred, &preferred, NULL) != CL_SUCCESS)
+        preferred = 0;
+    out->float_width = (int)(native > preferred ? native : preferred);
+    if (out->float_width < 1)
+        out->float_width = 1;
     return MHLA_OK;
 }

@@ -35,6 +35,7 @@ static const field device_fields[] = {
     NUM(bench_device, "global_mem_bytes", global_mem, F_U64),
     NUM(bench_device, "max_alloc_bytes", max_alloc, F_U64),
     NUM(bench_device, "local_mem_bytes", local_mem, F_U64),
+    NUM(bench_device, "float_width", float_width, F_INT),
 };
 
 static const field peak_fields[] = {
@@ -47,6 +48,7 @@ static const field peak_fields[] = {
     NUM(bench_peak, "copy_gbps_max", gbps_max, F_DOUBLE),
     NUM(bench_peak, "copy_buffer_bytes", copy_bytes, F_DOUBLE),
     NUM(bench_peak, "runs", runs, F_INT),
+    NUM(bench_peak, "host_clock", host_clock, F_INT),
 };
 
 static const field parameter_fields[] = {
@@ -99,6 +101,7 @@ static const field row_fields[] = {
     NUM(bench_row, "ratio_causal_mhla", ratio_causal_mhla, F_DOUBLE),
     NUM(bench_row, "ratio_causal_mhla_estimated", ratio_causal_mhla_estimated, F_INT),
     NUM(bench_row, "ratio_context", ratio_context, F_DOUBLE),
+    NUM(bench_row, "host_clock", host_clock, F_INT),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -218,6 +221,9 @@ int bench_write_json(FILE *f, const bench_report *rep)
     mhla_config cfg, causal;
     mhla_config_init(&cfg);
     mhla_config_init_causal(&causal);
+    int host = rep->peak.host_clock;
+    for (size_t i = 0; i < rep->row_count; ++i)
+        host |= rep->rows[i].host_clock;
     const struct {
         const char *key, *value;
     } shared[] = {{"dtype", mhla_dtype_name(cfg.dtype)},
@@ -229,7 +235,8 @@ int bench_write_json(FILE *f, const bench_report *rep)
                   {"causal_scale", "Dk^-0.5"},
                   {"causal_mixing_init", mhla_init_kind_name(BENCH_CAUSAL_MIXING_INIT)},
                   {"softmax_scale", "Dk^-0.5"},
-                  {"time", "device time, OpenCL profiling events"}};
+                  {"time", host ? "host clock: the device's profiling timestamps are unusable"
+                                : "device time, OpenCL profiling events"}};
     for (size_t i = 0; i < COUNT(shared); ++i) {
         fputs(", ", f);
         json_write_string(f, shared[i].key);

@@ -29,9 +29,17 @@ static void print_header(FILE *f, const bench_report *rep)
                "%.1f GB/s copy (read+write of %.0f MiB; %.1f..%.1f)\n",
             p->gflops, p->vector_width, p->gflops_min, p->gflops_max, p->runs, p->gbps, p->copy_bytes / 1048576.0,
             p->gbps_min, p->gbps_max);
-    fprintf(f, "timing     device time (profiling events), median of the runs after %d warm-up; about %.0f ms per "
-               "row, %d..%d runs\n",
-            rep->opts.warmup, rep->opts.target_ms, rep->opts.min_iters, rep->opts.max_iters);
+    int host = p->host_clock;
+    for (size_t i = 0; i < rep->row_count; ++i)
+        host |= rep->rows[i].host_clock;
+    if (host)
+        fprintf(f, "timing     host clock: %s reports no usable profiling timestamps (each run from its start to "
+                   "its last command's completion; no stage or step split)\n           ",
+                d->name);
+    else
+        fprintf(f, "timing     device time (profiling events), ");
+    fprintf(f, "median of the runs after %d warm-up; about %.0f ms per row, %d..%d runs\n", rep->opts.warmup,
+            rep->opts.target_ms, rep->opts.min_iters, rep->opts.max_iters);
     fprintf(f, "flops      mhla/linear 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv), mhla-causal that plus its prefix and "
                "masked intra-chunk terms, decode 4*B*H*Dk*Dv per token; bytes: see bench/README.md\n\n");
 }

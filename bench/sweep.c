@@ -290,6 +290,7 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
         return;
     }
     r->status = BENCH_STATUS_OK;
+    r->host_clock = t.host_clock;
     r->iters = t.iters;
     r->ms_median = t.ms_median;
     r->ms_min = t.ms_min;

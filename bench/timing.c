@@ -56,9 +56,12 @@ void bench_step_stats(double *step_ms, int runs, int steps, int marked, bench_ti
 /* One run's device time in ms. The run is gated behind a user event so that it starts only once
  * all its commands are enqueued: the time from the gate's marker to the last command's end is the
  * device's, with no host enqueue cost (CLBlast's included) inside it. A run of steps also gets
- * each step's time in step_ms (the ends' ns go through ends_ns, job->steps of them). */
+ * each step's time in step_ms (the ends' ns go through ends_ns, job->steps of them). Where the
+ * device's timestamps are unusable (all equal: rusticl 22.3 on llvmpipe) the run is timed with
+ * the host clock from the gate's opening to the last command's completion (*host set), and its
+ * steps are not timed (NaN). */
 static mhla_status timed_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
-                             cl_ulong *ends_ns, char *err, size_t err_size)
+                             cl_ulong *ends_ns, int *host, char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
     cl_context clctx = NULL;
@@ -75,6 +78,7 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
         goto cleanup;
     }
     st = job->enqueue(job->arg, &done);
+    const double opened = bench_now();
     clSetUserEventStatus(gate, st == MHLA_OK ? CL_COMPLETE : -1);
     if (st != MHLA_OK) { /* explained where the hook explains itself (the context message) */
         err[0] = '\0';
@@ -82,6 +86,7 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
         goto cleanup;
     }
     e = clWaitForEvents(1, &done);
+    const double wall_ms = (bench_now() - opened) * 1e3;
     if (e == CL_SUCCESS)
         e = clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
     if (e == CL_SUCCESS)
@@ -92,8 +97,12 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
         st = MHLA_ERR_OPENCL;
         goto cleanup;
     }
-    *ms = t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0.0;
-    if (job->steps > 0 && step_ms) {
+    *host = t1 <= t0;
+    *ms = *host ? wall_ms : (double)(t1 - t0) * 1e-6;
+    if (job->steps > 0 && step_ms && *host) {
+        for (int i = 0; i < job->steps; ++i)
+            step_ms[i] = NAN;
+    } else if (job->steps > 0 && step_ms) {
         if ((st = job->step_ends(job->arg, ends_ns)) != MHLA_OK) {
             err[0] = '\0';
             goto cleanup;
@@ -127,6 +136,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
 {
     mhla_status st = MHLA_OK;
     double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, *step_ms = NULL, one = 0.0, prep = 0.0;
+    int host = 0;
+    out->host_clock = 0;
     const size_t steps = job->steps > 0 ? (size_t)job->steps : 0;
     cl_ulong *ends = calloc(steps ? steps : 1, sizeof *ends);
     if (!ends) {
@@ -138,7 +149,7 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     for (int i = 0; i < warmup; ++i) {
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = timed_run(queue, job, &one, NULL, ends, err, err_size)) != MHLA_OK)
+            (st = timed_run(queue, job, &one, NULL, ends, &host, err, err_size)) != MHLA_OK)
             goto cleanup;
     }
     /* Runs that fill target_ms, the untimed preparation included (it takes the row's time too). */
@@ -162,9 +173,10 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
         double s3[3];
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = timed_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, err, err_size)) !=
-                MHLA_OK)
+            (st = timed_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, &host, err,
+                            err_size)) != MHLA_OK)
             goto cleanup;
+        out->host_clock |= host;
         if (job->stages && (st = job->stages(job->arg, s3)) != MHLA_OK)
             goto cleanup;
         for (int s = 0; s < 3 && job->stages; ++s)

@@ -51,5 +51,6 @@ int cli_mixing_init(const char *cmd, const char *label, mhla_init_kind kind, con
 int cmd_run(int argc, char **argv);
 int cmd_init_mixing(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_selftest(int argc, char **argv);
 
 #endif /* MHLA_CLI_H */

@@ -148,6 +148,7 @@ int cmd_info(int argc, char **argv)
         printf("    local memory      %.1f KiB\n", (double)d->local_mem_bytes / 1024.0);
         printf("    max work-group    %zu\n", d->max_work_group_size);
         printf("    fp16 / fp64       %s / %s\n", d->has_fp16 ? "yes" : "no", d->has_fp64 ? "yes" : "no");
+        printf("    float width       %d\n", d->float_width);
     }
     if (sel != MHLA_OK) {
         free(infos);
@@ -160,5 +161,18 @@ int cmd_info(int argc, char **argv)
     else
         printf(" (the default; MHLA_DEVICE is not set)\n");
     free(infos);
+    /* The tuning its plans start from (host/tuning.c, after MHLA_TUNING). */
+    mhla_context *ctx = NULL;
+    char tuning[1024];
+    if ((st = mhla_context_create(NULL, &ctx)) != MHLA_OK)
+        return cli_fail(cli_exit_code(st), "info: %s", mhla_last_message());
+    st = mhla_context_tuning(ctx, tuning, sizeof tuning);
+    if (st != MHLA_OK) {
+        rc = cli_fail(cli_exit_code(st), "info: %s", mhla_context_message(ctx));
+        mhla_context_destroy(ctx);
+        return rc;
+    }
+    mhla_context_destroy(ctx);
+    printf("tuning: %s\n", tuning);
     return opts[0].value ? print_timings() : CLI_OK;
 }

@@ -387,34 +387,48 @@ static int run_device(run_job *job)
     }
 
     /* --repeat: one warm-up (the first call also builds CLBlast's GEMM), then R timed runs, each
-     * from a marker enqueued before it to the end of its output event (device time). */
+     * from a marker enqueued before it to the end of its output event (device time). Devices whose
+     * profiling timestamps are all the same (rusticl 22.3 on llvmpipe) get the host clock instead,
+     * from the queue being empty to the output's event completing, and say so. */
     cl_command_queue queue = mhla_context_queue(job->ctx);
     const int64_t runs = job->repeat ? job->repeat + 1 : 1;
-    double *ms = job->repeat ? malloc((size_t)job->repeat * sizeof *ms) : NULL;
+    double *ms = job->repeat ? malloc((size_t)job->repeat * 2 * sizeof *ms) : NULL;
+    double *wall = ms ? ms + job->repeat : NULL;
+    int device_clock = 0;
     if (job->repeat && !ms)
         return cli_fail(CLI_RUNTIME, "out of host memory");
     for (int64_t r = 0; r < runs && rc == 0; ++r) {
         cl_event start = NULL, done = NULL;
         cl_ulong t0 = 0, t1 = 0;
-        if (job->repeat && (err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start)) != CL_SUCCESS)
+        if (job->repeat && (err = clFinish(queue)) != CL_SUCCESS)
+            rc = cl_fail(err, "clFinish");
+        const double w0 = cli_now_ms();
+        if (rc == 0 && job->repeat && (err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start)) != CL_SUCCESS)
             rc = cl_fail(err, "clEnqueueMarkerWithWaitList");
-        else if ((st = forward(job, &done)) != MHLA_OK)
+        else if (rc == 0 && (st = forward(job, &done)) != MHLA_OK)
             rc = run_device_fail(job, st, "run");
-        else if ((err = clWaitForEvents(1, &done)) != CL_SUCCESS)
+        else if (rc == 0 && (err = clWaitForEvents(1, &done)) != CL_SUCCESS)
             rc = cl_fail(err, "clWaitForEvents (the forward pass)");
-        else if (job->repeat &&
+        else if (rc == 0 && job->repeat &&
                  ((err = clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL)) != CL_SUCCESS ||
                   (err = clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL)) != CL_SUCCESS))
             rc = cl_fail(err, "--repeat: clGetEventProfilingInfo");
-        else if (job->repeat && r > 0)
-            ms[r - 1] = (double)(t1 - t0) * 1e-6;
+        else if (rc == 0 && job->repeat && r > 0) {
+            ms[r - 1] = t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0.0;
+            wall[r - 1] = cli_now_ms() - w0;
+            device_clock |= t1 > t0;
+        }
         if (start)
             clReleaseEvent(start);
         if (done)
             clReleaseEvent(done);
     }
-    if (rc == 0 && job->repeat)
-        run_print_times(ms, (size_t)job->repeat);
+    if (rc == 0 && job->repeat) {
+        if (!device_clock)
+            printf("timing: host clock (%s reports no usable profiling timestamps)\n",
+                   mhla_context_device_name(job->ctx));
+        run_print_times(device_clock ? ms : wall, (size_t)job->repeat);
+    }
     free(ms);
     if (rc != 0)
         return rc;

@@ -17,33 +17,93 @@ mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n)
     return g;
 }
 
+/* Register tiles of one chunk's summary: the work-items a chunk's summary takes. */
+static size_t summary_tiles(const mhla_causal *c)
+{
+    const mhla_tiles *t = &c->tiling;
+    return (size_t)(c->cfg.dk / t->sum_rd) * (size_t)(c->cfg.dv / (t->sum_ve * t->sum_nv));
+}
+
+static void release_kernels(mhla_causal *c)
+{
+    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix, &c->k_prefix_one, &c->k_output, &c->k_step};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) {
+        if (*kernels[i])
+            clReleaseKernel(*kernels[i]);
+        *kernels[i] = NULL;
+    }
+}
+
 void mhla__causal_destroy(mhla_causal *c)
 {
     if (!c)
         return;
-    cl_kernel kernels[] = {c->k_summary, c->k_prefix, c->k_prefix_one, c->k_output, c->k_step};
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
-        if (kernels[i])
-            clReleaseKernel(kernels[i]);
+    release_kernels(c);
     if (c->gemm_temp)
         clReleaseMemObject(c->gemm_temp);
     free(c);
 }
 
-/* Register tiles of one chunk's summary: the work-items a chunk's summary takes. */
-static size_t summary_tiles(const mhla_causal *c)
+/* The kernels for c->tiling. *refit is set when a built kernel reports less than its tiles need
+ * (work-items per group, local memory): *fit is then tightened for another try. */
+static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, int *refit)
 {
-    const mhla_causal_tiling *t = &c->tiling;
-    return (size_t)(c->cfg.dk / t->sum_rd) * (size_t)(c->cfg.dv / (t->sum_ve * t->sum_nv));
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_config *cfg = &c->cfg;
+    const mhla_tiles *t = &c->tiling;
+    cl_program prog = NULL;
+    const char *what = "causal_output";
+
+    *refit = 0;
+    /* The output kernel first: its tiles are the ones a device may refuse. It is built for exactly
+     * this many work-items per group. */
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_OUTPUT, cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
+    c->lws_output = (size_t)mhla__causal_output_wg(t, cfg->dv);
+    int r = mhla__fit_check(ctx, c->k_output, c->lws_output, mhla__causal_output_local(t, cfg->dk), fit);
+    if (r == 0 && with_step) {
+        /* The step kernel's arrays (q~, k~, numerators: a few KiB) cannot shrink: a device without
+         * room for them is refused below. */
+        what = "decoder_step";
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_DECODER, cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
+        mhla_fit step_fit = *fit;
+        r = mhla__fit_check(ctx, c->k_step, 1, (uint64_t)(2 * cfg->dk + cfg->dv + 1) * sizeof(float), &step_fit);
+        MHLA_FAIL_IF(st, r > 0, ctx, MHLA_ERR_UNSUPPORTED,
+                     "the decoder's step kernel (dk = %lld, dv = %lld) needs more local memory than %s has (%llu "
+                     "bytes)",
+                     (long long)cfg->dk, (long long)cfg->dv, ctx->device_name,
+                     (unsigned long long)ctx->limits.local_mem_bytes);
+        c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+    }
+    MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", what,
+                 ctx->device_name);
+    if (r > 0) {
+        *refit = 1;
+        goto cleanup;
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY, cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
+    /* One chunk per group (the kernel's barriers count the chunk's tokens). */
+    c->lws_summary = mhla__local_size(ctx, c->k_summary,
+                                      summary_tiles(c) < (size_t)t->wg ? summary_tiles(c) : (size_t)t->wg);
+    /* The prefix mixtures see slots as rows of floats: only their tiles specialize them. */
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
+    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)t->wg);
+    if (mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg) < c->lws_prefix)
+        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg);
+cleanup:
+    return st;
 }
 
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
 {
     mhla_status st = MHLA_OK;
     mhla_causal *c = NULL;
-    cl_program prog = NULL;
-    mhla_build_opts opts;
-    size_t kwg = 0;
+    mhla_fit fit;
 
     *out = NULL;
     c = calloc(1, sizeof *c);
@@ -53,40 +113,22 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     c->bh = cfg->batch * cfg->heads;
     c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
     c->slot_floats = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
-    MHLA_FORWARD_IF_ERROR(st, mhla__causal_tiling_choose(ctx, cfg, &c->tiling));
-
-    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE | MHLA_OPTS_SUMMARY, &opts);
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_summary", &opts, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
-    /* One chunk per group (the kernel's barriers count the chunk's tokens). */
-    c->lws_summary = mhla__local_size(ctx, c->k_summary, summary_tiles(c) < (size_t)c->tiling.wg
-                                                             ? summary_tiles(c)
-                                                             : (size_t)c->tiling.wg);
-    /* The prefix mixtures see slots as rows of floats: only their tiles specialize them. */
-    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_PREFIX, &opts);
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_prefix", &opts, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
-    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)c->tiling.wg);
-    if (mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg) < c->lws_prefix)
-        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)c->tiling.wg);
-    mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE | MHLA_OPTS_OUTPUT, &opts);
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "causal_output", &opts, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
-    /* The output kernel's tiles are sized for exactly this many work-items per group. */
-    c->lws_output = (size_t)mhla__causal_output_wg(&c->tiling, cfg->dv);
-    MHLA_CL_TRY(st, ctx,
-                clGetKernelWorkGroupInfo(c->k_output, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
-                "clGetKernelWorkGroupInfo(causal_output)");
-    MHLA_FAIL_IF(st, kwg < c->lws_output, ctx, MHLA_ERR_UNSUPPORTED,
-                 "causal_output is built for groups of %zu work-items but %s allows %zu for it; set "
-                 "MHLA_CAUSAL_TILING=tq=... (host/causal_tuning.c) to fewer tokens per group",
-                 c->lws_output, ctx->device_name, kwg);
-    if (with_step) {
-        mhla__build_options(cfg, &c->tiling, MHLA_OPTS_SHAPE, &opts);
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_get(ctx, "decoder", &opts, &prog));
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
-        c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &c->tuning));
+    /* A device may allow fewer work-items, or less local memory, for the built output kernel than
+     * for the device in general (rusticl on llvmpipe: 32 work-items, twice the arrays' bytes):
+     * smaller tiles and a rebuild, a few times at most (each try at least halves something). */
+    mhla__fit_init(ctx, &fit);
+    for (int attempt = 0;; ++attempt) {
+        int refit = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__tiles_causal(ctx, cfg, &c->tuning, &fit, &c->tiling));
+        MHLA_FORWARD_IF_ERROR(st, build_kernels(c, with_step, &fit, &refit));
+        if (!refit)
+            break;
+        release_kernels(c);
+        MHLA_FAIL_IF(st, attempt == 7, ctx, MHLA_ERR_UNSUPPORTED,
+                     "the causal output kernel does not fit %s (%zu work-items, %llu bytes of local memory usable) "
+                     "even with %d-token groups and %d-key passes",
+                     ctx->device_name, fit.wg, (unsigned long long)fit.local_bytes, c->tiling.tq, c->tiling.kt);
     }
     *out = c;
     c = NULL;
@@ -127,7 +169,7 @@ static cl_int4 int4_of(int64_t x, int64_t y, int64_t z, int64_t w)
 
 mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int64_t start, int64_t len,
                                    int64_t first_chunk, int64_t slot_base, int64_t chunk,
-                                   const mhla_causal_tiling *tiling)
+                                   const mhla_tiles *tiling)
 {
     mhla_status st = MHLA_OK;
     const int64_t nchunks = (len + chunk - 1) / chunk, pr = tiling->mix_mr, gr = tiling->gemm_rows;

@@ -5,40 +5,12 @@
 
 #include "internal.h"
 
-/* Tiling of the causal kernels (their -D flags, except gemm_rows). The register tiles come from
- * the shared tuning table (host/tuning.c) cut down to divide this configuration's sizes; the
- * score tiles and the GEMM blocks from host/causal_tuning.c. */
-typedef struct mhla_causal_tiling {
-    int sum_rd, sum_ve, sum_nv;         /* summary: SUM_RD x (SUM_VE * SUM_NV) per work-item */
-    int out_rt, out_ve, out_nv, out_dc; /* output: OUT_RT tokens x (OUT_VE * OUT_NV) columns */
-    int mix_mr, mix_nv, pre_ve;         /* prefix: MIX_MR rows x (PRE_VE * MIX_NV) columns */
-    int wg;                             /* work-group size aimed at (summary, prefix) */
-    int tq, kt;                         /* output: CAUSAL_TQ tokens per group, CAUSAL_KT keys per pass */
-    int gemm_rows;                      /* prefix blocks: a row's earlier blocks of this many chunks go
-                                           through CLBlast (a multiple of mix_mr; 0 = all in the kernel) */
-} mhla_causal_tiling;
-
-/* Work-items of one output group. */
-static inline int mhla__causal_output_wg(const mhla_causal_tiling *t, int64_t dv)
-{
-    return (int)(dv / (t->out_ve * t->out_nv)) * (t->tq / t->out_rt);
-}
-
-/* The tiling for cfg on ctx's device, fitted to the device's work-group and local-memory limits
- * (MHLA_ERR_UNSUPPORTED when even the smallest tiling does not fit). */
-mhla_status mhla__causal_tiling_choose(mhla_context *ctx, const mhla_config *cfg, mhla_causal_tiling *out);
-/* The specialization flags of cfg's kernels (host/plan.c, the one place they are assembled), in
- * groups: the shape (DK, DV, layout, feature map, normalizer, dtype), and the causal summary,
- * output and prefix tiles; tiling NULL for the non-causal kernels. */
-enum { MHLA_OPTS_SHAPE = 1, MHLA_OPTS_SUMMARY = 2, MHLA_OPTS_OUTPUT = 4, MHLA_OPTS_PREFIX = 8 };
-void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling, unsigned parts,
-                         mhla_build_opts *opts);
-
 /* The kernels of the causal form for one configuration, built once. */
 typedef struct mhla_causal {
     mhla_context *ctx;
     mhla_config cfg; /* resolved */
-    mhla_causal_tiling tiling;
+    mhla_tuning tuning; /* the device's row after overrides */
+    mhla_tiles tiling;  /* what this configuration's kernels are built with (host/tiling.c) */
     int64_t bh;         /* batch * heads */
     int64_t scols;      /* summary columns: Dv + 1 (z) for the paper normalizer, Dv for none */
     size_t slot_floats; /* B*H*Dk*scols: one chunk's summaries (a "slot": S as [B*H][Dk][Dv], then
@@ -81,7 +53,7 @@ typedef struct mhla_chunk_tables {
  * len 0 adds nothing. Tiling t gives the tile and GEMM block sizes. */
 mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int64_t start, int64_t len,
                                    int64_t first_chunk, int64_t slot_base, int64_t chunk,
-                                   const mhla_causal_tiling *tiling);
+                                   const mhla_tiles *tiling);
 void mhla__chunk_tables_free(mhla_chunk_tables *t);
 
 /* One run of the chunk form: summaries -> prefix mixtures -> output. */

@@ -72,6 +72,7 @@ mhla_status mhla__context_read_device(mhla_context *ctx)
     MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL),
                 "clGetDeviceInfo(CL_DEVICE_MAX_COMPUTE_UNITS)");
     lim->compute_units = cu ? cu : 1;
+    lim->float_width = mhla__device_float_width(dev);
     ctx->device_name[sizeof ctx->device_name - 1] = '\0';
     ctx->vendor[sizeof ctx->vendor - 1] = '\0';
     ctx->driver_version[sizeof ctx->driver_version - 1] = '\0';
@@ -155,6 +156,8 @@ void mhla_context_destroy(mhla_context *ctx)
         free(e->key);
         free(e);
     }
+    free(ctx->tuning);
+    mhla__blas_release(ctx); /* while the queue and context are still alive */
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl)

@@ -223,6 +223,18 @@ static void fill_info(const mhla_device_ref *ref, size_t index, size_t dflt, mhl
         info->max_clock_mhz = v;
     info->has_fp16 = mhla__device_has_extension(ref->device, "cl_khr_fp16");
     info->has_fp64 = mhla__device_has_extension(ref->device, "cl_khr_fp64");
+    info->float_width = mhla__device_float_width(ref->device);
+}
+
+int mhla__device_float_width(cl_device_id dev)
+{
+    cl_uint native = 0, preferred = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof native, &native, NULL) != CL_SUCCESS)
+        native = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof preferred, &preferred, NULL) != CL_SUCCESS)
+        preferred = 0;
+    const cl_uint w = native > preferred ? native : preferred;
+    return w >= 1 ? (int)w : 1;
 }
 
 int mhla__device_has_extension(cl_device_id dev, const char *ext)

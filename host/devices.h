@@ -21,6 +21,8 @@ size_t mhla__device_default(const mhla_device_ref *refs, size_t count);
 mhla_status mhla__device_select(const char *spec, mhla_device_ref *out);
 /* "<platform name> <device name>". */
 void mhla__device_label(const mhla_device_ref *ref, char *buf, size_t size);
+/* Floats per SIMD register as the device reports them (mhla_device_info.float_width), >= 1. */
+int mhla__device_float_width(cl_device_id dev);
 /* Whether the device lists `ext` among its extensions. */
 int mhla__device_has_extension(cl_device_id dev, const char *ext);
 

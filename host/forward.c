@@ -217,6 +217,12 @@ mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)
         MHLA_CL_TRY(st, ctx,
                     clGetEventProfilingInfo(plan->marks[i], CL_PROFILING_COMMAND_END, sizeof t[i], &t[i], NULL),
                     "clGetEventProfilingInfo (stage markers)");
+    /* Some implementations time nothing (rusticl 22.3 on llvmpipe: every command starts at 2 ns and
+     * ends at 3): a forward pass of zero length says so. */
+    MHLA_FAIL_IF(st, t[3] <= t[0], ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_plan_stage_times: %s's profiling timestamps are not usable (the last forward pass "
+                 "started and ended at %llu ns): time it with the host clock",
+                 ctx->device_name, (unsigned long long)t[3]);
     out->summary_ms = (double)(t[1] - t[0]) * 1e-6;
     out->mixing_ms = (double)(t[2] - t[1]) * 1e-6;
     out->output_ms = (double)(t[3] - t[2]) * 1e-6;

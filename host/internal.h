@@ -79,6 +79,10 @@ typedef struct mhla_device_limits {
     int has_fp16;
     unsigned compute_units;
     cl_device_type type;
+    /* Floats in one SIMD register as the device reports them (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT,
+     * or PREFERRED_ where that is wider): 16 on AVX-512 CPUs, 8 on AVX2, 4 on SSE/NEON, 1 on
+     * most GPUs. Vector tiles never exceed it on CPUs (host/tuning.c). */
+    int float_width;
 } mhla_device_limits;
 
 typedef struct mhla_program_entry {
@@ -101,6 +105,8 @@ struct mhla_context {
     char driver_version[256];
     char platform_version[256];
     mhla_program_entry *programs; /* built programs, shared by the context's plans */
+    char *tuning; /* mhla_context_set_tuning()'s overrides (validated), or NULL */
+    int used_blas; /* CLBlast has built programs for this context (host/mixing.c) */
     cl_int last_cl_error;
     char message[MHLA_MESSAGE_MAX];
 };
@@ -165,12 +171,17 @@ mhla_status mhla__stage_barrier(mhla_context *ctx);
 /* On a profiling queue, replaces *mark with a marker event after everything enqueued so far. */
 mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark);
 
-/* ---- tuning -------------------------------------------------------------------------------- */
+typedef struct mhla_shape mhla_shape; /* below */
 
-/* Per-device tile parameters (host/tuning.c). The widths are upper bounds: a plan takes the
- * largest power of two not above them that divides its head dimension. */
+/* ---- tuning and tiles ------------------------------------------------------------------ */
+
+/* Per-device choices (host/tuning.c): one row of the tuning table after overrides. Vector widths
+ * are upper bounds: a plan takes the largest power of two not above them that divides its head
+ * dimension, and never more than the device's float width allows (mhla__tuning_lookup). */
 typedef struct mhla_tuning {
-    int sum_rd;        /* summary: key rows per work-item */
+    int vec;           /* widest vector: 0 = the device's float width (mhla_device_limits) */
+    int vec_forced;    /* vec was set by an override: honoured up to 16 even past the device's width */
+    int sum_rd;        /* summary: key rows per work-item (one vector) */
     int sum_ve;        /* summary: vector width along the value columns */
     int sum_nv;        /* summary: value vectors per work-item */
     int out_rt;        /* output: tokens per work-item */
@@ -181,29 +192,106 @@ typedef struct mhla_tuning {
     int groups_per_cu; /* work-groups per compute unit before long blocks are split */
     int split_min_len; /* shortest block segment worth its own work-group */
     int mix_kernel;    /* mixing: 1 = kernels/mixing.cl, 0 = CLBlast SGEMM */
-    int mix_mr;        /* mixing kernel: rows per work-item */
-    int mix_nv;        /* mixing kernel: 16-wide vectors per row per work-item */
+    int mix_mr;        /* mixing kernel and causal prefix: rows per work-item */
+    int mix_ve;        /* mixing kernel and causal prefix: vector width along the columns */
+    int mix_nv;        /* mixing kernel and causal prefix: vectors per row per work-item */
+    int tq;            /* causal output: tokens per work-group (score tiles) */
+    int kt;            /* causal output: keys per pass through local memory */
+    int gemm_rows;     /* causal prefix: earlier blocks of this many chunks go to CLBlast (0: none) */
     int sm_bq;         /* softmax: query rows per work-group */
     int sm_bk;         /* softmax: keys per local-memory tile (shrunk to fit local memory) */
-    int sm_vw;         /* softmax: vector width, 0 = the device's preferred float width */
+    int sm_vw;         /* softmax: vector width */
     int sm_rows;       /* softmax: 1 = each work-item copies whole tile rows, 0 = coalesced copy */
+    char origin[160];  /* where the values came from: "built-in row 'cpu', MHLA_TUNING" */
 } mhla_tuning;
 
+/* The row for ctx's device (vendor, name, type and float width), then MHLA_TUNING, then the
+ * context's own overrides (mhla_context_set_tuning), with the vector widths capped for the
+ * device. Fails only on a malformed override, naming it. */
 mhla_status mhla__tuning_lookup(mhla_context *ctx, mhla_tuning *out);
+/* Applies "name=value,..." (and "row=NAME", which restarts from that built-in row) to *t; `where`
+ * names the source in messages ("MHLA_TUNING"). ctx may be NULL (validation only). */
+mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char *spec, mhla_tuning *t);
 /* Largest power of two <= cap dividing n. */
 int mhla__pow2_divisor(int64_t n, int cap);
+
+/* The tiles a plan or decoder builds its kernels with (host/tiling.c): the tuning fitted to the
+ * configuration's sizes and the device's limits. Every field is a -D flag of some kernel file,
+ * except wg, splits and split_len (launch shape). */
+typedef struct mhla_tiles {
+    int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
+    int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
+    int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns */
+    int pre_ve;                         /* causal_prefix.cl: MIX_MR rows x (PRE_VE * MIX_NV) columns */
+    int tq, kt;                         /* causal_output.cl: CAUSAL_TQ tokens, CAUSAL_KT keys per pass */
+    int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */
+    int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group */
+    int wg;                             /* work-group size aimed at */
+    int splits, split_len;              /* non-causal: segments per block, tokens per segment */
+} mhla_tiles;
+
+/* The kernel files, for their -D flags (each reads only some of the configuration, so a program
+ * is not rebuilt for a value it never sees). */
+typedef enum mhla_kernel_file {
+    MHLA_KF_BLOCK_SUMMARY,
+    MHLA_KF_OUTPUT,
+    MHLA_KF_MIXING,
+    MHLA_KF_CAUSAL_SUMMARY,
+    MHLA_KF_CAUSAL_PREFIX,
+    MHLA_KF_CAUSAL_OUTPUT,
+    MHLA_KF_DECODER,
+    MHLA_KF_SOFTMAX,
+} mhla_kernel_file;
+
+/* "block_summary", ...: the file under kernels/ (without .cl). */
+const char *mhla__kernel_file_name(mhla_kernel_file f);
+/* The one place specialization flags are assembled (they key the program cache). */
+void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t, mhla_build_opts *opts);
+/* mhla__program_get for a kernel file with its flags. */
+mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,
+                              cl_program *out);
+
+/* Device limits a fit must respect: work-items per group and local-memory bytes. They start at
+ * the device's (local memory less a reserve for what implementations keep for themselves) and
+ * shrink when a built kernel reports less (CL_KERNEL_WORK_GROUP_SIZE, CL_KERNEL_LOCAL_MEM_SIZE). */
+typedef struct mhla_fit {
+    size_t wg;
+    uint64_t local_bytes;
+} mhla_fit;
+void mhla__fit_init(const mhla_context *ctx, mhla_fit *fit);
+/* After building a kernel that needs `want_wg` work-items per group and `want_local` bytes of
+ * local memory (predicted from its tiles): tightens *fit to what the kernel reports and returns 1
+ * when it does not fit (rebuild with smaller tiles), 0 when it does, -1 on a failed query. */
+int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_t want_local, mhla_fit *fit);
+
+/* Non-causal plans: register tiles, mixing tiles and block splits. */
+void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
+                         const mhla_tuning *t, mhla_tiles *out);
+/* Causal plans and decoders: register tiles, prefix tiles and score tiles within *fit
+ * (MHLA_ERR_UNSUPPORTED, naming the sizes, when even the smallest do not fit). */
+mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
+                               mhla_tiles *out);
+/* Work-items of one causal output group: the kernel is built for exactly this many. */
+int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv);
+/* Local memory the causal output kernel's arrays take. */
+uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
+/* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */
+mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
+                                mhla_tiles *out);
+/* Local memory the softmax kernel's arrays take. */
+uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t);
 
 /* ---- plan -------------------------------------------------------------------------------- */
 
 /* Derived sizes of a valid configuration. */
-typedef struct mhla_shape {
+struct mhla_shape {
     int64_t n;          /* tokens per sequence */
     int64_t m;          /* blocks (non-causal) */
     int64_t nb;         /* tokens per block */
     int64_t pt, ph, pw; /* block extent in tokens */
     int64_t bh;         /* batch * heads */
     int64_t summary_cols; /* Dv + 1: the value columns and the key-sum column z */
-} mhla_shape;
+};
 
 /* Validates cfg (msg gets the reason) and fills the derived shape. */
 mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, char *msg, size_t msg_size);
@@ -217,21 +305,14 @@ typedef struct mhla_grid_args {
     cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh, run;
 } mhla_grid_args;
 
-/* Tile of a softmax plan: the tuning's sm_* fields made valid for kernels/softmax.cl (VW 1..16,
- * BK a multiple of it, local memory permitting). */
-typedef struct mhla_softmax_tile {
-    int bq, bk, vw, copy_rows;
-} mhla_softmax_tile;
-
 struct mhla_plan {
     mhla_context *ctx;
     int softmax;     /* a softmax-attention baseline plan (mhla_softmax_plan_create) */
     mhla_config cfg; /* resolved */
     mhla_shape shape;
     mhla_grid_args grid;
-    mhla_tuning tuning;
-    int sum_rd, sum_ve, sum_nv, out_rt, out_ve, out_nv, out_dc; /* tiles in use (divide Dk, Dv) */
-    int splits, split_len;              /* block segments summed separately, then reduced */
+    mhla_tuning tuning; /* the device's row after overrides (tiles: what this plan made of it) */
+    mhla_tiles tiles;
     cl_kernel k_summary;
     cl_kernel k_reduce; /* splits > 1 only */
     cl_kernel k_official_dots; /* official normalizer only */
@@ -239,7 +320,6 @@ struct mhla_plan {
     cl_kernel k_mixing; /* tuning.mix_kernel only */
     cl_kernel k_softmax; /* softmax plans only */
     size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_reduce, lws_dots, lws_softmax;
-    mhla_softmax_tile softmax_tile; /* softmax plans only */
     /* workspace: summaries are M rows of B*H*Dk*(Dv+1) floats (kernels/common.h) */
     cl_mem partial; /* splits > 1: M*splits rows of segment summaries */
     cl_mem summary; /* S_b and z_b */
@@ -260,12 +340,12 @@ struct mhla_plan {
 void mhla__plan_fill_grid(mhla_plan *plan);
 
 /* Stages of the non-causal forward, each in the host file named after it. */
-mhla_status mhla__block_summary_setup(mhla_plan *plan, const mhla_build_opts *opts);
+mhla_status mhla__block_summary_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait);
-mhla_status mhla__mixing_setup(mhla_plan *plan, const mhla_build_opts *opts);
+mhla_status mhla__mixing_setup(mhla_plan *plan);
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
-mhla_status mhla__output_setup(mhla_plan *plan, const mhla_build_opts *opts);
+mhla_status mhla__output_setup(mhla_plan *plan);
 /* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */
 mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
 mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done);
@@ -305,6 +385,9 @@ const char *mhla__tensor_name(mhla_tensor t);
 mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, const void *k, const void *v,
                                const float *mixing, void *out, const int32_t *cu_seqlens, size_t num_seqs);
 
+/* Called by mhla_context_destroy(): when ctx was the last live context that used CLBlast,
+ * empties CLBlast's program cache (host/mixing.c). */
+void mhla__blas_release(mhla_context *ctx);
 /* Runs CLBlast's row-major C[m x n] = A[m x k] * B[k x n] on the context's queue. */
 mhla_status mhla__sgemm(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off,
                         cl_mem b, size_t b_off, cl_mem c, size_t c_off, cl_mem temp, cl_event *ev);

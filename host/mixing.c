@@ -5,6 +5,30 @@
 #include "internal.h"
 
 #include <clblast_c.h>
+#include <stdatomic.h>
+
+/* CLBlast keeps the programs it builds in a process-wide cache, keyed by context and device, that
+ * only CLBlastClearCache() empties; left alone, its static destructors release them at exit,
+ * after their contexts are gone (Oclgrind then aborts with "corrupted double-linked list"), and
+ * every context created and destroyed meanwhile stays alive through them. So the library counts
+ * the live contexts that have called CLBlast and clears the cache when the last one goes. Another
+ * thread's CLBlast call racing with the clear only rebuilds its program. */
+static atomic_int blas_contexts;
+
+static void blas_used(mhla_context *ctx)
+{
+    if (!ctx->used_blas) {
+        ctx->used_blas = 1;
+        atomic_fetch_add(&blas_contexts, 1);
+    }
+}
+
+void mhla__blas_release(mhla_context *ctx)
+{
+    if (ctx->used_blas && atomic_fetch_sub(&blas_contexts, 1) == 1)
+        CLBlastClearCache();
+    ctx->used_blas = 0;
+}
 
 mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                       size_t ldc, size_t *bytes)
@@ -12,6 +36,7 @@ mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, siz
     mhla_status st = MHLA_OK;
     cl_command_queue queue = ctx->queue;
     size_t size = 0;
+    blas_used(ctx);
     CLBlastStatusCode s = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
                                                      m, n, k, 0, lda, 0, ldb, 0, ldc, &queue, &size);
     if (s != CLBlastSuccess) {
@@ -35,6 +60,7 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
     mhla_status st = MHLA_OK;
     cl_command_queue queue = ctx->queue;
     CLBlastStatusCode s;
+    blas_used(ctx);
     if (temp)
         s = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
                                        a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, &queue, ev, temp);
@@ -59,19 +85,19 @@ static size_t summary_cols(const mhla_plan *plan)
 }
 static size_t dots_cols(const mhla_plan *plan) { return (size_t)plan->shape.bh * (size_t)plan->shape.nb; }
 
-mhla_status mhla__mixing_setup(mhla_plan *plan, const mhla_build_opts *opts)
+mhla_status mhla__mixing_setup(mhla_plan *plan)
 {
     mhla_status st = MHLA_OK;
     size_t m = (size_t)plan->shape.m, t1 = 0, t2 = 0;
     cl_program prog = NULL;
     if (plan->tuning.mix_kernel) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_get(plan->ctx, "mixing", opts, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_MIXING, &plan->cfg, &plan->tiles, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "mixing_gemm", &plan->k_mixing));
         /* A work-group is one column tile and every row tile: its work-items read the same
          * k x cols tile of B, which then comes from cache for all but the first. */
-        const size_t rows = (size_t)plan->tuning.mix_mr;
+        const size_t rows = (size_t)plan->tiles.mix_mr;
         const size_t extent[3] = {1, (m + rows - 1) / rows, 1};
-        mhla__local_size_3d(plan->ctx, plan->k_mixing, extent, (size_t)plan->tuning.wg, plan->lws_mixing);
+        mhla__local_size_3d(plan->ctx, plan->k_mixing, extent, (size_t)plan->tiles.wg, plan->lws_mixing);
         goto cleanup;
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_temp_bytes(plan->ctx, m, summary_cols(plan), m, &t1));
@@ -94,7 +120,7 @@ static mhla_status mix(mhla_plan *plan, cl_mem mixing, cl_mem b, cl_mem c, size_
     const cl_long xl = (cl_long)x;
     if (!plan->k_mixing)
         return mhla__sgemm(ctx, (size_t)m, x, (size_t)m, mixing, 0, b, 0, c, 0, plan->gemm_temp, NULL);
-    const size_t cols = (size_t)plan->tuning.mix_nv * 16, rows = (size_t)plan->tuning.mix_mr;
+    const size_t cols = (size_t)plan->tiles.mix_nv * (size_t)plan->tiles.mix_ve, rows = (size_t)plan->tiles.mix_mr;
     const size_t extent[3] = {(x + cols - 1) / cols, ((size_t)m + rows - 1) / rows, 1};
     MHLA_SET_ARG(st, ctx, plan->k_mixing, 0, mixing);
     MHLA_SET_ARG(st, ctx, plan->k_mixing, 1, m);

@@ -2,18 +2,19 @@
  * official normalizer's per-token dot products that the mixing stage mixes. */
 #include "internal.h"
 
-mhla_status mhla__output_setup(mhla_plan *plan, const mhla_build_opts *opts)
+mhla_status mhla__output_setup(mhla_plan *plan)
 {
     mhla_status st = MHLA_OK;
     cl_program prog = NULL;
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_get(plan->ctx, "output", opts, &prog));
+    const mhla_tiles *t = &plan->tiles;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, &plan->cfg, t, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", &plan->k_output));
-    const size_t extent[3] = {(size_t)(plan->cfg.dv / (plan->out_ve * plan->out_nv)),
-                              (size_t)((plan->shape.nb + plan->out_rt - 1) / plan->out_rt), 1};
-    mhla__local_size_3d(plan->ctx, plan->k_output, extent, (size_t)plan->tuning.wg, plan->lws_output);
+    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)),
+                              (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt), 1};
+    mhla__local_size_3d(plan->ctx, plan->k_output, extent, (size_t)t->wg, plan->lws_output);
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "official_dots", &plan->k_official_dots));
-        plan->lws_dots = mhla__local_size(plan->ctx, plan->k_official_dots, (size_t)plan->tuning.wg);
+        plan->lws_dots = mhla__local_size(plan->ctx, plan->k_official_dots, (size_t)t->wg);
     }
 cleanup:
     return st;
@@ -48,8 +49,9 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event
     const float feature_eps = plan->cfg.feature_eps, scale = plan->cfg.scale, eps = plan->cfg.eps;
     /* The kernel reads `den` only for the official normalizer; any valid buffer fills the slot. */
     cl_mem den = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL ? plan->den : plan->mixed;
-    const size_t groups = (size_t)((plan->shape.nb + plan->out_rt - 1) / plan->out_rt);
-    const size_t extent[3] = {(size_t)(plan->cfg.dv / (plan->out_ve * plan->out_nv)), (size_t)plan->shape.m * groups,
+    const mhla_tiles *t = &plan->tiles;
+    const size_t groups = (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt);
+    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), (size_t)plan->shape.m * groups,
                               (size_t)plan->shape.bh};
 
     MHLA_SET_ARG(st, ctx, kern, 0, q);

@@ -4,61 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The one place where specialization flags are assembled (they key the program cache), for plans
- * and decoders. `parts` picks the groups a program depends on (MHLA_OPTS_*), so that a program
- * that does not read a flag is not rebuilt for each value of it; `tiling` is the causal kernels'
- * (NULL for the non-causal ones, which add their tiles in plan_build_options). */
-void mhla__build_options(const mhla_config *c, const mhla_causal_tiling *tiling, unsigned parts,
-                         mhla_build_opts *opts)
-{
-    const mhla_causal_tiling *t = tiling;
-    mhla__opts_init(opts);
-    if (parts & MHLA_OPTS_SHAPE) {
-        mhla__opts_add(opts, "-DDK=%lld", (long long)c->dk);
-        mhla__opts_add(opts, "-DDV=%lld", (long long)c->dv);
-        mhla__opts_add(opts, "-DLAYOUT_BHND=%d", c->layout == MHLA_LAYOUT_BHND);
-        mhla__opts_add(opts, "-DFEATURE_MAP=%d", (int)c->feature_map);
-        mhla__opts_add(opts, "-DNORMALIZER=%d", (int)c->normalizer);
-        mhla__opts_add(opts, "-DDTYPE=%d", (int)c->dtype);
-    }
-    if (t && (parts & MHLA_OPTS_SUMMARY))
-        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d", t->sum_rd, t->sum_ve, t->sum_nv);
-    if (t && (parts & MHLA_OPTS_OUTPUT)) {
-        mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d", t->out_rt, t->out_ve, t->out_nv,
-                       t->out_dc);
-        mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d", t->tq, t->kt);
-    }
-    if (t && (parts & MHLA_OPTS_PREFIX))
-        mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_NV=%d -DPRE_VE=%d", t->mix_mr, t->mix_nv, t->pre_ve);
-}
-
-/* The non-causal kernels' flags: the shared ones, then the plan's tiles. */
-static void plan_build_options(const mhla_plan *plan, mhla_build_opts *opts)
-{
-    mhla__build_options(&plan->cfg, NULL, MHLA_OPTS_SHAPE, opts);
-    mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d", plan->sum_rd, plan->sum_ve, plan->sum_nv);
-    mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d", plan->out_rt, plan->out_ve,
-                   plan->out_nv, plan->out_dc);
-    mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_NV=%d", plan->tuning.mix_mr, plan->tuning.mix_nv);
-}
-
-/* Tiles from the device's tuning, cut down to what divides this plan's head dimensions. */
-static mhla_status choose_tiles(mhla_plan *plan)
-{
-    mhla_status st = MHLA_OK;
-    mhla_tuning *t = &plan->tuning;
-    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(plan->ctx, t));
-    plan->sum_rd = mhla__pow2_divisor(plan->cfg.dk, t->sum_rd > 16 ? 16 : t->sum_rd);
-    plan->sum_ve = mhla__pow2_divisor(plan->cfg.dv, t->sum_ve > 16 ? 16 : t->sum_ve);
-    plan->sum_nv = mhla__pow2_divisor(plan->cfg.dv / plan->sum_ve, t->sum_nv);
-    plan->out_rt = t->out_rt;
-    plan->out_ve = mhla__pow2_divisor(plan->cfg.dv, t->out_ve > 16 ? 16 : t->out_ve);
-    plan->out_nv = mhla__pow2_divisor(plan->cfg.dv / plan->out_ve, t->out_nv);
-    plan->out_dc = mhla__pow2_divisor(plan->cfg.dk, t->out_dc > 16 ? 16 : t->out_dc);
-cleanup:
-    return st;
-}
-
 void mhla__plan_fill_grid(mhla_plan *plan)
 {
     const mhla_config *c = &plan->cfg;
@@ -118,7 +63,6 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
 {
     mhla_status st = MHLA_OK;
     mhla_plan *plan = NULL;
-    mhla_build_opts opts;
     char msg[512];
 
     MHLA_FAIL_IF(st, !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create: out is NULL");
@@ -136,12 +80,12 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
     if (plan->cfg.causal) {
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
     } else {
-        MHLA_FORWARD_IF_ERROR(st, choose_tiles(plan));
-        plan_build_options(plan, &opts);
+        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->tuning));
+        mhla__tiles_forward(ctx, &plan->cfg, &plan->shape, &plan->tuning, &plan->tiles);
         MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
-        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan, &opts));
-        MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan, &opts));
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan, &opts));
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
         plan->workspace_bytes += plan->gemm_temp_bytes;
     }
     *out = plan;

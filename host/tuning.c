@@ -1,89 +1,146 @@
-/* Tuning knowledge as data: tile sizes per device, looked up by vendor, then device name, ending
- * at a default for the device type. MHLA_TUNING overrides fields for experiments, e.g.
- * MHLA_TUNING="sum_rd=4,out_rt=8". Kernels get the values as -D flags (host/plan.c). */
+/* Tuning knowledge as data: every per-device choice of every kernel, one row per kind of device,
+ * looked up by vendor, device name, device type and the device's float width, ending at a default.
+ * Overrides, in order: MHLA_TUNING (experiments), then the context's own
+ * (mhla_context_set_tuning), both "name=value,..." with "row=NAME" to start from a named row.
+ * host/tiling.c fits the result to a configuration and turns it into -D flags. */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct tuning_entry {
-    const char *vendor; /* substring of CL_DEVICE_VENDOR, or NULL for any */
-    const char *device; /* substring of CL_DEVICE_NAME, or NULL for any */
+typedef struct tuning_row {
+    const char *name;    /* for row=NAME and for messages */
+    const char *vendor;  /* substring of CL_DEVICE_VENDOR, or NULL for any */
+    const char *device;  /* substring of CL_DEVICE_NAME, or NULL for any */
     cl_device_type type; /* 0 for any */
+    int min_width;       /* the device's float width must be at least this (0: any) */
     mhla_tuning t;
-} tuning_entry;
+} tuning_row;
 
 /* First match wins, so specific rows come before the defaults. Why these numbers:
- * - CPUs (PoCL and vendor CPU runtimes) compile explicit vectors straight to SIMD registers and
- *   barely vectorize scalar work-items, so each work-item row is one float16 (an AVX-512
- *   register). The register tiles stay at 8 vectors of accumulators (summary: 8 key rows x 16
- *   columns; output: 4 tokens x 32 columns): twice that spills on PoCL 3.1 (LLVM splits each
- *   float16 into two 256-bit halves when it prefers 256-bit vectors, leaving 32 registers for
- *   everything). Work-groups are tasks, so a few per core suffice. The mixing GEMM runs in
- *   kernels/mixing.cl: CLBlast's GEMMs stage tiles in local memory behind barriers, which CPU
- *   runtimes emulate in ordinary memory (PoCL 3.1, 2 cores, N=16384, M=64, H=8, D=64:
- *   CLBlast 18-37 ms vs 3-4 ms for the kernel, measured in the same runs).
- *   Softmax (kernels/softmax.cl): whole AVX-512 registers along keys and values, tiles copied
- *   row by row (contiguous, vectorized), 256 query rows per group to amortize the copy. PoCL 3.1,
- *   2 cores, N=2048, H=8, D=64, process CPU time (robust to the machine's other load), best of 5:
- *   sm_bq 64/128/256/512 -> 205/196/165/155 ms; sm_bk 32/64/128 -> 204/165/210 ms; float4/8/16
- *   -> 275/175/165 ms; coalesced copy 188 ms against rows' 165.
+ * - CPUs (PoCL, vendor CPU runtimes) compile explicit vectors straight to SIMD registers and
+ *   barely vectorize scalar work-items, so each work-item row is one vector as wide as the
+ *   device's registers (vec = 0: CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, 16 with AVX-512, 8 with
+ *   AVX2). Wider vectors never help: without AVX-512 a float16 argument or return value changes
+ *   the calling convention (clang warns, and PoCL prints the warning on stderr). Register tiles
+ *   hold about 8 vectors of accumulators (summary: 8 key rows x 1 vector; output: 4 tokens x 2
+ *   vectors), the most that stays in registers on PoCL 3.1 with 32 (AVX-512) or 16 (AVX2) vector
+ *   registers; the mixing kernel keeps 8 rows x 2 vectors only where there are 32 registers.
+ *   Work-groups are tasks, so a few per core suffice. The mixing GEMM runs in kernels/mixing.cl:
+ *   CLBlast's GEMMs stage tiles in local memory behind barriers, which CPU runtimes emulate in
+ *   ordinary memory (PoCL 3.1, 2 cores, N=16384, M=64, H=8, D=64: CLBlast 18-37 ms vs 3-4 ms for
+ *   the kernel, measured in the same runs); likewise the causal prefix sums every earlier chunk
+ *   itself (gemm_rows 0).
+ *   Softmax (kernels/softmax.cl): whole registers along keys and values, tiles copied row by row
+ *   (contiguous, vectorized), 256 query rows per group to amortize the copy. PoCL 3.1, 2 cores,
+ *   N=2048, H=8, D=64, process CPU time, best of 5: sm_bq 64/128/256/512 -> 205/196/165/155 ms;
+ *   sm_bk 32/64/128 -> 204/165/210 ms; float4/8/16 -> 275/175/165 ms; coalesced copy 188 ms
+ *   against rows' 165.
  * - GPUs want many light work-items: float4 columns, smaller register tiles, enough work-groups
- *   to fill every compute unit several times, and CLBlast's tuned GEMM for the mixing. Softmax:
- *   float4 loads from local memory, 16-key tiles so that the private score row stays in registers
- *   (the layout of llama.cpp's OpenCL flash attention), coalesced tile copies. */
-static const tuning_entry table[] = {
-    {NULL, NULL, CL_DEVICE_TYPE_CPU, {.sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .out_rt = 4, .out_ve = 16,
-                                      .out_nv = 2, .out_dc = 8, .wg = 64, .groups_per_cu = 8,
-                                      .split_min_len = 256, .mix_kernel = 1, .mix_mr = 8, .mix_nv = 2,
-                                      .sm_bq = 256, .sm_bk = 64, .sm_vw = 0, .sm_rows = 1}},
-    {NULL, NULL, CL_DEVICE_TYPE_GPU, {.sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4,
-                                      .out_nv = 1, .out_dc = 4, .wg = 128, .groups_per_cu = 8,
-                                      .split_min_len = 128, .mix_kernel = 0, .mix_mr = 4, .mix_nv = 1,
-                                      .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
-    {NULL, NULL, 0, {.sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 2, .out_ve = 4, .out_nv = 1, .out_dc = 4,
-                     .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .mix_kernel = 0, .mix_mr = 4,
-                     .mix_nv = 1, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+ *   to fill every compute unit several times, CLBlast's tuned GEMM for the mixing and for the
+ *   causal prefix blocks of 32 chunks. Softmax: float4 loads from local memory, 16-key tiles so
+ *   that the private score row stays in registers (the layout of llama.cpp's OpenCL flash
+ *   attention), coalesced tile copies. Not yet measured on a GPU (docs/devices.md).
+ * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
+ *   (256 bits), like a GPU; it reports a float width of 1. See docs/devices.md for its figures.
+ * - Anything else: GPU-like choices with smaller tiles. */
+static const tuning_row rows[] = {
+    {"llvmpipe", NULL, "llvmpipe", 0, 0,
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4, .out_nv = 1, .out_dc = 4, .wg = 64,
+      .groups_per_cu = 8, .split_min_len = 128, .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .tq = 32,
+      .kt = 32, .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 16,
+     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .out_rt = 4, .out_ve = 16, .out_nv = 2, .out_dc = 8, .wg = 64,
+      .groups_per_cu = 8, .split_min_len = 256, .mix_kernel = 1, .mix_mr = 8, .mix_ve = 16, .mix_nv = 2, .tq = 32,
+      .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
+     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .out_rt = 4, .out_ve = 16, .out_nv = 2, .out_dc = 8, .wg = 64,
+      .groups_per_cu = 8, .split_min_len = 256, .mix_kernel = 1, .mix_mr = 4, .mix_ve = 16, .mix_nv = 2, .tq = 32,
+      .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
+    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, 0,
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4, .out_nv = 1, .out_dc = 4, .wg = 128,
+      .groups_per_cu = 8, .split_min_len = 128, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .tq = 32,
+      .kt = 32, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+    {"default", NULL, NULL, 0, 0,
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 2, .out_ve = 4, .out_nv = 1, .out_dc = 4, .wg = 64,
+      .groups_per_cu = 4, .split_min_len = 128, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .tq = 32,
+      .kt = 32, .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
 };
+#define ROW_COUNT (sizeof rows / sizeof rows[0])
 
-static int matches(const tuning_entry *e, const mhla_context *ctx)
+static int matches(const tuning_row *r, const mhla_context *ctx)
 {
-    if (e->vendor && !strstr(ctx->vendor, e->vendor))
+    if (r->vendor && !strstr(ctx->vendor, r->vendor))
         return 0;
-    if (e->device && !strstr(ctx->device_name, e->device))
+    if (r->device && !strstr(ctx->device_name, r->device))
         return 0;
-    return e->type == 0 || (ctx->limits.type & e->type) != 0;
+    if (r->min_width && ctx->limits.float_width < r->min_width)
+        return 0;
+    return r->type == 0 || (ctx->limits.type & r->type) != 0;
 }
 
-static mhla_status apply_override(mhla_context *ctx, const char *spec, mhla_tuning *t)
+/* The fields MHLA_TUNING may set, with their smallest valid value (0 for switches and "the
+ * device's choice"). */
+typedef struct tuning_field {
+    const char *name;
+    size_t offset;
+    int min;
+} tuning_field;
+#define FIELD(name, min) {#name, offsetof(mhla_tuning, name), min}
+static const tuning_field fields[] = {
+    FIELD(vec, 0),       FIELD(sum_rd, 1),        FIELD(sum_ve, 1),     FIELD(sum_nv, 1),    FIELD(out_rt, 1),
+    FIELD(out_ve, 1),    FIELD(out_nv, 1),        FIELD(out_dc, 1),     FIELD(wg, 1),        FIELD(groups_per_cu, 1),
+    FIELD(split_min_len, 1), FIELD(mix_kernel, 0), FIELD(mix_mr, 1),    FIELD(mix_ve, 1),    FIELD(mix_nv, 1),
+    FIELD(tq, 1),        FIELD(kt, 1),            FIELD(gemm_rows, 0),  FIELD(sm_bq, 1),     FIELD(sm_bk, 1),
+    FIELD(sm_vw, 1),     FIELD(sm_rows, 0),
+};
+#undef FIELD
+#define FIELD_COUNT (sizeof fields / sizeof fields[0])
+
+static void append_origin(mhla_tuning *t, const char *what)
+{
+    const size_t len = strlen(t->origin);
+    snprintf(t->origin + len, sizeof t->origin - len, "%s%s", len ? ", " : "", what);
+}
+
+mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char *spec, mhla_tuning *t)
 {
     mhla_status st = MHLA_OK;
-    struct {
-        const char *name;
-        int *field;
-        int min; /* 0 for switches and "the device's choice" */
-    } fields[] = {{"sum_rd", &t->sum_rd, 1}, {"sum_ve", &t->sum_ve, 1}, {"sum_nv", &t->sum_nv, 1},
-                  {"out_rt", &t->out_rt, 1}, {"out_ve", &t->out_ve, 1}, {"out_nv", &t->out_nv, 1},
-                  {"out_dc", &t->out_dc, 1}, {"wg", &t->wg, 1}, {"groups_per_cu", &t->groups_per_cu, 1},
-                  {"split_min_len", &t->split_min_len, 1}, {"mix_kernel", &t->mix_kernel, 0},
-                  {"mix_mr", &t->mix_mr, 1}, {"mix_nv", &t->mix_nv, 1}, {"sm_bq", &t->sm_bq, 1},
-                  {"sm_bk", &t->sm_bk, 1}, {"sm_vw", &t->sm_vw, 0}, {"sm_rows", &t->sm_rows, 0}};
     const char *p = spec;
+    int fields_set = 0;
     while (*p) {
-        char name[32];
-        int value = 0, used = 0;
-        MHLA_FAIL_IF(st, sscanf(p, "%31[a-z_]=%d%n", name, &value, &used) != 2, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                     "MHLA_TUNING='%s': expected name=value[,name=value...] at '%s'", spec, p);
-        size_t i = 0;
-        while (i < sizeof fields / sizeof fields[0] && strcmp(fields[i].name, name) != 0)
-            ++i;
-        MHLA_FAIL_IF(st, i == sizeof fields / sizeof fields[0], ctx, MHLA_ERR_INVALID_ARGUMENT,
-                     "MHLA_TUNING: unknown field '%s'", name);
-        MHLA_FAIL_IF(st, value < fields[i].min || value > 1 << 20, ctx,
-                     MHLA_ERR_INVALID_ARGUMENT,
-                     "MHLA_TUNING: %s=%d is out of range", name, value);
-        *fields[i].field = value;
+        char name[32], value_text[32];
+        int used = 0;
+        MHLA_FAIL_IF(st, sscanf(p, "%31[a-z_]=%31[^,]%n", name, value_text, &used) != 2, ctx,
+                     MHLA_ERR_INVALID_ARGUMENT, "%s='%s': expected name=value[,name=value...] at '%s'", where, spec, p);
+        if (strcmp(name, "row") == 0) {
+            size_t r = 0;
+            while (r < ROW_COUNT && strcmp(rows[r].name, value_text) != 0)
+                ++r;
+            MHLA_FAIL_IF(st, r == ROW_COUNT, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                         "%s: unknown row '%s' (rows: llvmpipe, cpu-wide, cpu, gpu, default)", where, value_text);
+            *t = rows[r].t;
+            snprintf(t->origin, sizeof t->origin, "built-in row '%s' (%s)", rows[r].name, where);
+            fields_set = 0;
+        } else {
+            size_t i = 0;
+            while (i < FIELD_COUNT && strcmp(fields[i].name, name) != 0)
+                ++i;
+            MHLA_FAIL_IF(st, i == FIELD_COUNT, ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: unknown field '%s'", where, name);
+            char *end = NULL;
+            const long value = strtol(value_text, &end, 10);
+            MHLA_FAIL_IF(st, !end || *end || end == value_text, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                         "%s: %s=%s is not an integer", where, name, value_text);
+            MHLA_FAIL_IF(st, value < fields[i].min || value > 1 << 20, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                         "%s: %s=%ld is out of range (%d..%d)", where, name, value, fields[i].min, 1 << 20);
+            *(int *)((char *)t + fields[i].offset) = (int)value;
+            if (strcmp(name, "vec") == 0)
+                t->vec_forced = value > 0;
+            if (!fields_set++)
+                append_origin(t, where);
+        }
         p += used;
         if (*p == ',')
             ++p;
@@ -92,16 +149,50 @@ cleanup:
     return st;
 }
 
+/* Largest power of two in 1..16 not above x (x >= 1). */
+static int pow2_floor16(int x)
+{
+    int w = 1;
+    while (w < 16 && w * 2 <= x)
+        w *= 2;
+    return w;
+}
+
+/* Vector widths within what the device handles: the row's vec (0: the device's float width),
+ * and never wider than the device's float width where that is 4 or more (wider vectors are split,
+ * and change the calling convention on CPUs); devices reporting 1 or 2 (most GPUs: their lanes are
+ * work-items) take up to float4, the widest load most of them issue per work-item. An override
+ * that sets vec itself is an experiment (or a test reaching the wide code on any device) and is
+ * honoured up to 16. */
+static void cap_widths(const mhla_context *ctx, mhla_tuning *t)
+{
+    const int dev = ctx->limits.float_width > 0 ? ctx->limits.float_width : 1;
+    const int hard = t->vec_forced ? 16 : pow2_floor16(dev > 4 ? dev : 4);
+    int vw = pow2_floor16(t->vec > 0 ? t->vec : dev);
+    if (vw > hard)
+        vw = hard;
+    int *widths[] = {&t->sum_rd, &t->sum_ve, &t->out_ve, &t->out_dc, &t->mix_ve, &t->sm_vw};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i)
+        *widths[i] = pow2_floor16(*widths[i] < vw ? *widths[i] : vw);
+    t->vec = vw;
+}
+
 mhla_status mhla__tuning_lookup(mhla_context *ctx, mhla_tuning *out)
 {
     mhla_status st = MHLA_OK;
-    size_t i = 0;
-    while (i + 1 < sizeof table / sizeof table[0] && !matches(&table[i], ctx))
-        ++i;
-    *out = table[i].t;
+    mhla_tuning t;
+    size_t r = 0;
+    while (r + 1 < ROW_COUNT && !matches(&rows[r], ctx))
+        ++r;
+    t = rows[r].t;
+    snprintf(t.origin, sizeof t.origin, "built-in row '%s'", rows[r].name);
     const char *env = getenv("MHLA_TUNING");
     if (env && *env)
-        MHLA_FORWARD_IF_ERROR(st, apply_override(ctx, env, out));
+        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "MHLA_TUNING", env, &t));
+    if (ctx->tuning)
+        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "mhla_context_set_tuning", ctx->tuning, &t));
+    cap_widths(ctx, &t);
+    *out = t;
 cleanup:
     return st;
 }
@@ -112,4 +203,42 @@ int mhla__pow2_divisor(int64_t n, int cap)
     while (w * 2 <= cap && n % (w * 2) == 0)
         w *= 2;
     return w;
+}
+
+mhla_status mhla_context_set_tuning(mhla_context *ctx, const char *spec)
+{
+    mhla_status st = MHLA_OK;
+    char *copy = NULL;
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_set_tuning: context is NULL");
+    if (spec && *spec) {
+        mhla_tuning scratch = rows[0].t; /* validation: the same parser, on a copy */
+        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "mhla_context_set_tuning", spec, &scratch));
+        copy = malloc(strlen(spec) + 1);
+        MHLA_FAIL_IF(st, !copy, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory storing a tuning override");
+        strcpy(copy, spec);
+    }
+    free(ctx->tuning);
+    ctx->tuning = copy;
+    copy = NULL;
+cleanup:
+    free(copy);
+    return st;
+}
+
+mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size)
+{
+    mhla_status st = MHLA_OK;
+    mhla_tuning t;
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_tuning: context is NULL");
+    MHLA_FAIL_IF(st, !buf || size == 0, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_tuning: buf is NULL or size 0");
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &t));
+    snprintf(buf, size,
+             "%s: vec=%d sum_rd=%d,sum_ve=%d,sum_nv=%d out_rt=%d,out_ve=%d,out_nv=%d,out_dc=%d wg=%d "
+             "groups_per_cu=%d split_min_len=%d mix_kernel=%d,mix_mr=%d,mix_ve=%d,mix_nv=%d tq=%d,kt=%d,gemm_rows=%d "
+             "sm_bq=%d,sm_bk=%d,sm_vw=%d,sm_rows=%d",
+             t.origin, t.vec, t.sum_rd, t.sum_ve, t.sum_nv, t.out_rt, t.out_ve, t.out_nv, t.out_dc, t.wg,
+             t.groups_per_cu, t.split_min_len, t.mix_kernel, t.mix_mr, t.mix_ve, t.mix_nv, t.tq, t.kt, t.gemm_rows,
+             t.sm_bq, t.sm_bk, t.sm_vw, t.sm_rows);
+cleanup:
+    return st;
 }

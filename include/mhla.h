@@ -114,6 +114,8 @@ typedef struct mhla_device_info {
     unsigned max_clock_mhz;
     int has_fp16; /* cl_khr_fp16 */
     int has_fp64; /* cl_khr_fp64 */
+    int float_width; /* floats per SIMD register: CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, or the
+                        PREFERRED_ width where wider (16 AVX-512, 8 AVX2, 1 on most GPUs) */
 } mhla_device_info;
 
 /*! mhla_device_list() :
@@ -180,6 +182,26 @@ MHLA_API cl_context mhla_context_cl_context(const mhla_context *ctx);
 MHLA_API cl_command_queue mhla_context_queue(const mhla_context *ctx);
 MHLA_API cl_device_id mhla_context_device(const mhla_context *ctx);
 MHLA_API const char *mhla_context_device_name(const mhla_context *ctx);
+
+/*! mhla_context_set_tuning() :
+ * Overrides the per-device tuning (tile sizes, vector widths, work-group sizes, which GEMM
+ * mixes) for plans and decoders created on this context afterwards. `spec` is
+ * "name=value[,name=value...]" over the fields `mhla_context_tuning()` prints; "row=NAME" first
+ * starts from a named built-in row (cpu-wide, cpu, gpu, llvmpipe, default) instead of the one
+ * chosen for the device. Applied after the MHLA_TUNING environment variable. Vector widths stay
+ * capped by the device (never wider than its SIMD registers on CPUs, float4 on GPUs).
+ * NULL or "" clears the override. Results never depend on it, only speed: every tiling is
+ * checked against the reference in the tests.
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT naming the unknown field, row or bad value (the
+ *         previous override is then kept). */
+MHLA_API mhla_status mhla_context_set_tuning(mhla_context *ctx, const char *spec);
+
+/*! mhla_context_tuning() :
+ * Writes the tuning new plans on this context would use into buf (NUL-terminated, truncated to
+ * size): where it came from ("built-in row 'cpu-wide', MHLA_TUNING"), then every field as
+ * name=value after the device's caps. Plans fit these to their sizes and the device's limits.
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL ctx or buf, size 0, malformed MHLA_TUNING). */
+MHLA_API mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Plan configuration                                                                           */

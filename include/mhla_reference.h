@@ -56,6 +56,40 @@ MHLA_API double mhla_max_rel_err(const float *got, const double *ref, size_t n);
  * bf16: 1.6e-2, against the reference run on the same rounded inputs); 0 for an unknown dtype. */
 MHLA_API double mhla_reference_tolerance(mhla_dtype dtype, int64_t n);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Self-test: qualify a device                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One path of mhla_selftest(): its name ("forward-2d/paper/relu-eps", "causal/f16",
+ * "decoder/step", "softmax/f32", ...), whether it ran (status), its error against the double
+ * reference and the tolerance SPEC.md sets for it. */
+typedef struct mhla_selftest_result {
+    char path[64];
+    mhla_status status;  /* MHLA_OK when the path ran; else why not (message) */
+    double max_rel_err;  /* mhla_max_rel_err() against the reference; NaN when it did not run */
+    double tolerance;    /* mhla_reference_tolerance() for the path's storage type and length */
+    int passed;          /* ran, and max_rel_err <= tolerance */
+    char message[256];   /* why it failed (first line of the library's message), or "" */
+} mhla_selftest_result;
+
+typedef void (*mhla_selftest_fn)(const mhla_selftest_result *result, void *user);
+
+/*! mhla_selftest() :
+ * Runs every path of the library on ctx's device at small shapes and checks each against the
+ * double-precision reference: the non-causal forward over 1D, 2D and 3D grids with every
+ * normalizer and feature map, both layouts and odd head dimensions, M = 1; the causal chunk form
+ * (partial chunks, prefix GEMM blocks), packed varlen batches, the decoder (step by step and after
+ * a prefill); f16 and bf16 storage on each; the softmax baseline. `quick` runs the default feature
+ * map only on 2D and 3D grids and f32 softmax (about half the paths). Outputs start as NaN, so an
+ * element a kernel forgets to write fails. Plans use the context's tuning (mhla_context_set_tuning
+ * picks another row, e.g. "row=gpu"). `fn` (may be NULL) is called after each path with its
+ * result; *passed and *failed (may be NULL) get the counts. A path that fails does not stop the
+ * others. Takes seconds on a CPU; kernels are built as for any plan (the program cache applies).
+ * @return MHLA_OK when the run completed (whatever the paths' outcome: read *failed),
+ *         MHLA_ERR_INVALID_ARGUMENT for NULL ctx, MHLA_ERR_OUT_OF_HOST_MEMORY. */
+MHLA_API mhla_status mhla_selftest(mhla_context *ctx, int quick, mhla_selftest_fn fn, void *user, size_t *passed,
+                                   size_t *failed);
+
 #ifdef __cplusplus
 }
 #endif

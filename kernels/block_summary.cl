@@ -3,14 +3,16 @@
  * segments whose partial summaries summary_reduce adds in a fixed order (no atomics: the result
  * is bit-identical run to run). */
 #include "common.h"
+#define TILES_SUMMARY /* tiles.h: this file uses summary_tile_run */
 #include "tiles.h"
 
 /* global: (SUM_ND*SUM_NE rounded up, M*splits, B*H). Work-item (row tile, column tile) of segment
  * `split` of block `blk` accumulates a SUM_RD x SUM_COLS register tile over the segment's tokens;
  * the column-tile-0 work-items also sum the keys. Writes row blk*splits + split of `dst`. */
 kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
-                          const mhla_grid g, const float feature_eps, const int splits, const int split_len)
+                          const mhla_grid g_arg, const float feature_eps, const int splits, const int split_len)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     /* Padding work-items (tile past the last) compute on a valid tile and store nothing: every
      * work-item of the group must reach the same barriers. */
     const int tile_id = (int)get_global_id(0);
@@ -62,9 +64,10 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
 }
 
 /* global: (ceil(row_len/4), M). summary[blk] = sum over s of partial[blk*splits + s], in order. */
-kernel void summary_reduce(global const float *restrict partial, global float *restrict summary, const mhla_grid g,
+kernel void summary_reduce(global const float *restrict partial, global float *restrict summary, const mhla_grid g_arg,
                            const int splits)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     const long row_len = summary_row_len(g.bh);
     const long i = (long)get_global_id(0) * 4;
     const int blk = (int)get_global_id(1);

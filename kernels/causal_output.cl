@@ -30,10 +30,11 @@
 kernel void causal_output(global const STORE_T *restrict q, global const STORE_T *restrict k,
                           global const STORE_T *restrict v, global const float *restrict pref,
                           global const float *restrict mixing, global const int4 *restrict chunks,
-                          global STORE_T *restrict out, const mhla_grid g, const int rows_mc,
+                          global STORE_T *restrict out, const mhla_grid g_arg, const int rows_mc,
                           const int tiles_per_chunk, const float feature_eps, const float scale,
                           const float eps)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float qs[CAUSAL_TQ * DK]; /* q~ of the group's tokens */
     local float kt[DK * CAUSAL_KT]; /* k~ of the current keys, transposed: [d][s] */
     local float sc[CAUSAL_TQ * CAUSAL_KT]; /* q~_r . k~_s (masked pairs are never read) */

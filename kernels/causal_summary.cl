@@ -1,6 +1,7 @@
 /* Causal stage 1: the summary S_j = sum k~ v^T of every chunk of every sequence (and the key sum
  * z_j for the paper normalizer), one launch over all chunks, into the chunks' slots. */
 #include "causal.h"
+#define TILES_SUMMARY /* tiles.h: this file uses summary_tile_run */
 #include "tiles.h"
 
 /* global: (SUM_ND*SUM_NE rounded up, chunks, B*H). Work-item (row tile, column tile) of a chunk
@@ -8,8 +9,9 @@
  * tensors); the column-tile-0 work-items also sum the keys. */
 kernel void causal_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
                            global const int4 *restrict chunks, global float *restrict sums,
-                           const mhla_grid g, const float feature_eps)
+                           const mhla_grid g_arg, const float feature_eps)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     /* Padding work-items compute on a valid tile and store nothing: every work-item of the group
      * must reach the same barriers. */
     const int tile_id = (int)get_global_id(0);

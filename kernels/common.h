@@ -77,24 +77,25 @@ ushort bf16_round_1(const float x)
     return (ushort)(isnan(x) ? (u >> 16) | 0x40u : (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 void bf16_store_1(const float x, const size_t o, global ushort *p) { p[o] = bf16_round_1(x); }
-#define BF16_VECTOR(W)                                                                              \
-    VEC(W) bf16_load_##W(const size_t o, global const ushort *p)                                   \
-    {                                                                                               \
-        return CAT(as_float, W)(CAT(convert_uint, W)(CAT(vload, W)(o, p)) << 16);                   \
-    }                                                                                               \
-    void bf16_store_##W(const VEC(W) x, const size_t o, global ushort *p)                          \
-    {                                                                                               \
-        const CAT(uint, W) u = CAT(as_uint, W)(x);                                                  \
-        const CAT(uint, W) r = select((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, (u >> 16) | 0x40u,      \
-                                      CAT(convert_uint, W)(isnan(x)));                              \
-        CAT(vstore, W)(CAT(convert_ushort, W)(r), o, p);                                            \
-    }
-BF16_VECTOR(2)
-BF16_VECTOR(4)
-BF16_VECTOR(8)
-BF16_VECTOR(16)
-#define LOADN(W, o, p) CAT(bf16_load_, W)(o, p)
-#define STOREN(W, x, o, p) CAT(bf16_store_, W)(x, o, p)
+/* Vectors as macros, not functions: a function taking or returning a vector wider than the
+ * device's registers changes the calling convention (clang warns for float16 on AVX2 CPUs). The
+ * stored value `x` is evaluated more than once: pass an expression without side effects. */
+#define BF16_LOADV(W, o, p) CAT(as_float, W)(CAT(convert_uint, W)(CAT(vload, W)(o, p)) << 16)
+#define BF16_ROUNDV(u, nan) select(((u) + 0x7FFFu + (((u) >> 16) & 1u)) >> 16, ((u) >> 16) | 0x40u, nan)
+#define BF16_STOREV(W, x, o, p)                                                                     \
+    CAT(vstore, W)(CAT(convert_ushort, W)(BF16_ROUNDV(CAT(as_uint, W)(x), CAT(convert_uint, W)(isnan(x)))), o, p)
+#define BF16_LOAD_1(o, p) bf16_load_1(o, p)
+#define BF16_LOAD_2(o, p) BF16_LOADV(2, o, p)
+#define BF16_LOAD_4(o, p) BF16_LOADV(4, o, p)
+#define BF16_LOAD_8(o, p) BF16_LOADV(8, o, p)
+#define BF16_LOAD_16(o, p) BF16_LOADV(16, o, p)
+#define BF16_STORE_1(x, o, p) bf16_store_1(x, o, p)
+#define BF16_STORE_2(x, o, p) BF16_STOREV(2, x, o, p)
+#define BF16_STORE_4(x, o, p) BF16_STOREV(4, x, o, p)
+#define BF16_STORE_8(x, o, p) BF16_STOREV(8, x, o, p)
+#define BF16_STORE_16(x, o, p) BF16_STOREV(16, x, o, p)
+#define LOADN(W, o, p) CAT(BF16_LOAD_, W)(o, p)
+#define STOREN(W, x, o, p) CAT(BF16_STORE_, W)(x, o, p)
 #endif
 
 /* Block summaries live in one buffer of M rows, one row per block, so that the mixing is a single
@@ -114,7 +115,10 @@ long summary_z_offset(const int bh_count, const int blk, const int bh)
 }
 
 /* Sizes that vary per call without a rebuild. Only 32-bit ints, so the layout matches the host's
- * struct on every device. */
+ * struct on every device. Kernels take it as `g_arg` and copy it into a private `g` first thing:
+ * Mesa (rusticl on llvmpipe, and its GPU drivers) reads a struct argument's fields where they are
+ * used, and one read inside a loop or after an early return makes it print "Treating
+ * load_kernel_arg in control flow as uniform" on stderr. */
 typedef struct mhla_grid {
     int n;            /* tokens per sequence */
     int heads;        /* H */

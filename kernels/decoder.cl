@@ -10,10 +10,11 @@
 kernel void decoder_step(global const STORE_T *restrict q, global const STORE_T *restrict k,
                          global const STORE_T *restrict v, global const float *restrict mixing,
                          global float *restrict sums, global const float *restrict pref,
-                         global STORE_T *restrict out, const mhla_grid g, const int token, const int chunk,
+                         global STORE_T *restrict out, const mhla_grid g_arg, const int token, const int chunk,
                          const int rows_mc, const int fresh, const float feature_eps, const float scale,
                          const float eps)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float ql[DK], kl[DK];
 #if ZCOL
     local float num[DV]; /* numerators, divided once the denominator is known: one rounding of out */

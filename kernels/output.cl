@@ -8,9 +8,10 @@
  * an OUT_RT x OUT_COLS register tile; every token of the group reads the same summary rows, and
  * each token's q row is read in contiguous OUT_DC-wide pieces. */
 kernel void block_output(global const STORE_T *restrict q, global const float *restrict mixed,
-                         global const float *restrict den, global STORE_T *restrict out, const mhla_grid g,
+                         global const float *restrict den, global STORE_T *restrict out, const mhla_grid g_arg,
                          const float feature_eps, const float scale, const float eps)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     const int et = (int)get_global_id(0);
     const int groups = (g.nb + OUT_RT - 1) / OUT_RT;
     const int blk = (int)get_global_id(1) / groups;
@@ -64,9 +65,10 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
 /* global: (M*Nb rounded up, B*H). dots[b][bh][p] = q~_{b,p} . z_b, mixed afterwards by the
  * same GEMM as the summaries into the official denominators. */
 kernel void official_dots(global const STORE_T *restrict q, global const float *restrict summary,
-                          global float *restrict dots, const mhla_grid g, const float feature_eps,
+                          global float *restrict dots, const mhla_grid g_arg, const float feature_eps,
                           const float scale)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     const int ip = (int)get_global_id(0);
     const int bh = (int)get_global_id(1);
     if (ip >= g.m * g.nb)

@@ -38,9 +38,18 @@
         out[get_global_id(0)] = s;                                                                  \
     }
 
+/* The host builds the chains up to the device's float width (at least 4): a wider vector would only
+ * be split, and passing one to mad() changes the ABI on CPUs without it (a compiler warning). */
+#ifndef PEAK_WIDTH
+#define PEAK_WIDTH 4
+#endif
 PEAK_FMA_KERNEL(peak_fma4, float4)
+#if PEAK_WIDTH >= 8
 PEAK_FMA_KERNEL(peak_fma8, float8)
+#endif
+#if PEAK_WIDTH >= 16
 PEAK_FMA_KERNEL(peak_fma16, float16)
+#endif
 
 /* One float4 per work-item read and written: what a streaming kernel can move per second. */
 kernel void peak_copy(global const float4 *restrict in, global float4 *restrict out)

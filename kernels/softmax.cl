@@ -89,9 +89,10 @@ float hmax(const floatv x)
  * the last token still help load the tiles (every work-item must reach the barriers) but write
  * nothing. */
 kernel void softmax_attention(global const STORE_T *restrict q, global const STORE_T *restrict k,
-                              global const STORE_T *restrict v, global STORE_T *restrict out, const mhla_grid g,
+                              global const STORE_T *restrict v, global STORE_T *restrict out, const mhla_grid g_arg,
                               const float scale)
 {
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float kt[DK * BK]; /* key tile, transposed: kt[d*BK + j], so scores form whole vectors */
     local float vt[BK * DVP]; /* value tile: vt[j*DVP + e] */
     local float bias[BK];     /* 0 for a key inside the sequence, -inf past its end */

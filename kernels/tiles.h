@@ -55,7 +55,10 @@
     } while (0)
 
 /* part += k~ v^T and zpart += k~ over `len` consecutive tokens whose k and v rows start at kp and
- * vp (the work-item's SUM_RD key rows and SUM_NV vectors of SUM_VE value columns). */
+ * vp (the work-item's SUM_RD key rows and SUM_NV vectors of SUM_VE value columns). Defined only in
+ * the summary kernels' files (TILES_SUMMARY): elsewhere its default 16-wide tiles would be compiled
+ * for nothing, and on CPUs without AVX-512 a float16 call changes the ABI (a compiler warning). */
+#ifdef TILES_SUMMARY
 void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const long kstride,
                       const long vstride, const int len, const float feature_eps,
                       VEC(SUM_VE) part[SUM_RD][SUM_NV], VEC(SUM_RD) *zpart)
@@ -77,6 +80,7 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
                 part[r][j] += kd[r] * vv[j];
     }
 }
+#endif
 
 /* acc[r] += q~_r S and dsum[r] += q~_r * z (OUT_DC-wide partial sums of q~_r . z) for the OUT_RT
  * tokens whose q rows are qrow[r], with q~ = scale * phi(q). S has rows of DV floats, s pointing at

@@ -50,8 +50,8 @@ int user_event_gates_hang(mhla_context *ctx);
 int context_setup(void **state);
 int context_teardown(void **state);
 
-/* Teardown of a test that sets MHLA_TUNING and MHLA_CAUSAL_TILING: a failed check leaves the test
- * early, and the overrides must not outlive it. */
+/* Teardown of a test that sets MHLA_TUNING: a failed check leaves the test early, and the
+ * override must not outlive it. */
 int unset_tiling(void **state);
 
 /* The context's last message mentions `text`. */
@@ -65,16 +65,21 @@ int unset_tiling(void **state);
  * message in mhla_last_message(). */
 void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status want, const char *text);
 
+/* mhla_plan_stage_times() after a forward: 1 with *t filled, or 0 when the device's profiling
+ * timestamps are unusable (rusticl 22.3 reports 2 ns to 3 ns for every command), which the library
+ * must then say with MHLA_ERR_UNSUPPORTED; any other outcome fails the test. */
+int stage_times_or_unusable(mhla_plan *plan, mhla_stage_times *t);
+
 /* A config for an N-token 1D sequence with M blocks (other fields at their defaults). */
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv);
 
 /* Small, odd tilings (read when a plan or decoder is created) that make small tests reach every
  * path of the causal kernels: 3 tokens per work-item, 2-wide vectors, score tiles of 12 x 5,
  * prefix tiles of 2 rows x 3 vectors with a partial last one, and prefix GEMM blocks of 4 chunks
- * (CLBlast adds every earlier block). set_odd_tiling() sets both variables, unset_tiling() clears
+ * (CLBlast adds every earlier block). set_odd_tiling() sets MHLA_TUNING, unset_tiling() clears
  * them. */
-#define TEST_ODD_TUNING "sum_rd=2,sum_ve=2,sum_nv=1,out_rt=3,out_ve=2,out_nv=1,out_dc=2,mix_mr=2,mix_nv=3,wg=7"
-#define TEST_ODD_TILING "tq=12,kt=5,gemm_rows=4"
+#define TEST_ODD_TUNING                                                                             \
+    "sum_rd=2,sum_ve=2,sum_nv=1,out_rt=3,out_ve=2,out_nv=1,out_dc=2,mix_mr=2,mix_nv=3,wg=7,tq=12,kt=5,gemm_rows=4"
 void set_odd_tiling(void);
 
 /* A causal config (mhla_config_init_causal) for B sequences of N tokens in chunks of C. */

@@ -2,21 +2,24 @@
 """Portability: every kernel under every -D specialization the host emits compiles with clang's
 OpenCL front end as OpenCL C 1.2, 2.0 and 3.0 with -Werror, as another vendor's compiler would.
 
-The specializations are the host's own: the numeric test programs given on the command line run
-with MHLA_DUMP_PROGRAMS set, and every (kernel file, options) pair they request is compiled, plus
-each file with no options (its defaults). Exits 77 (meson's "skipped") with a message when clang
-is absent.
+The specializations are the host's own (specializations.py: the programs given run with
+MHLA_DUMP_PROGRAMS), plus each file with no options (its defaults). Fails when a kernel file the
+library embeds was never requested: a test program list that misses a stage checks nothing of it.
+Exits 77 (meson's "skipped") with a message when clang is absent.
 
-    kernels_clang.py KERNEL_DIR TEST_PROGRAM[@NAME=VALUE...] ...
+    kernels_clang.py KERNEL_DIR PROGRAM...
 """
 import concurrent.futures
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
+
+from specializations import collect
 
 STANDARDS = ["CL1.2", "CL2.0", "CL3.0"]
+LIBRARY_FILES = {"block_summary", "output", "mixing", "causal_summary", "causal_prefix", "causal_output", "decoder",
+                 "softmax"}
 
 
 def find_clang():
@@ -25,29 +28,6 @@ def find_clang():
         if path:
             return path
     return None
-
-
-def collect(programs):
-    """Runs each test program with MHLA_DUMP_PROGRAMS; returns the set of (kernel, options)."""
-    fd, dump = tempfile.mkstemp(prefix="mhla-programs-")
-    os.close(fd)
-    try:
-        for spec in programs:
-            exe, *pairs = spec.split("@")
-            env = dict(os.environ, MHLA_DUMP_PROGRAMS=dump)
-            for pair in pairs:
-                key, _, value = pair.partition("=")
-                env[key] = value
-            run = subprocess.run([exe], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            if run.returncode != 0:
-                sys.stderr.write("kernels_clang: %s failed (%d) while collecting specializations:\n%s\n"
-                                 % (spec, run.returncode, run.stderr[-2000:]))
-                sys.exit(1)
-        with open(dump, encoding="utf-8") as f:
-            lines = [line.rstrip("\n").split("\t", 1) for line in f if "\t" in line]
-        return {(name, opts) for name, opts in lines}
-    finally:
-        os.unlink(dump)
 
 
 def compile_one(clang, kernel_dir, name, opts, std):
@@ -66,8 +46,12 @@ def main(argv):
         print("kernels_clang: skipped: no clang-14 or clang on PATH (Debian: apt-get install clang-14)")
         return 77
     kernel_dir = argv[1]
-    specs = collect(argv[2:])
+    specs = collect(argv[2:], "kernels_clang")
     names = sorted({name for name, _ in specs})
+    missing = LIBRARY_FILES - set(names)
+    if missing:
+        print("kernels_clang: no specialization of %s was collected" % ", ".join(sorted(missing)))
+        return 1
     specs |= {(name, "") for name in names}  # each file with its own defaults
     jobs = [(name, opts, std) for name, opts in sorted(specs) for std in STANDARDS]
     failures = []

@@ -402,7 +402,7 @@ static void test_help_and_version(void **state)
     expect_ok(r);
     assert_non_null(strstr(r->out, "usage: mhla info"));
 
-    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, init-mixing or info; see 'mhla --help')");
+    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, init-mixing, info or selftest; see 'mhla --help')");
     const char *none[] = {NULL};
     expect_fail(finish(spawn(NULL, NULL, none)), 2, "missing command");
     /* A failed write of what was printed is a failure too. */

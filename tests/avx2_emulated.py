@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""The AVX2 CPU path, on whatever CPU runs the tests: PoCL under qemu-x86_64 -cpu Haswell-v4 is an
+AVX2 device without AVX-512 (float width 8), as on most x86 machines.
+
+1. `mhla info` there reports float width 8 and picks the CPU row with 8-wide vectors.
+2. Every specialization that row emits (collected natively from `mhla selftest --quick` with
+   MHLA_TUNING=row=cpu,vec=8, the same tiles) builds on the emulated AVX2 device with no warning
+   in the build log (tests/build_log.c): no float16 reaches a function call there.
+
+    avx2_emulated.py RUN_WITH MHLA BUILD_LOG KERNEL_DIR
+
+Exits 77 (skipped) where qemu-x86_64 is missing, as run_with.py does.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+from specializations import collect, write_dump
+
+
+def main(argv):
+    if len(argv) != 5:
+        sys.stderr.write(__doc__)
+        return 2
+    run_with, mhla, build_log, kernel_dir = argv[1:]
+    emulate = [sys.executable, run_with, "qemu-avx2"]
+    env = dict(os.environ, MHLA_DEVICE="pthread")
+    env.pop("MHLA_TUNING", None)
+    info = subprocess.run(emulate + [mhla, "info"], env=env, stdout=subprocess.PIPE, text=True)
+    if info.returncode == 77:
+        print(info.stdout.strip())
+        return 77
+    print(info.stdout)
+    if info.returncode != 0:
+        print("avx2_emulated: mhla info failed (%d) under qemu" % info.returncode)
+        return 1
+    if "float width       8" not in info.stdout or "row 'cpu'" not in info.stdout or " vec=8 " not in info.stdout:
+        print("avx2_emulated: the emulated AVX2 device should report float width 8 and get the 'cpu' row with vec=8")
+        return 1
+    specs = collect([mhla + "@MHLA_TUNING=row=cpu,vec=8@MHLA_DEVICE=pthread selftest --quick"], "avx2_emulated")
+    fd, dump = tempfile.mkstemp(prefix="mhla-avx2-specs-")
+    os.close(fd)
+    try:
+        write_dump(specs, dump)
+        build_env = dict(env, POCL_KERNEL_CACHE="0")
+        return subprocess.run(emulate + [build_log, kernel_dir, dump], env=build_env).returncode
+    finally:
+        os.unlink(dump)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
