@@ -58,8 +58,8 @@ void bench_step_stats(double *step_ms, int runs, int steps, int marked, bench_ti
  * device's, with no host enqueue cost (CLBlast's included) inside it. A run of steps also gets
  * each step's time in step_ms (the ends' ns go through ends_ns, job->steps of them). Where the
  * device's timestamps are unusable (all equal: rusticl 22.3 on llvmpipe) the run is timed with
- * the host clock from the gate's opening to the last command's completion (*host set), and its
- * steps are not timed (NaN). */
+ * the host clock from the gate's opening to the last command's completion (*host set), and each
+ * of its steps gets the run's mean (no step stands out: the chunk start is not measured). */
 static mhla_status timed_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
                              cl_ulong *ends_ns, int *host, char *err, size_t err_size)
 {
@@ -101,7 +101,7 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
     *ms = *host ? wall_ms : (double)(t1 - t0) * 1e-6;
     if (job->steps > 0 && step_ms && *host) {
         for (int i = 0; i < job->steps; ++i)
-            step_ms[i] = NAN;
+            step_ms[i] = *ms / job->steps;
     } else if (job->steps > 0 && step_ms) {
         if ((st = job->step_ends(job->arg, ends_ns)) != MHLA_OK) {
             err[0] = '\0';
@@ -189,6 +189,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     for (int s = 0; s < 3; ++s)
         out->stage_ms[s] = job->stages ? bench_median(stage[s], (size_t)iters) : NAN;
     bench_step_stats(step_ms, steps ? iters : 0, job->steps, job->marked_step, out);
+    if (out->host_clock)
+        out->marked_ms = NAN; /* host-clock runs are not split into steps */
 cleanup:
     free(ends);
     free(step_ms);

@@ -91,6 +91,9 @@ int cmd_selftest(int argc, char **argv)
     }
     printf("time %.1f s\n", (cli_now_ms() - t0) * 1e-3);
     printf("selftest: %zu passed, %zu failed\n", passed, failed);
+    rc = failed ? cli_fail(CLI_RUNTIME, "selftest: %zu of %zu paths failed on %s (the FAIL lines above)", failed,
+                           passed + failed, mhla_context_device_name(ctx))
+                : CLI_OK;
     mhla_context_destroy(ctx);
-    return failed ? CLI_RUNTIME : CLI_OK;
+    return rc;
 }

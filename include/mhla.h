@@ -189,7 +189,8 @@ MHLA_API const char *mhla_context_device_name(const mhla_context *ctx);
  * "name=value[,name=value...]" over the fields `mhla_context_tuning()` prints; "row=NAME" first
  * starts from a named built-in row (cpu-wide, cpu, gpu, llvmpipe, default) instead of the one
  * chosen for the device. Applied after the MHLA_TUNING environment variable. Vector widths stay
- * capped by the device (never wider than its SIMD registers on CPUs, float4 on GPUs).
+ * capped by the device (never wider than its SIMD registers on CPUs, float4 on GPUs) unless the
+ * spec sets `vec` itself (an experiment: honoured up to 16).
  * NULL or "" clears the override. Results never depend on it, only speed: every tiling is
  * checked against the reference in the tests.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT naming the unknown field, row or bad value (the
@@ -548,14 +549,14 @@ MHLA_API mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf
  * no N x N buffer) and large logits do not overflow. The tile is chosen from the device's limits
  * (local memory, work-group size); every Dk and Dv up to MHLA_MAX_HEAD_DIM is supported.
  * From `cfg` it uses batch, heads, the token grid (only N = T*Hs*Ws matters), dk, dv, layout,
- * dtype (f32 only) and scale (0 selects Dk^-0.5). It ignores the block grid, feature map,
- * feature_eps, normalizer, eps and mixing_rows; mhla_plan_config() reports them at their
- * defaults (block grid 1x1x1). cfg->causal must be 0. `cfg` is copied.
+ * dtype (f16/bf16 storage with f32 arithmetic, as MHLA plans) and scale (0 selects Dk^-0.5).
+ * It ignores the block grid, feature map, feature_eps, normalizer, eps and mixing_rows;
+ * mhla_plan_config() reports them at their defaults (block grid 1x1x1). cfg->causal must be 0. `cfg` is copied.
  * The plan runs through mhla_forward() and mhla_forward_host() like an MHLA plan; their `mixing`
  * argument is ignored and may be NULL. mhla_plan_tensor_bytes(plan, MHLA_TENSOR_MIXING) and
  * mhla_plan_workspace_size() are 0. Destroy it with mhla_plan_destroy().
  * @return MHLA_OK; a validation status naming the offending field and value
- *         (MHLA_ERR_UNSUPPORTED for causal = 1, f16/bf16, or a head dimension above
+ *         (MHLA_ERR_UNSUPPORTED for causal = 1 or a head dimension above
  *         MHLA_MAX_HEAD_DIM); MHLA_ERR_UNSUPPORTED naming the sizes when the device's local
  *         memory cannot hold even a one-key tile; MHLA_ERR_BUILD_FAILED with the build log.
  * Thread-safety: as mhla_plan_create(). */

@@ -1541,8 +1541,9 @@ static void test_info(void **state)
     const char *lines[] = {"platform 0: ",      "  device 0 (0:0): ", "[default]",      "    vendor ",
                            "    device version ", "    driver version ", "    OpenCL C ", "    compute units ",
                            " MHz\n",            "    global memory ", "largest buffer ", "    local memory ",
-                           "    max work-group ", "    fp16 / fp64 ",  "mhla run uses device 0 (0:0) ",
-                           "(the default; MHLA_DEVICE is not set)\n"};
+                           "    max work-group ", "    fp16 / fp64 ",  "    float width ",
+                           "mhla run uses device 0 (0:0) ", "(the default; MHLA_DEVICE is not set)\n",
+                           "tuning: built-in row '"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; ++i)
         if (!strstr(r->out, lines[i]))
             fail_msg("'mhla info' lacks '%s':\n%s", lines[i], r->out);
@@ -1590,6 +1591,60 @@ static void test_info(void **state)
     expect_fail(MHLA_ENV(none, "info", "--timings"), 1, "info: no OpenCL device found");
 }
 
+/* Counts the lines of `text` that start with `prefix`. */
+static int count_lines(const char *text, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        n += strncmp(p, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+/* mhla selftest: one PASS line per path and a summary; a kernel 0.1% off fails the paths that use
+ * it (and only those), exit 1 with one line on stderr; bad options are usage errors. */
+static void test_selftest(void **state)
+{
+    (void)state;
+    const result *r = MHLA("selftest", "--quick");
+    expect_ok(r);
+    const int paths = count_lines(r->out, "PASS ");
+    char summary[64];
+    snprintf(summary, sizeof summary, "selftest: %d passed, 0 failed\n", paths);
+    assert_true(paths >= 30);
+    assert_int_equal(count_lines(r->out, "FAIL "), 0);
+    assert_non_null(strstr(r->out, summary));
+    assert_non_null(strstr(r->out, "PASS forward-3d/official/relu-eps max_rel_err "));
+    assert_non_null(strstr(r->out, "PASS decoder/prefill-step max_rel_err "));
+    assert_true(strncmp(r->out, "selftest: libmhla ", 18) == 0);
+    assert_non_null(strstr(r->out, "\ntuning: built-in row '"));
+
+    char env_off[700];
+    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s", kernel_variant("off", "output.cl", "#include \"common.h\"\n",
+                                          "#include \"common.h\"\n#undef VSTOREN\n"
+                                          "#define VSTOREN(W, x, o, p) CAT(VSTORE_, W)((x) * 1.001f, o, p)\n"));
+    const char *env[] = {env_off, "MHLA_CACHE_DIR=off", NULL};
+    r = MHLA_ENV(env, "selftest", "--quick", "--tuning", "row=gpu");
+    assert_int_equal(r->code, 1);
+    const int failed = count_lines(r->out, "FAIL ");
+    assert_true(failed >= 10); /* every non-causal forward path reads out through output.cl */
+    assert_non_null(strstr(r->out, "FAIL forward-2d/paper/relu-eps max_rel_err "));
+    assert_non_null(strstr(r->out, "PASS causal/none max_rel_err ")); /* not through output.cl */
+    assert_non_null(strstr(r->out, "PASS softmax/f32 max_rel_err "));
+    assert_non_null(strstr(r->out, "built-in row 'gpu' (mhla_context_set_tuning)"));
+    char line[96];
+    snprintf(line, sizeof line, "selftest: %d passed, %d failed\n", count_lines(r->out, "PASS "), failed);
+    assert_non_null(strstr(r->out, line));
+    assert_true(strncmp(r->err, "mhla: selftest: ", 16) == 0 && strstr(r->err, " paths failed on "));
+    assert_ptr_equal(strchr(r->err, '\n'), r->err + strlen(r->err) - 1);
+
+    expect_fail(MHLA("selftest", "--tuning", "row=nope"), 2, "--tuning row=nope: mhla_context_set_tuning: unknown row 'nope'");
+    expect_fail(MHLA("selftest", "--device", "no-such-device"), 1, "--device no-such-device: no OpenCL device matches");
+    expect_fail(MHLA("selftest", "now"), 2, "selftest: unexpected argument 'now'");
+    r = MHLA("selftest", "--help");
+    expect_ok(r);
+    assert_non_null(strstr(r->out, "usage: mhla selftest [--device SPEC] [--quick] [--tuning SPEC]"));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -1634,6 +1689,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_selftest, fresh_dir, drop_dir),
     };
     const int failed = cmocka_run_group_tests(tests, NULL, NULL);
     scratch_remove(root);
