@@ -36,23 +36,18 @@ static void fill(float *x, size_t n, uint32_t seed, float lo, float hi)
 
 static const int32_t varlen_offsets[] = {0, 1, 17, 17, 50, 63};
 
-static mhla_config base_config(int64_t n, int64_t m)
+/* B = 2, H = 2, Dk = 16, Dv = 12 over n tokens: m blocks (non-causal), or chunks of `chunk`. */
+static mhla_config small_config(int causal, int64_t n, int64_t m_or_chunk)
 {
     mhla_config c;
-    mhla_config_init(&c);
-    c.batch = 2, c.heads = 2, c.dk = 16, c.dv = 12;
-    c.seq_t = n, c.block_t = m;
+    if (causal)
+        mhla_config_init_causal(&c), c.chunk = m_or_chunk;
+    else
+        mhla_config_init(&c), c.block_t = m_or_chunk;
+    c.batch = 2, c.heads = 2, c.dk = 16, c.dv = 12, c.seq_t = n;
     return c;
 }
 
-static mhla_config causal_config(int64_t n, int64_t chunk)
-{
-    mhla_config c;
-    mhla_config_init_causal(&c);
-    c.batch = 2, c.heads = 2, c.dk = 16, c.dv = 12;
-    c.seq_t = n, c.chunk = chunk;
-    return c;
-}
 
 /* Adds a case; returns the count. */
 static size_t add(selftest_case *cases, size_t n, case_kind kind, const mhla_config *cfg, const char *fmt,
@@ -84,7 +79,7 @@ static size_t make_cases(int quick, selftest_case *cases)
             for (int fm = 0; fm <= 3; ++fm) {
                 if (quick && fm != MHLA_FEATURE_RELU_EPS && !(g == 0 && norm == 0))
                     continue;
-                mhla_config c = base_config(48, 4);
+                mhla_config c = small_config(0, 48, 4);
                 if (g == 1)
                     c.seq_t = 1, c.seq_h = 8, c.seq_w = 6, c.block_t = 1, c.block_h = 2, c.block_w = 3;
                 else if (g == 2)
@@ -96,37 +91,37 @@ static size_t make_cases(int quick, selftest_case *cases)
                          mhla_feature_map_name(c.feature_map));
                 n = add(cases, n, RUN_FORWARD, &c, "forward-%s/%s", grid_names[g], what);
             }
-    mhla_config c = base_config(48, 4);
+    mhla_config c = small_config(0, 48, 4);
     c.layout = MHLA_LAYOUT_BHND;
     n = add(cases, n, RUN_FORWARD, &c, "forward-1d/%s%s", "bhnd", NULL);
-    c = base_config(45, 3);
+    c = small_config(0, 45, 3);
     c.dk = 24, c.dv = 40, c.batch = 1, c.heads = 3;
     n = add(cases, n, RUN_FORWARD, &c, "forward-1d/%s%s", "dk24-dv40", NULL);
-    c = base_config(40, 1);
+    c = small_config(0, 40, 1);
     n = add(cases, n, RUN_FORWARD, &c, "forward-1d/%s%s", "m1-linear", NULL);
     if (!quick) { /* long blocks are split in segments and reduced */
-        c = base_config(1024, 2);
+        c = small_config(0, 1024, 2);
         c.batch = 1, c.heads = 1;
         n = add(cases, n, RUN_FORWARD, &c, "forward-1d/%s%s", "split-blocks", NULL);
     }
 
-    c = causal_config(100, 16); /* a partial last chunk */
+    c = small_config(1, 100, 16); /* a partial last chunk */
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "none", NULL);
     c.normalizer = MHLA_NORMALIZER_PAPER;
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "paper", NULL);
-    c = causal_config(37, 7);
+    c = small_config(1, 37, 7);
     c.layout = MHLA_LAYOUT_BHND, c.dk = 8, c.dv = 20;
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "bhnd-c7", NULL);
     /* 38 chunks: the prefix GEMM blocks (CLBlast, 32 chunks) are reached where the row uses them. */
-    c = causal_config(600, 16);
+    c = small_config(1, 600, 16);
     c.batch = 1, c.heads = 1, c.dk = 8, c.dv = 8;
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "38-chunks", NULL);
-    c = causal_config(63, 16);
+    c = small_config(1, 63, 16);
     c.batch = 1, c.varlen = 1;
     n = add(cases, n, RUN_VARLEN, &c, "varlen/%s%s", "none", NULL);
     c.normalizer = MHLA_NORMALIZER_PAPER;
     n = add(cases, n, RUN_VARLEN, &c, "varlen/%s%s", "paper", NULL);
-    c = causal_config(40, 16);
+    c = small_config(1, 40, 16);
     n = add(cases, n, RUN_DECODER_STEP, &c, "decoder/%s%s", "step", NULL);
     c.normalizer = MHLA_NORMALIZER_PAPER;
     n = add(cases, n, RUN_DECODER_STEP, &c, "decoder/%s%s", "step-paper", NULL);
@@ -134,16 +129,16 @@ static size_t make_cases(int quick, selftest_case *cases)
 
     for (int dt = MHLA_DTYPE_F16; dt <= MHLA_DTYPE_BF16; ++dt) {
         const char *dn = mhla_dtype_name((mhla_dtype)dt);
-        c = base_config(1, 4);
+        c = small_config(0, 1, 4);
         c.seq_h = 8, c.seq_w = 6, c.block_h = 2, c.block_w = 3, c.block_t = 1, c.dtype = (mhla_dtype)dt;
         n = add(cases, n, RUN_FORWARD, &c, "forward-2d/%s%s", dn, NULL);
-        c = causal_config(100, 16);
+        c = small_config(1, 100, 16);
         c.dtype = (mhla_dtype)dt;
         n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", dn, NULL);
-        c = causal_config(63, 16);
+        c = small_config(1, 63, 16);
         c.batch = 1, c.varlen = 1, c.dtype = (mhla_dtype)dt;
         n = add(cases, n, RUN_VARLEN, &c, "varlen/%s%s", dn, NULL);
-        c = causal_config(40, 16);
+        c = small_config(1, 40, 16);
         c.dtype = (mhla_dtype)dt;
         n = add(cases, n, RUN_DECODER_STEP, &c, "decoder/%s%s", dn, NULL);
     }
@@ -151,11 +146,11 @@ static size_t make_cases(int quick, selftest_case *cases)
     for (int dt = MHLA_DTYPE_F32; dt <= MHLA_DTYPE_BF16; ++dt) {
         if (quick && dt != MHLA_DTYPE_F32)
             continue;
-        c = base_config(70, 1);
+        c = small_config(0, 70, 1);
         c.dtype = (mhla_dtype)dt;
         n = add(cases, n, RUN_SOFTMAX, &c, "softmax/%s%s", mhla_dtype_name((mhla_dtype)dt), NULL);
     }
-    c = base_config(33, 1);
+    c = small_config(0, 33, 1);
     c.layout = MHLA_LAYOUT_BHND, c.dk = 24, c.dv = 20;
     n = add(cases, n, RUN_SOFTMAX, &c, "softmax/%s%s", "bhnd-dk24-dv20", NULL);
     return n;
@@ -188,7 +183,13 @@ static mhla_status device_buffer(mhla_context *ctx, const void *host, size_t byt
         const uint32_t nan32 = 0x7FC00000u;
         const uint16_t nan16 = t == MHLA_DTYPE_F16 ? 0x7E00u : 0x7FC0u;
         const void *pattern = t == MHLA_DTYPE_F32 ? (const void *)&nan32 : (const void *)&nan16;
-        err = clEnqueueFillBuffer(mhla_context_queue(ctx), *out, pattern, elem_size(t), 0, bytes, 0, NULL, NULL);
+        /* Waited for: the context's queue may run out of order. */
+        cl_event filled = NULL;
+        err = clEnqueueFillBuffer(mhla_context_queue(ctx), *out, pattern, elem_size(t), 0, bytes, 0, NULL, &filled);
+        if (err == CL_SUCCESS)
+            err = clWaitForEvents(1, &filled);
+        if (filled)
+            clReleaseEvent(filled);
         if (err != CL_SUCCESS)
             return mhla__fail_cl(ctx, err, "clEnqueueFillBuffer (selftest)", __FILE__, __LINE__);
     }
@@ -305,6 +306,7 @@ static mhla_status run_decoder(run_state *s)
     const size_t es = elem_size(t), bh = (size_t)(c->batch * c->heads);
     const int64_t n = c->seq_t, prompt = s->tc->kind == RUN_DECODER_PREFILL ? 21 : 0;
     mhla_decoder *dec = NULL;
+    cl_event done = NULL; /* waited for: the context's queue may run out of order */
     cl_mem b[5] = {NULL, NULL, NULL, NULL, NULL}, pb[5] = {NULL, NULL, NULL, NULL, NULL};
     unsigned char *one = malloc(bh * (size_t)(c->dk > c->dv ? c->dk : c->dv) * es);
     MHLA_FAIL_IF(st, !one, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the selftest");
@@ -329,15 +331,18 @@ static mhla_status run_decoder(run_state *s)
             if (st != MHLA_OK)
                 goto cleanup;
         }
-        pb[MHLA_TENSOR_MIXING] = b[MHLA_TENSOR_MIXING];
-        MHLA_FORWARD_IF_ERROR(st, mhla_decoder_prefill(dec, pb[0], pb[1], pb[2], pb[4], pb[3], prompt, 0, NULL, NULL));
+        MHLA_FORWARD_IF_ERROR(st, mhla_decoder_prefill(dec, pb[MHLA_TENSOR_Q], pb[MHLA_TENSOR_K], pb[MHLA_TENSOR_V],
+                                                       b[MHLA_TENSOR_MIXING], pb[MHLA_TENSOR_OUT], prompt, 0, NULL,
+                                                       &done));
+        MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &done), "clWaitForEvents (selftest prefill)");
+        clReleaseEvent(done);
+        done = NULL;
         const size_t row = (size_t)(prompt * c->heads * c->dv) * es, stride = (size_t)(n * c->heads * c->dv) * es;
         for (int64_t bb = 0; bb < c->batch; ++bb)
             MHLA_CL_TRY(st, ctx,
                         clEnqueueReadBuffer(queue, pb[MHLA_TENSOR_OUT], CL_TRUE, (size_t)bb * row, row,
                                             (unsigned char *)s->out_dev + (size_t)bb * stride, 0, NULL, NULL),
                         "clEnqueueReadBuffer (selftest prefill)");
-        pb[MHLA_TENSOR_MIXING] = NULL;
     }
     for (int tt = 0; tt < 4; ++tt) {
         const int64_t d = tt == MHLA_TENSOR_Q || tt == MHLA_TENSOR_K ? c->dk : c->dv;
@@ -354,7 +359,10 @@ static mhla_status run_decoder(run_state *s)
             MHLA_CL_TRY(st, ctx, clEnqueueWriteBuffer(queue, b[tt], CL_TRUE, 0, run * (size_t)c->batch, one, 0, NULL, NULL),
                         "clEnqueueWriteBuffer (selftest step)");
         }
-        MHLA_FORWARD_IF_ERROR(st, mhla_decoder_step(dec, b[0], b[1], b[2], b[4], b[3], 0, NULL, NULL));
+        MHLA_FORWARD_IF_ERROR(st, mhla_decoder_step(dec, b[0], b[1], b[2], b[4], b[3], 0, NULL, &done));
+        MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &done), "clWaitForEvents (selftest step)");
+        clReleaseEvent(done);
+        done = NULL;
         const size_t run = (size_t)(c->heads * c->dv) * es;
         MHLA_CL_TRY(st, ctx, clEnqueueReadBuffer(queue, b[MHLA_TENSOR_OUT], CL_TRUE, 0, run * (size_t)c->batch, one, 0,
                                                  NULL, NULL),
@@ -367,6 +375,8 @@ static mhla_status run_decoder(run_state *s)
         MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, NULL, run * (size_t)c->batch, t, &b[MHLA_TENSOR_OUT]));
     }
 cleanup:
+    if (done)
+        clReleaseEvent(done);
     clFinish(queue);
     for (int i = 0; i < 5; ++i)
         release(&b[i]), release(&pb[i]);
