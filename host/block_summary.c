@@ -43,7 +43,7 @@ mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_
     const float feature_eps = plan->cfg.feature_eps;
     const cl_int splits = plan->tiles.splits, split_len = plan->tiles.split_len;
     cl_mem dst = splits > 1 ? plan->partial : plan->summary;
-    const size_t extent[3] = {summary_tiles(plan), (size_t)(plan->shape.m * splits), (size_t)plan->shape.bh};
+    const size_t extent[3] = {summary_tiles(plan), (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
 
     MHLA_SET_ARG(st, ctx, kern, 0, k);
     MHLA_SET_ARG(st, ctx, kern, 1, v);

@@ -289,7 +289,7 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
     /* 1. S_j of every chunk into its slot. */
     {
         const size_t local[3] = {c->lws_summary, 1, 1};
-        const size_t extent[3] = {summary_tiles(c), t->n_chunks, (size_t)c->bh};
+        const size_t extent[3] = {summary_tiles(c), (size_t)c->bh, t->n_chunks};
         MHLA_SET_ARG(st, ctx, ks, 0, run->k);
         MHLA_SET_ARG(st, ctx, ks, 1, run->v);
         MHLA_SET_ARG(st, ctx, ks, 2, run->chunks);
@@ -330,7 +330,7 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
     /* 3. Every token's output. */
     {
         const size_t local[3] = {c->lws_output, 1, 1};
-        const size_t global[3] = {c->lws_output, t->n_chunks * (size_t)tiles_per_chunk, (size_t)c->bh};
+        const size_t global[3] = {c->lws_output, (size_t)c->bh, t->n_chunks * (size_t)tiles_per_chunk};
         MHLA_SET_ARG(st, ctx, ko, 0, run->q);
         MHLA_SET_ARG(st, ctx, ko, 1, run->k);
         MHLA_SET_ARG(st, ctx, ko, 2, run->v);

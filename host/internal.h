@@ -191,6 +191,7 @@ typedef struct mhla_tuning {
     int wg;            /* work-group size aimed at */
     int groups_per_cu; /* work-groups per compute unit before long blocks are split */
     int split_min_len; /* shortest block segment worth its own work-group */
+    int pf;            /* summary: 1 = a group's first work-item loads the next chunk's lines (CPUs) */
     int mix_kernel;    /* mixing: 1 = kernels/mixing.cl, 0 = CLBlast SGEMM */
     int mix_mr;        /* mixing kernel and causal prefix: rows per work-item */
     int mix_ve;        /* mixing kernel and causal prefix: vector width along the columns */
@@ -227,6 +228,7 @@ typedef struct mhla_tiles {
     int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */
     int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group */
     int wg;                             /* work-group size aimed at */
+    int pf;                             /* PREFETCH: software prefetch in the summary */
     int splits, split_len;              /* non-causal: segments per block, tokens per segment */
 } mhla_tiles;
 

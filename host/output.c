@@ -9,8 +9,8 @@ mhla_status mhla__output_setup(mhla_plan *plan)
     const mhla_tiles *t = &plan->tiles;
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, &plan->cfg, t, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", &plan->k_output));
-    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)),
-                              (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt), 1};
+    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), 1,
+                              (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt)};
     mhla__local_size_3d(plan->ctx, plan->k_output, extent, (size_t)t->wg, plan->lws_output);
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "official_dots", &plan->k_official_dots));
@@ -51,8 +51,8 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event
     cl_mem den = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL ? plan->den : plan->mixed;
     const mhla_tiles *t = &plan->tiles;
     const size_t groups = (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt);
-    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), (size_t)plan->shape.m * groups,
-                              (size_t)plan->shape.bh};
+    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), (size_t)plan->shape.bh,
+                              (size_t)plan->shape.m * groups};
 
     MHLA_SET_ARG(st, ctx, kern, 0, q);
     MHLA_SET_ARG(st, ctx, kern, 1, plan->mixed);

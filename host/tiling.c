@@ -65,6 +65,7 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, mhla_ti
     out->mix_ve = t->mix_ve;
     out->mix_nv = t->mix_nv;
     out->wg = t->wg;
+    out->pf = t->pf != 0;
     out->splits = out->split_len = 1;
 }
 
@@ -230,6 +231,7 @@ enum {
     F_PRE = 1 << 9,
     F_CAUSAL = 1 << 10,
     F_SOFTMAX = 1 << 11,
+    F_PF = 1 << 12,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -237,7 +239,7 @@ static const struct {
     const char *name;
     unsigned reads;
 } files[] = {
-    [MHLA_KF_BLOCK_SUMMARY] = {"block_summary", F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM},
+    [MHLA_KF_BLOCK_SUMMARY] = {"block_summary", F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM | F_PF},
     [MHLA_KF_OUTPUT] = {"output", F_SHAPE | F_OUT},
     [MHLA_KF_MIXING] = {"mixing", F_MIX},
     [MHLA_KF_CAUSAL_SUMMARY] = {"causal_summary", F_SHAPE | F_SUM},
@@ -276,6 +278,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_VE=%d -DMIX_NV=%d", t->mix_mr, t->mix_ve, t->mix_nv);
     if (r & F_PRE)
         mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_NV=%d -DPRE_VE=%d", t->mix_mr, t->mix_nv, t->pre_ve);
+    if (r & F_PF)
+        mhla__opts_add(opts, "-DPREFETCH=%d", t->pf);
     if (r & F_SOFTMAX)
         mhla__opts_add(opts, "-DVW=%d -DBK=%d -DCOPY_ROWS=%d", t->sm_vw, t->sm_bk, t->sm_rows);
 }

@@ -6,7 +6,9 @@
 #define TILES_SUMMARY /* tiles.h: this file uses summary_tile_run */
 #include "tiles.h"
 
-/* global: (SUM_ND*SUM_NE rounded up, M*splits, B*H). Work-item (row tile, column tile) of segment
+/* global: (SUM_ND*SUM_NE rounded up, B*H, M*splits): heads vary before blocks, so that the groups
+ * a core runs one after another read neighbouring parts of the same token rows ([B,N,H,D]).
+ * Work-item (row tile, column tile) of segment
  * `split` of block `blk` accumulates a SUM_RD x SUM_COLS register tile over the segment's tokens;
  * the column-tile-0 work-items also sum the keys. Writes row blk*splits + split of `dst`. */
 kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
@@ -18,8 +20,8 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
     const int tile_id = (int)get_global_id(0);
     const int active = tile_id < SUM_ND * SUM_NE;
     const int tile = active ? tile_id : 0;
-    const int bs = (int)get_global_id(1);
-    const int bh = (int)get_global_id(2);
+    const int bs = (int)get_global_id(2);
+    const int bh = (int)get_global_id(1);
     const int et = tile % SUM_NE;
     const int d0 = (tile / SUM_NE) * SUM_RD;
     const int blk = bs / splits;
@@ -36,6 +38,16 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
         /* One chunk of at most SUM_CHUNK positions, taken as pieces of contiguous token runs so
          * that the innermost loop is a plain counted loop over consecutive tokens. */
         const int p1 = min(p0 + SUM_CHUNK, p_end);
+#if PREFETCH
+        if (tile_id == 0) /* the next chunk's k and v rows, while the group works on this one */
+            for (int pp = p1, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1;) {
+                const int len = min(g.run - pp % g.run, q1 - pp);
+                const long t0 = token_of(g, blk, pp);
+                touch_rows(kbase - d0 + t0 * kstride, kstride, len, DK);
+                touch_rows(vbase - et * SUM_COLS + t0 * vstride, vstride, len, DV);
+                pp += len;
+            }
+#endif
         VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);
         SUM_TILE_ZERO(part);
         while (p0 < p1) {

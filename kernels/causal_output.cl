@@ -24,9 +24,9 @@
 #error "CAUSAL_TQ must be a multiple of OUT_RT"
 #endif
 
-/* global: (OUT_WG, chunks * tiles_per_chunk, B*H); local: (OUT_WG, 1, 1). Work-item (column tile
- * et, token group tg) owns rows tg*OUT_RT .. +OUT_RT-1 of the group's tokens, columns et*OUT_COLS
- * .. +OUT_COLS-1. pref row c is chunk entry c's P (its S part, then z). */
+/* global: (OUT_WG, B*H, chunks * tiles_per_chunk) (heads first, as output.cl); local: (OUT_WG, 1,
+ * 1). Work-item (column tile et, token group tg) owns rows tg*OUT_RT .. +OUT_RT-1 of the group's
+ * tokens, columns et*OUT_COLS .. +OUT_COLS-1. pref row c is chunk entry c's P (its S part, then z). */
 kernel void causal_output(global const STORE_T *restrict q, global const STORE_T *restrict k,
                           global const STORE_T *restrict v, global const float *restrict pref,
                           global const float *restrict mixing, global const int4 *restrict chunks,
@@ -41,9 +41,9 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
     const int lid = (int)get_local_id(0);
     const int et = lid % OUT_NE;
     const int r0 = (lid / OUT_NE) * OUT_RT;
-    const int c = (int)get_group_id(1) / tiles_per_chunk;
-    const int p0 = ((int)get_group_id(1) - c * tiles_per_chunk) * CAUSAL_TQ;
-    const int bh = (int)get_group_id(2);
+    const int c = (int)get_group_id(2) / tiles_per_chunk;
+    const int p0 = ((int)get_group_id(2) - c * tiles_per_chunk) * CAUSAL_TQ;
+    const int bh = (int)get_group_id(1);
     const int4 ch = chunks[c];
     if (p0 >= ch.y)
         return; /* the whole group: a tile past the end of a short chunk */

@@ -4,9 +4,9 @@
 #define TILES_SUMMARY /* tiles.h: this file uses summary_tile_run */
 #include "tiles.h"
 
-/* global: (SUM_ND*SUM_NE rounded up, chunks, B*H). Work-item (row tile, column tile) of a chunk
- * accumulates a SUM_RD x SUM_COLS register tile over the chunk's tokens (consecutive in the
- * tensors); the column-tile-0 work-items also sum the keys. */
+/* global: (SUM_ND*SUM_NE rounded up, B*H, chunks): heads before chunks, as block_summary.cl.
+ * Work-item (row tile, column tile) of a chunk accumulates a SUM_RD x SUM_COLS register tile over
+ * the chunk's tokens (consecutive in the tensors); the column-tile-0 work-items also sum the keys. */
 kernel void causal_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
                            global const int4 *restrict chunks, global float *restrict sums,
                            const mhla_grid g_arg, const float feature_eps)
@@ -17,8 +17,8 @@ kernel void causal_summary(global const STORE_T *restrict k, global const STORE_
     const int tile_id = (int)get_global_id(0);
     const int active = tile_id < SUM_ND * SUM_NE;
     const int tile = active ? tile_id : 0;
-    const int4 ch = chunks[get_global_id(1)];
-    const int bh = (int)get_global_id(2);
+    const int4 ch = chunks[get_global_id(2)];
+    const int bh = (int)get_global_id(1);
     const int et = tile % SUM_NE;
     const int d0 = (tile / SUM_NE) * SUM_RD;
 

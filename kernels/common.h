@@ -131,9 +131,33 @@ typedef struct mhla_grid {
     int run;          /* consecutive positions of a block that are consecutive tokens (divides nb) */
 } mhla_grid;
 
+/* Software prefetch for CPU runtimes (-DPREFETCH=1, the CPU tuning rows): loads one element of
+ * every 64-byte line of n rows of `dim` elements, `stride` apart, into a volatile sink. A group's
+ * first work-item calls it for what the group reads next (block_summary.cl; measured on PoCL 3.1,
+ * 2 cores, N=16384, M=64, H=8, D=64, best of 10: the summary 11.7 -> 10.3 ms; the same for the
+ * output kernel's q rows was slower, 9.8 -> 10.7 ms). PoCL's prefetch() is a no-op, and in
+ * [B,N,H,D] tensors one head's rows lie H*D elements apart (2 KB for H = 8, D = 64), a stride the
+ * hardware prefetchers do not follow across pages, so the group's own loads would meet the memory
+ * latency one line at a time; here they go out together. */
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
+void touch_rows(global const STORE_T *row, const long stride, const int n, const int dim)
+{
+    volatile float sink;
+    const int step = 64 / (int)sizeof(STORE_T);
+    for (int i = 0; i < n; ++i, row += stride)
+        for (int d = 0; d < dim; d += step)
+            sink = LOADN(1, d, row);
+}
+
 /* Token index n = (f*Hs + y)*Ws + x of position p inside block blk (SPEC.md "Token grid"). */
 int token_of(const mhla_grid g, const int blk, const int p)
 {
+    /* Blocks of whole frames (every 1D block) are runs of consecutive tokens: no divisions, which
+     * cost as much as a read-out tile's first hundred multiply-adds on CPUs. */
+    if (g.run == g.nb)
+        return blk * g.nb + p;
     const int bw_i = blk % g.blk_w;
     const int bh_i = (blk / g.blk_w) % g.blk_h;
     const int bt_i = blk / (g.blk_w * g.blk_h);
@@ -154,8 +178,9 @@ token_walk walk_begin(const mhla_grid g, const int blk, const int p)
 {
     token_walk w;
     w.t = token_of(g, blk, p);
-    w.px = p % g.pw;
-    w.py = (p / g.pw) % g.ph;
+    /* Blocks of whole frames: walk_next only counts up (its row and frame steps add 0). */
+    w.px = g.run == g.nb ? 0 : p % g.pw;
+    w.py = g.run == g.nb ? 0 : (p / g.pw) % g.ph;
     return w;
 }
 

@@ -4,7 +4,9 @@
 #include "common.h"
 #include "tiles.h"
 
-/* global: (OUT_NE rounded up, M*ceil(Nb/OUT_RT), B*H). Work-item (column tile, token group) keeps
+/* global: (OUT_NE rounded up, B*H, M*ceil(Nb/OUT_RT)): heads before token groups, so that the groups
+ * a core runs one after another read neighbouring parts of the same q rows ([B,N,H,D]). Work-item
+ * (column tile, token group) keeps
  * an OUT_RT x OUT_COLS register tile; every token of the group reads the same summary rows, and
  * each token's q row is read in contiguous OUT_DC-wide pieces. */
 kernel void block_output(global const STORE_T *restrict q, global const float *restrict mixed,
@@ -14,9 +16,9 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     const int et = (int)get_global_id(0);
     const int groups = (g.nb + OUT_RT - 1) / OUT_RT;
-    const int blk = (int)get_global_id(1) / groups;
-    const int p0 = ((int)get_global_id(1) - blk * groups) * OUT_RT;
-    const int bh = (int)get_global_id(2);
+    const int blk = (int)get_global_id(2) / groups;
+    const int p0 = ((int)get_global_id(2) - blk * groups) * OUT_RT;
+    const int bh = (int)get_global_id(1);
     if (et >= OUT_NE || blk >= g.m)
         return;
     global const float *s = mixed + summary_s_offset(g.bh, blk, bh, 0) + et * OUT_COLS;
@@ -25,8 +27,8 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
     int tok[OUT_RT];
     VEC(OUT_VE) acc[OUT_RT][OUT_NV];
     VEC(OUT_DC) dsum[OUT_RT]; /* q~ . z~ in OUT_DC-wide partial sums */
-    token_walk w = walk_begin(g, blk, p0);
     global const STORE_T *qbase = q + row_base(g, bh, DK);
+    token_walk w = walk_begin(g, blk, p0);
     #pragma unroll
     for (int r = 0; r < OUT_RT; ++r) {
         tok[r] = w.t;
