@@ -52,5 +52,6 @@ int cmd_run(int argc, char **argv);
 int cmd_init_mixing(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 #endif /* MHLA_CLI_H */

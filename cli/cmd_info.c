@@ -102,6 +102,61 @@ static int print_timings(void)
 
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
+/* Which stage a tuning field belongs to (host/tuning.c's fields, by prefix). */
+static const char *stage_of(const char *field)
+{
+    static const struct {
+        const char *prefix, *stage;
+    } map[] = {{"sum_", "summary"}, {"wg", "summary"}, {"groups_per_cu", "summary"}, {"split_min_len", "summary"},
+               {"pf", "summary"},   {"out_", "output"}, {"mix_", "mixing"},       {"tq", "causal"},
+               {"kt", "causal"},    {"gemm_rows", "causal"}, {"sm_", "softmax"}, {"vec", "every stage"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; ++i)
+        if (strncmp(field, map[i].prefix, strlen(map[i].prefix)) == 0)
+            return map[i].stage;
+    return "other";
+}
+
+/* The device's tuning database: per head-dimension pair, what each stage takes from it (the rest
+ * comes from the built-in row above). */
+static void print_tuned(mhla_context *ctx)
+{
+    char path[4200], spec[1024], note[1024];
+    size_t count = 0;
+    if (mhla_tuning_db_path(ctx, path, sizeof path) != MHLA_OK) {
+        printf("tuned entries: none (no cache folder)\n");
+        return;
+    }
+    if (mhla_tuning_db_list(ctx, NULL, 0, &count) != MHLA_OK || count == 0) {
+        printf("tuned entries: none (mhla tune writes them to %s)\n", path);
+        return;
+    }
+    int64_t *dims = calloc(2 * count, sizeof *dims);
+    if (!dims || mhla_tuning_db_list(ctx, dims, count, &count) != MHLA_OK) {
+        free(dims);
+        return;
+    }
+    printf("tuned entries (%s), used by plans with these head dims before MHLA_TUNING:\n", path);
+    static const char *const stages[] = {"summary", "output", "mixing", "causal", "softmax", "every stage"};
+    for (size_t i = 0; i < count; ++i) {
+        if (mhla_tuning_db_get(ctx, dims[2 * i], dims[2 * i + 1], spec, sizeof spec, note, sizeof note) != MHLA_OK)
+            continue;
+        printf("  Dk=%lld Dv=%lld (%s):\n", (long long)dims[2 * i], (long long)dims[2 * i + 1], note);
+        for (size_t k = 0; k < sizeof stages / sizeof stages[0]; ++k) {
+            char fields[1024] = "";
+            size_t len = 0;
+            char copy[1024];
+            snprintf(copy, sizeof copy, "%s", spec);
+            for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
+                char name[64];
+                if (sscanf(tok, "%63[^=]", name) == 1 && strcmp(stage_of(name), stages[k]) == 0)
+                    len += (size_t)snprintf(fields + len, sizeof fields - len, "%s%s", len ? "," : "", tok);
+            }
+            printf("    %-11s %s\n", stages[k], len ? fields : "(built-in row)");
+        }
+    }
+    free(dims);
+}
+
 int cmd_info(int argc, char **argv)
 {
     const char *cmd = "info";
@@ -172,7 +227,8 @@ int cmd_info(int argc, char **argv)
         mhla_context_destroy(ctx);
         return rc;
     }
-    mhla_context_destroy(ctx);
     printf("tuning: %s\n", tuning);
+    print_tuned(ctx);
+    mhla_context_destroy(ctx);
     return opts[0].value ? print_timings() : CLI_OK;
 }

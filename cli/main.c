@@ -21,6 +21,7 @@ static const char usage[] =
     "  init-mixing  write an initial M x M mixing matrix: --blocks ... --init KIND --out MC.npy\n"
     "  info         list the OpenCL platforms and devices, and which one is used\n"
     "  selftest     check every path on a device against the double reference\n"
+    "  tune         search the device's tiles and store the fastest (the tuning database)\n"
     "\n"
     "  mhla <command> --help   the command's options\n"
     "  mhla --version          the version\n"
@@ -156,11 +157,11 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } commands[] = {{"run", cmd_run}, {"init-mixing", cmd_init_mixing}, {"info", cmd_info}, {"selftest", cmd_selftest}};
+    } commands[] = {{"run", cmd_run}, {"init-mixing", cmd_init_mixing}, {"info", cmd_info}, {"selftest", cmd_selftest}, {"tune", cmd_tune}};
 
     int rc = -1;
     if (argc < 2) {
-        rc = cli_fail(CLI_USAGE, "missing command: run, init-mixing, info or selftest (see 'mhla --help')");
+        rc = cli_fail(CLI_USAGE, "missing command: run, init-mixing, info, selftest or tune (see 'mhla --help')");
     } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, stdout);
         rc = CLI_OK;
@@ -172,7 +173,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name) == 0)
             rc = commands[i].run(argc - 1, argv + 1);
     if (rc < 0)
-        rc = cli_fail(CLI_USAGE, "unknown command '%s' (expected run, init-mixing, info or selftest; see 'mhla --help')",
+        rc = cli_fail(CLI_USAGE, "unknown command '%s' (expected run, init-mixing, info, selftest or tune; see 'mhla --help')",
                       argv[1]);
     /* What was printed is part of the result: a full disk or a closed pipe is a failure. */
     if ((fflush(stdout) != 0 || ferror(stdout)) && rc == CLI_OK)

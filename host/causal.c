@@ -113,7 +113,7 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     c->bh = cfg->batch * cfg->heads;
     c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
     c->slot_floats = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
-    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &c->tuning));
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, cfg, &c->tuning));
     /* A device may allow fewer work-items, or less local memory, for the built output kernel than
      * for the device in general (rusticl on llvmpipe: 32 work-items, twice the arrays' bytes):
      * smaller tiles and a rebuild, a few times at most (each try at least halves something). */

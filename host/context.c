@@ -157,6 +157,7 @@ void mhla_context_destroy(mhla_context *ctx)
         free(e);
     }
     free(ctx->tuning);
+    free(ctx->tuned_db);
     mhla__blas_release(ctx); /* while the queue and context are still alive */
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);

@@ -106,6 +106,8 @@ struct mhla_context {
     char platform_version[256];
     mhla_program_entry *programs; /* built programs, shared by the context's plans */
     char *tuning; /* mhla_context_set_tuning()'s overrides (validated), or NULL */
+    char *tuned_db;   /* the device's tuning database (host/tuning_db.c), read on first use, or NULL */
+    int tuned_loaded; /* tuned_db has been read (it may be NULL: no database) */
     int used_blas; /* CLBlast has built programs for this context (host/mixing.c) */
     cl_int last_cl_error;
     char message[MHLA_MESSAGE_MAX];
@@ -206,10 +208,13 @@ typedef struct mhla_tuning {
     char origin[160];  /* where the values came from: "built-in row 'cpu', MHLA_TUNING" */
 } mhla_tuning;
 
-/* The row for ctx's device (vendor, name, type and float width), then MHLA_TUNING, then the
+/* The row for ctx's device (vendor, name, type and float width), then the tuned entry for cfg's
+ * head dimensions (`mhla tune`'s database; cfg may be NULL: none), then MHLA_TUNING, then the
  * context's own overrides (mhla_context_set_tuning), with the vector widths capped for the
  * device. Fails only on a malformed override, naming it. */
-mhla_status mhla__tuning_lookup(mhla_context *ctx, mhla_tuning *out);
+mhla_status mhla__tuning_lookup(mhla_context *ctx, const mhla_config *cfg, mhla_tuning *out);
+/* The tuning database's spec for (dk, dv) on ctx's device into spec; 1 when there is one. */
+int mhla__tuned_entry(mhla_context *ctx, int64_t dk, int64_t dv, char *spec, size_t size);
 /* Applies "name=value,..." (and "row=NAME", which restarts from that built-in row) to *t; `where`
  * names the source in messages ("MHLA_TUNING"). ctx may be NULL (validation only). */
 mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char *spec, mhla_tuning *t);

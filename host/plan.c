@@ -80,7 +80,7 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
     if (plan->cfg.causal) {
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
     } else {
-        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->tuning));
+        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->cfg, &plan->tuning));
         mhla__tiles_forward(ctx, &plan->cfg, &plan->shape, &plan->tuning, &plan->tiles);
         MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
@@ -119,6 +119,27 @@ void mhla_plan_destroy(mhla_plan *plan)
 }
 
 size_t mhla_plan_workspace_size(const mhla_plan *plan) { return plan ? plan->workspace_bytes : 0; }
+
+mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_tuning: plan is NULL");
+    MHLA_FAIL_IF(st, !buf || size == 0, plan->ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_tuning: buf is NULL or size 0");
+    const mhla_tiles *t = plan->causal ? &plan->causal->kern->tiling : &plan->tiles;
+    const mhla_tuning *tu = plan->causal ? &plan->causal->kern->tuning : &plan->tuning;
+    if (plan->softmax)
+        snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", tu->origin, t->sm_vw, t->sm_bk,
+                 t->sm_bq, t->sm_rows ? ", row copies" : "");
+    else
+        snprintf(buf, size,
+                 "%s; summary %dx(%dx%d)%s, output %dx(%dx%d) dc %d, %s; causal groups of %d tokens, %d keys per "
+                 "pass, prefix %dx(%dx%d), GEMM blocks of %d; splits %d",
+                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->pf ? " prefetched" : "", t->out_rt, t->out_ve,
+                 t->out_nv, t->out_dc, tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast", t->tq, t->kt,
+                 t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows, t->splits);
+cleanup:
+    return st;
+}
 
 const mhla_config *mhla_plan_config(const mhla_plan *plan) { return plan ? &plan->cfg : NULL; }
 

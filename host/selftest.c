@@ -463,3 +463,27 @@ cleanup:
     free(cases);
     return st;
 }
+
+mhla_status mhla_selftest_config(mhla_context *ctx, const mhla_config *cfg, int softmax, uint32_t seed,
+                                 mhla_selftest_result *out)
+{
+    mhla_status st = MHLA_OK;
+    char msg[256];
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_selftest_config: context is NULL");
+    MHLA_FAIL_IF(st, !cfg || !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_selftest_config: %s is NULL",
+                 cfg ? "out" : "cfg");
+    MHLA_FAIL_IF(st, cfg->varlen, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_selftest_config: packed varlen configurations need their offsets (mhla_selftest covers them)");
+    if (!softmax) { /* the same refusal a plan would give, before any input is made */
+        st = mhla_config_check(cfg, msg, sizeof msg);
+        MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "mhla_selftest_config: %s", msg);
+    }
+    selftest_case tc;
+    memset(&tc, 0, sizeof tc);
+    tc.kind = softmax ? RUN_SOFTMAX : RUN_FORWARD;
+    tc.cfg = *cfg;
+    snprintf(tc.name, sizeof tc.name, "%s", softmax ? "softmax" : cfg->causal ? "causal" : "forward");
+    run_case(ctx, &tc, seed, out);
+cleanup:
+    return st;
+}

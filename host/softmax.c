@@ -48,7 +48,7 @@ static mhla_status build_kernel(mhla_plan *plan)
     cl_program prog = NULL;
     mhla_fit fit;
     mhla__fit_init(ctx, &fit);
-    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->tuning));
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->cfg, &plan->tuning));
     for (int attempt = 0;; ++attempt) {
         MHLA_FORWARD_IF_ERROR(st, mhla__tiles_softmax(ctx, &plan->cfg, &plan->tuning, &fit, &plan->tiles));
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_SOFTMAX, &plan->cfg, &plan->tiles, &prog));

@@ -179,15 +179,26 @@ static void cap_widths(const mhla_context *ctx, mhla_tuning *t)
     t->vec = vw;
 }
 
-mhla_status mhla__tuning_lookup(mhla_context *ctx, mhla_tuning *out)
+mhla_status mhla__tuning_lookup(mhla_context *ctx, const mhla_config *cfg, mhla_tuning *out)
 {
     mhla_status st = MHLA_OK;
     mhla_tuning t;
+    char tuned[1024];
     size_t r = 0;
     while (r + 1 < ROW_COUNT && !matches(&rows[r], ctx))
         ++r;
     t = rows[r].t;
     snprintf(t.origin, sizeof t.origin, "built-in row '%s'", rows[r].name);
+    /* A tuned entry was checked and timed on this very device and driver: it comes before the
+     * experiments' overrides, after the built-in row. One that no longer parses (written by a
+     * later library version, edited by hand) is ignored rather than failing every plan. */
+    if (cfg && mhla__tuned_entry(ctx, cfg->dk, cfg->dv, tuned, sizeof tuned)) {
+        mhla_tuning trial = t;
+        char where[64];
+        snprintf(where, sizeof where, "tuned entry %lldx%lld", (long long)cfg->dk, (long long)cfg->dv);
+        if (mhla__tuning_apply(NULL, where, tuned, &trial) == MHLA_OK)
+            t = trial;
+    }
     const char *env = getenv("MHLA_TUNING");
     if (env && *env)
         MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "MHLA_TUNING", env, &t));
@@ -233,7 +244,7 @@ mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size)
     mhla_tuning t;
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_tuning: context is NULL");
     MHLA_FAIL_IF(st, !buf || size == 0, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_tuning: buf is NULL or size 0");
-    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &t));
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, NULL, &t));
     snprintf(buf, size,
              "%s: vec=%d sum_rd=%d,sum_ve=%d,sum_nv=%d out_rt=%d,out_ve=%d,out_nv=%d,out_dc=%d wg=%d "
              "groups_per_cu=%d split_min_len=%d pf=%d mix_kernel=%d,mix_mr=%d,mix_ve=%d,mix_nv=%d tq=%d,kt=%d,gemm_rows=%d "

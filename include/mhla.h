@@ -204,6 +204,37 @@ MHLA_API mhla_status mhla_context_set_tuning(mhla_context *ctx, const char *spec
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL ctx or buf, size 0, malformed MHLA_TUNING). */
 MHLA_API mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size);
 
+/* Tuned entries (`mhla tune` writes them): per device and head-dimension pair, a tuning spec as
+ * mhla_context_set_tuning() takes, in a text file in the program cache's folder (MHLA_CACHE_DIR,
+ * else $XDG_CACHE_HOME/mhla, else ~/.cache/mhla; "off" means none), keyed by the device's name,
+ * driver and platform versions and the library's version. A plan whose Dk and Dv have an entry
+ * applies it over the built-in row and before MHLA_TUNING and the context's overrides; an entry
+ * that no longer parses is ignored. mhla_context_tuning() shows the built-in row only. */
+
+/*! mhla_tuning_db_path() : the database file of ctx's device (it may not exist yet).
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when there is no cache folder; MHLA_ERR_INVALID_ARGUMENT. */
+MHLA_API mhla_status mhla_tuning_db_path(mhla_context *ctx, char *path, size_t size);
+
+/*! mhla_tuning_db_get() : the entry for (dk, dv) into spec ("" when there is none) and its note
+ * into comment (may be NULL). Read from disk at each call.
+ * @return MHLA_OK (also with no entry), MHLA_ERR_INVALID_ARGUMENT for NULL ctx or spec. */
+MHLA_API mhla_status mhla_tuning_db_get(mhla_context *ctx, int64_t dk, int64_t dv, char *spec, size_t spec_size,
+                                        char *comment, size_t comment_size);
+
+/*! mhla_tuning_db_put() : stores (replaces) the entry for (dk, dv): `spec` is validated as
+ * mhla_context_set_tuning() validates it; `comment` (may be NULL, one line) says where it came
+ * from. The file is rewritten through a temporary and a rename, so readers never see half of it.
+ * Plans created on ctx afterwards use the entry. Not thread-safe against another writer.
+ * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT naming a bad value, or the file that could not be
+ *         written; MHLA_ERR_UNSUPPORTED when there is no cache folder. */
+MHLA_API mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const char *spec,
+                                        const char *comment);
+
+/*! mhla_tuning_db_list() : the head-dimension pairs that have an entry: *count of them, the
+ * first `capacity` written to dims as (dk, dv) pairs (dims may be NULL when capacity is 0).
+ * @return MHLA_OK (also with no database), MHLA_ERR_INVALID_ARGUMENT for NULL ctx or count. */
+MHLA_API mhla_status mhla_tuning_db_list(mhla_context *ctx, int64_t *dims, size_t capacity, size_t *count);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Plan configuration                                                                           */
 /* ------------------------------------------------------------------------------------------ */
@@ -304,6 +335,13 @@ MHLA_API void mhla_plan_destroy(mhla_plan *plan);
  * mhla_forward_host() and CLBlast's temporary buffer of the causal prefix GEMMs are allocated on
  * first use and not counted here. */
 MHLA_API size_t mhla_plan_workspace_size(const mhla_plan *plan);
+
+/*! mhla_plan_tuning() :
+ * Writes what the plan was built with into buf (truncated to size): where its tuning came from
+ * ("built-in row 'cpu', tuned entry 64x64, MHLA_TUNING") and the tiles of each stage as fitted to
+ * its sizes and the device. For diagnostics; the format may change.
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL plan or buf or size 0. */
+MHLA_API mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size);
 
 /*! mhla_plan_config() : the plan's configuration with defaults resolved (scale, mixing_rows);
  * NULL for NULL. Owned by the plan. */

@@ -90,6 +90,17 @@ typedef void (*mhla_selftest_fn)(const mhla_selftest_result *result, void *user)
 MHLA_API mhla_status mhla_selftest(mhla_context *ctx, int quick, mhla_selftest_fn fn, void *user, size_t *passed,
                                    size_t *failed);
 
+/*! mhla_selftest_config() :
+ * One configuration against the double reference, as mhla_selftest() runs its paths: random
+ * inputs (deterministic in seed), a NaN-filled output, a plan of `cfg` on ctx (its tuning
+ * included; the softmax baseline when `softmax`), and *out filled like a path's result (path
+ * "forward", "causal" or "softmax"). What `mhla tune` runs on every candidate before timing it.
+ * Keep cfg small: the reference is O(N * Dk * Dv) per head in double precision on the host.
+ * @return MHLA_OK when it ran (read out->passed); MHLA_ERR_INVALID_ARGUMENT for NULL arguments,
+ *         MHLA_ERR_UNSUPPORTED for varlen configurations, or the configuration's own refusal. */
+MHLA_API mhla_status mhla_selftest_config(mhla_context *ctx, const mhla_config *cfg, int softmax, uint32_t seed,
+                                          mhla_selftest_result *out);
+
 #ifdef __cplusplus
 }
 #endif

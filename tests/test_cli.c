@@ -402,7 +402,7 @@ static void test_help_and_version(void **state)
     expect_ok(r);
     assert_non_null(strstr(r->out, "usage: mhla info"));
 
-    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, init-mixing, info or selftest; see 'mhla --help')");
+    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, init-mixing, info, selftest or tune; see 'mhla --help')");
     const char *none[] = {NULL};
     expect_fail(finish(spawn(NULL, NULL, none)), 2, "missing command");
     /* A failed write of what was printed is a failure too. */
@@ -1645,6 +1645,33 @@ static void test_selftest(void **state)
     assert_non_null(strstr(r->out, "usage: mhla selftest [--device SPEC] [--quick] [--tuning SPEC]"));
 }
 
+/* mhla tune: a short search runs, checks and times candidates and says what it found; with
+ * --dry-run nothing is stored; bad shapes and a set MHLA_TUNING are usage errors. */
+static void test_tune(void **state)
+{
+    (void)state;
+    char cache[700];
+    snprintf(cache, sizeof cache, "MHLA_CACHE_DIR=%s", in_dir("cache"));
+    const char *env[] = {cache, "MHLA_TUNING=", NULL};
+    const result *r = MHLA_ENV(env, "tune", "--budget", "8", "--shapes", "16x8@512:2", "--heads", "2", "--dry-run");
+    expect_ok(r);
+    assert_non_null(strstr(r->out, "tune: "));
+    assert_non_null(strstr(r->out, "shape 16x8: N=512 M=2"));
+    assert_non_null(strstr(r->out, " 16x8 summary start: "));
+    assert_non_null(strstr(r->out, " candidates timed, 0 discarded, "));
+    assert_null(strstr(r->out, "stored in"));
+    DIR *d = opendir(in_dir("cache")); /* the program cache's folder: --dry-run added no database to it */
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        if (strncmp(e->d_name, "tuning-", 7) == 0)
+            fail_msg("--dry-run stored %s", e->d_name);
+    if (d)
+        closedir(d);
+    expect_fail(MHLA_ENV(env, "tune", "--shapes", "64x64@100"), 2, "--shapes 64x64@100: '64x64@100' is not DK[xDV]@N[:M]");
+    expect_fail(MHLA_ENV(env, "tune", "--budget", "1"), 2, "--budget");
+    const char *tuning[] = {cache, "MHLA_TUNING=sum_rd=2", NULL};
+    expect_fail(MHLA_ENV(tuning, "tune", "--budget", "5"), 2, "tune: MHLA_TUNING is set (sum_rd=2)");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -1690,6 +1717,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_selftest, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_tune, fresh_dir, drop_dir),
     };
     const int failed = cmocka_run_group_tests(tests, NULL, NULL);
     scratch_remove(root);

@@ -1,6 +1,7 @@
 /* Contexts and devices: selection by spec and MHLA_DEVICE, wrapping an application's queue (in
  * order and out of order), two plans on one context, a second device, version and status names. */
 #include "helpers.h"
+#include "scratch.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -341,6 +342,90 @@ static void test_set_tuning(void **state)
     mhla_context_destroy(ctx);
 }
 
+/* The tuning database (mhla tune's): entries stored, listed, read back and used by the plans whose
+ * head dimensions they name, ahead of the built-in row and behind MHLA_TUNING; a bad entry is
+ * refused; a file written for another device is ignored. */
+static void test_tuning_db(void **state)
+{
+    (void)state;
+    char dir[256], path[4200], spec[256], note[256], text[2048];
+    assert_int_equal(scratch_make(dir, sizeof dir, "mhla-tuning"), 0);
+    const char *saved = getenv("MHLA_CACHE_DIR");
+    char *copy = saved ? strdup(saved) : NULL;
+    setenv("MHLA_CACHE_DIR", dir, 1);
+    mhla_context *ctx = test_context();
+    size_t count = 99;
+    assert_int_equal(mhla_tuning_db_list(ctx, NULL, 0, &count), MHLA_OK);
+    assert_int_equal(count, 0);
+    assert_int_equal(mhla_tuning_db_get(ctx, 8, 8, spec, sizeof spec, note, sizeof note), MHLA_OK);
+    assert_string_equal(spec, "");
+    assert_int_equal(mhla_tuning_db_put(ctx, 8, 8, "sum_rd=2,mix_kernel=0,out_rt=3", "test entry"), MHLA_OK);
+    assert_int_equal(mhla_tuning_db_put(ctx, 16, 12, "out_rt=2", NULL), MHLA_OK);
+    assert_int_equal(mhla_tuning_db_put(ctx, 8, 8, "sum_rd=2,mix_kernel=0", "replaced"), MHLA_OK); /* replaces */
+    int64_t dims[8];
+    assert_int_equal(mhla_tuning_db_list(ctx, dims, 4, &count), MHLA_OK);
+    assert_int_equal(count, 2);
+    assert_int_equal(mhla_tuning_db_get(ctx, 8, 8, spec, sizeof spec, note, sizeof note), MHLA_OK);
+    assert_string_equal(spec, "sum_rd=2,mix_kernel=0");
+    assert_string_equal(note, "replaced");
+    /* bad entries are refused, naming the value; the database keeps what it had */
+    assert_int_equal(mhla_tuning_db_put(ctx, 8, 8, "sum_rd=x", NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "sum_rd=x is not an integer");
+    assert_int_equal(mhla_tuning_db_put(ctx, 0, 8, "sum_rd=2", NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "dk = 0");
+    assert_int_equal(mhla_tuning_db_put(ctx, 8, 8, "sum_rd=2\nentry 1 1 x", NULL), MHLA_ERR_INVALID_ARGUMENT);
+    /* a plan with these head dims uses the entry; others do not */
+    mhla_config cfg = config_1d(1, 2, 64, 4, 8, 8);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    if (!strstr(text, "tuned entry 8x8") || !strstr(text, "summary 2x") || !strstr(text, "mixing by CLBlast"))
+        fail_msg("plan tuning: %s", text);
+    mhla_plan_destroy(plan);
+    forward_ok(ctx, 8, 11); /* 2D, Dk = Dv = 8: the tuned tiles, checked against the reference */
+    cfg.dk = 16;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    assert_null(strstr(text, "tuned entry"));
+    mhla_plan_destroy(plan);
+    /* MHLA_TUNING still comes after the entry */
+    setenv("MHLA_TUNING", "sum_rd=4", 1);
+    cfg.dk = 8;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    unsetenv("MHLA_TUNING");
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    if (!strstr(text, "tuned entry 8x8, MHLA_TUNING") || !strstr(text, "summary 4x"))
+        fail_msg("plan tuning with MHLA_TUNING: %s", text);
+    mhla_plan_destroy(plan);
+    /* a database written for another device or library version is not read */
+    assert_int_equal(mhla_tuning_db_path(ctx, path, sizeof path), MHLA_OK);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "device another device\ndriver 1\nplatform 1\nlibrary 0.0.1\nentry 8 8 sum_rd=2\n");
+    fclose(f);
+    mhla_context *other = test_context();
+    assert_int_equal(mhla_tuning_db_list(other, NULL, 0, &count), MHLA_OK);
+    assert_int_equal(count, 0);
+    assert_int_equal(mhla_plan_create(other, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    assert_null(strstr(text, "tuned entry"));
+    mhla_plan_destroy(plan);
+    mhla_context_destroy(other);
+    mhla_context_destroy(ctx);
+    /* no cache folder: no database, said so */
+    setenv("MHLA_CACHE_DIR", "off", 1);
+    ctx = test_context();
+    assert_int_equal(mhla_tuning_db_path(ctx, path, sizeof path), MHLA_ERR_UNSUPPORTED);
+    assert_int_equal(mhla_tuning_db_put(ctx, 8, 8, "sum_rd=2", NULL), MHLA_ERR_UNSUPPORTED);
+    mhla_context_destroy(ctx);
+    if (copy)
+        setenv("MHLA_CACHE_DIR", copy, 1);
+    else
+        unsetenv("MHLA_CACHE_DIR");
+    free(copy);
+    scratch_remove(dir);
+}
+
 /* With POCL_DEVICES="pthread pthread" (the 'context_two_devices' test) a second device is listed:
  * a context on it computes the same results. */
 static void test_second_device(void **state)
@@ -374,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_two_plans_one_context),
         cmocka_unit_test(test_clblast_programs_released),
         cmocka_unit_test(test_set_tuning),
+        cmocka_unit_test(test_tuning_db),
         cmocka_unit_test(test_second_device),
     };
     return cmocka_run_group_tests_name("context", tests, NULL, NULL);

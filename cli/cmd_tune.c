@@ -1,0 +1,521 @@
+/* `mhla tune`: searches the tuning fields of each stage for the device and a few shapes, in the way
+ * CLBlast's tuners and Triton's autotune do, and stores the winners in the device's tuning database
+ * (mhla_tuning_db_put), which plans then use by themselves. Every candidate is checked against the
+ * double reference (mhla_selftest_config) before it is timed; a wrong one is discarded. The search
+ * is coordinate descent from the device's built-in row: one field at a time, each stage timed by
+ * its own device time (mhla_plan_stage_times), a change kept only when it wins by more than the
+ * noise margin; the whole forward is timed again against the built-in row at the end, alternately,
+ * and the entry is stored only if it is faster. */
+#include "args.h"
+#include "cli.h"
+
+#include <mhla_reference.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char help[] =
+    "usage: mhla tune [--device SPEC] [--budget SECONDS] [--shapes LIST] [--heads H] [--export] [--dry-run]\n"
+    "\n"
+    "Searches the tiles, vector widths, work-group sizes, block splits and the mixing GEMM (built-in\n"
+    "kernel or CLBlast) of each stage, the causal score tiles and the softmax tiles for this device,\n"
+    "one field at a time from its built-in tuning row. Each candidate is checked against the double\n"
+    "reference first (a wrong one is discarded), then timed (device time per stage, median of runs).\n"
+    "The winners go to the device's tuning database (keyed by device, driver and library version),\n"
+    "which every plan with the same head dimensions then uses; `mhla info` shows the entries.\n"
+    "\n"
+    "  --device SPEC     the device, as MHLA_DEVICE\n"
+    "  --budget SECONDS  time for the whole search, first compiles included (default 120)\n"
+    "  --shapes LIST     comma-separated DK[xDV]@N[:M] (default 64x64@16384: Dk = Dv = 64, N = 16384,\n"
+    "                    M from the paper's rule M^2 <= N with blocks of >= 256 tokens); the causal\n"
+    "                    stage runs N/4 tokens in chunks of 64, softmax 2048 tokens\n"
+    "  --heads H         heads of the timed problems (default 8)\n"
+    "  --export          also print each entry as a row for host/tuning.c's built-in table\n"
+    "  --dry-run         search and report, but store nothing\n";
+
+#define MAX_SHAPES 8
+#define MAX_FIELDS 24
+#define RUNS 7            /* timed runs per candidate (after one warm-up): the median is kept */
+#define MARGIN 0.03       /* a change must win by 3%: less is within the shared machine's noise */
+#define CONFIRM_ROUNDS 3  /* alternate final timings of the built-in row and the winner */
+
+typedef struct tune_shape {
+    int64_t dk, dv, n, m;
+} tune_shape;
+
+/* The spec being built: "row=NAME" then name=value pairs in the order they were set. */
+typedef struct tune_spec {
+    char row[32];
+    char name[MAX_FIELDS][24];
+    int value[MAX_FIELDS];
+    int count;
+} tune_spec;
+
+typedef struct tuner {
+    mhla_context *ctx;
+    int64_t heads;
+    double t0, deadline;
+    int stage_clock; /* the device's stage times are usable (else: the forward's host time) */
+    int candidates, discarded;
+} tuner;
+
+/* ---- specs ----------------------------------------------------------------------------------- */
+
+static void spec_set(tune_spec *s, const char *name, int value)
+{
+    for (int i = 0; i < s->count; ++i)
+        if (strcmp(s->name[i], name) == 0) {
+            s->value[i] = value;
+            return;
+        }
+    if (s->count < MAX_FIELDS) {
+        snprintf(s->name[s->count], sizeof s->name[0], "%s", name);
+        s->value[s->count++] = value;
+    }
+}
+
+/* "row=cpu-wide,sum_nv=2" (with_row) or "sum_nv=2". */
+static void spec_text(const tune_spec *s, int with_row, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    if (with_row)
+        len += (size_t)snprintf(buf + len, size - len, "row=%s", s->row);
+    for (int i = 0; i < s->count && len < size; ++i)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s=%d", len ? "," : "", s->name[i], s->value[i]);
+}
+
+/* The value of `name` in mhla_context_tuning()'s text ("... name=value ..."), or -1. */
+static int field_in(const char *text, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *p = strstr(text, name); p; p = strstr(p + 1, name))
+        if ((p == text || p[-1] == ' ' || p[-1] == ',') && p[n] == '=')
+            return atoi(p + n + 1);
+    return -1;
+}
+
+/* The effective tuning (after the device's caps) of `spec` on the tuner's context. */
+static mhla_status effective(tuner *t, const tune_spec *spec, char *text, size_t size)
+{
+    char s[1024];
+    spec_text(spec, 1, s, sizeof s);
+    mhla_status st = mhla_context_set_tuning(t->ctx, s);
+    return st == MHLA_OK ? mhla_context_tuning(t->ctx, text, size) : st;
+}
+
+/* ---- checking and timing --------------------------------------------------------------------- */
+
+static double elapsed_s(const tuner *t) { return (cli_now_ms() - t->t0) * 1e-3; }
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* A small problem with the same head dimensions and tiles: what every candidate must get right. */
+static mhla_config small_config(const mhla_config *big, int softmax)
+{
+    mhla_config c = *big;
+    c.batch = 1, c.heads = 2;
+    if (softmax || big->causal) {
+        c.seq_t = big->causal ? 150 : 70; /* partial chunks of 64 */
+        c.mixing_rows = 0;
+    } else {
+        c.seq_t = 512, c.block_t = 4; /* long enough for two 64-key... block segments of 128 */
+    }
+    return c;
+}
+
+/* Random device inputs for cfg (mixing: M x M, or the causal rows, uniform in [0.05, 1)). */
+static mhla_status make_buffers(mhla_context *ctx, const mhla_config *cfg, cl_mem b[5])
+{
+    const size_t sizes[5] = {mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q), mhla_config_tensor_elems(cfg, MHLA_TENSOR_K),
+                             mhla_config_tensor_elems(cfg, MHLA_TENSOR_V), mhla_config_tensor_elems(cfg, MHLA_TENSOR_OUT),
+                             mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING)};
+    size_t most = 0;
+    for (int i = 0; i < 5; ++i)
+        most = sizes[i] > most ? sizes[i] : most;
+    float *host = malloc(most * sizeof *host);
+    if (!host)
+        return MHLA_ERR_OUT_OF_HOST_MEMORY;
+    uint64_t s = 0x243F6A8885A308D3ULL;
+    for (size_t i = 0; i < most; ++i) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        host[i] = 0.05f + 0.95f * (float)((s >> 40) & 0xFFFFFF) / 16777216.0f;
+    }
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < 5 && err == CL_SUCCESS; ++i)
+        b[i] = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                              (sizes[i] ? sizes[i] : 1) * sizeof(float), host, &err);
+    free(host);
+    return err == CL_SUCCESS ? MHLA_OK : MHLA_ERR_OUT_OF_DEVICE_MEMORY;
+}
+
+/* Checks `spec` on a small problem, then times it on cfg: ms[0..2] the stages' medians (NaN without
+ * stage times), ms[3] the forward's. *wrong is set for a candidate that fails the check. */
+static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *cfg, int softmax, double ms[4],
+                           int *wrong)
+{
+    mhla_status st = MHLA_OK;
+    mhla_plan *plan = NULL;
+    cl_mem b[5] = {NULL, NULL, NULL, NULL, NULL};
+    double runs[4][RUNS];
+    char s[1024];
+    *wrong = 0;
+    spec_text(spec, 1, s, sizeof s);
+    if ((st = mhla_context_set_tuning(t->ctx, s)) != MHLA_OK)
+        return st;
+    const mhla_config small = small_config(cfg, softmax);
+    mhla_selftest_result r;
+    if ((st = mhla_selftest_config(t->ctx, &small, softmax, 7, &r)) != MHLA_OK)
+        return st;
+    if (!r.passed) {
+        *wrong = 1;
+        return MHLA_OK;
+    }
+    st = softmax ? mhla_softmax_plan_create(t->ctx, cfg, &plan) : mhla_plan_create(t->ctx, cfg, &plan);
+    if (st != MHLA_OK)
+        goto cleanup;
+    if ((st = make_buffers(t->ctx, cfg, b)) != MHLA_OK)
+        goto cleanup;
+    cl_command_queue queue = mhla_context_queue(t->ctx);
+    for (int i = -1; i < RUNS && st == MHLA_OK; ++i) { /* run -1: the warm-up */
+        cl_event done = NULL;
+        clFinish(queue);
+        const double w0 = cli_now_ms();
+        st = mhla_forward(plan, b[0], b[1], b[2], b[4], b[3], 0, NULL, &done);
+        if (st == MHLA_OK && clWaitForEvents(1, &done) != CL_SUCCESS)
+            st = MHLA_ERR_OPENCL;
+        const double wall = cli_now_ms() - w0;
+        if (done)
+            clReleaseEvent(done);
+        if (st != MHLA_OK || i < 0)
+            continue;
+        mhla_stage_times times;
+        if (!softmax && t->stage_clock && mhla_plan_stage_times(plan, &times) == MHLA_OK) {
+            runs[0][i] = times.summary_ms, runs[1][i] = times.mixing_ms, runs[2][i] = times.output_ms;
+            runs[3][i] = times.total_ms;
+        } else {
+            if (!softmax)
+                t->stage_clock = 0; /* rusticl 22.3: no usable timestamps, the forward's host time */
+            runs[0][i] = runs[1][i] = runs[2][i] = NAN;
+            runs[3][i] = wall;
+        }
+    }
+    for (int k = 0; k < 4 && st == MHLA_OK; ++k)
+        ms[k] = median(runs[k], RUNS);
+cleanup:
+    for (int i = 0; i < 5; ++i)
+        if (b[i])
+            clReleaseMemObject(b[i]);
+    mhla_plan_destroy(plan);
+    return st;
+}
+
+/* ---- the search ------------------------------------------------------------------------------ */
+
+typedef struct tune_field {
+    const char *name;
+    int count;
+    int values[6];
+} tune_field;
+
+typedef struct tune_stage {
+    const char *name;
+    int objective; /* index into measure()'s ms: 0 summary, 1 mixing, 2 output, 3 the whole run */
+    int kind;      /* 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax (2048) */
+    tune_field fields[6];
+} tune_stage;
+
+/* What each stage may change, and the values tried (a value the device's caps turn into the
+ * current one measures the same and is not kept). */
+static const tune_stage stages[] = {
+    {"summary", 0, 0,
+     {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"pf", 2, {0, 1}}, {"wg", 4, {32, 64, 128, 256}},
+      {"groups_per_cu", 4, {2, 4, 8, 16}}, {NULL, 0, {0}}}},
+    {"output", 2, 0, {{"out_rt", 4, {2, 4, 6, 8}}, {"out_nv", 3, {1, 2, 4}}, {"out_dc", 3, {4, 8, 16}}, {NULL, 0, {0}}}},
+    {"mixing", 1, 0, {{"mix_kernel", 2, {1, 0}}, {"mix_mr", 3, {2, 4, 8}}, {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}}},
+    {"causal", 3, 1, {{"tq", 3, {16, 32, 64}}, {"kt", 3, {16, 32, 64}}, {"gemm_rows", 2, {0, 32}}, {NULL, 0, {0}}}},
+    {"softmax", 3, 2,
+     {{"sm_bq", 5, {32, 64, 128, 256, 512}}, {"sm_bk", 4, {16, 32, 64, 128}}, {"sm_vw", 3, {4, 8, 16}},
+      {"sm_rows", 2, {0, 1}}, {NULL, 0, {0}}}},
+};
+#define STAGE_COUNT (sizeof stages / sizeof stages[0])
+
+static mhla_config stage_config(const tuner *t, const tune_shape *s, int kind)
+{
+    mhla_config c;
+    if (kind == 1) {
+        mhla_config_init_causal(&c);
+        c.seq_t = s->n / 4 > 256 ? s->n / 4 : 256;
+    } else {
+        mhla_config_init(&c);
+        c.seq_t = kind == 2 ? 2048 : s->n;
+        c.block_t = kind == 2 ? 1 : s->m;
+    }
+    c.heads = t->heads, c.dk = s->dk, c.dv = s->dv;
+    return c;
+}
+
+/* One stage's coordinate descent from *best. Returns 0, 1 when the budget ran out, or an exit code
+ * (negated) when the starting point itself fails. */
+static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, tune_spec *best)
+{
+    mhla_status st;
+    double base[4], ms[4];
+    int wrong = 0;
+    const int softmax = stage->kind == 2;
+    const mhla_config cfg = stage_config(t, s, stage->kind);
+    char text[1024];
+    if ((st = measure(t, best, &cfg, softmax, base, &wrong)) != MHLA_OK)
+        return -cli_fail(cli_exit_code(st), "tune: %s: %s", stage->name, mhla_context_message(t->ctx));
+    if (wrong)
+        return -cli_fail(CLI_RUNTIME, "tune: %s: the starting tiles fail the reference check on %s (run mhla selftest)",
+                         stage->name, mhla_context_device_name(t->ctx));
+    const int obj = t->stage_clock ? stage->objective : 3;
+    printf("[%6.1f s] %lldx%lld %-7s start: %.3f ms\n", elapsed_s(t), (long long)s->dk, (long long)s->dv,
+           stage->name, base[obj]);
+    for (const tune_field *f = stage->fields; f->name; ++f) {
+        if ((st = effective(t, best, text, sizeof text)) != MHLA_OK)
+            return -cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t->ctx));
+        const int current = field_in(text, f->name);
+        for (int i = 0; i < f->count; ++i) {
+            if (f->values[i] == current)
+                continue;
+            if (cli_now_ms() + 3e3 > t->deadline) /* a candidate takes a second or two, its compile included */
+                return 1;
+            tune_spec trial = *best;
+            spec_set(&trial, f->name, f->values[i]);
+            ++t->candidates;
+            st = measure(t, &trial, &cfg, softmax, ms, &wrong);
+            if (st != MHLA_OK || wrong) {
+                ++t->discarded;
+                printf("[%6.1f s] %lldx%lld %-7s %s=%d: %s\n", elapsed_s(t), (long long)s->dk, (long long)s->dv,
+                       stage->name, f->name, f->values[i],
+                       wrong ? "wrong against the reference: discarded" : mhla_status_name(st));
+                continue;
+            }
+            const int better = ms[obj] < base[obj] * (1.0 - MARGIN);
+            printf("[%6.1f s] %lldx%lld %-7s %s=%d: %.3f ms%s (best so far %.3f)\n", elapsed_s(t), (long long)s->dk,
+                   (long long)s->dv, stage->name, f->name, f->values[i], ms[obj], better ? " kept" : "",
+                   better ? ms[obj] : base[obj]);
+            fflush(stdout);
+            if (better) {
+                *best = trial;
+                memcpy(base, ms, sizeof base);
+            }
+        }
+    }
+    return 0;
+}
+
+/* The forward of shape s with the built-in row and with `best`, timed alternately; medians. */
+static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best, double *builtin_ms, double *tuned_ms)
+{
+    mhla_status st = MHLA_OK;
+    tune_spec row = *best;
+    row.count = 0;
+    double a[CONFIRM_ROUNDS], b[CONFIRM_ROUNDS], ms[4];
+    int wrong = 0;
+    const mhla_config cfg = stage_config(t, s, 0);
+    for (int r = 0; r < CONFIRM_ROUNDS && st == MHLA_OK; ++r) {
+        if ((st = measure(t, &row, &cfg, 0, ms, &wrong)) == MHLA_OK)
+            a[r] = ms[3];
+        if (st == MHLA_OK && (st = measure(t, best, &cfg, 0, ms, &wrong)) == MHLA_OK)
+            b[r] = wrong ? INFINITY : ms[3];
+    }
+    if (st == MHLA_OK) {
+        *builtin_ms = median(a, CONFIRM_ROUNDS);
+        *tuned_ms = median(b, CONFIRM_ROUNDS);
+    }
+    return st;
+}
+
+/* The entry as a row of host/tuning.c's table, every field written out. */
+static void print_export(tuner *t, const tune_shape *s, const tune_spec *best, const char *note)
+{
+    char text[1024];
+    if (effective(t, best, text, sizeof text) != MHLA_OK)
+        return;
+    static const char *const names[] = {"vec",       "sum_rd", "sum_ve",     "sum_nv", "out_rt",    "out_ve",
+                                        "out_nv",    "out_dc", "wg",         "groups_per_cu",         "split_min_len",
+                                        "pf",        "mix_kernel",            "mix_mr", "mix_ve",    "mix_nv",
+                                        "tq",        "kt",     "gemm_rows",  "sm_bq",  "sm_bk",     "sm_vw",
+                                        "sm_rows"};
+    mhla_device_info info;
+    size_t index = 0, count = 0;
+    memset(&info, 0, sizeof info);
+    if (mhla_device_selected(NULL, &index) == MHLA_OK && mhla_device_list(NULL, 0, &count) == MHLA_OK) {
+        mhla_device_info *all = calloc(count ? count : 1, sizeof *all);
+        if (all && mhla_device_list(all, count, &count) == MHLA_OK && index < count)
+            info = all[index];
+        free(all);
+    }
+    printf("/* %s, driver %s: mhla tune, %lldx%lld: %s */\n", mhla_context_device_name(t->ctx), info.driver_version,
+           (long long)s->dk, (long long)s->dv, note);
+    printf("{\"tuned\", NULL, \"%s\", %s, 0,\n {", mhla_context_device_name(t->ctx),
+           info.is_gpu ? "CL_DEVICE_TYPE_GPU" : "CL_DEVICE_TYPE_CPU");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
+        printf("%s.%s = %d", i ? ", " : "", names[i], field_in(text, names[i]));
+    printf("}},\n");
+}
+
+/* "64x64@16384:64" (DV, M optional) into s. */
+static int parse_shape(const char *text, tune_shape *s)
+{
+    long long dk = 0, dv = 0, n = 0, m = 0;
+    int used = 0;
+    if (sscanf(text, "%lld%n", &dk, &used) != 1)
+        return 0;
+    text += used;
+    dv = dk;
+    if (*text == 'x' && sscanf(text + 1, "%lld%n", &dv, &used) == 1)
+        text += 1 + used;
+    if (*text != '@' || sscanf(text + 1, "%lld%n", &n, &used) != 1)
+        return 0;
+    text += 1 + used;
+    if (*text == ':' && sscanf(text + 1, "%lld%n", &m, &used) == 1)
+        text += 1 + used;
+    if (*text || dk < 1 || dk > MHLA_MAX_HEAD_DIM || dv < 1 || dv > MHLA_MAX_HEAD_DIM || n < 256 || n > (1 << 24) ||
+        m < 0 || (m && n % m))
+        return 0;
+    if (!m) /* the paper's rule: the largest M with M^2 <= N, dividing N, blocks of at least 256 tokens */
+        for (long long c = 1; c * c <= n; ++c)
+            if (n % c == 0 && n / c >= 256)
+                m = c;
+    s->dk = dk, s->dv = dv, s->n = n, s->m = m;
+    return 1;
+}
+
+int cmd_tune(int argc, char **argv)
+{
+    const char *cmd = "tune";
+    int help_shown = 0, rc;
+    enum { O_DEVICE, O_BUDGET, O_SHAPES, O_HEADS, O_EXPORT, O_DRY, O_COUNT };
+    cli_option o[O_COUNT] = {
+        [O_DEVICE] = {"--device", "SPEC", NULL},   [O_BUDGET] = {"--budget", "SECONDS", NULL},
+        [O_SHAPES] = {"--shapes", "LIST", NULL},   [O_HEADS] = {"--heads", "H", NULL},
+        [O_EXPORT] = {"--export", NULL, NULL},     [O_DRY] = {"--dry-run", NULL, NULL},
+    };
+    if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, &help_shown)) != 0 || help_shown)
+        return rc;
+    int64_t budget = 120, heads = 8;
+    if (o[O_BUDGET].value && (rc = args_int(cmd, &o[O_BUDGET], 5, 86400, &budget)) != 0)
+        return rc;
+    if (o[O_HEADS].value && (rc = args_int(cmd, &o[O_HEADS], 1, 1024, &heads)) != 0)
+        return rc;
+    tune_shape shapes[MAX_SHAPES];
+    size_t nshapes = 0;
+    char list[512];
+    snprintf(list, sizeof list, "%s", o[O_SHAPES].value ? o[O_SHAPES].value : "64x64@16384");
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        if (nshapes == MAX_SHAPES || !parse_shape(tok, &shapes[nshapes]))
+            return cli_usage(cmd, "--shapes %s: '%s' is not DK[xDV]@N[:M] (head dims 1..%d, N >= 256, M dividing N; "
+                                  "at most %d shapes)",
+                             o[O_SHAPES].value, tok, MHLA_MAX_HEAD_DIM, MAX_SHAPES);
+        ++nshapes;
+    }
+    tuner t;
+    memset(&t, 0, sizeof t);
+    t.heads = heads;
+    t.stage_clock = 1;
+    mhla_status st = mhla_context_create(o[O_DEVICE].value, &t.ctx);
+    if (st != MHLA_OK)
+        return o[O_DEVICE].value ? cli_fail(cli_exit_code(st), "--device %s: %s", o[O_DEVICE].value, mhla_last_message())
+                                 : cli_fail(cli_exit_code(st), "tune: %s", mhla_last_message());
+    char db[4200] = "(no cache folder: nothing is stored)", text[1024];
+    mhla_tuning_db_path(t.ctx, db, sizeof db);
+    tune_spec start;
+    memset(&start, 0, sizeof start);
+    if ((st = mhla_context_tuning(t.ctx, text, sizeof text)) != MHLA_OK) {
+        rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
+        goto done;
+    }
+    /* Start from the device's built-in row, whatever a tuned entry or MHLA_TUNING says. */
+    const char *q = strstr(text, "row '");
+    if (getenv("MHLA_TUNING") && *getenv("MHLA_TUNING")) {
+        rc = cli_fail(CLI_USAGE, "tune: MHLA_TUNING is set (%s): unset it, the search starts from the built-in row",
+                      getenv("MHLA_TUNING"));
+        goto done;
+    }
+    if (!q || sscanf(q + 5, "%31[^']", start.row) != 1) {
+        rc = cli_fail(CLI_RUNTIME, "tune: cannot tell the device's tuning row from '%s'", text);
+        goto done;
+    }
+    t.t0 = cli_now_ms();
+    t.deadline = t.t0 + (double)budget * 1e3;
+    printf("tune: %s, built-in row '%s', budget %lld s, %zu shape(s), H=%lld\n", mhla_context_device_name(t.ctx),
+           start.row, (long long)budget, nshapes, (long long)heads);
+    printf("database: %s\n", db);
+    fflush(stdout);
+    rc = CLI_OK;
+    for (size_t i = 0; i < nshapes && rc == CLI_OK; ++i) {
+        tune_shape *s = &shapes[i];
+        tune_spec best = start;
+        int out_of_time = 0;
+        printf("shape %lldx%lld: N=%lld M=%lld (causal: N=%lld, chunks of 64; softmax: N=2048)\n", (long long)s->dk,
+               (long long)s->dv, (long long)s->n, (long long)s->m, (long long)(s->n / 4 > 256 ? s->n / 4 : 256));
+        for (size_t k = 0; k < STAGE_COUNT && !out_of_time; ++k) {
+            const int r = search_stage(&t, s, &stages[k], &best);
+            if (r < 0) {
+                rc = -r;
+                break;
+            }
+            out_of_time = r == 1;
+        }
+        if (rc != CLI_OK)
+            break;
+        if (out_of_time)
+            printf("[%6.1f s] budget reached: the search stops here\n", elapsed_s(&t));
+        char spec[1024], note[512];
+        spec_text(&best, 0, spec, sizeof spec);
+        double builtin = 0, tuned = 0;
+        if (!best.count) {
+            printf("tune: %lldx%lld: nothing beats the built-in row by %.0f%%: nothing stored\n", (long long)s->dk,
+                   (long long)s->dv, MARGIN * 100);
+            continue;
+        }
+        if ((st = confirm(&t, s, &best, &builtin, &tuned)) != MHLA_OK) {
+            rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
+            break;
+        }
+        const time_t now = time(NULL);
+        char day[16];
+        strftime(day, sizeof day, "%Y-%m-%d", gmtime(&now));
+        snprintf(note, sizeof note, "tuned %s, N=%lld M=%lld H=%lld: forward %.3f -> %.3f ms", day, (long long)s->n,
+                 (long long)s->m, (long long)heads, builtin, tuned);
+        printf("tune: %lldx%lld: %s\n      forward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of %d "
+               "alternate runs)\n",
+               (long long)s->dk, (long long)s->dv, spec, builtin, tuned, 100.0 * (tuned - builtin) / builtin,
+               CONFIRM_ROUNDS);
+        if (!(tuned < builtin)) {
+            printf("tune: %lldx%lld: not faster over the whole forward: nothing stored\n", (long long)s->dk,
+                   (long long)s->dv);
+            continue;
+        }
+        if (o[O_EXPORT].value)
+            print_export(&t, s, &best, note);
+        if (o[O_DRY].value)
+            continue;
+        if ((st = mhla_tuning_db_put(t.ctx, s->dk, s->dv, spec, note)) != MHLA_OK) {
+            rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
+            break;
+        }
+        printf("tune: stored in %s\n", db);
+    }
+    printf("tune: %d candidates timed, %d discarded, %.1f s\n", t.candidates, t.discarded, elapsed_s(&t));
+done:
+    mhla_context_destroy(t.ctx);
+    return rc;
+}
