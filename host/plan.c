@@ -124,7 +124,8 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
 {
     mhla_status st = MHLA_OK;
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_tuning: plan is NULL");
-    MHLA_FAIL_IF(st, !buf || size == 0, plan->ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_tuning: buf is NULL or size 0");
+    MHLA_FAIL_IF(st, !buf || size == 0, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_plan_tuning: buf is NULL or size 0");
     const mhla_tiles *t = plan->causal ? &plan->causal->kern->tiling : &plan->tiles;
     const mhla_tuning *tu = plan->causal ? &plan->causal->kern->tuning : &plan->tuning;
     if (plan->softmax)

@@ -274,7 +274,8 @@ static mhla_status run_plan(run_state *s)
     MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->k_dev, s->nq * es, c->dtype, &b[MHLA_TENSOR_K]));
     MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->v_dev, s->nv * es, c->dtype, &b[MHLA_TENSOR_V]));
     MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, NULL, s->nv * es, c->dtype, &b[MHLA_TENSOR_OUT]));
-    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->mix, s->nm * sizeof(float), MHLA_DTYPE_F32, &b[MHLA_TENSOR_MIXING]));
+    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->mix, s->nm * sizeof(float), MHLA_DTYPE_F32,
+                                            &b[MHLA_TENSOR_MIXING]));
     if (s->tc->kind == RUN_VARLEN)
         MHLA_FORWARD_IF_ERROR(st, mhla_forward_varlen(plan, b[0], b[1], b[2], b[4], s->tc->cu, s->tc->seqs, b[3], 0,
                                                       NULL, &done));
@@ -311,12 +312,13 @@ static mhla_status run_decoder(run_state *s)
     unsigned char *one = malloc(bh * (size_t)(c->dk > c->dv ? c->dk : c->dv) * es);
     MHLA_FAIL_IF(st, !one, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the selftest");
     MHLA_FORWARD_IF_ERROR(st, mhla_decoder_create(ctx, c, n, &dec));
-    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->mix, s->nm * sizeof(float), MHLA_DTYPE_F32, &b[MHLA_TENSOR_MIXING]));
+    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->mix, s->nm * sizeof(float), MHLA_DTYPE_F32,
+                                            &b[MHLA_TENSOR_MIXING]));
     if (prompt > 0) { /* [B, prompt, H, D]: the leading tokens of the BNHD tensors are contiguous per batch */
         for (int tt = 0; tt < 4; ++tt) {
             if (tt == MHLA_TENSOR_OUT) {
-                MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, NULL, (size_t)c->batch * (size_t)prompt * (size_t)c->heads *
-                                                                       (size_t)c->dv * es, t, &pb[tt]));
+                const size_t bytes = (size_t)c->batch * (size_t)prompt * (size_t)c->heads * (size_t)c->dv * es;
+                MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, NULL, bytes, t, &pb[tt]));
                 continue;
             }
             const int64_t d = tt == MHLA_TENSOR_V ? c->dv : c->dk;
@@ -356,7 +358,8 @@ static mhla_status run_decoder(run_state *s)
             const size_t run = (size_t)(c->heads * d) * es;
             for (int64_t bb = 0; bb < c->batch; ++bb)
                 memcpy(one + (size_t)bb * run, src + (size_t)((bb * n + tok) * c->heads * d) * es, run);
-            MHLA_CL_TRY(st, ctx, clEnqueueWriteBuffer(queue, b[tt], CL_TRUE, 0, run * (size_t)c->batch, one, 0, NULL, NULL),
+            MHLA_CL_TRY(st, ctx,
+                        clEnqueueWriteBuffer(queue, b[tt], CL_TRUE, 0, run * (size_t)c->batch, one, 0, NULL, NULL),
                         "clEnqueueWriteBuffer (selftest step)");
         }
         MHLA_FORWARD_IF_ERROR(st, mhla_decoder_step(dec, b[0], b[1], b[2], b[4], b[3], 0, NULL, &done));
@@ -368,8 +371,8 @@ static mhla_status run_decoder(run_state *s)
                                                  NULL, NULL),
                     "clEnqueueReadBuffer (selftest step)");
         for (int64_t bb = 0; bb < c->batch; ++bb)
-            memcpy((unsigned char *)s->out_dev + (size_t)((bb * n + tok) * c->heads * c->dv) * es, one + (size_t)bb * run,
-                   run);
+            memcpy((unsigned char *)s->out_dev + (size_t)((bb * n + tok) * c->heads * c->dv) * es,
+                   one + (size_t)bb * run, run);
         /* the next step's output starts as NaN again */
         release(&b[MHLA_TENSOR_OUT]);
         MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, NULL, run * (size_t)c->batch, t, &b[MHLA_TENSOR_OUT]));

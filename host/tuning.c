@@ -50,25 +50,25 @@ typedef struct tuning_row {
  * - Anything else: GPU-like choices with smaller tiles. */
 static const tuning_row rows[] = {
     {"llvmpipe", NULL, "llvmpipe", 0, 0,
-     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4, .out_nv = 1, .out_dc = 4, .wg = 64,
-      .groups_per_cu = 8, .split_min_len = 128, .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .tq = 32,
-      .kt = 32, .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4, .out_nv = 1, .out_dc = 4,
+      .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0, .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4,
+      .mix_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 16,
-     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 2, .out_rt = 4, .out_ve = 16, .out_nv = 2, .out_dc = 8, .wg = 64,
-      .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .mix_mr = 8, .mix_ve = 16, .mix_nv = 2, .tq = 32,
-      .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
+     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 2, .out_rt = 4, .out_ve = 16, .out_nv = 2, .out_dc = 8,
+      .wg = 64, .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .mix_mr = 8, .mix_ve = 16,
+      .mix_nv = 2, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
-     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .out_rt = 4, .out_ve = 16, .out_nv = 2, .out_dc = 8, .wg = 64,
-      .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .mix_mr = 4, .mix_ve = 16, .mix_nv = 2, .tq = 32,
-      .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
+     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .out_rt = 4, .out_ve = 16, .out_nv = 2, .out_dc = 8,
+      .wg = 64, .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .mix_mr = 4, .mix_ve = 16,
+      .mix_nv = 2, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, 0,
-     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4, .out_nv = 1, .out_dc = 4, .wg = 128,
-      .groups_per_cu = 8, .split_min_len = 128, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .tq = 32,
-      .kt = 32, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 4, .out_ve = 4, .out_nv = 1, .out_dc = 4,
+      .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4,
+      .mix_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
     {"default", NULL, NULL, 0, 0,
-     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 2, .out_ve = 4, .out_nv = 1, .out_dc = 4, .wg = 64,
-      .groups_per_cu = 4, .split_min_len = 128, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .tq = 32,
-      .kt = 32, .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .out_rt = 2, .out_ve = 4, .out_nv = 1, .out_dc = 4,
+      .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4,
+      .mix_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
 };
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
 
@@ -92,11 +92,12 @@ typedef struct tuning_field {
 } tuning_field;
 #define FIELD(name, min) {#name, offsetof(mhla_tuning, name), min}
 static const tuning_field fields[] = {
-    FIELD(vec, 0),       FIELD(sum_rd, 1),        FIELD(sum_ve, 1),     FIELD(sum_nv, 1),    FIELD(out_rt, 1),
-    FIELD(out_ve, 1),    FIELD(out_nv, 1),        FIELD(out_dc, 1),     FIELD(wg, 1),        FIELD(groups_per_cu, 1),
-    FIELD(split_min_len, 1), FIELD(pf, 0), FIELD(mix_kernel, 0), FIELD(mix_mr, 1),    FIELD(mix_ve, 1),    FIELD(mix_nv, 1),
-    FIELD(tq, 1),        FIELD(kt, 1),            FIELD(gemm_rows, 0),  FIELD(sm_bq, 1),     FIELD(sm_bk, 1),
-    FIELD(sm_vw, 1),     FIELD(sm_rows, 0),
+    FIELD(vec, 0),        FIELD(sum_rd, 1),     FIELD(sum_ve, 1),        FIELD(sum_nv, 1),
+    FIELD(out_rt, 1),     FIELD(out_ve, 1),     FIELD(out_nv, 1),        FIELD(out_dc, 1),
+    FIELD(wg, 1),         FIELD(groups_per_cu, 1), FIELD(split_min_len, 1), FIELD(pf, 0),
+    FIELD(mix_kernel, 0), FIELD(mix_mr, 1),     FIELD(mix_ve, 1),        FIELD(mix_nv, 1),
+    FIELD(tq, 1),         FIELD(kt, 1),         FIELD(gemm_rows, 0),     FIELD(sm_bq, 1),
+    FIELD(sm_bk, 1),      FIELD(sm_vw, 1),      FIELD(sm_rows, 0),
 };
 #undef FIELD
 #define FIELD_COUNT (sizeof fields / sizeof fields[0])
