@@ -195,8 +195,15 @@ typedef struct bench_row {
     /* decode rows: this per-step median over that of the smallest measured context of the same
      * sizes and chunk (1 there; flat decoding stays near 1 as the context grows). */
     double ratio_context;
-    int host_clock; /* timed with the host clock (the device's profiling timestamps are unusable) */
+    int host_clock; /* a bench_clock: how the row was timed */
 } bench_row;
+
+/* How a row was timed (bench_row.host_clock, "host_clock" in the JSON). */
+typedef enum bench_clock {
+    BENCH_CLOCK_DEVICE = 0,   /* OpenCL profiling events: device time */
+    BENCH_CLOCK_FALLBACK = 1, /* host clock: the device's profiling timestamps are unusable */
+    BENCH_CLOCK_HOST_OP = 2   /* the op runs on the host: wall time of the run */
+} bench_clock;
 
 typedef struct bench_device {
     char name[256], vendor[256], driver[256], platform_name[256], platform_version[256];
@@ -252,25 +259,27 @@ typedef struct bench_timing {
     double step_median, step_min, step_max; /* over every step of every timed run */
     double step_mean;                       /* median over the runs of run time / steps */
     double marked_ms;                       /* median over the runs of the marked step */
-    int host_clock; /* the device's timestamps were unusable: runs timed with the host clock */
+    int host_clock; /* a bench_clock: FALLBACK when the device's timestamps were unusable */
 } bench_timing;
 
 /* What bench_time runs: prepare() (optional, untimed) then enqueue() one run (*done completes with
  * it), and optionally stages(), the per-stage device times of the run that just finished. A run
  * of `steps` steps (0: not split) reports each step's end through step_ends(); a step's time is
- * from the previous step's end (the run's start for the first) to its own. */
+ * from the previous step's end (the run's start for the first) to its own. A host job's enqueue()
+ * does the whole run on the host and returns when it is done: its wall time is the run's time. */
 typedef struct bench_job {
     mhla_status (*prepare)(void *arg);
     mhla_status (*enqueue)(void *arg, cl_event *done);
     mhla_status (*stages)(void *arg, double ms[3]);
     mhla_status (*step_ends)(void *arg, cl_ulong *end_ns);
     int steps, marked_step; /* marked_step: a step index reported alone, or -1 */
+    int host;               /* timed with bench_now() around enqueue(); no OpenCL events */
     void *arg;
 } bench_job;
 
 /* Runs the job `warmup` times, then as many times as fill about target_ms (within [min_iters,
  * max_iters]; a prepare hook's wall time counts against target_ms with the run's) and reports
- * device time from OpenCL profiling events. Returns MHLA_OK; the status of a failing hook (err is
+ * device time from OpenCL profiling events (a host job: wall time; queue unused, may be NULL). Returns MHLA_OK; the status of a failing hook (err is
  * then "": the hook's own channel explains it); or MHLA_ERR_OPENCL with the reason in err. */
 mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
                        int max_iters, bench_timing *out, char *err, size_t err_size);

@@ -101,6 +101,7 @@ static const field row_fields[] = {
     NUM(bench_row, "ratio_causal_mhla", ratio_causal_mhla, F_DOUBLE),
     NUM(bench_row, "ratio_causal_mhla_estimated", ratio_causal_mhla_estimated, F_INT),
     NUM(bench_row, "ratio_context", ratio_context, F_DOUBLE),
+    /* a bench_clock: 0 device time, 1 host clock for want of device timestamps, 2 a host op */
     NUM(bench_row, "host_clock", host_clock, F_INT),
 };
 
@@ -223,7 +224,7 @@ int bench_write_json(FILE *f, const bench_report *rep)
     mhla_config_init_causal(&causal);
     int host = rep->peak.host_clock;
     for (size_t i = 0; i < rep->row_count; ++i)
-        host |= rep->rows[i].host_clock;
+        host |= rep->rows[i].host_clock == BENCH_CLOCK_FALLBACK;
     const struct {
         const char *key, *value;
     } shared[] = {{"dtype", mhla_dtype_name(cfg.dtype)},

@@ -31,7 +31,7 @@ static void print_header(FILE *f, const bench_report *rep)
             p->gbps_min, p->gbps_max);
     int host = p->host_clock;
     for (size_t i = 0; i < rep->row_count; ++i)
-        host |= rep->rows[i].host_clock;
+        host |= rep->rows[i].host_clock == BENCH_CLOCK_FALLBACK;
     if (host)
         fprintf(f, "timing     host clock: %s reports no usable profiling timestamps (each run from its start to "
                    "its last command's completion; no stage or step split)\n           ",

@@ -271,6 +271,7 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
                                steps ? case_step_ends : NULL,
                                steps,
                                steps ? op->marked_step(&c) : -1,
+                               0,
                                &a};
         st = bench_time(mhla_context_queue(ctx), &job, o->warmup, o->target_ms, o->min_iters, o->max_iters, &t, err,
                         sizeof err);

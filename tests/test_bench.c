@@ -1,6 +1,6 @@
 /* mhla-bench's logic without a device: the rule for M, block grids for a given M, the crossover
- * interpolation, the flops of the causal ops, the decode step statistics, the ratio columns,
- * options, the JSON reader, and the JSON round trip that --compare relies on. */
+ * interpolation, the flops of the causal ops, the decode step statistics, the ratio columns, the
+ * host-timed jobs, options, the JSON reader, and the JSON round trip that --compare relies on. */
 #include "bench.h"
 #include "json.h"
 
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -231,6 +232,42 @@ static void test_ratios_and_rates(void **state)
     assert_true(fabs(rows[0].bytes - (qkvo + 4.0 * (4.0 * summaries + 256.0))) < 1.0);
     assert_true(fabs(rows[3].bytes - qkvo) < 1.0);
     assert_true(isnan(rows[5].gflops));
+}
+
+typedef struct host_job {
+    int runs;
+    mhla_status fail_at; /* MHLA_OK: never */
+} host_job;
+
+static mhla_status host_enqueue(void *arg, cl_event *done)
+{
+    host_job *j = arg;
+    const struct timespec ms2 = {0, 2000000};
+    *done = NULL;
+    nanosleep(&ms2, NULL);
+    return ++j->runs == 3 ? j->fail_at : MHLA_OK;
+}
+
+/* A host op's runs are timed with the host clock around its hook (no queue, no event) and the row
+ * says so with its own clock value, not the fallback's. */
+static void test_host_timing(void **state)
+{
+    (void)state;
+    host_job j = {0, MHLA_OK};
+    const bench_job job = {NULL, host_enqueue, NULL, NULL, 0, -1, 1, &j};
+    bench_timing t;
+    char err[128];
+    assert_int_equal(bench_time(NULL, &job, 1, 1.0, 3, 10, &t, err, sizeof err), MHLA_OK);
+    assert_int_equal(t.iters, 3);
+    assert_int_equal(j.runs, 4); /* warm-up included */
+    assert_int_equal(t.host_clock, BENCH_CLOCK_HOST_OP);
+    assert_true(t.ms_min >= 2.0 && t.ms_min <= t.ms_median && t.ms_median <= t.ms_max);
+    assert_true(isnan(t.stage_ms[0]) && isnan(t.marked_ms));
+    /* A failing hook's status comes back, its explanation left to the hook's channel. */
+    host_job bad = {0, MHLA_ERR_UNSUPPORTED};
+    const bench_job failing = {NULL, host_enqueue, NULL, NULL, 0, -1, 1, &bad};
+    assert_int_equal(bench_time(NULL, &failing, 1, 1.0, 3, 10, &t, err, sizeof err), MHLA_ERR_UNSUPPORTED);
+    assert_string_equal(err, "");
 }
 
 /* causal/mhla: the chunk form over the first mhla row of the same tensors; x first: a decode row's
@@ -573,7 +610,7 @@ int main(void)
         cmocka_unit_test(test_default_m_rule), cmocka_unit_test(test_blocks_for_m),
         cmocka_unit_test(test_crossover),      cmocka_unit_test(test_ratios_and_rates),
         cmocka_unit_test(test_causal_flops),   cmocka_unit_test(test_step_stats),
-        cmocka_unit_test(test_causal_ratios),
+        cmocka_unit_test(test_causal_ratios),  cmocka_unit_test(test_host_timing),
         cmocka_unit_test(test_estimates),
         cmocka_unit_test(test_options),        cmocka_unit_test(test_json_reader),
         cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_compare),
