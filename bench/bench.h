@@ -1,7 +1,7 @@
 /* mhla-bench: the types its units share (options, shapes, rows, device, peak, report) and the
- * functions each unit offers. One unit per concern: options.c, ops.c (decode.c: the decode op),
- * sweep.c, timing.c, peak.c, device.c, json.c, report_json.c, report_text.c (table and CSV),
- * plot.c, compare.c. */
+ * functions each unit offers. One unit per concern: options.c, ops.c (decode.c: the decode op;
+ * blas.c: the host ops blas and sgemm), sweep.c, timing.c, peak.c, device.c, json.c,
+ * report_json.c, report_text.c (table and CSV), plot.c, compare.c. */
 #ifndef MHLA_BENCH_H
 #define MHLA_BENCH_H
 
@@ -21,6 +21,8 @@ typedef enum bench_op_id {
     BENCH_OP_SOFTMAX,
     BENCH_OP_MHLA_CAUSAL,
     BENCH_OP_DECODE,
+    BENCH_OP_BLAS,  /* MHLA on the host with OpenBLAS's SGEMM (blas.c) */
+    BENCH_OP_SGEMM, /* OpenBLAS's SGEMM rate on the host: the reference of %sgemm (one row) */
     BENCH_OP_COUNT
 } bench_op_id;
 
@@ -55,6 +57,10 @@ typedef struct bench_case {
     mhla_plan *plan;
     cl_mem mixing;
     struct bench_decode *decode; /* the decode op's decoder and saved state (decode.c) */
+    struct bench_blas *blas;     /* the host ops' arrays and threads (blas.c) */
+    /* Why create() failed, from an op whose failures are not the library's (the host ops); empty
+     * otherwise: the context's message explains the library's. */
+    char why[256];
 } bench_case;
 
 typedef struct bench_op {
@@ -64,6 +70,11 @@ typedef struct bench_op {
     /* Whether a row over its time budget may be estimated from a smaller N of the same op, scaled
      * by the op's flops (decode is not: its flatness in N is what the rows are there to show). */
     int estimable;
+    /* Runs on the host CPU, not the device: enqueue() does the whole run before it returns (*done
+     * stays NULL) and its wall time is the run's time (blas, sgemm). */
+    int host;
+    /* Makes its own operands: no q, k, v on the device (sgemm). */
+    int own_inputs;
     /* Per run (decode: per step), as the op is credited with; see bench/README.md. */
     double (*flops)(const bench_shape *s);
     double (*bytes)(const bench_shape *s);
@@ -104,6 +115,9 @@ void bench_default_blocks(bench_shape *s);
 int bench_blocks_for_m(bench_shape *s, int64_t m);
 /* Gives a causal row's shape its chunk size C and chunk count ceil(N/C) (in bt). */
 void bench_set_chunk(bench_shape *s, int64_t chunk);
+/* The configuration of the MHLA rows (mhla_config_init(): the library's defaults) for the shape's
+ * sizes and block grid. */
+mhla_config bench_config(const bench_shape *s);
 /* A causal configuration (mhla_config_init_causal()) for the shape's sizes and chunk. */
 mhla_config bench_causal_config(const bench_shape *s);
 /* A device buffer holding the bt*bh*bw square mixing matrix of `kind` (mhla_mixing_init()). */
@@ -120,6 +134,32 @@ mhla_status bench_decode_step_ends(bench_case *c, cl_ulong *end_ns);
 void bench_decode_destroy(bench_case *c);
 double bench_decode_flops(const bench_shape *s);
 double bench_decode_bytes(const bench_shape *s);
+
+/* The host ops (blas.c). The sgemm row multiplies two BENCH_SGEMM_N x BENCH_SGEMM_N matrices; its
+ * shape holds that size in t, dk and dv (one head, batch 1). */
+#define BENCH_SGEMM_N 2048
+/* The note of the host ops' rows in a build without OpenBLAS. */
+#define BENCH_NO_BLAS_NOTE "built without OpenBLAS (Debian: libopenblas-dev)"
+/* Whether this build has OpenBLAS (meson option blas); without it the host ops' rows are skipped. */
+int bench_blas_available(void);
+/* OpenBLAS's build description (openblas_get_config()) and the threads the host ops use (one per
+ * online CPU); NULL and 0 without OpenBLAS. */
+const char *bench_blas_config(void);
+int bench_blas_threads(void);
+/* MHLA's non-causal forward of the MHLA rows (bench_config(s): relu-eps, paper normalizer) on
+ * the host in the GEMM formulation, as the blas row times it: q, k, v and out in the shape's
+ * layout, mixing M x M row-major. Returns MHLA_OK, MHLA_ERR_UNSUPPORTED without OpenBLAS or for
+ * a configuration it does not implement, MHLA_ERR_OUT_OF_HOST_MEMORY; the reason in why. */
+mhla_status bench_blas_forward(const bench_shape *s, const float *q, const float *k, const float *v,
+                               const float *mixing, float *out, char *why, size_t why_size);
+mhla_status bench_blas_create(bench_case *c, const bench_shape *s);
+mhla_status bench_blas_enqueue(bench_case *c, cl_event *done);
+mhla_status bench_sgemm_create(bench_case *c, const bench_shape *s);
+mhla_status bench_sgemm_enqueue(bench_case *c, cl_event *done);
+void bench_blas_destroy(bench_case *c);
+void bench_sgemm_destroy(bench_case *c);
+double bench_sgemm_flops(const bench_shape *s);
+double bench_sgemm_bytes(const bench_shape *s);
 
 /* ---- options -------------------------------------------------------------------------------- */
 
@@ -195,8 +235,19 @@ typedef struct bench_row {
     /* decode rows: this per-step median over that of the smallest measured context of the same
      * sizes and chunk (1 there; flat decoding stays near 1 as the context grows). */
     double ratio_context;
-    int host_clock; /* timed with the host clock (the device's profiling timestamps are unusable) */
+    /* mhla rows: the blas row's time (same tensors and block grid) over this one's. */
+    double ratio_blas_mhla;
+    int ratio_blas_mhla_estimated;
+    double pct_sgemm; /* GFLOP/s as a percentage of the sgemm row's in the same run; NAN without one */
+    int host_clock;   /* a bench_clock: how the row was timed */
 } bench_row;
+
+/* How a row was timed (bench_row.host_clock, "host_clock" in the JSON). */
+typedef enum bench_clock {
+    BENCH_CLOCK_DEVICE = 0,   /* OpenCL profiling events: device time */
+    BENCH_CLOCK_FALLBACK = 1, /* host clock: the device's profiling timestamps are unusable */
+    BENCH_CLOCK_HOST_OP = 2   /* the op runs on the host (blas, sgemm): wall time of the run */
+} bench_clock;
 
 typedef struct bench_device {
     char name[256], vendor[256], driver[256], platform_name[256], platform_version[256];
@@ -231,9 +282,9 @@ typedef struct bench_report {
 int bench_row_same_case(const bench_row *a, const bench_row *b);
 /* Whether the row has a time to show or compare: measured or estimated, and positive. */
 int bench_row_has_time(const bench_row *r);
-/* Fills gflops, gbps and the %peak columns of the measured and estimated rows. */
+/* Fills gflops, gbps and the %peak and %sgemm columns of the measured and estimated rows. */
 void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak);
-/* Fills the ratio columns: mhla rows from the linear and softmax rows of the same tensors,
+/* Fills the ratio columns: mhla rows from the linear, softmax and blas rows of the same tensors,
  * mhla-causal rows from the mhla row, decode rows from the smallest context's decode row. */
 void bench_fill_ratios(bench_row *rows, size_t count);
 /* Decode throughput: batch tokens per second at a mean step of step_mean_ms; NAN if not positive. */
@@ -252,25 +303,27 @@ typedef struct bench_timing {
     double step_median, step_min, step_max; /* over every step of every timed run */
     double step_mean;                       /* median over the runs of run time / steps */
     double marked_ms;                       /* median over the runs of the marked step */
-    int host_clock; /* the device's timestamps were unusable: runs timed with the host clock */
+    int host_clock; /* a bench_clock: FALLBACK when the device's timestamps were unusable */
 } bench_timing;
 
 /* What bench_time runs: prepare() (optional, untimed) then enqueue() one run (*done completes with
  * it), and optionally stages(), the per-stage device times of the run that just finished. A run
  * of `steps` steps (0: not split) reports each step's end through step_ends(); a step's time is
- * from the previous step's end (the run's start for the first) to its own. */
+ * from the previous step's end (the run's start for the first) to its own. A host job's enqueue()
+ * does the whole run on the host and returns when it is done: its wall time is the run's time. */
 typedef struct bench_job {
     mhla_status (*prepare)(void *arg);
     mhla_status (*enqueue)(void *arg, cl_event *done);
     mhla_status (*stages)(void *arg, double ms[3]);
     mhla_status (*step_ends)(void *arg, cl_ulong *end_ns);
     int steps, marked_step; /* marked_step: a step index reported alone, or -1 */
+    int host;               /* timed with bench_now() around enqueue(); no OpenCL events */
     void *arg;
 } bench_job;
 
 /* Runs the job `warmup` times, then as many times as fill about target_ms (within [min_iters,
  * max_iters]; a prepare hook's wall time counts against target_ms with the run's) and reports
- * device time from OpenCL profiling events. Returns MHLA_OK; the status of a failing hook (err is
+ * device time from OpenCL profiling events (a host job: wall time; queue unused, may be NULL). Returns MHLA_OK; the status of a failing hook (err is
  * then "": the hook's own channel explains it); or MHLA_ERR_OPENCL with the reason in err. */
 mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
                        int max_iters, bench_timing *out, char *err, size_t err_size);
@@ -295,6 +348,8 @@ mhla_status bench_peak_measure(mhla_context *ctx, const bench_device *dev, doubl
  * Returns 1 when it is not to run. */
 int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const bench_row *done, size_t n_done,
                            double budget_s, bench_row *r);
+/* Uniform values in [-1, 1), deterministic in seed (the rows' random inputs). */
+void bench_fill_random(float *x, size_t n, uint64_t seed);
 /* Runs every row of the options' sweep; rows are malloc'd into the report. */
 int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep);
 

@@ -1,6 +1,7 @@
 /* The op table of mhla-bench, one entry per op: what it computes, the flops and bytes it is credited
- * with, and how a run is prepared and enqueued (the decode op's hooks are in decode.c). Also the
- * paper's rule for the number of blocks M, and the chunks of the causal rows. */
+ * with, and how a run is prepared and enqueued (the decode op's hooks are in decode.c, the host
+ * ops' in blas.c). Also the paper's rule for the number of blocks M, and the chunks of the causal
+ * rows. */
 #include "bench.h"
 
 #include <math.h>
@@ -135,7 +136,7 @@ static double causal_bytes(const bench_shape *s)
 
 /* ---- runs through mhla_forward --------------------------------------------------------------- */
 
-static mhla_config config_of(const bench_shape *s)
+mhla_config bench_config(const bench_shape *s)
 {
     mhla_config cfg;
     mhla_config_init(&cfg);
@@ -184,7 +185,7 @@ mhla_status bench_mixing_create(mhla_context *ctx, mhla_init_kind kind, int64_t 
  * same plan on a shape whose block grid is 1x1x1 (the sweep gives it one), with mixing [[1]]. */
 static mhla_status create_mhla(bench_case *c, const bench_shape *s)
 {
-    const mhla_config cfg = config_of(s);
+    const mhla_config cfg = bench_config(s);
     mhla_status st = mhla_plan_create(c->ctx, &cfg, &c->plan);
     if (st == MHLA_OK)
         st = bench_mixing_create(c->ctx, BENCH_MIXING_INIT, s->bt, s->bh, s->bw, &c->mixing);
@@ -204,7 +205,7 @@ static mhla_status create_causal(bench_case *c, const bench_shape *s)
 
 static mhla_status create_softmax(bench_case *c, const bench_shape *s)
 {
-    const mhla_config cfg = config_of(s);
+    const mhla_config cfg = bench_config(s);
     return mhla_softmax_plan_create(c->ctx, &cfg, &c->plan);
 }
 
@@ -234,20 +235,31 @@ static void destroy_plan(bench_case *c)
     c->mixing = NULL;
 }
 
-#define FORWARD_HOOKS NULL, enqueue_forward /* no prepare: every forward starts from scratch */
+/* Every forward starts from scratch: no prepare hook. */
+#define FORWARD_HOOKS .enqueue = enqueue_forward, .destroy = destroy_plan
 
 static const bench_op ops[BENCH_OP_COUNT] = {
-    [BENCH_OP_MHLA] = {"mhla", 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
-                       stages_forward, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_LINEAR] = {"linear", 0, 0, 1, linear_flops, mhla_bytes, create_mhla, FORWARD_HOOKS,
-                         stages_forward, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_SOFTMAX] = {"softmax", 0, 1, 1, softmax_flops, qkvo_bytes, create_softmax, FORWARD_HOOKS,
-                          NULL, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_MHLA_CAUSAL] = {"mhla-causal", 1, 0, 1, causal_flops, causal_bytes, create_causal,
-                              FORWARD_HOOKS, stages_forward, NULL, NULL, NULL, destroy_plan},
-    [BENCH_OP_DECODE] = {"decode", 1, 0, 0, bench_decode_flops, bench_decode_bytes, bench_decode_create,
-                         bench_decode_prepare, bench_decode_enqueue, NULL, bench_decode_steps,
-                         bench_decode_marked_step, bench_decode_step_ends, bench_decode_destroy},
+    [BENCH_OP_MHLA] = {.name = "mhla", .estimable = 1, .flops = linear_flops, .bytes = mhla_bytes,
+                       .create = create_mhla, .stages = stages_forward, FORWARD_HOOKS},
+    [BENCH_OP_LINEAR] = {.name = "linear", .estimable = 1, .flops = linear_flops, .bytes = mhla_bytes,
+                         .create = create_mhla, .stages = stages_forward, FORWARD_HOOKS},
+    [BENCH_OP_SOFTMAX] = {.name = "softmax", .grid_free = 1, .estimable = 1, .flops = softmax_flops,
+                          .bytes = qkvo_bytes, .create = create_softmax, FORWARD_HOOKS},
+    [BENCH_OP_MHLA_CAUSAL] = {.name = "mhla-causal", .one_d_only = 1, .estimable = 1, .flops = causal_flops,
+                              .bytes = causal_bytes, .create = create_causal, .stages = stages_forward,
+                              FORWARD_HOOKS},
+    [BENCH_OP_DECODE] = {.name = "decode", .one_d_only = 1, .flops = bench_decode_flops,
+                         .bytes = bench_decode_bytes, .create = bench_decode_create,
+                         .prepare = bench_decode_prepare, .enqueue = bench_decode_enqueue,
+                         .step_count = bench_decode_steps, .marked_step = bench_decode_marked_step,
+                         .step_ends = bench_decode_step_ends, .destroy = bench_decode_destroy},
+    /* Credited with MHLA's flops and bytes: the same problem, so that GFLOP/s compare directly. */
+    [BENCH_OP_BLAS] = {.name = "blas", .estimable = 1, .host = 1, .flops = linear_flops, .bytes = mhla_bytes,
+                       .create = bench_blas_create, .enqueue = bench_blas_enqueue, .destroy = bench_blas_destroy},
+    /* Never estimated: one fixed size, the reference every other row is read against. */
+    [BENCH_OP_SGEMM] = {.name = "sgemm", .host = 1, .own_inputs = 1, .flops = bench_sgemm_flops,
+                        .bytes = bench_sgemm_bytes, .create = bench_sgemm_create, .enqueue = bench_sgemm_enqueue,
+                        .destroy = bench_sgemm_destroy},
 };
 
 const bench_op *bench_op_get(bench_op_id id) { return id < BENCH_OP_COUNT ? &ops[id] : NULL; }

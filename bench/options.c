@@ -11,7 +11,9 @@ static const char usage[] =
     "       mhla-bench --compare A.json B.json\n"
     "\n"
     "Benchmarks MHLA against linear attention (MHLA with M = 1) and softmax attention on one OpenCL\n"
-    "device, after measuring the device's peak multiply-add throughput and copy bandwidth.\n"
+    "device, after measuring the device's peak multiply-add throughput and copy bandwidth; with\n"
+    "OpenBLAS, also against MHLA computed on the host with SGEMM calls (blas) and OpenBLAS's SGEMM\n"
+    "rate (sgemm, the reference of the %sgemm column).\n"
     "\n"
     "sweep (lists are comma-separated; giving only --n or only --image drops the other sweep):\n"
     "  --n LIST          1D sequence lengths (default 1024,2048,...,65536; 'none' for no 1D rows)\n"
@@ -21,7 +23,8 @@ static const char usage[] =
     "  --m LIST          MHLA block counts M (default: M^2 <= N with blocks of >= 256 tokens)\n"
     "  --batch B         batch size (default 1)\n"
     "  --layout L        bnhd or bhnd (default bnhd)\n"
-    "  --ops LIST        mhla,linear,softmax,mhla-causal,decode (default all)\n"
+    "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm (default all; blas\n"
+    "                    and sgemm only in a build with OpenBLAS, else their rows are skipped)\n"
     "  --chunk LIST      causal chunk sizes C of the mhla-causal and decode rows (default 64)\n"
     "  --decode-context LIST\n"
     "                    decode rows: tokens of context before the timed steps (default\n"
@@ -74,6 +77,8 @@ static void set_defaults(bench_options *o, int quick)
     o->batch = 1;
     o->layout = MHLA_LAYOUT_BNHD;
     o->ops = (1u << BENCH_OP_COUNT) - 1;
+    if (!bench_blas_available()) /* asked for by name, their rows say why they did not run */
+        o->ops &= ~((1u << BENCH_OP_BLAS) | (1u << BENCH_OP_SGEMM));
     o->target_ms = quick ? 150.0 : 1000.0;
     o->min_iters = quick ? 3 : 5;
     o->max_iters = 1000;
@@ -144,7 +149,8 @@ static int parse_ops(const char *arg, unsigned *ops, char *err, size_t err_size)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const bench_op_id id = bench_op_find(tok);
         if (id == BENCH_OP_COUNT) {
-            snprintf(err, err_size, "--ops: unknown op '%s' (mhla, linear, softmax, mhla-causal, decode)", tok);
+            snprintf(err, err_size, "--ops: unknown op '%s' (mhla, linear, softmax, mhla-causal, decode, blas, sgemm)",
+                     tok);
             return -1;
         }
         *ops |= 1u << id;

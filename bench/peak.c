@@ -29,7 +29,7 @@ static mhla_status enqueue_launch(void *arg, cl_event *done)
 /* bench_time on a peak kernel, naming the kernel when its launch fails. */
 static mhla_status time_launch(peak_launch *l, int runs, bench_timing *t, char *err, size_t err_size)
 {
-    const bench_job job = {NULL, enqueue_launch, NULL, NULL, 0, -1, l};
+    const bench_job job = {NULL, enqueue_launch, NULL, NULL, 0, -1, 0, l};
     mhla_status st = bench_time(l->queue, &job, 1, 0.0, runs, runs, t, err, err_size);
     if (st != MHLA_OK && !err[0])
         snprintf(err, err_size, "clEnqueueNDRangeKernel(%s, %zu work-items) failed: %d", l->name, l->global,

@@ -101,6 +101,10 @@ static const field row_fields[] = {
     NUM(bench_row, "ratio_causal_mhla", ratio_causal_mhla, F_DOUBLE),
     NUM(bench_row, "ratio_causal_mhla_estimated", ratio_causal_mhla_estimated, F_INT),
     NUM(bench_row, "ratio_context", ratio_context, F_DOUBLE),
+    NUM(bench_row, "pct_sgemm", pct_sgemm, F_DOUBLE),
+    NUM(bench_row, "ratio_blas_mhla", ratio_blas_mhla, F_DOUBLE),
+    NUM(bench_row, "ratio_blas_mhla_estimated", ratio_blas_mhla_estimated, F_INT),
+    /* a bench_clock: 0 device time, 1 host clock for want of device timestamps, 2 a host op */
     NUM(bench_row, "host_clock", host_clock, F_INT),
 };
 
@@ -221,9 +225,19 @@ int bench_write_json(FILE *f, const bench_report *rep)
     mhla_config cfg, causal;
     mhla_config_init(&cfg);
     mhla_config_init_causal(&causal);
-    int host = rep->peak.host_clock;
-    for (size_t i = 0; i < rep->row_count; ++i)
-        host |= rep->rows[i].host_clock;
+    int host = rep->peak.host_clock, host_ops = 0;
+    for (size_t i = 0; i < rep->row_count; ++i) {
+        host |= rep->rows[i].host_clock == BENCH_CLOCK_FALLBACK;
+        host_ops |= rep->rows[i].host_clock == BENCH_CLOCK_HOST_OP;
+    }
+    char time[160], blas[256];
+    snprintf(time, sizeof time, "%s%s",
+             host ? "host clock: the device's profiling timestamps are unusable" : "device time, OpenCL profiling events",
+             host_ops ? "; blas and sgemm rows: host wall time (they run on the CPU)" : "");
+    if (bench_blas_available())
+        snprintf(blas, sizeof blas, "%s, %d threads", bench_blas_config(), bench_blas_threads());
+    else
+        snprintf(blas, sizeof blas, "none: %s", BENCH_NO_BLAS_NOTE);
     const struct {
         const char *key, *value;
     } shared[] = {{"dtype", mhla_dtype_name(cfg.dtype)},
@@ -235,8 +249,8 @@ int bench_write_json(FILE *f, const bench_report *rep)
                   {"causal_scale", "Dk^-0.5"},
                   {"causal_mixing_init", mhla_init_kind_name(BENCH_CAUSAL_MIXING_INIT)},
                   {"softmax_scale", "Dk^-0.5"},
-                  {"time", host ? "host clock: the device's profiling timestamps are unusable"
-                                : "device time, OpenCL profiling events"}};
+                  {"time", time},
+                  {"blas", blas}};
     for (size_t i = 0; i < COUNT(shared); ++i) {
         fputs(", ", f);
         json_write_string(f, shared[i].key);
@@ -326,6 +340,7 @@ int bench_read_json(const char *path, bench_report *out, char *err, size_t err_s
         memset(r, 0, sizeof *r);
         r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
         r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = r->ratio_causal_mhla = r->ratio_context = NAN;
+        r->pct_sgemm = r->ratio_blas_mhla = NAN; /* absent from reports older than these columns */
         r->op = op;
         r->status = bench_status_parse(json_string(json_get(o, "status"), ""));
         if (mhla_layout_parse(json_string(json_get(o, "layout"), "bnhd"), &r->shape.layout) != MHLA_OK)

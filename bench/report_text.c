@@ -29,9 +29,11 @@ static void print_header(FILE *f, const bench_report *rep)
                "%.1f GB/s copy (read+write of %.0f MiB; %.1f..%.1f)\n",
             p->gflops, p->vector_width, p->gflops_min, p->gflops_max, p->runs, p->gbps, p->copy_bytes / 1048576.0,
             p->gbps_min, p->gbps_max);
-    int host = p->host_clock;
-    for (size_t i = 0; i < rep->row_count; ++i)
-        host |= rep->rows[i].host_clock;
+    int host = p->host_clock, host_ops = 0;
+    for (size_t i = 0; i < rep->row_count; ++i) {
+        host |= rep->rows[i].host_clock == BENCH_CLOCK_FALLBACK;
+        host_ops |= rep->rows[i].host_clock == BENCH_CLOCK_HOST_OP;
+    }
     if (host)
         fprintf(f, "timing     host clock: %s reports no usable profiling timestamps (each run from its start to "
                    "its last command's completion; no stage or step split)\n           ",
@@ -40,8 +42,14 @@ static void print_header(FILE *f, const bench_report *rep)
         fprintf(f, "timing     device time (profiling events), ");
     fprintf(f, "median of the runs after %d warm-up; about %.0f ms per row, %d..%d runs\n", rep->opts.warmup,
             rep->opts.target_ms, rep->opts.min_iters, rep->opts.max_iters);
-    fprintf(f, "flops      mhla/linear 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv), mhla-causal that plus its prefix and "
-               "masked intra-chunk terms, decode 4*B*H*Dk*Dv per token; bytes: see bench/README.md\n\n");
+    if (host_ops) {
+        const char *blas = bench_blas_config();
+        fprintf(f, "           blas and sgemm rows: host wall time (they run on the CPU, not the device), %s with "
+                   "%d threads\n",
+                blas ? blas : "OpenBLAS", bench_blas_threads());
+    }
+    fprintf(f, "flops      mhla/linear/blas 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv), mhla-causal that plus its prefix "
+               "and masked intra-chunk terms, decode 4*B*H*Dk*Dv per token, sgemm 2*n^3; bytes: see bench/README.md\n\n");
 }
 
 /* The measured decode rows like `ref` (sizes and chunk) with the smallest and the largest context. */
@@ -101,14 +109,14 @@ static void write_decode(FILE *f, const bench_report *rep)
 void bench_write_table(FILE *f, const bench_report *rep)
 {
     print_header(f, rep);
-    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %10s %10s %10s %5s %8s %7s %6s %6s %8s %7s %7s  %s\n", "op", "grid",
-            "N", "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak", "%bw",
-            "mhla/lin", "sm/mhla", "c/mhla", "sum/mix/out %");
+    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %9s %9s %9s %5s %8s %7s %6s %6s %6s %8s %7s %9s %7s  %s\n", "op",
+            "grid", "N", "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak",
+            "%bw", "%sgemm", "mhla/lin", "sm/mhla", "blas/mhla", "c/mhla", "sum/mix/out %");
     int estimated = 0, causal = 0, decode = 0;
     for (size_t i = 0; i < rep->row_count; ++i) {
         const bench_row *r = &rep->rows[i];
-        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48];
-        char stages[48] = "";
+        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48], n[48];
+        char p[48], stages[48] = "";
         causal |= r->op == BENCH_OP_MHLA_CAUSAL;
         decode |= r->op == BENCH_OP_DECODE;
         bench_shape_label(&r->shape, grid, sizeof grid);
@@ -118,20 +126,22 @@ void bench_write_table(FILE *f, const bench_report *rep)
                 (long long)r->shape.dv);
         if (r->status == BENCH_STATUS_OK) {
             estimated |= r->ratio_mhla_linear_estimated | r->ratio_softmax_mhla_estimated |
-                         r->ratio_causal_mhla_estimated;
+                         r->ratio_causal_mhla_estimated | r->ratio_blas_mhla_estimated;
             const double *sm = r->stage_ms, sum = sm[0] + sm[1] + sm[2];
             if (sum > 0) /* each stage's share of their sum (the total adds the gaps between them) */
                 snprintf(stages, sizeof stages, "%.0f/%.0f/%.0f", 100 * sm[0] / sum, 100 * sm[1] / sum,
                          100 * sm[2] / sum);
             char line[512];
             const char *ms_fmt = r->op == BENCH_OP_DECODE ? "%.4f" : "%.3f"; /* a step: tens of microseconds */
-            snprintf(line, sizeof line, "%10s %10s %10s %5d %8s %7s %6s %6s %8s %7s %7s  %-*s%s",
+            snprintf(line, sizeof line, "%9s %9s %9s %5d %8s %7s %6s %6s %6s %8s %7s %9s %7s  %-*s%s",
                      num(a, sizeof a, ms_fmt, r->ms_median, ""),
                      num(b, sizeof b, ms_fmt, r->ms_min, ""), num(c, sizeof c, ms_fmt, r->ms_max, ""), r->iters,
                      num(d, sizeof d, "%.2f", r->gflops, ""), num(e, sizeof e, "%.2f", r->gbps, ""),
                      num(g, sizeof g, "%.1f%%", r->pct_peak_flops, ""), num(h, sizeof h, "%.1f%%", r->pct_peak_bw, ""),
+                     num(p, sizeof p, "%.1f%%", r->pct_sgemm, ""),
                      num(k, sizeof k, "%.3f", r->ratio_mhla_linear, r->ratio_mhla_linear_estimated ? "~" : ""),
                      num(l, sizeof l, "%.2f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
+                     num(n, sizeof n, "%.2f", r->ratio_blas_mhla, r->ratio_blas_mhla_estimated ? "~" : ""),
                      num(m, sizeof m, "%.2f", r->ratio_causal_mhla, r->ratio_causal_mhla_estimated ? "~" : ""),
                      r->note[0] ? 14 : 0, stages, r->note);
             for (size_t end = strlen(line); end > 0 && line[end - 1] == ' '; --end)
@@ -139,13 +149,16 @@ void bench_write_table(FILE *f, const bench_report *rep)
             fprintf(f, "%s\n", line);
         } else if (r->status == BENCH_STATUS_ESTIMATED) {
             estimated = 1;
-            fprintf(f, "%10s  %s\n", num(a, sizeof a, "%.1f", r->ms_median, "~"), r->note);
+            fprintf(f, "%9s  %s\n", num(a, sizeof a, "%.1f", r->ms_median, "~"), r->note);
         } else {
-            fprintf(f, "%10s  %s\n", "-", r->note);
+            fprintf(f, "%9s  %s\n", "-", r->note);
         }
     }
     fprintf(f, "\nmhla/lin: MHLA time over linear attention's (same tokens and heads); sm/mhla: softmax time over "
-               "MHLA's;\nsum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times.\n");
+               "MHLA's;\nblas/mhla: the blas row's time (MHLA on the host with OpenBLAS's SGEMM, same tensors and M) "
+               "over MHLA's;\n%%sgemm: GFLOP/s over the sgemm row's (OpenBLAS's %dx%dx%d SGEMM on the host, all cores);\n"
+               "sum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times.\n",
+            BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N);
     if (causal || decode)
         fprintf(f, "mhla-causal, decode: M is the number of chunks ceil(N/C); c/mhla: the chunk form's time over MHLA's "
                    "at the same N;\nmhla-causal sum/mix/out: chunk summaries, prefix mixtures, output. decode: one "
@@ -191,7 +204,8 @@ int bench_write_csv(FILE *f, const bench_report *rep)
           "flops,bytes,gflops,gbps,"
           "pct_peak_flops,pct_peak_bw,ratio_mhla_linear,ratio_softmax_mhla,ratio_mhla_linear_estimated,"
           "ratio_softmax_mhla_estimated,chunk,steps,step_mean_ms,chunk_start_ms,tokens_per_s,ratio_causal_mhla,"
-          "ratio_causal_mhla_estimated,ratio_context,note\n",
+          "ratio_causal_mhla_estimated,ratio_context,pct_sgemm,ratio_blas_mhla,ratio_blas_mhla_estimated,host_clock,"
+          "note\n",
           f);
     const bench_device *d = &rep->device;
     for (size_t i = 0; i < rep->row_count; ++i) {
@@ -227,6 +241,9 @@ int bench_write_csv(FILE *f, const bench_report *rep)
             csv_num(f, r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED ? more[j] : NAN);
         fprintf(f, "%d,", r->ratio_causal_mhla_estimated);
         csv_num(f, r->status == BENCH_STATUS_OK ? r->ratio_context : NAN);
+        csv_num(f, r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED ? r->pct_sgemm : NAN);
+        csv_num(f, r->status == BENCH_STATUS_OK || r->status == BENCH_STATUS_ESTIMATED ? r->ratio_blas_mhla : NAN);
+        fprintf(f, "%d,%d,", r->ratio_blas_mhla_estimated, r->host_clock);
         csv_text(f, r->note, 1);
     }
     return ferror(f) ? -1 : 0;

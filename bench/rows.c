@@ -1,6 +1,6 @@
 /* Rows of an mhla-bench report: status names, labels, matching, and the columns derived from the
- * measured times (rates, % of peak, the MHLA/linear, softmax/MHLA, causal/MHLA and decode context
- * ratios, decode tokens/s). */
+ * measured times (rates, % of peak and of the sgemm row, the MHLA/linear, softmax/MHLA,
+ * blas/MHLA, causal/MHLA and decode context ratios, decode tokens/s). */
 #include "bench.h"
 
 #include <math.h>
@@ -35,6 +35,7 @@ int bench_row_has_time(const bench_row *r)
 
 void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak)
 {
+    const bench_row *sgemm = NULL; /* the measured sgemm row: %sgemm's reference */
     for (size_t i = 0; i < count; ++i) {
         bench_row *r = &rows[i];
         const bench_op *op = bench_op_get(r->op);
@@ -49,15 +50,25 @@ void bench_fill_rates(bench_row *rows, size_t count, const bench_peak *peak)
             r->pct_peak_flops = 100.0 * r->gflops / peak->gflops;
         if (peak->gbps > 0.0)
             r->pct_peak_bw = 100.0 * r->gbps / peak->gbps;
+        if (r->op == BENCH_OP_SGEMM && r->status == BENCH_STATUS_OK && !sgemm)
+            sgemm = r;
     }
+    for (size_t i = 0; i < count; ++i)
+        rows[i].pct_sgemm = sgemm && isfinite(rows[i].gflops) ? 100.0 * rows[i].gflops / sgemm->gflops : NAN;
 }
 
-/* The row of `op` with the tensors of `like` that has a time, or NULL. */
-static const bench_row *find_timed(const bench_row *rows, size_t count, bench_op_id op, const bench_row *like)
+/* The row of `op` with the tensors of `like` (and its block grid too when same_blocks) that has a
+ * time, or NULL. */
+static const bench_row *find_timed(const bench_row *rows, size_t count, bench_op_id op, const bench_row *like,
+                                   int same_blocks)
 {
-    for (size_t i = 0; i < count; ++i)
-        if (rows[i].op == op && bench_row_has_time(&rows[i]) && bench_shape_same_tensors(&rows[i].shape, &like->shape))
+    const bench_shape *s = &like->shape;
+    for (size_t i = 0; i < count; ++i) {
+        const bench_shape *t = &rows[i].shape;
+        if (rows[i].op == op && bench_row_has_time(&rows[i]) && bench_shape_same_tensors(t, s) &&
+            (!same_blocks || (t->bt == s->bt && t->bh == s->bh && t->bw == s->bw)))
             return &rows[i];
+    }
     return NULL;
 }
 
@@ -85,12 +96,14 @@ void bench_fill_ratios(bench_row *rows, size_t count)
     for (size_t i = 0; i < count; ++i) {
         bench_row *r = &rows[i];
         r->ratio_mhla_linear = r->ratio_softmax_mhla = r->ratio_causal_mhla = r->ratio_context = NAN;
+        r->ratio_blas_mhla = NAN;
         r->ratio_mhla_linear_estimated = r->ratio_softmax_mhla_estimated = r->ratio_causal_mhla_estimated = 0;
+        r->ratio_blas_mhla_estimated = 0;
         if (!bench_row_has_time(r))
             continue;
         const int self = r->status == BENCH_STATUS_ESTIMATED;
         if (r->op == BENCH_OP_MHLA_CAUSAL) {
-            const bench_row *mhla = find_timed(rows, count, BENCH_OP_MHLA, r);
+            const bench_row *mhla = find_timed(rows, count, BENCH_OP_MHLA, r, 0);
             if (mhla) {
                 r->ratio_causal_mhla = r->ms_median / mhla->ms_median;
                 r->ratio_causal_mhla_estimated = self || mhla->status == BENCH_STATUS_ESTIMATED;
@@ -103,8 +116,9 @@ void bench_fill_ratios(bench_row *rows, size_t count)
         }
         if (r->op != BENCH_OP_MHLA)
             continue;
-        const bench_row *lin = find_timed(rows, count, BENCH_OP_LINEAR, r);
-        const bench_row *sm = find_timed(rows, count, BENCH_OP_SOFTMAX, r);
+        const bench_row *lin = find_timed(rows, count, BENCH_OP_LINEAR, r, 0);
+        const bench_row *sm = find_timed(rows, count, BENCH_OP_SOFTMAX, r, 0);
+        const bench_row *blas = find_timed(rows, count, BENCH_OP_BLAS, r, 1); /* the same M */
         if (lin) {
             r->ratio_mhla_linear = r->ms_median / lin->ms_median;
             r->ratio_mhla_linear_estimated = self || lin->status == BENCH_STATUS_ESTIMATED;
@@ -112,6 +126,10 @@ void bench_fill_ratios(bench_row *rows, size_t count)
         if (sm) {
             r->ratio_softmax_mhla = sm->ms_median / r->ms_median;
             r->ratio_softmax_mhla_estimated = self || sm->status == BENCH_STATUS_ESTIMATED;
+        }
+        if (blas) {
+            r->ratio_blas_mhla = blas->ms_median / r->ms_median;
+            r->ratio_blas_mhla_estimated = self || blas->status == BENCH_STATUS_ESTIMATED;
         }
     }
 }
@@ -129,7 +147,7 @@ void bench_shape_label(const bench_shape *s, char *buf, size_t size)
 void bench_blocks_label(const bench_row *r, char *buf, size_t size)
 {
     const bench_shape *s = &r->shape;
-    if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR && !s->chunk)
+    if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR && r->op != BENCH_OP_BLAS && !s->chunk)
         snprintf(buf, size, "-");
     else if (s->bt > 1 && bench_shape_is_2d(s))
         snprintf(buf, size, "%lldx%lldx%lld", (long long)s->bt, (long long)s->bh, (long long)s->bw);

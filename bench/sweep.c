@@ -18,30 +18,42 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
     r->shape = *s;
     r->ms_median = r->ms_min = r->ms_max = NAN; /* no time until the row runs (null in the JSON) */
     r->ratio_mhla_linear = r->ratio_softmax_mhla = r->ratio_causal_mhla = r->ratio_context = NAN;
+    r->ratio_blas_mhla = r->pct_sgemm = NAN;
     r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
     r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = NAN;
+    if (bench_op_get(op)->host && !bench_blas_available()) {
+        r->status = BENCH_STATUS_SKIPPED;
+        snprintf(r->note, sizeof r->note, "%s", BENCH_NO_BLAS_NOTE);
+    }
 }
 
+/* The order of a shape's rows: MHLA beside its two baselines on the same blocks (linear, blas), then
+ * softmax and the causal chunk form. */
+static const bench_op_id shape_ops[] = {BENCH_OP_MHLA, BENCH_OP_LINEAR, BENCH_OP_BLAS, BENCH_OP_SOFTMAX,
+                                        BENCH_OP_MHLA_CAUSAL};
+
 /* The rows of one shape, written at rows[count...] when rows is not NULL: the mhla rows (one per M
- * of --m, or the rule's M), then linear, softmax, and on 1D shapes mhla-causal (one per chunk size).
- * Returns the count after them. Decode rows have their own contexts (decode_rows). */
+ * of --m, or the rule's M), then linear, blas (one per M, as mhla), softmax, and on 1D shapes
+ * mhla-causal (one per chunk size). Returns the count after them. Decode rows have their own
+ * contexts (decode_rows), the sgemm row its own size (plan_rows). */
 static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row *rows, size_t count)
 {
-    for (int op = 0; op < BENCH_OP_COUNT; ++op) {
-        if (!(o->ops & (1u << op)) || op == BENCH_OP_DECODE ||
-            (bench_shape_is_2d(s) && bench_op_get((bench_op_id)op)->one_d_only))
+    for (size_t i = 0; i < sizeof shape_ops / sizeof shape_ops[0]; ++i) {
+        const bench_op_id op = shape_ops[i];
+        if (!(o->ops & (1u << op)) || (bench_shape_is_2d(s) && bench_op_get(op)->one_d_only))
             continue;
-        const size_t variants = op == BENCH_OP_MHLA && o->m_count ? o->m_count
+        const int blocked = op == BENCH_OP_MHLA || op == BENCH_OP_BLAS; /* on MHLA's block grid */
+        const size_t variants = blocked && o->m_count ? o->m_count
                                 : op == BENCH_OP_MHLA_CAUSAL ? o->chunk_count
                                                              : 1;
         for (size_t v = 0; v < variants; ++v, ++count) {
-            init_row(rows, count, (bench_op_id)op, s);
+            init_row(rows, count, op, s);
             if (!rows)
                 continue;
             bench_row *r = &rows[count];
             if (op == BENCH_OP_MHLA_CAUSAL)
                 bench_set_chunk(&r->shape, o->chunk[v]);
-            if (op != BENCH_OP_MHLA)
+            if (!blocked)
                 continue; /* linear and softmax keep the 1x1x1 block grid */
             if (!o->m_count) {
                 bench_default_blocks(&r->shape);
@@ -69,10 +81,15 @@ static size_t decode_rows(const bench_options *o, const bench_shape *sizes, benc
     return count;
 }
 
-/* All rows in order: per head dims and heads, the 1D lengths, the images, then the decode contexts. */
+/* All rows in order: the sgemm row, then per head dims and heads, the 1D lengths, the images, then
+ * the decode contexts. */
 static size_t plan_rows(const bench_options *o, bench_row *rows)
 {
     size_t count = 0;
+    if (o->ops & (1u << BENCH_OP_SGEMM)) { /* one square SGEMM, whatever the sweep's sizes */
+        const bench_shape g = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, o->layout, 0};
+        init_row(rows, count++, BENCH_OP_SGEMM, &g);
+    }
     for (size_t di = 0; di < o->dims_count; ++di)
         for (size_t hi = 0; hi < o->heads_count; ++hi) {
             bench_shape s = {o->batch, o->heads[hi], 1, 1, 1, 1, 1, 1, o->dk[di], o->dv[di], o->layout, 0};
@@ -89,8 +106,7 @@ static size_t plan_rows(const bench_options *o, bench_row *rows)
     return count;
 }
 
-/* Uniform values in [-1, 1), deterministic in seed. */
-static void fill_random(float *x, size_t n, uint64_t seed)
+void bench_fill_random(float *x, size_t n, uint64_t seed)
 {
     uint64_t s = 0x9E3779B97F4A7C15ULL ^ seed;
     for (size_t i = 0; i < n; ++i) {
@@ -121,7 +137,7 @@ static int make_inputs(mhla_context *ctx, const bench_shape *s, uint64_t seed, b
     for (size_t i = 0; i < 4 && e == CL_SUCCESS; ++i) {
         *mems[i] = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_WRITE, elems[i] * sizeof *host, NULL, &e);
         if (e == CL_SUCCESS && i < 3) {
-            fill_random(host, elems[i], seed * 4 + i);
+            bench_fill_random(host, elems[i], seed * 4 + i);
             e = clEnqueueWriteBuffer(mhla_context_queue(ctx), *mems[i], CL_TRUE, 0, elems[i] * sizeof *host, host, 0,
                                      NULL, NULL);
         }
@@ -258,7 +274,7 @@ static mhla_status case_step_ends(void *arg, cl_ulong *end_ns)
 static void run_row(mhla_context *ctx, const bench_options *o, const bench_inputs *in, bench_row *r)
 {
     const bench_op *op = bench_op_get(r->op);
-    bench_case c = {ctx, in, NULL, NULL, NULL};
+    bench_case c = {ctx, in, NULL, NULL, NULL, NULL, ""};
     bench_timing t;
     char err[256] = "";
     mhla_status st = op->create(&c, &r->shape);
@@ -271,13 +287,14 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
                                steps ? case_step_ends : NULL,
                                steps,
                                steps ? op->marked_step(&c) : -1,
+                               op->host,
                                &a};
         st = bench_time(mhla_context_queue(ctx), &job, o->warmup, o->target_ms, o->min_iters, o->max_iters, &t, err,
                         sizeof err);
         r->steps = steps;
-    } else {
-        snprintf(err, sizeof err, "%s", mhla_context_message(ctx));
     }
+    if (st != MHLA_OK && !err[0]) /* a hook's failure: the op's own reason, or the library's */
+        snprintf(err, sizeof err, "%s", c.why[0] ? c.why : mhla_context_message(ctx));
     op->destroy(&c);
     if (st == MHLA_ERR_OUT_OF_DEVICE_MEMORY || st == MHLA_ERR_UNSUPPORTED) { /* the device's limits */
         r->status = BENCH_STATUS_SKIPPED;
@@ -286,7 +303,7 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
     }
     if (st != MHLA_OK) {
         r->status = BENCH_STATUS_FAILED;
-        snprintf(r->note, sizeof r->note, "%s: %s", mhla_status_name(st), err[0] ? err : mhla_context_message(ctx));
+        snprintf(r->note, sizeof r->note, "%s: %s", mhla_status_name(st), err);
         return;
     }
     r->status = BENCH_STATUS_OK;
@@ -334,7 +351,8 @@ int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep
         progress(o, i, total, r, t0);
         if (r->status != BENCH_STATUS_OK) /* decided while planning */
             continue;
-        if (too_big(&r->shape, &rep->device, why, sizeof why)) {
+        const int own_inputs = bench_op_get(r->op)->own_inputs;
+        if (!own_inputs && too_big(&r->shape, &rep->device, why, sizeof why)) {
             r->status = BENCH_STATUS_SKIPPED;
             snprintf(r->note, sizeof r->note, "%s", why);
             continue;
@@ -344,6 +362,10 @@ int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep
         const double budget = left < o->max_row_s ? (left > 0 ? left : 0) : o->max_row_s;
         if (reuse_same_problem(rows, i, r) || bench_estimate_instead(o, &rep->peak, rows, i, budget, r))
             continue;
+        if (own_inputs) {
+            run_row(ctx, o, &in, r);
+            continue;
+        }
         /* Inputs are made once per token grid and head sizes, and shared by its ops. */
         if (in_shape && !bench_shape_same_tensors(in_shape, &r->shape)) {
             release_inputs(&in);

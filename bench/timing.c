@@ -1,5 +1,6 @@
 /* Timing of mhla-bench: warm-up runs, an iteration count chosen from a target time, and device time
- * from OpenCL profiling events; plus the statistics and the host clock the sweep uses. */
+ * from OpenCL profiling events (host ops: wall time); plus the statistics and the host clock the
+ * sweep uses. */
 #include "bench.h"
 
 #include <math.h>
@@ -122,6 +123,33 @@ cleanup:
     return st;
 }
 
+/* One run of a host job (an op that computes on the host: blas, sgemm): the wall time of its
+ * enqueue hook, which returns with the run done. No OpenCL event is involved: the device's clock
+ * has nothing to say about host work. A run of steps gets the run's mean for each step. */
+static mhla_status host_run(const bench_job *job, double *ms, double *step_ms, char *err)
+{
+    cl_event done = NULL;
+    const double t0 = bench_now();
+    const mhla_status st = job->enqueue(job->arg, &done);
+    *ms = (bench_now() - t0) * 1e3;
+    err[0] = '\0'; /* a failing hook explains itself */
+    if (done) /* a host op leaves it NULL; tolerated */
+        clReleaseEvent(done);
+    for (int i = 0; job->steps > 0 && step_ms && i < job->steps; ++i)
+        step_ms[i] = *ms / job->steps;
+    return st;
+}
+
+static mhla_status one_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
+                           cl_ulong *ends_ns, int *host, char *err, size_t err_size)
+{
+    if (job->host) {
+        *host = 0;
+        return host_run(job, ms, step_ms, err);
+    }
+    return timed_run(queue, job, ms, step_ms, ends_ns, host, err, err_size);
+}
+
 /* The job's prepare hook, if any; *wall_ms gets its host time. */
 static mhla_status prepare(const bench_job *job, double *wall_ms)
 {
@@ -149,7 +177,7 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     for (int i = 0; i < warmup; ++i) {
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = timed_run(queue, job, &one, NULL, ends, &host, err, err_size)) != MHLA_OK)
+            (st = one_run(queue, job, &one, NULL, ends, &host, err, err_size)) != MHLA_OK)
             goto cleanup;
     }
     /* Runs that fill target_ms, the untimed preparation included (it takes the row's time too). */
@@ -173,10 +201,11 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
         double s3[3];
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = timed_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, &host, err,
-                            err_size)) != MHLA_OK)
+            (st = one_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, &host, err,
+                          err_size)) != MHLA_OK)
             goto cleanup;
-        out->host_clock |= host;
+        if (host)
+            out->host_clock = BENCH_CLOCK_FALLBACK;
         if (job->stages && (st = job->stages(job->arg, s3)) != MHLA_OK)
             goto cleanup;
         for (int s = 0; s < 3 && job->stages; ++s)
@@ -189,6 +218,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     for (int s = 0; s < 3; ++s)
         out->stage_ms[s] = job->stages ? bench_median(stage[s], (size_t)iters) : NAN;
     bench_step_stats(step_ms, steps ? iters : 0, job->steps, job->marked_step, out);
+    if (job->host)
+        out->host_clock = BENCH_CLOCK_HOST_OP;
     if (out->host_clock)
         out->marked_ms = NAN; /* host-clock runs are not split into steps */
 cleanup:

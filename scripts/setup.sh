@@ -7,8 +7,9 @@ set -euo pipefail
 MHLA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MHLA_BUILD_DIR=${MHLA_BUILD_DIR:-$MHLA_ROOT/build}
 # gcc/libc6-dev/python3: a bare Debian has no C compiler, and meson and scripts/cl2c.py need python3.
+# libopenblas-dev: mhla-bench's blas and sgemm rows (the bench alone uses it; the library does not).
 MHLA_PACKAGES="gcc libc6-dev python3 ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd \
-meson ninja-build libcmocka-dev pkg-config ${MHLA_EXTRA_PACKAGES:-}"
+meson ninja-build libcmocka-dev pkg-config libopenblas-dev ${MHLA_EXTRA_PACKAGES:-}"
 
 mhla_install_missing() {
     local missing=() p
@@ -29,6 +30,10 @@ mhla_install_missing() {
 mhla_build() {
     if [ ! -f "$MHLA_BUILD_DIR/build.ninja" ]; then
         meson setup "$MHLA_BUILD_DIR" "$MHLA_ROOT" --buildtype=release >/dev/null
+    elif pkg-config --exists openblas &&
+        ! grep -q '"name": "openblas"' "$MHLA_BUILD_DIR/meson-info/intro-dependencies.json" 2>/dev/null; then
+        # Configured before OpenBLAS was installed: the bench's blas and sgemm rows need it found.
+        meson setup --reconfigure "$MHLA_BUILD_DIR" "$MHLA_ROOT" >/dev/null
     fi
     ninja -C "$MHLA_BUILD_DIR" >/dev/null
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs mhla-bench once on a tiny sweep and checks what it writes with independent readers
 (Python's json, csv and XML parsers): every requested row measured (the causal chunk form and
-decoding included), figures consistent with each other and with the flop formulas recomputed here,
-the CSV matching the JSON, a well-formed SVG with the three series, and --compare of the report
-with itself reading 1.
+decoding included; the host ops blas and sgemm when built with OpenBLAS, else skipped saying so),
+figures consistent with each other and with the flop formulas recomputed here, the %sgemm and
+blas/mhla columns recomputed from the times, the CSV matching the JSON, a well-formed SVG with the
+three series, and --compare of the report with itself reading 1.
 
     bench_smoke.py MHLA_BENCH
 """
@@ -15,6 +16,9 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+
+NO_BLAS = "built without OpenBLAS (Debian: libopenblas-dev)"
+SGEMM_N = 2048
 
 
 def check(cond, what):
@@ -39,15 +43,29 @@ def check_decode(r, rows, label):
           label + ": ratio to the smallest context")
 
 
+def check_sgemm(r, label):
+    """The sgemm row: one 2048^3 SGEMM on the host, timed with the host clock."""
+    check(r["n"] == SGEMM_N and r["dk"] == SGEMM_N and r["dv"] == SGEMM_N and r["heads"] == 1, label + ": size")
+    check(r["iters"] >= 2 and 0 < r["ms_min"] <= r["ms_median"] <= r["ms_max"], label + ": runs and times")
+    check(math.isclose(r["flops"], 2 * SGEMM_N ** 3), label + ": flops 2n^3")
+    check(r["gflops"] > 0 and math.isclose(r["gflops"], r["flops"] / r["ms_median"] / 1e6, rel_tol=1e-6),
+          label + ": GFLOP/s")
+    check(r["host_clock"] == 2, label + ": host wall time (host_clock 2), not %s" % r["host_clock"])
+    check(math.isclose(r["pct_sgemm"], 100.0, rel_tol=1e-9), label + ": its own %sgemm")
+
+
 def main(bench):
     tmp = tempfile.mkdtemp(prefix="mhla_bench_smoke")
     js, cs, svg = (os.path.join(tmp, n) for n in ("r.json", "r.csv", "r.svg"))
     # Chunks of 32: 8 and 16 of them; decode at 256 and 512 tokens of context (the --n list).
+    # Every op by name: the host ops' rows exist (measured, or skipped saying why) in any build.
+    ops = "mhla,linear,softmax,mhla-causal,decode,blas,sgemm"
     args = [bench, "--n", "256,512", "--image", "16", "--heads", "2", "--dims", "32x16", "--chunk", "32",
-            "--target-ms", "1", "--min-iters", "2", "--json", js, "--csv", cs, "--plot", svg]
+            "--ops", ops, "--target-ms", "1", "--min-iters", "2", "--json", js, "--csv", cs, "--plot", svg]
     run = subprocess.run(args, capture_output=True, text=True, timeout=600)
     check(run.returncode == 0, "exit status %d\n%s%s" % (run.returncode, run.stdout, run.stderr))
-    check("median ms" in run.stdout and "softmax" in run.stdout, "no table on stdout:\n" + run.stdout)
+    check("median ms" in run.stdout and "softmax" in run.stdout and "%sgemm" in run.stdout
+          and "blas/mhla" in run.stdout, "no table on stdout:\n" + run.stdout)
     check("decode per token" in run.stdout and "512 over 256 tokens of context: per-token median" in run.stdout,
           "no decode summary on stdout:\n" + run.stdout)
 
@@ -58,18 +76,42 @@ def main(bench):
     check(rep["peak"]["gflops"] > 0 and rep["peak"]["copy_gbps"] > 0, "peak figures")
     par = rep["parameters"]
     check(par["target_ms"] == 1 and par["min_iters"] == 2 and par["n"] == [256, 512] and par["images"] == ["16x16"]
-          and par["heads"] == [2] and par["dims"] == ["32x16"] and par["m"] == [] and len(par["ops"]) == 5
+          and par["heads"] == [2] and par["dims"] == ["32x16"] and par["m"] == [] and par["ops"] == ops.split(",")
           and par["chunk"] == [32] and par["decode_context"] == [256, 512]
           and par["causal_normalizer"] == "none" and par["causal_mixing_init"] == "causal-uniform",
           "parameters: %s" % par)
     rows = rep["rows"]
-    # 1D: mhla, linear, softmax, mhla-causal at two N; 2D: the first three; then decode at two contexts.
-    check(len(rows) == 2 * 4 + 3 + 2, "%d rows" % len(rows))
+    # sgemm first; 1D: mhla, linear, blas, softmax, mhla-causal at two N; 2D: the first four; then
+    # decode at two contexts.
+    check(len(rows) == 1 + 2 * 5 + 4 + 2, "%d rows" % len(rows))
+    check(rows[0]["op"] == "sgemm", "the sgemm row first")
+    check([r["op"] for r in rows[1:6]] == ["mhla", "linear", "blas", "softmax", "mhla-causal"], "row order")
     check([r["op"] for r in rows[-2:]] == ["decode"] * 2, "decode rows last")
-    for r in rows:
+    # Built with OpenBLAS: the sgemm row is measured; else it and every blas row say why not.
+    blas_built = rows[0]["status"] == "ok"
+    check(blas_built or (rows[0]["status"] == "skipped" and rows[0]["note"] == NO_BLAS),
+          "sgemm row: %s %s" % (rows[0]["status"], rows[0]["note"]))
+    check(("host wall time" in par["time"]) == blas_built and (par["blas"].startswith("none")) != blas_built,
+          "parameters time/blas: %s / %s" % (par["time"], par["blas"]))
+    sgemm_gflops = rows[0]["gflops"] if blas_built else None
+    if blas_built:
+        check_sgemm(rows[0], "sgemm")
+    for r in rows[1:]:
         label = "%s n=%d" % (r["op"], r["n"])
         check(r["heads"] == 2 and r["dk"] == 32 and r["dv"] == 16, label + ": sizes")
+        if r["op"] == "blas" and not blas_built:
+            check(r["status"] == "skipped" and r["note"] == NO_BLAS, label + ": skipped, saying why")
+            check(r["ms_median"] is None and r["pct_sgemm"] is None, label + ": no time")
+            continue
         check(r["status"] == "ok", label + ": status " + r["status"] + " " + r["note"])
+        host = r["op"] == "blas"
+        check(r["host_clock"] == 2 if host else r["host_clock"] in (0, 1),
+              label + ": host_clock %d (2 for host ops only)" % r["host_clock"])
+        if sgemm_gflops:  # every rate as a percentage of the sgemm row's
+            check(math.isclose(r["pct_sgemm"], 100 * r["gflops"] / sgemm_gflops, rel_tol=1e-6),
+                  label + ": %%sgemm %s" % r["pct_sgemm"])
+        else:
+            check(r["pct_sgemm"] is None, label + ": no %sgemm without an sgemm row")
         causal = r["op"] in ("mhla-causal", "decode")
         check(r["chunk"] == (32 if causal else 0), label + ": chunk")
         if causal:
@@ -84,8 +126,8 @@ def main(bench):
         check(math.isclose(r["pct_peak_flops"], 100 * r["gflops"] / rep["peak"]["gflops"], rel_tol=1e-6),
               label + ": % of peak")
         stages = [r["summary_ms"], r["mixing_ms"], r["output_ms"]]
-        if r["op"] == "softmax":
-            check(stages == [None] * 3, label + ": softmax has no stages")
+        if r["op"] in ("softmax", "blas"):
+            check(stages == [None] * 3, label + ": no stages")
         else:  # each stage timed by the library's markers; together about one forward
             check(all(s is not None and s >= 0 for s in stages) and stages[0] > 0 and stages[2] > 0
                   and sum(stages) <= 1.5 * r["ms_max"] + 1.0, label + ": stage times %s" % stages)
@@ -98,9 +140,11 @@ def main(bench):
             mhla = [x for x in rows if x["op"] == "mhla" and x["n"] == n and x["seq_h"] == 1][0]
             check(math.isclose(r["ratio_causal_mhla"], r["ms_median"] / mhla["ms_median"], rel_tol=1e-6),
                   label + ": causal/mhla ratio")
-        else:
+        else:  # mhla, linear, blas: the same count
             check(math.isclose(r["flops"], 4 * 2 * r["n"] * 32 * 16), label + ": linear-time flops")
             check(r["ratio_causal_mhla"] is None, label + ": causal/mhla on a non-causal row")
+        if r["op"] != "mhla":
+            check(r["ratio_blas_mhla"] is None, label + ": blas/mhla on a row other than mhla")
         if r["op"] == "mhla":
             check(r["m"] == r["block_t"] * r["block_h"] * r["block_w"] and r["m"] * r["m"] <= r["n"],
                   label + ": M")
@@ -110,6 +154,14 @@ def main(bench):
             sm = [x for x in rows if x["op"] == "softmax" and x["n"] == r["n"] and x["seq_h"] == r["seq_h"]][0]
             check(math.isclose(r["ratio_softmax_mhla"], sm["ms_median"] / r["ms_median"], rel_tol=1e-6),
                   label + ": softmax/mhla ratio")
+            grid = lambda x: (x["seq_t"], x["seq_h"], x["seq_w"], x["block_t"], x["block_h"], x["block_w"])
+            blas = [x for x in rows if x["op"] == "blas" and grid(x) == grid(r)]
+            check(len(blas) == 1, label + ": one blas row on the same tensors and blocks")
+            if blas_built:
+                check(math.isclose(r["ratio_blas_mhla"], blas[0]["ms_median"] / r["ms_median"], rel_tol=1e-6),
+                      label + ": blas/mhla ratio %s" % r["ratio_blas_mhla"])
+            else:
+                check(r["ratio_blas_mhla"] is None, label + ": no blas/mhla without OpenBLAS")
     check([r["seq_h"] for r in rows if r["op"] == "mhla"] == [1, 1, 16], "2D row")
     check(not any(r["op"] == "mhla-causal" and r["seq_h"] > 1 for r in rows), "no 2D causal rows")
 
@@ -123,7 +175,9 @@ def main(bench):
         if r["status"] == "ok":
             check(math.isclose(float(line["ms_median"]), r["ms_median"], rel_tol=1e-5), "CSV ms_median")
         check(int(line["chunk"]) == r["chunk"] and int(line["steps"]) == r["steps"], "CSV chunk/steps")
-        for key in ("step_mean_ms", "chunk_start_ms", "tokens_per_s", "ratio_causal_mhla", "ratio_context"):
+        check(int(line["host_clock"]) == r["host_clock"], "CSV host_clock of " + r["op"])
+        for key in ("step_mean_ms", "chunk_start_ms", "tokens_per_s", "ratio_causal_mhla", "ratio_context",
+                    "pct_sgemm", "ratio_blas_mhla"):
             if r[key] is None:
                 check(line[key] == "", "CSV %s of %s should be empty" % (key, r["op"]))
             else:
@@ -138,12 +192,18 @@ def main(bench):
 
     cmp = subprocess.run([bench, "--compare", js, js], capture_output=True, text=True, timeout=60)
     check(cmp.returncode == 0, "--compare failed: " + cmp.stderr)
-    check("13 rows in both" in cmp.stdout and "decode      geometric mean B/A 1.000 over 2" in cmp.stdout
+    timed = sum(r["status"] == "ok" for r in rows)
+    check(timed == (17 if blas_built else 13), "%d rows with times" % timed)
+    check("%d rows in both" % timed in cmp.stdout and "decode      geometric mean B/A 1.000 over 2" in cmp.stdout
           and "mhla-causal geometric mean B/A 1.000 over 2" in cmp.stdout, "--compare output:\n" + cmp.stdout)
+    if blas_built:
+        check("sgemm       geometric mean B/A 1.000 over 1" in cmp.stdout
+              and "blas        geometric mean B/A 1.000 over 3" in cmp.stdout, "--compare host ops:\n" + cmp.stdout)
     bad = subprocess.run([bench, "--compare", js, svg], capture_output=True, text=True, timeout=60)
     check(bad.returncode == 1 and svg in bad.stderr, "--compare of a non-report must fail naming it")
-    print("bench_smoke: %d rows checked, peak %.1f GFLOP/s, %.1f GB/s" %
-          (len(rows), rep["peak"]["gflops"], rep["peak"]["copy_gbps"]))
+    print("bench_smoke: %d rows checked, peak %.1f GFLOP/s, %.1f GB/s, %s" %
+          (len(rows), rep["peak"]["gflops"], rep["peak"]["copy_gbps"],
+           "sgemm %.1f GFLOP/s" % sgemm_gflops if blas_built else NO_BLAS))
 
 
 if __name__ == "__main__":

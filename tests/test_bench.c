@@ -1,6 +1,7 @@
 /* mhla-bench's logic without a device: the rule for M, block grids for a given M, the crossover
- * interpolation, the flops of the causal ops, the decode step statistics, the ratio columns,
- * options, the JSON reader, and the JSON round trip that --compare relies on. */
+ * interpolation, the flops of the causal ops, the decode step statistics, the ratio and %sgemm
+ * columns, the host ops' timing, options, the JSON reader, and the JSON round trip that --compare
+ * relies on. (The blas op's numbers: test_bench_blas.c.) */
 #include "bench.h"
 #include "json.h"
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -231,6 +233,96 @@ static void test_ratios_and_rates(void **state)
     assert_true(fabs(rows[0].bytes - (qkvo + 4.0 * (4.0 * summaries + 256.0))) < 1.0);
     assert_true(fabs(rows[3].bytes - qkvo) < 1.0);
     assert_true(isnan(rows[5].gflops));
+    assert_true(isnan(rows[2].pct_sgemm)); /* no sgemm row in this run */
+}
+
+static bench_shape shape_sgemm(void)
+{
+    bench_shape s = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, MHLA_LAYOUT_BNHD, 0};
+    return s;
+}
+
+/* blas/mhla: the blas row of the same tensors and M over the mhla row; %sgemm: every rate over the
+ * measured sgemm row's (2*2048^3 flops), estimated rows included. */
+static void test_blas_columns(void **state)
+{
+    (void)state;
+    bench_shape s = shape_1d(4096), mhla16 = s, mhla64 = s;
+    assert_true(bench_blocks_for_m(&mhla16, 16));
+    assert_true(bench_blocks_for_m(&mhla64, 64));
+    bench_row rows[] = {
+        timed_row(BENCH_OP_SGEMM, shape_sgemm(), 100.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_MHLA, mhla16, 10.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_MHLA, mhla64, 12.0, BENCH_STATUS_OK),
+        timed_row(BENCH_OP_BLAS, mhla16, 25.0, BENCH_STATUS_OK),       /* pairs with the M = 16 row only */
+        timed_row(BENCH_OP_BLAS, shape_1d(1024), 5.0, BENCH_STATUS_OK), /* other tensors */
+        timed_row(BENCH_OP_SOFTMAX, s, 300.0, BENCH_STATUS_ESTIMATED),
+        timed_row(BENCH_OP_LINEAR, s, 0.0, BENCH_STATUS_SKIPPED),
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    rows[4].shape.bt = 4;
+    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3, 0};
+    bench_fill_rates(rows, n, &peak);
+    bench_fill_ratios(rows, n);
+    assert_true(fabs(rows[0].flops - 2.0 * 2048.0 * 2048.0 * 2048.0) < 1.0);
+    assert_true(fabs(rows[0].bytes - 12.0 * 2048 * 2048) < 1.0);
+    assert_true(fabs(rows[0].pct_sgemm - 100.0) < 1e-12);
+    assert_true(fabs(rows[1].pct_sgemm - 100.0 * rows[1].gflops / rows[0].gflops) < 1e-9);
+    assert_true(fabs(rows[5].pct_sgemm - 100.0 * rows[5].gflops / rows[0].gflops) < 1e-9);
+    assert_true(isnan(rows[6].pct_sgemm));
+    /* blas is credited with MHLA's flops and bytes: the same problem. */
+    assert_true(rows[3].flops == rows[1].flops && rows[3].bytes == rows[1].bytes);
+    assert_true(fabs(rows[1].ratio_blas_mhla - 2.5) < 1e-12);
+    assert_false(rows[1].ratio_blas_mhla_estimated);
+    assert_true(isnan(rows[2].ratio_blas_mhla)); /* no blas row at M = 64 */
+    assert_true(isnan(rows[3].ratio_blas_mhla) && isnan(rows[0].ratio_blas_mhla));
+    char label[32];
+    bench_blocks_label(&rows[3], label, sizeof label);
+    assert_string_equal(label, "16");
+    bench_blocks_label(&rows[0], label, sizeof label);
+    assert_string_equal(label, "-");
+    /* An sgemm row that did not run is no reference. */
+    rows[0].status = BENCH_STATUS_SKIPPED;
+    bench_fill_rates(rows, n, &peak);
+    assert_true(isnan(rows[1].pct_sgemm));
+    assert_false(bench_op_get(BENCH_OP_SGEMM)->estimable);
+    assert_true(bench_op_get(BENCH_OP_BLAS)->host && bench_op_get(BENCH_OP_SGEMM)->own_inputs);
+}
+
+typedef struct host_job {
+    int runs;
+    mhla_status fail_at; /* MHLA_OK: never */
+} host_job;
+
+static mhla_status host_enqueue(void *arg, cl_event *done)
+{
+    host_job *j = arg;
+    const struct timespec ms2 = {0, 2000000};
+    *done = NULL;
+    nanosleep(&ms2, NULL);
+    return ++j->runs == 3 ? j->fail_at : MHLA_OK;
+}
+
+/* A host op's runs are timed with the host clock around its hook (no queue, no event) and the row
+ * says so with its own clock value, not the fallback's. */
+static void test_host_timing(void **state)
+{
+    (void)state;
+    host_job j = {0, MHLA_OK};
+    const bench_job job = {NULL, host_enqueue, NULL, NULL, 0, -1, 1, &j};
+    bench_timing t;
+    char err[128];
+    assert_int_equal(bench_time(NULL, &job, 1, 1.0, 3, 10, &t, err, sizeof err), MHLA_OK);
+    assert_int_equal(t.iters, 3);
+    assert_int_equal(j.runs, 4); /* warm-up included */
+    assert_int_equal(t.host_clock, BENCH_CLOCK_HOST_OP);
+    assert_true(t.ms_min >= 2.0 && t.ms_min <= t.ms_median && t.ms_median <= t.ms_max);
+    assert_true(isnan(t.stage_ms[0]) && isnan(t.marked_ms));
+    /* A failing hook's status comes back, its explanation left to the hook's channel. */
+    host_job bad = {0, MHLA_ERR_UNSUPPORTED};
+    const bench_job failing = {NULL, host_enqueue, NULL, NULL, 0, -1, 1, &bad};
+    assert_int_equal(bench_time(NULL, &failing, 1, 1.0, 3, 10, &t, err, sizeof err), MHLA_ERR_UNSUPPORTED);
+    assert_string_equal(err, "");
 }
 
 /* causal/mhla: the chunk form over the first mhla row of the same tensors; x first: a decode row's
@@ -384,6 +476,21 @@ static void test_options(void **state)
     }
     char *missing[] = {"mhla-bench", "--json"};
     assert_int_equal(bench_options_parse(2, missing, &o, stdout, err, sizeof err), -1);
+    char *unknown[] = {"mhla-bench", "--ops", "mhla,cublas"};
+    assert_int_equal(bench_options_parse(3, unknown, &o, stdout, err, sizeof err), -1);
+    assert_non_null(strstr(err, "'cublas'"));
+    assert_non_null(strstr(err, "blas, sgemm")); /* the message lists every op */
+    /* The host ops: by name always (skipped without OpenBLAS), by default only with OpenBLAS. */
+    char *host_ops[] = {"mhla-bench", "--ops", "sgemm,blas,mhla"};
+    assert_int_equal(bench_options_parse(3, host_ops, &o, stdout, err, sizeof err), 0);
+    assert_int_equal(o.ops, (1u << BENCH_OP_SGEMM) | (1u << BENCH_OP_BLAS) | (1u << BENCH_OP_MHLA));
+    const unsigned host_bits = (1u << BENCH_OP_BLAS) | (1u << BENCH_OP_SGEMM);
+    char *plain[] = {"mhla-bench"};
+    assert_int_equal(bench_options_parse(1, plain, &o, stdout, err, sizeof err), 0);
+    assert_int_equal(o.ops & host_bits, bench_blas_available() ? host_bits : 0u);
+    assert_int_equal(o.ops & ~host_bits, (1u << BENCH_OP_BLAS) - 1); /* every device op */
+    assert_int_equal(bench_options_parse(2, quick, &o, stdout, err, sizeof err), 0);
+    assert_int_equal(o.ops & host_bits, bench_blas_available() ? host_bits : 0u);
     /* Causal options: chunk sizes (64 by default) and decode contexts (1k, 8k, 32k by default, the
      * --n list when only --n is given, their own list when given, none). */
     char *defaults[] = {"mhla-bench"};
@@ -435,6 +542,8 @@ static void test_json_reader(void **state)
     }
 }
 
+#define SAMPLE_ROWS 10
+
 static void sample_report(bench_report *rep, bench_row *rows, double scale)
 {
     memset(rep, 0, sizeof *rep);
@@ -472,10 +581,13 @@ static void sample_report(bench_report *rep, bench_row *rows, double scale)
         d->chunk_start_ms = (i ? 4.5 : 0.1) * scale;
         d->tokens_per_s = bench_tokens_per_s(1, d->step_mean_ms);
     }
+    rows[8] = timed_row(BENCH_OP_SGEMM, shape_sgemm(), 200.0 * scale, BENCH_STATUS_OK);
+    rows[9] = timed_row(BENCH_OP_BLAS, m16, 22.0 * scale, BENCH_STATUS_OK); /* blas/mhla 2 */
+    rows[8].host_clock = rows[9].host_clock = BENCH_CLOCK_HOST_OP;
     rep->rows = rows;
-    rep->row_count = 8;
-    bench_fill_rates(rows, 8, &rep->peak);
-    bench_fill_ratios(rows, 8);
+    rep->row_count = SAMPLE_ROWS;
+    bench_fill_rates(rows, SAMPLE_ROWS, &rep->peak);
+    bench_fill_ratios(rows, SAMPLE_ROWS);
 }
 
 static void write_report(const bench_report *rep, char *path)
@@ -493,7 +605,7 @@ static void test_json_round_trip(void **state)
 {
     (void)state;
     bench_report rep, back;
-    bench_row rows[8];
+    bench_row rows[SAMPLE_ROWS];
     char path[64], err[256];
     sample_report(&rep, rows, 1.0);
     write_report(&rep, path);
@@ -506,13 +618,14 @@ static void test_json_round_trip(void **state)
     assert_true(back.peak.gflops == rep.peak.gflops && back.peak.vector_width == 16);
     assert_true(back.opts.target_ms == 150 && back.opts.min_iters == 3 && back.opts.seed == 7);
     assert_true(back.opts.max_row_s == 8 && back.opts.quick == 1 && back.opts.batch == 1);
-    assert_int_equal(back.row_count, 8);
-    for (size_t i = 0; i < 8; ++i) {
+    assert_int_equal(back.row_count, SAMPLE_ROWS);
+    for (size_t i = 0; i < SAMPLE_ROWS; ++i) {
         const bench_row *a = &rows[i], *b = &back.rows[i];
         assert_true(bench_row_same_case(a, b));
         assert_int_equal(a->status, b->status);
         assert_string_equal(a->note, b->note);
         assert_int_equal(a->iters, b->iters);
+        assert_int_equal(a->host_clock, b->host_clock);
         const double pairs[][2] = {{a->ms_median, b->ms_median},
                                    {a->ms_min, b->ms_min},
                                    {a->gflops, b->gflops},
@@ -524,7 +637,9 @@ static void test_json_round_trip(void **state)
                                    {a->step_mean_ms, b->step_mean_ms},
                                    {a->chunk_start_ms, b->chunk_start_ms},
                                    {a->tokens_per_s, b->tokens_per_s},
-                                   {a->ratio_context, b->ratio_context}};
+                                   {a->ratio_context, b->ratio_context},
+                                   {a->pct_sgemm, b->pct_sgemm},
+                                   {a->ratio_blas_mhla, b->ratio_blas_mhla}};
         for (size_t j = 0; j < sizeof pairs / sizeof pairs[0]; ++j)
             assert_true((isnan(pairs[j][0]) && isnan(pairs[j][1])) ||
                         fabs(pairs[j][0] - pairs[j][1]) <= 1e-9 * fabs(pairs[j][0]));
@@ -536,6 +651,9 @@ static void test_json_round_trip(void **state)
     assert_int_equal(back.rows[7].steps, 64);
     assert_true(fabs(back.rows[7].ratio_context - 1.2) < 1e-12);
     assert_true(fabs(back.rows[7].tokens_per_s - 10000.0) < 1e-6);
+    assert_true(fabs(back.rows[0].ratio_blas_mhla - 2.0) < 1e-12);
+    assert_true(fabs(back.rows[8].pct_sgemm - 100.0) < 1e-12);
+    assert_int_equal(back.rows[9].host_clock, BENCH_CLOCK_HOST_OP);
     bench_report_free(&back);
     assert_int_equal(bench_read_json("/nonexistent/x.json", &back, err, sizeof err), -1);
 }
@@ -545,7 +663,7 @@ static void test_compare(void **state)
 {
     (void)state;
     bench_report a, b;
-    bench_row rows_a[8], rows_b[8];
+    bench_row rows_a[SAMPLE_ROWS], rows_b[SAMPLE_ROWS];
     char path_a[64], path_b[64], err[256], *text = NULL;
     size_t len = 0;
     sample_report(&a, rows_a, 1.0);
@@ -559,7 +677,9 @@ static void test_compare(void **state)
     fclose(out);
     unlink(path_a);
     unlink(path_b);
-    assert_non_null(strstr(text, "6 rows in both"));
+    assert_non_null(strstr(text, "8 rows in both"));
+    assert_non_null(strstr(text, "sgemm       geometric mean B/A 2.000 over 1 measured rows"));
+    assert_non_null(strstr(text, "blas        geometric mean B/A 2.000 over 1 measured rows"));
     assert_non_null(strstr(text, "decode      geometric mean B/A 2.000 over 2 measured rows"));
     assert_non_null(strstr(text, "mhla        geometric mean B/A 2.000 over 1 measured rows"));
     assert_non_null(strstr(text, "linear      geometric mean B/A 2.000"));
@@ -573,8 +693,8 @@ int main(void)
         cmocka_unit_test(test_default_m_rule), cmocka_unit_test(test_blocks_for_m),
         cmocka_unit_test(test_crossover),      cmocka_unit_test(test_ratios_and_rates),
         cmocka_unit_test(test_causal_flops),   cmocka_unit_test(test_step_stats),
-        cmocka_unit_test(test_causal_ratios),
-        cmocka_unit_test(test_estimates),
+        cmocka_unit_test(test_causal_ratios),  cmocka_unit_test(test_blas_columns),
+        cmocka_unit_test(test_host_timing),    cmocka_unit_test(test_estimates),
         cmocka_unit_test(test_options),        cmocka_unit_test(test_json_reader),
         cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_compare),
     };
