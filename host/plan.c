@@ -131,13 +131,16 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
     if (plan->softmax)
         snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", tu->origin, t->sm_vw, t->sm_bk,
                  t->sm_bq, t->sm_rows ? ", row copies" : "");
-    else
+    else if (plan->causal)
         snprintf(buf, size,
-                 "%s; summary %dx(%dx%d)%s, output %dx(%dx%d) dc %d, %s; causal groups of %d tokens, %d keys per "
-                 "pass, prefix %dx(%dx%d), GEMM blocks of %d; splits %d",
-                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->pf ? " prefetched" : "", t->out_rt, t->out_ve,
-                 t->out_nv, t->out_dc, tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast", t->tq, t->kt,
-                 t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows, t->splits);
+                 "%s; summary %dx(%dx%d), output %dx(%dx%d) dc %d in groups of %d tokens, %d keys per pass; prefix "
+                 "%dx(%dx%d), CLBlast blocks of %d chunks",
+                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->tq,
+                 t->kt, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
+    else
+        snprintf(buf, size, "%s; summary %dx(%dx%d)%s, %d segment(s) per block; output %dx(%dx%d) dc %d; %s", tu->origin,
+                 t->sum_rd, t->sum_ve, t->sum_nv, t->pf ? " prefetched" : "", t->splits, t->out_rt, t->out_ve,
+                 t->out_nv, t->out_dc, tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast");
 cleanup:
     return st;
 }
