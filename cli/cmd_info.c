@@ -109,7 +109,7 @@ static const char *stage_of(const char *field)
         const char *prefix, *stage;
     } map[] = {{"sum_", "summary"}, {"wg", "summary"}, {"groups_per_cu", "summary"}, {"split_min_len", "summary"},
                {"pf", "summary"},   {"out_", "output"}, {"mix_", "mixing"},       {"tq", "causal"},
-               {"kt", "causal"},    {"gemm_rows", "causal"}, {"sm_", "softmax"}, {"vec", "every stage"}};
+               {"kt", "causal"},    {"gemm_rows", "causal"}, {"pre_", "causal"}, {"sm_", "softmax"}, {"vec", "every stage"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; ++i)
         if (strncmp(field, map[i].prefix, strlen(map[i].prefix)) == 0)
             return map[i].stage;

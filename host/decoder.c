@@ -177,7 +177,8 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
     if (fresh) {
         /* P_i = sum_{j<i} Mc[i,j] S_j: one pass over the finished summaries. */
         cl_kernel kp = c->k_prefix_one;
-        const size_t cols = (size_t)c->tiling.pre_ve * (size_t)c->tiling.mix_mr * (size_t)c->tiling.mix_nv;
+        const size_t vecs = (size_t)c->tiling.mix_mr * (size_t)c->tiling.mix_nv; /* ONE_NV in causal_prefix.cl */
+        const size_t cols = (size_t)c->tiling.pre_ve * (vecs > 16 ? 16 : vecs);
         const size_t local = c->lws_prefix, global = mhla__round_up((c->slot_floats + cols - 1) / cols, local);
         const cl_long width = (cl_long)c->slot_floats;
         MHLA_SET_ARG(st, ctx, kp, 0, dec->sums);

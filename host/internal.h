@@ -198,6 +198,8 @@ typedef struct mhla_tuning {
     int mix_mr;        /* mixing kernel and causal prefix: rows per work-item */
     int mix_ve;        /* mixing kernel and causal prefix: vector width along the columns */
     int mix_nv;        /* mixing kernel and causal prefix: vectors per row per work-item */
+    int pre_mr;        /* causal prefix: rows of P per work-item (each S_j vector read serves them) */
+    int pre_nv;        /* causal prefix: vectors per row per work-item */
     int tq;            /* causal output: tokens per work-group (score tiles) */
     int kt;            /* causal output: keys per pass through local memory */
     int gemm_rows;     /* causal prefix: earlier blocks of this many chunks go to CLBlast (0: none) */
@@ -227,7 +229,8 @@ int mhla__pow2_divisor(int64_t n, int cap);
 typedef struct mhla_tiles {
     int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
     int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
-    int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns */
+    int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns; causal
+                                           plans: causal_prefix.cl's rows and vectors (pre_mr, pre_nv) */
     int pre_ve;                         /* causal_prefix.cl: MIX_MR rows x (PRE_VE * MIX_NV) columns */
     int tq, kt;                         /* causal_output.cl: CAUSAL_TQ tokens, CAUSAL_KT keys per pass */
     int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */

@@ -149,6 +149,7 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
     mhla_status st = MHLA_OK;
     mhla_tiles x;
     register_tiles(cfg, t, &x);
+    x.mix_mr = t->pre_mr, x.mix_nv = t->pre_nv; /* causal plans run the prefix kernel, not mixing.cl */
     const int64_t zcol = cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0;
     const int64_t width = cfg->batch * cfg->heads * cfg->dk * (cfg->dv + zcol); /* floats of a slot */
     x.pre_ve = mhla__pow2_divisor(width, t->mix_ve);

@@ -79,7 +79,7 @@ mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_
  * (CLBlast adds every earlier block). set_odd_tiling() sets MHLA_TUNING, unset_tiling() clears
  * them. */
 #define TEST_ODD_TUNING                                                                             \
-    "sum_rd=2,sum_ve=2,sum_nv=1,out_rt=3,out_ve=2,out_nv=1,out_dc=2,mix_mr=2,mix_nv=3,wg=7,tq=12,kt=5,gemm_rows=4"
+    "sum_rd=2,sum_ve=2,sum_nv=1,out_rt=3,out_ve=2,out_nv=1,out_dc=2,pre_mr=2,pre_nv=3,wg=7,tq=12,kt=5,gemm_rows=4"
 void set_odd_tiling(void);
 
 /* A causal config (mhla_config_init_causal) for B sequences of N tokens in chunks of C. */
