@@ -41,7 +41,7 @@ void mhla__causal_destroy(mhla_causal *c)
     release_kernels(c);
     if (c->gemm_temp)
         clReleaseMemObject(c->gemm_temp);
-    free(c);
+    mhla__free(c);
 }
 
 /* The kernels for c->tiling. *refit is set when a built kernel reports less than its tiles need
@@ -106,7 +106,7 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     mhla_fit fit;
 
     *out = NULL;
-    c = calloc(1, sizeof *c);
+    c = mhla__calloc(1, sizeof *c);
     MHLA_FAIL_IF(st, !c, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating the causal kernels");
     c->ctx = ctx;
     c->cfg = *cfg;
@@ -146,7 +146,7 @@ static void *grow(void *arr, size_t n, size_t *cap, size_t size)
     if (n < *cap)
         return arr;
     const size_t ncap = *cap ? *cap * 2 : 64;
-    void *grown = realloc(arr, ncap * size);
+    void *grown = mhla__realloc(arr, ncap * size);
     if (grown)
         *cap = ncap;
     return grown;
@@ -206,9 +206,9 @@ cleanup:
 
 void mhla__chunk_tables_free(mhla_chunk_tables *t)
 {
-    free(t->chunks);
-    free(t->tiles);
-    free(t->gemms);
+    mhla__free(t->chunks);
+    mhla__free(t->tiles);
+    mhla__free(t->gemms);
     memset(t, 0, sizeof *t);
 }
 
@@ -219,10 +219,10 @@ mhla_status mhla__chunk_tables_upload(mhla_context *ctx, const mhla_chunk_tables
     *chunks = *tiles = NULL;
     MHLA_FAIL_IF(st, t->n_chunks == 0 || t->n_tiles == 0, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "internal: an empty chunk table (no tokens to run)");
-    *chunks = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_chunks * sizeof(cl_int4),
+    *chunks = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_chunks * sizeof(cl_int4),
                              t->chunks, &err);
     MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (chunk table)");
-    *tiles = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_tiles * sizeof(cl_int4), t->tiles,
+    *tiles = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_tiles * sizeof(cl_int4), t->tiles,
                             &err);
     MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (prefix tile table)");
 cleanup:
@@ -238,11 +238,10 @@ cleanup:
 
 /* The prefix GEMMs of a run: CLBlast's temporary buffer sized for the largest, then one SGEMM
  * per block, accumulating into the rows the kernel wrote. */
-static mhla_status prefix_gemms(mhla_causal *c, const mhla_causal_run *run)
+mhla_status mhla__causal_gemm_reserve(mhla_causal *c, const mhla_chunk_tables *t, size_t *need_out)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = c->ctx;
-    const mhla_chunk_tables *t = run->tables;
     const size_t W = c->slot_floats, R = (size_t)c->cfg.mixing_rows;
     size_t need = 0;
     for (size_t g = 0; g < t->n_gemms; ++g) {
@@ -259,6 +258,20 @@ static mhla_status prefix_gemms(mhla_causal *c, const mhla_causal_run *run)
         c->gemm_temp = grown;
         c->gemm_temp_bytes = need;
     }
+    if (need_out)
+        *need_out = need;
+cleanup:
+    return st;
+}
+
+static mhla_status prefix_gemms(mhla_causal *c, const mhla_causal_run *run)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_chunk_tables *t = run->tables;
+    const size_t W = c->slot_floats, R = (size_t)c->cfg.mixing_rows;
+    size_t need = 0;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_gemm_reserve(c, t, &need));
     for (size_t g = 0; g < t->n_gemms; ++g) {
         const mhla_prefix_gemm *j = &t->gemms[g];
         if (g > 0) /* they share the temporary buffer */
@@ -382,7 +395,7 @@ void mhla__causal_plan_destroy(mhla_causal_plan *cp)
             clReleaseMemObject(mems[i]);
     mhla__causal_destroy(cp->kern);
     mhla__chunk_tables_free(&cp->tables);
-    free(cp);
+    mhla__free(cp);
 }
 
 mhla_status mhla__causal_plan_reserve(mhla_plan *plan, size_t slots)
@@ -422,7 +435,7 @@ mhla_status mhla__causal_plan_setup(mhla_plan *plan)
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
 
-    plan->causal = calloc(1, sizeof *plan->causal);
+    plan->causal = mhla__calloc(1, sizeof *plan->causal);
     MHLA_FAIL_IF(st, !plan->causal, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a causal plan");
     mhla_causal_plan *cp = plan->causal;
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, &plan->cfg, 0, &cp->kern));

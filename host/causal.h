@@ -68,6 +68,10 @@ typedef struct mhla_causal_run {
                         (mhla_plan_stage_times, on profiling queues); NULL for none */
 } mhla_causal_run;
 
+/* Grows c's temporary buffer for the prefix GEMMs of tables t (CLBlast's), before anything is
+ * enqueued when the caller must not fail half-way; *need (may be NULL): its bytes, 0 for none. */
+mhla_status mhla__causal_gemm_reserve(mhla_causal *c, const mhla_chunk_tables *t, size_t *need);
+
 /* Enqueues the three stages (first one waits for `wait`, `done` is the output's event). */
 mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
                                  cl_event *done);

@@ -81,6 +81,12 @@ cleanup:
     return st;
 }
 
+static void context_init_locks(mhla_context *ctx)
+{
+    mhla__mutex_init(&ctx->lock);
+    mhla__mutex_init(&ctx->message_lock);
+}
+
 mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
 {
     mhla_status st = MHLA_OK;
@@ -91,8 +97,9 @@ mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
     MHLA_FAIL_IF(st, !out, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_create: out is NULL");
     *out = NULL;
     MHLA_FORWARD_IF_ERROR(st, mhla__device_select(device_spec, &ref));
-    ctx = calloc(1, sizeof *ctx);
+    ctx = mhla__calloc(1, sizeof *ctx);
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a context");
+    context_init_locks(ctx);
     ctx->device = ref.device;
     ctx->platform = ref.platform;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ref.platform, 0};
@@ -122,8 +129,9 @@ mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_c
     *out = NULL;
     MHLA_FAIL_IF(st, !context, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_wrap: cl_context is NULL");
     MHLA_FAIL_IF(st, !queue, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_wrap: cl_command_queue is NULL");
-    ctx = calloc(1, sizeof *ctx);
+    ctx = mhla__calloc(1, sizeof *ctx);
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a context");
+    context_init_locks(ctx);
     MHLA_CL_TRY(st, ctx, clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL),
                 "clGetCommandQueueInfo(CL_QUEUE_CONTEXT) on the wrapped queue");
     MHLA_FAIL_IF(st, qctx != context, ctx, MHLA_ERR_INVALID_ARGUMENT,
@@ -153,17 +161,19 @@ void mhla_context_destroy(mhla_context *ctx)
     for (mhla_program_entry *e = ctx->programs, *next; e; e = next) {
         next = e->next;
         clReleaseProgram(e->program);
-        free(e->key);
-        free(e);
+        mhla__free(e->key);
+        mhla__free(e);
     }
-    free(ctx->tuning);
-    free(ctx->tuned_db);
+    mhla__free(ctx->tuning);
+    mhla__free(ctx->tuned_db);
     mhla__blas_release(ctx); /* while the queue and context are still alive */
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl)
         clReleaseContext(ctx->cl);
-    free(ctx);
+    mhla__mutex_destroy(&ctx->lock);
+    mhla__mutex_destroy(&ctx->message_lock);
+    mhla__free(ctx);
 }
 
 cl_context mhla_context_cl_context(const mhla_context *ctx) { return ctx ? ctx->cl : NULL; }
@@ -259,10 +269,10 @@ mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t by
                  "%s needs %zu bytes, more than the device's largest allocation "
                  "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu bytes) on %s",
                  what, bytes, (unsigned long long)ctx->limits.max_alloc_bytes, ctx->device_name);
-    *out = clCreateBuffer(ctx->cl, flags, bytes, NULL, &err);
+    *out = mhla__cl_create_buffer(ctx->cl, flags, bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         *out = NULL;
-        ctx->last_cl_error = err;
+        mhla__set_cl_error(ctx, err);
         MHLA_FAIL_IF(st, 1, ctx, mhla__status_of_cl(err), "clCreateBuffer for %s (%zu bytes) failed: %s (%d)",
                      what, bytes, mhla__cl_error_name(err), (int)err);
     }

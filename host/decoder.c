@@ -21,7 +21,7 @@ void mhla_decoder_destroy(mhla_decoder *dec)
         if (dec->stage[i])
             clReleaseMemObject(dec->stage[i]);
     mhla__causal_destroy(dec->kern);
-    free(dec);
+    mhla__free(dec);
 }
 
 mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg_in, int64_t capacity, mhla_decoder **out)
@@ -57,7 +57,7 @@ mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg_in, in
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "mhla_decoder_create: %s", msg);
     mhla__config_resolve(&cfg);
 
-    dec = calloc(1, sizeof *dec);
+    dec = mhla__calloc(1, sizeof *dec);
     MHLA_FAIL_IF(st, !dec, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a decoder");
     dec->ctx = ctx;
     dec->capacity = capacity;
@@ -245,42 +245,60 @@ cleanup:
 /* n tokens: recurrent steps up to the next chunk boundary, then the chunk path in runs of at most
  * PREFILL_RUN_CHUNKS chunks, each writing its chunks' summaries into their slots (the next run's
  * prefix mixtures read them); when the last run ends inside a chunk, that chunk's P_i goes to
- * `prefix` for the steps that follow. */
+ * `prefix` for the steps that follow. Everything that can run out of memory (the runs' chunk
+ * tables, their device copies, the prefix-mixture rows) is made before the first step, so that
+ * such a failure leaves the decoder as it was. */
 static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t n, cl_uint num_wait,
                                    const cl_event *wait, cl_event *done)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = dec->ctx;
     mhla_causal *c = dec->kern;
-    const int64_t C = c->cfg.chunk, into = dec->position % C;
+    const int64_t C = c->cfg.chunk, pos0 = dec->position, into = pos0 % C;
     const int64_t head = into == 0 ? 0 : (n < C - into ? n : C - into);
+    const int64_t run_tokens = PREFILL_RUN_CHUNKS * C;
+    const size_t n_runs = (size_t)((n - head + run_tokens - 1) / run_tokens);
     const size_t slot_bytes = c->slot_floats * sizeof(float);
-    mhla_chunk_tables tables;
-    memset(&tables, 0, sizeof tables);
+    mhla_chunk_tables *tables = NULL;
+    cl_mem *uploads = NULL; /* per run: the chunk table's and the tile table's device copies */
+    size_t most_chunks = 0;
+
+    if (n_runs > 0) {
+        tables = mhla__calloc(n_runs, sizeof *tables);
+        uploads = mhla__calloc(2 * n_runs, sizeof *uploads);
+        MHLA_FAIL_IF(st, !tables || !uploads, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                     "out of host memory for the prefill's chunk tables");
+    }
+    for (size_t r = 0; r < n_runs; ++r) {
+        const int64_t u = head + (int64_t)r * run_tokens, len = n - u < run_tokens ? n - u : run_tokens;
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &tables[r], u, len, (pos0 + u) / C, 0, C, &c->tiling));
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &tables[r], &uploads[2 * r], &uploads[2 * r + 1]));
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_gemm_reserve(c, &tables[r], NULL));
+        if (tables[r].n_chunks > most_chunks)
+            most_chunks = tables[r].n_chunks;
+    }
+    MHLA_FORWARD_IF_ERROR(st, reserve_pref_work(dec, most_chunks));
 
     for (int64_t u = 0; u < head; ++u) {
         if (u > 0)
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         MHLA_FORWARD_IF_ERROR(st, step_enqueue(dec, bufs, n, u, u == 0 ? num_wait : 0, u == 0 ? wait : NULL, NULL));
     }
-    for (int64_t u = head; u < n;) {
-        const int64_t len = n - u < PREFILL_RUN_CHUNKS * C ? n - u : PREFILL_RUN_CHUNKS * C;
-        mhla__chunk_tables_free(&tables);
-        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &tables, u, len, dec->position / C, 0, C, &c->tiling));
-        MHLA_FORWARD_IF_ERROR(st, reserve_pref_work(dec, tables.n_chunks));
+    for (size_t r = 0; r < n_runs; ++r) {
+        const int64_t u = head + (int64_t)r * run_tokens, len = n - u < run_tokens ? n - u : run_tokens;
         mhla_causal_run run = {bufs[MHLA_TENSOR_Q], bufs[MHLA_TENSOR_K], bufs[MHLA_TENSOR_V], bufs[MHLA_TENSOR_MIXING],
-                               bufs[MHLA_TENSOR_OUT], n, NULL, NULL, &tables, dec->sums, dec->pref_work, NULL};
+                               bufs[MHLA_TENSOR_OUT], n, uploads[2 * r], uploads[2 * r + 1], &tables[r], dec->sums,
+                               dec->pref_work, NULL};
         const int first = u == 0;
         if (!first)
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_once(c, &run, first ? num_wait : 0, first ? wait : NULL, NULL));
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(c, &run, first ? num_wait : 0, first ? wait : NULL, NULL));
         dec->position += len;
-        u += len;
-        if (u == n && dec->position % C != 0) {
+        if (u + len == n && dec->position % C != 0) {
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
             MHLA_CL_TRY(st, ctx,
-                        clEnqueueCopyBuffer(ctx->queue, dec->pref_work, dec->prefix, (tables.n_chunks - 1) * slot_bytes,
-                                            0, slot_bytes, 0, NULL, NULL),
+                        clEnqueueCopyBuffer(ctx->queue, dec->pref_work, dec->prefix,
+                                            (tables[r].n_chunks - 1) * slot_bytes, 0, slot_bytes, 0, NULL, NULL),
                         "clEnqueueCopyBuffer (the running chunk's prefix mixture)");
         }
     }
@@ -289,7 +307,14 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
         MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done), "clEnqueueMarkerWithWaitList");
     }
 cleanup:
-    mhla__chunk_tables_free(&tables);
+    /* Enqueued kernels hold their own references to the tables' device copies. */
+    for (size_t r = 0; tables && r < n_runs; ++r)
+        mhla__chunk_tables_free(&tables[r]);
+    for (size_t i = 0; uploads && i < 2 * n_runs; ++i)
+        if (uploads[i])
+            clReleaseMemObject(uploads[i]);
+    mhla__free(tables);
+    mhla__free(uploads);
     return st;
 }
 

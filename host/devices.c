@@ -21,24 +21,24 @@ mhla_status mhla__devices(mhla_device_ref **out, size_t *count)
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR: no ICD installed */ || nplat == 0)
         return MHLA_OK;
     MHLA_CL_TRY(st, NULL, err, "clGetPlatformIDs");
-    plats = calloc(nplat, sizeof *plats);
+    plats = mhla__calloc(nplat, sizeof *plats);
     MHLA_FAIL_IF(st, !plats, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory listing platforms");
     MHLA_CL_TRY(st, NULL, clGetPlatformIDs(nplat, plats, NULL), "clGetPlatformIDs");
     for (cl_uint p = 0; p < nplat; ++p) {
         cl_uint ndev = 0;
         if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev) != CL_SUCCESS || ndev == 0)
             continue; /* a platform without devices is skipped, not an error */
-        cl_device_id *devs = calloc(ndev, sizeof *devs);
+        cl_device_id *devs = mhla__calloc(ndev, sizeof *devs);
         MHLA_FAIL_IF(st, !devs, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory listing devices");
         if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, devs, NULL) != CL_SUCCESS) {
-            free(devs);
+            mhla__free(devs);
             continue;
         }
         if (n + ndev > cap) {
             size_t ncap = (n + ndev) * 2;
-            mhla_device_ref *grown = realloc(refs, ncap * sizeof *refs);
+            mhla_device_ref *grown = mhla__realloc(refs, ncap * sizeof *refs);
             if (!grown) {
-                free(devs);
+                mhla__free(devs);
                 MHLA_FAIL_IF(st, 1, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory listing devices");
             }
             refs = grown;
@@ -52,14 +52,14 @@ mhla_status mhla__devices(mhla_device_ref **out, size_t *count)
             refs[n].index = n;
             ++n;
         }
-        free(devs);
+        mhla__free(devs);
     }
     *out = refs;
     *count = n;
     refs = NULL;
 cleanup:
-    free(refs);
-    free(plats);
+    mhla__free(refs);
+    mhla__free(plats);
     return st;
 }
 
@@ -185,7 +185,7 @@ mhla_status mhla__device_select(const char *spec, mhla_device_ref *out)
     }
     *out = refs[pick];
 cleanup:
-    free(refs);
+    mhla__free(refs);
     return st;
 }
 
@@ -242,7 +242,7 @@ int mhla__device_has_extension(cl_device_id dev, const char *ext)
     size_t size = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || size == 0)
         return 0;
-    char *exts = malloc(size + 1);
+    char *exts = mhla__malloc(size + 1);
     if (!exts)
         return 0;
     int found = 0;
@@ -252,7 +252,7 @@ int mhla__device_has_extension(cl_device_id dev, const char *ext)
         for (char *p = strstr(exts, ext); p && !found; p = strstr(p + 1, ext))
             found = (p == exts || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0');
     }
-    free(exts);
+    mhla__free(exts);
     return found;
 }
 
@@ -271,7 +271,7 @@ mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *c
         fill_info(&refs[i], i, dflt, &infos[i]);
     *count = n;
 cleanup:
-    free(refs);
+    mhla__free(refs);
     return st;
 }
 

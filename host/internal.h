@@ -5,11 +5,25 @@
 
 #include "mhla.h"
 
+#include "lock.h"
+
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #define MHLA_MESSAGE_MAX 16384 /* room for a kernel build log of a few hundred lines */
+
+/* ---- host allocations and device buffers (host/alloc.c) ------------------------------------ */
+
+/* Every malloc, calloc, realloc and free of host/ goes through these, and every clCreateBuffer
+ * through mhla__cl_create_buffer: they count live allocations and carry the tests' fault
+ * injection (host/testing.h). mhla__free only frees what these allocated. */
+void *mhla__malloc(size_t size);
+void *mhla__calloc(size_t count, size_t size);
+void *mhla__realloc(void *p, size_t size);
+void mhla__free(void *p);
+cl_mem mhla__cl_create_buffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr, cl_int *err);
 
 /* ---- error recording ------------------------------------------------------------------- */
 
@@ -23,6 +37,8 @@ mhla_status mhla__fail(mhla_context *ctx, mhla_status status, const char *fmt, .
 mhla_status mhla__fail_cl(mhla_context *ctx, cl_int err, const char *what, const char *file, int line);
 /* Records a failed CLBlast call the same way (CLBlast reuses OpenCL's codes where they exist). */
 mhla_status mhla__fail_blas(mhla_context *ctx, int err, const char *what, const char *file, int line);
+/* Records err as ctx's mhla_context_cl_error() (ctx may be NULL). */
+void mhla__set_cl_error(mhla_context *ctx, cl_int err);
 /* The status an OpenCL error code becomes. */
 mhla_status mhla__status_of_cl(cl_int err);
 /* "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR" for codes without a name. */
@@ -104,11 +120,15 @@ struct mhla_context {
     char vendor[256];
     char driver_version[256];
     char platform_version[256];
+    /* Threads may share a context, each with its own plans and decoders (include/mhla.h): `lock`
+     * guards what they share, programs and tuned_db; message_lock guards the failure record. */
+    mhla_mutex lock;
+    mhla_mutex message_lock;
     mhla_program_entry *programs; /* built programs, shared by the context's plans */
     char *tuning; /* mhla_context_set_tuning()'s overrides (validated), or NULL */
     char *tuned_db;   /* the device's tuning database (host/tuning_db.c), read on first use, or NULL */
     int tuned_loaded; /* tuned_db has been read (it may be NULL: no database) */
-    int used_blas; /* CLBlast has built programs for this context (host/mixing.c) */
+    atomic_int used_blas; /* CLBlast has built programs for this context (host/mixing.c) */
     cl_int last_cl_error;
     char message[MHLA_MESSAGE_MAX];
 };

@@ -17,17 +17,15 @@ static atomic_int blas_contexts;
 
 static void blas_used(mhla_context *ctx)
 {
-    if (!ctx->used_blas) {
-        ctx->used_blas = 1;
+    /* Threads sharing ctx may both get here first: only the one that sets the flag counts it. */
+    if (!atomic_load(&ctx->used_blas) && !atomic_exchange(&ctx->used_blas, 1))
         atomic_fetch_add(&blas_contexts, 1);
-    }
 }
 
 void mhla__blas_release(mhla_context *ctx)
 {
-    if (ctx->used_blas && atomic_fetch_sub(&blas_contexts, 1) == 1)
+    if (atomic_exchange(&ctx->used_blas, 0) && atomic_fetch_sub(&blas_contexts, 1) == 1)
         CLBlastClearCache();
-    ctx->used_blas = 0;
 }
 
 mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,

@@ -49,7 +49,7 @@ mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t b
         out[0] = 1.0f;
         goto cleanup;
     }
-    w = malloc((size_t)(m * m) * sizeof *w);
+    w = mhla__malloc((size_t)(m * m) * sizeof *w);
     MHLA_FAIL_IF(st, !w, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "mhla_mixing_init: out of host memory");
 
     double dmax = 0.0;
@@ -113,6 +113,6 @@ mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t b
     for (int64_t i = 0; i < m * m; ++i)
         out[i] = (float)w[i];
 cleanup:
-    free(w);
+    mhla__free(w);
     return st;
 }

@@ -70,7 +70,7 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create: context is NULL");
     st = mhla__config_validate(cfg, NULL, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
-    plan = calloc(1, sizeof *plan);
+    plan = mhla__calloc(1, sizeof *plan);
     MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
     plan->ctx = ctx;
     plan->cfg = *cfg;
@@ -115,7 +115,7 @@ void mhla_plan_destroy(mhla_plan *plan)
         if (plan->marks[i])
             clReleaseEvent(plan->marks[i]);
     mhla__causal_plan_destroy(plan->causal);
-    free(plan);
+    mhla__free(plan);
 }
 
 size_t mhla_plan_workspace_size(const mhla_plan *plan) { return plan ? plan->workspace_bytes : 0; }

@@ -53,7 +53,7 @@ static mhla_status read_file(mhla_context *ctx, const char *path, char **out)
         size = ftell(f);
     MHLA_FAIL_IF(st, size < 0 || fseek(f, 0, SEEK_SET) != 0, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "cannot read kernel source %s: not a seekable file", path);
-    buf = malloc((size_t)size + 1);
+    buf = mhla__malloc((size_t)size + 1);
     MHLA_FAIL_IF(st, !buf, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory reading %s", path);
     MHLA_FAIL_IF(st, fread(buf, 1, (size_t)size, f) != (size_t)size, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "cannot read kernel source %s: short read", path);
@@ -63,7 +63,7 @@ static mhla_status read_file(mhla_context *ctx, const char *path, char **out)
 cleanup:
     if (f)
         fclose(f);
-    free(buf);
+    mhla__free(buf);
     return st;
 }
 
@@ -81,7 +81,7 @@ mhla_status mhla__kernel_source(mhla_context *ctx, const char *name, char **out)
     for (size_t i = 0; i < mhla__embedded_kernel_count; ++i) {
         if (strcmp(mhla__embedded_kernels[i].name, name) == 0) {
             const char *src = mhla__embedded_kernels[i].source;
-            *out = malloc(strlen(src) + 1);
+            *out = mhla__malloc(strlen(src) + 1);
             MHLA_FAIL_IF(st, !*out, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory copying kernel %s", name);
             strcpy(*out, src);
             goto cleanup;
@@ -120,13 +120,13 @@ static mhla_status build(mhla_context *ctx, const char *name, const char *source
     if (err != CL_SUCCESS) {
         size_t log_size = 0;
         clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &log_size);
-        log = malloc(log_size + 1);
+        log = mhla__malloc(log_size + 1);
         if (log) {
             log[0] = '\0';
             clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, log_size, log, NULL);
             log[log_size] = '\0';
         }
-        ctx->last_cl_error = err;
+        mhla__set_cl_error(ctx, err);
         MHLA_FAIL_IF(st, 1, ctx, err == CL_BUILD_PROGRAM_FAILURE ? MHLA_ERR_BUILD_FAILED : mhla__status_of_cl(err),
                      "building kernels/%s.cl for %s failed: %s (%d); options: %s; build log:\n%s", name,
                      ctx->device_name, mhla__cl_error_name(err), (int)err, full_opts, log ? log : "(none)");
@@ -137,7 +137,7 @@ static mhla_status build(mhla_context *ctx, const char *name, const char *source
 cleanup:
     if (prog)
         clReleaseProgram(prog);
-    free(log);
+    mhla__free(log);
     return st;
 }
 
@@ -166,20 +166,25 @@ mhla_status mhla__program_get(mhla_context *ctx, const char *name, const mhla_bu
     mhla_status st = MHLA_OK;
     char *source = NULL;
     mhla_program_entry *entry = NULL;
+    int locked = 0;
     size_t nlen = strlen(name), olen = strlen(opts->text);
 
     *out = NULL;
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_source(ctx, name, &source));
     uint64_t hash = fnv1a(source);
+    /* Held through the build: a second thread wanting the same program waits for it instead of
+     * building it again, and the list never sees half an entry. */
+    mhla__lock(&ctx->lock);
+    locked = 1;
     for (mhla_program_entry *e = ctx->programs; e; e = e->next) {
         if (e->source_hash == hash && strcmp(e->key, name) == 0 && strcmp(e->key + nlen + 1, opts->text) == 0) {
             *out = e->program;
             goto cleanup;
         }
     }
-    entry = calloc(1, sizeof *entry);
+    entry = mhla__calloc(1, sizeof *entry);
     MHLA_FAIL_IF(st, !entry, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory caching a program");
-    entry->key = malloc(nlen + 1 + olen + 1);
+    entry->key = mhla__malloc(nlen + 1 + olen + 1);
     MHLA_FAIL_IF(st, !entry->key, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory caching a program");
     memcpy(entry->key, name, nlen + 1);
     memcpy(entry->key + nlen + 1, opts->text, olen + 1);
@@ -190,11 +195,13 @@ mhla_status mhla__program_get(mhla_context *ctx, const char *name, const mhla_bu
     *out = entry->program;
     entry = NULL;
 cleanup:
+    if (locked)
+        mhla__unlock(&ctx->lock);
     if (entry) {
-        free(entry->key);
-        free(entry);
+        mhla__free(entry->key);
+        mhla__free(entry);
     }
-    free(source);
+    mhla__free(source);
     return st;
 }
 

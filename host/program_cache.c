@@ -108,7 +108,7 @@ void mhla__cache_store(mhla_context *ctx, const char *name, uint64_t source_hash
         return;
     if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return; /* one device per program: one size */
-    binary = malloc(size);
+    binary = mhla__malloc(size);
     if (!binary)
         return;
     if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) != CL_SUCCESS)
@@ -140,7 +140,7 @@ cleanup:
         close(fd);
     if (!ok && tmp[0])
         unlink(tmp);
-    free(binary);
+    mhla__free(binary);
 }
 
 /* Reads and checks one entry; returns the binary (malloc'd) or NULL when absent or not valid. */
@@ -166,15 +166,15 @@ static unsigned char *load_entry(const mhla_context *ctx, const char *path, uint
         uint32_t len = 0;
         if (!read_all(f, &len, sizeof len) || len != strlen(fields[i]))
             goto cleanup;
-        field = malloc((size_t)len + 1);
+        field = mhla__malloc((size_t)len + 1);
         if (!field || !read_all(f, field, len) || memcmp(field, fields[i], len) != 0)
             goto cleanup;
-        free(field);
+        mhla__free(field);
         field = NULL;
     }
     if (!read_all(f, &bytes, sizeof bytes) || bytes == 0 || bytes > ((uint64_t)1 << 30))
         goto cleanup;
-    binary = malloc((size_t)bytes);
+    binary = mhla__malloc((size_t)bytes);
     if (!binary || !read_all(f, binary, (size_t)bytes) || !read_all(f, &sum, sizeof sum) ||
         sum != fnv1a_bytes(1469598103934665603ULL, binary, (size_t)bytes) || fgetc(f) != EOF)
         goto cleanup;
@@ -182,9 +182,9 @@ static unsigned char *load_entry(const mhla_context *ctx, const char *path, uint
     ok = 1;
 cleanup:
     fclose(f);
-    free(field);
+    mhla__free(field);
     if (!ok) {
-        free(binary);
+        mhla__free(binary);
         binary = NULL;
     }
     return binary;
@@ -203,7 +203,7 @@ cl_program mhla__cache_load(mhla_context *ctx, const char *name, uint64_t source
         return NULL;
     const unsigned char *bins[1] = {binary};
     cl_program prog = clCreateProgramWithBinary(ctx->cl, 1, &ctx->device, &size, bins, &status, &err);
-    free(binary);
+    mhla__free(binary);
     if (err != CL_SUCCESS || status != CL_SUCCESS) {
         if (prog)
             clReleaseProgram(prog);

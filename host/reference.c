@@ -55,9 +55,9 @@ static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, i
     const int64_t C = c->chunk, M = (len + C - 1) / C, R = c->mixing_rows, Dk = c->dk, Dv = c->dv;
     const double scale = c->scale, feps = c->feature_eps;
     const int paper = c->normalizer == MHLA_NORMALIZER_PAPER;
-    double *S = calloc((size_t)(M * Dk * Dv), sizeof *S), *z = calloc((size_t)(M * Dk), sizeof *z);
-    double *P = calloc((size_t)(Dk * Dv), sizeof *P), *zP = calloc((size_t)Dk, sizeof *zP);
-    double *qt = calloc((size_t)Dk, sizeof *qt), *num = calloc((size_t)Dv, sizeof *num);
+    double *S = mhla__calloc((size_t)(M * Dk * Dv), sizeof *S), *z = mhla__calloc((size_t)(M * Dk), sizeof *z);
+    double *P = mhla__calloc((size_t)(Dk * Dv), sizeof *P), *zP = mhla__calloc((size_t)Dk, sizeof *zP);
+    double *qt = mhla__calloc((size_t)Dk, sizeof *qt), *num = mhla__calloc((size_t)Dv, sizeof *num);
     MHLA_FAIL_IF(st, !S || !z || !P || !zP || !qt || !num, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_reference_forward: out of host memory");
 #define KT(s, d) feature(k[offset(c, n, b, t0 + (s), h, (d), Dk)], c->feature_map, feps)
@@ -110,7 +110,7 @@ static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, i
     }
 #undef KT
 cleanup:
-    free(S), free(z), free(P), free(zP), free(qt), free(num);
+    mhla__free(S), mhla__free(z), mhla__free(P), mhla__free(zP), mhla__free(qt), mhla__free(num);
     return st;
 }
 
@@ -174,10 +174,10 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
 
     const int64_t M = s.m, Nb = s.nb, N = s.n, Dk = cfg.dk, Dv = cfg.dv, C = Dv + 1;
     const double scale = cfg.scale, feps = cfg.feature_eps, eps = cfg.eps;
-    S = calloc((size_t)(M * Dk * C), sizeof *S);
-    Smix = calloc((size_t)(M * Dk * C), sizeof *Smix);
-    qt = calloc((size_t)(N * Dk), sizeof *qt); /* q~ of every token, indexed by block and position */
-    dots = calloc((size_t)N, sizeof *dots);
+    S = mhla__calloc((size_t)(M * Dk * C), sizeof *S);
+    Smix = mhla__calloc((size_t)(M * Dk * C), sizeof *Smix);
+    qt = mhla__calloc((size_t)(N * Dk), sizeof *qt); /* q~ of every token, indexed by block and position */
+    dots = mhla__calloc((size_t)N, sizeof *dots);
     MHLA_FAIL_IF(st, !S || !Smix || !qt || !dots, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_reference_forward: out of host memory");
 
@@ -241,10 +241,10 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
         }
     }
 cleanup:
-    free(S);
-    free(Smix);
-    free(qt);
-    free(dots);
+    mhla__free(S);
+    mhla__free(Smix);
+    mhla__free(qt);
+    mhla__free(dots);
     return st;
 }
 
@@ -262,7 +262,7 @@ mhla_status mhla_reference_softmax(const mhla_config *cfg_in, const float *q, co
     st = mhla__softmax_config(cfg_in, &cfg, &s, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "mhla_reference_softmax: %s", msg);
     const int64_t N = s.n, Dk = cfg.dk, Dv = cfg.dv;
-    logit = malloc((size_t)N * sizeof *logit);
+    logit = mhla__malloc((size_t)N * sizeof *logit);
     MHLA_FAIL_IF(st, !logit, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "mhla_reference_softmax: out of host memory");
     for (int64_t b = 0; b < cfg.batch; ++b)
         for (int64_t h = 0; h < cfg.heads; ++h)
@@ -287,7 +287,7 @@ mhla_status mhla_reference_softmax(const mhla_config *cfg_in, const float *q, co
                 }
             }
 cleanup:
-    free(logit);
+    mhla__free(logit);
     return st;
 }
 

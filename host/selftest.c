@@ -175,7 +175,7 @@ static mhla_status device_buffer(mhla_context *ctx, const void *host, size_t byt
 {
     cl_int err = CL_SUCCESS;
     cl_context cl = mhla_context_cl_context(ctx);
-    *out = clCreateBuffer(cl, host ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE, bytes,
+    *out = mhla__cl_create_buffer(cl, host ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE, bytes,
                           (void *)host, &err);
     if (err != CL_SUCCESS)
         return mhla__fail_cl(ctx, err, "clCreateBuffer (selftest)", __FILE__, __LINE__);
@@ -223,11 +223,11 @@ static mhla_status make_inputs(run_state *s, uint32_t seed)
     s->rows = c->causal ? (c->mixing_rows ? c->mixing_rows : (c->seq_t + c->chunk - 1) / c->chunk)
                         : c->block_t * c->block_h * c->block_w;
     s->nm = (size_t)(s->rows * s->rows);
-    s->q = malloc(s->nq * sizeof(float)), s->k = malloc(s->nq * sizeof(float));
-    s->v = malloc(s->nv * sizeof(float)), s->out = malloc(s->nv * sizeof(float));
-    s->mix = malloc(s->nm * sizeof(float)), s->ref = malloc(s->nv * sizeof(double));
-    s->q_dev = malloc(s->nq * elem_size(t)), s->k_dev = malloc(s->nq * elem_size(t));
-    s->v_dev = malloc(s->nv * elem_size(t)), s->out_dev = malloc(s->nv * elem_size(t));
+    s->q = mhla__malloc(s->nq * sizeof(float)), s->k = mhla__malloc(s->nq * sizeof(float));
+    s->v = mhla__malloc(s->nv * sizeof(float)), s->out = mhla__malloc(s->nv * sizeof(float));
+    s->mix = mhla__malloc(s->nm * sizeof(float)), s->ref = mhla__malloc(s->nv * sizeof(double));
+    s->q_dev = mhla__malloc(s->nq * elem_size(t)), s->k_dev = mhla__malloc(s->nq * elem_size(t));
+    s->v_dev = mhla__malloc(s->nv * elem_size(t)), s->out_dev = mhla__malloc(s->nv * elem_size(t));
     if (!s->q || !s->k || !s->v || !s->out || !s->mix || !s->ref || !s->q_dev || !s->k_dev || !s->v_dev ||
         !s->out_dev)
         return mhla__fail(s->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the selftest's inputs");
@@ -253,7 +253,7 @@ static void free_inputs(run_state *s)
 {
     void *p[] = {s->q, s->k, s->v, s->mix, s->out, s->ref, s->q_dev, s->k_dev, s->v_dev, s->out_dev};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; ++i)
-        free(p[i]);
+        mhla__free(p[i]);
 }
 
 /* mhla_forward (or varlen, or softmax) on device buffers; out read back into s->out_dev. */
@@ -309,7 +309,7 @@ static mhla_status run_decoder(run_state *s)
     mhla_decoder *dec = NULL;
     cl_event done = NULL; /* waited for: the context's queue may run out of order */
     cl_mem b[5] = {NULL, NULL, NULL, NULL, NULL}, pb[5] = {NULL, NULL, NULL, NULL, NULL};
-    unsigned char *one = malloc(bh * (size_t)(c->dk > c->dv ? c->dk : c->dv) * es);
+    unsigned char *one = mhla__malloc(bh * (size_t)(c->dk > c->dv ? c->dk : c->dv) * es);
     MHLA_FAIL_IF(st, !one, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the selftest");
     MHLA_FORWARD_IF_ERROR(st, mhla_decoder_create(ctx, c, n, &dec));
     MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->mix, s->nm * sizeof(float), MHLA_DTYPE_F32,
@@ -324,12 +324,12 @@ static mhla_status run_decoder(run_state *s)
             const int64_t d = tt == MHLA_TENSOR_V ? c->dv : c->dk;
             const unsigned char *src = tt == MHLA_TENSOR_Q ? s->q_dev : tt == MHLA_TENSOR_K ? s->k_dev : s->v_dev;
             const size_t row = (size_t)(prompt * c->heads * d) * es, stride = (size_t)(n * c->heads * d) * es;
-            unsigned char *tmp = malloc(row * (size_t)c->batch);
+            unsigned char *tmp = mhla__malloc(row * (size_t)c->batch);
             MHLA_FAIL_IF(st, !tmp, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the selftest");
             for (int64_t bb = 0; bb < c->batch; ++bb)
                 memcpy(tmp + (size_t)bb * row, src + (size_t)bb * stride, row);
             st = device_buffer(ctx, tmp, row * (size_t)c->batch, t, &pb[tt]);
-            free(tmp);
+            mhla__free(tmp);
             if (st != MHLA_OK)
                 goto cleanup;
         }
@@ -384,7 +384,7 @@ cleanup:
     for (int i = 0; i < 5; ++i)
         release(&b[i]), release(&pb[i]);
     mhla_decoder_destroy(dec);
-    free(one);
+    mhla__free(one);
     return st;
 }
 
@@ -445,7 +445,7 @@ mhla_status mhla_selftest(mhla_context *ctx, int quick, mhla_selftest_fn fn, voi
     selftest_case *cases = NULL;
     size_t ok = 0, bad = 0;
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_selftest: context is NULL");
-    cases = calloc(MAX_CASES, sizeof *cases);
+    cases = mhla__calloc(MAX_CASES, sizeof *cases);
     MHLA_FAIL_IF(st, !cases, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the selftest");
     const size_t n = make_cases(quick, cases);
     for (size_t i = 0; i < n; ++i) {
@@ -463,7 +463,7 @@ mhla_status mhla_selftest(mhla_context *ctx, int quick, mhla_selftest_fn fn, voi
     if (failed)
         *failed = bad;
 cleanup:
-    free(cases);
+    mhla__free(cases);
     return st;
 }
 

@@ -79,7 +79,7 @@ mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, 
     MHLA_FAIL_IF(st, !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_softmax_plan_create: out is NULL");
     *out = NULL;
     MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_softmax_plan_create: context is NULL");
-    plan = calloc(1, sizeof *plan);
+    plan = mhla__calloc(1, sizeof *plan);
     MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
     plan->ctx = ctx;
     plan->softmax = 1;

@@ -40,7 +40,25 @@ const char *mhla_last_message(void) { return thread_message; }
 
 const char *mhla_context_message(const mhla_context *ctx) { return ctx ? ctx->message : ""; }
 
-cl_int mhla_context_cl_error(const mhla_context *ctx) { return ctx ? ctx->last_cl_error : CL_SUCCESS; }
+cl_int mhla_context_cl_error(const mhla_context *ctx)
+{
+    if (!ctx)
+        return CL_SUCCESS;
+    mhla_mutex *lock = (mhla_mutex *)&ctx->message_lock; /* reading takes the lock too */
+    mhla__lock(lock);
+    const cl_int err = ctx->last_cl_error;
+    mhla__unlock(lock);
+    return err;
+}
+
+void mhla__set_cl_error(mhla_context *ctx, cl_int err)
+{
+    if (!ctx)
+        return;
+    mhla__lock(&ctx->message_lock);
+    ctx->last_cl_error = err;
+    mhla__unlock(&ctx->message_lock);
+}
 
 char *mhla__fmt(char *buf, size_t size, const char *fmt, ...)
 {
@@ -54,8 +72,11 @@ char *mhla__fmt(char *buf, size_t size, const char *fmt, ...)
 static mhla_status record(mhla_context *ctx, mhla_status status, const char *text)
 {
     snprintf(thread_message, sizeof thread_message, "%s", text);
-    if (ctx && ctx->message != text)
+    if (ctx && ctx->message != text) {
+        mhla__lock(&ctx->message_lock);
         snprintf(ctx->message, sizeof ctx->message, "%s", text);
+        mhla__unlock(&ctx->message_lock);
+    }
     return status;
 }
 
@@ -170,8 +191,7 @@ mhla_status mhla__status_of_cl(cl_int err)
 
 mhla_status mhla__fail_cl(mhla_context *ctx, cl_int err, const char *what, const char *file, int line)
 {
-    if (ctx)
-        ctx->last_cl_error = err;
+    mhla__set_cl_error(ctx, (cl_int)err);
     return mhla__fail(ctx, mhla__status_of_cl(err), "%s failed: %s (%d) at %s:%d", what,
                       mhla__cl_error_name(err), (int)err, file, line);
 }
@@ -211,8 +231,7 @@ static const char *blas_error_name(int err)
 mhla_status mhla__fail_blas(mhla_context *ctx, int err, const char *what, const char *file, int line)
 {
     const char *name = blas_error_name(err);
-    if (ctx)
-        ctx->last_cl_error = err;
+    mhla__set_cl_error(ctx, (cl_int)err);
     if (!name && err > -1000) /* codes shared with OpenCL */
         return mhla__fail_cl(ctx, (cl_int)err, what, file, line);
     return mhla__fail(ctx, MHLA_ERR_BLAS, "%s failed: %s (%d) at %s:%d", what,

@@ -233,15 +233,15 @@ mhla_status mhla_context_set_tuning(mhla_context *ctx, const char *spec)
     if (spec && *spec) {
         mhla_tuning scratch = rows[0].t; /* validation: the same parser, on a copy */
         MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "mhla_context_set_tuning", spec, &scratch));
-        copy = malloc(strlen(spec) + 1);
+        copy = mhla__malloc(strlen(spec) + 1);
         MHLA_FAIL_IF(st, !copy, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory storing a tuning override");
         strcpy(copy, spec);
     }
-    free(ctx->tuning);
+    mhla__free(ctx->tuning);
     ctx->tuning = copy;
     copy = NULL;
 cleanup:
-    free(copy);
+    mhla__free(copy);
     return st;
 }
 

@@ -68,9 +68,9 @@ static char *read_db(const mhla_context *ctx)
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0)
         size = ftell(f);
-    if (size >= 0 && size < (1 << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)) != NULL) {
+    if (size >= 0 && size < (1 << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = mhla__malloc((size_t)size + 1)) != NULL) {
         if (fread(text, 1, (size_t)size, f) != (size_t)size) {
-            free(text);
+            mhla__free(text);
             text = NULL;
         } else {
             text[size] = '\0';
@@ -87,7 +87,7 @@ static char *read_db(const mhla_context *ctx)
         snprintf(want, sizeof want, "\n%s %s\n", header_names[i], fields[i]);
         const char *at = strstr(text, want + 1);
         if (!at || (at != text && at[-1] != '\n')) {
-            free(text);
+            mhla__free(text);
             return NULL;
         }
     }
@@ -124,11 +124,14 @@ static int find_entry(const char *text, int64_t dk, int64_t dv, char *spec, size
 
 int mhla__tuned_entry(mhla_context *ctx, int64_t dk, int64_t dv, char *spec, size_t size)
 {
+    mhla__lock(&ctx->lock); /* threads sharing ctx: one reads the file, all look up in it */
     if (!ctx->tuned_loaded) {
         ctx->tuned_db = read_db(ctx);
         ctx->tuned_loaded = 1;
     }
-    return ctx->tuned_db && find_entry(ctx->tuned_db, dk, dv, spec, size, NULL, 0);
+    const int found = ctx->tuned_db && find_entry(ctx->tuned_db, dk, dv, spec, size, NULL, 0);
+    mhla__unlock(&ctx->lock);
+    return found;
 }
 
 mhla_status mhla_tuning_db_path(mhla_context *ctx, char *path, size_t size)
@@ -158,7 +161,7 @@ mhla_status mhla_tuning_db_get(mhla_context *ctx, int64_t dk, int64_t dv, char *
     if (text)
         find_entry(text, dk, dv, spec, spec_size, comment_size ? comment : NULL, comment_size);
 cleanup:
-    free(text);
+    mhla__free(text);
     return st;
 }
 
@@ -218,9 +221,12 @@ mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const 
                  "mhla_tuning_db_put: cannot rename %s to %s: %s", tmp, path, strerror(errno));
     tmp[0] = '\0';
     /* This context sees the new entry from its next plan on. */
-    free(ctx->tuned_db);
-    ctx->tuned_db = read_db(ctx);
+    char *fresh = read_db(ctx);
+    mhla__lock(&ctx->lock);
+    mhla__free(ctx->tuned_db);
+    ctx->tuned_db = fresh;
     ctx->tuned_loaded = 1;
+    mhla__unlock(&ctx->lock);
 cleanup:
     if (f)
         fclose(f);
@@ -228,7 +234,7 @@ cleanup:
         close(fd);
     if (tmp[0])
         unlink(tmp);
-    free(old);
+    mhla__free(old);
     return st;
 }
 
@@ -251,6 +257,6 @@ mhla_status mhla_tuning_db_list(mhla_context *ctx, int64_t *dims, size_t capacit
         ++*count;
     }
 cleanup:
-    free(text);
+    mhla__free(text);
     return st;
 }
