@@ -209,8 +209,12 @@ mhla_status mhla__tuning_lookup(mhla_context *ctx, const mhla_config *cfg, mhla_
     const char *env = getenv("MHLA_TUNING");
     if (env && *env)
         MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "MHLA_TUNING", env, &t));
-    if (ctx->tuning)
-        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "mhla_context_set_tuning", ctx->tuning, &t));
+    /* Under the context's lock: another thread may replace the override meanwhile. */
+    mhla__lock(&ctx->lock);
+    st = ctx->tuning ? mhla__tuning_apply(ctx, "mhla_context_set_tuning", ctx->tuning, &t) : MHLA_OK;
+    mhla__unlock(&ctx->lock);
+    if (st != MHLA_OK)
+        goto cleanup;
     cap_widths(ctx, &t);
     *out = t;
 cleanup:
@@ -237,9 +241,11 @@ mhla_status mhla_context_set_tuning(mhla_context *ctx, const char *spec)
         MHLA_FAIL_IF(st, !copy, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory storing a tuning override");
         strcpy(copy, spec);
     }
-    mhla__free(ctx->tuning);
+    mhla__lock(&ctx->lock);
+    char *previous = ctx->tuning;
     ctx->tuning = copy;
-    copy = NULL;
+    mhla__unlock(&ctx->lock);
+    copy = previous; /* freed below */
 cleanup:
     mhla__free(copy);
     return st;
