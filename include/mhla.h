@@ -39,11 +39,13 @@ extern "C" {
         MHLA_VERSION_PATCH)
 
 /*! mhla_version() :
- * @return the MHLA_VERSION_NUMBER the library was built with (may differ from the header's). */
+ * @return the MHLA_VERSION_NUMBER the library was built with (may differ from the header's).
+ * Thread-safety: any thread. */
 MHLA_API unsigned mhla_version(void);
 
 /*! mhla_version_string() :
- * @return the library's version as "MAJOR.MINOR.PATCH"; a static string, never NULL. */
+ * @return the library's version as "MAJOR.MINOR.PATCH"; a static string, never NULL.
+ * Thread-safety: any thread. */
 MHLA_API const char *mhla_version_string(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -73,20 +75,23 @@ typedef enum mhla_status {
 } mhla_status;
 
 /*! mhla_status_name() :
- * @return the enumerator's name ("MHLA_ERR_INVALID_SHAPE"), or "MHLA_UNKNOWN_STATUS". Static. */
+ * @return the enumerator's name ("MHLA_ERR_INVALID_SHAPE"), or "MHLA_UNKNOWN_STATUS". Static.
+ * Thread-safety: any thread. */
 MHLA_API const char *mhla_status_name(mhla_status status);
 
 /*! mhla_strerror() :
  * @return a one-line generic description of `status`. Static, never NULL.
  * The specific explanation of a failure (naming the offending value) is the message of the
- * context (mhla_context_message()) or of the thread (mhla_last_message()). */
+ * context (mhla_context_message()) or of the thread (mhla_last_message()).
+ * Thread-safety: any thread. */
 MHLA_API const char *mhla_strerror(mhla_status status);
 
 /*! mhla_last_message() :
  * @return the message of the last failing call made on this thread, whatever handle it used
  *         (the only place a failed mhla_context_create() explains itself); "" if none failed.
  *         Thread-local storage owned by the library, valid until the next failing call on this
- *         thread. A successful call does not clear it. */
+ *         thread. A successful call does not clear it.
+ * Thread-safety: any thread (each thread has its own). */
 MHLA_API const char *mhla_last_message(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -122,7 +127,8 @@ typedef struct mhla_device_info {
  * Enumerates every device of every OpenCL platform, in the order device specs index them.
  * @infos, @capacity: caller array (may be NULL/0 to only count).
  * @count: receives the total number of devices (may exceed capacity; only `capacity` filled).
- * @return MHLA_OK (also with zero devices), MHLA_ERR_INVALID_ARGUMENT for NULL count. */
+ * @return MHLA_OK (also with zero devices), MHLA_ERR_INVALID_ARGUMENT for NULL count.
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, size_t *count);
 
 /*! mhla_device_selected() :
@@ -130,12 +136,27 @@ MHLA_API mhla_status mhla_device_list(mhla_device_info *infos, size_t capacity, 
  * @device_spec: as for mhla_context_create() (NULL or "" reads MHLA_DEVICE, then the default).
  * @index: receives the device's position in mhla_device_list() (mhla_device_info.index).
  * @return MHLA_OK, MHLA_ERR_DEVICE_NOT_FOUND (the message lists the devices), or
- *         MHLA_ERR_INVALID_ARGUMENT for NULL index. Thread-safe. */
+ *         MHLA_ERR_INVALID_ARGUMENT for NULL index.
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_device_selected(const char *device_spec, size_t *index);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Context: one OpenCL device and an in-order or out-of-order command queue                    */
 /* ------------------------------------------------------------------------------------------ */
+/* Thread safety. Each function says which of these it is (issue 14; tests/test_threads.c):
+ *  - "any thread": may run on any thread at any time, concurrently with any call.
+ *  - "shares the context": may run while other threads make "shares the context", "per plan" and
+ *    "per decoder" calls on the same context, and any calls on other contexts. A context's
+ *    program cache, tuning database, tuning override and failure record are guarded by its lock;
+ *    threads enqueue onto its one queue (OpenCL's enqueue calls are thread-safe), so an in-order
+ *    queue runs their work in the order it was enqueued, and one thread's blocking call also waits
+ *    for what another enqueued before it.
+ *  - "per plan" / "per decoder": as "shares the context", with one thread at a time per plan or
+ *    decoder (it owns kernels whose arguments each call sets, and its workspace).
+ *  - "alone on the context": nothing else may use the context, its plans or its decoders meanwhile.
+ * Contexts share nothing but CLBlast's process-wide program cache (guarded inside CLBlast), which
+ * the library empties when the last context that used it is destroyed. */
+
 typedef struct mhla_context mhla_context;
 
 /*! mhla_context_create() :
@@ -148,7 +169,7 @@ typedef struct mhla_context mhla_context;
  * @out receives the handle; it is set to NULL on failure.
  * @return MHLA_OK, MHLA_ERR_DEVICE_NOT_FOUND (with the list of devices in the message),
  *         MHLA_ERR_INVALID_ARGUMENT, or an OpenCL failure.
- * Thread-safety: a context and its plans may be used by one thread at a time. */
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_context_create(const char *device_spec, mhla_context **out);
 
 /*! mhla_context_wrap() :
@@ -158,26 +179,32 @@ MHLA_API mhla_status mhla_context_create(const char *device_spec, mhla_context *
  * The queue may be out of order: the library then orders its own stages with barriers.
  * Device timings (mhla-bench) need a queue created with CL_QUEUE_PROFILING_ENABLE.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT when a handle is NULL, invalid, or the queue
- *         belongs to another context. */
+ *         belongs to another context.
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_context **out);
 
 /*! mhla_context_destroy() : releases everything the context owns. Accepts NULL.
- * Plans created on it must be destroyed first. */
+ * Plans created on it must be destroyed first.
+ * Thread-safety: alone on the context (after its plans and decoders are destroyed). */
 MHLA_API void mhla_context_destroy(mhla_context *ctx);
 
 /*! mhla_context_message() :
  * @return the explanation of the last failure of a call on this context (including a kernel
  *         build log when a build failed), or "" when none failed. Owned by the context, valid
- *         until its next failing call. NULL ctx gives "". */
+ *         until its next failing call. NULL ctx gives "".
+ * Thread-safety: shares the context; with several threads on the context it holds whichever failure came
+ * last (a thread reads its own in mhla_last_message()). */
 MHLA_API const char *mhla_context_message(const mhla_context *ctx);
 
 /*! mhla_context_cl_error() :
  * @return the raw OpenCL (or CLBlast) error code of the last failure on this context that came
- *         from OpenCL, or CL_SUCCESS (0). */
+ *         from OpenCL, or CL_SUCCESS (0).
+ * Thread-safety: shares the context. */
 MHLA_API cl_int mhla_context_cl_error(const mhla_context *ctx);
 
 /*! Accessors: the underlying OpenCL objects (not retained for the caller; NULL for NULL ctx),
- * and the device's name ("" for NULL ctx). */
+ * and the device's name ("" for NULL ctx).
+ * Thread-safety: shares the context. */
 MHLA_API cl_context mhla_context_cl_context(const mhla_context *ctx);
 MHLA_API cl_command_queue mhla_context_queue(const mhla_context *ctx);
 MHLA_API cl_device_id mhla_context_device(const mhla_context *ctx);
@@ -194,14 +221,17 @@ MHLA_API const char *mhla_context_device_name(const mhla_context *ctx);
  * NULL or "" clears the override. Results never depend on it, only speed: every tiling is
  * checked against the reference in the tests.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT naming the unknown field, row or bad value (the
- *         previous override is then kept). */
+ *         previous override is then kept).
+ * Thread-safety: shares the context; a plan or decoder created meanwhile takes the old override or the new
+ * one. */
 MHLA_API mhla_status mhla_context_set_tuning(mhla_context *ctx, const char *spec);
 
 /*! mhla_context_tuning() :
  * Writes the tuning new plans on this context would use into buf (NUL-terminated, truncated to
  * size): where it came from ("built-in row 'cpu-wide', MHLA_TUNING"), then every field as
  * name=value after the device's caps. Plans fit these to their sizes and the device's limits.
- * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL ctx or buf, size 0, malformed MHLA_TUNING). */
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL ctx or buf, size 0, malformed MHLA_TUNING).
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size);
 
 /* Tuned entries (`mhla tune` writes them): per device and head-dimension pair, a tuning spec as
@@ -212,27 +242,32 @@ MHLA_API mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t si
  * that no longer parses is ignored. mhla_context_tuning() shows the built-in row only. */
 
 /*! mhla_tuning_db_path() : the database file of ctx's device (it may not exist yet).
- * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when there is no cache folder; MHLA_ERR_INVALID_ARGUMENT. */
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when there is no cache folder; MHLA_ERR_INVALID_ARGUMENT.
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_tuning_db_path(mhla_context *ctx, char *path, size_t size);
 
 /*! mhla_tuning_db_get() : the entry for (dk, dv) into spec ("" when there is none) and its note
  * into comment (may be NULL). Read from disk at each call.
- * @return MHLA_OK (also with no entry), MHLA_ERR_INVALID_ARGUMENT for NULL ctx or spec. */
+ * @return MHLA_OK (also with no entry), MHLA_ERR_INVALID_ARGUMENT for NULL ctx or spec.
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_tuning_db_get(mhla_context *ctx, int64_t dk, int64_t dv, char *spec, size_t spec_size,
                                         char *comment, size_t comment_size);
 
 /*! mhla_tuning_db_put() : stores (replaces) the entry for (dk, dv): `spec` is validated as
  * mhla_context_set_tuning() validates it; `comment` (may be NULL, one line) says where it came
  * from. The file is rewritten through a temporary and a rename, so readers never see half of it.
- * Plans created on ctx afterwards use the entry. Not thread-safe against another writer.
+ * Plans created on ctx afterwards use the entry.
  * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT naming a bad value, or the file that could not be
- *         written; MHLA_ERR_UNSUPPORTED when there is no cache folder. */
+ *         written; MHLA_ERR_UNSUPPORTED when there is no cache folder.
+ * Thread-safety: shares the context; not concurrently with another mhla_tuning_db_put() for the same
+ * device, from any context or process (one of the two entries may be lost). */
 MHLA_API mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const char *spec,
                                         const char *comment);
 
 /*! mhla_tuning_db_list() : the head-dimension pairs that have an entry: *count of them, the
  * first `capacity` written to dims as (dk, dv) pairs (dims may be NULL when capacity is 0).
- * @return MHLA_OK (also with no database), MHLA_ERR_INVALID_ARGUMENT for NULL ctx or count. */
+ * @return MHLA_OK (also with no database), MHLA_ERR_INVALID_ARGUMENT for NULL ctx or count.
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_tuning_db_list(mhla_context *ctx, int64_t *dims, size_t capacity, size_t *count);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -293,20 +328,23 @@ typedef struct mhla_config {
 
 /*! mhla_config_init() : non-causal defaults (released vision/video code): BNHD, relu-eps with
  * feature_eps 1e-6, scale 1 (0 = default), paper normalizer, eps 1e-6, f32; all sizes 0 except
- * batch = heads = 1 and every grid/block extent = 1. NULL is ignored. */
+ * batch = heads = 1 and every grid/block extent = 1. NULL is ignored.
+ * Thread-safety: any thread. */
 MHLA_API void mhla_config_init(mhla_config *cfg);
 
 /*! mhla_config_init_causal() : causal defaults (released language-model code): as above but
  * causal = 1, relu, scale Dk^-0.5 (0 = default), normalizer none, chunk 64, varlen 0.
  * Causal mode takes the normalizers `none` and `paper` (`official` is defined for block grids
- * only) and a 1D grid (N, 1, 1); the block grid fields are ignored. NULL is ignored. */
+ * only) and a 1D grid (N, 1, 1); the block grid fields are ignored. NULL is ignored.
+ * Thread-safety: any thread. */
 MHLA_API void mhla_config_init_causal(mhla_config *cfg);
 
 /*! mhla_config_check() :
  * Validates a configuration without a device (what mhla_plan_create() checks first).
  * @msg, @msg_size: optional buffer receiving the explanation on failure (may be NULL/0).
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, MHLA_ERR_INVALID_SHAPE, MHLA_ERR_UNSUPPORTED, or
- *         MHLA_ERR_SEQUENCE_TOO_LONG (causal, not varlen: N > chunk * mixing_rows). */
+ *         MHLA_ERR_SEQUENCE_TOO_LONG (causal, not varlen: N > chunk * mixing_rows).
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_config_check(const mhla_config *cfg, char *msg, size_t msg_size);
 
 /* Largest head dimension (Dk or Dv) the kernels are built for. */
@@ -322,29 +360,34 @@ typedef struct mhla_plan mhla_plan;
  * and allocates its device workspace. `cfg` is copied.
  * @return MHLA_OK; a validation status naming the offending field and value;
  *         MHLA_ERR_BUILD_FAILED with the build log in the context message;
- *         MHLA_ERR_OUT_OF_DEVICE_MEMORY when the workspace does not fit the device. */
+ *         MHLA_ERR_OUT_OF_DEVICE_MEMORY when the workspace does not fit the device.
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
 
 /*! mhla_plan_destroy() : releases the plan's kernels and workspace. Accepts NULL.
- * Work already enqueued with the plan must have completed. */
+ * Work already enqueued with the plan must have completed.
+ * Thread-safety: per plan. */
 MHLA_API void mhla_plan_destroy(mhla_plan *plan);
 
 /*! mhla_plan_workspace_size() : bytes of device memory the plan owns for intermediate results
  * (block summaries and their mixtures: O(B*H*M*Dk*Dv); causal plans: chunk summaries and prefix
  * mixtures, grown by a varlen call that needs more chunks); 0 for NULL. Host staging buffers of
  * mhla_forward_host() and CLBlast's temporary buffer of the causal prefix GEMMs are allocated on
- * first use and not counted here. */
+ * first use and not counted here.
+ * Thread-safety: per plan. */
 MHLA_API size_t mhla_plan_workspace_size(const mhla_plan *plan);
 
 /*! mhla_plan_tuning() :
  * Writes what the plan was built with into buf (truncated to size): where its tuning came from
  * ("built-in row 'cpu', tuned entry 64x64, MHLA_TUNING") and the tiles of each stage as fitted to
  * its sizes and the device. For diagnostics; the format may change.
- * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL plan or buf or size 0. */
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL plan or buf or size 0.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size);
 
 /*! mhla_plan_config() : the plan's configuration with defaults resolved (scale, mixing_rows);
- * NULL for NULL. Owned by the plan. */
+ * NULL for NULL. Owned by the plan.
+ * Thread-safety: per plan. */
 MHLA_API const mhla_config *mhla_plan_config(const mhla_plan *plan);
 
 /* Device time of each stage of one forward pass, in milliseconds (OpenCL profiling events).
@@ -364,7 +407,8 @@ typedef struct mhla_stage_times {
  * context's queue has CL_QUEUE_PROFILING_ENABLE (contexts made by mhla_context_create() do).
  * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile or for a softmax plan
  *         (one kernel: time the event mhla_forward() returns); MHLA_ERR_INVALID_ARGUMENT for NULL
- *         arguments or when the plan has not run yet. */
+ *         arguments or when the plan has not run yet.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out);
 
 typedef enum mhla_tensor {
@@ -376,11 +420,13 @@ typedef enum mhla_tensor {
 } mhla_tensor;
 
 /*! mhla_plan_tensor_bytes() : the number of bytes a buffer for `tensor` must hold at least;
- * 0 for NULL plan or unknown tensor. */
+ * 0 for NULL plan or unknown tensor.
+ * Thread-safety: per plan. */
 MHLA_API size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor);
 
 /*! mhla_config_tensor_elems() : element count of `tensor` for a valid configuration (the
- * mixing matrix is M x M, or mixing_rows^2 causal); 0 when `cfg` is NULL or invalid. */
+ * mixing matrix is M x M, or mixing_rows^2 causal); 0 when `cfg` is NULL or invalid.
+ * Thread-safety: any thread. */
 MHLA_API size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -406,7 +452,8 @@ MHLA_API size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor ten
  * @done: if not NULL, receives an event that completes with the output (caller releases it).
  * Nothing waits for the device: the call returns once the work is enqueued. The plan's
  * workspace is reused by the next call, which the queue orders after this one.
- * @return MHLA_OK, or a status with the context message naming the offending buffer or call. */
+ * @return MHLA_OK, or a status with the context message naming the offending buffer or call.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
                          cl_uint num_wait, const cl_event *wait, cl_event *done);
 
@@ -414,7 +461,8 @@ MHLA_API mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
  * Convenience: copies host arrays to device buffers the plan keeps for the purpose, runs
  * mhla_forward() and copies `out` back. Blocks until the output is on the host.
  * Element types follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16);
- * the mixing matrix is always float. No pointer may be NULL, except `mixing` for a softmax plan. */
+ * the mixing matrix is always float. No pointer may be NULL, except `mixing` for a softmax plan.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
                               const float *mixing, void *out);
 
@@ -439,9 +487,10 @@ MHLA_API mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const voi
 /*! mhla_forward_varlen() :
  * Enqueues the causal chunk form over a packed batch; otherwise as mhla_forward() (buffers
  * checked against the plan's total, events, nothing waits for the device). The offsets are read
- * during the call only. Thread-safety: as mhla_forward().
+ * during the call only.
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (plan not varlen, bad offsets, NULL),
- *         MHLA_ERR_SEQUENCE_TOO_LONG, MHLA_ERR_BUFFER_TOO_SMALL, or a device failure. */
+ *         MHLA_ERR_SEQUENCE_TOO_LONG, MHLA_ERR_BUFFER_TOO_SMALL, or a device failure.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                 const int32_t *cu_seqlens, size_t num_seqs, cl_mem out,
                                 cl_uint num_wait, const cl_event *wait, cl_event *done);
@@ -449,7 +498,8 @@ MHLA_API mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl
 /*! mhla_forward_varlen_host() :
  * Host-pointer convenience around mhla_forward_varlen(), like mhla_forward_host(): element types
  * follow cfg.dtype (float for F32; uint16_t bit patterns for F16/BF16), the mixing matrix is float;
- * blocks until `out` is written. No pointer may be NULL. */
+ * blocks until `out` is written. No pointer may be NULL.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_forward_varlen_host(mhla_plan *plan, const void *q, const void *k,
                                      const void *v, const float *mixing,
                                      const int32_t *cu_seqlens, size_t num_seqs, void *out);
@@ -461,7 +511,7 @@ MHLA_API mhla_status mhla_forward_varlen_host(mhla_plan *plan, const void *q, co
  * summary of the current chunk i, and its prefix mixture P_i. A step costs O(B*H*Dk*Dv) whatever
  * the context length; when a step starts chunk i it first builds P_i from Mc's row i
  * (O(i*B*H*Dk*Dv), once per chunk). Its outputs equal the chunk form's (mhla_forward on a causal
- * plan) to rounding. Thread-safety: one thread at a time per decoder, as for its context. */
+ * plan) to rounding. Thread-safety: each call says; one thread at a time per decoder. */
 typedef struct mhla_decoder mhla_decoder;
 
 /*! mhla_decoder_create() :
@@ -474,29 +524,34 @@ typedef struct mhla_decoder mhla_decoder;
  *   B*H*Dk*(Dv + 1 for paper) floats on the device, plus one prefix mixture; a prefill adds up to
  *   64 more (its chunk path runs 64 chunks at a time), allocated on first use and kept.
  * @out: receives the handle, NULL on failure.
- * @return MHLA_OK, a validation status, MHLA_ERR_BUILD_FAILED, MHLA_ERR_OUT_OF_DEVICE_MEMORY. */
+ * @return MHLA_OK, a validation status, MHLA_ERR_BUILD_FAILED, MHLA_ERR_OUT_OF_DEVICE_MEMORY.
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg, int64_t capacity_tokens,
                                 mhla_decoder **out);
 
 /*! mhla_decoder_destroy() : releases the decoder's device state. Accepts NULL. Work enqueued
- * with it must have completed (or the queue be finished) before its context is destroyed. */
+ * with it must have completed (or the queue be finished) before its context is destroyed.
+ * Thread-safety: per decoder. */
 MHLA_API void mhla_decoder_destroy(mhla_decoder *dec);
 
 /*! mhla_decoder_reset() : back to position 0 (an empty context), without device work.
- * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL. */
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL.
+ * Thread-safety: per decoder. */
 MHLA_API mhla_status mhla_decoder_reset(mhla_decoder *dec);
 
 /*! mhla_decoder_position() : tokens consumed so far (the next token's index); -1 for NULL.
  *  mhla_decoder_capacity() : capacity_tokens of mhla_decoder_create(); -1 for NULL.
  *  mhla_decoder_config() : the configuration with defaults resolved (scale, mixing_rows); NULL for
- *  NULL; owned by the decoder. */
+ *  NULL; owned by the decoder.
+ * Thread-safety: per decoder. */
 MHLA_API int64_t mhla_decoder_position(const mhla_decoder *dec);
 MHLA_API int64_t mhla_decoder_capacity(const mhla_decoder *dec);
 MHLA_API const mhla_config *mhla_decoder_config(const mhla_decoder *dec);
 
 /*! mhla_decoder_tensor_bytes() : bytes a buffer for `tensor` needs for a call on `n_tokens`
  * tokens (q, k: B*n*H*Dk floats; v, out: B*n*H*Dv; mixing: mixing_rows^2, whatever n);
- * 0 for NULL, unknown tensor, n_tokens < 1, or a size beyond size_t. */
+ * 0 for NULL, unknown tensor, n_tokens < 1, or a size beyond size_t.
+ * Thread-safety: per decoder. */
 MHLA_API size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, int64_t n_tokens);
 
 /*! mhla_decoder_step() :
@@ -505,7 +560,8 @@ MHLA_API size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor t
  * first builds P_i from Mc[i, 0..i-1]; Mc[i,i] is read every step. Pass the same Mc each call.
  * Events and buffer checks as in mhla_forward(); nothing waits for the device.
  * @return MHLA_OK; MHLA_ERR_CAPACITY_EXCEEDED (the message names the position and the capacity;
- *         the decoder is unchanged); a buffer or device failure. */
+ *         the decoder is unchanged); a buffer or device failure.
+ * Thread-safety: per decoder. */
 MHLA_API mhla_status mhla_decoder_step(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                               cl_mem out, cl_uint num_wait, const cl_event *wait, cl_event *done);
 
@@ -514,7 +570,8 @@ MHLA_API mhla_status mhla_decoder_step(mhla_decoder *dec, cl_mem q, cl_mem k, cl
  * the current position (a prompt at 0, or more context later). Tokens up to the next chunk
  * boundary go through the recurrent step; the whole chunks after it (and a partial last one) go
  * through the chunk path (summaries straight into the decoder's state, prefix mixtures, masked
- * intra-chunk output). Steps may follow. Same checks, events and errors as mhla_decoder_step(). */
+ * intra-chunk output). Steps may follow. Same checks, events and errors as mhla_decoder_step().
+ * Thread-safety: per decoder. */
 MHLA_API mhla_status mhla_decoder_prefill(mhla_decoder *dec, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                  cl_mem out, int64_t n_tokens, cl_uint num_wait,
                                  const cl_event *wait, cl_event *done);
@@ -525,7 +582,8 @@ MHLA_API mhla_status mhla_decoder_prefill(mhla_decoder *dec, cl_mem q, cl_mem k,
  * floats. The decoder's state stays float whatever the storage type. step_host runs n_tokens steps, one token after the other (the recurrent
  * form over a whole sequence, what `mhla run --recurrent` does); prefill_host runs
  * mhla_decoder_prefill(). Both copy the inputs once, block until `out` is written, and refuse
- * (unchanged decoder) a call that would pass the capacity. No pointer may be NULL. */
+ * (unchanged decoder) a call that would pass the capacity. No pointer may be NULL.
+ * Thread-safety: per decoder. */
 MHLA_API mhla_status mhla_decoder_step_host(mhla_decoder *dec, const void *q, const void *k,
                                    const void *v, const float *mixing, void *out,
                                    int64_t n_tokens);
@@ -555,13 +613,15 @@ MHLA_API mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q,
  *                builds P_i from Mc, so it is not stored.
  * The state does not hold Mc: restore with the Mc the session was run with. */
 
-/*! mhla_decoder_state_size() : bytes of the state at the current position; 0 for NULL. */
+/*! mhla_decoder_state_size() : bytes of the state at the current position; 0 for NULL.
+ * Thread-safety: per decoder. */
 MHLA_API size_t mhla_decoder_state_size(const mhla_decoder *dec);
 
 /*! mhla_decoder_state_read() :
  * Copies the state into `buf` (mhla_decoder_state_size() bytes). Blocks until the device copy is
  * done (work enqueued before it is waited for).
- * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL), MHLA_ERR_BUFFER_TOO_SMALL, a device failure. */
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL), MHLA_ERR_BUFFER_TOO_SMALL, a device failure.
+ * Thread-safety: per decoder. */
 MHLA_API mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size);
 
 /*! mhla_decoder_state_write() :
@@ -572,7 +632,8 @@ MHLA_API mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_
  *         field that differs, named with both values; size larger than the header says);
  *         MHLA_ERR_BUFFER_TOO_SMALL (truncated); MHLA_ERR_CAPACITY_EXCEEDED (the state's position
  *         is past this decoder's capacity); a device failure. A state that fails validation
- *         leaves the decoder unchanged; after a device failure its state is undefined (reset it). */
+ *         leaves the decoder unchanged; after a device failure its state is undefined (reset it).
+ * Thread-safety: per decoder. */
 MHLA_API mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -597,7 +658,7 @@ MHLA_API mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf
  *         (MHLA_ERR_UNSUPPORTED for causal = 1 or a head dimension above
  *         MHLA_MAX_HEAD_DIM); MHLA_ERR_UNSUPPORTED naming the sizes when the device's local
  *         memory cannot hold even a one-key tile; MHLA_ERR_BUILD_FAILED with the build log.
- * Thread-safety: as mhla_plan_create(). */
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -620,13 +681,15 @@ typedef enum mhla_init_kind {
  * @out, @out_count: caller buffer of at least M*M floats.
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (NULL out, unknown kind, bad param),
  *         MHLA_ERR_INVALID_SHAPE (non-positive extent), MHLA_ERR_BUFFER_TOO_SMALL.
- *         The explanation is in mhla_last_message(). Thread-safe. */
+ *         The explanation is in mhla_last_message().
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t bt, int64_t bh,
                              int64_t bw, float *out, size_t out_count);
 
 /*! mhla_init_kind_parse() / mhla_init_kind_name() : "linear", "cos", "exp", "gaussian", "local",
  * "paper", "causal-uniform". parse returns MHLA_ERR_INVALID_ARGUMENT for an unknown name;
- * name returns NULL for an unknown kind. Similar helpers for the other enums follow. */
+ * name returns NULL for an unknown kind. Similar helpers for the other enums follow.
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_init_kind_parse(const char *name, mhla_init_kind *out);
 MHLA_API const char *mhla_init_kind_name(mhla_init_kind kind);
 MHLA_API mhla_status mhla_feature_map_parse(const char *name, mhla_feature_map *out); /* none|relu|relu-eps|elu1 */
@@ -645,7 +708,8 @@ MHLA_API const char *mhla_dtype_name(mhla_dtype dtype);
 /*! mhla_f16_to_float() / mhla_bf16_to_float() : the 16-bit value with bit pattern `h` as a float;
  * exact for every value (subnormals, infinities; a NaN stays a NaN with its sign and payload top).
  * mhla_float_to_f16() / mhla_float_to_bf16() : `f` rounded to the nearest 16-bit value, ties to
- * even (what the kernels store); overflow gives infinity, a NaN stays a quiet NaN. Thread-safe. */
+ * even (what the kernels store); overflow gives infinity, a NaN stays a quiet NaN.
+ * Thread-safety: any thread. */
 MHLA_API float mhla_f16_to_float(uint16_t h);
 MHLA_API uint16_t mhla_float_to_f16(float f);
 MHLA_API float mhla_bf16_to_float(uint16_t h);
@@ -656,7 +720,8 @@ MHLA_API uint16_t mhla_float_to_bf16(float f);
  * f16 <-> bf16 is refused (convert through f32, whose rounding the caller then sees). dst and
  * src may be the same array only for a same-type copy. Elements are float or uint16_t.
  * @return MHLA_OK or MHLA_ERR_INVALID_ARGUMENT (NULL pointer with n > 0, unknown dtype, f16 <-> bf16),
- *         explained in mhla_last_message(). Thread-safe. */
+ *         explained in mhla_last_message().
+ * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_convert(mhla_dtype dst_type, void *dst, mhla_dtype src_type, const void *src, size_t n);
 
 #ifdef __cplusplus

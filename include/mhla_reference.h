@@ -86,7 +86,8 @@ typedef void (*mhla_selftest_fn)(const mhla_selftest_result *result, void *user)
  * result; *passed and *failed (may be NULL) get the counts. A path that fails does not stop the
  * others. Takes seconds on a CPU; kernels are built as for any plan (the program cache applies).
  * @return MHLA_OK when the run completed (whatever the paths' outcome: read *failed),
- *         MHLA_ERR_INVALID_ARGUMENT for NULL ctx, MHLA_ERR_OUT_OF_HOST_MEMORY. */
+ *         MHLA_ERR_INVALID_ARGUMENT for NULL ctx, MHLA_ERR_OUT_OF_HOST_MEMORY.
+ * Thread-safety: shares the context (include/mhla.h, "Thread safety"). */
 MHLA_API mhla_status mhla_selftest(mhla_context *ctx, int quick, mhla_selftest_fn fn, void *user, size_t *passed,
                                    size_t *failed);
 
@@ -97,7 +98,8 @@ MHLA_API mhla_status mhla_selftest(mhla_context *ctx, int quick, mhla_selftest_f
  * "forward", "causal" or "softmax"). What `mhla tune` runs on every candidate before timing it.
  * Keep cfg small: the reference is O(N * Dk * Dv) per head in double precision on the host.
  * @return MHLA_OK when it ran (read out->passed); MHLA_ERR_INVALID_ARGUMENT for NULL arguments,
- *         MHLA_ERR_UNSUPPORTED for varlen configurations, or the configuration's own refusal. */
+ *         MHLA_ERR_UNSUPPORTED for varlen configurations, or the configuration's own refusal.
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_selftest_config(mhla_context *ctx, const mhla_config *cfg, int softmax, uint32_t seed,
                                           mhla_selftest_result *out);
 
