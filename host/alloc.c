@@ -44,7 +44,10 @@ static void *counted(void *p)
 
 void *mhla__malloc(size_t size) { return inject(MHLA__FAULT_ALLOC) ? NULL : counted(malloc(size)); }
 
-void *mhla__calloc(size_t count, size_t size) { return inject(MHLA__FAULT_ALLOC) ? NULL : counted(calloc(count, size)); }
+void *mhla__calloc(size_t count, size_t size)
+{
+    return inject(MHLA__FAULT_ALLOC) ? NULL : counted(calloc(count, size));
+}
 
 void *mhla__realloc(void *p, size_t size)
 {

@@ -219,11 +219,11 @@ mhla_status mhla__chunk_tables_upload(mhla_context *ctx, const mhla_chunk_tables
     *chunks = *tiles = NULL;
     MHLA_FAIL_IF(st, t->n_chunks == 0 || t->n_tiles == 0, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "internal: an empty chunk table (no tokens to run)");
-    *chunks = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_chunks * sizeof(cl_int4),
-                             t->chunks, &err);
+    *chunks = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                     t->n_chunks * sizeof(cl_int4), t->chunks, &err);
     MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (chunk table)");
-    *tiles = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_tiles * sizeof(cl_int4), t->tiles,
-                            &err);
+    *tiles = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, t->n_tiles * sizeof(cl_int4),
+                                    t->tiles, &err);
     MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (prefix tile table)");
 cleanup:
     if (st != MHLA_OK) {

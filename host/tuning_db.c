@@ -55,8 +55,10 @@ static int db_path(const mhla_context *ctx, char *buf, size_t size)
     return snprintf(buf, size, "%s/tuning-%016llx.txt", dir, (unsigned long long)h) < (int)size;
 }
 
-/* The file's contents when its header matches ctx's device, else NULL (malloc'd). */
-static char *read_db(const mhla_context *ctx)
+/* The file's contents when its header matches ctx's device, else NULL (malloc'd). *oom (may be
+ * NULL) is set to 1 when the file is there but there was no memory to read it: a writer must not
+ * then take it for empty, and drop its entries. */
+static char *read_db(const mhla_context *ctx, int *oom)
 {
     char path[4200];
     if (!db_path(ctx, path, sizeof path))
@@ -68,7 +70,12 @@ static char *read_db(const mhla_context *ctx)
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0)
         size = ftell(f);
-    if (size >= 0 && size < (1 << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = mhla__malloc((size_t)size + 1)) != NULL) {
+    if (size >= 0 && size < (1 << 20) && fseek(f, 0, SEEK_SET) == 0) {
+        text = mhla__malloc((size_t)size + 1);
+        if (!text && oom)
+            *oom = 1;
+    }
+    if (text) {
         if (fread(text, 1, (size_t)size, f) != (size_t)size) {
             mhla__free(text);
             text = NULL;
@@ -126,7 +133,7 @@ int mhla__tuned_entry(mhla_context *ctx, int64_t dk, int64_t dv, char *spec, siz
 {
     mhla__lock(&ctx->lock); /* threads sharing ctx: one reads the file, all look up in it */
     if (!ctx->tuned_loaded) {
-        ctx->tuned_db = read_db(ctx);
+        ctx->tuned_db = read_db(ctx, NULL); /* none without memory: plans then take the built-in row */
         ctx->tuned_loaded = 1;
     }
     const int found = ctx->tuned_db && find_entry(ctx->tuned_db, dk, dv, spec, size, NULL, 0);
@@ -157,7 +164,10 @@ mhla_status mhla_tuning_db_get(mhla_context *ctx, int64_t dk, int64_t dv, char *
     spec[0] = '\0';
     if (comment && comment_size)
         comment[0] = '\0';
-    text = read_db(ctx); /* from disk: what `mhla tune` wrote since the context was created too */
+    int oom = 0;
+    text = read_db(ctx, &oom); /* from disk: what `mhla tune` wrote since the context was created too */
+    MHLA_FAIL_IF(st, oom, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                 "mhla_tuning_db_get: out of host memory reading the database");
     if (text)
         find_entry(text, dk, dv, spec, spec_size, comment_size ? comment : NULL, comment_size);
 cleanup:
@@ -201,7 +211,10 @@ mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const 
     fprintf(f, "# libmhla tuning database (mhla tune): entry DK DV SPEC # NOTE, one per head-dimension pair\n");
     for (int i = 0; i < 4; ++i)
         fprintf(f, "%s %s\n", header_names[i], fields[i]);
-    old = read_db(ctx);
+    int oom = 0;
+    old = read_db(ctx, &oom);
+    MHLA_FAIL_IF(st, oom, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                 "mhla_tuning_db_put: out of host memory reading the database");
     for (const char *line = old; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         long long a = 0, b = 0;
         if (sscanf(line, "entry %lld %lld", &a, &b) != 2 || (a == dk && b == dv))
@@ -221,11 +234,12 @@ mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const 
                  "mhla_tuning_db_put: cannot rename %s to %s: %s", tmp, path, strerror(errno));
     tmp[0] = '\0';
     /* This context sees the new entry from its next plan on. */
-    char *fresh = read_db(ctx);
+    int no_memory = 0;
+    char *fresh = read_db(ctx, &no_memory); /* the file is written: without memory, the next plan reads it */
     mhla__lock(&ctx->lock);
     mhla__free(ctx->tuned_db);
     ctx->tuned_db = fresh;
-    ctx->tuned_loaded = 1;
+    ctx->tuned_loaded = !no_memory;
     mhla__unlock(&ctx->lock);
 cleanup:
     if (f)
@@ -247,7 +261,10 @@ mhla_status mhla_tuning_db_list(mhla_context *ctx, int64_t *dims, size_t capacit
     MHLA_FAIL_IF(st, capacity && !dims, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_tuning_db_list: dims is NULL with a capacity of %zu", capacity);
     *count = 0;
-    text = read_db(ctx);
+    int oom = 0;
+    text = read_db(ctx, &oom);
+    MHLA_FAIL_IF(st, oom, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                 "mhla_tuning_db_list: out of host memory reading the database");
     for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         long long a = 0, b = 0;
         if (sscanf(line, "entry %lld %lld", &a, &b) != 2)

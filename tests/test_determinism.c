@@ -59,7 +59,8 @@ static void check_forward(mhla_context *ctx, const mhla_config *cfg, int softmax
         if (r != 1) { /* runs 0 and 1 share a plan; run 2 has its own */
             mhla_plan_destroy(plan);
             plan = NULL;
-            const mhla_status st = softmax ? mhla_softmax_plan_create(ctx, cfg, &plan) : mhla_plan_create(ctx, cfg, &plan);
+            const mhla_status st =
+                softmax ? mhla_softmax_plan_create(ctx, cfg, &plan) : mhla_plan_create(ctx, cfg, &plan);
             if (st != MHLA_OK)
                 fail_msg("%s: plan: %s: %s", label, mhla_status_name(st), mhla_context_message(ctx));
         }

@@ -190,7 +190,8 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
         break;
     case P_FORWARD:
     case P_VARLEN:
-        st = created = p->softmax ? mhla_softmax_plan_create(ctx, &p->cfg, &plan) : mhla_plan_create(ctx, &p->cfg, &plan);
+        st = created = p->softmax ? mhla_softmax_plan_create(ctx, &p->cfg, &plan)
+                                  : mhla_plan_create(ctx, &p->cfg, &plan);
         if (st == MHLA_OK)
             st = p->kind == P_VARLEN
                      ? mhla_forward_varlen_host(plan, d->in.q, d->in.k, d->in.v, d->in.mix, p->cu, p->num_seqs, out)
@@ -198,7 +199,8 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
         break;
     case P_STEP:
     case P_PREFILL: {
-        const void *q = offset_rows(d->in.q, p, p->before, p->cfg.dk), *kk = offset_rows(d->in.k, p, p->before, p->cfg.dk);
+        const void *q = offset_rows(d->in.q, p, p->before, p->cfg.dk);
+        const void *kk = offset_rows(d->in.k, p, p->before, p->cfg.dk);
         const void *v = offset_rows(d->in.v, p, p->before, p->cfg.dv);
         st = p->kind == P_STEP ? mhla_decoder_step_host(dec, q, kk, v, d->in.mix, out, p->count)
                                : mhla_decoder_prefill_host(dec, q, kk, v, d->in.mix, out, p->count);
@@ -228,7 +230,8 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
         if (st == MHLA_OK) {
             ++tally->absorbed;
         } else {
-            const mhla_status want = kind == MHLA__FAULT_ALLOC ? MHLA_ERR_OUT_OF_HOST_MEMORY : MHLA_ERR_OUT_OF_DEVICE_MEMORY;
+            const mhla_status want =
+                kind == MHLA__FAULT_ALLOC ? MHLA_ERR_OUT_OF_HOST_MEMORY : MHLA_ERR_OUT_OF_DEVICE_MEMORY;
             if (st != want)
                 fail_msg("%s: %s fault #%ld returned %s, not %s: %s", p->name, kind ? "buffer" : "alloc", k,
                          mhla_status_name(st), mhla_status_name(want), mhla_last_message());
@@ -413,11 +416,83 @@ static void test_decoder(void **state)
     run_path(&p);
 }
 
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *text = malloc(1 << 16);
+    assert_non_null(text);
+    *n = fread(text, 1, 1 << 16, f);
+    fclose(f);
+    return text;
+}
+
+/* mhla_tuning_db_put() rewrites a file of the caller's: a failure must leave it as it was (an
+ * allocation that failed while reading it once made the rewrite drop every other entry). */
+static void test_tuning_db(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/mhla-faults-XXXXXX", path[4200];
+    assert_non_null(mkdtemp(dir));
+    const char *saved = getenv("MHLA_CACHE_DIR");
+    char *restore = saved ? strdup(saved) : NULL;
+    assert_int_equal(setenv("MHLA_CACHE_DIR", dir, 1), 0);
+    mhla_context *ctx = test_context();
+    assert_int_equal(mhla_tuning_db_put(ctx, 64, 64, "wg=32", "first"), MHLA_OK);
+    assert_int_equal(mhla_tuning_db_put(ctx, 32, 32, "wg=16", "second"), MHLA_OK);
+    assert_int_equal(mhla_tuning_db_path(ctx, path, sizeof path), MHLA_OK);
+    size_t n_before = 0, n_after = 0;
+    char *before = slurp(path, &n_before);
+    fault_tally tally = {0, 0, 0};
+    for (long k = 1;; ++k) {
+        const long live = mhla__live_allocations();
+        mhla__fault_arm(MHLA__FAULT_ALLOC, k);
+        const mhla_status st = mhla_tuning_db_put(ctx, 16, 16, "wg=8", "third");
+        const int fired = mhla__fault_fired(MHLA__FAULT_ALLOC);
+        mhla__fault_arm(MHLA__FAULT_ALLOC, 0);
+        if (mhla__live_allocations() > live) /* fewer: the context dropped its copy of the file */
+            fail_msg("tuning_db_put: alloc fault #%ld: %ld allocations live after, %ld before", k,
+                     mhla__live_allocations(), live);
+        if (!fired) {
+            assert_int_equal(st, MHLA_OK);
+            break;
+        }
+        ++tally.tried;
+        if (st == MHLA_OK) {
+            ++tally.absorbed;
+            break; /* the file holds the new entry: later faults would start from another file */
+        }
+        if (st != MHLA_ERR_OUT_OF_HOST_MEMORY)
+            fail_msg("tuning_db_put: alloc fault #%ld returned %s: %s", k, mhla_status_name(st), mhla_last_message());
+        char *after = slurp(path, &n_after);
+        if (n_after != n_before || memcmp(before, after, n_before) != 0)
+            fail_msg("tuning_db_put: alloc fault #%ld changed the database:\n%.*s", k, (int)n_after, after);
+        free(after);
+        ++tally.survived;
+    }
+    char spec[128];
+    assert_int_equal(mhla_tuning_db_get(ctx, 64, 64, spec, sizeof spec, NULL, 0), MHLA_OK);
+    assert_string_equal(spec, "wg=32");
+    assert_int_equal(mhla_tuning_db_get(ctx, 16, 16, spec, sizeof spec, NULL, 0), MHLA_OK);
+    assert_string_equal(spec, "wg=8");
+    printf("faults %-22s alloc: %3ld tried, %3ld survived (%ld absorbed)\n", "tuning_db_put", tally.tried,
+           tally.survived + tally.absorbed, tally.absorbed);
+    mhla_context_destroy(ctx);
+    free(before);
+    remove(path);
+    remove(dir);
+    if (restore)
+        setenv("MHLA_CACHE_DIR", restore, 1);
+    else
+        unsetenv("MHLA_CACHE_DIR");
+    free(restore);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create),  cmocka_unit_test(test_forward), cmocka_unit_test(test_causal),
-        cmocka_unit_test(test_varlen),  cmocka_unit_test(test_decoder),
+        cmocka_unit_test(test_varlen),  cmocka_unit_test(test_decoder), cmocka_unit_test(test_tuning_db),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
