@@ -38,19 +38,24 @@ static void failf(worker *w, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Records a result: a failed call, or an error against the reference above cfg's tolerance. */
+static void judge(worker *w, const char *label, mhla_status st, double err, const mhla_config *cfg)
+{
+    const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t * cfg->seq_h * cfg->seq_w);
+    if (st != MHLA_OK)
+        failf(w, "thread %d, %s: %s: %s", w->id, label, mhla_status_name(st), mhla_last_message());
+    else if (!(err <= tol))
+        failf(w, "thread %d, %s: max_rel_err %.3g > %.3g", w->id, label, err, tol);
+    else
+        ++w->checked;
+}
+
 /* One configuration against the reference through run_against_reference() (a plan of its own). */
 static void check_config(worker *w, mhla_context *ctx, const mhla_config *cfg, uint32_t seed, const char *label)
 {
     double err = 0;
     const mhla_status st = run_against_reference(ctx, cfg, TEST_INIT_RANDOM, seed, &err, NULL, NULL);
-    if (st != MHLA_OK) {
-        failf(w, "thread %d, %s: %s: %s", w->id, label, mhla_status_name(st), mhla_last_message());
-        return;
-    }
-    const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t * cfg->seq_h * cfg->seq_w);
-    if (!(err <= tol))
-        failf(w, "thread %d, %s: max_rel_err %.3g > %.3g", w->id, label, err, tol);
-    ++w->checked;
+    judge(w, label, st, err, cfg);
 }
 
 static void check_softmax(worker *w, mhla_context *ctx, uint32_t seed)
@@ -70,12 +75,7 @@ static void check_softmax(worker *w, mhla_context *ctx, uint32_t seed)
         st = mhla_forward_host(plan, in.q, in.k, in.v, NULL, out);
     if (st == MHLA_OK)
         st = mhla_reference_softmax(&cfg, in.q, in.k, in.v, ref);
-    if (st != MHLA_OK)
-        failf(w, "thread %d, softmax: %s: %s", w->id, mhla_status_name(st), mhla_last_message());
-    else if (!(mhla_max_rel_err(out, ref, in.nv) <= mhla_reference_tolerance(cfg.dtype, cfg.seq_t)))
-        failf(w, "thread %d, softmax: max_rel_err %.3g", w->id, mhla_max_rel_err(out, ref, in.nv));
-    else
-        ++w->checked;
+    judge(w, "softmax", st, st == MHLA_OK ? mhla_max_rel_err(out, ref, in.nv) : 0, &cfg);
     mhla_plan_destroy(plan);
     free(out), free(ref);
     test_inputs_free(&in);
@@ -107,12 +107,7 @@ static void check_varlen_decoder(worker *w, mhla_context *ctx, uint32_t seed)
                                     28);
     if (st == MHLA_OK)
         st = mhla_reference_forward(&cfg, in.q, in.k, in.v, in.mix, ref);
-    if (st != MHLA_OK)
-        failf(w, "thread %d, decoder: %s: %s", w->id, mhla_status_name(st), mhla_last_message());
-    else if (!(mhla_max_rel_err(out, ref, in.nv) <= mhla_reference_tolerance(cfg.dtype, cfg.seq_t)))
-        failf(w, "thread %d, decoder: max_rel_err %.3g", w->id, mhla_max_rel_err(out, ref, in.nv));
-    else
-        ++w->checked;
+    judge(w, "decoder", st, st == MHLA_OK ? mhla_max_rel_err(out, ref, in.nv) : 0, &cfg);
     /* the same tokens as two packed sequences */
     cfg.varlen = 1;
     if (st == MHLA_OK)
@@ -121,12 +116,7 @@ static void check_varlen_decoder(worker *w, mhla_context *ctx, uint32_t seed)
         st = mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu, 2, out);
     if (st == MHLA_OK)
         st = mhla_reference_forward_varlen(&cfg, in.q, in.k, in.v, in.mix, cu, 2, ref);
-    if (st != MHLA_OK)
-        failf(w, "thread %d, varlen: %s: %s", w->id, mhla_status_name(st), mhla_last_message());
-    else if (!(mhla_max_rel_err(out, ref, in.nv) <= mhla_reference_tolerance(cfg.dtype, cfg.seq_t)))
-        failf(w, "thread %d, varlen: max_rel_err %.3g", w->id, mhla_max_rel_err(out, ref, in.nv));
-    else
-        ++w->checked;
+    judge(w, "varlen", st, st == MHLA_OK ? mhla_max_rel_err(out, ref, in.nv) : 0, &cfg);
     mhla_plan_destroy(plan);
     mhla_decoder_destroy(dec);
     free(out), free(ref);
