@@ -56,16 +56,32 @@ typedef struct test_ctx {
     mhla_context *ctx;
 } test_ctx;
 
+/* The spec calls CL_CONTEXT_REFERENCE_COUNT a debugging aid; PoCL keeps it exact (every buffer,
+ * program, kernel, queue and event retains its context), rusticl counts its own internal references
+ * too. The OpenCL leak checks run on PoCL; the host-allocation checks everywhere. */
+static int refs_exact;
+
 static void ctx_open(test_ctx *t, const char *tuning)
 {
-    mhla_context *probe = test_context();
+    static cl_device_id dev; /* the test device (MHLA_DEVICE honoured), found once */
+    if (!dev) {
+        mhla_context *probe = test_context();
+        dev = mhla_context_device(probe);
+        assert_int_equal(clRetainDevice(dev), CL_SUCCESS);
+        mhla_context_destroy(probe);
+        cl_platform_id platform = NULL;
+        char name[256] = "";
+        assert_int_equal(clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL), CL_SUCCESS);
+        assert_int_equal(clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name - 1, name, NULL), CL_SUCCESS);
+        refs_exact = strstr(name, "Portable Computing Language") != NULL;
+        if (!refs_exact)
+            printf("faults: OpenCL objects are not counted on '%s' (the host allocations are)\n", name);
+    }
     cl_int err = CL_SUCCESS;
-    cl_device_id dev = mhla_context_device(probe);
     t->cl = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
     t->queue = clCreateCommandQueue(t->cl, dev, 0, &err);
     assert_int_equal(err, CL_SUCCESS);
-    mhla_context_destroy(probe);
     assert_int_equal(mhla_context_wrap(t->cl, t->queue, &t->ctx), MHLA_OK);
     if (tuning)
         assert_int_equal(mhla_context_set_tuning(t->ctx, tuning), MHLA_OK);
@@ -96,7 +112,7 @@ static void ctx_close(test_ctx *t)
 {
     mhla_context_destroy(t->ctx);
     clReleaseCommandQueue(t->queue);
-    const cl_uint refs = cl_refs_settled(t, 1);
+    const cl_uint refs = refs_exact ? cl_refs_settled(t, 1) : 1;
     if (refs != 1)
         fail_msg("the cl_context holds %u references after mhla_context_destroy: an OpenCL object leaked", refs);
     clReleaseContext(t->cl);
@@ -266,7 +282,7 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
                  kind ? "buffer" : "alloc", k, mhla__live_allocations(), live);
     /* The decoder (still alive here) retains nothing new after a failure: its staging buffers are
      * kept only by a call that succeeds (a failure may have dropped one it had, to grow it). */
-    if (steady && (st != MHLA_OK || !dec)) {
+    if (refs_exact && steady && (st != MHLA_OK || !dec)) {
         const cl_uint after = cl_refs_settled(t, refs);
         if (dec ? after > refs : after != refs)
             fail_msg("%s: %s fault #%ld: the cl_context has %u references after the call, %u before", p->name,
