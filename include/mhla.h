@@ -154,6 +154,8 @@ MHLA_API mhla_status mhla_device_selected(const char *device_spec, size_t *index
  *  - "per plan" / "per decoder": as "shares the context", with one thread at a time per plan or
  *    decoder (it owns kernels whose arguments each call sets, and its workspace).
  *  - "alone on the context": nothing else may use the context, its plans or its decoders meanwhile.
+ * On a shared queue, mhla_plan_stage_times() may count another thread's work in a stage (its
+ * markers wait for everything enqueued before them).
  * Contexts share nothing but CLBlast's process-wide program cache (guarded inside CLBlast), which
  * the library empties when the last context that used it is destroyed. */
 
