@@ -240,6 +240,12 @@ typedef struct bench_row {
     int ratio_blas_mhla_estimated;
     double pct_sgemm; /* GFLOP/s as a percentage of the sgemm row's in the same run; NAN without one */
     int host_clock;   /* a bench_clock: how the row was timed */
+    /* The row's check against the double reference before it was timed (verify.c): its op at
+     * verify_n tokens (0: not verified), its max_rel_err (NaN when it could not run) and the
+     * tolerance; verify_failed marks the row '!' in the table. */
+    int64_t verify_n;
+    double verified, verify_tolerance;
+    int verify_failed;
 } bench_row;
 
 /* How a row was timed (bench_row.host_clock, "host_clock" in the JSON). */
@@ -352,6 +358,27 @@ int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const
 void bench_fill_random(float *x, size_t n, uint64_t seed);
 /* Runs every row of the options' sweep; rows are malloc'd into the report. */
 int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep);
+
+/* ---- self-check (verify.c) ------------------------------------------------------------------ */
+
+/* Whether rows of `op` are verified (every op but sgemm, which computes no attention). */
+int bench_verifiable(bench_op_id op);
+/* The small version of a row's shape its op is verified at: the same batch, heads, head dims,
+ * layout, block grid (smaller blocks, about 512 tokens) or chunk size (mhla-causal: at least two
+ * chunks and a partial one; decode: a shorter context at the same offset in its chunk); softmax a
+ * 1D sequence of at most 128 tokens. */
+bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s);
+/* Runs r's op once at bench_verify_shape(), through its own hooks, from a NaN-filled output, and
+ * compares it with the double reference (mhla_reference.h); records the outcome in r. */
+void bench_verify_row(mhla_context *ctx, const bench_options *o, bench_row *r);
+/* The same with the op's hooks given (bench_verify_row: the row's own; tests: a broken one). */
+void bench_verify_op(mhla_context *ctx, const bench_options *o, const bench_op *op, bench_row *r);
+/* Records a check's outcome in r (verify_n and verify_tolerance set): verified = max_rel_err (NaN:
+ * it could not run), verify_failed unless within the tolerance, and then `why` in the note. */
+void bench_verify_record(bench_row *r, double max_rel_err, const char *why);
+/* The decode op's one-token output buffer ([B,H,Dv], the last step's), and the blas op's host output. */
+cl_mem bench_decode_step_output(const bench_case *c);
+const float *bench_blas_output(const bench_case *c);
 
 /* ---- outputs ------------------------------------------------------------------------------- */
 

@@ -136,6 +136,8 @@ mhla_status bench_decode_enqueue(bench_case *c, cl_event *done)
 
 int bench_decode_steps(const bench_case *c) { return c->decode->steps; }
 
+cl_mem bench_decode_step_output(const bench_case *c) { return c->decode->io[3]; }
+
 int bench_decode_marked_step(const bench_case *c) { return c->decode->marked; }
 
 mhla_status bench_decode_step_ends(bench_case *c, cl_ulong *end_ns)

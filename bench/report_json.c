@@ -106,6 +106,12 @@ static const field row_fields[] = {
     NUM(bench_row, "ratio_blas_mhla_estimated", ratio_blas_mhla_estimated, F_INT),
     /* a bench_clock: 0 device time, 1 host clock for want of device timestamps, 2 a host op */
     NUM(bench_row, "host_clock", host_clock, F_INT),
+    /* the check against the double reference before timing (verify.c): max_rel_err at verify_n
+     * tokens (null: not verified, or it could not run), its tolerance, and whether it failed */
+    NUM(bench_row, "verified", verified, F_DOUBLE),
+    NUM(bench_row, "verify_tolerance", verify_tolerance, F_DOUBLE),
+    NUM(bench_row, "verify_n", verify_n, F_I64),
+    NUM(bench_row, "verify_failed", verify_failed, F_INT),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -341,6 +347,7 @@ int bench_read_json(const char *path, bench_report *out, char *err, size_t err_s
         r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
         r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = r->ratio_causal_mhla = r->ratio_context = NAN;
         r->pct_sgemm = r->ratio_blas_mhla = NAN; /* absent from reports older than these columns */
+        r->verified = r->verify_tolerance = NAN; /* absent from reports older than the self-check */
         r->op = op;
         r->status = bench_status_parse(json_string(json_get(o, "status"), ""));
         if (mhla_layout_parse(json_string(json_get(o, "layout"), "bnhd"), &r->shape.layout) != MHLA_OK)

@@ -112,16 +112,18 @@ void bench_write_table(FILE *f, const bench_report *rep)
     fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %9s %9s %9s %5s %8s %7s %6s %6s %6s %8s %7s %9s %7s  %s\n", "op",
             "grid", "N", "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak",
             "%bw", "%sgemm", "mhla/lin", "sm/mhla", "blas/mhla", "c/mhla", "sum/mix/out %");
-    int estimated = 0, causal = 0, decode = 0;
+    int estimated = 0, causal = 0, decode = 0, unverified = 0;
     for (size_t i = 0; i < rep->row_count; ++i) {
         const bench_row *r = &rep->rows[i];
-        char grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48], n[48];
+        char name[16], grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48], n[48];
         char p[48], stages[48] = "";
         causal |= r->op == BENCH_OP_MHLA_CAUSAL;
         decode |= r->op == BENCH_OP_DECODE;
         bench_shape_label(&r->shape, grid, sizeof grid);
         bench_blocks_label(r, blocks, sizeof blocks);
-        fprintf(f, "%-11s %-7s %6lld %5s %3lld %4lld %4lld ", bench_op_get(r->op)->name, grid,
+        unverified |= r->verify_failed;
+        snprintf(name, sizeof name, "%s%s", r->verify_failed ? "!" : "", bench_op_get(r->op)->name);
+        fprintf(f, "%-11s %-7s %6lld %5s %3lld %4lld %4lld ", name, grid,
                 (long long)bench_shape_n(&r->shape), blocks, (long long)r->shape.heads, (long long)r->shape.dk,
                 (long long)r->shape.dv);
         if (r->status == BENCH_STATUS_OK) {
@@ -163,6 +165,9 @@ void bench_write_table(FILE *f, const bench_report *rep)
         fprintf(f, "mhla-causal, decode: M is the number of chunks ceil(N/C); c/mhla: the chunk form's time over MHLA's "
                    "at the same N;\nmhla-causal sum/mix/out: chunk summaries, prefix mixtures, output. decode: one "
                    "token per run step, N tokens of context.\n");
+    if (unverified)
+        fprintf(f, "! FAILED its check against the double reference before timing (note; \"verified\" in the "
+                   "JSON): its time is not of a correct computation.\n");
     if (estimated)
         fprintf(f, "~ estimated, not measured: a row over its time budget (--max-row-s, --max-total-s) is scaled from "
                    "a smaller N.\n");

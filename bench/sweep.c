@@ -21,6 +21,7 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
     r->ratio_blas_mhla = r->pct_sgemm = NAN;
     r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
     r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = NAN;
+    r->verified = r->verify_tolerance = NAN; /* not verified until it runs */
     if (bench_op_get(op)->host && !bench_blas_available()) {
         r->status = BENCH_STATUS_SKIPPED;
         snprintf(r->note, sizeof r->note, "%s", BENCH_NO_BLAS_NOTE);
@@ -236,6 +237,8 @@ static int reuse_same_problem(const bench_row *done, size_t n_done, bench_row *r
         r->iters = d->iters;
         r->ms_median = d->ms_median, r->ms_min = d->ms_min, r->ms_max = d->ms_max;
         memcpy(r->stage_ms, d->stage_ms, sizeof r->stage_ms);
+        r->verify_n = d->verify_n, r->verified = d->verified, r->verify_tolerance = d->verify_tolerance;
+        r->verify_failed = d->verify_failed;
         snprintf(r->note, sizeof r->note, "the %s row's run: %s only sees N", grid, bench_op_get(r->op)->name);
         return 1;
     }
@@ -277,6 +280,7 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
     bench_case c = {ctx, in, NULL, NULL, NULL, NULL, ""};
     bench_timing t;
     char err[256] = "";
+    bench_verify_row(ctx, o, r); /* once, at a small N, before the timing; a failure marks the row */
     mhla_status st = op->create(&c, &r->shape);
     if (st == MHLA_OK) {
         run_arg a = {op, &c};

@@ -57,7 +57,9 @@ int main(void)
     CHECK_CL(err);
     cl_mem bv = clCreateBuffer(context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, v_elems * 4, v, &err);
     CHECK_CL(err);
-    cl_mem bo = clCreateBuffer(context, CL_MEM_WRITE_ONLY, v_elems * 4, NULL, &err);
+    for (size_t i = 0; i < v_elems; ++i)
+        o[i] = NAN; /* out starts as NaN: an element the library did not write fails the check below */
+    cl_mem bo = clCreateBuffer(context, CL_MEM_WRITE_ONLY | CL_MEM_COPY_HOST_PTR, v_elems * 4, o, &err);
     CHECK_CL(err);
     cl_mem bm = clCreateBuffer(context, CL_MEM_READ_ONLY, sizeof mixing, NULL, &err);
     CHECK_CL(err);

@@ -374,6 +374,7 @@ static mhla_status host_call(mhla_decoder *dec, const char *fn, const void *q, c
         dec->stage_bytes[t] = bytes;
     }
     enqueued = 1;
+    MHLA_FORWARD_IF_ERROR(st, mhla__poison_output(ctx, dec->stage[MHLA_TENSOR_OUT], dec->stage_bytes[MHLA_TENSOR_OUT]));
     for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
         if (t != MHLA_TENSOR_OUT)
             MHLA_CL_TRY(st, ctx,

@@ -3,6 +3,8 @@
 #include "causal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 const char *mhla__tensor_name(mhla_tensor t)
 {
@@ -137,6 +139,22 @@ cleanup:
     return st;
 }
 
+/* Test switch MHLA_POISON_OUTPUTS=1 (the tests set it): the host calls fill their staging output
+ * with NaN before every run. The staging buffer is reused across calls, so without it an element a
+ * kernel forgets to write reads back as the previous run's value and can match the reference. */
+mhla_status mhla__poison_output(mhla_context *ctx, cl_mem buf, size_t bytes)
+{
+    static const cl_ushort nan16 = 0x7FFF; /* NaN in f16 and bf16; two of them make an f32 NaN */
+    mhla_status st = MHLA_OK;
+    const char *env = getenv("MHLA_POISON_OUTPUTS");
+    if (!env || strcmp(env, "1") != 0)
+        return MHLA_OK;
+    MHLA_CL_TRY(st, ctx, clEnqueueFillBuffer(ctx->queue, buf, &nan16, sizeof nan16, 0, bytes, 0, NULL, NULL),
+                "clEnqueueFillBuffer (MHLA_POISON_OUTPUTS)");
+cleanup:
+    return st;
+}
+
 mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, const void *k, const void *v,
                                const float *mixing, void *out, const int32_t *cu_seqlens, size_t num_seqs)
 {
@@ -161,6 +179,8 @@ mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, c
                                                       &plan->stage[t]));
     }
     enqueued = 1;
+    MHLA_FORWARD_IF_ERROR(st, mhla__poison_output(ctx, plan->stage[MHLA_TENSOR_OUT],
+                                                  mhla_plan_tensor_bytes(plan, MHLA_TENSOR_OUT)));
     for (int t = MHLA_TENSOR_Q; t <= last; ++t) {
         if (t == MHLA_TENSOR_OUT)
             continue;

@@ -412,6 +412,8 @@ mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bu
 /* "q", "k", "v", "out", "mixing". */
 const char *mhla__tensor_name(mhla_tensor t);
 /* mhla_forward_host() and mhla_forward_varlen_host() (cu_seqlens != NULL): stage, run, read back. */
+/* MHLA_POISON_OUTPUTS=1 (tests): fills a host call's staging output with NaN before its run. */
+mhla_status mhla__poison_output(mhla_context *ctx, cl_mem buf, size_t bytes);
 mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, const void *k, const void *v,
                                const float *mixing, void *out, const int32_t *cu_seqlens, size_t num_seqs);
 

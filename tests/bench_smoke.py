@@ -2,6 +2,7 @@
 """Runs mhla-bench once on a tiny sweep and checks what it writes with independent readers
 (Python's json, csv and XML parsers): every requested row measured (the causal chunk form and
 decoding included; the host ops blas and sgemm when built with OpenBLAS, else skipped saying so),
+each checked against the double reference before it was timed,
 figures consistent with each other and with the flop formulas recomputed here, the %sgemm and
 blas/mhla columns recomputed from the times, the CSV matching the JSON, a well-formed SVG with the
 three series, and --compare of the report with itself reading 1.
@@ -96,6 +97,7 @@ def main(bench):
     sgemm_gflops = rows[0]["gflops"] if blas_built else None
     if blas_built:
         check_sgemm(rows[0], "sgemm")
+    check(rows[0]["verify_n"] == 0 and rows[0]["verified"] is None, "sgemm: not verified (no attention)")
     for r in rows[1:]:
         label = "%s n=%d" % (r["op"], r["n"])
         check(r["heads"] == 2 and r["dk"] == 32 and r["dv"] == 16, label + ": sizes")
@@ -104,6 +106,10 @@ def main(bench):
             check(r["ms_median"] is None and r["pct_sgemm"] is None, label + ": no time")
             continue
         check(r["status"] == "ok", label + ": status " + r["status"] + " " + r["note"])
+        # Checked against the double reference before it was timed, at a smaller N, and passed.
+        check(0 < r["verify_n"] <= r["n"] and r["verify_failed"] == 0 and r["verified"] is not None
+              and r["verified"] <= r["verify_tolerance"] == 1e-5,
+              label + ": verified %s at N=%s, failed %s" % (r["verified"], r["verify_n"], r["verify_failed"]))
         host = r["op"] == "blas"
         check(r["host_clock"] == 2 if host else r["host_clock"] in (0, 1),
               label + ": host_clock %d (2 for host ops only)" % r["host_clock"])

@@ -39,6 +39,33 @@ void test_inputs_free(test_inputs *in);
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                                    double *err, float **out, double **ref);
 
+/* Outputs start as NaN, so that an element a kernel forgets to write fails the comparison. */
+void fill_nan(float *x, size_t n);
+/* n floats, all NaN (malloc'd; a failed cmocka assertion when out of memory). */
+float *nan_floats(size_t n);
+/* A device buffer of `bytes` filled with 0x7FFF halves: NaN as f16 and bf16, and as f32 in pairs
+ * (a failed cmocka assertion if it cannot be made). */
+cl_mem nan_buffer(mhla_context *ctx, size_t bytes);
+/* Refills `bytes` of buf that way (waits for it). */
+void nan_fill(mhla_context *ctx, cl_mem buf, size_t bytes);
+/* Sets MHLA_POISON_OUTPUTS=1: the library's host calls (mhla_forward_host, the decoder's
+ * _host calls) then fill their reused staging output with NaN before every run. test_context()
+ * calls it. */
+void poison_outputs(void);
+
+/* cmocka's skip() counts as a pass and its run exits 0, so that meson would call a program whose
+ * every case was skipped a pass. Cases skip with test_skip(); run_group() returns 77 (meson's
+ * SKIP) when every case of the group skipped, else cmocka's count of failures. */
+extern size_t test_skipped;
+#define test_skip()                                                                                 \
+    do {                                                                                            \
+        ++test_skipped;                                                                             \
+        skip();                                                                                     \
+    } while (0)
+int test_group_status(int failed, size_t cases);
+#define run_group(name, tests, setup, teardown)                                                     \
+    test_group_status(cmocka_run_group_tests_name(name, tests, setup, teardown), sizeof(tests) / sizeof((tests)[0]))
+
 /* A context on the default device (MHLA_DEVICE honoured), or a failed cmocka assertion. */
 mhla_context *test_context(void);
 
@@ -69,6 +96,17 @@ void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status wa
  * timestamps are unusable (rusticl 22.3 reports 2 ns to 3 ns for every command), which the library
  * must then say with MHLA_ERR_UNSUPPORTED; any other outcome fails the test. */
 int stage_times_or_unusable(mhla_plan *plan, mhla_stage_times *t);
+
+/* Milliseconds on the host's monotonic clock. */
+double host_ms(void);
+
+/* The stage times of a forward that ran between two host_ms() readings, checked against that
+ * independent clock: every stage took time, and the device's span (total_ms) fits in the host's
+ * wall time of the blocking call (a unit error or a span from the wrong markers exceeds it). */
+void check_stage_times(const mhla_stage_times *t, double wall_ms);
+
+/* A small 2D forward (8x8 tokens, 2x2 blocks, H = 2, Dv = 8) on ctx, within 1e-5 of the reference. */
+void forward_2d_ok(mhla_context *ctx, int64_t dk, uint32_t seed);
 
 /* A config for an N-token 1D sequence with M blocks (other fields at their defaults). */
 mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t dk, int64_t dv);

@@ -3,8 +3,10 @@
 OpenCL front end as OpenCL C 1.2, 2.0 and 3.0 with -Werror, as another vendor's compiler would.
 
 The specializations are the host's own (specializations.py: the programs given run with
-MHLA_DUMP_PROGRAMS), plus each file with no options (its defaults). Fails when a kernel file the
-library embeds was never requested: a test program list that misses a stage checks nothing of it.
+MHLA_DUMP_PROGRAMS), plus each file with no options (its defaults); mhla-bench's peak.cl, which the
+library never requests, with the widths bench/peak.c builds it for. Fails unless every .cl file of
+KERNEL_DIR has at least one specialization: a test program list that misses a stage (or a new
+kernel file nobody requests) checks nothing of it, and would otherwise pass.
 Exits 77 (meson's "skipped") with a message when clang is absent.
 
     kernels_clang.py KERNEL_DIR PROGRAM...
@@ -18,8 +20,8 @@ import sys
 from specializations import collect
 
 STANDARDS = ["CL1.2", "CL2.0", "CL3.0"]
-LIBRARY_FILES = {"block_summary", "output", "mixing", "causal_summary", "causal_prefix", "causal_output", "decoder",
-                 "softmax"}
+# Kernel files built by mhla-bench, not the library: their specializations (bench/peak.c).
+BENCH_SPECS = {"peak": ["-DPEAK_WIDTH=4", "-DPEAK_WIDTH=8", "-DPEAK_WIDTH=16"]}
 
 
 def find_clang():
@@ -46,12 +48,20 @@ def main(argv):
         print("kernels_clang: skipped: no clang-14 or clang on PATH (Debian: apt-get install clang-14)")
         return 77
     kernel_dir = argv[1]
+    files = sorted(f[:-3] for f in os.listdir(kernel_dir) if f.endswith(".cl"))
     specs = collect(argv[2:], "kernels_clang")
-    names = sorted({name for name, _ in specs})
-    missing = LIBRARY_FILES - set(names)
-    if missing:
-        print("kernels_clang: no specialization of %s was collected" % ", ".join(sorted(missing)))
+    specs |= {(name, opts) for name, all_opts in BENCH_SPECS.items() for opts in all_opts}
+    per_file = {f: sum(1 for name, opts in specs if name == f and opts) for f in files}
+    missing = [f for f in files if per_file[f] == 0]
+    if not files or missing:
+        print("kernels_clang: no specialization of %s was collected (from %d programs)"
+              % (", ".join(missing) or "any kernel file", len(argv) - 2))
         return 1
+    unknown = sorted({name for name, _ in specs} - set(files))
+    if unknown:
+        print("kernels_clang: specializations of %s, which %s does not hold" % (", ".join(unknown), kernel_dir))
+        return 1
+    names = files
     specs |= {(name, "") for name in names}  # each file with its own defaults
     jobs = [(name, opts, std) for name, opts in sorted(specs) for std in STANDARDS]
     failures = []
@@ -60,7 +70,7 @@ def main(argv):
             if rc != 0:
                 failures.append((cmd, out))
     print("kernels_clang: %d specializations of %d kernel files (%s), %d compiles with %s"
-          % (len(specs), len(names), ", ".join(names), len(jobs), clang))
+          % (len(specs), len(names), ", ".join("%s %d" % (f, per_file[f]) for f in names), len(jobs), clang))
     for cmd, out in failures[:5]:
         print("FAILED: %s\n%s" % (cmd, out))
     if failures:

@@ -658,6 +658,173 @@ static void test_json_round_trip(void **state)
     assert_int_equal(bench_read_json("/nonexistent/x.json", &back, err, sizeof err), -1);
 }
 
+/* The small shapes rows are verified at: the row's heads, head dims, layout and block grid or
+ * chunk, about 512 tokens (softmax 128, 1D). */
+static void test_verify_shapes(void **state)
+{
+    (void)state;
+    bench_shape s = shape_1d(65536), img = shape_2d(256, 256);
+    assert_true(bench_blocks_for_m(&s, 256));
+    bench_default_blocks(&img); /* 16 x 16 blocks of 16 x 16 tokens */
+    s.layout = MHLA_LAYOUT_BHND;
+    bench_shape v = bench_verify_shape(BENCH_OP_MHLA, &s);
+    assert_int_equal(v.t, 512), assert_int_equal(v.bt, 256), assert_int_equal(v.layout, MHLA_LAYOUT_BHND);
+    assert_int_equal(v.heads, 8), assert_int_equal(v.dk, 64), assert_int_equal(v.dv, 64);
+    v = bench_verify_shape(BENCH_OP_BLAS, &s);
+    assert_int_equal(v.t, 512), assert_int_equal(v.bt, 256);
+    bench_shape m4 = shape_1d(4096);
+    assert_true(bench_blocks_for_m(&m4, 4));
+    v = bench_verify_shape(BENCH_OP_MHLA, &m4); /* 4 blocks of 128 */
+    assert_int_equal(v.t, 512), assert_int_equal(v.bt, 4);
+    bench_shape tiny = shape_1d(64);
+    assert_true(bench_blocks_for_m(&tiny, 4));
+    v = bench_verify_shape(BENCH_OP_MHLA, &tiny); /* already small: kept */
+    assert_int_equal(v.t, 64), assert_int_equal(v.bt, 4);
+    v = bench_verify_shape(BENCH_OP_MHLA, &img);
+    assert_int_equal(v.h, 16), assert_int_equal(v.w, 16), assert_int_equal(v.bh, 16), assert_int_equal(v.bw, 16);
+    bench_shape img4 = shape_2d(64, 64);
+    bench_default_blocks(&img4); /* 4 x 4 blocks of 16 x 16 */
+    v = bench_verify_shape(BENCH_OP_LINEAR, &img4);
+    assert_int_equal(v.bh, 4), assert_int_equal(v.h, 4 * 5), assert_int_equal(v.w, 4 * 5); /* 5 = floor(sqrt(32)) */
+    v = bench_verify_shape(BENCH_OP_SOFTMAX, &img);
+    assert_int_equal(bench_shape_n(&v), 128), assert_false(bench_shape_is_2d(&v));
+    const bench_shape c64 = shape_causal(65536, 64), c256 = shape_causal(65536, 256);
+    const bench_shape d32k = shape_causal(32768, 64), d1000 = shape_causal(1000, 64);
+    v = bench_verify_shape(BENCH_OP_MHLA_CAUSAL, &c64);
+    assert_int_equal(v.t, 512), assert_int_equal(v.chunk, 64), assert_int_equal(v.bt, 8);
+    v = bench_verify_shape(BENCH_OP_MHLA_CAUSAL, &c256);
+    assert_int_equal(v.t, 641), assert_int_equal(v.bt, 3); /* two chunks and a partial one */
+    v = bench_verify_shape(BENCH_OP_DECODE, &d32k);
+    assert_int_equal(v.t, 512), assert_int_equal(v.chunk, 64);
+    v = bench_verify_shape(BENCH_OP_DECODE, &d1000);
+    assert_int_equal(v.t, 512 + 1000 % 64); /* the same offset in its chunk: the same step starts one */
+    assert_false(bench_verifiable(BENCH_OP_SGEMM));
+    assert_true(bench_verifiable(BENCH_OP_DECODE) && bench_verifiable(BENCH_OP_BLAS));
+}
+
+/* A row whose check failed (an error over the tolerance, or a check that could not run) is marked
+ * '!' in the table with the reason in its note, and keeps verified / verify_failed in the JSON; a
+ * row within the tolerance is not marked. */
+static void test_verify_marks_failure(void **state)
+{
+    (void)state;
+    bench_report rep, back;
+    bench_row rows[SAMPLE_ROWS];
+    char path[64], err[256], *text = NULL;
+    size_t len = 0;
+    sample_report(&rep, rows, 1.0);
+    for (int i = 0; i < 3; ++i)
+        rows[i].verify_n = 512, rows[i].verify_tolerance = 1e-5;
+    bench_verify_record(&rows[0], 2.5e-7, "max_rel_err 2.5e-07 against the double reference");
+    bench_verify_record(&rows[1], 3e-3, "max_rel_err 0.003 against the double reference");
+    bench_verify_record(&rows[2], NAN, "MHLA_ERR_OPENCL: no device");
+    assert_false(rows[0].verify_failed);
+    assert_true(rows[1].verify_failed && rows[2].verify_failed);
+    assert_string_equal(rows[0].note, "");
+    assert_non_null(strstr(rows[1].note, "verification at N=512 failed (tolerance 1e-05): max_rel_err 0.003"));
+    assert_non_null(strstr(rows[2].note, "estimated from N=1024, \"quoted\"; verification at N=512 failed"));
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    bench_write_table(out, &rep);
+    fclose(out);
+    assert_non_null(strstr(text, "\nmhla        1D"));  /* verified: no mark */
+    assert_non_null(strstr(text, "\n!linear     1D")); /* failed: marked */
+    assert_non_null(strstr(text, "\n!softmax    1D"));
+    assert_non_null(strstr(text, "! FAILED its check against the double reference"));
+    free(text);
+    write_report(&rep, path);
+    assert_int_equal(bench_read_json(path, &back, err, sizeof err), 0);
+    unlink(path);
+    assert_true(fabs(back.rows[0].verified - 2.5e-7) < 1e-18 && !back.rows[0].verify_failed);
+    assert_true(fabs(back.rows[1].verified - 3e-3) < 1e-15 && back.rows[1].verify_failed);
+    assert_true(isnan(back.rows[2].verified) && back.rows[2].verify_failed);
+    assert_int_equal(back.rows[1].verify_n, 512);
+    assert_true(back.rows[1].verify_tolerance == 1e-5);
+    bench_report_free(&back);
+    /* a table without failed rows has no '!' */
+    sample_report(&rep, rows, 1.0);
+    text = NULL;
+    out = open_memstream(&text, &len);
+    bench_write_table(out, &rep);
+    fclose(out);
+    assert_null(strstr(text, "\n!"));
+    assert_null(strstr(text, "FAILED its check"));
+    free(text);
+}
+
+/* On the default device (skipped without one): every op of the table verifies within the
+ * tolerance, and an op whose enqueue computes nothing (its output stays NaN) or whose output is
+ * wrong fails its check. */
+static mhla_status enqueue_nothing(bench_case *c, cl_event *done)
+{
+    (void)c;
+    *done = clCreateUserEvent(mhla_context_cl_context(c->ctx), NULL);
+    clSetUserEventStatus(*done, CL_COMPLETE);
+    return MHLA_OK;
+}
+
+static mhla_status enqueue_then_spoil(bench_case *c, cl_event *done)
+{
+    mhla_status st = bench_op_get(BENCH_OP_MHLA)->enqueue(c, done);
+    const float wrong = 1.0f; /* one element of 512 x 2 x 8 */
+    if (st == MHLA_OK && (clWaitForEvents(1, done) != CL_SUCCESS ||
+                          clEnqueueWriteBuffer(mhla_context_queue(c->ctx), c->in->out, CL_TRUE, 4 * 100,
+                                               sizeof wrong, &wrong, 0, NULL, NULL) != CL_SUCCESS))
+        st = MHLA_ERR_OPENCL;
+    return st;
+}
+
+static void test_verify_on_device(void **state)
+{
+    (void)state;
+    mhla_context *ctx = NULL;
+    if (mhla_context_create(NULL, &ctx) != MHLA_OK) {
+        print_message("no OpenCL device: %s\n", mhla_last_message());
+        skip();
+    }
+    bench_options o;
+    char err[64];
+    char *argv[] = {"mhla-bench"};
+    assert_int_equal(bench_options_parse(1, argv, &o, stdout, err, sizeof err), 0);
+    bench_shape s = shape_1d(2048), img = shape_2d(48, 48);
+    s.heads = 2, s.dk = 8, s.dv = 16, img.heads = 2, img.dk = 16, img.dv = 8, img.layout = MHLA_LAYOUT_BHND;
+    bench_shape m8 = s;
+    assert_true(bench_blocks_for_m(&m8, 8));
+    assert_true(bench_blocks_for_m(&img, 9));
+    bench_shape causal = s, decode = s;
+    bench_set_chunk(&causal, 32);
+    decode.t = 1000; /* verified at 552 tokens */
+    bench_set_chunk(&decode, 64);
+    const struct {
+        bench_op_id op;
+        bench_shape shape;
+    } cases[] = {{BENCH_OP_MHLA, m8},           {BENCH_OP_MHLA, img},   {BENCH_OP_LINEAR, s},
+                 {BENCH_OP_SOFTMAX, s},         {BENCH_OP_MHLA_CAUSAL, causal}, {BENCH_OP_DECODE, decode},
+                 {BENCH_OP_BLAS, m8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        if (cases[i].op == BENCH_OP_BLAS && !bench_blas_available())
+            continue;
+        bench_row r = timed_row(cases[i].op, cases[i].shape, NAN, BENCH_STATUS_OK);
+        bench_verify_row(ctx, &o, &r);
+        print_message("%-11s N=%-5lld verified at N=%lld: max_rel_err %.3g\n", bench_op_get(r.op)->name,
+                      (long long)bench_shape_n(&r.shape), (long long)r.verify_n, r.verified);
+        if (r.verify_failed || !(r.verified <= 1e-5) || r.verify_n <= 0)
+            fail_msg("%s: %s", bench_op_get(r.op)->name, r.note);
+    }
+    bench_op broken = *bench_op_get(BENCH_OP_MHLA);
+    bench_row r = timed_row(BENCH_OP_MHLA, m8, NAN, BENCH_STATUS_OK);
+    broken.enqueue = enqueue_nothing;
+    bench_verify_op(ctx, &o, &broken, &r);
+    assert_true(r.verify_failed && isinf(r.verified)); /* NaN where a number was due */
+    assert_non_null(strstr(r.note, "verification at N=512 failed"));
+    r = timed_row(BENCH_OP_MHLA, m8, NAN, BENCH_STATUS_OK);
+    broken.enqueue = enqueue_then_spoil;
+    bench_verify_op(ctx, &o, &broken, &r);
+    print_message("one spoiled element: max_rel_err %.3g, note: %s\n", r.verified, r.note);
+    assert_true(r.verify_failed && r.verified > 1e-5 && isfinite(r.verified));
+    mhla_context_destroy(ctx);
+}
+
 /* --compare of a run against one twice as slow: every shared timed row reads 2. */
 static void test_compare(void **state)
 {
@@ -697,6 +864,8 @@ int main(void)
         cmocka_unit_test(test_host_timing),    cmocka_unit_test(test_estimates),
         cmocka_unit_test(test_options),        cmocka_unit_test(test_json_reader),
         cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_compare),
+        cmocka_unit_test(test_verify_shapes),  cmocka_unit_test(test_verify_marks_failure),
+        cmocka_unit_test(test_verify_on_device),
     };
     return cmocka_run_group_tests_name("bench", tests, NULL, NULL);
 }

@@ -1678,6 +1678,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s MHLA_BINARY KERNEL_SOURCE_DIR\n", argv[0]);
         return 2;
     }
+    poison_outputs(); /* inherited by every mhla the tests start */
     static char bin[4096]; /* absolute: the tests run it from their own folders */
     char cwd[2048];
     if (argv[1][0] != '/' && !getcwd(cwd, sizeof cwd)) {

@@ -192,5 +192,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_entries_are_rebuilt, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_off_and_unwritable, make_dir, remove_dir),
     };
-    return cmocka_run_group_tests_name("program_cache", tests, NULL, NULL);
+    return run_group("program_cache", tests, NULL, NULL);
 }

@@ -291,18 +291,24 @@ static void test_reference_softmax(void **state)
             assert_true(fabs(out[t * 2 + e] - mean) < 1e-12);
     }
 
-    mhla_config two = config_1d(1, 1, 2, 1, 1, 1);
-    two.scale = 0.5f;
-    const float q2[2] = {2.0f, -1.0f}, k2[2] = {1.5f, -0.5f}, v2[2] = {3.0f, -2.0f};
+    /* Two tokens, Dk = 4 (only the first component nonzero, so q.k is a product of two numbers). */
+    mhla_config two = config_1d(1, 1, 2, 1, 4, 1);
+    two.scale = 0.3f;
+    const float q2[8] = {2.0f, 0, 0, 0, -1.0f, 0, 0, 0}, k2[8] = {1.5f, 0, 0, 0, -0.5f, 0, 0, 0};
+    const float v2[2] = {3.0f, -2.0f};
     double o2[2];
     assert_int_equal(mhla_reference_softmax(&two, q2, k2, v2, o2), MHLA_OK);
     for (int t = 0; t < 2; ++t) {
-        const double a = 0.5 * q2[t] * k2[0], b = 0.5 * q2[t] * k2[1];
+        const double a = (double)0.3f * q2[t * 4] * k2[0], b = (double)0.3f * q2[t * 4] * k2[4];
         assert_true(fabs(o2[t] - (exp(a) * 3.0 - exp(b) * 2.0) / (exp(a) + exp(b))) < 1e-12);
     }
-    two.scale = 0.0f; /* the default, Dk^-0.5 = 1 for Dk = 1 */
+    /* The default scale is Dk^-0.5 = 0.5 for Dk = 4, written out: the logits of token 0 are
+     * 0.5 * 2 * 1.5 = 1.5 and 0.5 * 2 * -0.5 = -0.5, of token 1 -0.75 and 0.25 (a default of 1,
+     * or of Dk^-1, gives other values). */
+    two.scale = 0.0f;
     assert_int_equal(mhla_reference_softmax(&two, q2, k2, v2, o2), MHLA_OK);
-    assert_true(fabs(o2[0] - (exp(3.0) * 3.0 - exp(-1.0) * 2.0) / (exp(3.0) + exp(-1.0))) < 1e-12);
+    assert_true(fabs(o2[0] - (exp(1.5) * 3.0 - exp(-0.5) * 2.0) / (exp(1.5) + exp(-0.5))) < 1e-12);
+    assert_true(fabs(o2[1] - (exp(-0.75) * 3.0 - exp(0.25) * 2.0) / (exp(-0.75) + exp(0.25))) < 1e-12);
 
     /* B = 1, H = 2, N = 4: the BHND copy of the same tensors gives the BHND copy of the output. */
     mhla_config bnhd = config_1d(1, 2, 4, 1, 3, 2), bhnd = bnhd;

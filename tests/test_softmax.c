@@ -48,7 +48,7 @@ static void expect_close(mhla_context *ctx, const mhla_config *cfg, uint32_t see
 {
     const size_t nq = mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q), nv = mhla_config_tensor_elems(cfg, MHLA_TENSOR_V);
     float *q = malloc(nq * sizeof *q), *k = malloc(nq * sizeof *k), *v = malloc(nv * sizeof *v);
-    float *out = malloc(nv * sizeof *out);
+    float *out = nan_floats(nv);
     double *ref = malloc(nv * sizeof *ref);
     assert_true(q && k && v && out && ref);
     fill_uniform(q, nq, seed * 3 + 1, lo, hi);
@@ -132,7 +132,7 @@ static void test_large_logits(void **state)
     mhla_config cfg = config_1d(1, 2, N, 1, D, D);
     const size_t n = (size_t)(2 * N * D);
     float *q = malloc(n * sizeof *q), *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
-    float *out = malloc(n * sizeof *out);
+    float *out = nan_floats(n);
     double *ref = malloc(n * sizeof *ref);
     assert_true(q && k && v && out && ref);
     fill_uniform(q, n, 41, 1.0f, 9.0f);
@@ -245,5 +245,5 @@ int main(void)
         cmocka_unit_test(test_nan),
         cmocka_unit_test(test_api),
     };
-    return cmocka_run_group_tests_name("softmax", tests, setup, teardown);
+    return run_group("softmax", tests, setup, teardown);
 }

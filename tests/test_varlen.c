@@ -29,7 +29,7 @@ static double varlen_vs_reference(mhla_context *ctx, const mhla_config *cfg, con
 {
     test_inputs in;
     assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
-    float *out = malloc(in.nv * sizeof *out);
+    float *out = nan_floats(in.nv);
     double *ref = malloc(in.nv * sizeof *ref);
     assert_non_null(out), assert_non_null(ref);
     mhla_plan *plan = NULL;
@@ -99,7 +99,7 @@ static void test_varlen_equals_separate_runs(void **state)
         cfg.mixing_rows = 5;
         test_inputs in;
         assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 7, &in), MHLA_OK);
-        float *out = malloc(in.nv * sizeof *out);
+        float *out = nan_floats(in.nv);
         assert_non_null(out);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
@@ -109,8 +109,8 @@ static void test_varlen_equals_separate_runs(void **state)
             mhla_config one = config_causal(1, 2, n, 64, 16, 24);
             one.layout = cfg.layout, one.normalizer = cfg.normalizer, one.mixing_rows = 5;
             float *q = malloc((size_t)(n * 2 * 16) * 4), *k = malloc((size_t)(n * 2 * 16) * 4);
-            float *v = malloc((size_t)(n * 2 * 24) * 4), *o = malloc((size_t)(n * 2 * 24) * 4);
-            float *packed_o = malloc((size_t)(n * 2 * 24) * 4);
+            float *v = malloc((size_t)(n * 2 * 24) * 4), *o = nan_floats((size_t)(n * 2 * 24));
+            float *packed_o = nan_floats((size_t)(n * 2 * 24));
             assert_non_null(q), assert_non_null(k), assert_non_null(v), assert_non_null(o), assert_non_null(packed_o);
             slice_tokens(&cfg, 493, 16, in.q, t0, n, q);
             slice_tokens(&cfg, 493, 16, in.k, t0, n, k);
@@ -138,7 +138,7 @@ static void test_varlen_isolation(void **state)
     cfg.normalizer = MHLA_NORMALIZER_PAPER;
     test_inputs in;
     assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 8, &in), MHLA_OK);
-    float *base = malloc(in.nv * sizeof *base), *bad = malloc(in.nv * sizeof *bad);
+    float *base = nan_floats(in.nv), *bad = nan_floats(in.nv);
     assert_non_null(base), assert_non_null(bad);
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
@@ -188,7 +188,7 @@ static void test_varlen_empty_and_many(void **state)
     /* the growth itself, on one plan */
     test_inputs in;
     assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 10, &in), MHLA_OK);
-    out = malloc(in.nv * sizeof *out);
+    out = nan_floats(in.nv);
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
     assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu, 120, out), MHLA_OK);
     assert_true(mhla_plan_workspace_size(plan) > before);
@@ -202,19 +202,19 @@ static void test_varlen_events(void **state)
 {
     mhla_context *ctx = *state;
     if (user_event_gates_hang(ctx))
-        skip();
+        test_skip();
     cl_context clctx = mhla_context_cl_context(ctx);
     mhla_config cfg = packed(493, 1, 64, 8, 8);
     test_inputs in;
     assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 11, &in), MHLA_OK);
-    float *out = malloc(in.nv * sizeof *out);
+    float *out = nan_floats(in.nv);
     double *ref = malloc(in.nv * sizeof *ref);
     cl_int err;
     cl_mem bq = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in.nq * 4, in.q, &err);
     cl_mem bk = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in.nq * 4, in.k, &err);
     cl_mem bv = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in.nv * 4, in.v, &err);
     cl_mem bm = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in.nm * 4, in.mix, &err);
-    cl_mem bo = clCreateBuffer(clctx, CL_MEM_READ_WRITE, in.nv * 4, NULL, &err);
+    cl_mem bo = nan_buffer(ctx, in.nv * 4);
     assert_int_equal(err, CL_SUCCESS);
     cl_event gate = clCreateUserEvent(clctx, &err), done = NULL;
     mhla_plan *plan = NULL;
@@ -249,7 +249,7 @@ static void test_varlen_errors(void **state)
     cfg.mixing_rows = 4; /* 256 tokens per sequence at most */
     test_inputs in;
     assert_int_equal(test_inputs_make(&cfg, MHLA_INIT_CAUSAL_UNIFORM, 12, &in), MHLA_OK);
-    float *out = malloc(in.nv * sizeof *out);
+    float *out = nan_floats(in.nv);
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
     struct {
@@ -303,5 +303,5 @@ int main(void)
         cmocka_unit_test(test_varlen_events),
         cmocka_unit_test(test_varlen_errors),
     };
-    return cmocka_run_group_tests_name("varlen", tests, context_setup, context_teardown);
+    return run_group("varlen", tests, context_setup, context_teardown);
 }
