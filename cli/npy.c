@@ -547,24 +547,17 @@ static npy_status read_part(const char *path, int axis, int64_t start, int64_t l
             }
         count = outer * (uint64_t)len * inner;
         h.shape[axis] = len;
-        if (swap)
-            swap_bytes(data, (size_t)count, item);
-        out->ndim = h.ndim;
-        memcpy(out->shape, h.shape, sizeof h.shape);
-        out->count = (size_t)count;
-        out->data = data;
-        data = NULL;
-        goto cleanup;
-    }
-    data = malloc(data_bytes ? (size_t)data_bytes : 1);
-    if (!data) {
-        st = fail(NPY_ERR_NO_MEMORY, err, err_size, "out of host memory for %llu bytes of data",
-                  (unsigned long long)data_bytes);
-        goto cleanup;
-    }
-    if ((e = read_full(fd, data, (size_t)data_bytes)) != 0) {
-        st = fail(NPY_ERR_INPUT, err, err_size, "cannot read the .npy data: %s", strerror(e));
-        goto cleanup;
+    } else {
+        data = malloc(data_bytes ? (size_t)data_bytes : 1);
+        if (!data) {
+            st = fail(NPY_ERR_NO_MEMORY, err, err_size, "out of host memory for %llu bytes of data",
+                      (unsigned long long)data_bytes);
+            goto cleanup;
+        }
+        if ((e = read_full(fd, data, (size_t)data_bytes)) != 0) {
+            st = fail(NPY_ERR_INPUT, err, err_size, "cannot read the .npy data: %s", strerror(e));
+            goto cleanup;
+        }
     }
     if (swap)
         swap_bytes(data, (size_t)count, item);

@@ -277,13 +277,3 @@ mhla_status mhla_shard_output(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_
 cleanup:
     return st;
 }
-
-mhla_status mhla_report(mhla_context *ctx, mhla_status status, const char *fmt, ...)
-{
-    char text[MHLA_MESSAGE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    return mhla__fail(ctx, status, "%s", text);
-}
