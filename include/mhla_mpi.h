@@ -67,11 +67,11 @@ MHLA_API mhla_status mhla_mpi_device_spec(MPI_Comm comm, char *spec, size_t size
  * call is MHLA_ERR_MPI with MPI's error string (comm's error handler is MPI_ERRORS_RETURN during the
  * call and restored after). Blocks until `out` is written.
  * @exchange: causal runs only (see mhla_mpi_exchange). @stats: may be NULL.
- * @return MHLA_OK or a status whose message is in mhla_last_message(). A local failure after the
- *         check (a device error) is returned on that rank; the others then fail in the exchange
- *         only if it never took part: such a rank still joins the exchange with no rows' worth of
- *         valid data, so that no rank hangs, and the ranks agree on the status with one
- *         MPI_Allreduce at the end. */
+ * @return MHLA_OK or a status whose message is in mhla_last_message(). Every rank takes part in
+ *         every collective whatever fails locally: a failure of this rank's own checks or of its
+ *         summaries is agreed on by all ranks (the others return it, naming the rank) before the
+ *         exchange, so that none waits forever; a failure of the final mixing/output stage is
+ *         that rank's alone. */
 MHLA_API mhla_status mhla_forward_sharded(mhla_plan *plan, MPI_Comm comm, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                           cl_mem out, mhla_mpi_exchange exchange, mhla_mpi_stats *stats);
 
