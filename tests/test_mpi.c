@@ -224,6 +224,9 @@ int main(int argc, char **argv)
     mhla_config c1 = config_1d(2, 2, 96, 6, 16, 8);
     run_case(ctx, "1d paper even", &c1, 0, MHLA_MPI_ALLGATHER);
     run_case(ctx, "1d paper uneven+empty", &c1, 1, MHLA_MPI_ALLGATHER);
+    /* Two long blocks, which the summary splits into segments (the whole sequence's split). */
+    mhla_config cs = config_1d(1, 2, 4096, 2, 32, 32);
+    run_case(ctx, "1d split blocks", &cs, 0, MHLA_MPI_ALLGATHER);
     mhla_config cv = c1;
     cv.batch = 1, cv.seq_t = 6, cv.seq_h = 4, cv.seq_w = 4, cv.block_t = 3, cv.block_h = 2, cv.block_w = 2;
     cv.layout = MHLA_LAYOUT_BHND;
