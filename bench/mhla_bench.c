@@ -3,6 +3,9 @@
  * Exit status: 0, 1 when the device or an output file fails, 2 for bad options, 3 when a row
  * failed (the table still prints). */
 #include "bench.h"
+#ifdef MHLA_BENCH_MPI
+#include "bench_mpi.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +45,15 @@ int main(int argc, char **argv)
     bench_report rep;
     mhla_context *ctx = NULL;
     char err[1024] = "";
+    for (int i = 1; i < argc; ++i) /* --mpi: a mode of its own, under mpirun (bench/mpi.c) */
+        if (!strcmp(argv[i], "--mpi")) {
+#ifdef MHLA_BENCH_MPI
+            return bench_mpi_main(argc, argv);
+#else
+            fprintf(stderr, "mhla-bench: --mpi: built without MPI (install libopenmpi-dev, meson -Dmpi=enabled)\n");
+            return 2;
+#endif
+        }
     int rc = bench_options_parse(argc, argv, &o, stdout, err, sizeof err);
     if (rc == 1)
         return 0;

@@ -70,6 +70,11 @@ static const char help_tail[] =
     "                                'time_ms median <m> min <a> max <b>' (device time per run;\n"
     "                                with --recurrent, the wall time of each run's whole token\n"
     "                                loop, host copies included)\n"
+    "  --mpi                         under mpirun -np R: sequence parallelism (libmhla_mpi), each\n"
+    "                                rank reading only its range of tokens (whole blocks or chunks)\n"
+    "                                on its own device (MHLA_DEVICE, else by node-local rank);\n"
+    "                                rank 0 writes the output. Not with --check, --repeat,\n"
+    "                                --recurrent or --cu-seqlens\n"
     "\n"
     "exit codes: 0 success; 1 runtime or device failure; 2 usage or input error; 3 --check failed.\n";
 
@@ -157,7 +162,7 @@ static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
 
 /* ---- inputs -------------------------------------------------------------------------------- */
 
-static int read_inputs(run_job *job)
+int run_read_inputs(run_job *job)
 {
     static const int opt_of[3] = {O_Q, O_K, O_V};
     const char *dims_bnhd[3] = {"[B,N,H,Dk]", "[B,N,H,Dk]", "[B,N,H,Dv]"};
@@ -167,7 +172,8 @@ static int read_inputs(run_job *job)
     for (int i = 0; i < 3; ++i) {
         const cli_option *opt = &job->o[opt_of[i]];
         npy_array *a = &job->in[i];
-        const npy_status st = npy_read(opt->value, a, err, sizeof err);
+        const npy_status st = job->headers_only ? npy_read_header(opt->value, a, err, sizeof err)
+                                                : npy_read(opt->value, a, err, sizeof err);
         if (st != NPY_OK)
             return cli_fail(cli_npy_exit_code(st), "%s %s: %s", opt->name, opt->value, err);
         npy_shape_string(a->ndim, a->shape, shape[i], sizeof shape[i]);
@@ -204,6 +210,13 @@ static int read_inputs(run_job *job)
     cfg->dv = job->in[2].shape[3];
     if (!job->o[O_DTYPE].value) /* default storage: the inputs' dtype */
         cfg->dtype = job->file_dtype == NPY_F16 ? MHLA_DTYPE_F16 : MHLA_DTYPE_F32;
+    return job->headers_only ? 0 : run_convert_inputs(job);
+}
+
+int run_convert_inputs(run_job *job)
+{
+    static const int opt_of[3] = {O_Q, O_K, O_V};
+    const mhla_config *cfg = &job->cfg;
     for (int i = 0; i < 3; ++i) {
         if (job->file_dtype == NPY_F32) {
             job->f32[i] = job->in[i].data;
@@ -474,7 +487,7 @@ static int check(run_job *job)
     return 0;
 }
 
-static int write_output(run_job *job)
+int run_write_output(run_job *job)
 {
     char err[512];
     const void *data = job->result;
@@ -491,6 +504,21 @@ static int write_output(run_job *job)
     free(half);
     if (st != NPY_OK)
         return cli_fail(cli_npy_exit_code(st), "--out %s: %s", job->o[O_OUT].value, err);
+    return 0;
+}
+
+int run_shape(run_job *job)
+{
+    int rc;
+    char msg[512];
+    if ((rc = shape_grid(job)) != 0 || (job->cfg.causal && (rc = causal_shape(job)) != 0) ||
+        (rc = load_mixing(job)) != 0)
+        return rc;
+    job->cfg.mixing_rows = job->mixing_rows;
+    /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
+    mhla_status st = mhla_config_check(&job->cfg, msg, sizeof msg);
+    if (st != MHLA_OK)
+        return cli_fail(cli_exit_code(st), "--q %s, --v %s: %s", job->o[O_Q].value, job->o[O_V].value, msg);
     return 0;
 }
 
@@ -522,23 +550,24 @@ int cmd_run(int argc, char **argv)
         [O_DEVICE] = {"--device", "SPEC", NULL},
         [O_CHECK] = {"--check", NULL, NULL},
         [O_REPEAT] = {"--repeat", "R", NULL},
+        [O_MPI] = {"--mpi", NULL, NULL},
     };
     memcpy(job.o, table, sizeof table);
     int help_shown = 0, rc;
-    char err[512], msg[512];
+    char err[512];
 
     if ((rc = parse_options(&job, argc, argv, &help_shown)) != 0 || help_shown)
         goto done;
-    if ((rc = read_inputs(&job)) != 0 || (rc = shape_grid(&job)) != 0 ||
-        (job.cfg.causal && (rc = causal_shape(&job)) != 0) || (rc = load_mixing(&job)) != 0)
-        goto done;
-    job.cfg.mixing_rows = job.mixing_rows;
-    /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
-    mhla_status st = mhla_config_check(&job.cfg, msg, sizeof msg);
-    if (st != MHLA_OK) {
-        rc = cli_fail(cli_exit_code(st), "--q %s, --v %s: %s", job.o[O_Q].value, job.o[O_V].value, msg);
+    if (job.o[O_MPI].value) {
+#ifdef MHLA_CLI_MPI
+        rc = run_mpi(&job);
+#else
+        rc = cli_fail(CLI_USAGE, "--mpi: this mhla was built without MPI (install libopenmpi-dev, meson -Dmpi=enabled)");
+#endif
         goto done;
     }
+    if ((rc = run_read_inputs(&job)) != 0 || (rc = run_shape(&job)) != 0)
+        goto done;
     /* The output's temporary exists before the work starts: a bad --out fails fast. */
     npy_status ws = npy_writer_open(&job.out, job.o[O_OUT].value, err, sizeof err);
     if (ws != NPY_OK) {
@@ -550,7 +579,7 @@ int cmd_run(int argc, char **argv)
         goto done;
     if (job.o[O_CHECK].value && (rc = check(&job)) != 0)
         goto done;
-    if ((rc = write_output(&job)) != 0)
+    if ((rc = run_write_output(&job)) != 0)
         goto done;
     if (job.o[O_CHECK].value) {
         /* SPEC.md's N is a sequence's length: the longest one when several are packed. */

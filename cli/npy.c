@@ -361,7 +361,46 @@ static npy_status decode_descr(const char *descr, npy_dtype *dtype, int *swap, c
                 descr, name);
 }
 
+/* pread until done (or an error: its errno). */
+static int pread_full(int fd, void *buf, size_t n, uint64_t at)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        const ssize_t got = pread(fd, p, n, (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return got < 0 ? errno : EIO;
+        p += got, n -= (size_t)got, at += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* npy_read (axis -1), the header only (axis -2), or indices [start, start + len) along `axis`. */
+static npy_status read_part(const char *path, int axis, int64_t start, int64_t len, npy_array *out, char *err,
+                            size_t err_size);
+
 npy_status npy_read(const char *path, npy_array *out, char *err, size_t err_size)
+{
+    return read_part(path, -1, 0, 0, out, err, err_size);
+}
+
+npy_status npy_read_header(const char *path, npy_array *out, char *err, size_t err_size)
+{
+    return read_part(path, -2, 0, 0, out, err, err_size);
+}
+
+npy_status npy_read_range(const char *path, int axis, int64_t start, int64_t len, npy_array *out, char *err,
+                          size_t err_size)
+{
+    if (axis < 0 || start < 0 || len < 0)
+        return fail(NPY_ERR_ARGUMENT, err, err_size, "npy_read_range: axis %d, start %lld, len %lld", axis,
+                    (long long)start, (long long)len);
+    return read_part(path, axis, start, len, out, err, err_size);
+}
+
+static npy_status read_part(const char *path, int axis, int64_t start, int64_t len, npy_array *out, char *err,
+                            size_t err_size)
 {
     npy_status st = NPY_OK;
     int fd = -1, e = 0;
@@ -475,15 +514,50 @@ npy_status npy_read(const char *path, npy_array *out, char *err, size_t err_size
                         (unsigned long long)data_bytes);
         goto cleanup;
     }
-    data = malloc(data_bytes ? (size_t)data_bytes : 1);
-    if (!data) {
-        st = fail(NPY_ERR_NO_MEMORY, err, err_size, "out of host memory for %llu bytes of data",
-                  (unsigned long long)data_bytes);
+    if (axis == -2) { /* the header alone: shape and count, no data */
+        out->ndim = h.ndim;
+        memcpy(out->shape, h.shape, sizeof h.shape);
+        out->count = (size_t)count;
         goto cleanup;
     }
-    if ((e = read_full(fd, data, (size_t)data_bytes)) != 0) {
-        st = fail(NPY_ERR_INPUT, err, err_size, "cannot read the .npy data: %s", strerror(e));
-        goto cleanup;
+    if (axis >= 0) {
+        if (axis >= h.ndim || start > h.shape[axis] || len > h.shape[axis] - start) {
+            st = fail(NPY_ERR_INPUT, err, err_size, "indices [%lld, %lld) along axis %d are outside shape %s",
+                      (long long)start, (long long)(start + len), axis, shape_text);
+            goto cleanup;
+        }
+        /* Each outer index holds one contiguous run of len * inner elements. */
+        uint64_t outer = 1, inner = 1;
+        for (int i = 0; i < axis; ++i)
+            outer *= (uint64_t)h.shape[i];
+        for (int i = axis + 1; i < h.ndim; ++i)
+            inner *= (uint64_t)h.shape[i];
+        const uint64_t run = (uint64_t)len * inner * item, base = preamble + hlen;
+        data = malloc(outer * run > 0 ? (size_t)(outer * run) : 1);
+        if (!data) {
+            st = fail(NPY_ERR_NO_MEMORY, err, err_size, "out of host memory for %llu bytes of data",
+                      (unsigned long long)(outer * run));
+            goto cleanup;
+        }
+        for (uint64_t o = 0; o < outer && run; ++o)
+            if ((e = pread_full(fd, (unsigned char *)data + o * run, (size_t)run,
+                                base + (o * (uint64_t)h.shape[axis] + (uint64_t)start) * inner * item)) != 0) {
+                st = fail(NPY_ERR_INPUT, err, err_size, "cannot read the .npy data: %s", strerror(e));
+                goto cleanup;
+            }
+        count = outer * (uint64_t)len * inner;
+        h.shape[axis] = len;
+    } else {
+        data = malloc(data_bytes ? (size_t)data_bytes : 1);
+        if (!data) {
+            st = fail(NPY_ERR_NO_MEMORY, err, err_size, "out of host memory for %llu bytes of data",
+                      (unsigned long long)data_bytes);
+            goto cleanup;
+        }
+        if ((e = read_full(fd, data, (size_t)data_bytes)) != 0) {
+            st = fail(NPY_ERR_INPUT, err, err_size, "cannot read the .npy data: %s", strerror(e));
+            goto cleanup;
+        }
     }
     if (swap)
         swap_bytes(data, (size_t)count, item);

@@ -49,6 +49,16 @@ typedef struct npy_array {
  *         or NPY_ERR_ARGUMENT; on failure *out holds no allocation. */
 npy_status npy_read(const char *path, npy_array *out, char *err, size_t err_size);
 
+/*! npy_read_header() : npy_read() without the data: out->shape and out->count are the file's,
+ * out->data is NULL. The same checks (the file's size against the header included). */
+npy_status npy_read_header(const char *path, npy_array *out, char *err, size_t err_size);
+
+/*! npy_read_range() : npy_read() of indices [start, start + len) along `axis` only (a rank's token
+ * range): out->shape is the file's with shape[axis] = len; only those bytes are read (one pread per
+ * outer index). Indices outside the file's shape are NPY_ERR_INPUT, naming them. */
+npy_status npy_read_range(const char *path, int axis, int64_t start, int64_t len, npy_array *out, char *err,
+                          size_t err_size);
+
 /*! npy_free() : frees out->data and clears it. Accepts NULL and a zeroed array. */
 void npy_free(npy_array *a);
 

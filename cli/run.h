@@ -12,7 +12,7 @@
 
 enum {
     O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
-    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_COUNT
+    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_MPI, O_COUNT
 };
 
 #define RUN_CMD "run" /* the subcommand, for cli_usage() */
@@ -38,7 +38,24 @@ typedef struct run_job {
     cl_mem buf[5]; /* indexed by mhla_tensor */
     float *result;
     double check_err; /* --check: max_rel_err of result against the reference */
+    int headers_only; /* --mpi: read_inputs() reads the headers; run_mpi.c reads each rank's range */
 } run_job;
+
+/* ---- cmd_run.c, for run_mpi.c ---- */
+
+/* Reads --q/--k/--v (headers only with job->headers_only), validates them, fills the config. */
+int run_read_inputs(run_job *job);
+/* --grid/--blocks, the causal shape, the mixing matrix and the library's config check. */
+int run_shape(run_job *job);
+/* job->in[] as read (a rank's range) to float (job->f32) and cfg.dtype's bits (job->dev16). */
+int run_convert_inputs(run_job *job);
+/* Writes job->result (shaped as job->in[2]) through the temporary job->out. */
+int run_write_output(run_job *job);
+
+/* ---- run_mpi.c (builds with MPI only) ---- */
+
+/* `mhla run --mpi`: each rank reads its token range, runs its shard, rank 0 writes the output. */
+int run_mpi(run_job *job);
 
 /* ---- cmd_run.c, for run_causal.c ---- */
 

@@ -284,20 +284,15 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
-                                 cl_event *done)
+mhla_status mhla__causal_enqueue_summaries(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait,
+                                           const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = c->ctx;
-    const mhla_config *cfg = &c->cfg;
     const mhla_chunk_tables *t = run->tables;
     const mhla_grid_args grid = mhla__causal_grid(c, run->n);
-    const cl_int rows_mc = (cl_int)cfg->mixing_rows, gemm_rows = (cl_int)c->tiling.gemm_rows;
-    const cl_long width = (cl_long)c->slot_floats;
-    const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
-    const int64_t span = t->max_len < 1 ? 1 : t->max_len;
-    const cl_int tiles_per_chunk = (cl_int)((span + c->tiling.tq - 1) / c->tiling.tq);
-    cl_kernel ks = c->k_summary, kp = c->k_prefix, ko = c->k_output;
+    const float feature_eps = c->cfg.feature_eps;
+    cl_kernel ks = c->k_summary;
 
     /* 1. S_j of every chunk into its slot. */
     {
@@ -315,6 +310,24 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (run->marks)
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[0]));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_config *cfg = &c->cfg;
+    const mhla_chunk_tables *t = run->tables;
+    const mhla_grid_args grid = mhla__causal_grid(c, run->n);
+    const cl_int rows_mc = (cl_int)cfg->mixing_rows, gemm_rows = (cl_int)c->tiling.gemm_rows;
+    const cl_long width = (cl_long)c->slot_floats;
+    const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
+    const int64_t span = t->max_len < 1 ? 1 : t->max_len;
+    const cl_int tiles_per_chunk = (cl_int)((span + c->tiling.tq - 1) / c->tiling.tq);
+    cl_kernel kp = c->k_prefix, ko = c->k_output;
+
     /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
      *    tiles), then CLBlast adds the earlier blocks. */
     {
@@ -362,6 +375,16 @@ mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_
     }
     if (run->marks)
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[2]));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                 cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_summaries(c, run, num_wait, wait));
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_rest(c, run, done));
 cleanup:
     return st;
 }
@@ -438,13 +461,18 @@ mhla_status mhla__causal_plan_setup(mhla_plan *plan)
     plan->causal = mhla__calloc(1, sizeof *plan->causal);
     MHLA_FAIL_IF(st, !plan->causal, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a causal plan");
     mhla_causal_plan *cp = plan->causal;
-    MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, &plan->cfg, 0, &cp->kern));
+    /* A shard's kernels are those of the whole sequence; its chunks continue the sequence at its
+     * first chunk, whose summary slot is that chunk's index: the earlier chunks' slots receive the
+     * gathered summaries (host/shard.c). */
+    const mhla_shard *sh = plan->shard;
+    const int64_t first = sh ? sh->offset : 0;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, sh ? &sh->global : &plan->cfg, 0, &cp->kern));
     /* One chunk per C tokens; a varlen call with more (short sequences) grows it. */
-    MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, (size_t)plan->shape.m));
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_reserve(plan, (size_t)(first + plan->shape.m)));
     if (!plan->cfg.varlen) {
         /* Every batch element is one sequence of N tokens: the same chunks for all of them. */
-        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &cp->tables, 0, plan->shape.n, 0, 0, plan->cfg.chunk,
-                                                         &cp->kern->tiling));
+        MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_add(ctx, &cp->tables, 0, plan->shape.n, first, 0,
+                                                         plan->cfg.chunk, &cp->kern->tiling));
         MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(ctx, &cp->tables, &cp->chunks, &cp->tiles));
         plan->workspace_bytes += (cp->tables.n_chunks + cp->tables.n_tiles) * sizeof(cl_int4);
     }

@@ -75,6 +75,11 @@ mhla_status mhla__causal_gemm_reserve(mhla_causal *c, const mhla_chunk_tables *t
 /* Enqueues the three stages (first one waits for `wait`, `done` is the output's event). */
 mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
                                  cl_event *done);
+/* Its two halves: the summaries (stage 1), then the prefix mixtures and the output (a shard plan
+ * fills the earlier chunks' slots in between). */
+mhla_status mhla__causal_enqueue_summaries(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait,
+                                           const cl_event *wait);
+mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run, cl_event *done);
 /* The same for tables built for this call: uploads run->tables (setting run->chunks and
  * run->tiles), enqueues, and releases the uploads. */
 mhla_status mhla__causal_enqueue_once(mhla_causal *c, mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,

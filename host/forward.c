@@ -68,6 +68,11 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__plan_check_mem(mhla_plan *plan, const char *fn, mhla_tensor t, cl_mem buf)
+{
+    return mhla__check_mem(plan->ctx, fn, t, buf, mhla_plan_tensor_bytes(plan, t), describe, plan);
+}
+
 mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
                                 const cl_event *wait)
 {
@@ -107,6 +112,9 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
 
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward: plan is NULL");
     ctx = plan->ctx;
+    MHLA_FAIL_IF(st, plan->shard, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward: the plan is a shard plan: run it with mhla_shard_summaries() and "
+                 "mhla_shard_output(), or mhla_forward_sharded() (libmhla_mpi)");
     const cl_mem bufs[] = {q, k, v, out, mixing};
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_check(plan, "mhla_forward", bufs, num_wait, wait));
     if (plan->softmax) {

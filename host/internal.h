@@ -364,7 +364,26 @@ struct mhla_plan {
     /* profiling queues: markers at the start and after each stage of the last forward */
     cl_event marks[4];
     struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (host/causal.c) */
+    struct mhla_shard *shard;        /* shard plans: the whole sequence and the exchange (host/shard.c) */
 };
+
+/* A shard plan's view of the whole sequence (host/shard.c). The plan's cfg and shape are the
+ * shard's own; tiles come from the whole configuration, so that every block is summed, mixed and
+ * read out exactly as mhla_forward() on the whole sequence would. */
+typedef struct mhla_shard {
+    mhla_config global; /* resolved */
+    mhla_shape gshape;
+    int64_t offset, count, blocks, token_offset, tokens;
+    size_t sum_floats, dots_floats, row_floats; /* one block's exchange row: summary, then dots */
+    cl_mem gathered, gathered_dots; /* non-causal: every block's rows, as the host gathered them */
+    cl_mem mc_rows;                 /* non-causal: the shard's rows of Mc */
+} mhla_shard;
+
+/* mhla_plan_create() after plan->ctx, plan->cfg (unresolved) and plan->shard are set. */
+mhla_status mhla__plan_setup(mhla_plan *plan);
+void mhla__shard_destroy(mhla_shard *shard);
+/* The mixing GEMM: c[rows x x] = a[rows x k] * b[k x x] (a's leading dimension k). */
+mhla_status mhla__mix(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x);
 
 /* Fills plan->grid from plan->cfg and plan->shape. */
 void mhla__plan_fill_grid(mhla_plan *plan);
@@ -406,6 +425,8 @@ mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem buf
 /* On a profiling queue, marks[0] of the plan: a marker that waits for the caller's events, the
  * start of mhla_plan_stage_times()' span. */
 mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl_event *wait);
+/* mhla__check_mem for one of the plan's tensors. */
+mhla_status mhla__plan_check_mem(mhla_plan *plan, const char *fn, mhla_tensor t, cl_mem buf);
 /* Both, for the plan's tensors. */
 mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
                                 const cl_event *wait);

@@ -59,6 +59,34 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__plan_setup(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    char msg[512];
+    mhla__config_resolve(&plan->cfg);
+    st = mhla__config_validate(&plan->cfg, &plan->shape, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
+    mhla__plan_fill_grid(plan);
+    if (plan->cfg.causal) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
+    } else {
+        /* A shard takes the whole sequence's tiles (block splits included): its blocks are then
+         * summed in the same order as on one device. */
+        const mhla_config *tcfg = plan->shard ? &plan->shard->global : &plan->cfg;
+        const mhla_shape *tshape = plan->shard ? &plan->shard->gshape : &plan->shape;
+        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, tcfg, &plan->tuning));
+        mhla__tiles_forward(ctx, tcfg, tshape, &plan->tuning, &plan->tiles);
+        MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
+        plan->workspace_bytes += plan->gemm_temp_bytes;
+    }
+cleanup:
+    return st;
+}
+
 mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out)
 {
     mhla_status st = MHLA_OK;
@@ -74,20 +102,7 @@ mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_pla
     MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
     plan->ctx = ctx;
     plan->cfg = *cfg;
-    mhla__config_resolve(&plan->cfg);
-    MHLA_FORWARD_IF_ERROR(st, mhla__config_validate(&plan->cfg, &plan->shape, NULL, 0));
-    mhla__plan_fill_grid(plan);
-    if (plan->cfg.causal) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
-    } else {
-        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->cfg, &plan->tuning));
-        mhla__tiles_forward(ctx, &plan->cfg, &plan->shape, &plan->tuning, &plan->tiles);
-        MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
-        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
-        MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan));
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
-        plan->workspace_bytes += plan->gemm_temp_bytes;
-    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__plan_setup(plan));
     *out = plan;
     plan = NULL;
 cleanup:
@@ -115,6 +130,7 @@ void mhla_plan_destroy(mhla_plan *plan)
         if (plan->marks[i])
             clReleaseEvent(plan->marks[i]);
     mhla__causal_plan_destroy(plan->causal);
+    mhla__shard_destroy(plan->shard);
     mhla__free(plan);
 }
 
@@ -151,6 +167,9 @@ size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor)
 {
     if (!plan || (plan->softmax && tensor == MHLA_TENSOR_MIXING))
         return 0;
+    if (plan->shard && (tensor == MHLA_TENSOR_MIXING || plan->shard->count == 0)) /* the whole Mc; no tokens */
+        return tensor == MHLA_TENSOR_MIXING ? mhla_config_tensor_elems(&plan->shard->global, tensor) * sizeof(float)
+                                            : 0;
     size_t elems = mhla_config_tensor_elems(&plan->cfg, tensor);
     return elems * (tensor == MHLA_TENSOR_MIXING ? sizeof(float) : mhla__dtype_size(plan->cfg.dtype));
 }

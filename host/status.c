@@ -80,14 +80,30 @@ static mhla_status record(mhla_context *ctx, mhla_status status, const char *tex
     return status;
 }
 
-mhla_status mhla__fail(mhla_context *ctx, mhla_status status, const char *fmt, ...)
+static mhla_status vfail(mhla_context *ctx, mhla_status status, const char *fmt, va_list ap)
 {
     char text[MHLA_MESSAGE_MAX];
+    vsnprintf(text, sizeof text, fmt, ap);
+    return record(ctx, status, text);
+}
+
+mhla_status mhla__fail(mhla_context *ctx, mhla_status status, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    const mhla_status st = vfail(ctx, status, fmt, ap);
     va_end(ap);
-    return record(ctx, status, text);
+    return st;
+}
+
+/* The same for companion libraries (libmhla_mpi), which cannot see mhla__fail. */
+mhla_status mhla_report(mhla_context *ctx, mhla_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const mhla_status st = vfail(ctx, status, fmt, ap);
+    va_end(ap);
+    return st;
 }
 
 const char *mhla__cl_error_name(cl_int err)

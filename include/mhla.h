@@ -66,7 +66,9 @@ MHLA_API const char *mhla_version_string(void);
     X(ERR_OPENCL, 9, "an OpenCL call failed")                                                        \
     X(ERR_BLAS, 10, "a CLBlast call failed")                                                         \
     X(ERR_SEQUENCE_TOO_LONG, 11, "the sequence is longer than the mixing matrix covers")             \
-    X(ERR_CAPACITY_EXCEEDED, 12, "a decoder was stepped past its capacity")
+    X(ERR_CAPACITY_EXCEEDED, 12, "a decoder was stepped past its capacity")                          \
+    X(ERR_CONFIG_MISMATCH, 13, "ranks of a sharded run disagree on the configuration or the shards")  \
+    X(ERR_MPI, 14, "an MPI call failed (MPI's error string is in the message)")
 
 typedef enum mhla_status {
 #define MHLA_STATUS_ENUM_(name, value, text) MHLA_##name = value,
@@ -467,6 +469,81 @@ MHLA_API mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
  * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
                               const float *mixing, void *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sharded plans: sequence parallelism over several devices (libmhla_mpi, include/mhla_mpi.h)   */
+/* ------------------------------------------------------------------------------------------ */
+/* A shard plan runs one contiguous range of whole blocks (causal: chunks) of a configuration, for
+ * every batch element and head; its q, k, v and out tensors hold only the shard's tokens. The run
+ * has two halves with an exchange of summaries between them, which this library leaves to the
+ * caller (libmhla_mpi does it with MPI; anything that moves host memory can):
+ *   1. mhla_shard_summaries(): the shard's summary rows (one per block) into host memory;
+ *   2. the caller gathers the rows of all blocks, in block order, into one host array;
+ *   3. mhla_shard_output(): mixing with the shard's rows of Mc, and the output of its tokens.
+ * A row is S_b and z_b as the plan keeps them (B*H*Dk*(Dv+1) floats; causal: B*H*Dk*(Dv or Dv+1)),
+ * followed, for the official normalizer, by q~_{b,p} . z_b of the block's Nb positions for every
+ * batch and head (B*H*Nb floats: N*B*H floats over all blocks, the cost of that normalizer).
+ * The results equal mhla_forward() on the whole sequence, bit for bit where the device's tuning
+ * mixes with kernels/mixing.cl (CPUs); to rounding where CLBlast mixes. */
+
+/*! mhla_plan_create_shard() :
+ * @cfg: the configuration of the whole sequence (what mhla_plan_create() would take).
+ * @block_offset, @block_count: the shard's blocks [offset, offset + count) in block order
+ *   (non-causal: M = bt*bh*bw blocks in raster order, and when bh*bw > 1 both must be multiples of
+ *   bh*bw, so that the shard is whole block frames, a contiguous token range; causal: chunks of
+ *   C tokens, the last one possibly partial). count 0 is valid: the plan then owns no device
+ *   memory and its calls do nothing. Varlen configurations are refused (MHLA_ERR_UNSUPPORTED).
+ * The shard's tokens are [first, first + n) with first = offset * (tokens per block) and
+ * mhla_plan_config() reports the shard's own configuration (seq_t = its frames or tokens);
+ * mhla_plan_tensor_bytes() sizes the shard's tensors, and the whole Mc for MHLA_TENSOR_MIXING.
+ * @return MHLA_OK; a validation status naming the offending value; as mhla_plan_create(). */
+MHLA_API mhla_status mhla_plan_create_shard(mhla_context *ctx, const mhla_config *cfg, int64_t block_offset,
+                                            int64_t block_count, mhla_plan **out);
+
+/* What a shard plan covers. */
+typedef struct mhla_shard_info {
+    int64_t block_offset, block_count; /* the shard's blocks */
+    int64_t blocks;                    /* blocks of the whole sequence (M, or ceil(N/C)) */
+    int64_t token_offset, tokens;      /* the shard's tokens [token_offset, token_offset + tokens) */
+    size_t row_floats;                 /* floats of one block's exchange row */
+    mhla_config global;                /* the whole sequence's configuration, defaults resolved */
+} mhla_shard_info;
+
+/*! mhla_plan_shard_info() : fills *out for a shard plan.
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT (NULL, or a plan made by mhla_plan_create()). */
+MHLA_API mhla_status mhla_plan_shard_info(const mhla_plan *plan, mhla_shard_info *out);
+
+/*! mhla_plan_context() : the context a plan was created on (NULL for NULL). */
+MHLA_API mhla_context *mhla_plan_context(const mhla_plan *plan);
+
+/*! mhla_shard_summaries() :
+ * Computes the shard's block summaries (and, for the official normalizer, its query dot
+ * products) from q, k, v (the shard's tokens, checked as mhla_forward() checks them) and copies
+ * them to rows[0 .. block_count * row_floats). Blocks until the rows are on the host. A shard of
+ * no blocks does nothing (its buffers and rows may be NULL).
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (not a shard plan, NULL), a buffer or device failure. */
+MHLA_API mhla_status mhla_shard_summaries(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, float *rows);
+
+/*! mhla_shard_output() :
+ * @all_rows: the rows of every block of the sequence in block order ([blocks][row_floats]); a
+ *   causal shard reads only the rows of the blocks before its own (its own are still on the
+ *   device), a non-causal shard reads all of them.
+ * @mixing: the whole Mc (as mhla_forward() takes it); the shard reads its own rows of it.
+ * Enqueues the mixing and the output of the shard's tokens into out (the summaries must come from
+ * mhla_shard_summaries() on the same plan and the same q, k, v); `done` as in mhla_forward().
+ * The host rows are copied before the call returns. A shard of no blocks does nothing.
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, a buffer or device failure. */
+MHLA_API mhla_status mhla_shard_output(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                       const float *all_rows, cl_mem out, cl_event *done);
+
+/*! mhla_report() :
+ * For companion libraries (libmhla_mpi): records `status` with the formatted message on ctx (may
+ * be NULL) and on this thread, as the library's own failures are recorded, and returns status. */
+MHLA_API mhla_status mhla_report(mhla_context *ctx, mhla_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Variable-length causal batches (SPEC.md "Causal MHLA", variable length)                      */

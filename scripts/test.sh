@@ -3,7 +3,8 @@
 # --suite opencl or --suite cli to narrow it), and closes with one "N passed, N failed, N skipped" line.
 set -euo pipefail
 # clang-14: the portability suite compiles every kernel specialization with its OpenCL front end.
-MHLA_EXTRA_PACKAGES="clang-14 mesa-opencl-icd oclgrind qemu-user ${MHLA_EXTRA_PACKAGES:-}"
+# libopenmpi-dev openmpi-bin: libmhla_mpi and the mpi suite (issue 15; meson -Dmpi=auto finds them).
+MHLA_EXTRA_PACKAGES="clang-14 mesa-opencl-icd oclgrind qemu-user libopenmpi-dev openmpi-bin ${MHLA_EXTRA_PACKAGES:-}"
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 rc=0
 meson test -C "$MHLA_BUILD_DIR" --print-errorlogs "$@" || rc=$?

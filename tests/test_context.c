@@ -41,6 +41,8 @@ static void test_version_and_status_names(void **state)
         {MHLA_ERR_BLAS, 10, "MHLA_ERR_BLAS"},
         {MHLA_ERR_SEQUENCE_TOO_LONG, 11, "MHLA_ERR_SEQUENCE_TOO_LONG"},
         {MHLA_ERR_CAPACITY_EXCEEDED, 12, "MHLA_ERR_CAPACITY_EXCEEDED"},
+        {MHLA_ERR_CONFIG_MISMATCH, 13, "MHLA_ERR_CONFIG_MISMATCH"},
+        {MHLA_ERR_MPI, 14, "MHLA_ERR_MPI"},
     };
     const size_t n = sizeof table / sizeof table[0];
 #define COUNT_ENTRY(name, value, text) +1

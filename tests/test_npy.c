@@ -397,6 +397,39 @@ static void test_write_round_trip(void **state)
     assert_string_equal(listing(), "o0.npy o16.npy o32.npy");
 }
 
+/* A rank's token range (mhla run --mpi): only indices [start, start + len) along one axis, and
+ * the header alone; ranges outside the shape are refused, naming them. */
+static void test_read_range(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    float x[2 * 5 * 3];
+    for (int i = 0; i < 30; ++i)
+        x[i] = (float)i;
+    const int64_t shape[3] = {2, 5, 3};
+    assert_int_equal(npy_write(path_of("r.npy"), NPY_F32, 3, shape, x, err, sizeof err), NPY_OK);
+    npy_array a;
+    assert_int_equal(npy_read_range(path_of("r.npy"), 1, 1, 3, &a, err, sizeof err), NPY_OK);
+    const int64_t want_shape[3] = {2, 3, 3};
+    assert_memory_equal(a.shape, want_shape, sizeof want_shape);
+    assert_int_equal(a.count, 18);
+    for (int b = 0; b < 2; ++b)
+        for (int t = 0; t < 3; ++t)
+            for (int d = 0; d < 3; ++d)
+                assert_true(((float *)a.data)[(b * 3 + t) * 3 + d] == x[(b * 5 + 1 + t) * 3 + d]);
+    npy_free(&a);
+    assert_int_equal(npy_read_range(path_of("r.npy"), 1, 5, 0, &a, err, sizeof err), NPY_OK); /* empty */
+    assert_int_equal(a.count, 0);
+    npy_free(&a);
+    assert_int_equal(npy_read_header(path_of("r.npy"), &a, err, sizeof err), NPY_OK);
+    assert_memory_equal(a.shape, shape, sizeof shape);
+    assert_null(a.data);
+    assert_int_equal(npy_read_range(path_of("r.npy"), 1, 3, 3, &a, err, sizeof err), NPY_ERR_INPUT);
+    assert_non_null(strstr(err, "[3, 6) along axis 1"));
+    assert_int_equal(npy_read_range(path_of("r.npy"), 3, 0, 1, &a, err, sizeof err), NPY_ERR_INPUT);
+    assert_int_equal(npy_read_range(path_of("r.npy"), 1, -1, 1, &a, err, sizeof err), NPY_ERR_ARGUMENT);
+}
+
 static void test_writer_temporary(void **state)
 {
     (void)state;
@@ -485,6 +518,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_integers, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_not_a_file, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_write_round_trip, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_read_range, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_writer_temporary, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_write_failure_leaves_nothing, make_dir, remove_dir),
         cmocka_unit_test(test_shape_string),

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""`mhla run --mpi` under mpirun -np 1..3 writes the same bytes as `mhla run` on one device
+(non-causal with the official normalizer, video blocks in BHND; causal with a partial last chunk), each
+rank reading only its token range; then a bad --out fails on every rank with no file left behind.
+Usage: mpi_cli.py MPIRUN_WRAPPER MPIRUN MHLA."""
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+wrapper, mpirun, mhla = sys.argv[1:4]
+
+
+def save(path, shape, vals):
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(map(str, shape))
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+        f.write(struct.pack("<%df" % len(vals), *vals))
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stdout.write(p.stdout)
+    sys.stderr.write(p.stderr)
+    return p.returncode
+
+
+random.seed(3)
+failures = 0
+with tempfile.TemporaryDirectory() as d:
+    cases = {
+        # name: (shape [B, N, H, D] or [B, H, N, D], options)
+        "official-video-bhnd": ((1, 2, 96, 8), ["--layout", "bhnd", "--grid", "2x6x8", "--blocks", "2x3x2",
+                                             "--normalizer", "official"]),
+        "causal": ((2, 100, 2, 8), ["--causal", "--chunk", "16"]),
+    }
+    for name, (shape, opts) in cases.items():
+        n = shape[0] * shape[1] * shape[2] * shape[3]
+        io = []
+        for t in "qkv":
+            save(os.path.join(d, t + ".npy"), shape, [random.uniform(-1, 1) for _ in range(n)])
+            io += ["--" + t, os.path.join(d, t + ".npy")]
+        one = os.path.join(d, name + "-one.npy")
+        if run([mhla, "run"] + io + ["--out", one] + opts) != 0:
+            failures += 1
+            continue
+        for ranks in ("1", "2", "3"):
+            out = os.path.join(d, "%s-%s.npy" % (name, ranks))
+            rc = run([sys.executable, wrapper, mpirun, ranks, mhla, "run", "--mpi"] + io + ["--out", out] + opts)
+            same = rc == 0 and open(out, "rb").read() == open(one, "rb").read()
+            print("%-18s -np %s: %s" % (name, ranks, "identical to the run without --mpi" if same else "FAIL rc %d" % rc))
+            failures += not same
+    # An unwritable --out: every rank exits non-zero (none hangs), and nothing is left behind.
+    bad = os.path.join(d, "missing-dir", "o.npy")
+    rc = run([sys.executable, wrapper, mpirun, "2", mhla, "run", "--mpi"] + io + ["--out", bad, "--causal"])
+    print("bad --out -np 2: exit %d" % rc)
+    failures += rc == 0 or os.path.exists(os.path.dirname(bad))
+sys.exit(1 if failures else 0)

@@ -1,0 +1,254 @@
+/* The sharded forward (libmhla_mpi) under mpirun -np R: every case runs on all ranks, each rank on
+ * its own device (mhla_mpi_device_spec), and its shard of the output is compared with the double
+ * reference of the whole sequence and with mhla_forward_host() of the whole sequence on one device
+ * (bit for bit where the device mixes with kernels/mixing.cl, else within 1e-6 relative).
+ * Shards: even, uneven, and with a rank of no blocks; causal runs with both exchanges. Then the
+ * faults: ranks that disagree on dk, shards out of order. Rank 0 prints one line per case and the
+ * program exits 1 when any rank failed a check, 77 when there is no device. */
+#include "helpers.h"
+
+#include <mhla_mpi.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, size, failures;
+
+#define CHECK(cond, ...)                                                                            \
+    do {                                                                                            \
+        if (!(cond)) {                                                                              \
+            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__);                     \
+            fprintf(stderr, __VA_ARGS__);                                                           \
+            fprintf(stderr, "\n");                                                                  \
+            ++failures;                                                                             \
+        }                                                                                           \
+    } while (0)
+
+/* Tokens [t0, t0 + n) of a [B, N, H, D] (or [B, H, N, D]) array of `elem` bytes into dst. */
+static void slice(void *dst, const void *src, const mhla_config *c, int64_t n_all, int64_t t0, int64_t n, int64_t d,
+                  size_t elem)
+{
+    const int64_t outer = c->layout == MHLA_LAYOUT_BNHD ? c->batch : c->batch * c->heads;
+    const int64_t per = c->layout == MHLA_LAYOUT_BNHD ? c->heads * d : d; /* one token's elements */
+    for (int64_t o = 0; o < outer; ++o)
+        memcpy((char *)dst + (size_t)(o * n * per) * elem, (const char *)src + (size_t)((o * n_all + t0) * per) * elem,
+               (size_t)(n * per) * elem);
+}
+
+/* The shard every rank takes: `uneven` gives rank r a share growing with r and the last rank none
+ * (with R > 1); otherwise mhla_mpi_shard_blocks' even split. */
+static void shard_of(int64_t blocks, int64_t frame, int uneven, int r, int64_t *off, int64_t *cnt)
+{
+    if (!uneven || size == 1) {
+        mhla_mpi_shard_blocks(blocks, frame, size, r, off, cnt);
+        return;
+    }
+    /* Units of frames: rank r < R-1 gets weight r + 1, rank R-1 gets 0. */
+    const int64_t units = blocks / frame;
+    int64_t wsum = 0, acc = 0;
+    for (int i = 0; i < size - 1; ++i)
+        wsum += i + 1;
+    for (int i = 0; i < r && i < size - 1; ++i)
+        acc += units * (i + 1) / wsum;
+    int64_t mine = r < size - 1 ? units * (r + 1) / wsum : 0;
+    if (r == size - 2) /* rounding's leftovers */
+        mine = units - acc;
+    *off = (r == size - 1 ? units : acc) * frame;
+    *cnt = mine * frame;
+}
+
+/* One case on every rank; returns this rank's failures. */
+static void run_case(mhla_context *ctx, const char *name, const mhla_config *cfg, int uneven,
+                     mhla_mpi_exchange exchange)
+{
+    test_inputs in;
+    mhla_plan *plan = NULL, *whole = NULL;
+    float *single = NULL, *mine = NULL, *sq = NULL, *sk = NULL, *sv = NULL;
+    double *ref = NULL;
+    int64_t blocks = 0, frame = 1, off = 0, cnt = 0;
+    mhla_shard_info info;
+    mhla_mpi_stats stats;
+    const int before = failures;
+    const char *only = getenv("TEST_MPI_ONLY"); /* a substring of the case names to run */
+    if (only && *only && !strstr(name, only))
+        return;
+
+    CHECK(test_inputs_make(cfg, TEST_INIT_RANDOM, 7, &in) == MHLA_OK, "%s: inputs", name);
+    CHECK(mhla_mpi_blocks_of(cfg, &blocks, &frame) == MHLA_OK, "%s: %s", name, mhla_last_message());
+    shard_of(blocks, frame, uneven, rank, &off, &cnt);
+    CHECK(mhla_plan_create_shard(ctx, cfg, off, cnt, &plan) == MHLA_OK, "%s: shard plan: %s", name,
+          mhla_last_message());
+    CHECK(mhla_plan_create(ctx, cfg, &whole) == MHLA_OK, "%s: plan: %s", name, mhla_last_message());
+    if (failures != before)
+        goto cleanup;
+    mhla_plan_shard_info(plan, &info);
+    const int64_t n_all = info.global.seq_t * info.global.seq_h * info.global.seq_w;
+    ref = malloc(in.nv * sizeof *ref);
+    single = malloc(in.nv * sizeof *single);
+    const size_t nq_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_Q) / sizeof(float);
+    const size_t nv_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_V) / sizeof(float);
+    sq = malloc(nq_mine * sizeof(float) + 1), sk = malloc(nq_mine * sizeof(float) + 1);
+    sv = malloc(nv_mine * sizeof(float) + 1), mine = malloc(nv_mine * sizeof(float) + 1);
+    CHECK(ref && single && sq && sk && sv && mine, "%s: out of memory", name);
+    if (failures != before)
+        goto cleanup;
+    for (size_t i = 0; i < nv_mine; ++i)
+        mine[i] = NAN;
+    for (size_t i = 0; i < in.nv; ++i)
+        single[i] = NAN;
+    CHECK(mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref) == MHLA_OK, "%s: reference", name);
+    CHECK(mhla_forward_host(whole, in.q, in.k, in.v, in.mix, single) == MHLA_OK, "%s: single device: %s", name,
+          mhla_last_message());
+    /* This rank reads only its tokens of the inputs, as a real run would. */
+    slice(sq, in.q, &info.global, n_all, info.token_offset, info.tokens, cfg->dk, sizeof(float));
+    slice(sk, in.k, &info.global, n_all, info.token_offset, info.tokens, cfg->dk, sizeof(float));
+    slice(sv, in.v, &info.global, n_all, info.token_offset, info.tokens, cfg->dv, sizeof(float));
+    mhla_status st = mhla_forward_sharded_host(plan, MPI_COMM_WORLD, sq, sk, sv, in.mix, mine, exchange, &stats);
+    CHECK(st == MHLA_OK, "%s: mhla_forward_sharded_host: %s: %s", name, mhla_status_name(st), mhla_last_message());
+
+    /* Errors over the whole output: this rank's max |diff| against both, reduced over the ranks. */
+    double *ref_mine = malloc((nv_mine + 1) * sizeof *ref_mine);
+    float *single_mine = malloc((nv_mine + 1) * sizeof *single_mine);
+    double local[3] = {0, 0, 0}, global[3], ref_max = 0, single_max = 0;
+    slice(ref_mine, ref, &info.global, n_all, info.token_offset, info.tokens, cfg->dv, sizeof(double));
+    slice(single_mine, single, &info.global, n_all, info.token_offset, info.tokens, cfg->dv, sizeof(float));
+    for (size_t i = 0; i < in.nv; ++i) {
+        ref_max = fmax(ref_max, fabs(ref[i]));
+        single_max = fmax(single_max, fabs((double)single[i]));
+    }
+    for (size_t i = 0; i < nv_mine; ++i) {
+        const double d_ref = fabs((double)mine[i] - ref_mine[i]), d_one = fabs((double)mine[i] - single_mine[i]);
+        local[0] = isnan(d_ref) || d_ref > local[0] ? (isnan(d_ref) ? INFINITY : d_ref) : local[0];
+        local[1] = isnan(d_one) || d_one > local[1] ? (isnan(d_one) ? INFINITY : d_one) : local[1];
+        local[2] += memcmp(&mine[i], &single_mine[i], sizeof(float)) != 0;
+    }
+    free(ref_mine);
+    free(single_mine);
+    MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&local[2], &global[2], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    const double err_ref = global[0] / ref_max, err_one = global[1] / single_max;
+    const double tol = mhla_reference_tolerance(cfg->dtype, n_all);
+    CHECK(err_ref <= tol, "%s: error %.3g against the reference exceeds %.3g", name, err_ref, tol);
+    CHECK(err_one <= 1e-6, "%s: error %.3g against the single-device run exceeds 1e-6", name, err_one);
+    unsigned long long sent = stats.bytes_sent, recv = stats.bytes_received, all_sent[64] = {0}, all_recv[64] = {0};
+    long long offs[64] = {0}, cnts[64] = {0}, o = off, c = cnt;
+    if (size <= 64) {
+        MPI_Gather(&sent, 1, MPI_UNSIGNED_LONG_LONG, all_sent, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        MPI_Gather(&recv, 1, MPI_UNSIGNED_LONG_LONG, all_recv, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        MPI_Gather(&o, 1, MPI_LONG_LONG, offs, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+        MPI_Gather(&c, 1, MPI_LONG_LONG, cnts, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    }
+    if (rank == 0) {
+        printf("%-26s R=%d shards", name, size);
+        for (int r = 0; r < size && r < 64; ++r)
+            printf(" [%lld,+%lld)", offs[r], cnts[r]);
+        printf(" of %lld | err vs reference %.2e (tol %.0e) | vs single device: %s (max rel %.2e, %.0f of %zu "
+               "differ) | bytes sent/recv per rank:",
+               (long long)blocks, err_ref, tol, global[2] == 0 ? "bit-identical" : "within rounding", err_one,
+               global[2], in.nv);
+        for (int r = 0; r < size && r < 64; ++r)
+            printf(" %llu/%llu", all_sent[r], all_recv[r]);
+        printf("\n");
+        fflush(stdout);
+    }
+cleanup:
+    mhla_plan_destroy(plan);
+    mhla_plan_destroy(whole);
+    test_inputs_free(&in);
+    free(ref), free(single), free(mine), free(sq), free(sk), free(sv);
+}
+
+/* Ranks that disagree (rank 1 has another dk), or whose shards are out of order, fail on every
+ * rank with MHLA_ERR_CONFIG_MISMATCH naming the field or the ranks, before any data moves. */
+static void run_faults(mhla_context *ctx)
+{
+    mhla_config cfg = config_1d(1, 2, 64, 4, 8, 8);
+    mhla_plan *plan = NULL;
+    int64_t off = 0, cnt = 0;
+    if (size < 2)
+        return;
+    if (rank == 1)
+        cfg.dk = 16;
+    mhla_mpi_shard_blocks(4, 1, size, rank, &off, &cnt);
+    CHECK(mhla_plan_create_shard(ctx, &cfg, off, cnt, &plan) == MHLA_OK, "faults: %s", mhla_last_message());
+    mhla_status st = mhla_forward_sharded(plan, MPI_COMM_WORLD, NULL, NULL, NULL, NULL, NULL, MHLA_MPI_ALLGATHER, NULL);
+    CHECK(st == MHLA_ERR_CONFIG_MISMATCH && strstr(mhla_last_message(), "dk") && strstr(mhla_last_message(), "rank 1"),
+          "dk mismatch gave %s: %s", mhla_status_name(st), mhla_last_message());
+    if (rank == 0)
+        printf("mismatch (rank 1 dk=16)      -> %s: %s\n", mhla_status_name(st), mhla_last_message());
+    mhla_plan_destroy(plan);
+    plan = NULL;
+    /* Every rank claims the first blocks. */
+    cfg.dk = 8;
+    CHECK(mhla_plan_create_shard(ctx, &cfg, 0, 1, &plan) == MHLA_OK, "faults: %s", mhla_last_message());
+    st = mhla_forward_sharded(plan, MPI_COMM_WORLD, NULL, NULL, NULL, NULL, NULL, MHLA_MPI_ALLGATHER, NULL);
+    CHECK(st == MHLA_ERR_CONFIG_MISMATCH && strstr(mhla_last_message(), "rank 1"), "overlap gave %s: %s",
+          mhla_status_name(st), mhla_last_message());
+    if (rank == 0)
+        printf("overlapping shards           -> %s: %s\n", mhla_status_name(st), mhla_last_message());
+    /* A NULL plan on one rank is that rank's argument error, a named failure on the others. */
+    st = mhla_forward_sharded(rank == 1 ? NULL : plan, MPI_COMM_WORLD, NULL, NULL, NULL, NULL, NULL,
+                              MHLA_MPI_ALLGATHER, NULL);
+    CHECK(rank == 1 ? st == MHLA_ERR_INVALID_ARGUMENT : st == MHLA_ERR_CONFIG_MISMATCH, "NULL plan gave %s: %s",
+          mhla_status_name(st), mhla_last_message());
+    if (rank == 0)
+        printf("NULL plan on rank 1          -> %s: %s\n", mhla_status_name(st), mhla_last_message());
+    mhla_plan_destroy(plan);
+}
+
+int main(int argc, char **argv)
+{
+    char spec[256] = "";
+    mhla_context *ctx = NULL;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int have = mhla_mpi_device_spec(MPI_COMM_WORLD, spec, sizeof spec) == MHLA_OK &&
+               mhla_context_create(spec, &ctx) == MHLA_OK;
+    int all_have = 0;
+    MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_have) {
+        if (rank == 0)
+            printf("SKIP: a rank has no OpenCL device (%s)\n", mhla_last_message());
+        mhla_context_destroy(ctx);
+        MPI_Finalize();
+        return 77;
+    }
+    printf("rank %d of %d: device %s (%s)\n", rank, size, spec, mhla_context_device_name(ctx));
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* 1D, 6 blocks; a 2x2-block video (frames of 4 blocks, 3 frames); the official normalizer. */
+    mhla_config c1 = config_1d(2, 2, 96, 6, 16, 8);
+    run_case(ctx, "1d paper even", &c1, 0, MHLA_MPI_ALLGATHER);
+    run_case(ctx, "1d paper uneven+empty", &c1, 1, MHLA_MPI_ALLGATHER);
+    /* Two long blocks, which the summary splits into segments (the whole sequence's split). */
+    mhla_config cs = config_1d(1, 2, 4096, 2, 32, 32);
+    run_case(ctx, "1d split blocks", &cs, 0, MHLA_MPI_ALLGATHER);
+    mhla_config cv = c1;
+    cv.batch = 1, cv.seq_t = 6, cv.seq_h = 4, cv.seq_w = 4, cv.block_t = 3, cv.block_h = 2, cv.block_w = 2;
+    cv.layout = MHLA_LAYOUT_BHND;
+    run_case(ctx, "video bhnd uneven+empty", &cv, 1, MHLA_MPI_ALLGATHER);
+    mhla_config co = c1;
+    co.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    run_case(ctx, "1d official uneven+empty", &co, 1, MHLA_MPI_ALLGATHER);
+    /* Causal: 7 chunks of 16 with a partial last one (100 tokens), both exchanges. */
+    mhla_config cc;
+    mhla_config_init_causal(&cc);
+    cc.batch = 2, cc.heads = 2, cc.seq_t = 100, cc.dk = 16, cc.dv = 8, cc.chunk = 16;
+    run_case(ctx, "causal none allgather", &cc, 0, MHLA_MPI_ALLGATHER);
+    run_case(ctx, "causal none chain+empty", &cc, 1, MHLA_MPI_CHAIN);
+    cc.normalizer = MHLA_NORMALIZER_PAPER;
+    run_case(ctx, "causal paper allgather+empty", &cc, 1, MHLA_MPI_ALLGATHER);
+    run_faults(ctx);
+
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("%s: %d failed check(s) over %d rank(s)\n", total ? "FAIL" : "OK", total, size);
+    mhla_context_destroy(ctx);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
