@@ -41,6 +41,30 @@ mhla_status mhla_mpi_blocks_of(const mhla_config *cfg, int64_t *blocks, int64_t 
     return MHLA_OK;
 }
 
+mhla_status mhla_mpi_varlen_chunks(const mhla_config *cfg, const int32_t *cu_seqlens, size_t num_seqs,
+                                   int64_t *chunks)
+{
+    char msg[512];
+    if (!cfg || !cu_seqlens || !chunks)
+        return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_mpi_varlen_chunks: a pointer is NULL");
+    mhla_status st = mhla_config_check(cfg, msg, sizeof msg);
+    if (st != MHLA_OK)
+        return mhla_report(NULL, st, "%s", msg);
+    if (!cfg->varlen)
+        return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT,
+                           "mhla_mpi_varlen_chunks: the configuration is not for packed sequences (varlen = 0)");
+    const int64_t c = cfg->chunk > 0 ? cfg->chunk : 64;
+    *chunks = 0;
+    for (size_t s = 0; s < num_seqs; ++s) {
+        if (cu_seqlens[s + 1] < cu_seqlens[s])
+            return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT,
+                               "mhla_mpi_varlen_chunks: cu_seqlens[%zu] = %d < cu_seqlens[%zu] = %d", s + 1,
+                               (int)cu_seqlens[s + 1], s, (int)cu_seqlens[s]);
+        *chunks += ((int64_t)cu_seqlens[s + 1] - cu_seqlens[s] + c - 1) / c;
+    }
+    return MHLA_OK;
+}
+
 mhla_status mhla_mpi_device_spec(MPI_Comm comm, char *spec, size_t size)
 {
     mhla_status st = MHLA_OK;
