@@ -492,7 +492,8 @@ MHLA_API mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const voi
  *   (non-causal: M = bt*bh*bw blocks in raster order, and when bh*bw > 1 both must be multiples of
  *   bh*bw, so that the shard is whole block frames, a contiguous token range; causal: chunks of
  *   C tokens, the last one possibly partial). count 0 is valid: the plan then owns no device
- *   memory and its calls do nothing. Varlen configurations are refused (MHLA_ERR_UNSUPPORTED).
+ *   memory and its calls do nothing. Varlen configurations take mhla_plan_create_shard_varlen()
+ *   (here MHLA_ERR_INVALID_ARGUMENT).
  * The shard's tokens are [first, first + n) with first = offset * (tokens per block) and
  * mhla_plan_config() reports the shard's own configuration (seq_t = its frames or tokens);
  * mhla_plan_tensor_bytes() sizes the shard's tensors, and the whole Mc for MHLA_TENSOR_MIXING.

@@ -2,8 +2,9 @@
  * Each rank holds a contiguous range of whole blocks (its shard of tokens) for every batch element
  * and head, on its own device; the ranks all-gather the block summaries (M*Dk*(Dv+1) floats per
  * batch and head, whatever N is) through host memory, then each mixes and reads out its own
- * tokens. The core library (mhla.h) knows nothing of MPI: this library drives its shard plans
- * (mhla_plan_create_shard) and does the exchange. It never calls MPI_Abort and never prints. */
+ * tokens (packed varlen batches: chunks of the packed sequences, mhla_forward_sharded_varlen). The
+ * core library (mhla.h) knows nothing of MPI: this library drives its shard plans
+ * (mhla_plan_create_shard, _varlen) and does the exchange. It never calls MPI_Abort and never prints. */
 #ifndef MHLA_MPI_H
 #define MHLA_MPI_H
 

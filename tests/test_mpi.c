@@ -2,8 +2,10 @@
  * its own device (mhla_mpi_device_spec), and its shard of the output is compared with the double
  * reference of the whole sequence and with mhla_forward_host() of the whole sequence on one device
  * (bit for bit where the device mixes with kernels/mixing.cl, else within 1e-6 relative).
- * Shards: even, uneven, and with a rank of no blocks; causal runs with both exchanges. Then the
- * faults: ranks that disagree on dk, shards out of order. Rank 0 prints one line per case and the
+ * Shards: even, uneven, and with a rank of no blocks; causal runs with both exchanges; packed
+ * varlen batches (against mhla_reference_forward_varlen and mhla_forward_varlen_host) whose shards
+ * begin inside and between sequences, around an empty sequence and partial chunks. Then the
+ * faults: ranks that disagree on dk or on cu_seqlens, shards out of order. Rank 0 prints one line per case and the
  * program exits 1 when any rank failed a check, 77 when there is no device. */
 #include "helpers.h"
 
