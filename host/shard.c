@@ -31,9 +31,11 @@ static mhla_status shard_describe(mhla_context *ctx, const char *fn, mhla_shard 
     sh->blocks = g->varlen ? mhla__shard_varlen_chunks(sh) : g->causal ? (s->n + g->chunk - 1) / g->chunk : s->m;
     MHLA_FAIL_IF(st, offset < 0 || count < 0 || offset > sh->blocks || count > sh->blocks - offset, ctx,
                  MHLA_ERR_INVALID_ARGUMENT,
-                 "%s: blocks [%lld, %lld + %lld) are not within the %lld %s", fn,
-                 (long long)offset, (long long)offset, (long long)count, (long long)sh->blocks,
-                 g->varlen ? "chunks of the packed sequences" : g->causal ? "chunks of the sequence" : "blocks of the sequence");
+                 "%s: blocks [%lld, %lld + %lld) are not within the %lld %s", fn, (long long)offset,
+                 (long long)offset, (long long)count, (long long)sh->blocks,
+                 g->varlen  ? "chunks of the packed sequences"
+                 : g->causal ? "chunks of the sequence"
+                             : "blocks of the sequence");
     sh->offset = offset, sh->count = count;
     *local = *g;
     if (g->varlen) {
