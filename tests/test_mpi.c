@@ -114,19 +114,58 @@ static void judge(const char *name, const mhla_config *cfg, const mhla_shard_inf
     }
 }
 
+/* A case's host arrays: the whole reference and single-device outputs, this rank's slices of
+ * q, k, v (as a real run reads only its tokens) and its output, pre-filled with NaN. */
+typedef struct case_data {
+    double *ref;
+    float *single, *sq, *sk, *sv, *mine;
+    size_t nv_mine;
+} case_data;
+
+static void case_free(case_data *d)
+{
+    free(d->ref), free(d->single), free(d->sq), free(d->sk), free(d->sv), free(d->mine);
+    memset(d, 0, sizeof *d);
+}
+
+/* Returns 0 when out of memory (a failed check). */
+static int case_alloc(const char *name, mhla_plan *plan, const mhla_shard_info *info, const test_inputs *in,
+                      case_data *d)
+{
+    const mhla_config *g = &info->global;
+    const int64_t n_all = g->seq_t * g->seq_h * g->seq_w;
+    const size_t nq_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_Q) / sizeof(float);
+    d->nv_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_V) / sizeof(float);
+    d->ref = malloc(in->nv * sizeof *d->ref), d->single = malloc(in->nv * sizeof *d->single);
+    d->sq = malloc(nq_mine * sizeof(float) + 1), d->sk = malloc(nq_mine * sizeof(float) + 1);
+    d->sv = malloc(d->nv_mine * sizeof(float) + 1), d->mine = malloc(d->nv_mine * sizeof(float) + 1);
+    const int ok = d->ref && d->single && d->sq && d->sk && d->sv && d->mine;
+    CHECK(ok, "%s: out of memory", name);
+    if (!ok)
+        return 0;
+    for (size_t i = 0; i < d->nv_mine; ++i)
+        d->mine[i] = NAN;
+    for (size_t i = 0; i < in->nv; ++i)
+        d->single[i] = NAN;
+    slice(d->sq, in->q, g, n_all, info->token_offset, info->tokens, g->dk, sizeof(float));
+    slice(d->sk, in->k, g, n_all, info->token_offset, info->tokens, g->dk, sizeof(float));
+    slice(d->sv, in->v, g, n_all, info->token_offset, info->tokens, g->dv, sizeof(float));
+    return 1;
+}
+
 /* One case on every rank; returns this rank's failures. */
 static void run_case(mhla_context *ctx, const char *name, const mhla_config *cfg, int uneven,
                      mhla_mpi_exchange exchange)
 {
     test_inputs in;
+    case_data d;
     mhla_plan *plan = NULL, *whole = NULL;
-    float *single = NULL, *mine = NULL, *sq = NULL, *sk = NULL, *sv = NULL;
-    double *ref = NULL;
     int64_t blocks = 0, frame = 1, off = 0, cnt = 0;
     mhla_shard_info info;
     mhla_mpi_stats stats;
     const int before = failures;
     const char *only = getenv("TEST_MPI_ONLY"); /* a substring of the case names to run */
+    memset(&d, 0, sizeof d);
     if (only && *only && !strstr(name, only))
         return;
 
@@ -140,35 +179,21 @@ static void run_case(mhla_context *ctx, const char *name, const mhla_config *cfg
         goto cleanup;
     mhla_plan_shard_info(plan, &info);
     const int64_t n_all = info.global.seq_t * info.global.seq_h * info.global.seq_w;
-    ref = malloc(in.nv * sizeof *ref);
-    single = malloc(in.nv * sizeof *single);
-    const size_t nq_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_Q) / sizeof(float);
-    const size_t nv_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_V) / sizeof(float);
-    sq = malloc(nq_mine * sizeof(float) + 1), sk = malloc(nq_mine * sizeof(float) + 1);
-    sv = malloc(nv_mine * sizeof(float) + 1), mine = malloc(nv_mine * sizeof(float) + 1);
-    CHECK(ref && single && sq && sk && sv && mine, "%s: out of memory", name);
-    if (failures != before)
+    if (!case_alloc(name, plan, &info, &in, &d))
         goto cleanup;
-    for (size_t i = 0; i < nv_mine; ++i)
-        mine[i] = NAN;
-    for (size_t i = 0; i < in.nv; ++i)
-        single[i] = NAN;
-    CHECK(mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref) == MHLA_OK, "%s: reference", name);
-    CHECK(mhla_forward_host(whole, in.q, in.k, in.v, in.mix, single) == MHLA_OK, "%s: single device: %s", name,
+    CHECK(mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, d.ref) == MHLA_OK, "%s: reference", name);
+    CHECK(mhla_forward_host(whole, in.q, in.k, in.v, in.mix, d.single) == MHLA_OK, "%s: single device: %s", name,
           mhla_last_message());
-    /* This rank reads only its tokens of the inputs, as a real run would. */
-    slice(sq, in.q, &info.global, n_all, info.token_offset, info.tokens, cfg->dk, sizeof(float));
-    slice(sk, in.k, &info.global, n_all, info.token_offset, info.tokens, cfg->dk, sizeof(float));
-    slice(sv, in.v, &info.global, n_all, info.token_offset, info.tokens, cfg->dv, sizeof(float));
-    mhla_status st = mhla_forward_sharded_host(plan, MPI_COMM_WORLD, sq, sk, sv, in.mix, mine, exchange, &stats);
+    mhla_status st = mhla_forward_sharded_host(plan, MPI_COMM_WORLD, d.sq, d.sk, d.sv, in.mix, d.mine, exchange,
+                                               &stats);
     CHECK(st == MHLA_OK, "%s: mhla_forward_sharded_host: %s: %s", name, mhla_status_name(st), mhla_last_message());
 
-    judge(name, cfg, &info, n_all, ref, single, in.nv, mine, nv_mine, &stats, blocks);
+    judge(name, cfg, &info, n_all, d.ref, d.single, in.nv, d.mine, d.nv_mine, &stats, blocks);
 cleanup:
     mhla_plan_destroy(plan);
     mhla_plan_destroy(whole);
     test_inputs_free(&in);
-    free(ref), free(single), free(mine), free(sq), free(sk), free(sv);
+    case_free(&d);
 }
 
 /* Chunk boundaries of the varlen cases' shards, per number of ranks (shard r is chunks
@@ -196,14 +221,14 @@ static void run_varlen_case(mhla_context *ctx, const char *name, const mhla_conf
                             size_t nseq, const varlen_shards *shards, mhla_mpi_exchange exchange)
 {
     test_inputs in;
+    case_data d;
     mhla_plan *plan = NULL, *whole = NULL;
-    float *single = NULL, *mine = NULL, *sq = NULL, *sk = NULL, *sv = NULL;
-    double *ref = NULL;
     int64_t blocks = 0, off = 0, cnt = 0;
     mhla_shard_info info;
     mhla_mpi_stats stats;
     const int before = failures;
     const char *only = getenv("TEST_MPI_ONLY");
+    memset(&d, 0, sizeof d);
     if (only && *only && !strstr(name, only))
         return;
 
@@ -220,44 +245,30 @@ static void run_varlen_case(mhla_context *ctx, const char *name, const mhla_conf
     if (failures != before)
         goto cleanup;
     mhla_plan_shard_info(plan, &info);
-    const int64_t n_all = cfg->seq_t, t0 = tokens_before(cu, nseq, cfg->chunk, off);
+    const int64_t t0 = tokens_before(cu, nseq, cfg->chunk, off);
     CHECK(info.blocks == blocks && info.token_offset == t0 &&
               info.tokens == tokens_before(cu, nseq, cfg->chunk, off + cnt) - t0,
           "%s: shard info: %lld chunks, tokens [%lld, +%lld); expected %lld chunks from token %lld", name,
           (long long)info.blocks, (long long)info.token_offset, (long long)info.tokens, (long long)blocks,
           (long long)t0);
-    ref = malloc(in.nv * sizeof *ref);
-    single = malloc(in.nv * sizeof *single);
-    const size_t nq_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_Q) / sizeof(float);
-    const size_t nv_mine = mhla_plan_tensor_bytes(plan, MHLA_TENSOR_V) / sizeof(float);
-    CHECK(nv_mine == (size_t)(info.tokens * cfg->heads * cfg->dv), "%s: %zu output floats for %lld tokens", name,
-          nv_mine, (long long)info.tokens);
-    sq = malloc(nq_mine * sizeof(float) + 1), sk = malloc(nq_mine * sizeof(float) + 1);
-    sv = malloc(nv_mine * sizeof(float) + 1), mine = malloc(nv_mine * sizeof(float) + 1);
-    CHECK(ref && single && sq && sk && sv && mine, "%s: out of memory", name);
-    if (failures != before)
+    if (!case_alloc(name, plan, &info, &in, &d))
         goto cleanup;
-    for (size_t i = 0; i < nv_mine; ++i)
-        mine[i] = NAN;
-    for (size_t i = 0; i < in.nv; ++i)
-        single[i] = NAN;
-    CHECK(mhla_reference_forward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, nseq, ref) == MHLA_OK, "%s: reference",
+    CHECK(d.nv_mine == (size_t)(info.tokens * cfg->heads * cfg->dv), "%s: %zu output floats for %lld tokens", name,
+          d.nv_mine, (long long)info.tokens);
+    CHECK(mhla_reference_forward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, nseq, d.ref) == MHLA_OK, "%s: reference",
           name);
-    CHECK(mhla_forward_varlen_host(whole, in.q, in.k, in.v, in.mix, cu, nseq, single) == MHLA_OK,
+    CHECK(mhla_forward_varlen_host(whole, in.q, in.k, in.v, in.mix, cu, nseq, d.single) == MHLA_OK,
           "%s: single device: %s", name, mhla_last_message());
-    slice(sq, in.q, &info.global, n_all, info.token_offset, info.tokens, cfg->dk, sizeof(float));
-    slice(sk, in.k, &info.global, n_all, info.token_offset, info.tokens, cfg->dk, sizeof(float));
-    slice(sv, in.v, &info.global, n_all, info.token_offset, info.tokens, cfg->dv, sizeof(float));
-    mhla_status st = mhla_forward_sharded_varlen_host(plan, MPI_COMM_WORLD, sq, sk, sv, in.mix, cu, nseq, mine,
-                                                      exchange, &stats);
+    mhla_status st = mhla_forward_sharded_varlen_host(plan, MPI_COMM_WORLD, d.sq, d.sk, d.sv, in.mix, cu, nseq,
+                                                      d.mine, exchange, &stats);
     CHECK(st == MHLA_OK, "%s: mhla_forward_sharded_varlen_host: %s: %s", name, mhla_status_name(st),
           mhla_last_message());
-    judge(name, cfg, &info, n_all, ref, single, in.nv, mine, nv_mine, &stats, blocks);
+    judge(name, cfg, &info, cfg->seq_t, d.ref, d.single, in.nv, d.mine, d.nv_mine, &stats, blocks);
 cleanup:
     mhla_plan_destroy(plan);
     mhla_plan_destroy(whole);
     test_inputs_free(&in);
-    free(ref), free(single), free(mine), free(sq), free(sk), free(sv);
+    case_free(&d);
 }
 
 /* Packed batches: C = 16; sequences of 40 (chunks 16, 16, 8), 0, 37 (16, 16, 5), 3 and 43 tokens:
