@@ -272,14 +272,15 @@ cleanup:
 }
 
 /* Packed batches: C = 16; sequences of 40 (chunks 16, 16, 8), 0, 37 (16, 16, 5), 3 and 43 tokens:
- * 10 chunks. Shards begin inside sequences (chunks 2, 4, 5 are a sequence's chunk 2, 1, 2), between
- * them (3, 7), and some ranks hold no chunks. Then a long batch whose later chunks reach the
- * prefix GEMMs (chunk index past the device's GEMM block), split inside its long sequences. */
+ * 10 chunks. Shards begin inside sequences (chunks 1, 2, 4, 5 are a sequence's chunk 1, 2, 1, 2),
+ * between them (3, 7), and ranks hold no chunks (the last at R = 2 and 3, a middle one at R = 3).
+ * Then a long batch, split inside its long sequences, whose later chunks reach the prefix GEMMs
+ * where the tuning has them (the gpu row's gemm_rows = 32: mpi_np3_gpu_row). */
 static void run_varlen_cases(mhla_context *ctx)
 {
     static const int32_t cu[] = {0, 40, 40, 77, 80, 123};
     static const int64_t two_a[] = {0, 2, 10}, three_a[] = {0, 1, 1, 10};
-    static const int64_t two_b[] = {0, 8, 10}, three_b[] = {0, 3, 10, 10};
+    static const int64_t two_b[] = {0, 10, 10}, three_b[] = {0, 3, 10, 10};
     const varlen_shards uneven_a = {{NULL, NULL, two_a, three_a}}, uneven_b = {{NULL, NULL, two_b, three_b}};
     mhla_config c = config_causal(1, 2, 123, 16, 16, 8);
     c.varlen = 1;
