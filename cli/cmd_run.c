@@ -71,10 +71,10 @@ static const char help_tail[] =
     "                                with --recurrent, the wall time of each run's whole token\n"
     "                                loop, host copies included)\n"
     "  --mpi                         under mpirun -np R: sequence parallelism (libmhla_mpi), each\n"
-    "                                rank reading only its range of tokens (whole blocks or chunks)\n"
-    "                                on its own device (MHLA_DEVICE, else by node-local rank);\n"
-    "                                rank 0 writes the output. Not with --check, --repeat,\n"
-    "                                --recurrent or --cu-seqlens\n"
+    "                                rank reading only its range of tokens (whole blocks or chunks;\n"
+    "                                with --cu-seqlens, chunks of the packed sequences) on its own\n"
+    "                                device (MHLA_DEVICE, else by node-local rank); rank 0 writes\n"
+    "                                the output. Not with --check, --repeat or --recurrent\n"
     "\n"
     "exit codes: 0 success; 1 runtime or device failure; 2 usage or input error; 3 --check failed.\n";
 

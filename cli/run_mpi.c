@@ -1,5 +1,6 @@
 /* `mhla run --mpi` under mpirun: every rank validates the same files' headers and options, takes
- * an even share of whole blocks (causal: chunks), reads only that token range of --q/--k/--v,
+ * an even share of whole blocks (causal: chunks; --cu-seqlens: chunks of the packed sequences,
+ * each chunked from its own start), reads only that token range of --q/--k/--v,
  * runs its shard on its own device (libmhla_mpi), and rank 0 gathers the output and writes it
  * through the temporary-and-rename writer. The ranks agree on every failure, so that none waits
  * for a rank that has already given up; each exits with the largest exit code of all. */
@@ -23,7 +24,7 @@ static int agree(int rc)
 
 static int refuse_options(const run_job *job)
 {
-    static const int refused[] = {O_CHECK, O_REPEAT, O_RECURRENT, O_CU_SEQLENS};
+    static const int refused[] = {O_CHECK, O_REPEAT, O_RECURRENT};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
         if (job->o[refused[i]].value)
             return cli_fail(CLI_USAGE, "--mpi does not take %s (run without --mpi for it)", job->o[refused[i]].name);
@@ -42,9 +43,13 @@ static int open_shard(run_job *job, int rank, int size, mhla_shard_info *info)
         return cli_fail(cli_exit_code(st), "--mpi: %s", mhla_last_message());
     if ((st = mhla_context_create(spec, &job->ctx)) != MHLA_OK)
         return cli_fail(cli_exit_code(st), "--mpi: rank %d, device %s: %s", rank, spec, mhla_last_message());
-    if ((st = mhla_mpi_blocks_of(&job->cfg, &blocks, &frame)) != MHLA_OK ||
+    const int packed = job->cfg.varlen;
+    if ((st = packed ? mhla_mpi_varlen_chunks(&job->cfg, job->cu_seqlens, job->num_seqs, &blocks)
+                     : mhla_mpi_blocks_of(&job->cfg, &blocks, &frame)) != MHLA_OK ||
         (st = mhla_mpi_shard_blocks(blocks, frame, size, rank, &off, &cnt)) != MHLA_OK ||
-        (st = mhla_plan_create_shard(job->ctx, &job->cfg, off, cnt, &job->plan)) != MHLA_OK ||
+        (st = packed ? mhla_plan_create_shard_varlen(job->ctx, &job->cfg, job->cu_seqlens, job->num_seqs, off, cnt,
+                                                     &job->plan)
+                     : mhla_plan_create_shard(job->ctx, &job->cfg, off, cnt, &job->plan)) != MHLA_OK ||
         (st = mhla_plan_shard_info(job->plan, info)) != MHLA_OK)
         return run_device_fail(job, st, "run --mpi");
     /* The token axis is 1 in [B,N,H,D], 2 in [B,H,N,D]. */
@@ -143,9 +148,12 @@ int run_mpi(run_job *job)
     void *out = malloc(out_count * sizeof(float) + 1);
     const void *q = wide ? (void *)job->f32[0] : job->dev16[0], *k = wide ? (void *)job->f32[1] : job->dev16[1];
     const void *v = wide ? (void *)job->f32[2] : job->dev16[2];
-    mhla_status st = out ? mhla_forward_sharded_host(job->plan, MPI_COMM_WORLD, q, k, v, job->mixing, out,
-                                                     MHLA_MPI_ALLGATHER, &stats)
-                         : MHLA_ERR_OUT_OF_HOST_MEMORY;
+    mhla_status st = !out             ? MHLA_ERR_OUT_OF_HOST_MEMORY
+                     : job->cfg.varlen ? mhla_forward_sharded_varlen_host(job->plan, MPI_COMM_WORLD, q, k, v,
+                                                                          job->mixing, job->cu_seqlens, job->num_seqs,
+                                                                          out, MHLA_MPI_ALLGATHER, &stats)
+                                       : mhla_forward_sharded_host(job->plan, MPI_COMM_WORLD, q, k, v, job->mixing, out,
+                                                                   MHLA_MPI_ALLGATHER, &stats);
     if (st != MHLA_OK)
         rc = run_device_fail(job, st, "run --mpi");
     mine = out;

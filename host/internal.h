@@ -377,11 +377,19 @@ typedef struct mhla_shard {
     size_t sum_floats, dots_floats, row_floats; /* one block's exchange row: summary, then dots */
     cl_mem gathered, gathered_dots; /* non-causal: every block's rows, as the host gathered them */
     cl_mem mc_rows;                 /* non-causal: the shard's rows of Mc */
+    int32_t *cu;                    /* varlen: a copy of the packed batch's cu_seqlens (num_seqs + 1) */
+    size_t num_seqs;
 } mhla_shard;
 
 /* mhla_plan_create() after plan->ctx, plan->cfg (unresolved) and plan->shard are set. */
 mhla_status mhla__plan_setup(mhla_plan *plan);
 void mhla__shard_destroy(mhla_shard *shard);
+/* Varlen shards (host/shard_varlen.c): the chunks of the packed batch (every sequence chunked from
+ * its own start, in sequence order), the tokens of chunks [offset, offset + count), and the chunk
+ * tables of a shard plan set up over those tokens. */
+int64_t mhla__shard_varlen_chunks(const mhla_shard *sh);
+void mhla__shard_varlen_tokens(const mhla_shard *sh, int64_t offset, int64_t count, int64_t *first, int64_t *n);
+mhla_status mhla__shard_varlen_tables(mhla_plan *plan);
 /* The mixing GEMM: c[rows x x] = a[rows x k] * b[k x x] (a's leading dimension k). */
 mhla_status mhla__mix(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x);
 

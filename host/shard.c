@@ -16,28 +16,33 @@ void mhla__shard_destroy(mhla_shard *shard)
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
+    mhla__free(shard->cu);
     mhla__free(shard);
 }
 
 /* Validates the shard against the whole configuration and fills its sizes and the shard's own
  * configuration (seq_t and block_t cut to the shard). */
-static mhla_status shard_describe(mhla_context *ctx, mhla_shard *sh, int64_t offset, int64_t count,
-                                  mhla_config *local)
+static mhla_status shard_describe(mhla_context *ctx, const char *fn, mhla_shard *sh, int64_t offset,
+                                  int64_t count, mhla_config *local)
 {
     mhla_status st = MHLA_OK;
     const mhla_config *g = &sh->global;
     const mhla_shape *s = &sh->gshape;
-    MHLA_FAIL_IF(st, g->varlen, ctx, MHLA_ERR_UNSUPPORTED,
-                 "mhla_plan_create_shard: packed variable-length configurations (varlen = 1) are not sharded");
-    sh->blocks = g->causal ? (s->n + g->chunk - 1) / g->chunk : s->m;
+    sh->blocks = g->varlen ? mhla__shard_varlen_chunks(sh) : g->causal ? (s->n + g->chunk - 1) / g->chunk : s->m;
     MHLA_FAIL_IF(st, offset < 0 || count < 0 || offset > sh->blocks || count > sh->blocks - offset, ctx,
                  MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_plan_create_shard: blocks [%lld, %lld + %lld) are not within the sequence's %lld %s",
-                 (long long)offset, (long long)offset, (long long)count, (long long)sh->blocks,
-                 g->causal ? "chunks" : "blocks");
+                 "%s: blocks [%lld, %lld + %lld) are not within the %lld %s", fn, (long long)offset,
+                 (long long)offset, (long long)count, (long long)sh->blocks,
+                 g->varlen  ? "chunks of the packed sequences"
+                 : g->causal ? "chunks of the sequence"
+                             : "blocks of the sequence");
     sh->offset = offset, sh->count = count;
     *local = *g;
-    if (g->causal) {
+    if (g->varlen) {
+        mhla__shard_varlen_tokens(sh, offset, count, &sh->token_offset, &sh->tokens);
+        local->seq_t = sh->tokens;
+        sh->sum_floats = (size_t)s->bh * (size_t)g->dk * (size_t)(g->dv + (g->normalizer == MHLA_NORMALIZER_PAPER));
+    } else if (g->causal) {
         /* An empty shard past the last (partial) chunk starts at N. */
         sh->token_offset = offset * g->chunk < s->n ? offset * g->chunk : s->n;
         const int64_t end = (offset + count) * g->chunk < s->n ? (offset + count) * g->chunk : s->n;
@@ -48,9 +53,9 @@ static mhla_status shard_describe(mhla_context *ctx, mhla_shard *sh, int64_t off
         /* Whole block frames: the shard is then a contiguous token range and a grid of its own. */
         const int64_t frame = g->block_h * g->block_w;
         MHLA_FAIL_IF(st, offset % frame != 0 || count % frame != 0, ctx, MHLA_ERR_INVALID_SHAPE,
-                     "mhla_plan_create_shard: block_offset = %lld and block_count = %lld must be multiples of "
+                     "%s: block_offset = %lld and block_count = %lld must be multiples of "
                      "block_h * block_w = %lld (whole frames of blocks)",
-                     (long long)offset, (long long)count, (long long)frame);
+                     fn, (long long)offset, (long long)count, (long long)frame);
         local->block_t = count / frame;
         local->mixing_rows = 0; /* the shard's own M; the whole Mc is the shard's business */
         local->seq_t = local->block_t * s->pt;
@@ -82,18 +87,25 @@ cleanup:
     return st;
 }
 
-mhla_status mhla_plan_create_shard(mhla_context *ctx, const mhla_config *cfg, int64_t block_offset,
-                                   int64_t block_count, mhla_plan **out)
+/* Both creators; cu (num_seqs + 1 offsets) for varlen configurations only. */
+static mhla_status create_shard(mhla_context *ctx, const char *fn, const mhla_config *cfg, const int32_t *cu,
+                                size_t num_seqs, int64_t block_offset, int64_t block_count, mhla_plan **out)
 {
     mhla_status st = MHLA_OK;
     mhla_plan *plan = NULL;
     char msg[512];
 
-    MHLA_FAIL_IF(st, !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create_shard: out is NULL");
+    MHLA_FAIL_IF(st, !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     *out = NULL;
-    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create_shard: context is NULL");
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: context is NULL", fn);
     st = mhla__config_validate(cfg, NULL, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
+    MHLA_FAIL_IF(st, cfg->varlen && !cu, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "%s: the configuration packs variable-length sequences (varlen = 1): create its shards with "
+                 "mhla_plan_create_shard_varlen() and their cu_seqlens",
+                 fn);
+    MHLA_FAIL_IF(st, !cfg->varlen && cu, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "%s: the configuration is not for packed sequences (set causal = 1 and varlen = 1)", fn);
     plan = mhla__calloc(1, sizeof *plan);
     MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
     plan->shard = mhla__calloc(1, sizeof *plan->shard);
@@ -103,20 +115,55 @@ mhla_status mhla_plan_create_shard(mhla_context *ctx, const mhla_config *cfg, in
     sh->global = *cfg;
     mhla__config_resolve(&sh->global);
     MHLA_FORWARD_IF_ERROR(st, mhla__config_validate(&sh->global, &sh->gshape, NULL, 0));
-    MHLA_FORWARD_IF_ERROR(st, shard_describe(ctx, sh, block_offset, block_count, &plan->cfg));
+    if (cu) {
+        st = mhla__cu_seqlens_check(cu, num_seqs, sh->gshape.n, sh->global.chunk, sh->global.mixing_rows, msg,
+                                    sizeof msg);
+        MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s: %s", fn, msg);
+        sh->cu = mhla__malloc((num_seqs + 1) * sizeof *sh->cu);
+        MHLA_FAIL_IF(st, !sh->cu, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for %zu cu_seqlens",
+                     num_seqs + 1);
+        memcpy(sh->cu, cu, (num_seqs + 1) * sizeof *sh->cu);
+        sh->num_seqs = num_seqs;
+    }
+    MHLA_FORWARD_IF_ERROR(st, shard_describe(ctx, fn, sh, block_offset, block_count, &plan->cfg));
     if (block_count == 0) {
         /* Nothing to run: the plan only answers questions about the sequence. */
         plan->cfg = sh->global;
         plan->shape = sh->gshape;
     } else {
         MHLA_FORWARD_IF_ERROR(st, mhla__plan_setup(plan));
-        if (!plan->cfg.causal)
+        if (cu)
+            MHLA_FORWARD_IF_ERROR(st, mhla__shard_varlen_tables(plan));
+        else if (!plan->cfg.causal)
             MHLA_FORWARD_IF_ERROR(st, shard_workspace(plan));
     }
     *out = plan;
     plan = NULL;
 cleanup:
     mhla_plan_destroy(plan);
+    return st;
+}
+
+mhla_status mhla_plan_create_shard(mhla_context *ctx, const mhla_config *cfg, int64_t block_offset,
+                                   int64_t block_count, mhla_plan **out)
+{
+    return create_shard(ctx, "mhla_plan_create_shard", cfg, NULL, 0, block_offset, block_count, out);
+}
+
+mhla_status mhla_plan_create_shard_varlen(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu_seqlens,
+                                          size_t num_seqs, int64_t chunk_offset, int64_t chunk_count,
+                                          mhla_plan **out)
+{
+    mhla_status st = MHLA_OK;
+    if (out)
+        *out = NULL;
+    MHLA_FAIL_IF(st, !cu_seqlens, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_plan_create_shard_varlen: cu_seqlens is NULL");
+    MHLA_FAIL_IF(st, cfg && !cfg->varlen, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_plan_create_shard_varlen: the configuration is not for packed sequences (set causal = 1 and "
+                 "varlen = 1)");
+    st = create_shard(ctx, "mhla_plan_create_shard_varlen", cfg, cu_seqlens, num_seqs, chunk_offset, chunk_count, out);
+cleanup:
     return st;
 }
 
@@ -135,6 +182,8 @@ mhla_status mhla_plan_shard_info(const mhla_plan *plan, mhla_shard_info *out)
     out->tokens = sh->tokens;
     out->row_floats = sh->row_floats;
     out->global = sh->global;
+    out->cu_seqlens = sh->cu;
+    out->num_seqs = sh->num_seqs;
 cleanup:
     return st;
 }

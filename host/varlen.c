@@ -45,6 +45,9 @@ mhla_status mhla_forward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, c
     ctx = plan->ctx;
     MHLA_FAIL_IF(st, !plan->cfg.varlen, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_forward_varlen: the plan was not created for packed sequences (set causal = 1 and varlen = 1)");
+    MHLA_FAIL_IF(st, plan->shard, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_forward_varlen: the plan is a shard plan: run it with mhla_forward_sharded_varlen() "
+                 "(libmhla_mpi), or mhla_shard_summaries() and mhla_shard_output()");
     const cl_mem bufs[] = {q, k, v, out, mixing};
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_check(plan, "mhla_forward_varlen", bufs, num_wait, wait));
     st = mhla__cu_seqlens_check(cu_seqlens, num_seqs, plan->shape.n, plan->cfg.chunk, plan->cfg.mixing_rows, msg,

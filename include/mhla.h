@@ -492,13 +492,30 @@ MHLA_API mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const voi
  *   (non-causal: M = bt*bh*bw blocks in raster order, and when bh*bw > 1 both must be multiples of
  *   bh*bw, so that the shard is whole block frames, a contiguous token range; causal: chunks of
  *   C tokens, the last one possibly partial). count 0 is valid: the plan then owns no device
- *   memory and its calls do nothing. Varlen configurations are refused (MHLA_ERR_UNSUPPORTED).
+ *   memory and its calls do nothing. Varlen configurations take mhla_plan_create_shard_varlen()
+ *   (here MHLA_ERR_INVALID_ARGUMENT).
  * The shard's tokens are [first, first + n) with first = offset * (tokens per block) and
  * mhla_plan_config() reports the shard's own configuration (seq_t = its frames or tokens);
  * mhla_plan_tensor_bytes() sizes the shard's tensors, and the whole Mc for MHLA_TENSOR_MIXING.
  * @return MHLA_OK; a validation status naming the offending value; as mhla_plan_create(). */
 MHLA_API mhla_status mhla_plan_create_shard(mhla_context *ctx, const mhla_config *cfg, int64_t block_offset,
                                             int64_t block_count, mhla_plan **out);
+
+/*! mhla_plan_create_shard_varlen() :
+ * A shard of packed variable-length causal sequences (cfg: causal = 1, varlen = 1, seq_t = the
+ * total, mixing_rows set), checked and copied with their cu_seqlens as mhla_forward_varlen() takes
+ * them. Every sequence is chunked from its own start; the batch's chunk list is the sequences'
+ * chunks in order (ceil(len / C) each, none for an empty sequence), and the shard is chunks
+ * [chunk_offset, chunk_offset + chunk_count) of it: it may begin or end inside a sequence (at a
+ * chunk boundary) or between sequences, and may be empty. Its tokens are the contiguous range
+ * mhla_plan_shard_info() reports (from the first chunk's first token to the last chunk's end).
+ * Run it with mhla_forward_sharded_varlen() (libmhla_mpi), or mhla_shard_summaries() and
+ * mhla_shard_output() as any causal shard (blocks are then chunks of the packed list).
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (cu_seqlens, a range outside the chunk list),
+ *         MHLA_ERR_SEQUENCE_TOO_LONG, or those of mhla_plan_create(). */
+MHLA_API mhla_status mhla_plan_create_shard_varlen(mhla_context *ctx, const mhla_config *cfg,
+                                                   const int32_t *cu_seqlens, size_t num_seqs, int64_t chunk_offset,
+                                                   int64_t chunk_count, mhla_plan **out);
 
 /* What a shard plan covers. */
 typedef struct mhla_shard_info {
@@ -507,6 +524,8 @@ typedef struct mhla_shard_info {
     int64_t token_offset, tokens;      /* the shard's tokens [token_offset, token_offset + tokens) */
     size_t row_floats;                 /* floats of one block's exchange row */
     mhla_config global;                /* the whole sequence's configuration, defaults resolved */
+    const int32_t *cu_seqlens;         /* varlen shards: the plan's copy (num_seqs + 1 offsets); else NULL */
+    size_t num_seqs;
 } mhla_shard_info;
 
 /*! mhla_plan_shard_info() : fills *out for a shard plan.

@@ -2,8 +2,9 @@
  * Each rank holds a contiguous range of whole blocks (its shard of tokens) for every batch element
  * and head, on its own device; the ranks all-gather the block summaries (M*Dk*(Dv+1) floats per
  * batch and head, whatever N is) through host memory, then each mixes and reads out its own
- * tokens. The core library (mhla.h) knows nothing of MPI: this library drives its shard plans
- * (mhla_plan_create_shard) and does the exchange. It never calls MPI_Abort and never prints. */
+ * tokens (packed varlen batches: chunks of the packed sequences, mhla_forward_sharded_varlen). The
+ * core library (mhla.h) knows nothing of MPI: this library drives its shard plans
+ * (mhla_plan_create_shard, _varlen) and does the exchange. It never calls MPI_Abort and never prints. */
 #ifndef MHLA_MPI_H
 #define MHLA_MPI_H
 
@@ -80,6 +81,35 @@ MHLA_API mhla_status mhla_forward_sharded(mhla_plan *plan, MPI_Comm comm, cl_mem
 MHLA_API mhla_status mhla_forward_sharded_host(mhla_plan *plan, MPI_Comm comm, const void *q, const void *k,
                                                const void *v, const float *mixing, void *out,
                                                mhla_mpi_exchange exchange, mhla_mpi_stats *stats);
+
+/*! mhla_mpi_varlen_chunks() :
+ * The chunks of a packed variable-length batch (cfg.varlen = 1): sum over the sequences of
+ * ceil(len / C), the chunk list that mhla_plan_create_shard_varlen() shards and
+ * mhla_mpi_shard_blocks(chunks, 1, ...) splits evenly.
+ * @return MHLA_OK, or the configuration's or cu_seqlens' validation status. */
+MHLA_API mhla_status mhla_mpi_varlen_chunks(const mhla_config *cfg, const int32_t *cu_seqlens, size_t num_seqs,
+                                            int64_t *chunks);
+
+/*! mhla_forward_sharded_varlen() :
+ * mhla_forward_varlen() of a packed batch, sharded: every rank calls it with its shard plan
+ * (mhla_plan_create_shard_varlen() with the same configuration and cu_seqlens, shards contiguous
+ * in rank order and covering the chunk list) and the whole cu_seqlens, which must be the plan's.
+ * q, k, v, out: the shard's tokens (mhla_plan_shard_info()'s token range of the packed tensors);
+ * mixing: the whole Mc (mixing_rows^2). The earlier chunks of the sequences a rank holds come from
+ * the other ranks as in a causal mhla_forward_sharded() (either exchange). The configuration check
+ * compares num_seqs and the cu_seqlens (by a 64-bit hash) with the other fields: ranks that
+ * disagree get MHLA_ERR_CONFIG_MISMATCH naming "cu_seqlens" and the ranks before any data moves.
+ * @return as mhla_forward_sharded(); MHLA_ERR_INVALID_ARGUMENT when cu_seqlens differ from the
+ *         plan's (naming the index) or the plan is not a varlen shard plan. */
+MHLA_API mhla_status mhla_forward_sharded_varlen(mhla_plan *plan, MPI_Comm comm, cl_mem q, cl_mem k, cl_mem v,
+                                                 cl_mem mixing, const int32_t *cu_seqlens, size_t num_seqs,
+                                                 cl_mem out, mhla_mpi_exchange exchange, mhla_mpi_stats *stats);
+
+/*! mhla_forward_sharded_varlen_host() : the same with host arrays, as mhla_forward_sharded_host(). */
+MHLA_API mhla_status mhla_forward_sharded_varlen_host(mhla_plan *plan, MPI_Comm comm, const void *q, const void *k,
+                                                      const void *v, const float *mixing,
+                                                      const int32_t *cu_seqlens, size_t num_seqs, void *out,
+                                                      mhla_mpi_exchange exchange, mhla_mpi_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -22,14 +22,21 @@ mhla_status mhla_mpi_shard_blocks(int64_t blocks, int64_t frame, int size, int r
     return MHLA_OK;
 }
 
-mhla_status mhla_mpi_blocks_of(const mhla_config *cfg, int64_t *blocks, int64_t *frame)
+/* The pointer and configuration checks of the two counters below. */
+static mhla_status count_check(const char *fn, const mhla_config *cfg, int pointers_ok)
 {
     char msg[512];
-    if (!cfg || !blocks || !frame)
-        return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_mpi_blocks_of: a pointer is NULL");
+    if (!cfg || !pointers_ok)
+        return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: a pointer is NULL", fn);
     mhla_status st = mhla_config_check(cfg, msg, sizeof msg);
+    return st == MHLA_OK ? MHLA_OK : mhla_report(NULL, st, "%s", msg);
+}
+
+mhla_status mhla_mpi_blocks_of(const mhla_config *cfg, int64_t *blocks, int64_t *frame)
+{
+    mhla_status st = count_check("mhla_mpi_blocks_of", cfg, blocks && frame);
     if (st != MHLA_OK)
-        return mhla_report(NULL, st, "%s", msg);
+        return st;
     if (cfg->causal) {
         const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w, c = cfg->chunk > 0 ? cfg->chunk : 64;
         *blocks = (n + c - 1) / c;
@@ -37,6 +44,27 @@ mhla_status mhla_mpi_blocks_of(const mhla_config *cfg, int64_t *blocks, int64_t 
     } else {
         *blocks = cfg->block_t * cfg->block_h * cfg->block_w;
         *frame = cfg->block_h * cfg->block_w;
+    }
+    return MHLA_OK;
+}
+
+mhla_status mhla_mpi_varlen_chunks(const mhla_config *cfg, const int32_t *cu_seqlens, size_t num_seqs,
+                                   int64_t *chunks)
+{
+    mhla_status st = count_check("mhla_mpi_varlen_chunks", cfg, cu_seqlens && chunks);
+    if (st != MHLA_OK)
+        return st;
+    if (!cfg->varlen)
+        return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT,
+                           "mhla_mpi_varlen_chunks: the configuration is not for packed sequences (varlen = 0)");
+    const int64_t c = cfg->chunk > 0 ? cfg->chunk : 64;
+    *chunks = 0;
+    for (size_t s = 0; s < num_seqs; ++s) {
+        if (cu_seqlens[s + 1] < cu_seqlens[s])
+            return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT,
+                               "mhla_mpi_varlen_chunks: cu_seqlens[%zu] = %d < cu_seqlens[%zu] = %d", s + 1,
+                               (int)cu_seqlens[s + 1], s, (int)cu_seqlens[s]);
+        *chunks += ((int64_t)cu_seqlens[s + 1] - cu_seqlens[s] + c - 1) / c;
     }
     return MHLA_OK;
 }

@@ -19,11 +19,24 @@ mhla_status mhla_mpi__fail(mhla_context *ctx, int err, const char *what)
 
 /* The fields every rank must agree on, as int64 (floats by their bits, so that 1e-6 and a
  * rounded 1e-6 differ), then the rank's status and shard. */
-enum { N_FIELDS = 21, D_STATUS = N_FIELDS, D_OFFSET, D_COUNT, D_BLOCKS, D_SIZE };
+enum { N_FIELDS = 23, D_STATUS = N_FIELDS, D_OFFSET, D_COUNT, D_BLOCKS, D_SIZE };
 static const char *const field_names[N_FIELDS] = {
     "batch", "heads", "seq_t", "seq_h", "seq_w", "block_t", "block_h", "block_w", "dk", "dv", "layout",
-    "feature_map", "feature_eps", "scale", "normalizer", "eps", "dtype", "causal", "chunk", "mixing_rows", "varlen"};
+    "feature_map", "feature_eps", "scale", "normalizer", "eps", "dtype", "causal", "chunk", "mixing_rows", "varlen",
+    "num_seqs (varlen)", "cu_seqlens (varlen; shown as their FNV-1a hash)"};
 static int is_float_field(int f) { return f == 12 || f == 13 || f == 15; }
+enum { F_CU_HASH = 22 };
+
+/* Varlen shards compare their cu_seqlens by a hash: equal arrays always agree, and two that differ
+ * collide with probability 2^-64. */
+static int64_t cu_hash(const int32_t *cu, size_t num_seqs)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; cu && i <= num_seqs; ++i)
+        for (int b = 0; b < 4; ++b)
+            h = (h ^ (((uint32_t)cu[i] >> (8 * b)) & 0xffu)) * 1099511628211ull;
+    return (int64_t)h;
+}
 
 static int64_t bits_of(float f)
 {
@@ -40,7 +53,8 @@ static void describe(const mhla_shard_info *info, mhla_status local, int64_t *d)
         const int64_t v[N_FIELDS] = {c->batch, c->heads, c->seq_t, c->seq_h, c->seq_w, c->block_t, c->block_h,
                                      c->block_w, c->dk, c->dv, c->layout, c->feature_map, bits_of(c->feature_eps),
                                      bits_of(c->scale), c->normalizer, bits_of(c->eps), c->dtype, c->causal,
-                                     c->chunk, c->mixing_rows, c->varlen};
+                                     c->chunk, c->mixing_rows, c->varlen, (int64_t)info->num_seqs,
+                                     cu_hash(info->cu_seqlens, info->num_seqs)};
         memcpy(d, v, sizeof v);
         d[D_OFFSET] = info->block_offset;
         d[D_COUNT] = info->block_count;
@@ -51,7 +65,9 @@ static void describe(const mhla_shard_info *info, mhla_status local, int64_t *d)
 
 static void show(char *buf, size_t size, int field, int64_t v)
 {
-    if (is_float_field(field)) {
+    if (field == F_CU_HASH)
+        snprintf(buf, size, "%016llx", (unsigned long long)v);
+    else if (is_float_field(field)) {
         uint32_t bits = (uint32_t)v;
         float f;
         memcpy(&f, &bits, sizeof f);

@@ -43,9 +43,46 @@ static mhla_status finish(mhla_context *ctx)
                              : mhla_report(ctx, MHLA_ERR_OPENCL, "clFinish after the shard's output failed (%d)", err);
 }
 
-/* The body of both public calls; `local` is what the host call's own preparation returned. */
+/* A varlen shard plan runs only through the varlen calls, with the cu_seqlens it was made with
+ * (the ranks then compare theirs in the configuration check). */
+static mhla_status varlen_check(mhla_context *ctx, const mhla_shard_info *info, const int32_t *cu, size_t num_seqs,
+                                int varlen_call)
+{
+    if (!varlen_call && info->global.varlen)
+        return mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT,
+                           "mhla_forward_sharded: the plan shards packed variable-length sequences: use "
+                           "mhla_forward_sharded_varlen() with their cu_seqlens");
+    if (!varlen_call)
+        return MHLA_OK;
+    if (!info->global.varlen)
+        return mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT,
+                           "mhla_forward_sharded_varlen: the plan is not a varlen shard plan "
+                           "(mhla_plan_create_shard_varlen)");
+    if (!cu)
+        return mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward_sharded_varlen: cu_seqlens is NULL");
+    if (num_seqs != info->num_seqs)
+        return mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT,
+                           "mhla_forward_sharded_varlen: num_seqs = %zu, but the shard plan was created with %zu",
+                           num_seqs, info->num_seqs);
+    for (size_t i = 0; i <= num_seqs; ++i)
+        if (cu[i] != info->cu_seqlens[i])
+            return mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT,
+                               "mhla_forward_sharded_varlen: cu_seqlens[%zu] = %d, but the shard plan was created "
+                               "with %d",
+                               i, (int)cu[i], (int)info->cu_seqlens[i]);
+    return MHLA_OK;
+}
+
+/* What distinguishes the varlen calls: their cu_seqlens. */
+typedef struct packed_seqs {
+    const int32_t *cu;
+    size_t num_seqs;
+    int varlen_call;
+} packed_seqs;
+
+/* The body of the public calls; `local` is what the host call's own preparation returned. */
 static mhla_status run_sharded(mhla_plan *plan, MPI_Comm comm, const cl_mem bufs[5], mhla_mpi_exchange exchange,
-                               mhla_mpi_stats *stats, mhla_status local)
+                               mhla_mpi_stats *stats, mhla_status local, const packed_seqs *seqs)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = mhla_plan_context(plan);
@@ -71,6 +108,8 @@ static mhla_status run_sharded(mhla_plan *plan, MPI_Comm comm, const cl_mem bufs
         local = mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward_sharded: plan is NULL");
     if (local == MHLA_OK)
         local = mhla_plan_shard_info(plan, &info);
+    if (local == MHLA_OK)
+        local = varlen_check(ctx, &info, seqs->cu, seqs->num_seqs, seqs->varlen_call);
     if (local == MHLA_OK && exchange != MHLA_MPI_ALLGATHER && exchange != MHLA_MPI_CHAIN)
         local = mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward_sharded: unknown exchange %d",
                             (int)exchange);
@@ -131,11 +170,23 @@ mhla_status mhla_forward_sharded(mhla_plan *plan, MPI_Comm comm, cl_mem q, cl_me
 {
     mhla_mpi_stats mine;
     const cl_mem bufs[5] = {q, k, v, out, mixing};
-    return run_sharded(plan, comm, bufs, exchange, stats ? stats : &mine, MHLA_OK);
+    const packed_seqs none = {NULL, 0, 0};
+    return run_sharded(plan, comm, bufs, exchange, stats ? stats : &mine, MHLA_OK, &none);
+}
+
+mhla_status mhla_forward_sharded_varlen(mhla_plan *plan, MPI_Comm comm, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                        const int32_t *cu_seqlens, size_t num_seqs, cl_mem out,
+                                        mhla_mpi_exchange exchange, mhla_mpi_stats *stats)
+{
+    mhla_mpi_stats mine;
+    const cl_mem bufs[5] = {q, k, v, out, mixing};
+    const packed_seqs seqs = {cu_seqlens, num_seqs, 1};
+    return run_sharded(plan, comm, bufs, exchange, stats ? stats : &mine, MHLA_OK, &seqs);
 }
 
 /* A device buffer of the plan's context holding `host` (or only sized, host NULL); none for 0 bytes. */
-static mhla_status upload(mhla_context *ctx, size_t bytes, const void *host, cl_mem *out, const char *what)
+static mhla_status upload(mhla_context *ctx, const char *fn, size_t bytes, const void *host, cl_mem *out,
+                          const char *what)
 {
     cl_int err = CL_SUCCESS;
     *out = NULL;
@@ -147,14 +198,13 @@ static mhla_status upload(mhla_context *ctx, size_t bytes, const void *host, cl_
         return mhla_report(ctx, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES
                                     ? MHLA_ERR_OUT_OF_DEVICE_MEMORY
                                     : MHLA_ERR_OPENCL,
-                           "mhla_forward_sharded_host: clCreateBuffer for %s (%zu bytes) failed (%d)", what, bytes,
-                           err);
+                           "%s: clCreateBuffer for %s (%zu bytes) failed (%d)", fn, what, bytes, err);
     return MHLA_OK;
 }
 
-mhla_status mhla_forward_sharded_host(mhla_plan *plan, MPI_Comm comm, const void *q, const void *k, const void *v,
-                                      const float *mixing, void *out, mhla_mpi_exchange exchange,
-                                      mhla_mpi_stats *stats)
+static mhla_status run_host(const char *fn, mhla_plan *plan, MPI_Comm comm, const void *q, const void *k,
+                            const void *v, const float *mixing, void *out, mhla_mpi_exchange exchange,
+                            mhla_mpi_stats *stats, const packed_seqs *seqs)
 {
     mhla_status st = MHLA_OK, local = MHLA_OK;
     mhla_mpi_stats mine;
@@ -168,21 +218,36 @@ mhla_status mhla_forward_sharded_host(mhla_plan *plan, MPI_Comm comm, const void
     for (int t = 0; plan && t < 5 && local == MHLA_OK; ++t) {
         const size_t bytes = mhla_plan_tensor_bytes(plan, (mhla_tensor)t);
         if (bytes && (t == MHLA_TENSOR_OUT ? !out : !host[t]))
-            local = mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_forward_sharded_host: %s pointer is NULL",
-                                names[t]);
+            local = mhla_report(ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: %s pointer is NULL", fn, names[t]);
         else
-            local = upload(ctx, bytes, host[t], &bufs[t], names[t]);
+            local = upload(ctx, fn, bytes, host[t], &bufs[t], names[t]);
     }
-    st = run_sharded(plan, comm, bufs, exchange, stats ? stats : &mine, local);
+    st = run_sharded(plan, comm, bufs, exchange, stats ? stats : &mine, local, seqs);
     if (st == MHLA_OK && out_bytes) {
         cl_int err = clEnqueueReadBuffer(mhla_context_queue(ctx), bufs[MHLA_TENSOR_OUT], CL_TRUE, 0, out_bytes, out, 0,
                                          NULL, NULL);
         if (err != CL_SUCCESS)
-            st = mhla_report(ctx, MHLA_ERR_OPENCL, "mhla_forward_sharded_host: clEnqueueReadBuffer (out) failed (%d)",
-                             err);
+            st = mhla_report(ctx, MHLA_ERR_OPENCL, "%s: clEnqueueReadBuffer (out) failed (%d)", fn, err);
     }
     for (int t = 0; t < 5; ++t)
         if (bufs[t])
             clReleaseMemObject(bufs[t]);
     return st;
+}
+
+mhla_status mhla_forward_sharded_host(mhla_plan *plan, MPI_Comm comm, const void *q, const void *k, const void *v,
+                                      const float *mixing, void *out, mhla_mpi_exchange exchange,
+                                      mhla_mpi_stats *stats)
+{
+    const packed_seqs none = {NULL, 0, 0};
+    return run_host("mhla_forward_sharded_host", plan, comm, q, k, v, mixing, out, exchange, stats, &none);
+}
+
+mhla_status mhla_forward_sharded_varlen_host(mhla_plan *plan, MPI_Comm comm, const void *q, const void *k,
+                                             const void *v, const float *mixing, const int32_t *cu_seqlens,
+                                             size_t num_seqs, void *out, mhla_mpi_exchange exchange,
+                                             mhla_mpi_stats *stats)
+{
+    const packed_seqs seqs = {cu_seqlens, num_seqs, 1};
+    return run_host("mhla_forward_sharded_varlen_host", plan, comm, q, k, v, mixing, out, exchange, stats, &seqs);
 }

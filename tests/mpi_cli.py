@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`mhla run --mpi` under mpirun -np 1..3 writes the same bytes as `mhla run` on one device
-(non-causal with the official normalizer, video blocks in BHND; causal with a partial last chunk), each
+(non-causal with the official normalizer, video blocks in BHND; causal with a partial last chunk; packed
+varlen sequences of --cu-seqlens, shards splitting them inside and between sequences), each
 rank reading only its token range; then a bad --out fails on every rank with no file left behind.
 Usage: mpi_cli.py MPIRUN_WRAPPER MPIRUN MHLA."""
 import os
@@ -36,8 +37,17 @@ with tempfile.TemporaryDirectory() as d:
         "official-video-bhnd": ((1, 2, 96, 8), ["--layout", "bhnd", "--grid", "2x6x8", "--blocks", "2x3x2",
                                              "--normalizer", "official"]),
         "causal": ((2, 100, 2, 8), ["--causal", "--chunk", "16"]),
+        # 40, 0, 37, 3 and 43 tokens in chunks of 16: 10 chunks (-np 2 and 3 split inside sequences).
+        "varlen": ((1, 123, 2, 8), ["--causal", "--chunk", "16", "--cu-seqlens", "CU"]),
     }
+    cu = os.path.join(d, "cu.npy")
+    hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }"
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(cu, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+        f.write(struct.pack("<6i", 0, 40, 40, 77, 80, 123))
     for name, (shape, opts) in cases.items():
+        opts = [cu if o == "CU" else o for o in opts]
         n = shape[0] * shape[1] * shape[2] * shape[3]
         io = []
         for t in "qkv":

@@ -201,6 +201,8 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
             st = mhla_decoder_create(ctx, &p->cfg, 40, &dec);
         else if (p->softmax)
             st = mhla_softmax_plan_create(ctx, &p->cfg, &plan);
+        else if (p->cfg.varlen) /* a varlen shard: chunks [1, 4) of the packed list */
+            st = mhla_plan_create_shard_varlen(ctx, &p->cfg, p->cu, p->num_seqs, 1, 3, &plan);
         else
             st = mhla_plan_create(ctx, &p->cfg, &plan);
         break;
@@ -368,6 +370,15 @@ static void test_create(void **state)
     run_path(&p);
     p.name = "decoder_create";
     p.cfg.seq_t = 0; /* attempt(): a decoder of capacity 40 */
+    run_path(&p);
+    /* Sequences of 13, 0 and 27 tokens in chunks of 8: the shard's chunks 1 .. 3 begin inside
+     * the first and end inside the last. */
+    p.name = "shard_varlen_create";
+    p.cfg = config_causal(1, 2, 40, 8, 8, 8);
+    p.cfg.varlen = 1;
+    const int32_t cu[4] = {0, 13, 13, 40};
+    memcpy(p.cu, cu, sizeof cu);
+    p.num_seqs = 3;
     run_path(&p);
 }
 
