@@ -135,6 +135,11 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, cl_mem b, cl_mem c, size_t x)
+{
+    return mix(plan, a, b, c, x);
+}
+
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
 {
     mhla_status st = MHLA_OK;

@@ -115,6 +115,7 @@ void mhla_plan_destroy(mhla_plan *plan)
         if (plan->marks[i])
             clReleaseEvent(plan->marks[i]);
     mhla__causal_plan_destroy(plan->causal);
+    mhla__backward_destroy(plan->bwd);
     free(plan);
 }
 

@@ -1,0 +1,47 @@
+/* Internal to the backward pass (host/backward*.c): its kernels and workspace, made on a plan's
+ * first mhla_backward() call and kept with the plan. */
+#ifndef MHLA_BACKWARD_H
+#define MHLA_BACKWARD_H
+
+#include "causal.h"
+
+/* Staging buffers of mhla_backward_host(), beside the forward's q, k, v and mixing ones. */
+enum { MHLA_BWD_DOUT, MHLA_BWD_DQ, MHLA_BWD_DK, MHLA_BWD_DV, MHLA_BWD_DMIX, MHLA_BWD_STAGES };
+
+typedef struct mhla_bwd {
+    mhla_config cfg;   /* the plan's, resolved */
+    mhla_tiles tiles;  /* the plan's, with the backward's bwd_ve and bwd_wg */
+    cl_kernel k_scalars, k_grad, k_official_dz, k_dq, k_dkv, k_transpose, k_dmixing;
+    size_t lws_token[3], lws_grad[3];
+    cl_mem grad;  /* G_i, laid out as the block summaries */
+    cl_mem dsum;  /* dS_b = sum_i Mc[i,b] G_i */
+    cl_mem mix_t; /* Mc^T */
+    cl_mem inv, r; /* paper/official: 1/den_t and dL/dden_t per token ([M][B*H][Nb]) */
+    cl_mem rmix;  /* official: R = Mc^T r */
+    cl_mem stage[MHLA_BWD_STAGES];
+    struct mhla_backward_causal *causal; /* causal plans (host/backward_causal.c) */
+} mhla_bwd;
+
+/* The plan's backward, made on first use (kernels built, workspace counted in the plan's). */
+mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out);
+/* A workspace buffer of the backward, counted in mhla_plan_workspace_size(). */
+mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out);
+/* Builds bwd_transpose and bwd_dmixing with a BWD_WG the device runs. */
+mhla_status mhla__backward_mixing_kernels(mhla_plan *plan, mhla_bwd *b);
+/* out[i*ldo + b] (+)= sum_x a[i][x] bm[b][x] for i, b < m: dMc's fixed-order reduction. */
+mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem out,
+                                   cl_int m, cl_int ldo, cl_int accumulate);
+/* Non-causal: the forward's summaries recomputed, then every stage of the backward. */
+mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                   cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                   const cl_event *wait);
+/* Causal plans (host/backward_causal.c): setup, teardown, and the chunk form's backward over
+ * every batch element (cu_seqlens NULL) or over packed sequences. */
+mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b);
+void mhla__backward_causal_destroy(mhla_bwd *b);
+mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v,
+                                          cl_mem mixing, const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout,
+                                          cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                          const cl_event *wait);
+
+#endif /* MHLA_BACKWARD_H */
