@@ -73,9 +73,10 @@ static const char help_tail[] =
     "\n"
     "exit codes: 0 success; 1 runtime or device failure; 2 usage or input error; 3 --check failed.\n";
 
-static const char *const cmd = RUN_CMD;
+/* The subcommand messages name: "run", or "grad" while cmd_grad.c prepares its job with run_prepare(). */
+static const char *cmd = RUN_CMD;
 
-static void job_free(run_job *job)
+void run_job_free(run_job *job)
 {
     npy_writer_abort(&job->out); /* before the guard goes: a signal between them finds no file */
     cli_guard_temp(NULL);
@@ -104,22 +105,25 @@ static void job_free(run_job *job)
          ? cli_usage(cmd, "%s %s: %s", (job)->o[index].name, (job)->o[index].value, mhla_last_message()) \
          : 0)
 
-static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
+static int parse_options(run_job *job, const char *grad_help, int argc, char **argv, int *help_shown)
 {
     cli_option *o = job->o;
     int rc;
     char help[sizeof help_head + sizeof help_tail];
     snprintf(help, sizeof help, "%s%s", help_head, help_tail);
-    if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, help_shown)) != 0 || *help_shown)
+    if ((rc = args_parse(cmd, grad_help ? grad_help : help, o, O_COUNT, argc, argv, help_shown)) != 0 ||
+        *help_shown)
         return rc;
-    static const int required[] = {O_Q, O_K, O_V, O_OUT};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
+    static const int run_required[] = {O_Q, O_K, O_V, O_OUT, -1, -1, -1};
+    static const int grad_required[] = {O_Q, O_K, O_V, O_DOUT, O_DQ, O_DK, O_DV};
+    const int *required = grad_help ? grad_required : run_required;
+    for (size_t i = 0; i < 7 && required[i] >= 0; ++i)
         if (!o[required[i]].value)
-            return cli_usage(cmd, "run: missing %s %s", o[required[i]].name, o[required[i]].metavar);
+            return cli_usage(cmd, "%s: missing %s %s", cmd, o[required[i]].name, o[required[i]].metavar);
     static const int causal_only[] = {O_CHUNK, O_RECURRENT, O_CU_SEQLENS};
     for (size_t i = 0; i < sizeof causal_only / sizeof causal_only[0]; ++i) {
         const cli_option *c = &o[causal_only[i]];
-        if (c->value && !o[O_CAUSAL].value)
+        if (c->value && c->name && !o[O_CAUSAL].value)
             return c->metavar ? cli_usage(cmd, "%s %s: only with --causal", c->name, c->value)
                               : cli_usage(cmd, "%s: only with --causal", c->name);
     }
@@ -150,8 +154,8 @@ static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
     if (o[O_REPEAT].value && (rc = args_int(cmd, &o[O_REPEAT], 1, 1000000, &job->repeat)) != 0)
         return rc;
     if (!o[O_CAUSAL].value && !o[O_BLOCKS].value)
-        return cli_usage(cmd, "run: missing --blocks M|BHxBW|BTxBHxBW (the block grid; M = 1 is plain linear "
-                                  "attention)");
+        return cli_usage(cmd, "%s: missing --blocks M|BHxBW|BTxBHxBW (the block grid; M = 1 is plain linear "
+                                  "attention)", cmd);
     return o[O_CAUSAL].value ? causal_check_options(job) : 0;
 }
 
@@ -494,6 +498,24 @@ static int write_output(run_job *job)
     return 0;
 }
 
+int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown)
+{
+    int rc;
+    char msg[512];
+    cmd = command;
+    if ((rc = parse_options(job, grad_help, argc, argv, help_shown)) != 0 || *help_shown)
+        return rc;
+    if ((rc = read_inputs(job)) != 0 || (rc = shape_grid(job)) != 0 ||
+        (job->cfg.causal && (rc = causal_shape(job)) != 0) || (rc = load_mixing(job)) != 0)
+        return rc;
+    job->cfg.mixing_rows = job->mixing_rows;
+    /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
+    const mhla_status st = mhla_config_check(&job->cfg, msg, sizeof msg);
+    if (st != MHLA_OK)
+        return cli_fail(cli_exit_code(st), "--q %s, --v %s: %s", job->o[O_Q].value, job->o[O_V].value, msg);
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_job job;
@@ -525,20 +547,10 @@ int cmd_run(int argc, char **argv)
     };
     memcpy(job.o, table, sizeof table);
     int help_shown = 0, rc;
-    char err[512], msg[512];
+    char err[512];
 
-    if ((rc = parse_options(&job, argc, argv, &help_shown)) != 0 || help_shown)
+    if ((rc = run_prepare(&job, RUN_CMD, NULL, argc, argv, &help_shown)) != 0 || help_shown)
         goto done;
-    if ((rc = read_inputs(&job)) != 0 || (rc = shape_grid(&job)) != 0 ||
-        (job.cfg.causal && (rc = causal_shape(&job)) != 0) || (rc = load_mixing(&job)) != 0)
-        goto done;
-    job.cfg.mixing_rows = job.mixing_rows;
-    /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
-    mhla_status st = mhla_config_check(&job.cfg, msg, sizeof msg);
-    if (st != MHLA_OK) {
-        rc = cli_fail(cli_exit_code(st), "--q %s, --v %s: %s", job.o[O_Q].value, job.o[O_V].value, msg);
-        goto done;
-    }
     /* The output's temporary exists before the work starts: a bad --out fails fast. */
     npy_status ws = npy_writer_open(&job.out, job.o[O_OUT].value, err, sizeof err);
     if (ws != NPY_OK) {
@@ -561,6 +573,6 @@ int cmd_run(int argc, char **argv)
                           job.check_err, tol, mhla_dtype_name(job.cfg.dtype), (long long)n);
     }
 done:
-    job_free(&job);
+    run_job_free(&job);
     return rc;
 }

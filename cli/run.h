@@ -12,7 +12,9 @@
 
 enum {
     O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
-    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_COUNT
+    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT,
+    /* `mhla grad` only (cmd_grad.c); run's table leaves them unnamed, so that run refuses them. */
+    O_DOUT, O_DQ, O_DK, O_DV, O_DMIXING, O_COUNT
 };
 
 #define RUN_CMD "run" /* the subcommand, for cli_usage() */
@@ -39,6 +41,15 @@ typedef struct run_job {
     float *result;
     double check_err; /* --check: max_rel_err of result against the reference */
 } run_job;
+
+/* ---- cmd_run.c, for cmd_grad.c ---- */
+
+/* Everything `run` does before the device: the options (grad_help: grad's help text and required
+ * options, NULL for run's), the inputs, --grid/--blocks, the causal rules, the mixing matrix and
+ * the configuration's check; messages name `command`. Returns 0 or the exit code. */
+int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);
+/* Releases what a job holds (an open output is aborted). */
+void run_job_free(run_job *job);
 
 /* ---- cmd_run.c, for run_causal.c ---- */
 

@@ -39,31 +39,29 @@ void mhla__backward_destroy(mhla_bwd *b)
     free(b);
 }
 
-/* The reduction kernel's work-group: BWD_WG is built in (its local array), so the program is built
- * for the device's limit and rebuilt once, smaller, if the kernel reports less. */
-mhla_status mhla__backward_mixing_kernels(mhla_plan *plan, mhla_bwd *b)
+/* The reduction kernels' work-group: BWD_WG is built in (their local array), so the program is
+ * built for the device's limit and rebuilt once, smaller, if the kernel reports less. */
+mhla_status mhla__backward_reduce_kernel(mhla_plan *plan, mhla_bwd *b, mhla_kernel_file file, const char *name,
+                                         cl_kernel *kernel, cl_program *prog)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    cl_program prog = NULL;
     mhla_fit fit;
     mhla__fit_init(ctx, &fit);
     b->tiles.bwd_wg = (int)pow2_floor(fit.wg < 64 ? fit.wg : 64);
     for (;;) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &b->cfg, &b->tiles, &prog));
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dmixing", &b->k_dmixing));
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, file, &b->cfg, &b->tiles, prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, name, kernel));
         size_t kwg = 0;
         MHLA_CL_TRY(st, ctx,
-                    clGetKernelWorkGroupInfo(b->k_dmixing, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg,
-                                             NULL),
-                    "clGetKernelWorkGroupInfo(bwd_dmixing)");
+                    clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
+                    "clGetKernelWorkGroupInfo (a backward reduction)");
         if (kwg >= (size_t)b->tiles.bwd_wg || b->tiles.bwd_wg == 1)
             break;
-        clReleaseKernel(b->k_dmixing);
-        b->k_dmixing = NULL;
+        clReleaseKernel(*kernel);
+        *kernel = NULL;
         b->tiles.bwd_wg = (int)pow2_floor(kwg ? kwg : 1);
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
 cleanup:
     return st;
 }
@@ -99,7 +97,9 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq", &b->k_dq));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv", &b->k_dkv));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_mixing_kernels(plan, b));
+    MHLA_FORWARD_IF_ERROR(
+        st, mhla__backward_reduce_kernel(plan, b, MHLA_KF_BACKWARD_MIXING, "bwd_dmixing", &b->k_dmixing, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
     const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
     mhla__local_size_3d(ctx, b->k_dq, tok, wg, b->lws_token);
     const size_t gext[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)), bh, m};

@@ -19,15 +19,23 @@ typedef struct mhla_bwd {
     cl_mem inv, r; /* paper/official: 1/den_t and dL/dden_t per token ([M][B*H][Nb]) */
     cl_mem rmix;  /* official: R = Mc^T r */
     cl_mem stage[MHLA_BWD_STAGES];
-    struct mhla_backward_causal *causal; /* causal plans (host/backward_causal.c) */
+    /* causal plans (host/backward_causal.c): the chunk table and per-(chunk, head) slots of
+     * Dk x (Dv+1) floats (S, P, G, dS), grown to the largest table a call has needed */
+    cl_kernel k_bc_summary, k_bc_mix, k_bc_scalars, k_bc_grad, k_bc_dq, k_bc_dkv, k_bc_diag, k_bc_dmixing;
+    size_t lws_bc_token[3], lws_bc_tile[3];
+    cl_mem tab, slots_s, slots_p, slots_g, slots_ds, diag;
+    size_t entries_cap; /* chunk-table entries the buffers hold */
+    int32_t *tab_host;
 } mhla_bwd;
 
 /* The plan's backward, made on first use (kernels built, workspace counted in the plan's). */
 mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out);
 /* A workspace buffer of the backward, counted in mhla_plan_workspace_size(). */
 mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out);
-/* Builds bwd_transpose and bwd_dmixing with a BWD_WG the device runs. */
-mhla_status mhla__backward_mixing_kernels(mhla_plan *plan, mhla_bwd *b);
+/* Builds `file` with a BWD_WG (b->tiles.bwd_wg) its reduction kernel `name` runs with, rebuilding
+ * once smaller if the kernel reports less; *kernel and *prog receive it and its program. */
+mhla_status mhla__backward_reduce_kernel(mhla_plan *plan, mhla_bwd *b, mhla_kernel_file file, const char *name,
+                                         cl_kernel *kernel, cl_program *prog);
 /* out[i*ldo + b] (+)= sum_x a[i][x] bm[b][x] for i, b < m: dMc's fixed-order reduction. */
 mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem out,
                                    cl_int m, cl_int ldo, cl_int accumulate);

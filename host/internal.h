@@ -256,6 +256,8 @@ typedef enum mhla_kernel_file {
     MHLA_KF_BACKWARD_SUMMARY,
     MHLA_KF_BACKWARD_READOUT,
     MHLA_KF_BACKWARD_MIXING,
+    MHLA_KF_BACKWARD_CAUSAL,
+    MHLA_KF_BACKWARD_CAUSAL_READOUT,
 } mhla_kernel_file;
 
 /* "block_summary", ...: the file under kernels/ (without .cl). */

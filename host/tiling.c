@@ -252,6 +252,8 @@ static const struct {
     [MHLA_KF_BACKWARD_SUMMARY] = {"backward_summary", F_SHAPE | F_BWD},
     [MHLA_KF_BACKWARD_READOUT] = {"backward_readout", F_SHAPE},
     [MHLA_KF_BACKWARD_MIXING] = {"backward_mixing", F_BWD},
+    [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD},
 };
 
 const char *mhla__kernel_file_name(mhla_kernel_file f) { return files[f].name; }

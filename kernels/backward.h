@@ -24,4 +24,41 @@ float feature_grad(const float x)
 #endif
 }
 
+/* ---- the causal backward's chunk table and slots (backward_causal*.cl) ---- */
+#define SC (DV + 1)
+#define ENT(k, f) tab[(k) * 8 + (f)]
+
+long bc_slot(const int k, const int h, const int heads)
+{
+    return ((long)k * heads + h) * (DK * SC);
+}
+
+/* q~ of token t into qt. */
+void bc_qt(global const STORE_T *q, const mhla_grid g, const int bh, const int t, const float feature_eps,
+           const float scale, float *qt)
+{
+    global const STORE_T *row = q + row_offset(g, bh, t, DK);
+    for (int d = 0; d < DK; ++d)
+        qt[d] = scale * feature(LOADN(1, d, row), feature_eps);
+}
+
+float bc_dot_k(global const STORE_T *k, const mhla_grid g, const int bh, const int t, const float feature_eps,
+               const float *x)
+{
+    global const STORE_T *row = k + row_offset(g, bh, t, DK);
+    float a = 0.0f;
+    for (int d = 0; d < DK; ++d)
+        a += x[d] * feature(LOADN(1, d, row), feature_eps);
+    return a;
+}
+
+float bc_dot_v(global const STORE_T *v, const mhla_grid g, const int bh, const int t, const float *x)
+{
+    global const STORE_T *row = v + row_offset(g, bh, t, DV);
+    float a = 0.0f;
+    for (int e = 0; e < DV; ++e)
+        a += x[e] * LOADN(1, e, row);
+    return a;
+}
+
 #endif /* MHLA_KERNELS_BACKWARD_H */

@@ -19,7 +19,8 @@ from specializations import collect
 
 STANDARDS = ["CL1.2", "CL2.0", "CL3.0"]
 LIBRARY_FILES = {"block_summary", "output", "mixing", "causal_summary", "causal_prefix", "causal_output", "decoder",
-                 "softmax", "backward_summary", "backward_readout", "backward_mixing"}
+                 "softmax", "backward_summary", "backward_readout", "backward_mixing", "backward_causal",
+                 "backward_causal_readout"}
 
 
 def find_clang():

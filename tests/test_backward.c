@@ -172,6 +172,43 @@ static void test_backward_storage(void **state)
         }
 }
 
+/* Causal chunk form: none and paper, a partial last chunk, more rows of Mc than chunks (their
+ * dMc rows are 0), odd sizes, 16-bit storage; packed sequences with an empty one. */
+static void test_backward_causal(void **state)
+{
+    mhla_context *ctx = *state;
+    static const mhla_feature_map maps[] = {MHLA_FEATURE_RELU, MHLA_FEATURE_ELU1};
+    char name[96];
+    for (int ni = 0; ni < 2; ++ni)
+        for (int fi = 0; fi < 2; ++fi) {
+            mhla_config c = config_causal(2, 3, 77, 16, 8, 12);
+            c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+            c.feature_map = maps[fi];
+            c.mixing_rows = 7;
+            snprintf(name, sizeof name, "causal %s %s 8x12 N=77 C=16", mhla_normalizer_name(c.normalizer),
+                     mhla_feature_map_name(c.feature_map));
+            expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(80 + ni * 2 + fi));
+        }
+    mhla_config c = config_causal(1, 2, 40, 8, 5, 3);
+    c.layout = MHLA_LAYOUT_BHND;
+    c.normalizer = MHLA_NORMALIZER_PAPER;
+    expect_backward(ctx, &c, NULL, 0, "causal paper 5x3 bhnd N=40 C=8", 90);
+    for (int ti = 0; ti < 2; ++ti) {
+        c = config_causal(1, 2, 64, 16, 16, 16);
+        c.dtype = ti ? MHLA_DTYPE_BF16 : MHLA_DTYPE_F16;
+        expect_backward(ctx, &c, NULL, 0, ti ? "causal none bf16" : "causal none f16", (uint32_t)(91 + ti));
+    }
+    static const int32_t cu[] = {0, 21, 21, 50, 59};
+    for (int ni = 0; ni < 2; ++ni) {
+        c = config_causal(1, 2, 59, 8, 8, 8);
+        c.varlen = 1;
+        c.mixing_rows = 5;
+        c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        expect_backward(ctx, &c, cu, 4, ni ? "varlen paper (21, 0, 29, 9 tokens)" : "varlen none (21, 0, 29, 9)",
+                        (uint32_t)(95 + ni));
+    }
+}
+
 /* Device buffers for the refusal and determinism tests. */
 typedef struct bufs {
     cl_mem q, k, v, mix, dout, dq, dk, dv, dmix, small;
@@ -290,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_backward_non_causal),
         cmocka_unit_test(test_backward_feature_maps_and_shapes),
         cmocka_unit_test(test_backward_storage),
+        cmocka_unit_test(test_backward_causal),
         cmocka_unit_test(test_backward_refusals),
         cmocka_unit_test(test_backward_deterministic),
     };
