@@ -23,12 +23,12 @@ void mhla__backward_destroy(mhla_bwd *b)
 {
     if (!b)
         return;
-    cl_kernel kernels[] = {b->k_scalars, b->k_grad, b->k_official_dz, b->k_dq, b->k_dkv, b->k_transpose,
-                           b->k_dmixing};
+    cl_kernel kernels[] = {b->k_scalars, b->k_grad,      b->k_official_dz, b->k_dq,    b->k_dkv,
+                           b->k_transpose, b->k_dmixing, b->k_tsum,        b->k_out_t, b->k_out_n};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix};
+    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix, b->tsum};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -75,9 +75,55 @@ cleanup:
     return st;
 }
 
-/* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS),
- * Mc^T, and for the paper and official normalizers two floats per token (1/den_t and dL/dden_t;
- * the official normalizer also R = Mc^T r), as the forward's official normalizer keeps one. */
+/* Work-items of bwd_block_grad per block: its BWD_RD x BWD_GV tiles (kernels/backward.h). */
+static size_t grad_tiles(const mhla_config *c)
+{
+    return (size_t)(c->dk / mhla__pow2_divisor(c->dk, 4)) * (size_t)(c->dv / mhla__pow2_divisor(c->dv, 16));
+}
+
+/* The forward's read-out kernel for configuration `rc` (no normalizer), its tiles and local size. */
+static mhla_status readout_setup(mhla_plan *plan, const mhla_config *rc, mhla_tiles *tiles, cl_kernel *kernel,
+                                 size_t lws[3])
+{
+    mhla_status st = MHLA_OK;
+    cl_program prog = NULL;
+    mhla__tiles_forward(plan->ctx, rc, &plan->shape, &plan->tuning, tiles);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, rc, tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", kernel));
+    const size_t extent[3] = {(size_t)(rc->dv / (tiles->out_ve * tiles->out_nv)), 1,
+                              (size_t)((plan->shape.nb + tiles->out_rt - 1) / tiles->out_rt)};
+    mhla__local_size_3d(plan->ctx, *kernel, extent, (size_t)tiles->wg, lws);
+cleanup:
+    return st;
+}
+
+/* out = x^T s per token (s: summaries as `kernel` was built for them), phi applied to x by `kernel`. */
+static mhla_status readout(mhla_plan *plan, cl_kernel kernel, const mhla_tiles *t, int64_t out_dim,
+                           const size_t lws[3], cl_mem x, cl_mem s, cl_mem out, const char *what)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const float feps = plan->cfg.feature_eps, one = 1.0f, zero = 0.0f;
+    const size_t groups = (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt);
+    const size_t extent[3] = {(size_t)(out_dim / (t->out_ve * t->out_nv)), (size_t)plan->shape.bh,
+                              (size_t)plan->shape.m * groups};
+    MHLA_SET_ARG(st, ctx, kernel, 0, x);
+    MHLA_SET_ARG(st, ctx, kernel, 1, s);
+    MHLA_SET_ARG(st, ctx, kernel, 2, s); /* den: not read without a normalizer */
+    MHLA_SET_ARG(st, ctx, kernel, 3, out);
+    MHLA_SET_ARG(st, ctx, kernel, 4, plan->grid);
+    MHLA_SET_ARG(st, ctx, kernel, 5, feps);
+    MHLA_SET_ARG(st, ctx, kernel, 6, one);
+    MHLA_SET_ARG(st, ctx, kernel, 7, zero);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kernel, 3, extent, lws, 0, NULL, NULL, what));
+cleanup:
+    return st;
+}
+
+/* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS), a
+ * transposed one, Mc^T, and for the paper and official normalizers two floats per token (1/den_t
+ * and dL/dden_t; the official normalizer also R = Mc^T r), as the forward's official normalizer
+ * keeps one. */
 static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
 {
     mhla_status st = MHLA_OK;
@@ -90,23 +136,34 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_block_grad", &b->k_grad));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
     if (c->normalizer != MHLA_NORMALIZER_NONE)
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_scalars", &b->k_scalars));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_token_scalars", &b->k_scalars));
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz", &b->k_official_dz));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq", &b->k_dq));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv", &b->k_dkv));
-    MHLA_FORWARD_IF_ERROR(
-        st, mhla__backward_reduce_kernel(plan, b, MHLA_KF_BACKWARD_MIXING, "bwd_dmixing", &b->k_dmixing, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_finish", &b->k_dq));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dk_finish", &b->k_dkv));
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, c, &b->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dmixing", &b->k_dmixing));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
+    mhla_config swapped = *c, plain = *c;
+    swapped.dk = c->dv, swapped.dv = c->dk;
+    swapped.feature_map = MHLA_FEATURE_NONE;
+    swapped.normalizer = plain.normalizer = MHLA_NORMALIZER_NONE;
+    MHLA_FORWARD_IF_ERROR(st, readout_setup(plan, &swapped, &b->tiles_t, &b->k_out_t, b->lws_out_t));
+    MHLA_FORWARD_IF_ERROR(st, readout_setup(plan, &plain, &b->tiles_n, &b->k_out_n, b->lws_out_n));
     const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
     mhla__local_size_3d(ctx, b->k_dq, tok, wg, b->lws_token);
-    const size_t gext[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)), bh, m};
+    const size_t gext[3] = {grad_tiles(c), bh, m};
     mhla__local_size_3d(ctx, b->k_grad, gext, wg, b->lws_grad);
+    const size_t text[3] = {(size_t)(c->dk * c->dv), bh, m};
+    mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
 
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the gradient summaries G", &b->grad));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the mixed gradient summaries dS", &b->dsum));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
+                                                    "a transposed summary", &b->tsum));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m * sizeof(float), "Mc transposed", &b->mix_t));
     if (c->normalizer != MHLA_NORMALIZER_NONE) {
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float), "the per-token 1/den", &b->inv));
@@ -115,6 +172,22 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float),
                                                         "the mixed normalizer gradients", &b->rmix));
+cleanup:
+    return st;
+}
+
+/* tsum = the S part of `src` transposed (bwd_transpose_summary). */
+static mhla_status transpose_summary(mhla_plan *plan, mhla_bwd *b, cl_mem src)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const size_t ext[3] = {(size_t)(plan->cfg.dk * plan->cfg.dv), (size_t)plan->shape.bh, (size_t)plan->shape.m};
+    MHLA_SET_ARG(st, ctx, b->k_tsum, 0, src);
+    MHLA_SET_ARG(st, ctx, b->k_tsum, 1, b->tsum);
+    MHLA_SET_ARG(st, ctx, b->k_tsum, 2, plan->grid);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_tsum, 3, ext, b->lws_tsum, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_transpose_summary)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
     return st;
 }
@@ -150,14 +223,16 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const cl_long xl = (cl_long)x;
-    const size_t extent[3] = {(size_t)b->tiles.bwd_wg * (size_t)m, (size_t)m, 1};
-    const size_t local[3] = {(size_t)b->tiles.bwd_wg, 1, 1};
+    const size_t extent[3] = {(size_t)m, (size_t)m, 1};
+    size_t local[3];
+    mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 0, a);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 1, bm);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 2, out);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 3, xl);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 4, ldo);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 5, accumulate);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 4, m);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 5, ldo);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 6, accumulate);
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 2, extent, local, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing)"));
 cleanup:
@@ -192,10 +267,16 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 
+    /* u_t = S~_i dO_t into dq (the read-out kernel over S~^T), then the normalizer's per-token
+     * terms from it. */
+    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed));
+    MHLA_FORWARD_IF_ERROR(st, readout(plan, b->k_out_t, &b->tiles_t, c->dk, b->lws_out_t, dout, b->tsum, dq,
+                                      "clEnqueueNDRangeKernel(block_output: S~ dO)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (b->k_scalars) {
         cl_kernel kr = b->k_scalars;
         MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, dout);
+        MHLA_SET_ARG(st, ctx, kr, 1, dq);
         MHLA_SET_ARG(st, ctx, kr, 2, plan->mixed);
         MHLA_SET_ARG(st, ctx, kr, 3, den);
         MHLA_SET_ARG(st, ctx, kr, 4, inv);
@@ -205,13 +286,12 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_SET_ARG(st, ctx, kr, 8, scale);
         MHLA_SET_ARG(st, ctx, kr, 9, eps);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_scalars)"));
+                                               "clEnqueueNDRangeKernel(bwd_token_scalars)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     {
         cl_kernel kr = b->k_grad;
-        const size_t ext[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)),
-                               (size_t)plan->shape.bh, (size_t)m};
+        const size_t ext[3] = {grad_tiles(c), (size_t)plan->shape.bh, (size_t)m};
         MHLA_SET_ARG(st, ctx, kr, 0, q);
         MHLA_SET_ARG(st, ctx, kr, 1, dout);
         MHLA_SET_ARG(st, ctx, kr, 2, inv);
@@ -253,29 +333,34 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     {
-        cl_kernel kr = b->k_dq;
+        cl_kernel kr = b->k_dq; /* dq from u, with the normalizer's terms and phi' */
         MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, dout);
+        MHLA_SET_ARG(st, ctx, kr, 1, dq);
         MHLA_SET_ARG(st, ctx, kr, 2, plan->mixed);
         MHLA_SET_ARG(st, ctx, kr, 3, plan->summary);
         MHLA_SET_ARG(st, ctx, kr, 4, inv);
         MHLA_SET_ARG(st, ctx, kr, 5, r);
         MHLA_SET_ARG(st, ctx, kr, 6, rmix);
-        MHLA_SET_ARG(st, ctx, kr, 7, dq);
-        MHLA_SET_ARG(st, ctx, kr, 8, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 9, scale);
+        MHLA_SET_ARG(st, ctx, kr, 7, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 8, scale);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_dq)"));
-        kr = b->k_dkv;
+                                               "clEnqueueNDRangeKernel(bwd_dq_finish)"));
+    }
+    /* dv = dS^T k~ (the read-out as the forward's), dk = phi'(k) (dS v + dz) */
+    MHLA_FORWARD_IF_ERROR(st, readout(plan, b->k_out_n, &b->tiles_n, c->dv, b->lws_out_n, k, b->dsum, dv,
+                                      "clEnqueueNDRangeKernel(block_output: dS^T k~)"));
+    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, b->dsum));
+    MHLA_FORWARD_IF_ERROR(st, readout(plan, b->k_out_t, &b->tiles_t, c->dk, b->lws_out_t, v, b->tsum, dk,
+                                      "clEnqueueNDRangeKernel(block_output: dS v)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    {
+        cl_kernel kr = b->k_dkv;
         MHLA_SET_ARG(st, ctx, kr, 0, k);
-        MHLA_SET_ARG(st, ctx, kr, 1, v);
+        MHLA_SET_ARG(st, ctx, kr, 1, dk);
         MHLA_SET_ARG(st, ctx, kr, 2, b->dsum);
-        MHLA_SET_ARG(st, ctx, kr, 3, dk);
-        MHLA_SET_ARG(st, ctx, kr, 4, dv);
-        MHLA_SET_ARG(st, ctx, kr, 5, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 6, feps);
+        MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_dkv)"));
+                                               "clEnqueueNDRangeKernel(bwd_dk_finish)"));
     }
     if (dmixing) {
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad, plan->summary, scols, dmixing, m, m, 0));

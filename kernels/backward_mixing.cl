@@ -1,7 +1,7 @@
 /* Backward of the mixing (SPEC.md "Backward"): Mc^T, which the forward's mixing GEMM multiplies
  * the gradient summaries by (dS_b = sum_i Mc[i,b] G_i), and dMc[i,b] = sum over batch, heads and
- * summary entries of A_i . B_b (<G_i, S_b>, plus the official normalizer's r_i . dots_b), reduced
- * by one work-group per entry in a fixed order: no atomics, bit-identical run to run. */
+ * summary entries of A_i . B_b (<G_i, S_b>, plus the official normalizer's r_i . dots_b), one
+ * work-item per entry summing in a fixed order: no atomics, bit-identical run to run. */
 #include "common.h"
 #include "backward.h"
 
@@ -13,27 +13,23 @@ kernel void bwd_transpose(global const float *restrict src, global float *restri
         dst[b * m + i] = src[(long)i * lda + b];
 }
 
-/* global: (BWD_WG * cols, rows), local (BWD_WG, 1): group (b, i) writes out[i*ldo + b] (+= when
- * accumulate) = sum_x a[i*x + ..] * bm[b*x + ..] over x floats of row i of a and row b of bm.
- * Each work-item sums every BWD_WG-th product, then the group adds the partial sums as a tree. */
+/* global: (cols, rows): work-item (b, i) writes out[i*ldo + b] (+= when accumulate) = sum_x a[i*x + ..]
+ * * bm[b*x + ..] over x floats of row i of a and row b of bm, 8 lanes at a time in order, the lanes
+ * added last: a fixed order whatever the launch. */
 kernel void bwd_dmixing(global const float *restrict a, global const float *restrict bm, global float *restrict out,
-                        const long x, const int ldo, const int accumulate)
+                        const long x, const int rows, const int ldo, const int accumulate)
 {
-    local float part[BWD_WG];
-    const int lid = (int)get_local_id(0);
-    const int b = (int)get_group_id(0), i = (int)get_global_id(1);
+    const int b = (int)get_global_id(0), i = (int)get_global_id(1);
+    if (b >= rows || i >= rows)
+        return;
     global const float *ar = a + (long)i * x;
     global const float *br = bm + (long)b * x;
-    float acc = 0.0f;
-    for (long j = lid; j < x; j += BWD_WG)
-        acc += ar[j] * br[j];
-    part[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = BWD_WG / 2; w > 0; w >>= 1) {
-        if (lid < w)
-            part[lid] += part[lid + w];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0)
-        out[(long)i * ldo + b] = accumulate ? out[(long)i * ldo + b] + part[0] : part[0];
+    float8 acc = (float8)(0.0f);
+    const long x8 = x / 8;
+    for (long j = 0; j < x8; ++j)
+        acc += vload8(j, ar) * vload8(j, br);
+    float sum = ((acc.s0 + acc.s1) + (acc.s2 + acc.s3)) + ((acc.s4 + acc.s5) + (acc.s6 + acc.s7));
+    for (long j = x8 * 8; j < x; ++j)
+        sum += ar[j] * br[j];
+    out[(long)i * ldo + b] = accumulate ? out[(long)i * ldo + b] + sum : sum;
 }
