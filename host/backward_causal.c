@@ -116,6 +116,24 @@ cleanup:
     return st;
 }
 
+/* Arguments 0..9 of bc_scalars, bc_dq and bc_dkv: q, k, v, dO, Mc and its rows, the chunk table,
+ * a slot buffer (P or dS) and the per-token normalizer terms. */
+static mhla_status token_args(mhla_context *ctx, cl_kernel kr, const cl_mem in[4], cl_mem mixing, cl_int lda,
+                              cl_mem tab, cl_mem slots, cl_mem inv, cl_mem r)
+{
+    mhla_status st = MHLA_OK;
+    for (cl_uint i = 0; i < 4; ++i)
+        MHLA_SET_ARG(st, ctx, kr, i, in[i]);
+    MHLA_SET_ARG(st, ctx, kr, 4, mixing);
+    MHLA_SET_ARG(st, ctx, kr, 5, lda);
+    MHLA_SET_ARG(st, ctx, kr, 6, tab);
+    MHLA_SET_ARG(st, ctx, kr, 7, slots);
+    MHLA_SET_ARG(st, ctx, kr, 8, inv);
+    MHLA_SET_ARG(st, ctx, kr, 9, r);
+cleanup:
+    return st;
+}
+
 mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v,
                                           cl_mem mixing, const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout,
                                           cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
@@ -151,6 +169,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     size_t lws_mix[3];
     mhla__local_size_3d(ctx, b->k_bc_mix, slotx, (size_t)b->tiles.wg, lws_mix);
     cl_mem inv = b->inv ? b->inv : b->diag, r = b->r ? b->r : b->diag; /* unread without a normalizer */
+    const cl_mem in[4] = {q, k, v, dout};
     cl_kernel kr;
 
     kr = b->k_bc_summary;
@@ -176,15 +195,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (b->k_bc_scalars) {
         kr = b->k_bc_scalars;
-        const cl_mem a[] = {q, k, v, dout};
-        for (cl_uint i = 0; i < 4; ++i)
-            MHLA_SET_ARG(st, ctx, kr, i, a[i]);
-        MHLA_SET_ARG(st, ctx, kr, 4, mixing);
-        MHLA_SET_ARG(st, ctx, kr, 5, lda);
-        MHLA_SET_ARG(st, ctx, kr, 6, b->tab);
-        MHLA_SET_ARG(st, ctx, kr, 7, b->slots_p);
-        MHLA_SET_ARG(st, ctx, kr, 8, inv);
-        MHLA_SET_ARG(st, ctx, kr, 9, r);
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, b->tab, b->slots_p, inv, r));
         MHLA_SET_ARG(st, ctx, kr, 10, plan->grid);
         MHLA_SET_ARG(st, ctx, kr, 11, feps);
         MHLA_SET_ARG(st, ctx, kr, 12, scale);
@@ -213,16 +224,8 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, slotx, lws_mix, 0, NULL, NULL, "bc_mix (gradients)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     {
-        const cl_mem a[] = {q, k, v, dout};
         kr = b->k_bc_dq;
-        for (cl_uint i = 0; i < 4; ++i)
-            MHLA_SET_ARG(st, ctx, kr, i, a[i]);
-        MHLA_SET_ARG(st, ctx, kr, 4, mixing);
-        MHLA_SET_ARG(st, ctx, kr, 5, lda);
-        MHLA_SET_ARG(st, ctx, kr, 6, b->tab);
-        MHLA_SET_ARG(st, ctx, kr, 7, b->slots_p);
-        MHLA_SET_ARG(st, ctx, kr, 8, inv);
-        MHLA_SET_ARG(st, ctx, kr, 9, r);
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, b->tab, b->slots_p, inv, r));
         MHLA_SET_ARG(st, ctx, kr, 10, dq);
         MHLA_SET_ARG(st, ctx, kr, 11, plan->grid);
         MHLA_SET_ARG(st, ctx, kr, 12, feps);
@@ -230,14 +233,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_SET_ARG(st, ctx, kr, 14, nent);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_dq"));
         kr = b->k_bc_dkv;
-        for (cl_uint i = 0; i < 4; ++i)
-            MHLA_SET_ARG(st, ctx, kr, i, a[i]);
-        MHLA_SET_ARG(st, ctx, kr, 4, mixing);
-        MHLA_SET_ARG(st, ctx, kr, 5, lda);
-        MHLA_SET_ARG(st, ctx, kr, 6, b->tab);
-        MHLA_SET_ARG(st, ctx, kr, 7, b->slots_ds);
-        MHLA_SET_ARG(st, ctx, kr, 8, inv);
-        MHLA_SET_ARG(st, ctx, kr, 9, r);
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, b->tab, b->slots_ds, inv, r));
         MHLA_SET_ARG(st, ctx, kr, 10, dk);
         MHLA_SET_ARG(st, ctx, kr, 11, dv);
         MHLA_SET_ARG(st, ctx, kr, 12, plan->grid);
@@ -247,11 +243,10 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_dkv"));
     }
     if (dmixing) {
-        const cl_mem a[] = {q, k, v, dout};
         const size_t dext[3] = {(size_t)heads, entries, 1}, dloc[3] = {1, 1, 1};
         kr = b->k_bc_diag;
         for (cl_uint i = 0; i < 4; ++i)
-            MHLA_SET_ARG(st, ctx, kr, i, a[i]);
+            MHLA_SET_ARG(st, ctx, kr, i, in[i]);
         MHLA_SET_ARG(st, ctx, kr, 4, b->tab);
         MHLA_SET_ARG(st, ctx, kr, 5, inv);
         MHLA_SET_ARG(st, ctx, kr, 6, r);
