@@ -29,9 +29,9 @@ typedef struct mhla_bwd {
      * Dk x (Dv+1) floats (S, P, G, dS), grown to the largest table a call has needed */
     cl_kernel k_bc_summary, k_bc_mix, k_bc_scalars, k_bc_grad, k_bc_dq, k_bc_dkv, k_bc_diag, k_bc_dmixing;
     size_t lws_bc_token[3], lws_bc_tile[3];
-    cl_mem tab, slots_s, slots_p, slots_g, slots_ds, diag;
+    cl_mem slots_s, slots_p, slots_g, slots_ds, diag;
     size_t entries_cap; /* chunk-table entries the buffers hold */
-    int32_t *tab_host;
+    int32_t *tab_host; /* the chunk table of the last call, copied into a buffer per call */
 } mhla_bwd;
 
 /* The plan's backward, made on first use (kernels built, workspace counted in the plan's). */

@@ -14,7 +14,7 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {b->tab, b->slots_s, b->slots_p, b->slots_g, b->slots_ds, b->diag};
+    cl_mem mems[] = {b->slots_s, b->slots_p, b->slots_g, b->slots_ds, b->diag};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -96,11 +96,10 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries)
             clReleaseMemObject(*slots[i]);
             *slots[i] = NULL;
         }
-    if (b->tab) {
-        plan->workspace_bytes -= b->entries_cap * (8 * sizeof(int32_t) + (size_t)plan->cfg.heads * sizeof(float));
-        clReleaseMemObject(b->tab);
+    if (b->diag) {
+        plan->workspace_bytes -= b->entries_cap * (size_t)plan->cfg.heads * sizeof(float);
         clReleaseMemObject(b->diag);
-        b->tab = b->diag = NULL;
+        b->diag = NULL;
     }
     free(b->tab_host);
     b->entries_cap = 0;
@@ -108,7 +107,6 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries)
     MHLA_FAIL_IF(st, !b->tab_host, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the chunk table");
     for (size_t i = 0; i < 4; ++i)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * slot, what[i], slots[i]));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * 8 * sizeof(int32_t), "the chunk table", &b->tab));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * (size_t)plan->cfg.heads * sizeof(float),
                                                     "the diagonal terms of dMc", &b->diag));
     b->entries_cap = entries;
@@ -143,6 +141,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     mhla_context *ctx = plan->ctx;
     const mhla_config *c = &plan->cfg;
     char msg[512];
+    cl_mem tab = NULL;
     if (cu_seqlens) {
         st = mhla__cu_seqlens_check(cu_seqlens, num_seqs, plan->shape.n, c->chunk, c->mixing_rows, msg, sizeof msg);
         MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "mhla_backward_varlen: %s", msg);
@@ -152,12 +151,13 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         goto cleanup;
     MHLA_FORWARD_IF_ERROR(st, reserve(plan, b, entries));
     fill_table(plan, b, cu_seqlens, num_seqs);
-    /* Blocking: the table is small, and the host copy is refilled by the next call. */
-    MHLA_CL_TRY(st, ctx,
-                clEnqueueWriteBuffer(ctx->queue, b->tab, CL_TRUE, 0, entries * 8 * sizeof(int32_t), b->tab_host,
-                                     num_wait, wait, NULL),
-                "clEnqueueWriteBuffer (the chunk table)");
-
+    /* The table goes to the device as the forward's chunk tables do: a buffer made from the host
+     * copy (no queue command, so nothing here waits for the caller's events), released once
+     * enqueued (the runtime keeps it until the kernels that use it are done). */
+    cl_int err = CL_SUCCESS;
+    tab = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, entries * 8 * sizeof(int32_t),
+                         b->tab_host, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the chunk table)");
     const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
     const cl_int lda = (cl_int)c->mixing_rows, heads = (cl_int)c->heads, nent = (cl_int)entries;
     const cl_int one = 1, zero = 0;
@@ -175,17 +175,17 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     kr = b->k_bc_summary;
     MHLA_SET_ARG(st, ctx, kr, 0, k);
     MHLA_SET_ARG(st, ctx, kr, 1, v);
-    MHLA_SET_ARG(st, ctx, kr, 2, b->tab);
+    MHLA_SET_ARG(st, ctx, kr, 2, tab);
     MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
     MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
     MHLA_SET_ARG(st, ctx, kr, 5, feps);
     MHLA_SET_ARG(st, ctx, kr, 6, nent);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_summary"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     kr = b->k_bc_mix; /* P_i = sum_{j<i} Mc[i,j] S_j */
     MHLA_SET_ARG(st, ctx, kr, 0, mixing);
     MHLA_SET_ARG(st, ctx, kr, 1, lda);
-    MHLA_SET_ARG(st, ctx, kr, 2, b->tab);
+    MHLA_SET_ARG(st, ctx, kr, 2, tab);
     MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
     MHLA_SET_ARG(st, ctx, kr, 4, b->slots_p);
     MHLA_SET_ARG(st, ctx, kr, 5, heads);
@@ -195,7 +195,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (b->k_bc_scalars) {
         kr = b->k_bc_scalars;
-        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, b->tab, b->slots_p, inv, r));
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_p, inv, r));
         MHLA_SET_ARG(st, ctx, kr, 10, plan->grid);
         MHLA_SET_ARG(st, ctx, kr, 11, feps);
         MHLA_SET_ARG(st, ctx, kr, 12, scale);
@@ -209,7 +209,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_SET_ARG(st, ctx, kr, 1, dout);
     MHLA_SET_ARG(st, ctx, kr, 2, inv);
     MHLA_SET_ARG(st, ctx, kr, 3, r);
-    MHLA_SET_ARG(st, ctx, kr, 4, b->tab);
+    MHLA_SET_ARG(st, ctx, kr, 4, tab);
     MHLA_SET_ARG(st, ctx, kr, 5, b->slots_g);
     MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
     MHLA_SET_ARG(st, ctx, kr, 7, feps);
@@ -225,7 +225,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     {
         kr = b->k_bc_dq;
-        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, b->tab, b->slots_p, inv, r));
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_p, inv, r));
         MHLA_SET_ARG(st, ctx, kr, 10, dq);
         MHLA_SET_ARG(st, ctx, kr, 11, plan->grid);
         MHLA_SET_ARG(st, ctx, kr, 12, feps);
@@ -233,7 +233,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_SET_ARG(st, ctx, kr, 14, nent);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_dq"));
         kr = b->k_bc_dkv;
-        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, b->tab, b->slots_ds, inv, r));
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_ds, inv, r));
         MHLA_SET_ARG(st, ctx, kr, 10, dk);
         MHLA_SET_ARG(st, ctx, kr, 11, dv);
         MHLA_SET_ARG(st, ctx, kr, 12, plan->grid);
@@ -247,7 +247,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         kr = b->k_bc_diag;
         for (cl_uint i = 0; i < 4; ++i)
             MHLA_SET_ARG(st, ctx, kr, i, in[i]);
-        MHLA_SET_ARG(st, ctx, kr, 4, b->tab);
+        MHLA_SET_ARG(st, ctx, kr, 4, tab);
         MHLA_SET_ARG(st, ctx, kr, 5, inv);
         MHLA_SET_ARG(st, ctx, kr, 6, r);
         MHLA_SET_ARG(st, ctx, kr, 7, b->diag);
@@ -260,7 +260,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         const size_t mext[3] = {(size_t)b->tiles.bwd_wg * (size_t)lda, (size_t)lda, 1};
         const size_t mloc[3] = {(size_t)b->tiles.bwd_wg, 1, 1};
         kr = b->k_bc_dmixing;
-        MHLA_SET_ARG(st, ctx, kr, 0, b->tab);
+        MHLA_SET_ARG(st, ctx, kr, 0, tab);
         MHLA_SET_ARG(st, ctx, kr, 1, b->slots_g);
         MHLA_SET_ARG(st, ctx, kr, 2, b->slots_s);
         MHLA_SET_ARG(st, ctx, kr, 3, b->diag);
@@ -271,5 +271,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "bc_dmixing"));
     }
 cleanup:
+    if (tab)
+        clReleaseMemObject(tab);
     return st;
 }

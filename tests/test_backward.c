@@ -321,6 +321,49 @@ static void test_backward_deterministic(void **state)
     test_inputs_free(&in);
 }
 
+/* Gated on a user event, mhla_backward only enqueues (a blocking call would never return here):
+ * non-causal and causal plans, the gradients correct once the gate opens. */
+static void test_backward_waits_for_events(void **state)
+{
+    mhla_context *ctx = *state;
+    if (user_event_gates_hang(ctx))
+        skip();
+    for (int causal = 0; causal < 2; ++causal) {
+        mhla_config c = causal ? config_causal(1, 2, 40, 16, 8, 8) : grid_config(1, 8, 8, MHLA_NORMALIZER_PAPER,
+                                                                                  MHLA_FEATURE_RELU_EPS);
+        test_inputs in;
+        mhla_plan *plan = NULL;
+        bufs b;
+        cl_int err;
+        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 11, &in), MHLA_OK);
+        assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+        bufs_make(ctx, plan, &in, &b);
+        cl_event gate = clCreateUserEvent(mhla_context_cl_context(ctx), &err), done = NULL;
+        assert_int_equal(err, CL_SUCCESS);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 1, &gate, &done),
+                         MHLA_OK);
+        assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+        assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
+        float *dq = malloc(in.nq * 4);
+        double *ref[4];
+        for (int j = 0; j < 4; ++j)
+            ref[j] = malloc((j < 2 ? in.nq : j == 2 ? in.nv : in.nm) * sizeof(double));
+        assert_int_equal(clEnqueueReadBuffer(mhla_context_queue(ctx), b.dq, CL_TRUE, 0, in.nq * 4, dq, 0, NULL, NULL),
+                         CL_SUCCESS);
+        assert_int_equal(mhla_reference_backward(&c, in.q, in.k, in.v, in.mix, in.v, ref[0], ref[1], ref[2], ref[3]),
+                         MHLA_OK);
+        assert_true(mhla_max_rel_err(dq, ref[0], in.nq) <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32));
+        for (int j = 0; j < 4; ++j)
+            free(ref[j]);
+        free(dq);
+        clReleaseEvent(done);
+        clReleaseEvent(gate);
+        bufs_free(&b);
+        mhla_plan_destroy(plan);
+        test_inputs_free(&in);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_backward_causal),
         cmocka_unit_test(test_backward_refusals),
         cmocka_unit_test(test_backward_deterministic),
+        cmocka_unit_test(test_backward_waits_for_events),
     };
     return cmocka_run_group_tests(tests, context_setup, context_teardown);
 }
