@@ -212,33 +212,12 @@ int cmd_grad(int argc, char **argv)
     g.run.out.fd = -1;
     for (int i = 0; i < G_COUNT; ++i)
         g.out[i].fd = -1;
-    static const cli_option table[O_COUNT] = {
-        [O_Q] = {"--q", "Q.npy", NULL},
-        [O_K] = {"--k", "K.npy", NULL},
-        [O_V] = {"--v", "V.npy", NULL},
-        [O_LAYOUT] = {"--layout", "bnhd|bhnd", NULL},
-        [O_GRID] = {"--grid", "N|HsxWs|TxHsxWs", NULL},
-        [O_BLOCKS] = {"--blocks", "M|BHxBW|BTxBHxBW", NULL},
-        [O_MIXING] = {"--mixing", "MC.npy", NULL},
-        [O_INIT] = {"--init", "KIND[:PARAM]", NULL},
-        [O_FEATURE_MAP] = {"--feature-map", "none|relu|relu-eps|elu1", NULL},
-        [O_FEATURE_EPS] = {"--feature-eps", "X", NULL},
-        [O_SCALE] = {"--scale", "X", NULL},
-        [O_NORMALIZER] = {"--normalizer", "paper|official|none", NULL},
-        [O_EPS] = {"--eps", "X", NULL},
-        [O_CAUSAL] = {"--causal", NULL, NULL},
-        [O_CHUNK] = {"--chunk", "C", NULL},
-        [O_CU_SEQLENS] = {"--cu-seqlens", "CU.npy", NULL},
-        [O_DTYPE] = {"--dtype", "f32|f16|bf16", NULL},
-        [O_DEVICE] = {"--device", "SPEC", NULL},
-        [O_CHECK] = {"--check", NULL, NULL},
-        [O_DOUT] = {"--dout", "DO.npy", NULL},
-        [O_DQ] = {"--dq", "DQ.npy", NULL},
-        [O_DK] = {"--dk", "DK.npy", NULL},
-        [O_DV] = {"--dv", "DV.npy", NULL},
-        [O_DMIXING] = {"--dmixing", "DMC.npy", NULL},
-    };
-    memcpy(g.run.o, table, sizeof table);
+    run_model_options(g.run.o);
+    g.run.o[O_DOUT] = (cli_option){"--dout", "DO.npy", NULL};
+    g.run.o[O_DQ] = (cli_option){"--dq", "DQ.npy", NULL};
+    g.run.o[O_DK] = (cli_option){"--dk", "DK.npy", NULL};
+    g.run.o[O_DV] = (cli_option){"--dv", "DV.npy", NULL};
+    g.run.o[O_DMIXING] = (cli_option){"--dmixing", "DMC.npy", NULL};
     int help_shown = 0, rc;
     char err[512];
     double worst = 0.0;

@@ -498,6 +498,32 @@ static int write_output(run_job *job)
     return 0;
 }
 
+void run_model_options(cli_option o[O_COUNT])
+{
+    static const cli_option table[O_COUNT] = {
+        [O_Q] = {"--q", "Q.npy", NULL},
+        [O_K] = {"--k", "K.npy", NULL},
+        [O_V] = {"--v", "V.npy", NULL},
+        [O_LAYOUT] = {"--layout", "bnhd|bhnd", NULL},
+        [O_GRID] = {"--grid", "N|HsxWs|TxHsxWs", NULL},
+        [O_BLOCKS] = {"--blocks", "M|BHxBW|BTxBHxBW", NULL},
+        [O_MIXING] = {"--mixing", "MC.npy", NULL},
+        [O_INIT] = {"--init", "KIND[:PARAM]", NULL},
+        [O_FEATURE_MAP] = {"--feature-map", "none|relu|relu-eps|elu1", NULL},
+        [O_FEATURE_EPS] = {"--feature-eps", "X", NULL},
+        [O_SCALE] = {"--scale", "X", NULL},
+        [O_NORMALIZER] = {"--normalizer", "paper|official|none", NULL},
+        [O_EPS] = {"--eps", "X", NULL},
+        [O_CAUSAL] = {"--causal", NULL, NULL},
+        [O_CHUNK] = {"--chunk", "C", NULL},
+        [O_CU_SEQLENS] = {"--cu-seqlens", "CU.npy", NULL},
+        [O_DTYPE] = {"--dtype", "f32|f16|bf16", NULL},
+        [O_DEVICE] = {"--device", "SPEC", NULL},
+        [O_CHECK] = {"--check", NULL, NULL},
+    };
+    memcpy(o, table, sizeof table);
+}
+
 int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown)
 {
     int rc;
@@ -521,31 +547,10 @@ int cmd_run(int argc, char **argv)
     run_job job;
     memset(&job, 0, sizeof job);
     job.out.fd = -1;
-    static const cli_option table[O_COUNT] = {
-        [O_Q] = {"--q", "Q.npy", NULL},
-        [O_K] = {"--k", "K.npy", NULL},
-        [O_V] = {"--v", "V.npy", NULL},
-        [O_OUT] = {"--out", "O.npy", NULL},
-        [O_LAYOUT] = {"--layout", "bnhd|bhnd", NULL},
-        [O_GRID] = {"--grid", "N|HsxWs|TxHsxWs", NULL},
-        [O_BLOCKS] = {"--blocks", "M|BHxBW|BTxBHxBW", NULL},
-        [O_MIXING] = {"--mixing", "MC.npy", NULL},
-        [O_INIT] = {"--init", "KIND[:PARAM]", NULL},
-        [O_FEATURE_MAP] = {"--feature-map", "none|relu|relu-eps|elu1", NULL},
-        [O_FEATURE_EPS] = {"--feature-eps", "X", NULL},
-        [O_SCALE] = {"--scale", "X", NULL},
-        [O_NORMALIZER] = {"--normalizer", "paper|official|none", NULL},
-        [O_EPS] = {"--eps", "X", NULL},
-        [O_CAUSAL] = {"--causal", NULL, NULL},
-        [O_CHUNK] = {"--chunk", "C", NULL},
-        [O_RECURRENT] = {"--recurrent", NULL, NULL},
-        [O_CU_SEQLENS] = {"--cu-seqlens", "CU.npy", NULL},
-        [O_DTYPE] = {"--dtype", "f32|f16|bf16", NULL},
-        [O_DEVICE] = {"--device", "SPEC", NULL},
-        [O_CHECK] = {"--check", NULL, NULL},
-        [O_REPEAT] = {"--repeat", "R", NULL},
-    };
-    memcpy(job.o, table, sizeof table);
+    run_model_options(job.o);
+    job.o[O_OUT] = (cli_option){"--out", "O.npy", NULL};
+    job.o[O_RECURRENT] = (cli_option){"--recurrent", NULL, NULL};
+    job.o[O_REPEAT] = (cli_option){"--repeat", "R", NULL};
     int help_shown = 0, rc;
     char err[512];
 

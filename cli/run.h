@@ -48,6 +48,8 @@ typedef struct run_job {
  * options, NULL for run's), the inputs, --grid/--blocks, the causal rules, the mixing matrix and
  * the configuration's check; messages name `command`. Returns 0 or the exit code. */
 int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);
+/* The options `run` and `grad` share (the inputs and the model), the others unnamed. */
+void run_model_options(cli_option o[O_COUNT]);
 /* Releases what a job holds (an open output is aborted). */
 void run_job_free(run_job *job);
 

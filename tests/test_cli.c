@@ -1516,8 +1516,8 @@ static void test_grad(void **state)
 
     char env_off[700];
     snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s",
-             kernel_variant("off", "backward_readout.cl", "STOREN(1, acc, e, dvrow);",
-                            "STOREN(1, acc * 1.01f, e, dvrow);"));
+             kernel_variant("off", "backward_readout.cl", "feature_grad(LOADN(1, d, krow)), d, dkrow);",
+                            "feature_grad(LOADN(1, d, krow)) * 1.01f, d, dkrow);"));
     const char *env[] = {env_off, NULL};
     r = MHLA_ENV(env, "grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do.npy", "--dq", "dq.npy",
                  "--dk", "dk.npy", "--dv", "dv.npy", "--blocks", "4", "--check");
