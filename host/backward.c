@@ -75,12 +75,6 @@ cleanup:
     return st;
 }
 
-/* Work-items of bwd_block_grad per block: its BWD_RD x BWD_GV tiles (kernels/backward.h). */
-static size_t grad_tiles(const mhla_config *c)
-{
-    return (size_t)(c->dk / mhla__pow2_divisor(c->dk, 4)) * (size_t)(c->dv / mhla__pow2_divisor(c->dv, 16));
-}
-
 /* The forward's read-out kernel for configuration `rc` (no normalizer), its tiles and local size. */
 static mhla_status readout_setup(mhla_plan *plan, const mhla_config *rc, mhla_tiles *tiles, cl_kernel *kernel,
                                  size_t lws[3])
@@ -135,12 +129,9 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     const size_t wg = (size_t)plan->tiles.wg;
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_block_grad", &b->k_grad));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
-    if (c->normalizer != MHLA_NORMALIZER_NONE)
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_token_scalars", &b->k_scalars));
-    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz", &b->k_official_dz));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_token_scalars", &b->k_scalars));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz", &b->k_official_dz));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_finish", &b->k_dq));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dk_finish", &b->k_dkv));
@@ -155,8 +146,8 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, readout_setup(plan, &plain, &b->tiles_n, &b->k_out_n, b->lws_out_n));
     const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
     mhla__local_size_3d(ctx, b->k_dq, tok, wg, b->lws_token);
-    const size_t gext[3] = {grad_tiles(c), bh, m};
-    mhla__local_size_3d(ctx, b->k_grad, gext, wg, b->lws_grad);
+    const size_t zext[3] = {(size_t)c->dk, bh, m};
+    mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_grad);
     const size_t text[3] = {(size_t)(c->dk * c->dv), bh, m};
     mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
 
@@ -172,6 +163,27 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float),
                                                         "the mixed normalizer gradients", &b->rmix));
+cleanup:
+    return st;
+}
+
+/* The z column of a summary-shaped buffer: sum_p w q~ (has_w), else 0 (bwd_official_dz). */
+static mhla_status z_column(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem w, cl_mem dst, cl_int has_w)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const float feps = plan->cfg.feature_eps, scale = plan->cfg.scale;
+    const size_t ext[3] = {(size_t)plan->cfg.dk, (size_t)plan->shape.bh, (size_t)plan->shape.m};
+    cl_kernel kr = b->k_official_dz;
+    MHLA_SET_ARG(st, ctx, kr, 0, q);
+    MHLA_SET_ARG(st, ctx, kr, 1, w);
+    MHLA_SET_ARG(st, ctx, kr, 2, dst);
+    MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 4, feps);
+    MHLA_SET_ARG(st, ctx, kr, 5, scale);
+    MHLA_SET_ARG(st, ctx, kr, 6, has_w);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_grad, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_official_dz)"));
 cleanup:
     return st;
 }
@@ -273,36 +285,28 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     MHLA_FORWARD_IF_ERROR(st, readout(plan, b->k_out_t, &b->tiles_t, c->dk, b->lws_out_t, dout, b->tsum, dq,
                                       "clEnqueueNDRangeKernel(block_output: S~ dO)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    if (b->k_scalars) {
-        cl_kernel kr = b->k_scalars;
+    {
+        cl_kernel kr = b->k_scalars; /* 1/den, dL/dden, and y = scale dO / den into dv */
         MHLA_SET_ARG(st, ctx, kr, 0, q);
         MHLA_SET_ARG(st, ctx, kr, 1, dq);
-        MHLA_SET_ARG(st, ctx, kr, 2, plan->mixed);
-        MHLA_SET_ARG(st, ctx, kr, 3, den);
-        MHLA_SET_ARG(st, ctx, kr, 4, inv);
-        MHLA_SET_ARG(st, ctx, kr, 5, r);
-        MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 7, feps);
-        MHLA_SET_ARG(st, ctx, kr, 8, scale);
-        MHLA_SET_ARG(st, ctx, kr, 9, eps);
+        MHLA_SET_ARG(st, ctx, kr, 2, dout);
+        MHLA_SET_ARG(st, ctx, kr, 3, plan->mixed);
+        MHLA_SET_ARG(st, ctx, kr, 4, den);
+        MHLA_SET_ARG(st, ctx, kr, 5, inv);
+        MHLA_SET_ARG(st, ctx, kr, 6, r);
+        MHLA_SET_ARG(st, ctx, kr, 7, dv);
+        MHLA_SET_ARG(st, ctx, kr, 8, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 9, feps);
+        MHLA_SET_ARG(st, ctx, kr, 10, scale);
+        MHLA_SET_ARG(st, ctx, kr, 11, eps);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_token_scalars)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
-    {
-        cl_kernel kr = b->k_grad;
-        const size_t ext[3] = {grad_tiles(c), (size_t)plan->shape.bh, (size_t)m};
-        MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, dout);
-        MHLA_SET_ARG(st, ctx, kr, 2, inv);
-        MHLA_SET_ARG(st, ctx, kr, 3, r);
-        MHLA_SET_ARG(st, ctx, kr, 4, b->grad);
-        MHLA_SET_ARG(st, ctx, kr, 5, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 6, feps);
-        MHLA_SET_ARG(st, ctx, kr, 7, scale);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_grad, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_block_grad)"));
-    }
+    /* G_i = sum_t phi(q_t) y_t^T with the forward's summary kernel, then its z column */
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue_to(plan, q, dv, b->grad, 0, NULL));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, r, b->grad, c->normalizer == MHLA_NORMALIZER_PAPER));
     {
         const cl_int lda = m;
         const size_t ext[3] = {(size_t)m, (size_t)m, 1}, local[3] = {1, 1, 1};
@@ -319,17 +323,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the GEMMs share a temporary buffer */
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, b->r, b->rmix, dcols));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        cl_kernel kr = b->k_official_dz;
-        const size_t ext[3] = {(size_t)c->dk, (size_t)plan->shape.bh, (size_t)m};
-        const size_t local[3] = {1, 1, 1};
-        MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, b->rmix);
-        MHLA_SET_ARG(st, ctx, kr, 2, b->dsum);
-        MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 4, feps);
-        MHLA_SET_ARG(st, ctx, kr, 5, scale);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, local, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_official_dz)"));
+        MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, b->rmix, b->dsum, 1));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     {

@@ -361,6 +361,9 @@ void mhla__plan_fill_grid(mhla_plan *plan);
 mhla_status mhla__block_summary_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait);
+/* The same into `out` (summary-sized) instead of plan->summary: the backward's gradient summaries. */
+mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                           const cl_event *wait);
 mhla_status mhla__mixing_setup(mhla_plan *plan);
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
 /* c[M x x] = a[M x M] * b[M x x] with the plan's mixing GEMM (kernel or CLBlast; x one of the

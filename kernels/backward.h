@@ -6,26 +6,6 @@
 #define BWD_VE 16 /* gradient-summary columns per work-item */
 #endif
 #define BWD_CT ((DV + 1 + BWD_VE - 1) / BWD_VE) /* column tiles of a Dk x (Dv+1) summary row */
-/* bwd_block_grad's register tile: BWD_RD rows of G by BWD_GV columns (one vector), the widest
- * powers of two (up to 4 and 16) dividing DK and DV; the host computes the same. */
-#if DK % 4 == 0
-#define BWD_RD 4
-#elif DK % 2 == 0
-#define BWD_RD 2
-#else
-#define BWD_RD 1
-#endif
-#if DV % 16 == 0
-#define BWD_GV 16
-#elif DV % 8 == 0
-#define BWD_GV 8
-#elif DV % 4 == 0
-#define BWD_GV 4
-#elif DV % 2 == 0
-#define BWD_GV 2
-#else
-#define BWD_GV 1
-#endif
 #ifndef BWD_WG
 #define BWD_WG 64 /* work-items of one dMc reduction (a power of two) */
 #endif
