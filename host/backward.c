@@ -23,8 +23,8 @@ void mhla__backward_destroy(mhla_bwd *b)
 {
     if (!b)
         return;
-    cl_kernel kernels[] = {b->k_scalars, b->k_grad,      b->k_official_dz, b->k_dq,    b->k_dkv,
-                           b->k_transpose, b->k_dmixing, b->k_tsum,        b->k_out_t, b->k_out_n};
+    cl_kernel kernels[] = {b->k_scalars, b->k_official_dz, b->k_dq, b->k_dkv,
+                           b->k_transpose, b->k_dmixing, b->k_tsum,      b->k_out_t, b->k_out_n};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -147,7 +147,7 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
     mhla__local_size_3d(ctx, b->k_dq, tok, wg, b->lws_token);
     const size_t zext[3] = {(size_t)c->dk, bh, m};
-    mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_grad);
+    mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zcol);
     const size_t text[3] = {(size_t)(c->dk * c->dv), bh, m};
     mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
 
@@ -182,7 +182,7 @@ static mhla_status z_column(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem w, cl
     MHLA_SET_ARG(st, ctx, kr, 4, feps);
     MHLA_SET_ARG(st, ctx, kr, 5, scale);
     MHLA_SET_ARG(st, ctx, kr, 6, has_w);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_grad, 0, NULL, NULL,
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zcol, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_official_dz)"));
 cleanup:
     return st;

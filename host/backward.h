@@ -11,13 +11,13 @@ enum { MHLA_BWD_DOUT, MHLA_BWD_DQ, MHLA_BWD_DK, MHLA_BWD_DV, MHLA_BWD_DMIX, MHLA
 typedef struct mhla_bwd {
     mhla_config cfg;   /* the plan's, resolved */
     mhla_tiles tiles;  /* the plan's, with the backward's bwd_ve and bwd_wg */
-    cl_kernel k_scalars, k_grad, k_official_dz, k_dq, k_dkv, k_transpose, k_dmixing, k_tsum;
+    cl_kernel k_scalars, k_official_dz, k_dq, k_dkv, k_transpose, k_dmixing, k_tsum;
     /* the forward's read-out kernel (kernels/output.cl, no normalizer) for the products with the
      * summaries: `_t` built with Dk and Dv swapped (S x over transposed summaries: dq's S~ dO, dk's
      * dS v), `_n` with the plan's (dv = dS^T k~) */
     cl_kernel k_out_t, k_out_n;
     mhla_tiles tiles_t, tiles_n;
-    size_t lws_token[3], lws_grad[3], lws_out_t[3], lws_out_n[3], lws_tsum[3];
+    size_t lws_token[3], lws_zcol[3], lws_out_t[3], lws_out_n[3], lws_tsum[3];
     cl_mem tsum; /* a transposed summary (S~^T, then dS^T), rows of B*H*Dv*(Dk+1) floats */
     cl_mem grad;  /* G_i, laid out as the block summaries */
     cl_mem dsum;  /* dS_b = sum_i Mc[i,b] G_i */
