@@ -23,6 +23,10 @@ typedef enum bench_op_id {
     BENCH_OP_DECODE,
     BENCH_OP_BLAS,  /* MHLA on the host with OpenBLAS's SGEMM (blas.c) */
     BENCH_OP_SGEMM, /* OpenBLAS's SGEMM rate on the host: the reference of %sgemm (one row) */
+    /* The backward pass (mhla_backward: dq, dk, dv and dMc) of mhla, linear and mhla-causal. */
+    BENCH_OP_MHLA_BWD,
+    BENCH_OP_LINEAR_BWD,
+    BENCH_OP_MHLA_CAUSAL_BWD,
     BENCH_OP_COUNT
 } bench_op_id;
 
@@ -58,6 +62,7 @@ typedef struct bench_case {
     cl_mem mixing;
     struct bench_decode *decode; /* the decode op's decoder and saved state (decode.c) */
     struct bench_blas *blas;     /* the host ops' arrays and threads (blas.c) */
+    cl_mem grads[4];             /* the backward ops' dq, dk, dv and dMc */
     /* Why create() failed, from an op whose failures are not the library's (the host ops); empty
      * otherwise: the context's message explains the library's. */
     char why[256];
@@ -239,6 +244,9 @@ typedef struct bench_row {
     double ratio_blas_mhla;
     int ratio_blas_mhla_estimated;
     double pct_sgemm; /* GFLOP/s as a percentage of the sgemm row's in the same run; NAN without one */
+    /* backward rows: this time over the forward row's of the same op, tensors and blocks (chunks). */
+    double ratio_bwd_fwd;
+    int ratio_bwd_fwd_estimated;
     int host_clock;   /* a bench_clock: how the row was timed */
     /* The row's check against the double reference before it was timed (verify.c): its op at
      * verify_n tokens (0: not verified), its max_rel_err (NaN when it could not run) and the

@@ -134,6 +134,22 @@ static double causal_bytes(const bench_shape *s)
     return qkvo_bytes(s) + workspace_bytes(s, (double)s->dv) + 4.0 * m * (m + 1.0) / 2.0;
 }
 
+/* The backward (SPEC.md "Backward"), per batch and head: the gradient summaries G_i, and the
+ * read-outs dq, dk and dv, four products of Dk x Dv per token, 8*N*Dk*Dv (twice the forward's);
+ * the causal chunk form twice its forward's count (the prefix and its transpose, the masked part
+ * for dq and for dk/dv). dMc's reduction (2*M^2*Dk*Dv) is left out, as the forward's mixing is. */
+static double bwd_flops(const bench_shape *s) { return 2.0 * linear_flops(s); }
+static double causal_bwd_flops(const bench_shape *s) { return 2.0 * causal_flops(s); }
+
+/* q, k, v and dO read, dq, dk and dv written; the workspace written and read twice (S and G, their
+ * mixtures). */
+static double bwd_bytes(const bench_shape *s)
+{
+    const double m = (double)bench_shape_m(s);
+    return 4.0 * rows_of(s) * (double)(4 * s->dk + 3 * s->dv) + 2.0 * workspace_bytes(s, (double)(s->dv + 1)) +
+           8.0 * m * m;
+}
+
 /* ---- runs through mhla_forward --------------------------------------------------------------- */
 
 mhla_config bench_config(const bench_shape *s)
@@ -226,8 +242,45 @@ static mhla_status stages_forward(bench_case *c, double ms[3])
     return st;
 }
 
+/* The backward rows: the forward op's plan, dO = v (a read-only input, as a gradient buffer may
+ * not be), and buffers for dq, dk, dv and dMc. */
+static mhla_status create_grads(bench_case *c)
+{
+    cl_int err = CL_SUCCESS;
+    static const mhla_tensor like[4] = {MHLA_TENSOR_Q, MHLA_TENSOR_K, MHLA_TENSOR_V, MHLA_TENSOR_MIXING};
+    for (int i = 0; i < 4; ++i) {
+        c->grads[i] = clCreateBuffer(mhla_context_cl_context(c->ctx), CL_MEM_READ_WRITE,
+                                     mhla_plan_tensor_bytes(c->plan, like[i]), NULL, &err);
+        if (err != CL_SUCCESS)
+            return MHLA_ERR_OUT_OF_DEVICE_MEMORY;
+    }
+    return MHLA_OK;
+}
+
+static mhla_status create_mhla_bwd(bench_case *c, const bench_shape *s)
+{
+    mhla_status st = create_mhla(c, s);
+    return st == MHLA_OK ? create_grads(c) : st;
+}
+
+static mhla_status create_causal_bwd(bench_case *c, const bench_shape *s)
+{
+    mhla_status st = create_causal(c, s);
+    return st == MHLA_OK ? create_grads(c) : st;
+}
+
+static mhla_status enqueue_backward(bench_case *c, cl_event *done)
+{
+    return mhla_backward(c->plan, c->in->q, c->in->k, c->in->v, c->mixing, c->in->v, c->grads[0], c->grads[1],
+                         c->grads[2], c->grads[3], 0, NULL, done);
+}
+
 static void destroy_plan(bench_case *c)
 {
+    for (int i = 0; i < 4; ++i)
+        if (c->grads[i])
+            clReleaseMemObject(c->grads[i]);
+    memset(c->grads, 0, sizeof c->grads);
     mhla_plan_destroy(c->plan);
     if (c->mixing)
         clReleaseMemObject(c->mixing);
@@ -260,6 +313,13 @@ static const bench_op ops[BENCH_OP_COUNT] = {
     [BENCH_OP_SGEMM] = {.name = "sgemm", .host = 1, .own_inputs = 1, .flops = bench_sgemm_flops,
                         .bytes = bench_sgemm_bytes, .create = bench_sgemm_create, .enqueue = bench_sgemm_enqueue,
                         .destroy = bench_sgemm_destroy},
+    [BENCH_OP_MHLA_BWD] = {.name = "mhla-bwd", .estimable = 1, .flops = bwd_flops, .bytes = bwd_bytes,
+                           .create = create_mhla_bwd, .enqueue = enqueue_backward, .destroy = destroy_plan},
+    [BENCH_OP_LINEAR_BWD] = {.name = "linear-bwd", .estimable = 1, .flops = bwd_flops, .bytes = bwd_bytes,
+                             .create = create_mhla_bwd, .enqueue = enqueue_backward, .destroy = destroy_plan},
+    [BENCH_OP_MHLA_CAUSAL_BWD] = {.name = "mhla-causal-bwd", .one_d_only = 1, .estimable = 1,
+                                  .flops = causal_bwd_flops, .bytes = bwd_bytes, .create = create_causal_bwd,
+                                  .enqueue = enqueue_backward, .destroy = destroy_plan},
 };
 
 const bench_op *bench_op_get(bench_op_id id) { return id < BENCH_OP_COUNT ? &ops[id] : NULL; }

@@ -23,7 +23,8 @@ static const char usage[] =
     "  --m LIST          MHLA block counts M (default: M^2 <= N with blocks of >= 256 tokens)\n"
     "  --batch B         batch size (default 1)\n"
     "  --layout L        bnhd or bhnd (default bnhd)\n"
-    "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm (default all; blas\n"
+    "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm,mhla-bwd,linear-bwd,\n"
+    "                    mhla-causal-bwd (default all; blas\n"
     "                    and sgemm only in a build with OpenBLAS, else their rows are skipped)\n"
     "  --chunk LIST      causal chunk sizes C of the mhla-causal and decode rows (default 64)\n"
     "  --decode-context LIST\n"
@@ -149,7 +150,8 @@ static int parse_ops(const char *arg, unsigned *ops, char *err, size_t err_size)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const bench_op_id id = bench_op_find(tok);
         if (id == BENCH_OP_COUNT) {
-            snprintf(err, err_size, "--ops: unknown op '%s' (mhla, linear, softmax, mhla-causal, decode, blas, sgemm)",
+            snprintf(err, err_size, "--ops: unknown op '%s' (mhla, linear, softmax, mhla-causal, decode, blas, sgemm, "
+                     "mhla-bwd, linear-bwd, mhla-causal-bwd)",
                      tok);
             return -1;
         }

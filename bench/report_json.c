@@ -100,6 +100,8 @@ static const field row_fields[] = {
     NUM(bench_row, "tokens_per_s", tokens_per_s, F_DOUBLE),
     NUM(bench_row, "ratio_causal_mhla", ratio_causal_mhla, F_DOUBLE),
     NUM(bench_row, "ratio_causal_mhla_estimated", ratio_causal_mhla_estimated, F_INT),
+    NUM(bench_row, "ratio_bwd_fwd", ratio_bwd_fwd, F_DOUBLE),
+    NUM(bench_row, "ratio_bwd_fwd_estimated", ratio_bwd_fwd_estimated, F_INT),
     NUM(bench_row, "ratio_context", ratio_context, F_DOUBLE),
     NUM(bench_row, "pct_sgemm", pct_sgemm, F_DOUBLE),
     NUM(bench_row, "ratio_blas_mhla", ratio_blas_mhla, F_DOUBLE),
@@ -346,6 +348,7 @@ int bench_read_json(const char *path, bench_report *out, char *err, size_t err_s
         memset(r, 0, sizeof *r);
         r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
         r->step_mean_ms = r->chunk_start_ms = r->tokens_per_s = r->ratio_causal_mhla = r->ratio_context = NAN;
+        r->ratio_bwd_fwd = NAN;
         r->pct_sgemm = r->ratio_blas_mhla = NAN; /* absent from reports older than these columns */
         r->verified = r->verify_tolerance = NAN; /* absent from reports older than the self-check */
         r->op = op;

@@ -109,33 +109,33 @@ static void write_decode(FILE *f, const bench_report *rep)
 void bench_write_table(FILE *f, const bench_report *rep)
 {
     print_header(f, rep);
-    fprintf(f, "%-11s %-7s %6s %5s %3s %4s %4s %9s %9s %9s %5s %8s %7s %6s %6s %6s %8s %7s %9s %7s  %s\n", "op",
-            "grid", "N", "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s", "%peak",
-            "%bw", "%sgemm", "mhla/lin", "sm/mhla", "blas/mhla", "c/mhla", "sum/mix/out %");
+    fprintf(f, "%-16s %-7s %6s %5s %3s %4s %4s %9s %9s %9s %5s %8s %7s %6s %6s %6s %8s %7s %9s %7s %7s  %s\n",
+            "op", "grid", "N", "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s",
+            "%peak", "%bw", "%sgemm", "mhla/lin", "sm/mhla", "blas/mhla", "c/mhla", "bwd/fwd", "sum/mix/out %");
     int estimated = 0, causal = 0, decode = 0, unverified = 0;
     for (size_t i = 0; i < rep->row_count; ++i) {
         const bench_row *r = &rep->rows[i];
-        char name[16], grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48], n[48];
-        char p[48], stages[48] = "";
+        char name[24], grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48];
+        char n[48], p[48], x[48], stages[48] = "";
         causal |= r->op == BENCH_OP_MHLA_CAUSAL;
         decode |= r->op == BENCH_OP_DECODE;
         bench_shape_label(&r->shape, grid, sizeof grid);
         bench_blocks_label(r, blocks, sizeof blocks);
         unverified |= r->verify_failed;
         snprintf(name, sizeof name, "%s%s", r->verify_failed ? "!" : "", bench_op_get(r->op)->name);
-        fprintf(f, "%-11s %-7s %6lld %5s %3lld %4lld %4lld ", name, grid,
+        fprintf(f, "%-16s %-7s %6lld %5s %3lld %4lld %4lld ", name, grid,
                 (long long)bench_shape_n(&r->shape), blocks, (long long)r->shape.heads, (long long)r->shape.dk,
                 (long long)r->shape.dv);
         if (r->status == BENCH_STATUS_OK) {
             estimated |= r->ratio_mhla_linear_estimated | r->ratio_softmax_mhla_estimated |
-                         r->ratio_causal_mhla_estimated | r->ratio_blas_mhla_estimated;
+                         r->ratio_causal_mhla_estimated | r->ratio_blas_mhla_estimated | r->ratio_bwd_fwd_estimated;
             const double *sm = r->stage_ms, sum = sm[0] + sm[1] + sm[2];
             if (sum > 0) /* each stage's share of their sum (the total adds the gaps between them) */
                 snprintf(stages, sizeof stages, "%.0f/%.0f/%.0f", 100 * sm[0] / sum, 100 * sm[1] / sum,
                          100 * sm[2] / sum);
             char line[512];
             const char *ms_fmt = r->op == BENCH_OP_DECODE ? "%.4f" : "%.3f"; /* a step: tens of microseconds */
-            snprintf(line, sizeof line, "%9s %9s %9s %5d %8s %7s %6s %6s %6s %8s %7s %9s %7s  %-*s%s",
+            snprintf(line, sizeof line, "%9s %9s %9s %5d %8s %7s %6s %6s %6s %8s %7s %9s %7s %7s  %-*s%s",
                      num(a, sizeof a, ms_fmt, r->ms_median, ""),
                      num(b, sizeof b, ms_fmt, r->ms_min, ""), num(c, sizeof c, ms_fmt, r->ms_max, ""), r->iters,
                      num(d, sizeof d, "%.2f", r->gflops, ""), num(e, sizeof e, "%.2f", r->gbps, ""),
@@ -145,6 +145,7 @@ void bench_write_table(FILE *f, const bench_report *rep)
                      num(l, sizeof l, "%.2f", r->ratio_softmax_mhla, r->ratio_softmax_mhla_estimated ? "~" : ""),
                      num(n, sizeof n, "%.2f", r->ratio_blas_mhla, r->ratio_blas_mhla_estimated ? "~" : ""),
                      num(m, sizeof m, "%.2f", r->ratio_causal_mhla, r->ratio_causal_mhla_estimated ? "~" : ""),
+                     num(x, sizeof x, "%.2f", r->ratio_bwd_fwd, r->ratio_bwd_fwd_estimated ? "~" : ""),
                      r->note[0] ? 14 : 0, stages, r->note);
             for (size_t end = strlen(line); end > 0 && line[end - 1] == ' '; --end)
                 line[end - 1] = '\0'; /* no trailing blanks where the last columns are empty */
@@ -159,7 +160,8 @@ void bench_write_table(FILE *f, const bench_report *rep)
     fprintf(f, "\nmhla/lin: MHLA time over linear attention's (same tokens and heads); sm/mhla: softmax time over "
                "MHLA's;\nblas/mhla: the blas row's time (MHLA on the host with OpenBLAS's SGEMM, same tensors and M) "
                "over MHLA's;\n%%sgemm: GFLOP/s over the sgemm row's (OpenBLAS's %dx%dx%d SGEMM on the host, all cores);\n"
-               "sum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times.\n",
+               "sum/mix/out: the shares of block summaries, mixing and output in MHLA's stage times;\n"
+               "bwd/fwd: a backward row's time (dq, dk, dv, dMc) over its forward row's (same op, tensors, M).\n",
             BENCH_SGEMM_N, BENCH_SGEMM_N, BENCH_SGEMM_N);
     if (causal || decode)
         fprintf(f, "mhla-causal, decode: M is the number of chunks ceil(N/C); c/mhla: the chunk form's time over MHLA's "

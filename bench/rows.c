@@ -99,9 +99,20 @@ void bench_fill_ratios(bench_row *rows, size_t count)
         r->ratio_blas_mhla = NAN;
         r->ratio_mhla_linear_estimated = r->ratio_softmax_mhla_estimated = r->ratio_causal_mhla_estimated = 0;
         r->ratio_blas_mhla_estimated = 0;
+        r->ratio_bwd_fwd = NAN;
+        r->ratio_bwd_fwd_estimated = 0;
         if (!bench_row_has_time(r))
             continue;
         const int self = r->status == BENCH_STATUS_ESTIMATED;
+        const bench_op_id fwd = r->op == BENCH_OP_MHLA_BWD          ? BENCH_OP_MHLA
+                                : r->op == BENCH_OP_LINEAR_BWD        ? BENCH_OP_LINEAR
+                                : r->op == BENCH_OP_MHLA_CAUSAL_BWD ? BENCH_OP_MHLA_CAUSAL
+                                                                      : BENCH_OP_COUNT;
+        const bench_row *f = fwd != BENCH_OP_COUNT ? find_timed(rows, count, fwd, r, 1) : NULL;
+        if (f) {
+            r->ratio_bwd_fwd = r->ms_median / f->ms_median;
+            r->ratio_bwd_fwd_estimated = self || f->status == BENCH_STATUS_ESTIMATED;
+        }
         if (r->op == BENCH_OP_MHLA_CAUSAL) {
             const bench_row *mhla = find_timed(rows, count, BENCH_OP_MHLA, r, 0);
             if (mhla) {
@@ -147,7 +158,8 @@ void bench_shape_label(const bench_shape *s, char *buf, size_t size)
 void bench_blocks_label(const bench_row *r, char *buf, size_t size)
 {
     const bench_shape *s = &r->shape;
-    if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR && r->op != BENCH_OP_BLAS && !s->chunk)
+    if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR && r->op != BENCH_OP_BLAS && r->op != BENCH_OP_MHLA_BWD &&
+        r->op != BENCH_OP_LINEAR_BWD && !s->chunk)
         snprintf(buf, size, "-");
     else if (s->bt > 1 && bench_shape_is_2d(s))
         snprintf(buf, size, "%lldx%lldx%lld", (long long)s->bt, (long long)s->bh, (long long)s->bw);

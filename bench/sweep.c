@@ -30,8 +30,9 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
 
 /* The order of a shape's rows: MHLA beside its two baselines on the same blocks (linear, blas), then
  * softmax and the causal chunk form. */
-static const bench_op_id shape_ops[] = {BENCH_OP_MHLA, BENCH_OP_LINEAR, BENCH_OP_BLAS, BENCH_OP_SOFTMAX,
-                                        BENCH_OP_MHLA_CAUSAL};
+static const bench_op_id shape_ops[] = {BENCH_OP_MHLA,     BENCH_OP_LINEAR,       BENCH_OP_BLAS,
+                                        BENCH_OP_SOFTMAX,  BENCH_OP_MHLA_CAUSAL,  BENCH_OP_MHLA_BWD,
+                                        BENCH_OP_LINEAR_BWD, BENCH_OP_MHLA_CAUSAL_BWD};
 
 /* The rows of one shape, written at rows[count...] when rows is not NULL: the mhla rows (one per M
  * of --m, or the rule's M), then linear, blas (one per M, as mhla), softmax, and on 1D shapes
@@ -43,16 +44,16 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
         const bench_op_id op = shape_ops[i];
         if (!(o->ops & (1u << op)) || (bench_shape_is_2d(s) && bench_op_get(op)->one_d_only))
             continue;
-        const int blocked = op == BENCH_OP_MHLA || op == BENCH_OP_BLAS; /* on MHLA's block grid */
-        const size_t variants = blocked && o->m_count ? o->m_count
-                                : op == BENCH_OP_MHLA_CAUSAL ? o->chunk_count
-                                                             : 1;
+        /* on MHLA's block grid */
+        const int blocked = op == BENCH_OP_MHLA || op == BENCH_OP_BLAS || op == BENCH_OP_MHLA_BWD;
+        const int chunked = op == BENCH_OP_MHLA_CAUSAL || op == BENCH_OP_MHLA_CAUSAL_BWD;
+        const size_t variants = blocked && o->m_count ? o->m_count : chunked ? o->chunk_count : 1;
         for (size_t v = 0; v < variants; ++v, ++count) {
             init_row(rows, count, op, s);
             if (!rows)
                 continue;
             bench_row *r = &rows[count];
-            if (op == BENCH_OP_MHLA_CAUSAL)
+            if (chunked)
                 bench_set_chunk(&r->shape, o->chunk[v]);
             if (!blocked)
                 continue; /* linear and softmax keep the 1x1x1 block grid */
@@ -277,7 +278,7 @@ static mhla_status case_step_ends(void *arg, cl_ulong *end_ns)
 static void run_row(mhla_context *ctx, const bench_options *o, const bench_inputs *in, bench_row *r)
 {
     const bench_op *op = bench_op_get(r->op);
-    bench_case c = {ctx, in, NULL, NULL, NULL, NULL, ""};
+    bench_case c = {.ctx = ctx, .in = in};
     bench_timing t;
     char err[256] = "";
     bench_verify_row(ctx, o, r); /* once, at a small N, before the timing; a failure marks the row */

@@ -30,7 +30,7 @@ int args_parse(const char *cmd, const char *help, cli_option *opts, size_t count
         const size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
         cli_option *opt = NULL;
         for (size_t j = 0; j < count && !opt; ++j)
-            if (strlen(opts[j].name) == name_len && strncmp(opts[j].name, arg, name_len) == 0)
+            if (opts[j].name && strlen(opts[j].name) == name_len && strncmp(opts[j].name, arg, name_len) == 0)
                 opt = &opts[j];
         if (!opt)
             return cli_usage(cmd, "%s: unknown option '%.*s'", cmd, (int)name_len, arg);

@@ -49,6 +49,7 @@ int cli_mixing_init(const char *cmd, const char *label, mhla_init_kind kind, con
                     const int64_t blocks[3], float **out);
 
 int cmd_run(int argc, char **argv);
+int cmd_grad(int argc, char **argv);
 int cmd_init_mixing(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);

@@ -78,9 +78,10 @@ static const char help_tail[] =
     "\n"
     "exit codes: 0 success; 1 runtime or device failure; 2 usage or input error; 3 --check failed.\n";
 
-static const char *const cmd = RUN_CMD;
+/* The subcommand messages name: "run", or "grad" while cmd_grad.c prepares its job with run_prepare(). */
+static const char *cmd = RUN_CMD;
 
-static void job_free(run_job *job)
+void run_job_free(run_job *job)
 {
     npy_writer_abort(&job->out); /* before the guard goes: a signal between them finds no file */
     cli_guard_temp(NULL);
@@ -109,22 +110,25 @@ static void job_free(run_job *job)
          ? cli_usage(cmd, "%s %s: %s", (job)->o[index].name, (job)->o[index].value, mhla_last_message()) \
          : 0)
 
-static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
+static int parse_options(run_job *job, const char *grad_help, int argc, char **argv, int *help_shown)
 {
     cli_option *o = job->o;
     int rc;
     char help[sizeof help_head + sizeof help_tail];
     snprintf(help, sizeof help, "%s%s", help_head, help_tail);
-    if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, help_shown)) != 0 || *help_shown)
+    if ((rc = args_parse(cmd, grad_help ? grad_help : help, o, O_COUNT, argc, argv, help_shown)) != 0 ||
+        *help_shown)
         return rc;
-    static const int required[] = {O_Q, O_K, O_V, O_OUT};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
+    static const int run_required[] = {O_Q, O_K, O_V, O_OUT, -1, -1, -1};
+    static const int grad_required[] = {O_Q, O_K, O_V, O_DOUT, O_DQ, O_DK, O_DV};
+    const int *required = grad_help ? grad_required : run_required;
+    for (size_t i = 0; i < 7 && required[i] >= 0; ++i)
         if (!o[required[i]].value)
-            return cli_usage(cmd, "run: missing %s %s", o[required[i]].name, o[required[i]].metavar);
+            return cli_usage(cmd, "%s: missing %s %s", cmd, o[required[i]].name, o[required[i]].metavar);
     static const int causal_only[] = {O_CHUNK, O_RECURRENT, O_CU_SEQLENS};
     for (size_t i = 0; i < sizeof causal_only / sizeof causal_only[0]; ++i) {
         const cli_option *c = &o[causal_only[i]];
-        if (c->value && !o[O_CAUSAL].value)
+        if (c->value && c->name && !o[O_CAUSAL].value)
             return c->metavar ? cli_usage(cmd, "%s %s: only with --causal", c->name, c->value)
                               : cli_usage(cmd, "%s: only with --causal", c->name);
     }
@@ -155,8 +159,8 @@ static int parse_options(run_job *job, int argc, char **argv, int *help_shown)
     if (o[O_REPEAT].value && (rc = args_int(cmd, &o[O_REPEAT], 1, 1000000, &job->repeat)) != 0)
         return rc;
     if (!o[O_CAUSAL].value && !o[O_BLOCKS].value)
-        return cli_usage(cmd, "run: missing --blocks M|BHxBW|BTxBHxBW (the block grid; M = 1 is plain linear "
-                                  "attention)");
+        return cli_usage(cmd, "%s: missing --blocks M|BHxBW|BTxBHxBW (the block grid; M = 1 is plain linear "
+                                  "attention)", cmd);
     return o[O_CAUSAL].value ? causal_check_options(job) : 0;
 }
 
@@ -507,31 +511,12 @@ int run_write_output(run_job *job)
     return 0;
 }
 
-int run_shape(run_job *job)
+void run_model_options(cli_option o[O_COUNT])
 {
-    int rc;
-    char msg[512];
-    if ((rc = shape_grid(job)) != 0 || (job->cfg.causal && (rc = causal_shape(job)) != 0) ||
-        (rc = load_mixing(job)) != 0)
-        return rc;
-    job->cfg.mixing_rows = job->mixing_rows;
-    /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
-    mhla_status st = mhla_config_check(&job->cfg, msg, sizeof msg);
-    if (st != MHLA_OK)
-        return cli_fail(cli_exit_code(st), "--q %s, --v %s: %s", job->o[O_Q].value, job->o[O_V].value, msg);
-    return 0;
-}
-
-int cmd_run(int argc, char **argv)
-{
-    run_job job;
-    memset(&job, 0, sizeof job);
-    job.out.fd = -1;
     static const cli_option table[O_COUNT] = {
         [O_Q] = {"--q", "Q.npy", NULL},
         [O_K] = {"--k", "K.npy", NULL},
         [O_V] = {"--v", "V.npy", NULL},
-        [O_OUT] = {"--out", "O.npy", NULL},
         [O_LAYOUT] = {"--layout", "bnhd|bhnd", NULL},
         [O_GRID] = {"--grid", "N|HsxWs|TxHsxWs", NULL},
         [O_BLOCKS] = {"--blocks", "M|BHxBW|BTxBHxBW", NULL},
@@ -544,19 +529,59 @@ int cmd_run(int argc, char **argv)
         [O_EPS] = {"--eps", "X", NULL},
         [O_CAUSAL] = {"--causal", NULL, NULL},
         [O_CHUNK] = {"--chunk", "C", NULL},
-        [O_RECURRENT] = {"--recurrent", NULL, NULL},
         [O_CU_SEQLENS] = {"--cu-seqlens", "CU.npy", NULL},
         [O_DTYPE] = {"--dtype", "f32|f16|bf16", NULL},
         [O_DEVICE] = {"--device", "SPEC", NULL},
         [O_CHECK] = {"--check", NULL, NULL},
-        [O_REPEAT] = {"--repeat", "R", NULL},
-        [O_MPI] = {"--mpi", NULL, NULL},
     };
-    memcpy(job.o, table, sizeof table);
+    memcpy(o, table, sizeof table);
+}
+
+int run_shape(run_job *job)
+{
+    int rc;
+    char msg[512];
+    if ((rc = shape_grid(job)) != 0 || (job->cfg.causal && (rc = causal_shape(job)) != 0) ||
+        (rc = load_mixing(job)) != 0)
+        return rc;
+    job->cfg.mixing_rows = job->mixing_rows;
+    /* What the CLI did not check itself (head dimensions, sizes the kernels cannot index). */
+    const mhla_status st = mhla_config_check(&job->cfg, msg, sizeof msg);
+    if (st != MHLA_OK)
+        return cli_fail(cli_exit_code(st), "--q %s, --v %s: %s", job->o[O_Q].value, job->o[O_V].value, msg);
+    return 0;
+}
+
+int run_parse(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown)
+{
+    cmd = command;
+    return parse_options(job, grad_help, argc, argv, help_shown);
+}
+
+int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown)
+{
+    int rc;
+    if ((rc = run_parse(job, command, grad_help, argc, argv, help_shown)) != 0 || *help_shown)
+        return rc;
+    if ((rc = run_read_inputs(job)) != 0 || (rc = run_shape(job)) != 0)
+        return rc;
+    return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_job job;
+    memset(&job, 0, sizeof job);
+    job.out.fd = -1;
+    run_model_options(job.o);
+    job.o[O_OUT] = (cli_option){"--out", "O.npy", NULL};
+    job.o[O_RECURRENT] = (cli_option){"--recurrent", NULL, NULL};
+    job.o[O_REPEAT] = (cli_option){"--repeat", "R", NULL};
+    job.o[O_MPI] = (cli_option){"--mpi", NULL, NULL};
     int help_shown = 0, rc;
     char err[512];
 
-    if ((rc = parse_options(&job, argc, argv, &help_shown)) != 0 || help_shown)
+    if ((rc = run_parse(&job, RUN_CMD, NULL, argc, argv, &help_shown)) != 0 || help_shown)
         goto done;
     if (job.o[O_MPI].value) {
 #ifdef MHLA_CLI_MPI
@@ -590,6 +615,6 @@ int cmd_run(int argc, char **argv)
                           job.check_err, tol, mhla_dtype_name(job.cfg.dtype), (long long)n);
     }
 done:
-    job_free(&job);
+    run_job_free(&job);
     return rc;
 }

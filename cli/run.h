@@ -12,7 +12,9 @@
 
 enum {
     O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
-    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_MPI, O_COUNT
+    O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_MPI,
+    /* `mhla grad` only (cmd_grad.c); run's table leaves them unnamed, so that run refuses them. */
+    O_DOUT, O_DQ, O_DK, O_DV, O_DMIXING, O_COUNT
 };
 
 #define RUN_CMD "run" /* the subcommand, for cli_usage() */
@@ -41,8 +43,14 @@ typedef struct run_job {
     int headers_only; /* --mpi: read_inputs() reads the headers; run_mpi.c reads each rank's range */
 } run_job;
 
-/* ---- cmd_run.c, for run_mpi.c ---- */
+/* ---- cmd_run.c, for cmd_grad.c and run_mpi.c ---- */
 
+/* Everything `run` does before the device: the options (grad_help: grad's help text and required
+ * options, NULL for run's), the inputs, --grid/--blocks, the causal rules, the mixing matrix and
+ * the configuration's check; messages name `command`. Returns 0 or the exit code. */
+int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);
+/* run_prepare()'s first step alone: the options (run checks --mpi before reading any input). */
+int run_parse(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);
 /* Reads --q/--k/--v (headers only with job->headers_only), validates them, fills the config. */
 int run_read_inputs(run_job *job);
 /* --grid/--blocks, the causal shape, the mixing matrix and the library's config check. */
@@ -51,11 +59,10 @@ int run_shape(run_job *job);
 int run_convert_inputs(run_job *job);
 /* Writes job->result (shaped as job->in[2]) through the temporary job->out. */
 int run_write_output(run_job *job);
-
-/* ---- run_mpi.c (builds with MPI only) ---- */
-
-/* `mhla run --mpi`: each rank reads its token range, runs its shard, rank 0 writes the output. */
-int run_mpi(run_job *job);
+/* The options `run` and `grad` share (the inputs and the model), the others unnamed. */
+void run_model_options(cli_option o[O_COUNT]);
+/* Releases what a job holds (an open output is aborted). */
+void run_job_free(run_job *job);
 
 /* ---- cmd_run.c, for run_causal.c ---- */
 
@@ -85,5 +92,10 @@ int causal_mixing_covers(const run_job *job, int64_t rows);
 /* --recurrent: the decoder, token by token (per packed sequence, reset in between), into
  * job->result; --repeat times each run's whole token loop. Returns 0 or the exit code. */
 int causal_run_recurrent(run_job *job);
+
+/* ---- run_mpi.c (builds with MPI only) ---- */
+
+/* `mhla run --mpi`: each rank reads its token range, runs its shard, rank 0 writes the output. */
+int run_mpi(run_job *job);
 
 #endif /* MHLA_CLI_RUN_H */

@@ -37,12 +37,18 @@ cleanup:
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait)
 {
+    return mhla__block_summary_enqueue_to(plan, k, v, plan->summary, num_wait, wait);
+}
+
+mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                           const cl_event *wait)
+{
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     cl_kernel kern = plan->k_summary;
     const float feature_eps = plan->cfg.feature_eps;
     const cl_int splits = plan->tiles.splits, split_len = plan->tiles.split_len;
-    cl_mem dst = splits > 1 ? plan->partial : plan->summary;
+    cl_mem dst = splits > 1 ? plan->partial : out;
     const size_t extent[3] = {summary_tiles(plan), (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
 
     MHLA_SET_ARG(st, ctx, kern, 0, k);
@@ -60,7 +66,7 @@ mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_
         const size_t rlocal[3] = {plan->lws_reduce, 1, 1};
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         MHLA_SET_ARG(st, ctx, plan->k_reduce, 0, plan->partial);
-        MHLA_SET_ARG(st, ctx, plan->k_reduce, 1, plan->summary);
+        MHLA_SET_ARG(st, ctx, plan->k_reduce, 1, out);
         MHLA_SET_ARG(st, ctx, plan->k_reduce, 2, plan->grid);
         MHLA_SET_ARG(st, ctx, plan->k_reduce, 3, splits);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_reduce, 2, rextent, rlocal, 0, NULL, NULL,

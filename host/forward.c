@@ -13,7 +13,7 @@ const char *mhla__tensor_name(mhla_tensor t)
 }
 
 /* "[B,N,H,D] = [1,4096,8,64] f32" — what the shape needs, for messages. */
-static void describe(const void *obj, mhla_tensor t, char *buf, size_t size)
+void mhla__plan_tensor_shape(const void *obj, mhla_tensor t, char *buf, size_t size)
 {
     const mhla_plan *plan = obj;
     const mhla_config *c = &plan->cfg;
@@ -30,14 +30,12 @@ static void describe(const void *obj, mhla_tensor t, char *buf, size_t size)
                  (long long)c->heads, d, mhla_dtype_name(c->dtype));
 }
 
-mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, mhla_tensor t, cl_mem buf, size_t need,
-                            mhla_shape_fn shape, const void *obj)
+mhla_status mhla__check_mem_named(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
+                                  const char *what)
 {
     mhla_status st = MHLA_OK;
     size_t size = 0;
     cl_context owner = NULL;
-    const char *name = mhla__tensor_name(t);
-    char what[160] = "";
 
     MHLA_FAIL_IF(st, !buf, ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL", fn, name);
     cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
@@ -46,12 +44,21 @@ mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, mhla_tensor t, cl
     err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
     MHLA_FAIL_IF(st, err != CL_SUCCESS || owner != ctx->cl, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "%s: %s buffer belongs to another cl_context", fn, name);
-    if (size < need)
-        shape(obj, t, what, sizeof what);
     MHLA_FAIL_IF(st, size < need, ctx, MHLA_ERR_BUFFER_TOO_SMALL, "%s: %s buffer holds %zu bytes; %s needs %zu", fn,
-                 name, size, what, need);
+                 name, size, what ? what : "the plan", need);
 cleanup:
     return st;
+}
+
+mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, mhla_tensor t, cl_mem buf, size_t need,
+                            mhla_shape_fn shape, const void *obj)
+{
+    char what[160] = "";
+    size_t size = 0;
+    /* The shape is described only for a buffer that is too small: per-token calls format nothing. */
+    if (buf && clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL) == CL_SUCCESS && size < need)
+        shape(obj, t, what, sizeof what);
+    return mhla__check_mem_named(ctx, fn, mhla__tensor_name(t), buf, need, what);
 }
 
 mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,
@@ -70,7 +77,7 @@ cleanup:
 
 mhla_status mhla__plan_check_mem(mhla_plan *plan, const char *fn, mhla_tensor t, cl_mem buf)
 {
-    return mhla__check_mem(plan->ctx, fn, t, buf, mhla_plan_tensor_bytes(plan, t), describe, plan);
+    return mhla__check_mem(plan->ctx, fn, t, buf, mhla_plan_tensor_bytes(plan, t), mhla__plan_tensor_shape, plan);
 }
 
 mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
@@ -81,7 +88,7 @@ mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bu
     const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
     for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(plan->ctx, fn, (mhla_tensor)t, bufs[t],
-                                                  mhla_plan_tensor_bytes(plan, (mhla_tensor)t), describe, plan));
+                                                  mhla_plan_tensor_bytes(plan, (mhla_tensor)t), mhla__plan_tensor_shape, plan));
     MHLA_FORWARD_IF_ERROR(st, mhla__check_call(plan->ctx, fn, bufs, !plan->softmax, num_wait, wait));
 cleanup:
     return st;

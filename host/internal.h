@@ -258,6 +258,8 @@ typedef struct mhla_tiles {
     int wg;                             /* work-group size aimed at */
     int pf;                             /* PREFETCH: software prefetch in the summary */
     int splits, split_len;              /* non-causal: segments per block, tokens per segment */
+    int bwd_ve, bwd_wg;                 /* backward: BWD_VE gradient columns per work-item, BWD_WG
+                                           work-items per dMc reduction (kernels/backward.h) */
 } mhla_tiles;
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program
@@ -271,6 +273,11 @@ typedef enum mhla_kernel_file {
     MHLA_KF_CAUSAL_OUTPUT,
     MHLA_KF_DECODER,
     MHLA_KF_SOFTMAX,
+    MHLA_KF_BACKWARD_SUMMARY,
+    MHLA_KF_BACKWARD_READOUT,
+    MHLA_KF_BACKWARD_MIXING,
+    MHLA_KF_BACKWARD_CAUSAL,
+    MHLA_KF_BACKWARD_CAUSAL_READOUT,
 } mhla_kernel_file;
 
 /* "block_summary", ...: the file under kernels/ (without .cl). */
@@ -365,6 +372,7 @@ struct mhla_plan {
     cl_event marks[4];
     struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (host/causal.c) */
     struct mhla_shard *shard;        /* shard plans: the whole sequence and the exchange (host/shard.c) */
+    struct mhla_bwd *bwd;            /* mhla_backward's kernels and workspace, made on first use */
 };
 
 /* A shard plan's view of the whole sequence (host/shard.c). The plan's cfg and shape are the
@@ -400,8 +408,16 @@ void mhla__plan_fill_grid(mhla_plan *plan);
 mhla_status mhla__block_summary_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait);
+/* The same into `out` (summary-sized) instead of plan->summary: the backward's gradient summaries. */
+mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                           const cl_event *wait);
 mhla_status mhla__mixing_setup(mhla_plan *plan);
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
+/* c[M x x] = a[M x M] * b[M x x] with the plan's mixing GEMM (kernel or CLBlast; x one of the
+ * forward's two widths, whose temporary buffer the plan holds). */
+mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, cl_mem b, cl_mem c, size_t x);
+/* Releases what mhla_backward() made for a plan (host/backward.c). Accepts NULL. */
+void mhla__backward_destroy(struct mhla_bwd *bwd);
 mhla_status mhla__output_setup(mhla_plan *plan);
 /* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */
 mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
@@ -426,6 +442,9 @@ mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t by
 typedef void (*mhla_shape_fn)(const void *obj, mhla_tensor t, char *buf, size_t size);
 mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, mhla_tensor t, cl_mem buf, size_t need,
                             mhla_shape_fn shape, const void *obj);
+/* mhla__check_mem for a buffer named `name` whose shape `what` describes (the backward's). */
+mhla_status mhla__check_mem_named(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
+                                  const char *what);
 /* bufs indexed by mhla_tensor: out aliasing no input (mixing only when with_mixing), and a
  * consistent wait list. */
 mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,
@@ -438,6 +457,8 @@ mhla_status mhla__plan_check_mem(mhla_plan *plan, const char *fn, mhla_tensor t,
 /* Both, for the plan's tensors. */
 mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
                                 const cl_event *wait);
+/* "[B,N,H,D] = [1,4096,8,64] f32": what plan (an mhla_plan) needs for tensor t, for messages. */
+void mhla__plan_tensor_shape(const void *plan, mhla_tensor t, char *buf, size_t size);
 /* "q", "k", "v", "out", "mixing". */
 const char *mhla__tensor_name(mhla_tensor t);
 /* mhla_forward_host() and mhla_forward_varlen_host() (cu_seqlens != NULL): stage, run, read back. */

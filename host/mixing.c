@@ -141,6 +141,12 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, cl_mem b, cl_mem c, size_t x)
+{
+    const size_t m = (size_t)plan->shape.m;
+    return mhla__mix(plan, a, m, m, b, c, x);
+}
+
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
 {
     mhla_status st = MHLA_OK;

@@ -131,6 +131,7 @@ void mhla_plan_destroy(mhla_plan *plan)
             clReleaseEvent(plan->marks[i]);
     mhla__causal_plan_destroy(plan->causal);
     mhla__shard_destroy(plan->shard);
+    mhla__backward_destroy(plan->bwd);
     mhla__free(plan);
 }
 

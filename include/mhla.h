@@ -603,6 +603,52 @@ MHLA_API mhla_status mhla_forward_varlen_host(mhla_plan *plan, const void *q, co
                                      const int32_t *cu_seqlens, size_t num_seqs, void *out);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Backward pass (training): SPEC.md "Backward"                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/*! mhla_backward() :
+ * Enqueues the gradients of the plan's forward output against dout = dL/dO: dq, dk (shaped like q,
+ * k), dv (like v), in cfg.dtype (f32 arithmetic), and, when dmixing is not NULL, dMc as float32
+ * (M x M, or mixing_rows x mixing_rows for causal plans), summed over batch and heads in a fixed
+ * order (no atomics: bit-identical run to run). NULL dmixing skips that work. Every mode of the
+ * forward: non-causal 1D/2D/3D with every normalizer and feature map; causal plans the chunk form
+ * (none, paper), where only dMc[i, j <= i] is non-zero. Varlen plans: mhla_backward_varlen().
+ * Buffers are the caller's, sized as mhla_plan_tensor_bytes() says (dout as OUT, dq as Q, dk as K,
+ * dv as V, dmixing as MIXING). A gradient buffer that is the same as an input (q, k, v, mixing,
+ * dout) or as another gradient is refused (MHLA_ERR_INVALID_ARGUMENT naming both).
+ * The forward's block summaries are recomputed (nothing per token is kept between the passes);
+ * the first call builds the backward's kernels and allocates its workspace, O(B*H*M*Dk*(Dv+1))
+ * floats (two summary-sized buffers, Mc^T, and for the paper and official normalizers two floats
+ * per token), which mhla_plan_workspace_size() counts from then on. It shares the forward's
+ * workspace: a forward and a backward of the same plan are ordered by the queue.
+ * @num_wait, @wait, @done: as mhla_forward(). Nothing waits for the device.
+ * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT (NULL, aliasing, a varlen plan); MHLA_ERR_BUFFER_TOO_SMALL
+ *         naming the buffer and its shape; MHLA_ERR_UNSUPPORTED for a softmax plan; a build or
+ *         device failure. Thread-safety: as mhla_forward(). */
+MHLA_API mhla_status mhla_backward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem dout,
+                                   cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                   const cl_event *wait, cl_event *done);
+
+/*! mhla_backward_host() :
+ * Host-pointer convenience around mhla_backward(), like mhla_forward_host(): q, k, v, dout, dq, dk,
+ * dv in cfg.dtype (float, or uint16_t bit patterns for F16/BF16), mixing and dmixing float. Blocks
+ * until every gradient is on the host. Only dmixing may be NULL. */
+MHLA_API mhla_status mhla_backward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
+                                        const float *mixing, const void *dout, void *dq, void *dk, void *dv,
+                                        float *dmixing);
+
+/*! mhla_backward_varlen() / mhla_backward_varlen_host() :
+ * The backward of mhla_forward_varlen() (a varlen plan, cu_seqlens as there); dMc sums every
+ * sequence's chunks. Otherwise as mhla_backward() / mhla_backward_host(). */
+MHLA_API mhla_status mhla_backward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                          const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout, cl_mem dq,
+                                          cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                          const cl_event *wait, cl_event *done);
+MHLA_API mhla_status mhla_backward_varlen_host(mhla_plan *plan, const void *q, const void *k, const void *v,
+                                               const float *mixing, const int32_t *cu_seqlens, size_t num_seqs,
+                                               const void *dout, void *dq, void *dk, void *dv, float *dmixing);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Streaming causal decoder (SPEC.md "Causal MHLA", recurrent form)                             */
 /* ------------------------------------------------------------------------------------------ */
 /* A decoder holds, on the device, the summaries of the finished chunks S_0..S_{i-1}, the running

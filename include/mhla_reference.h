@@ -44,6 +44,35 @@ MHLA_API mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const
 MHLA_API mhla_status mhla_reference_softmax(const mhla_config *cfg, const float *q, const float *k, const float *v,
                                    double *out);
 
+/* ---- Backward (SPEC.md "Backward") ---------------------------------------------------------- */
+
+/*! mhla_reference_backward() :
+ * The exact gradients of mhla_reference_forward()'s output against dout = dL/dO, in double
+ * precision: dq, dk (shaped like q, k), dv (like v) and, when dmixing is not NULL, dMc summed over
+ * batch and heads (M x M; mixing_rows x mixing_rows for causal configs, zero above the diagonal and
+ * beyond the chunks the sequences reach). Derived from the token-pair form of the forward (each
+ * output a weighted sum over the pairs (t, s) the mode lets t see), not from block summaries, so it
+ * checks the kernels without sharing their structure; O(N^2 (Dk + Dv)) per head, for small sizes.
+ * Inputs are float arrays as for mhla_reference_forward(). Every element of the outputs is written.
+ * @return MHLA_OK, a validation status (explained in mhla_last_message()), or
+ *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
+MHLA_API mhla_status mhla_reference_backward(const mhla_config *cfg, const float *q, const float *k,
+                                             const float *v, const float *mixing, const float *dout,
+                                             double *dq, double *dk, double *dv, double *dmixing);
+
+/*! mhla_reference_backward_varlen() : the same over a packed causal batch (cfg.varlen = 1), each
+ * sequence chunked from its own start, with mhla_forward_varlen()'s cu_seqlens rules. */
+MHLA_API mhla_status mhla_reference_backward_varlen(const mhla_config *cfg, const float *q, const float *k,
+                                                    const float *v, const float *mixing,
+                                                    const int32_t *cu_seqlens, size_t num_seqs,
+                                                    const float *dout, double *dq, double *dk, double *dv,
+                                                    double *dmixing);
+
+/*! mhla_reference_backward_tolerance() : SPEC.md "Backward": the largest mhla_max_rel_err() each
+ * gradient may have against mhla_reference_backward() (f32 1e-4, f16 5e-3, bf16 3e-2); 0 for an
+ * unknown dtype. */
+MHLA_API double mhla_reference_backward_tolerance(mhla_dtype dtype);
+
 /*! mhla_max_rel_err() :
  * SPEC.md's accuracy measure: max |got - ref| / max |ref| over n elements. Elements that are not
  * finite must match in kind (NaN for NaN, +Inf for +Inf, -Inf for -Inf) and are then skipped;

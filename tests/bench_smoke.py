@@ -207,6 +207,24 @@ def main(bench):
               and "blas        geometric mean B/A 1.000 over 3" in cmp.stdout, "--compare host ops:\n" + cmp.stdout)
     bad = subprocess.run([bench, "--compare", js, svg], capture_output=True, text=True, timeout=60)
     check(bad.returncode == 1 and svg in bad.stderr, "--compare of a non-report must fail naming it")
+    # The backward rows (issue 13): each beside its forward row of the same run, bwd/fwd their ratio,
+    # credited with twice the forward's flops.
+    bj = os.path.join(tmp, "b.json")
+    ops = "mhla,linear,mhla-causal,mhla-bwd,linear-bwd,mhla-causal-bwd"
+    run = subprocess.run([bench, "--n", "256", "--image", "none", "--heads", "2", "--dims", "32x16", "--chunk", "32",
+                          "--ops", ops, "--target-ms", "1", "--min-iters", "2", "--json", bj],
+                         capture_output=True, text=True, timeout=600)
+    check(run.returncode == 0 and "bwd/fwd" in run.stdout, "backward rows: exit %d\n%s%s"
+          % (run.returncode, run.stdout, run.stderr))
+    brows = json.load(open(bj))["rows"]
+    check([r["op"] for r in brows] == ops.split(","), "backward row order")
+    for r in brows:
+        if not r["op"].endswith("-bwd"):
+            continue
+        f = next(x for x in brows if x["op"] == r["op"][:-4])
+        check(r["status"] == "ok" and r["m"] == f["m"], r["op"] + ": measured on its forward's blocks")
+        check(math.isclose(r["ratio_bwd_fwd"], r["ms_median"] / f["ms_median"], rel_tol=1e-6), r["op"] + ": bwd/fwd")
+        check(math.isclose(r["flops"], 2 * f["flops"]), r["op"] + ": flops twice the forward's")
     print("bench_smoke: %d rows checked, peak %.1f GFLOP/s, %.1f GB/s, %s" %
           (len(rows), rep["peak"]["gflops"], rep["peak"]["copy_gbps"],
            "sgemm %.1f GFLOP/s" % sgemm_gflops if blas_built else NO_BLAS))

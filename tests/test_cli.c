@@ -402,7 +402,7 @@ static void test_help_and_version(void **state)
     expect_ok(r);
     assert_non_null(strstr(r->out, "usage: mhla info"));
 
-    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, init-mixing, info, selftest or tune; see 'mhla --help')");
+    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, grad, init-mixing, info, selftest or tune; see 'mhla --help')");
     const char *none[] = {NULL};
     expect_fail(finish(spawn(NULL, NULL, none)), 2, "missing command");
     /* A failed write of what was printed is a failure too. */
@@ -1487,6 +1487,54 @@ static void test_run_causal_check_fails(void **state)
     free_inputs(&t);
 }
 
+/* `mhla grad` (issue 13): --check within the backward tolerance, every output written with its
+ * shape; a perturbed kernel exits 3 with the outputs still written; a usage error writes nothing. */
+static void test_grad(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(2, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    char err[256];
+    const int64_t vshape[4] = {2, 64, 2, 4};
+    assert_int_equal(npy_write(in_dir("do.npy"), NPY_F32, 4, vshape, t.v, err, sizeof err), NPY_OK);
+    const result *r = MHLA("grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do.npy", "--dq",
+                           "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy", "--dmixing", "dmc.npy", "--blocks", "4",
+                           "--normalizer", "official", "--check");
+    expect_ok(r);
+    const double e = printed_error(r);
+    assert_true(e >= 0 && e <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32));
+    assert_non_null(strstr(r->out, "per_gradient dq "));
+    assert_string_equal(listing(), "dk.npy dmc.npy do.npy dq.npy dv.npy k.npy q.npy v.npy");
+    npy_array a;
+    assert_int_equal(npy_read(in_dir("dmc.npy"), &a, err, sizeof err), NPY_OK);
+    assert_true(a.dtype == NPY_F32 && a.ndim == 2 && a.shape[0] == 4 && a.shape[1] == 4);
+    npy_free(&a);
+    assert_int_equal(npy_read(in_dir("dk.npy"), &a, err, sizeof err), NPY_OK);
+    assert_true(a.ndim == 4 && a.shape[3] == 8 && a.count == t.nq);
+    npy_free(&a);
+    scratch_remove(in_dir("dq.npy")), scratch_remove(in_dir("dk.npy")), scratch_remove(in_dir("dv.npy"));
+    scratch_remove(in_dir("dmc.npy"));
+
+    char env_off[700];
+    snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("off", "backward_readout.cl", "feature_grad(LOADN(1, d, krow)), d, dkrow);",
+                            "feature_grad(LOADN(1, d, krow)) * 1.01f, d, dkrow);"));
+    const char *env[] = {env_off, NULL};
+    r = MHLA_ENV(env, "grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do.npy", "--dq", "dq.npy",
+                 "--dk", "dk.npy", "--dv", "dv.npy", "--blocks", "4", "--check");
+    expect_fail(r, 3, "--check: max_rel_err");
+    assert_true(printed_error(r) > 5e-3 && printed_error(r) < 2e-2);
+    assert_string_equal(listing(), "dk.npy do.npy dq.npy dv.npy k.npy off q.npy v.npy");
+    scratch_remove(in_dir("dq.npy")), scratch_remove(in_dir("dk.npy")), scratch_remove(in_dir("dv.npy"));
+
+    r = MHLA("grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "q.npy", "--dq", "dq.npy", "--dk",
+             "dk.npy", "--dv", "dv.npy", "--blocks", "4");
+    expect_fail(r, 2, "--dout q.npy: shape (2, 64, 2, 8), expected --v v.npy's shape (2, 64, 2, 4)");
+    r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4", "--dq", "x");
+    expect_fail(r, 2, "unknown option '--dq'");
+    assert_string_equal(listing(), "do.npy k.npy off q.npy v.npy");
+    free_inputs(&t);
+}
+
 /* A full disk, as a file size limit: the output cannot be written, a runtime failure (1). */
 static void test_output_write_failure(void **state)
 {
@@ -1714,6 +1762,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_run_causal_errors, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_failures_leave_no_output, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_run_causal_check_fails, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),

@@ -1,0 +1,277 @@
+/* The causal chunk form's backward (kernels/backward_causal*.cl): a table of chunks (every batch
+ * element's, or every packed sequence's), the chunk summaries recomputed, the prefixes P_i, the
+ * gradient summaries G_i and dS_j = sum_{i>j} Mc[i,j] G_i per (chunk, head) slot, the per-token
+ * read-outs, and dMc (lower triangle) by a fixed-order reduction. */
+#include "backward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mhla__backward_causal_destroy(mhla_bwd *b)
+{
+    cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_mix, b->k_bc_scalars, b->k_bc_grad,
+                           b->k_bc_dq,      b->k_bc_dkv, b->k_bc_diag,    b->k_bc_dmixing};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    cl_mem mems[] = {b->slots_s, b->slots_p, b->slots_g, b->slots_ds, b->diag};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    mhla__free(b->tab_host);
+}
+
+mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_program prog = NULL;
+    const mhla_config *c = &plan->cfg;
+    const size_t wg = (size_t)b->tiles.wg, heads = (size_t)c->heads;
+
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL, c, &b->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_summary", &b->k_bc_summary));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_mix", &b->k_bc_mix));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));
+    if (c->normalizer == MHLA_NORMALIZER_PAPER)
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_scalars", &b->k_bc_scalars));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_reduce_kernel(plan, b, MHLA_KF_BACKWARD_CAUSAL_READOUT, "bc_dmixing",
+                                                           &b->k_bc_dmixing, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dq", &b->k_bc_dq));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dkv", &b->k_bc_dkv));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
+    const size_t tok[3] = {(size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n), heads, 1};
+    mhla__local_size_3d(ctx, b->k_bc_dkv, tok, wg, b->lws_bc_token);
+    const size_t tile[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)), heads, 1};
+    mhla__local_size_3d(ctx, b->k_bc_grad, tile, wg, b->lws_bc_tile);
+    if (c->normalizer == MHLA_NORMALIZER_PAPER) {
+        const size_t bytes = (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float);
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bytes, "the per-token 1/den", &b->inv));
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bytes, "the per-token dL/dden", &b->r));
+    }
+cleanup:
+    return st;
+}
+
+/* The chunk table of one call into b->tab_host; returns the entries. */
+static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, size_t num_seqs)
+{
+    const int64_t C = plan->cfg.chunk;
+    size_t k = 0;
+    const size_t nseq = cu ? num_seqs : (size_t)plan->cfg.batch;
+    for (size_t s = 0; s < nseq; ++s) {
+        const int64_t t0 = cu ? cu[s] : 0, len = cu ? (int64_t)cu[s + 1] - cu[s] : plan->shape.n;
+        const int64_t m = (len + C - 1) / C;
+        const size_t base = k;
+        for (int64_t i = 0; i < m; ++i, ++k) {
+            int32_t *e = b->tab_host ? b->tab_host + k * 8 : NULL;
+            if (!e)
+                continue;
+            e[0] = (int32_t)(t0 + i * C);
+            e[1] = (int32_t)(len - i * C < C ? len - i * C : C);
+            e[2] = (int32_t)i;
+            e[3] = (int32_t)base;
+            e[4] = (int32_t)m;
+            e[5] = cu ? 0 : (int32_t)s;
+            e[6] = e[7] = 0;
+        }
+    }
+    return k;
+}
+
+/* Buffers for `entries` chunks (kept, grown when a varlen call needs more). */
+static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries)
+{
+    mhla_status st = MHLA_OK;
+    if (entries <= b->entries_cap && b->tab_host)
+        return MHLA_OK;
+    const size_t slot = (size_t)plan->cfg.heads * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float);
+    cl_mem *slots[] = {&b->slots_s, &b->slots_p, &b->slots_g, &b->slots_ds};
+    static const char *const what[] = {"the chunk summaries S", "the prefixes P", "the gradient summaries G",
+                                       "the mixed gradient summaries dS"};
+    /* The old buffers leave the count; the queue keeps them alive for work already enqueued. */
+    for (size_t i = 0; i < 4; ++i)
+        if (*slots[i]) {
+            plan->workspace_bytes -= b->entries_cap * slot;
+            clReleaseMemObject(*slots[i]);
+            *slots[i] = NULL;
+        }
+    if (b->diag) {
+        plan->workspace_bytes -= b->entries_cap * (size_t)plan->cfg.heads * sizeof(float);
+        clReleaseMemObject(b->diag);
+        b->diag = NULL;
+    }
+    mhla__free(b->tab_host);
+    b->entries_cap = 0;
+    b->tab_host = mhla__malloc(entries * 8 * sizeof(int32_t));
+    MHLA_FAIL_IF(st, !b->tab_host, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the chunk table");
+    for (size_t i = 0; i < 4; ++i)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * slot, what[i], slots[i]));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * (size_t)plan->cfg.heads * sizeof(float),
+                                                    "the diagonal terms of dMc", &b->diag));
+    b->entries_cap = entries;
+cleanup:
+    return st;
+}
+
+/* Arguments 0..9 of bc_scalars, bc_dq and bc_dkv: q, k, v, dO, Mc and its rows, the chunk table,
+ * a slot buffer (P or dS) and the per-token normalizer terms. */
+static mhla_status token_args(mhla_context *ctx, cl_kernel kr, const cl_mem in[4], cl_mem mixing, cl_int lda,
+                              cl_mem tab, cl_mem slots, cl_mem inv, cl_mem r)
+{
+    mhla_status st = MHLA_OK;
+    for (cl_uint i = 0; i < 4; ++i)
+        MHLA_SET_ARG(st, ctx, kr, i, in[i]);
+    MHLA_SET_ARG(st, ctx, kr, 4, mixing);
+    MHLA_SET_ARG(st, ctx, kr, 5, lda);
+    MHLA_SET_ARG(st, ctx, kr, 6, tab);
+    MHLA_SET_ARG(st, ctx, kr, 7, slots);
+    MHLA_SET_ARG(st, ctx, kr, 8, inv);
+    MHLA_SET_ARG(st, ctx, kr, 9, r);
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v,
+                                          cl_mem mixing, const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout,
+                                          cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                          const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const mhla_config *c = &plan->cfg;
+    char msg[512];
+    cl_mem tab = NULL;
+    if (cu_seqlens) {
+        st = mhla__cu_seqlens_check(cu_seqlens, num_seqs, plan->shape.n, c->chunk, c->mixing_rows, msg, sizeof msg);
+        MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "mhla_backward_varlen: %s", msg);
+    }
+    const size_t entries = fill_table(plan, b, cu_seqlens, num_seqs); /* counts only, before reserve */
+    if (entries == 0) /* every packed sequence empty: nothing to differentiate */
+        goto cleanup;
+    MHLA_FORWARD_IF_ERROR(st, reserve(plan, b, entries));
+    fill_table(plan, b, cu_seqlens, num_seqs);
+    /* The table goes to the device as the forward's chunk tables do: a buffer made from the host
+     * copy (no queue command, so nothing here waits for the caller's events), released once
+     * enqueued (the runtime keeps it until the kernels that use it are done). */
+    cl_int err = CL_SUCCESS;
+    tab = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, entries * 8 * sizeof(int32_t),
+                         b->tab_host, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the chunk table)");
+    const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
+    const cl_int lda = (cl_int)c->mixing_rows, heads = (cl_int)c->heads, nent = (cl_int)entries;
+    const cl_int one = 1, zero = 0;
+    const size_t ch = (size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n);
+    const size_t tok[3] = {ch, (size_t)heads, entries};
+    const size_t tile[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)), (size_t)heads,
+                            entries};
+    const size_t slotx[3] = {(size_t)(c->dk * (c->dv + 1)), (size_t)heads, entries};
+    size_t lws_mix[3];
+    mhla__local_size_3d(ctx, b->k_bc_mix, slotx, (size_t)b->tiles.wg, lws_mix);
+    cl_mem inv = b->inv ? b->inv : b->diag, r = b->r ? b->r : b->diag; /* unread without a normalizer */
+    const cl_mem in[4] = {q, k, v, dout};
+    cl_kernel kr;
+
+    kr = b->k_bc_summary;
+    MHLA_SET_ARG(st, ctx, kr, 0, k);
+    MHLA_SET_ARG(st, ctx, kr, 1, v);
+    MHLA_SET_ARG(st, ctx, kr, 2, tab);
+    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
+    MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 5, feps);
+    MHLA_SET_ARG(st, ctx, kr, 6, nent);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    kr = b->k_bc_mix; /* P_i = sum_{j<i} Mc[i,j] S_j */
+    MHLA_SET_ARG(st, ctx, kr, 0, mixing);
+    MHLA_SET_ARG(st, ctx, kr, 1, lda);
+    MHLA_SET_ARG(st, ctx, kr, 2, tab);
+    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
+    MHLA_SET_ARG(st, ctx, kr, 4, b->slots_p);
+    MHLA_SET_ARG(st, ctx, kr, 5, heads);
+    MHLA_SET_ARG(st, ctx, kr, 6, nent);
+    MHLA_SET_ARG(st, ctx, kr, 7, one);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, slotx, lws_mix, 0, NULL, NULL, "bc_mix (prefix)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (b->k_bc_scalars) {
+        kr = b->k_bc_scalars;
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_p, inv, r));
+        MHLA_SET_ARG(st, ctx, kr, 10, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 11, feps);
+        MHLA_SET_ARG(st, ctx, kr, 12, scale);
+        MHLA_SET_ARG(st, ctx, kr, 13, eps);
+        MHLA_SET_ARG(st, ctx, kr, 14, nent);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_scalars"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
+    kr = b->k_bc_grad;
+    MHLA_SET_ARG(st, ctx, kr, 0, q);
+    MHLA_SET_ARG(st, ctx, kr, 1, dout);
+    MHLA_SET_ARG(st, ctx, kr, 2, inv);
+    MHLA_SET_ARG(st, ctx, kr, 3, r);
+    MHLA_SET_ARG(st, ctx, kr, 4, tab);
+    MHLA_SET_ARG(st, ctx, kr, 5, b->slots_g);
+    MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 7, feps);
+    MHLA_SET_ARG(st, ctx, kr, 8, scale);
+    MHLA_SET_ARG(st, ctx, kr, 9, nent);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_grad"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    kr = b->k_bc_mix; /* dS_j = sum_{i>j} Mc[i,j] G_i */
+    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_g);
+    MHLA_SET_ARG(st, ctx, kr, 4, b->slots_ds);
+    MHLA_SET_ARG(st, ctx, kr, 7, zero);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, slotx, lws_mix, 0, NULL, NULL, "bc_mix (gradients)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    {
+        kr = b->k_bc_dq;
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_p, inv, r));
+        MHLA_SET_ARG(st, ctx, kr, 10, dq);
+        MHLA_SET_ARG(st, ctx, kr, 11, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 12, feps);
+        MHLA_SET_ARG(st, ctx, kr, 13, scale);
+        MHLA_SET_ARG(st, ctx, kr, 14, nent);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_dq"));
+        kr = b->k_bc_dkv;
+        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_ds, inv, r));
+        MHLA_SET_ARG(st, ctx, kr, 10, dk);
+        MHLA_SET_ARG(st, ctx, kr, 11, dv);
+        MHLA_SET_ARG(st, ctx, kr, 12, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 13, feps);
+        MHLA_SET_ARG(st, ctx, kr, 14, scale);
+        MHLA_SET_ARG(st, ctx, kr, 15, nent);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_dkv"));
+    }
+    if (dmixing) {
+        const size_t dext[3] = {(size_t)heads, entries, 1}, dloc[3] = {1, 1, 1};
+        kr = b->k_bc_diag;
+        for (cl_uint i = 0; i < 4; ++i)
+            MHLA_SET_ARG(st, ctx, kr, i, in[i]);
+        MHLA_SET_ARG(st, ctx, kr, 4, tab);
+        MHLA_SET_ARG(st, ctx, kr, 5, inv);
+        MHLA_SET_ARG(st, ctx, kr, 6, r);
+        MHLA_SET_ARG(st, ctx, kr, 7, b->diag);
+        MHLA_SET_ARG(st, ctx, kr, 8, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 9, feps);
+        MHLA_SET_ARG(st, ctx, kr, 10, scale);
+        MHLA_SET_ARG(st, ctx, kr, 11, nent);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, dext, dloc, 0, NULL, NULL, "bc_diag"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        const size_t mext[3] = {(size_t)b->tiles.bwd_wg * (size_t)lda, (size_t)lda, 1};
+        const size_t mloc[3] = {(size_t)b->tiles.bwd_wg, 1, 1};
+        kr = b->k_bc_dmixing;
+        MHLA_SET_ARG(st, ctx, kr, 0, tab);
+        MHLA_SET_ARG(st, ctx, kr, 1, b->slots_g);
+        MHLA_SET_ARG(st, ctx, kr, 2, b->slots_s);
+        MHLA_SET_ARG(st, ctx, kr, 3, b->diag);
+        MHLA_SET_ARG(st, ctx, kr, 4, dmixing);
+        MHLA_SET_ARG(st, ctx, kr, 5, lda);
+        MHLA_SET_ARG(st, ctx, kr, 6, heads);
+        MHLA_SET_ARG(st, ctx, kr, 7, nent);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "bc_dmixing"));
+    }
+cleanup:
+    if (tab)
+        clReleaseMemObject(tab);
+    return st;
+}

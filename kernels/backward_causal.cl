@@ -1,0 +1,131 @@
+/* Backward of causal MHLA, chunk form (SPEC.md "Backward", "Causal MHLA"), over a table of chunks:
+ * entry k = {first token, tokens, chunk index i in its sequence, entry of the sequence's chunk 0,
+ * chunks of the sequence, batch element, -, -} (8 ints). Per (entry, head) a slot of Dk x (Dv+1)
+ * floats holds S (with z as column Dv), the prefix P_i = sum_{j<i} Mc[i,j] S_j, the gradient
+ * summary G_i = sum_t q~_t [g_t | r_t]^T and dS_j = sum_{i>j} Mc[i,j] G_i. With g_t = dO_t/den_t
+ * and r_t = dL/dden_t (paper; 1 and 0 without a normalizer):
+ *   dq~_t = P_i g_t + r_t zP_i + Mc[i,i] sum_{s<=t in i} (g_t.v_s + r_t) k~_s
+ *   dk~_s = dS_j v_s + dz_j + Mc[j,j] sum_{t>=s in j} (g_t.v_s + r_t) q~_t
+ *   dv_s  = dS_j^T k~_s + Mc[j,j] sum_{t>=s in j} (q~_t.k~_s) g_t
+ *   dMc[i,j<i] = sum <G_i, S_j>,  dMc[i,i] = sum_{t in i, s<=t} (q~_t.k~_s)(g_t.v_s + r_t).
+ * Every sum runs in a fixed order: results are bit-identical run to run. */
+#include "common.h"
+#include "backward.h"
+
+/* global: (DK * BWD_CT, H, entries). S of the chunk: k~ [v | 1]^T summed over its tokens. */
+kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                       global const int *restrict tab, global float *restrict S, const mhla_grid g_arg,
+                       const float feature_eps, const int entries)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int id = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (id >= DK * BWD_CT || h >= g.heads || kk >= entries)
+        return;
+    const int d = id / BWD_CT, c0 = (id - d * BWD_CT) * BWD_VE;
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
+    float acc[BWD_VE];
+    for (int c = 0; c < BWD_VE; ++c)
+        acc[c] = 0.0f;
+    for (int s = 0; s < len; ++s) {
+        const float kd = feature(LOADN(1, d, k + row_offset(g, bh, t0 + s, DK)), feature_eps);
+        global const STORE_T *vrow = v + row_offset(g, bh, t0 + s, DV);
+        for (int c = 0; c < BWD_VE; ++c) {
+            const int e = c0 + c;
+            acc[c] += kd * (e < DV ? LOADN(1, min(e, DV - 1), vrow) : 1.0f);
+        }
+    }
+    global float *dst = S + bc_slot(kk, h, g.heads) + d * SC;
+    for (int c = 0; c < BWD_VE && c0 + c < SC; ++c)
+        dst[c0 + c] = acc[c];
+}
+
+/* global: (DK * SC, H, entries). dst = sum over chunks u of the sequence, in order, of w(u) src_u:
+ * `prefix` 1: P_i, w = Mc[i,u] for u < i; 0: dS_j, w = Mc[u,j] for u > j. */
+kernel void bc_mix(global const float *restrict mix, const int lda, global const int *restrict tab,
+                   global const float *restrict src, global float *restrict dst, const int heads, const int entries,
+                   const int prefix)
+{
+    const int x = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (x >= DK * SC || h >= heads || kk >= entries)
+        return;
+    const int i = ENT(kk, 2), base = ENT(kk, 3), nch = ENT(kk, 4);
+    float acc = 0.0f;
+    const int u0 = prefix ? 0 : i + 1, u1 = prefix ? i : nch;
+    for (int u = u0; u < u1; ++u)
+        acc += (prefix ? mix[(long)i * lda + u] : mix[(long)u * lda + i]) * src[bc_slot(base + u, h, heads) + x];
+    dst[bc_slot(kk, h, heads) + x] = acc;
+}
+
+/* global: (C, H, entries), one token per work-item (paper normalizer): 1/den_t and
+ * r_t = -(dO_t . num_t) / den_t^2 at [bh][t]. */
+kernel void bc_scalars(global const STORE_T *restrict q, global const STORE_T *restrict k,
+                       global const STORE_T *restrict v, global const STORE_T *restrict dout,
+                       global const float *restrict mix, const int lda, global const int *restrict tab,
+                       global const float *restrict P, global float *restrict invs, global float *restrict rs,
+                       const mhla_grid g_arg, const float feature_eps, const float scale, const float eps,
+                       const int entries)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int s = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (h >= g.heads || kk >= entries || s >= ENT(kk, 1))
+        return;
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), t = t0 + s, i = ENT(kk, 2);
+    const float mii = mix[(long)i * lda + i];
+    float qt[DK], go[DV];
+    bc_qt(q, g, bh, t, feature_eps, scale, qt);
+    global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
+    for (int e = 0; e < DV; ++e)
+        go[e] = LOADN(1, e, orow);
+    global const float *p = P + bc_slot(kk, h, g.heads);
+    float den = 0.0f, od = 0.0f;
+    for (int d = 0; d < DK; ++d) {
+        float pg = 0.0f;
+        for (int e = 0; e < DV; ++e)
+            pg += p[d * SC + e] * go[e];
+        od += qt[d] * pg;
+        den += qt[d] * p[d * SC + DV];
+    }
+    for (int u = t0; u <= t; ++u) {
+        const float a = bc_dot_k(k, g, bh, u, feature_eps, qt);
+        den += mii * a;
+        od += mii * a * bc_dot_v(v, g, bh, u, go);
+    }
+    const float inv = 1.0f / (den + eps);
+    invs[(long)bh * g.n + t] = inv;
+    rs[(long)bh * g.n + t] = -od * inv * inv;
+}
+
+/* global: (DK * BWD_CT, H, entries). G of the chunk: q~ [g | r]^T summed over its tokens. */
+kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *restrict dout,
+                    global const float *restrict invs, global const float *restrict rs,
+                    global const int *restrict tab, global float *restrict G, const mhla_grid g_arg,
+                    const float feature_eps, const float scale, const int entries)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int id = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (id >= DK * BWD_CT || h >= g.heads || kk >= entries)
+        return;
+    const int d = id / BWD_CT, c0 = (id - d * BWD_CT) * BWD_VE;
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
+    float acc[BWD_VE];
+    for (int c = 0; c < BWD_VE; ++c)
+        acc[c] = 0.0f;
+    for (int s = 0; s < len; ++s) {
+        const int t = t0 + s;
+        const float qd = scale * feature(LOADN(1, d, q + row_offset(g, bh, t, DK)), feature_eps);
+#if NORMALIZER == 0
+        const float inv = invs[(long)bh * g.n + t], r = rs[(long)bh * g.n + t];
+#else
+        const float inv = 1.0f, r = 0.0f;
+        (void)invs, (void)rs;
+#endif
+        global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
+        for (int c = 0; c < BWD_VE; ++c) {
+            const int e = c0 + c;
+            acc[c] += qd * (e < DV ? LOADN(1, min(e, DV - 1), orow) * inv : r);
+        }
+    }
+    global float *dst = G + bc_slot(kk, h, g.heads) + d * SC;
+    for (int c = 0; c < BWD_VE && c0 + c < SC; ++c)
+        dst[c0 + c] = acc[c];
+}

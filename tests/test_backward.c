@@ -1,0 +1,379 @@
+/* mhla_backward on the device against the double-precision backward reference (SPEC.md "Backward"
+ * tolerances: f32 1e-4, f16 5e-3, bf16 3e-2 per gradient), in every mode, with NaN-filled
+ * gradient buffers; dMc bit-identical run to run; the refusals (dout's shape, aliasing). */
+#include "helpers.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static const char *const grad_names[4] = {"dq", "dk", "dv", "dmixing"};
+
+/* Storage of n floats in dtype: the bits for the device, and x rounded as the device sees it. */
+static void *to_storage(mhla_dtype dtype, float *x, size_t n)
+{
+    if (dtype == MHLA_DTYPE_F32)
+        return x;
+    uint16_t *bits = malloc(n * sizeof *bits);
+    assert_non_null(bits);
+    mhla_convert(dtype, bits, MHLA_DTYPE_F32, x, n);
+    mhla_convert(MHLA_DTYPE_F32, x, dtype, bits, n);
+    return bits;
+}
+
+/* One configuration: random inputs and dout, the device's gradients (NaN-filled first) against the
+ * reference on the same rounded inputs. errs[4] receives each gradient's max relative error. */
+static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq, uint32_t seed,
+                         double errs[4])
+{
+    test_inputs in;
+    mhla_plan *plan = NULL;
+    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
+    if (cfg->causal) /* the reference never reads above the diagonal, nor may the kernels */
+        for (int64_t i = 0; i < in.rows; ++i)
+            for (int64_t j = i + 1; j < in.rows; ++j)
+                assert_true(isnan(in.mix[i * in.rows + j]));
+    float *dout = malloc(in.nv * sizeof *dout);
+    assert_non_null(dout);
+    fill_uniform(dout, in.nv, seed + 77, -1.0f, 1.0f);
+    const mhla_dtype dt = cfg->dtype;
+    void *sq = to_storage(dt, in.q, in.nq), *sk = to_storage(dt, in.k, in.nq), *sv = to_storage(dt, in.v, in.nv);
+    void *sd = to_storage(dt, dout, in.nv);
+    const size_t es = dt == MHLA_DTYPE_F32 ? 4 : 2, n[4] = {in.nq, in.nq, in.nv, in.nm};
+    void *got[4];
+    float *gotf[4];
+    double *ref[4];
+    for (int j = 0; j < 4; ++j) {
+        got[j] = malloc(n[j] * (j == 3 ? 4 : es));
+        gotf[j] = malloc(n[j] * sizeof(float));
+        ref[j] = malloc(n[j] * sizeof(double));
+        assert_true(got[j] && gotf[j] && ref[j]);
+        memset(got[j], 0xFF, n[j] * (j == 3 ? 4 : es)); /* NaN in every storage type */
+    }
+    mhla_status st = mhla_plan_create(ctx, cfg, &plan);
+    if (st != MHLA_OK)
+        fail_msg("plan: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
+    st = cu ? mhla_backward_varlen_host(plan, sq, sk, sv, in.mix, cu, nseq, sd, got[0], got[1], got[2], got[3])
+            : mhla_backward_host(plan, sq, sk, sv, in.mix, sd, got[0], got[1], got[2], got[3]);
+    if (st != MHLA_OK)
+        fail_msg("backward: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
+    st = cu ? mhla_reference_backward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, nseq, dout, ref[0], ref[1], ref[2],
+                                             ref[3])
+            : mhla_reference_backward(cfg, in.q, in.k, in.v, in.mix, dout, ref[0], ref[1], ref[2], ref[3]);
+    assert_int_equal(st, MHLA_OK);
+    for (int j = 0; j < 4; ++j) {
+        if (j < 3 && dt != MHLA_DTYPE_F32)
+            mhla_convert(MHLA_DTYPE_F32, gotf[j], dt, got[j], n[j]);
+        else
+            memcpy(gotf[j], got[j], n[j] * sizeof(float));
+        errs[j] = mhla_max_rel_err(gotf[j], ref[j], n[j]);
+    }
+    mhla_plan_destroy(plan);
+    for (int j = 0; j < 4; ++j)
+        free(got[j]), free(gotf[j]), free(ref[j]);
+    if (dt != MHLA_DTYPE_F32)
+        free(sq), free(sk), free(sv), free(sd);
+    free(dout);
+    test_inputs_free(&in);
+}
+
+/* Runs cfg and holds each gradient to SPEC's tolerance, printing the errors for the record.
+ * dmixing is not held where it is 0 up to rounding (M = 1 with a normalizer: o_t does not change
+ * when Mc's one entry is scaled, but for eps), so that its relative error is noise over noise. */
+static void expect_backward_mix(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq,
+                                const char *name, uint32_t seed, int check_dmixing)
+{
+    double errs[4];
+    run_backward(ctx, cfg, cu, nseq, seed, errs);
+    const double tol = mhla_reference_backward_tolerance(cfg->dtype);
+    print_message("%-40s dq %.2e dk %.2e dv %.2e dmixing %.2e (tolerance %.0e)\n", name, errs[0], errs[1], errs[2],
+                  errs[3], tol);
+    for (int j = 0; j < (check_dmixing ? 4 : 3); ++j)
+        if (!(errs[j] <= tol))
+            fail_msg("%s: %s max relative error %.3g above %.0e", name, grad_names[j], errs[j], tol);
+}
+
+static void expect_backward(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq,
+                            const char *name, uint32_t seed)
+{
+    expect_backward_mix(ctx, cfg, cu, nseq, name, seed, 1);
+}
+
+static mhla_config grid_config(int dims, int64_t dk, int64_t dv, mhla_normalizer norm, mhla_feature_map fm)
+{
+    mhla_config c;
+    mhla_config_init(&c);
+    c.batch = 2, c.heads = 3, c.dk = dk, c.dv = dv, c.normalizer = norm, c.feature_map = fm;
+    if (dims == 1)
+        c.seq_t = 96, c.block_t = 4;
+    else if (dims == 2)
+        c.seq_h = 12, c.seq_w = 10, c.block_h = 3, c.block_w = 2;
+    else
+        c.seq_t = 4, c.seq_h = 6, c.seq_w = 4, c.block_t = 2, c.block_h = 3, c.block_w = 2;
+    return c;
+}
+
+static void test_backward_non_causal(void **state)
+{
+    mhla_context *ctx = *state;
+    static const mhla_normalizer norms[] = {MHLA_NORMALIZER_NONE, MHLA_NORMALIZER_PAPER, MHLA_NORMALIZER_OFFICIAL};
+    char name[96];
+    for (int dims = 1; dims <= 3; ++dims)
+        for (int ni = 0; ni < 3; ++ni) {
+            mhla_config c = grid_config(dims, 16, 8, norms[ni], MHLA_FEATURE_RELU_EPS);
+            snprintf(name, sizeof name, "%dD %s relu-eps 16x8", dims, mhla_normalizer_name(norms[ni]));
+            expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(dims * 10 + ni));
+        }
+}
+
+static void test_backward_feature_maps_and_shapes(void **state)
+{
+    mhla_context *ctx = *state;
+    static const mhla_feature_map maps[] = {MHLA_FEATURE_NONE, MHLA_FEATURE_RELU, MHLA_FEATURE_ELU1};
+    char name[96];
+    for (int fi = 0; fi < 3; ++fi) {
+        mhla_config c = grid_config(2, 8, 8, MHLA_NORMALIZER_PAPER, maps[fi]);
+        snprintf(name, sizeof name, "2D paper %s 8x8", mhla_feature_map_name(maps[fi]));
+        expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(40 + fi));
+    }
+    /* Odd head dimensions, Dk != Dv, the other layout, a scale */
+    mhla_config c = grid_config(3, 5, 3, MHLA_NORMALIZER_OFFICIAL, MHLA_FEATURE_ELU1);
+    c.layout = MHLA_LAYOUT_BHND;
+    c.scale = 0.7f;
+    expect_backward(ctx, &c, NULL, 0, "3D official elu1 5x3 bhnd scale 0.7", 50);
+    c = grid_config(1, 7, 12, MHLA_NORMALIZER_NONE, MHLA_FEATURE_RELU);
+    expect_backward(ctx, &c, NULL, 0, "1D none relu 7x12", 51);
+    /* M = 1: plain linear attention */
+    c = grid_config(1, 16, 16, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
+    c.block_t = 1;
+    expect_backward_mix(ctx, &c, NULL, 0, "1D M=1 paper (dmixing ~ 0, not held)", 52, 0);
+    c.normalizer = MHLA_NORMALIZER_NONE;
+    expect_backward(ctx, &c, NULL, 0, "1D M=1 none", 53);
+}
+
+static void test_backward_storage(void **state)
+{
+    mhla_context *ctx = *state;
+    static const mhla_dtype types[] = {MHLA_DTYPE_F16, MHLA_DTYPE_BF16};
+    char name[96];
+    for (int ti = 0; ti < 2; ++ti)
+        for (int ni = 0; ni < 2; ++ni) {
+            mhla_config c = grid_config(2, 16, 8, ni ? MHLA_NORMALIZER_OFFICIAL : MHLA_NORMALIZER_PAPER,
+                                        MHLA_FEATURE_RELU_EPS);
+            c.dtype = types[ti];
+            snprintf(name, sizeof name, "2D %s %s", mhla_normalizer_name(c.normalizer), mhla_dtype_name(types[ti]));
+            expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(60 + ti * 2 + ni));
+        }
+}
+
+/* Causal chunk form: none and paper, a partial last chunk, more rows of Mc than chunks (their
+ * dMc rows are 0), odd sizes, 16-bit storage; packed sequences with an empty one. */
+static void test_backward_causal(void **state)
+{
+    mhla_context *ctx = *state;
+    static const mhla_feature_map maps[] = {MHLA_FEATURE_RELU, MHLA_FEATURE_ELU1};
+    char name[96];
+    for (int ni = 0; ni < 2; ++ni)
+        for (int fi = 0; fi < 2; ++fi) {
+            mhla_config c = config_causal(2, 3, 77, 16, 8, 12);
+            c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+            c.feature_map = maps[fi];
+            c.mixing_rows = 7;
+            snprintf(name, sizeof name, "causal %s %s 8x12 N=77 C=16", mhla_normalizer_name(c.normalizer),
+                     mhla_feature_map_name(c.feature_map));
+            expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(80 + ni * 2 + fi));
+        }
+    mhla_config c = config_causal(1, 2, 40, 8, 5, 3);
+    c.layout = MHLA_LAYOUT_BHND;
+    c.normalizer = MHLA_NORMALIZER_PAPER;
+    expect_backward(ctx, &c, NULL, 0, "causal paper 5x3 bhnd N=40 C=8", 90);
+    for (int ti = 0; ti < 2; ++ti) {
+        c = config_causal(1, 2, 64, 16, 16, 16);
+        c.dtype = ti ? MHLA_DTYPE_BF16 : MHLA_DTYPE_F16;
+        expect_backward(ctx, &c, NULL, 0, ti ? "causal none bf16" : "causal none f16", (uint32_t)(91 + ti));
+    }
+    static const int32_t cu[] = {0, 21, 21, 50, 59};
+    for (int ni = 0; ni < 2; ++ni) {
+        c = config_causal(1, 2, 59, 8, 8, 8);
+        c.varlen = 1;
+        c.mixing_rows = 5;
+        c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        expect_backward(ctx, &c, cu, 4, ni ? "varlen paper (21, 0, 29, 9 tokens)" : "varlen none (21, 0, 29, 9)",
+                        (uint32_t)(95 + ni));
+    }
+}
+
+/* Device buffers for the refusal and determinism tests. */
+typedef struct bufs {
+    cl_mem q, k, v, mix, dout, dq, dk, dv, dmix, small;
+} bufs;
+
+static void bufs_make(mhla_context *ctx, mhla_plan *plan, const test_inputs *in, bufs *b)
+{
+    cl_context cl = mhla_context_cl_context(ctx);
+    cl_int err;
+    const size_t bq = in->nq * 4, bv = in->nv * 4, bm = in->nm * 4;
+    (void)plan;
+    b->q = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bq, in->q, &err);
+    b->k = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bq, in->k, &err);
+    b->v = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bv, in->v, &err);
+    b->dout = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bv, in->v, &err);
+    b->mix = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bm, in->mix, &err);
+    b->dq = clCreateBuffer(cl, CL_MEM_READ_WRITE, bq, NULL, &err);
+    b->dk = clCreateBuffer(cl, CL_MEM_READ_WRITE, bq, NULL, &err);
+    b->dv = clCreateBuffer(cl, CL_MEM_READ_WRITE, bv, NULL, &err);
+    b->dmix = clCreateBuffer(cl, CL_MEM_READ_WRITE, bm, NULL, &err);
+    b->small = clCreateBuffer(cl, CL_MEM_READ_WRITE, bv - 4, NULL, &err);
+    assert_true(b->q && b->k && b->v && b->dout && b->mix && b->dq && b->dk && b->dv && b->dmix && b->small);
+}
+
+static void bufs_free(bufs *b)
+{
+    cl_mem all[] = {b->q, b->k, b->v, b->mix, b->dout, b->dq, b->dk, b->dv, b->dmix, b->small};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        clReleaseMemObject(all[i]);
+}
+
+static void test_backward_refusals(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config c = grid_config(1, 8, 8, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
+    test_inputs in;
+    mhla_plan *plan = NULL, *sm = NULL;
+    bufs b;
+    assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 3, &in), MHLA_OK);
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    bufs_make(ctx, plan, &in, &b);
+    assert_int_equal(mhla_backward(NULL, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.small, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
+                     MHLA_ERR_BUFFER_TOO_SMALL);
+    assert_message_has(ctx, "dout buffer holds");
+    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.q, b.dk, b.dv, NULL, 0, NULL, NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "dq is the same buffer as q");
+    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dk, NULL, 0, NULL, NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "dv is the same buffer as dk");
+    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.mix, 0, NULL, NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "dmixing is the same buffer as mixing");
+    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dout, 0, NULL, NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "dmixing is the same buffer as dout");
+    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 1, NULL, NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "wait list");
+    assert_int_equal(mhla_backward_host(plan, in.q, in.k, in.v, in.mix, NULL, in.q, in.k, in.v, NULL),
+                     MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "dout pointer is NULL");
+    assert_int_equal(mhla_softmax_plan_create(ctx, &c, &sm), MHLA_OK);
+    assert_int_equal(mhla_backward(sm, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
+                     MHLA_ERR_UNSUPPORTED);
+    assert_message_has(ctx, "no backward");
+    mhla_plan_destroy(sm);
+    bufs_free(&b);
+    mhla_plan_destroy(plan);
+    test_inputs_free(&in);
+}
+
+/* dMc twice: bit-identical (a fixed-order reduction); a NULL dmixing leaves dq, dk, dv as they were;
+ * the workspace is counted once the backward has run. */
+static void test_backward_deterministic(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config c = grid_config(2, 16, 16, MHLA_NORMALIZER_OFFICIAL, MHLA_FEATURE_RELU_EPS);
+    test_inputs in;
+    mhla_plan *plan = NULL;
+    bufs b;
+    cl_command_queue queue = mhla_context_queue(ctx);
+    assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 5, &in), MHLA_OK);
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    const size_t before = mhla_plan_workspace_size(plan);
+    bufs_make(ctx, plan, &in, &b);
+    float *m1 = malloc(in.nm * 4), *m2 = malloc(in.nm * 4), *q1 = malloc(in.nq * 4), *q2 = malloc(in.nq * 4);
+    assert_true(m1 && m2 && q1 && q2);
+    for (int run = 0; run < 2; ++run) {
+        cl_event done = NULL;
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, &done),
+                         MHLA_OK);
+        assert_non_null(done);
+        assert_int_equal(clEnqueueReadBuffer(queue, b.dmix, CL_TRUE, 0, in.nm * 4, run ? m2 : m1, 1, &done, NULL),
+                         CL_SUCCESS);
+        assert_int_equal(clEnqueueReadBuffer(queue, b.dq, CL_TRUE, 0, in.nq * 4, q1, 0, NULL, NULL), CL_SUCCESS);
+        clReleaseEvent(done);
+    }
+    assert_memory_equal(m1, m2, in.nm * 4);
+    assert_true(mhla_plan_workspace_size(plan) > before);
+    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
+                     MHLA_OK);
+    assert_int_equal(clEnqueueReadBuffer(queue, b.dq, CL_TRUE, 0, in.nq * 4, q2, 0, NULL, NULL), CL_SUCCESS);
+    assert_memory_equal(q1, q2, in.nq * 4);
+    free(m1), free(m2), free(q1), free(q2);
+    bufs_free(&b);
+    mhla_plan_destroy(plan);
+    test_inputs_free(&in);
+}
+
+/* Gated on a user event, mhla_backward only enqueues (a blocking call would never return here):
+ * non-causal and causal plans, the gradients correct once the gate opens. */
+static void test_backward_waits_for_events(void **state)
+{
+    mhla_context *ctx = *state;
+    if (user_event_gates_hang(ctx))
+        skip();
+    for (int causal = 0; causal < 2; ++causal) {
+        mhla_config c = causal ? config_causal(1, 2, 40, 16, 8, 8) : grid_config(1, 8, 8, MHLA_NORMALIZER_PAPER,
+                                                                                  MHLA_FEATURE_RELU_EPS);
+        test_inputs in;
+        mhla_plan *plan = NULL;
+        bufs b;
+        cl_int err;
+        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 11, &in), MHLA_OK);
+        assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+        bufs_make(ctx, plan, &in, &b);
+        cl_event gate = clCreateUserEvent(mhla_context_cl_context(ctx), &err), done = NULL;
+        assert_int_equal(err, CL_SUCCESS);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 1, &gate, &done),
+                         MHLA_OK);
+        assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+        assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
+        float *dq = malloc(in.nq * 4);
+        double *ref[4];
+        for (int j = 0; j < 4; ++j)
+            ref[j] = malloc((j < 2 ? in.nq : j == 2 ? in.nv : in.nm) * sizeof(double));
+        assert_int_equal(clEnqueueReadBuffer(mhla_context_queue(ctx), b.dq, CL_TRUE, 0, in.nq * 4, dq, 0, NULL, NULL),
+                         CL_SUCCESS);
+        assert_int_equal(mhla_reference_backward(&c, in.q, in.k, in.v, in.mix, in.v, ref[0], ref[1], ref[2], ref[3]),
+                         MHLA_OK);
+        assert_true(mhla_max_rel_err(dq, ref[0], in.nq) <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32));
+        for (int j = 0; j < 4; ++j)
+            free(ref[j]);
+        free(dq);
+        clReleaseEvent(done);
+        clReleaseEvent(gate);
+        bufs_free(&b);
+        mhla_plan_destroy(plan);
+        test_inputs_free(&in);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backward_non_causal),
+        cmocka_unit_test(test_backward_feature_maps_and_shapes),
+        cmocka_unit_test(test_backward_storage),
+        cmocka_unit_test(test_backward_causal),
+        cmocka_unit_test(test_backward_refusals),
+        cmocka_unit_test(test_backward_deterministic),
+        cmocka_unit_test(test_backward_waits_for_events),
+    };
+    return cmocka_run_group_tests(tests, context_setup, context_teardown);
+}
