@@ -14,6 +14,8 @@
  * O(B*H*N*Dk*Dv) in double precision, a few milliseconds at the sweep's sizes; softmax's is O(N^2). */
 #define VERIFY_TOKENS 512
 #define VERIFY_SOFTMAX_TOKENS 128
+/* The backward's reference differentiates the token-pair form, O(N^2 (Dk + Dv)) per head. */
+#define VERIFY_BWD_TOKENS 192
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -24,23 +26,28 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
 {
     bench_shape v = *s;
     const int64_t n = bench_shape_n(s);
+    const int bwd = op == BENCH_OP_MHLA_BWD || op == BENCH_OP_LINEAR_BWD || op == BENCH_OP_MHLA_CAUSAL_BWD;
+    const int64_t tokens = bwd ? VERIFY_BWD_TOKENS : VERIFY_TOKENS;
     switch (op) {
     case BENCH_OP_MHLA:
     case BENCH_OP_LINEAR:
     case BENCH_OP_BLAS: /* the same block grid, smaller blocks */
+    case BENCH_OP_MHLA_BWD:
+    case BENCH_OP_LINEAR_BWD:
         if (bench_shape_is_2d(s)) {
-            const int64_t side = max64(1, (int64_t)floor(sqrt((double)VERIFY_TOKENS / (double)(s->bh * s->bw))));
+            const int64_t side = max64(1, (int64_t)floor(sqrt((double)tokens / (double)(s->bh * s->bw))));
             v.h = s->bh * min64(s->h / s->bh, side);
             v.w = s->bw * min64(s->w / s->bw, side);
         } else {
-            v.t = s->bt * min64(s->t / s->bt, max64(1, VERIFY_TOKENS / s->bt));
+            v.t = s->bt * min64(s->t / s->bt, max64(1, tokens / s->bt));
         }
         break;
     case BENCH_OP_SOFTMAX: /* grid-free: a 1D sequence */
         v.t = min64(n, VERIFY_SOFTMAX_TOKENS), v.h = v.w = 1;
         break;
     case BENCH_OP_MHLA_CAUSAL: /* the same chunk size; two chunks and a partial one at least */
-        v.t = min64(n, max64(VERIFY_TOKENS, 2 * s->chunk + s->chunk / 2 + 1)), v.h = v.w = 1;
+    case BENCH_OP_MHLA_CAUSAL_BWD:
+        v.t = min64(n, max64(tokens, 2 * s->chunk + s->chunk / 2 + 1)), v.h = v.w = 1;
         bench_set_chunk(&v, s->chunk);
         break;
     case BENCH_OP_DECODE: /* a shorter context at the same offset in its chunk: the same step starts one */
@@ -241,6 +248,57 @@ static mhla_status reference(bench_case *c, bench_op_id id, const bench_shape *v
     return st == MHLA_OK ? mhla_reference_forward(&cfg, d->q, d->k, d->v, d->mix, ref) : st;
 }
 
+/* The backward ops (dO = v, as ops.c runs them) against mhla_reference_backward(): the largest of
+ * the four gradients' errors. dMc is left out at M = 1 with a normalizer (SPEC.md: the single
+ * entry then changes the output only through eps, so its gradient is rounding noise). */
+static mhla_status verify_backward(bench_case *c, bench_op_id id, const bench_op *op, const bench_shape *v,
+                                   verify_data *d, double *err)
+{
+    mhla_status st = MHLA_OK;
+    cl_event done = NULL;
+    cl_command_queue queue = mhla_context_queue(c->ctx);
+    const mhla_config cfg = id == BENCH_OP_MHLA_CAUSAL_BWD ? bench_causal_config(v) : bench_config(v);
+    if ((st = read_mixing(c->ctx, c->mixing, d)) != MHLA_OK)
+        return st;
+    const size_t n[4] = {d->nq, d->nq, d->nv, d->nm};
+    float *got[4] = {NULL};
+    double *ref[4] = {NULL};
+    for (int i = 0; i < 4; ++i)
+        if (!(got[i] = malloc(n[i] * sizeof *got[i])) || !(ref[i] = malloc(n[i] * sizeof *ref[i]))) {
+            st = MHLA_ERR_OUT_OF_HOST_MEMORY;
+            goto cleanup;
+        }
+    for (int i = 0; i < 4 && st == MHLA_OK; ++i)
+        st = nan_fill(c->ctx, c->grads[i], n[i] * sizeof(float));
+    if (st != MHLA_OK || (st = op->enqueue(c, &done)) != MHLA_OK)
+        goto cleanup;
+    if (clWaitForEvents(1, &done) != CL_SUCCESS) {
+        st = MHLA_ERR_OPENCL;
+        goto cleanup;
+    }
+    for (int i = 0; i < 4; ++i)
+        if (clEnqueueReadBuffer(queue, c->grads[i], CL_TRUE, 0, n[i] * sizeof(float), got[i], 0, NULL, NULL) !=
+            CL_SUCCESS) {
+            st = MHLA_ERR_OPENCL;
+            goto cleanup;
+        }
+    if ((st = mhla_reference_backward(&cfg, d->q, d->k, d->v, d->mix, d->v, ref[0], ref[1], ref[2], ref[3])) !=
+        MHLA_OK)
+        goto cleanup;
+    const int with_dmix = !(d->nm == 1 && cfg.normalizer != MHLA_NORMALIZER_NONE);
+    *err = 0.0;
+    for (int i = 0; i < (with_dmix ? 4 : 3); ++i) {
+        const double e = mhla_max_rel_err(got[i], ref[i], n[i]);
+        *err = e > *err || e != e ? e : *err;
+    }
+cleanup:
+    if (done)
+        clReleaseEvent(done);
+    for (int i = 0; i < 4; ++i)
+        free(got[i]), free(ref[i]);
+    return st;
+}
+
 void bench_verify_record(bench_row *r, double max_rel_err, const char *why)
 {
     r->verified = max_rel_err;
@@ -271,10 +329,14 @@ void bench_verify_op(mhla_context *ctx, const bench_options *o, const bench_op *
         return;
     c.ctx = ctx, c.in = &d.in;
     r->verify_n = bench_shape_n(&v);
-    r->verify_tolerance = mhla_reference_tolerance(MHLA_DTYPE_F32, bench_shape_n(&v));
+    const int bwd = r->op == BENCH_OP_MHLA_BWD || r->op == BENCH_OP_LINEAR_BWD || r->op == BENCH_OP_MHLA_CAUSAL_BWD;
+    r->verify_tolerance = bwd ? mhla_reference_backward_tolerance(MHLA_DTYPE_F32)
+                              : mhla_reference_tolerance(MHLA_DTYPE_F32, bench_shape_n(&v));
     if ((st = data_make(ctx, &v, o->seed + 0x5EED, &d)) == MHLA_OK && (st = op->create(&c, &v)) == MHLA_OK) {
         if (r->op == BENCH_OP_DECODE) {
             st = verify_decode(&c, op, &v, &d, &err);
+        } else if (bwd) {
+            st = verify_backward(&c, r->op, op, &v, &d, &err);
         } else if ((st = run_once(&c, op, &d, &got)) == MHLA_OK) {
             if (!(ref = malloc(d.nv * sizeof *ref)))
                 st = MHLA_ERR_OUT_OF_HOST_MEMORY;
