@@ -7,7 +7,7 @@
 # folder (MHLA_FUZZ_ARTIFACTS, default ./fuzz-artifacts) and its report in the printed log tail.
 #   tests/fuzz/run.sh [--seconds S | --runs N] [--seed N] [--keep DIR] HARNESS|BUILD_DIR...
 # e.g. build-fuzz/tests/fuzz/fuzz_npy, or build-fuzz for every harness built there.
-# The exit status is 1 when any harness failed.
+# The exit status is 1 when any harness failed, else 77 (skip) when one found no OpenCL device.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../sanitize/options.sh"
@@ -37,7 +37,7 @@ for arg in "$@"; do
         exes+=("$arg")
     fi
 done
-failed=0
+failed=0 skipped=0
 for exe in "${exes[@]}"; do
     name=$(basename "$exe")
     name=${name#fuzz_}
@@ -57,7 +57,10 @@ for exe in "${exes[@]}"; do
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$stats")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$stats")
     corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$stats")
-    if [ "$rc" -eq 0 ]; then
+    if [ "$rc" -eq 77 ]; then
+        skipped=1
+        echo "fuzz_$name: SKIP ($(tail -n 1 "$log"))"
+    elif [ "$rc" -eq 0 ]; then
         echo "fuzz_$name: PASS ${execs:-?} executions in ${secs} s, cov ${cov:-?} ft ${ft:-?}, corpus ${corp:-?} (seed $seed)"
     else
         failed=1
@@ -65,4 +68,6 @@ for exe in "${exes[@]}"; do
         tail -n 60 "$log"
     fi
 done
+# 77 (meson's SKIP) only when nothing failed and a harness had no device.
+[ "$failed" = 0 ] && [ "$skipped" = 1 ] && exit 77
 exit $failed
