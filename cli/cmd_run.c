@@ -7,6 +7,7 @@
 #include <mhla_reference.h>
 
 #include <float.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -593,13 +594,23 @@ int cmd_run(int argc, char **argv)
     }
     if ((rc = run_read_inputs(&job)) != 0 || (rc = run_shape(&job)) != 0)
         goto done;
-    /* The output's temporary exists before the work starts: a bad --out fails fast. */
+    /* The output's temporary exists before the work starts: a bad --out fails fast. SIGINT,
+     * SIGTERM and SIGHUP wait until its guard is armed: one arriving between mkstemp and the guard
+     * left the temporary behind (test_signal_removes_temporary, on a loaded machine). */
+    sigset_t guarded, old_mask;
+    sigemptyset(&guarded);
+    sigaddset(&guarded, SIGINT);
+    sigaddset(&guarded, SIGTERM);
+    sigaddset(&guarded, SIGHUP);
+    sigprocmask(SIG_BLOCK, &guarded, &old_mask);
     npy_status ws = npy_writer_open(&job.out, job.o[O_OUT].value, err, sizeof err);
+    if (ws == NPY_OK)
+        cli_guard_temp(job.out.tmp);
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (ws != NPY_OK) {
         rc = cli_fail(cli_npy_exit_code(ws), "--out %s: %s", job.o[O_OUT].value, err);
         goto done;
     }
-    cli_guard_temp(job.out.tmp);
     if ((rc = job.o[O_RECURRENT].value ? causal_run_recurrent(&job) : run_device(&job)) != 0)
         goto done;
     if (job.o[O_CHECK].value && (rc = check(&job)) != 0)

@@ -129,7 +129,11 @@ mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, cha
         CHECK(cfg->seq_h == 1 && cfg->seq_w == 1, MHLA_ERR_INVALID_SHAPE,
               "causal mode is 1D: the token grid must be (N,1,1), got %lldx%lldx%lld", (long long)cfg->seq_t,
               (long long)cfg->seq_h, (long long)cfg->seq_w);
+        /* At most INT32_MAX: every ceil(tokens / chunk) (here, decoders, cu_seqlens) adds chunk - 1 to a
+         * token count, which a chunk near INT64_MAX overflowed (found by tests/fuzz/fuzz_cu_seqlens). */
         CHECK(cfg->chunk >= 1, MHLA_ERR_INVALID_SHAPE, "chunk must be >= 1, got %lld", (long long)cfg->chunk);
+        CHECK(cfg->chunk <= INT32_MAX, MHLA_ERR_INVALID_SHAPE, "chunk must be <= %d, got %lld", INT32_MAX,
+              (long long)cfg->chunk);
         CHECK(cfg->mixing_rows >= 0, MHLA_ERR_INVALID_SHAPE, "mixing_rows must be >= 0, got %lld",
               (long long)cfg->mixing_rows);
         CHECK(cfg->normalizer != MHLA_NORMALIZER_OFFICIAL, MHLA_ERR_UNSUPPORTED,

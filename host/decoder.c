@@ -48,7 +48,7 @@ mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg_in, in
     cfg = *cfg_in;
     cfg.seq_t = capacity;
     cfg.seq_h = cfg.seq_w = cfg.block_t = cfg.block_h = cfg.block_w = 1;
-    MHLA_FAIL_IF(st, cfg.chunk >= 1 && cfg.mixing_rows > 0 && (capacity + cfg.chunk - 1) / cfg.chunk > cfg.mixing_rows,
+    MHLA_FAIL_IF(st, cfg.chunk >= 1 && cfg.mixing_rows > 0 && (capacity - 1) / cfg.chunk + 1 > cfg.mixing_rows,
                  ctx, MHLA_ERR_SEQUENCE_TOO_LONG,
                  "mhla_decoder_create: a capacity of %lld tokens is longer than chunk * rows(Mc) = %lld * %lld = %lld",
                  (long long)capacity, (long long)cfg.chunk, (long long)cfg.mixing_rows,

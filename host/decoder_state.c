@@ -148,13 +148,15 @@ mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t 
                  "mhla_decoder_state_write: the state was saved with feature_eps = %g, this decoder has %g",
                  (double)feps, (double)c->feature_eps);
     const int64_t pos = get64(h, OFF_POSITION), slots = get64(h, OFF_SLOTS);
-    MHLA_FAIL_IF(st, pos < 0 || slots != (pos + c->chunk - 1) / c->chunk, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_decoder_state_write: corrupt header: position %lld with %lld summaries (chunk %lld)",
-                 (long long)pos, (long long)slots, (long long)c->chunk);
+    /* The capacity first: it bounds pos, so that the summary count below cannot overflow (a
+     * position near INT64_MAX did, found by tests/fuzz/fuzz_decoder_state). */
     MHLA_FAIL_IF(st, pos > dec->capacity, ctx, MHLA_ERR_CAPACITY_EXCEEDED,
                  "mhla_decoder_state_write: the state is at position %lld, past this decoder's capacity of %lld "
                  "tokens",
                  (long long)pos, (long long)dec->capacity);
+    MHLA_FAIL_IF(st, pos < 0 || slots != slots_at(dec, pos), ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_decoder_state_write: corrupt header: position %lld with %lld summaries (chunk %lld)",
+                 (long long)pos, (long long)slots, (long long)c->chunk);
     const size_t need = size_at(dec, pos);
     MHLA_FAIL_IF(st, size < need, ctx, MHLA_ERR_BUFFER_TOO_SMALL,
                  "mhla_decoder_state_write: %zu bytes; a state at position %lld takes %zu (truncated?)", size,

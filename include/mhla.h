@@ -323,7 +323,7 @@ typedef struct mhla_config {
     float eps; /* added to every denominator; default 1e-6 */
     mhla_dtype dtype;
     int causal;          /* 0: non-causal MHLA over the block grid; 1: chunkwise causal (1D) */
-    int64_t chunk;       /* causal: chunk size C; default 64 */
+    int64_t chunk;       /* causal: chunk size C in 1..INT32_MAX; default 64 */
     int64_t mixing_rows; /* causal: rows of the square Mc given (>= ceil(N/C)); 0 = ceil(N/C) */
     int varlen;          /* causal: 1 = seq_t is the total of variable-length sequences packed along
                             the token axis (batch 1), run with mhla_forward_varlen(); the limit

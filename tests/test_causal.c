@@ -308,6 +308,8 @@ static void test_plan_errors(void **state)
     expect_plan_error(ctx, &c, MHLA_ERR_UNSUPPORTED, "official normalizer");
     c = config_causal(1, 1, 100, 0, 8, 8);
     expect_plan_error(ctx, &c, MHLA_ERR_INVALID_SHAPE, "chunk must be >= 1, got 0");
+    c.chunk = INT64_MAX; /* chunk - 1 added to a token count overflowed (tests/fuzz, fuzz_cu_seqlens) */
+    expect_plan_error(ctx, &c, MHLA_ERR_INVALID_SHAPE, "chunk must be <= 2147483647");
     c = config_causal(1, 1, 100, 16, 8, 8);
     c.seq_h = 2;
     expect_plan_error(ctx, &c, MHLA_ERR_INVALID_SHAPE, "causal mode is 1D");

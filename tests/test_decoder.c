@@ -342,6 +342,15 @@ static void test_state_errors(void **state)
     bad[88] = 7; /* summaries that do not match the position */
     assert_int_equal(mhla_decoder_state_write(other, bad, size), MHLA_ERR_INVALID_ARGUMENT);
     assert_message_has(ctx, "corrupt header");
+    /* Positions far outside: INT64_MAX overflowed the summary count (tests/fuzz, fuzz_decoder_state). */
+    const int64_t far[] = {INT64_MAX, -1};
+    const mhla_status far_want[] = {MHLA_ERR_CAPACITY_EXCEEDED, MHLA_ERR_INVALID_ARGUMENT};
+    for (int i = 0; i < 2; ++i) {
+        memcpy(bad, s, size);
+        memcpy(bad + 80, &far[i], 8);
+        assert_int_equal(mhla_decoder_state_write(other, bad, size), far_want[i]);
+    }
+    assert_message_has(ctx, "corrupt header: position -1");
     assert_int_equal(mhla_decoder_position(other), 0);
     assert_int_equal(mhla_decoder_state_write(other, s, size), MHLA_OK);
     assert_int_equal(mhla_decoder_position(other), 20);
