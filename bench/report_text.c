@@ -49,7 +49,7 @@ static void print_header(FILE *f, const bench_report *rep)
                 blas ? blas : "OpenBLAS", bench_blas_threads());
     }
     fprintf(f, "flops      mhla/linear/blas 4*B*H*N*Dk*Dv, softmax 2*B*H*N^2*(Dk+Dv), mhla-causal that plus its prefix "
-               "and masked intra-chunk terms, decode 4*B*H*Dk*Dv per token, sgemm 2*n^3; bytes: see bench/README.md\n\n");
+               "and masked intra-chunk terms, decode 4*B*H*Dk*Dv per token, sgemm 2*n^3, *-bwd twice their forward's; bytes: see bench/README.md\n\n");
 }
 
 /* The measured decode rows like `ref` (sizes and chunk) with the smallest and the largest context. */
