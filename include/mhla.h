@@ -497,7 +497,8 @@ MHLA_API mhla_status mhla_forward_host(mhla_plan *plan, const void *q, const voi
  * The shard's tokens are [first, first + n) with first = offset * (tokens per block) and
  * mhla_plan_config() reports the shard's own configuration (seq_t = its frames or tokens);
  * mhla_plan_tensor_bytes() sizes the shard's tensors, and the whole Mc for MHLA_TENSOR_MIXING.
- * @return MHLA_OK; a validation status naming the offending value; as mhla_plan_create(). */
+ * @return MHLA_OK; a validation status naming the offending value; as mhla_plan_create().
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_plan_create_shard(mhla_context *ctx, const mhla_config *cfg, int64_t block_offset,
                                             int64_t block_count, mhla_plan **out);
 
@@ -512,7 +513,8 @@ MHLA_API mhla_status mhla_plan_create_shard(mhla_context *ctx, const mhla_config
  * Run it with mhla_forward_sharded_varlen() (libmhla_mpi), or mhla_shard_summaries() and
  * mhla_shard_output() as any causal shard (blocks are then chunks of the packed list).
  * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (cu_seqlens, a range outside the chunk list),
- *         MHLA_ERR_SEQUENCE_TOO_LONG, or those of mhla_plan_create(). */
+ *         MHLA_ERR_SEQUENCE_TOO_LONG, or those of mhla_plan_create().
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_plan_create_shard_varlen(mhla_context *ctx, const mhla_config *cfg,
                                                    const int32_t *cu_seqlens, size_t num_seqs, int64_t chunk_offset,
                                                    int64_t chunk_count, mhla_plan **out);
@@ -529,10 +531,11 @@ typedef struct mhla_shard_info {
 } mhla_shard_info;
 
 /*! mhla_plan_shard_info() : fills *out for a shard plan.
- * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT (NULL, or a plan made by mhla_plan_create()). */
+ * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT (NULL, or a plan made by mhla_plan_create()).
+ * Thread-safety: any thread (it reads the plan only). */
 MHLA_API mhla_status mhla_plan_shard_info(const mhla_plan *plan, mhla_shard_info *out);
 
-/*! mhla_plan_context() : the context a plan was created on (NULL for NULL). */
+/*! mhla_plan_context() : the context a plan was created on (NULL for NULL). Thread-safety: any thread. */
 MHLA_API mhla_context *mhla_plan_context(const mhla_plan *plan);
 
 /*! mhla_shard_summaries() :
@@ -540,7 +543,8 @@ MHLA_API mhla_context *mhla_plan_context(const mhla_plan *plan);
  * products) from q, k, v (the shard's tokens, checked as mhla_forward() checks them) and copies
  * them to rows[0 .. block_count * row_floats). Blocks until the rows are on the host. A shard of
  * no blocks does nothing (its buffers and rows may be NULL).
- * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (not a shard plan, NULL), a buffer or device failure. */
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT (not a shard plan, NULL), a buffer or device failure.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_shard_summaries(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, float *rows);
 
 /*! mhla_shard_output() :
@@ -551,13 +555,14 @@ MHLA_API mhla_status mhla_shard_summaries(mhla_plan *plan, cl_mem q, cl_mem k, c
  * Enqueues the mixing and the output of the shard's tokens into out (the summaries must come from
  * mhla_shard_summaries() on the same plan and the same q, k, v); `done` as in mhla_forward().
  * The host rows are copied before the call returns. A shard of no blocks does nothing.
- * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, a buffer or device failure. */
+ * @return MHLA_OK, MHLA_ERR_INVALID_ARGUMENT, a buffer or device failure. Thread-safety: per plan. */
 MHLA_API mhla_status mhla_shard_output(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                        const float *all_rows, cl_mem out, cl_event *done);
 
 /*! mhla_report() :
  * For companion libraries (libmhla_mpi): records `status` with the formatted message on ctx (may
- * be NULL) and on this thread, as the library's own failures are recorded, and returns status. */
+ * be NULL) and on this thread, as the library's own failures are recorded, and returns status.
+ * Thread-safety: shares the context. */
 MHLA_API mhla_status mhla_report(mhla_context *ctx, mhla_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -632,14 +637,16 @@ MHLA_API mhla_status mhla_backward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v
 /*! mhla_backward_host() :
  * Host-pointer convenience around mhla_backward(), like mhla_forward_host(): q, k, v, dout, dq, dk,
  * dv in cfg.dtype (float, or uint16_t bit patterns for F16/BF16), mixing and dmixing float. Blocks
- * until every gradient is on the host. Only dmixing may be NULL. */
+ * until every gradient is on the host. Only dmixing may be NULL.
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_backward_host(mhla_plan *plan, const void *q, const void *k, const void *v,
                                         const float *mixing, const void *dout, void *dq, void *dk, void *dv,
                                         float *dmixing);
 
 /*! mhla_backward_varlen() / mhla_backward_varlen_host() :
  * The backward of mhla_forward_varlen() (a varlen plan, cu_seqlens as there); dMc sums every
- * sequence's chunks. Otherwise as mhla_backward() / mhla_backward_host(). */
+ * sequence's chunks. Otherwise as mhla_backward() / mhla_backward_host().
+ * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_backward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                           const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout, cl_mem dq,
                                           cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,

@@ -4,7 +4,10 @@
  * batch and head, whatever N is) through host memory, then each mixes and reads out its own
  * tokens (packed varlen batches: chunks of the packed sequences, mhla_forward_sharded_varlen). The
  * core library (mhla.h) knows nothing of MPI: this library drives its shard plans
- * (mhla_plan_create_shard, _varlen) and does the exchange. It never calls MPI_Abort and never prints. */
+ * (mhla_plan_create_shard, _varlen) and does the exchange. It never calls MPI_Abort and never prints.
+ * Thread-safety: mhla_mpi_shard_blocks(), mhla_mpi_blocks_of() and mhla_mpi_varlen_chunks() from any
+ * thread; the others are MPI collectives on `comm`, called by one thread per rank at a time (as
+ * MPI requires of collectives on one communicator), and per plan as mhla.h's shard calls. */
 #ifndef MHLA_MPI_H
 #define MHLA_MPI_H
 

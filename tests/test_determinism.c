@@ -3,7 +3,8 @@
  * against the double reference, so that two equally wrong runs do not pass. Paths: the forward on
  * 1D, 2D and 3D grids with every normalizer, long blocks split into segments (their summaries are
  * reduced in a fixed order), CLBlast's mixing, f16 and bf16 storage, softmax, causal (with and
- * without CLBlast's prefix blocks), varlen, and the decoder (steps, prefill, and its state). */
+ * without CLBlast's prefix blocks), varlen, the decoder (steps, prefill, and its state), and the
+ * backward's four gradients (dq, dk, dv, dmixing) on the non-causal, causal and varlen paths. */
 #include "helpers.h"
 
 #include <setjmp.h>
@@ -223,9 +224,118 @@ static void test_decoder(void **state)
     test_inputs_free(&in);
 }
 
-/* dmixing: once the backward pass (issue 13) exists, its gradients (dq, dk, dv and dmixing, whose
- * sums over blocks and chunks are the likeliest to depend on an order of accumulation) belong here:
- * two runs, memcmp, as check_forward() does. */
+/* The backward (mhla_backward_host / _varlen_host): dq, dk, dv and dmixing, whose sums over
+ * blocks, chunks, batch and heads are the likeliest to depend on an order of accumulation, from
+ * three runs as check_forward() makes them (two on one plan, one on a second plan), byte for byte;
+ * the first run's gradients against the double reference (mhla_reference_backward). */
+static void check_backward(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t num_seqs,
+                           const char *label)
+{
+    test_inputs in;
+    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, 29, &in), MHLA_OK);
+    float *dout = malloc(in.nv * sizeof *dout);
+    assert_non_null(dout);
+    fill_uniform(dout, in.nv, 31, -1.0f, 1.0f);
+    void *q = stored(cfg, in.q, in.nq), *k = stored(cfg, in.k, in.nq), *v = stored(cfg, in.v, in.nv);
+    void *d = stored(cfg, dout, in.nv);
+    assert_int_equal(mhla_convert(MHLA_DTYPE_F32, in.q, cfg->dtype, q, in.nq), MHLA_OK); /* what the device sees */
+    assert_int_equal(mhla_convert(MHLA_DTYPE_F32, in.k, cfg->dtype, k, in.nq), MHLA_OK);
+    assert_int_equal(mhla_convert(MHLA_DTYPE_F32, in.v, cfg->dtype, v, in.nv), MHLA_OK);
+    assert_int_equal(mhla_convert(MHLA_DTYPE_F32, dout, cfg->dtype, d, in.nv), MHLA_OK);
+    const size_t n[4] = {in.nq, in.nq, in.nv, in.nm};
+    const size_t bytes[4] = {n[0] * elem_bytes(cfg), n[1] * elem_bytes(cfg), n[2] * elem_bytes(cfg), n[3] * 4};
+    static const char *const names[4] = {"dq", "dk", "dv", "dmixing"};
+    unsigned char *g[3][4];
+    for (int r = 0; r < 3; ++r)
+        for (int j = 0; j < 4; ++j) {
+            g[r][j] = malloc(bytes[j]);
+            assert_non_null(g[r][j]);
+            memset(g[r][j], 0xFF, bytes[j]); /* NaN in every storage type */
+        }
+    mhla_plan *plan = NULL;
+    for (int r = 0; r < 3; ++r) {
+        if (r != 1) { /* runs 0 and 1 share a plan; run 2 has its own */
+            mhla_plan_destroy(plan);
+            plan = NULL;
+            const mhla_status st = mhla_plan_create(ctx, cfg, &plan);
+            if (st != MHLA_OK)
+                fail_msg("%s: plan: %s: %s", label, mhla_status_name(st), mhla_context_message(ctx));
+        }
+        const mhla_status st =
+            cu ? mhla_backward_varlen_host(plan, q, k, v, in.mix, cu, num_seqs, d, g[r][0], g[r][1], g[r][2],
+                                           (float *)g[r][3])
+               : mhla_backward_host(plan, q, k, v, in.mix, d, g[r][0], g[r][1], g[r][2], (float *)g[r][3]);
+        if (st != MHLA_OK)
+            fail_msg("%s: backward run %d: %s: %s", label, r, mhla_status_name(st), mhla_context_message(ctx));
+    }
+    mhla_plan_destroy(plan);
+    char what[64];
+    for (int j = 0; j < 4; ++j) {
+        snprintf(what, sizeof what, "%s of two runs of one plan", names[j]);
+        assert_same(g[0][j], g[1][j], bytes[j], label, what);
+        snprintf(what, sizeof what, "%s of runs of two plans", names[j]);
+        assert_same(g[0][j], g[2][j], bytes[j], label, what);
+    }
+    double *ref[4];
+    for (int j = 0; j < 4; ++j)
+        assert_non_null(ref[j] = malloc(n[j] * sizeof *ref[j]));
+    const mhla_status st =
+        cu ? mhla_reference_backward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, num_seqs, dout, ref[0], ref[1], ref[2],
+                                            ref[3])
+           : mhla_reference_backward(cfg, in.q, in.k, in.v, in.mix, dout, ref[0], ref[1], ref[2], ref[3]);
+    assert_int_equal(st, MHLA_OK);
+    const double tol = mhla_reference_backward_tolerance(cfg->dtype);
+    double worst = 0.0;
+    size_t most = 0;
+    for (int j = 0; j < 4; ++j)
+        most = n[j] > most ? n[j] : most;
+    float *got = malloc(most * sizeof *got);
+    assert_non_null(got);
+    for (int j = 0; j < 4; ++j) {
+        const mhla_dtype dt = j == 3 ? MHLA_DTYPE_F32 : cfg->dtype;
+        assert_int_equal(mhla_convert(MHLA_DTYPE_F32, got, dt, g[0][j], n[j]), MHLA_OK);
+        const double err = mhla_max_rel_err(got, ref[j], n[j]);
+        if (!(err <= tol))
+            fail_msg("%s: %s max_rel_err %.3g > %.0e", label, names[j], err, tol);
+        worst = err > worst ? err : worst;
+    }
+    printf("deterministic: backward, %s (max_rel_err %.2g)\n", label, worst);
+    for (int j = 0; j < 4; ++j) {
+        free(ref[j]);
+        for (int r = 0; r < 3; ++r)
+            free(g[r][j]);
+    }
+    free(got), free(q), free(k), free(v), free(d), free(dout);
+    test_inputs_free(&in);
+}
+
+static void test_backward(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config c = config_1d(2, 2, 96, 4, 8, 12);
+    check_backward(ctx, &c, NULL, 0, "1D N=96 M=4, paper");
+    c.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    check_backward(ctx, &c, NULL, 0, "1D N=96 M=4, official");
+    c.normalizer = MHLA_NORMALIZER_NONE;
+    c.dtype = MHLA_DTYPE_BF16;
+    check_backward(ctx, &c, NULL, 0, "1D N=96 M=4, none, bf16 storage");
+    mhla_config_init(&c);
+    c.heads = 2, c.seq_h = 12, c.seq_w = 10, c.block_h = 2, c.block_w = 2, c.dk = 8, c.dv = 8;
+    check_backward(ctx, &c, NULL, 0, "2D 12x10 in 2x2 blocks, paper");
+    /* Long blocks: the forward's summaries recomputed from split segments. */
+    assert_int_equal(mhla_context_set_tuning(ctx, "split_min_len=64,groups_per_cu=32"), MHLA_OK);
+    c = config_1d(1, 1, 1024, 2, 8, 8);
+    check_backward(ctx, &c, NULL, 0, "N=1024 M=2 split, paper");
+    assert_int_equal(mhla_context_set_tuning(ctx, NULL), MHLA_OK);
+    c = config_causal(2, 2, 70, 8, 8, 8);
+    check_backward(ctx, &c, NULL, 0, "causal N=70 C=8, none");
+    c.normalizer = MHLA_NORMALIZER_PAPER;
+    check_backward(ctx, &c, NULL, 0, "causal N=70 C=8, paper");
+    c = config_causal(1, 2, 75, 8, 8, 8);
+    c.varlen = 1;
+    const int32_t cu[] = {0, 17, 17, 60, 75};
+    check_backward(ctx, &c, cu, 4, "varlen 17+0+43+15");
+}
 
 static int reset_tuning(void **state)
 {
@@ -240,6 +350,7 @@ int main(void)
         cmocka_unit_test_teardown(test_forward_split_blas_storage, reset_tuning),
         cmocka_unit_test_teardown(test_causal_varlen, reset_tuning),
         cmocka_unit_test(test_decoder),
+        cmocka_unit_test_teardown(test_backward, reset_tuning),
     };
     return cmocka_run_group_tests(tests, context_setup, context_teardown);
 }
