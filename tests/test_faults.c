@@ -4,8 +4,10 @@
  * cl_context's reference count as before), and leave the caller's output (a sentinel) and a
  * decoder's position and state as they were. The run that completes is checked against the double
  * reference. Paths: plan and decoder creation on a cold context (programs built or loaded from the
- * disk cache), the forward (own mixing kernel and CLBlast), softmax, causal, varlen, and the
- * decoder's step and prefill. The counts tried and survived are printed per path. */
+ * disk cache), the forward (own mixing kernel and CLBlast), softmax, causal, varlen, the
+ * decoder's step and prefill, and the backward (non-causal and causal; its output is dq, dk, dv and
+ * dmixing one after another, held to the backward's tolerance). The counts tried and survived are
+ * printed per path. */
 #include "helpers.h"
 #include "testing.h"
 
@@ -21,7 +23,7 @@
 
 #define SENTINEL 0xA5
 
-typedef enum path_kind { P_CREATE, P_FORWARD, P_VARLEN, P_STEP, P_PREFILL } path_kind;
+typedef enum path_kind { P_CREATE, P_FORWARD, P_VARLEN, P_STEP, P_PREFILL, P_BACKWARD } path_kind;
 
 typedef struct fault_path {
     const char *name;
@@ -125,6 +127,16 @@ static void data_make(const fault_path *p, path_data *d)
     if (p->kind == P_CREATE)
         return; /* nothing runs */
     assert_int_equal(test_inputs_make(&p->cfg, TEST_INIT_RANDOM, 14, &d->in), MHLA_OK);
+    if (p->kind == P_BACKWARD) { /* dout = v; the gradients dq, dk, dv, dmixing end to end */
+        const size_t nq = d->in.nq, nv = d->in.nv;
+        d->out_elems = 2 * nq + nv + d->in.nm;
+        d->ref = malloc(d->out_elems * sizeof *d->ref);
+        assert_non_null(d->ref);
+        assert_int_equal(mhla_reference_backward(&p->cfg, d->in.q, d->in.k, d->in.v, d->in.mix, d->in.v, d->ref,
+                                                 d->ref + nq, d->ref + 2 * nq, d->ref + 2 * nq + nv),
+                         MHLA_OK);
+        return;
+    }
     d->ref = malloc(d->in.nv * sizeof *d->ref);
     assert_non_null(d->ref);
     if (p->softmax)
@@ -215,6 +227,14 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
                      ? mhla_forward_varlen_host(plan, d->in.q, d->in.k, d->in.v, d->in.mix, p->cu, p->num_seqs, out)
                      : mhla_forward_host(plan, d->in.q, d->in.k, d->in.v, d->in.mix, out);
         break;
+    case P_BACKWARD: {
+        const size_t nq = d->in.nq, nv = d->in.nv;
+        st = created = mhla_plan_create(ctx, &p->cfg, &plan);
+        if (st == MHLA_OK)
+            st = mhla_backward_host(plan, d->in.q, d->in.k, d->in.v, d->in.mix, d->in.v, out, out + nq, out + 2 * nq,
+                                    out + 2 * nq + nv);
+        break;
+    }
     case P_STEP:
     case P_PREFILL: {
         const void *q = offset_rows(d->in.q, p, p->before, p->cfg.dk);
@@ -236,7 +256,8 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
     const int out_written = st == MHLA_OK && p->kind != P_CREATE;
     if (out_written) {
         const double err = mhla_max_rel_err(out, d->ref + d->out_offset, d->out_elems);
-        const double tol = mhla_reference_tolerance(p->cfg.dtype, p->cfg.seq_t);
+        const double tol = p->kind == P_BACKWARD ? mhla_reference_backward_tolerance(p->cfg.dtype)
+                                                 : mhla_reference_tolerance(p->cfg.dtype, p->cfg.seq_t);
         if (!(err <= tol))
             fail_msg("%s (fault %s #%ld %s): max_rel_err %.3g > %.3g", p->name, kind ? "buffer" : "alloc", k,
                      fired ? "fired and was absorbed" : "not reached", err, tol);
@@ -424,6 +445,24 @@ static void test_varlen(void **state)
     run_path(&p);
 }
 
+static void test_backward(void **state)
+{
+    (void)state;
+    fault_path p = {.name = "backward", .kind = P_BACKWARD, .cfg = forward_cfg()};
+    run_path(&p);
+    /* Long blocks (the recomputed summaries are split) and the official normalizer's terms. */
+    p.name = "backward_split_official";
+    p.cfg = config_1d(1, 1, 256, 2, 4, 4);
+    p.cfg.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    p.tuning = "split_min_len=16,groups_per_cu=64";
+    run_path(&p);
+    p.name = "backward_causal";
+    p.cfg = config_causal(2, 2, 40, 8, 8, 8);
+    p.cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    p.tuning = NULL;
+    run_path(&p);
+}
+
 static void test_decoder(void **state)
 {
     (void)state;
@@ -520,6 +559,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create),  cmocka_unit_test(test_forward), cmocka_unit_test(test_causal),
         cmocka_unit_test(test_varlen),  cmocka_unit_test(test_decoder), cmocka_unit_test(test_tuning_db),
+        cmocka_unit_test(test_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
