@@ -1,13 +1,14 @@
 /* Device enumeration and selection: the one list that "P:D", "N" and name specs index,
  * shared by mhla_context_create(), mhla_device_list() and `mhla info`. */
 #include "devices.h"
+#include "lock.h"
 
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-mhla_status mhla__devices(mhla_device_ref **out, size_t *count)
+static mhla_status devices_unlocked(mhla_device_ref **out, size_t *count)
 {
     mhla_status st = MHLA_OK;
     cl_platform_id *plats = NULL;
@@ -60,6 +61,19 @@ mhla_status mhla__devices(mhla_device_ref **out, size_t *count)
 cleanup:
     mhla__free(refs);
     mhla__free(plats);
+    return st;
+}
+
+/* Enumeration runs one thread at a time: the ICD loader and the drivers initialize on the first
+ * call, and with two threads creating contexts at once one of them saw no device (test_threads
+ * under ASan, with OCL_ICD_VENDORS naming PoCL's .icd file). */
+static mhla_mutex devices_lock = MHLA_MUTEX_INITIALIZER;
+
+mhla_status mhla__devices(mhla_device_ref **out, size_t *count)
+{
+    mhla__lock(&devices_lock);
+    const mhla_status st = devices_unlocked(out, count);
+    mhla__unlock(&devices_lock);
     return st;
 }
 

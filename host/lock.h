@@ -6,6 +6,7 @@
 #if defined(_WIN32)
 #include <windows.h>
 typedef SRWLOCK mhla_mutex;
+#define MHLA_MUTEX_INITIALIZER SRWLOCK_INIT /* for a static mutex */
 static inline void mhla__mutex_init(mhla_mutex *m) { InitializeSRWLock(m); }
 static inline void mhla__mutex_destroy(mhla_mutex *m) { (void)m; }
 static inline void mhla__lock(mhla_mutex *m) { AcquireSRWLockExclusive(m); }
@@ -13,6 +14,7 @@ static inline void mhla__unlock(mhla_mutex *m) { ReleaseSRWLockExclusive(m); }
 #else
 #include <pthread.h>
 typedef pthread_mutex_t mhla_mutex;
+#define MHLA_MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER /* for a static mutex */
 static inline void mhla__mutex_init(mhla_mutex *m) { pthread_mutex_init(m, NULL); }
 static inline void mhla__mutex_destroy(mhla_mutex *m) { pthread_mutex_destroy(m); }
 static inline void mhla__lock(mhla_mutex *m) { pthread_mutex_lock(m); }
