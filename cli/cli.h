@@ -2,6 +2,7 @@
 #ifndef MHLA_CLI_H
 #define MHLA_CLI_H
 
+#include <signal.h>
 #include "npy.h"
 
 #include <mhla.h>
@@ -40,8 +41,13 @@ int cli_npy_exit_code(npy_status status);
 /* Wall-clock milliseconds (CLOCK_MONOTONIC), for the timings the tool prints. */
 double cli_now_ms(void);
 
-/* A temporary output file removed if SIGINT, SIGTERM or SIGHUP ends the process; NULL clears. */
+/* Adds a temporary output file (up to 8) to those removed if SIGINT, SIGTERM or SIGHUP ends the
+ * process; NULL clears them all. */
 void cli_guard_temp(const char *path);
+/* Hold SIGINT, SIGTERM and SIGHUP from before a temporary is created until cli_guard_temp() has it:
+ * one arriving in between would leave the file behind. */
+void cli_guard_hold(sigset_t *old);
+void cli_guard_release(const sigset_t *old);
 
 /* The M x M matrix of an initializer for a block grid (bt, bh, bw), malloc'd into *out; a bad grid
  * is reported after `label` (e.g. "--blocks 4x4"). Returns 0, CLI_USAGE or CLI_RUNTIME. */

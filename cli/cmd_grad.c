@@ -226,18 +226,23 @@ int cmd_grad(int argc, char **argv)
     if ((rc = read_dout(&g)) != 0)
         goto done;
     const int want_dmix = g.run.o[O_DMIXING].value != NULL, check_on = g.run.o[O_CHECK].value != NULL;
-    /* The outputs' temporaries exist before the work starts: a bad path fails fast. */
+    /* The outputs' temporaries exist before the work starts: a bad path fails fast. Each is in
+     * the signal guard before a signal can arrive (cli_guard_hold). */
     for (int i = 0; i < G_COUNT; ++i) {
         const cli_option *opt = &g.run.o[grad_opt[i]];
         if (!opt->value)
             continue;
+        sigset_t old_mask;
+        cli_guard_hold(&old_mask);
         const npy_status ws = npy_writer_open(&g.out[i], opt->value, err, sizeof err);
+        if (ws == NPY_OK)
+            cli_guard_temp(g.out[i].tmp);
+        cli_guard_release(&old_mask);
         if (ws != NPY_OK) {
             rc = cli_fail(cli_npy_exit_code(ws), "%s %s: %s", opt->name, opt->value, err);
             goto done;
         }
     }
-    cli_guard_temp(g.out[G_DQ].tmp); /* the signal guard holds one path: the first output's */
     if ((rc = run_device(&g, want_dmix || check_on)) != 0)
         goto done;
     if (check_on && (rc = check(&g, &worst)) != 0)
@@ -251,7 +256,7 @@ int cmd_grad(int argc, char **argv)
                           worst, tol, mhla_dtype_name(g.run.cfg.dtype));
     }
 done:
+    grad_free(&g); /* aborts the temporaries still open, then the guard lets them go */
     cli_guard_temp(NULL);
-    grad_free(&g);
     return rc;
 }

@@ -597,16 +597,12 @@ int cmd_run(int argc, char **argv)
     /* The output's temporary exists before the work starts: a bad --out fails fast. SIGINT,
      * SIGTERM and SIGHUP wait until its guard is armed: one arriving between mkstemp and the guard
      * left the temporary behind (test_signal_removes_temporary, on a loaded machine). */
-    sigset_t guarded, old_mask;
-    sigemptyset(&guarded);
-    sigaddset(&guarded, SIGINT);
-    sigaddset(&guarded, SIGTERM);
-    sigaddset(&guarded, SIGHUP);
-    sigprocmask(SIG_BLOCK, &guarded, &old_mask);
+    sigset_t old_mask;
+    cli_guard_hold(&old_mask);
     npy_status ws = npy_writer_open(&job.out, job.o[O_OUT].value, err, sizeof err);
     if (ws == NPY_OK)
         cli_guard_temp(job.out.tmp);
-    sigprocmask(SIG_SETMASK, &old_mask, NULL);
+    cli_guard_release(&old_mask);
     if (ws != NPY_OK) {
         rc = cli_fail(cli_npy_exit_code(ws), "--out %s: %s", job.o[O_OUT].value, err);
         goto done;

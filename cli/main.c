@@ -120,13 +120,14 @@ int cli_npy_exit_code(npy_status status)
 }
 
 /* The signal handler may only touch these and call async-signal-safe functions. */
-static char guarded_temp[4096];
-static volatile sig_atomic_t guard_armed;
+#define GUARD_MAX 8 /* mhla grad writes up to five outputs */
+static char guarded_temp[GUARD_MAX][4096];
+static volatile sig_atomic_t guard_count;
 
 static void remove_temp_and_die(int sig)
 {
-    if (guard_armed)
-        unlink(guarded_temp);
+    for (sig_atomic_t i = 0; i < guard_count; ++i)
+        unlink(guarded_temp[i]);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -144,14 +145,29 @@ void cli_guard_temp(const char *path)
         sigaction(SIGHUP, &sa, NULL);
         installed = 1;
     }
-    guard_armed = 0;
-    atomic_signal_fence(memory_order_seq_cst); /* the handler never sees a half-copied path */
-    if (path && strlen(path) < sizeof guarded_temp) {
-        memcpy(guarded_temp, path, strlen(path) + 1);
-        atomic_signal_fence(memory_order_seq_cst);
-        guard_armed = 1;
+    if (!path) {
+        guard_count = 0;
+        return;
     }
+    const sig_atomic_t n = guard_count;
+    if (n >= GUARD_MAX || strlen(path) >= sizeof guarded_temp[0])
+        return;
+    memcpy(guarded_temp[n], path, strlen(path) + 1);
+    atomic_signal_fence(memory_order_seq_cst); /* the handler never sees a half-copied path */
+    guard_count = n + 1;
 }
+
+void cli_guard_hold(sigset_t *old)
+{
+    sigset_t held;
+    sigemptyset(&held);
+    sigaddset(&held, SIGINT);
+    sigaddset(&held, SIGTERM);
+    sigaddset(&held, SIGHUP);
+    sigprocmask(SIG_BLOCK, &held, old);
+}
+
+void cli_guard_release(const sigset_t *old) { sigprocmask(SIG_SETMASK, old, NULL); }
 
 int main(int argc, char **argv)
 {

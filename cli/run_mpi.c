@@ -133,11 +133,14 @@ int run_mpi(run_job *job)
     if ((rc = refuse_options(job)) == 0 && (rc = run_read_inputs(job)) == 0 && (rc = run_shape(job)) == 0) {
         memcpy(full_shape, job->in[2].shape, sizeof full_shape);
         if (rank == 0) { /* the output's temporary first: a bad --out fails before any work */
+            sigset_t old_mask;
+            cli_guard_hold(&old_mask);
             const npy_status ws = npy_writer_open(&job->out, job->o[O_OUT].value, err, sizeof err);
+            if (ws == NPY_OK)
+                cli_guard_temp(job->out.tmp);
+            cli_guard_release(&old_mask);
             if (ws != NPY_OK)
                 rc = cli_fail(cli_npy_exit_code(ws), "--out %s: %s", job->o[O_OUT].value, err);
-            else
-                cli_guard_temp(job->out.tmp);
         }
     }
     if ((rc = agree(rc)) != 0 || (rc = agree(open_shard(job, rank, size, &info))) != 0)

@@ -1578,6 +1578,53 @@ static void test_signal_removes_temporary(void **state)
     free_inputs(&t);
 }
 
+/* `mhla grad` holds several temporaries (dq, dk, dv, dmixing): a signal while it works removes
+ * all of them. The dk finishing kernel is made to spin, so that the process is still at work
+ * whenever the signal comes. */
+static void test_grad_signal_removes_temporaries(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 16, 1, 4, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    char env_spin[700];
+    snprintf(env_spin, sizeof env_spin, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("spin", "backward_readout.cl", "feature_grad(LOADN(1, d, krow)), d, dkrow);",
+                            "feature_grad(LOADN(1, d, krow)) * spin_forever(), d, dkrow);"));
+    /* spin_forever() itself, ahead of the kernels that call it */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/spin/backward_readout.cl", dir);
+    char *text = slurp(path, NULL);
+    assert_non_null(text);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    const char *at = strstr(text, "#include \"backward.h\"\n");
+    assert_non_null(at);
+    const size_t head = (size_t)(at - text) + strlen("#include \"backward.h\"\n");
+    fprintf(f, "%.*sfloat spin_forever(void);\nfloat spin_forever(void)\n{\n    volatile int s = 1;\n"
+               "    while (s)\n        ;\n    return 1.0f;\n}\n%s", (int)head, text, text + head);
+    assert_int_equal(fclose(f), 0);
+    free(text);
+    const char *env[] = {env_spin, NULL};
+    const pid_t pid = spawn(env, NULL, ARGS("grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "v.npy",
+                                            "--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy", "--dmixing",
+                                            "dmc.npy", "--blocks", "2"));
+    assert_true(pid > 0);
+    int seen = 0;
+    const struct timespec pause = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 6000 && !seen; ++i) { /* at most a minute */
+        const char *l = listing();
+        seen = strstr(l, ".dq.npy.tmp-") && strstr(l, ".dk.npy.tmp-") && strstr(l, ".dv.npy.tmp-") &&
+               strstr(l, ".dmc.npy.tmp-");
+        if (!seen)
+            nanosleep(&pause, NULL);
+    }
+    kill(pid, SIGTERM);
+    const result *r = finish(pid);
+    assert_true(seen);
+    assert_int_equal(r->signal, SIGTERM);
+    assert_string_equal(listing(), "k.npy q.npy spin v.npy");
+    free_inputs(&t);
+}
+
 /* ---- info ---------------------------------------------------------------------------------- */
 
 static void test_info(void **state)
@@ -1765,6 +1812,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_grad, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_signal_removes_temporaries, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_selftest, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_tune, fresh_dir, drop_dir),
