@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs a program under `mpirun -np R` for the mpi suite: --oversubscribe (more ranks than cores),
 --allow-run-as-root where the test runs as root, and two PoCL devices unless POCL_DEVICES is set,
-so that ranks share out devices as on a multi-GPU node. Usage: mpirun.py MPIRUN R PROGRAM [ARGS]."""
+so that ranks share out devices as on a multi-GPU node, each rank with a PoCL kernel cache of its own.
+Usage: mpirun.py MPIRUN R PROGRAM [ARGS]."""
 import os
 import subprocess
 import sys
@@ -14,4 +15,11 @@ env = dict(os.environ)
 env.setdefault("POCL_DEVICES", "pthread pthread")
 # Containers often forbid the cross-memory attach Open MPI's shared-memory transport tries first.
 env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-sys.exit(subprocess.call(cmd + prog, env=env))
+# Each rank compiles into a PoCL kernel cache of its own: ranks building the same kernel at once into
+# one cold cache made PoCL fail a build now and then ("Device ... failed to build the program", empty
+# log; seen once in a cold run of mpi_np3_gpu_row). Kept between runs, so only the first is cold.
+cache = env.get("POCL_CACHE_DIR") or os.path.join(
+    env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pocl")
+rank_cache = ['sh', '-c', 'POCL_CACHE_DIR="$0/mpi-rank${OMPI_COMM_WORLD_RANK:-0}"; export POCL_CACHE_DIR; exec "$@"',
+              cache]
+sys.exit(subprocess.call(cmd + rank_cache + prog, env=env))

@@ -175,8 +175,13 @@ static void run_case(mhla_context *ctx, const char *name, const mhla_config *cfg
     CHECK(mhla_plan_create_shard(ctx, cfg, off, cnt, &plan) == MHLA_OK, "%s: shard plan: %s", name,
           mhla_last_message());
     CHECK(mhla_plan_create(ctx, cfg, &whole) == MHLA_OK, "%s: plan: %s", name, mhla_last_message());
-    if (failures != before)
+    if (failures != before) {
+        /* Take part in the collective all the same, with no plan: the other ranks then fail this case
+         * by name (MHLA_ERR_CONFIG_MISMATCH) instead of waiting for this rank, and every rank moves
+         * on to the next case in step. */
+        (void)mhla_forward_sharded_host(NULL, MPI_COMM_WORLD, NULL, NULL, NULL, in.mix, NULL, exchange, NULL);
         goto cleanup;
+    }
     mhla_plan_shard_info(plan, &info);
     const int64_t n_all = info.global.seq_t * info.global.seq_h * info.global.seq_w;
     if (!case_alloc(name, plan, &info, &in, &d))
@@ -242,8 +247,13 @@ static void run_varlen_case(mhla_context *ctx, const char *name, const mhla_conf
     CHECK(mhla_plan_create_shard_varlen(ctx, cfg, cu, nseq, off, cnt, &plan) == MHLA_OK, "%s: shard plan: %s", name,
           mhla_last_message());
     CHECK(mhla_plan_create(ctx, cfg, &whole) == MHLA_OK, "%s: plan: %s", name, mhla_last_message());
-    if (failures != before)
+    if (failures != before) {
+        /* Take part in the collective all the same, with no plan: the other ranks then fail this case
+         * by name (MHLA_ERR_CONFIG_MISMATCH) instead of waiting for this rank, and every rank moves
+         * on to the next case in step. */
+        (void)mhla_forward_sharded_host(NULL, MPI_COMM_WORLD, NULL, NULL, NULL, in.mix, NULL, exchange, NULL);
         goto cleanup;
+    }
     mhla_plan_shard_info(plan, &info);
     const int64_t t0 = tokens_before(cu, nseq, cfg->chunk, off);
     CHECK(info.blocks == blocks && info.token_offset == t0 &&
