@@ -1,34 +1,25 @@
-/* mhla_backward (SPEC.md "Backward"): argument checks, the non-causal stages, and the blocking
- * host-pointer convenience. The forward's summaries are recomputed with its own stages (nothing
- * per token is kept between the passes); then, per block, the gradient summaries
- * G_i = sum_t q~_t [dO_t/den_t | dL/dden_t]^T (kernels/backward_summary.cl), dS = Mc^T G through the
- * forward's mixing GEMM, the per-token read-outs dq, dk, dv (kernels/backward_readout.cl) and
- * dMc[i,b] = <G_i, S_b> reduced in a fixed order (kernels/backward_mixing.cl). */
+/* The non-causal stages of mhla_backward (SPEC.md "Backward"). The forward's summaries are
+ * recomputed with its own stages (nothing per token is kept between the passes); then dq with the
+ * per-token normalizer terms and the inputs of the gradient summaries
+ * G_i = sum_t q~_t [dO_t/den_t | dL/dden_t]^T in one read-out (kernels/backward_readout.cl), G by
+ * the forward's summary kernel, dS = Mc^T G through the forward's mixing GEMM, dk and dv in one
+ * more read-out, and dMc[i,b] = <G_i, S_b> reduced in a fixed order (kernels/backward_mixing.cl). */
 #include "backward.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Largest power of two <= n (n >= 1). */
-static size_t pow2_floor(size_t n)
-{
-    size_t p = 1;
-    while (p * 2 <= n)
-        p *= 2;
-    return p;
-}
-
 void mhla__backward_destroy(mhla_bwd *b)
 {
     if (!b)
         return;
-    cl_kernel kernels[] = {b->k_scalars, b->k_official_dz, b->k_dq, b->k_dkv,
-                           b->k_transpose, b->k_dmixing, b->k_tsum,      b->k_out_t, b->k_out_n};
+    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_dq,           b->k_dkv,
+                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce, b->k_tsum};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix, b->tsum};
+    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix, b->tsum, b->dmix_part};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -39,29 +30,19 @@ void mhla__backward_destroy(mhla_bwd *b)
     mhla__free(b);
 }
 
-/* The reduction kernels' work-group: BWD_WG is built in (their local array), so the program is
- * built for the device's limit and rebuilt once, smaller, if the kernel reports less. */
-mhla_status mhla__backward_reduce_kernel(mhla_plan *plan, mhla_bwd *b, mhla_kernel_file file, const char *name,
-                                         cl_kernel *kernel, cl_program *prog)
+mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    mhla_fit fit;
-    mhla__fit_init(ctx, &fit);
-    b->tiles.bwd_wg = (int)pow2_floor(fit.wg < 64 ? fit.wg : 64);
-    for (;;) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, file, &b->cfg, &b->tiles, prog));
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, name, kernel));
-        size_t kwg = 0;
-        MHLA_CL_TRY(st, ctx,
-                    clGetKernelWorkGroupInfo(*kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
-                    "clGetKernelWorkGroupInfo (a backward reduction)");
-        if (kwg >= (size_t)b->tiles.bwd_wg || b->tiles.bwd_wg == 1)
-            break;
-        clReleaseKernel(*kernel);
-        *kernel = NULL;
-        b->tiles.bwd_wg = (int)pow2_floor(kwg ? kwg : 1);
-    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &plan->cfg, &b->tiles, prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_part", &b->k_dmixing));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_reduce", &b->k_dmix_reduce));
+    /* Chunks of 1024 floats keep 2*rows rows of one in cache; at least `rows` floats each keep the
+     * partial sums within `rows` summed rows (chunks * rows^2 <= (xmax / rows + 1) * rows^2). */
+    b->dmix_len = mhla__round_up(rows > 1024 ? rows : 1024, 16);
+    b->dmix_chunks = (xmax + b->dmix_len - 1) / b->dmix_len;
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, b->dmix_chunks * rows * rows * sizeof(float),
+                                                    "the partial sums of dMc", &b->dmix_part));
 cleanup:
     return st;
 }
@@ -75,49 +56,27 @@ cleanup:
     return st;
 }
 
-/* The forward's read-out kernel for configuration `rc` (no normalizer), its tiles and local size. */
-static mhla_status readout_setup(mhla_plan *plan, const mhla_config *rc, mhla_tiles *tiles, cl_kernel *kernel,
-                                 size_t lws[3])
+/* Tokens per work-item and vector widths of the read-outs (kernels/backward_readout.cl): the row's
+ * read-out width and tokens, with no more accumulator vectors per work-item than half a register
+ * file holds: 16 of AVX-512's 32 (measured on PoCL, N=16384, M=64, D=64: 4 tokens x 4 vectors),
+ * 8 of AVX2's 16, and 8 vectors (32 floats) on GPUs, whose rows have 4-wide vectors. */
+static void readout_tiles(const mhla_plan *plan, mhla_tiles *t)
 {
-    mhla_status st = MHLA_OK;
-    cl_program prog = NULL;
-    mhla__tiles_forward(plan->ctx, rc, &plan->shape, &plan->tuning, tiles);
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, rc, tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", kernel));
-    const size_t extent[3] = {(size_t)(rc->dv / (tiles->out_ve * tiles->out_nv)), 1,
-                              (size_t)((plan->shape.nb + tiles->out_rt - 1) / tiles->out_rt)};
-    mhla__local_size_3d(plan->ctx, *kernel, extent, (size_t)tiles->wg, lws);
-cleanup:
-    return st;
-}
-
-/* out = x^T s per token (s: summaries as `kernel` was built for them), phi applied to x by `kernel`. */
-static mhla_status readout(mhla_plan *plan, cl_kernel kernel, const mhla_tiles *t, int64_t out_dim,
-                           const size_t lws[3], cl_mem x, cl_mem s, cl_mem out, const char *what)
-{
-    mhla_status st = MHLA_OK;
-    mhla_context *ctx = plan->ctx;
-    const float feps = plan->cfg.feature_eps, one = 1.0f, zero = 0.0f;
-    const size_t groups = (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt);
-    const size_t extent[3] = {(size_t)(out_dim / (t->out_ve * t->out_nv)), (size_t)plan->shape.bh,
-                              (size_t)plan->shape.m * groups};
-    MHLA_SET_ARG(st, ctx, kernel, 0, x);
-    MHLA_SET_ARG(st, ctx, kernel, 1, s);
-    MHLA_SET_ARG(st, ctx, kernel, 2, s); /* den: not read without a normalizer */
-    MHLA_SET_ARG(st, ctx, kernel, 3, out);
-    MHLA_SET_ARG(st, ctx, kernel, 4, plan->grid);
-    MHLA_SET_ARG(st, ctx, kernel, 5, feps);
-    MHLA_SET_ARG(st, ctx, kernel, 6, one);
-    MHLA_SET_ARG(st, ctx, kernel, 7, zero);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kernel, 3, extent, lws, 0, NULL, NULL, what));
-cleanup:
-    return st;
+    const mhla_config *c = &plan->cfg;
+    const mhla_tuning *tu = plan->causal ? &plan->causal->kern->tuning : &plan->tuning;
+    t->bwd_vw = tu->out_ve >= 1 ? mhla__pow2_divisor(16, tu->out_ve) : 1;
+    t->bwd_vk = mhla__pow2_divisor(c->dk, t->bwd_vw);
+    t->bwd_vv = mhla__pow2_divisor(c->dv, t->bwd_vw);
+    const int nk = (int)(c->dk / t->bwd_vk), nv = (int)(c->dv / t->bwd_vv), widest = nk > nv ? nk : nv;
+    const int budget = t->bwd_vw >= 16 ? 16 : 8;
+    const int fit = widest >= budget ? 1 : budget / widest;
+    t->bwd_rt = tu->out_rt < 1 ? 1 : tu->out_rt > fit ? fit : tu->out_rt;
 }
 
 /* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS), a
- * transposed one, Mc^T, and for the paper and official normalizers two floats per token (1/den_t
- * and dL/dden_t; the official normalizer also R = Mc^T r), as the forward's official normalizer
- * keeps one. */
+ * transposed one, Mc^T, dMc's partial sums (one M x M per chunk of a summary row), and for the
+ * paper and official normalizers dL/dden_t, one float per token (the official normalizer also
+ * R = Mc^T r), as the forward's official normalizer keeps its dots. */
 static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
 {
     mhla_status st = MHLA_OK;
@@ -127,28 +86,28 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     const size_t m = (size_t)plan->shape.m, bh = (size_t)plan->shape.bh, n = (size_t)plan->shape.n;
     const size_t summary_bytes = m * bh * (size_t)c->dk * (size_t)plan->shape.summary_cols * sizeof(float);
     const size_t wg = (size_t)plan->tiles.wg;
+    const size_t scols = bh * (size_t)c->dk * (size_t)plan->shape.summary_cols, dcols = bh * (size_t)plan->shape.nb;
+    const size_t xmax = c->normalizer == MHLA_NORMALIZER_OFFICIAL && dcols > scols ? dcols : scols;
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_token_scalars", &b->k_scalars));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz", &b->k_official_dz));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_finish", &b->k_dq));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dk_finish", &b->k_dkv));
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dmixing", &b->k_dmixing));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_readout", &b->k_dq));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
+    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_official", &b->k_dq_official));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m, xmax, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
-    mhla_config swapped = *c, plain = *c;
-    swapped.dk = c->dv, swapped.dv = c->dk;
-    swapped.feature_map = MHLA_FEATURE_NONE;
-    swapped.normalizer = plain.normalizer = MHLA_NORMALIZER_NONE;
-    MHLA_FORWARD_IF_ERROR(st, readout_setup(plan, &swapped, &b->tiles_t, &b->k_out_t, b->lws_out_t));
-    MHLA_FORWARD_IF_ERROR(st, readout_setup(plan, &plain, &b->tiles_n, &b->k_out_n, b->lws_out_n));
     const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
-    mhla__local_size_3d(ctx, b->k_dq, tok, wg, b->lws_token);
-    const size_t zext[3] = {(size_t)c->dk, bh, m};
+    const size_t rtok[3] = {((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt, bh, m};
+    if (b->k_dq_official)
+        mhla__local_size_3d(ctx, b->k_dq_official, tok, wg, b->lws_token);
+    mhla__local_size_3d(ctx, b->k_dq, rtok, wg, b->lws_dq);
+    mhla__local_size_3d(ctx, b->k_dkv, rtok, wg, b->lws_dkv);
+    const size_t zext[3] = {1, bh, m};
     mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zcol);
-    const size_t text[3] = {(size_t)(c->dk * c->dv), bh, m};
+    const size_t text[3] = {(size_t)c->dv, bh, m};
     mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
 
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the gradient summaries G", &b->grad));
@@ -156,10 +115,8 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
                                                     "a transposed summary", &b->tsum));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m * sizeof(float), "Mc transposed", &b->mix_t));
-    if (c->normalizer != MHLA_NORMALIZER_NONE) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float), "the per-token 1/den", &b->inv));
+    if (c->normalizer != MHLA_NORMALIZER_NONE)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float), "the per-token dL/dden", &b->r));
-    }
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float),
                                                         "the mixed normalizer gradients", &b->rmix));
@@ -173,7 +130,7 @@ static mhla_status z_column(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem w, cl
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const float feps = plan->cfg.feature_eps, scale = plan->cfg.scale;
-    const size_t ext[3] = {(size_t)plan->cfg.dk, (size_t)plan->shape.bh, (size_t)plan->shape.m};
+    const size_t ext[3] = {1, (size_t)plan->shape.bh, (size_t)plan->shape.m};
     cl_kernel kr = b->k_official_dz;
     MHLA_SET_ARG(st, ctx, kr, 0, q);
     MHLA_SET_ARG(st, ctx, kr, 1, w);
@@ -193,7 +150,7 @@ static mhla_status transpose_summary(mhla_plan *plan, mhla_bwd *b, cl_mem src)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    const size_t ext[3] = {(size_t)(plan->cfg.dk * plan->cfg.dv), (size_t)plan->shape.bh, (size_t)plan->shape.m};
+    const size_t ext[3] = {(size_t)plan->cfg.dv, (size_t)plan->shape.bh, (size_t)plan->shape.m};
     MHLA_SET_ARG(st, ctx, b->k_tsum, 0, src);
     MHLA_SET_ARG(st, ctx, b->k_tsum, 1, b->tsum);
     MHLA_SET_ARG(st, ctx, b->k_tsum, 2, plan->grid);
@@ -217,6 +174,7 @@ mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
     b->cfg = plan->cfg;
     b->tiles = plan->causal ? plan->causal->kern->tiling : plan->tiles;
     b->tiles.bwd_ve = 16; /* gradient columns per work-item: one AVX-512 register, 4 float4 on GPUs */
+    readout_tiles(plan, &b->tiles);
     if (plan->cfg.causal)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_causal_setup(plan, b));
     else
@@ -229,24 +187,37 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem out,
-                                   cl_int m, cl_int ldo, cl_int accumulate)
+mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const cl_long xl = (cl_long)x;
-    const size_t extent[3] = {(size_t)m, (size_t)m, 1};
-    size_t local[3];
+    const cl_long len = (cl_long)b->dmix_len, offl = (cl_long)off;
+    const cl_int chunks = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
+    const size_t tiles = ((size_t)m + MHLA_BWD_TM - 1) / MHLA_BWD_TM;
+    const size_t extent[3] = {tiles, tiles, (size_t)chunks}, rext[3] = {(size_t)m, (size_t)m, 1};
+    size_t local[3], rlocal[3];
     mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
+    mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 0, a);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 1, bm);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 2, out);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 2, b->dmix_part);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 3, xl);
     MHLA_SET_ARG(st, ctx, b->k_dmixing, 4, m);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 5, ldo);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 6, accumulate);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 2, extent, local, 0, NULL, NULL,
-                                           "clEnqueueNDRangeKernel(bwd_dmixing)"));
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 5, len);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 6, offl);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 0, b->dmix_part);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 1, out);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 2, m);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 3, chunks);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 4, ldo);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 5, accumulate);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmix_reduce, 2, rext, rlocal, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_dmixing_reduce)"));
 cleanup:
     return st;
 }
@@ -264,8 +235,10 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     const size_t scols = (size_t)plan->shape.bh * (size_t)c->dk * (size_t)plan->shape.summary_cols;
     const size_t dcols = (size_t)plan->shape.bh * (size_t)plan->shape.nb;
     const size_t tok[3] = {(size_t)plan->shape.nb, (size_t)plan->shape.bh, (size_t)m};
+    const size_t rtok[3] = {((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt,
+                            (size_t)plan->shape.bh, (size_t)m};
     /* A slot no normalizer reads still needs a valid buffer. */
-    cl_mem inv = b->inv ? b->inv : plan->mixed, r = b->r ? b->r : plan->mixed, rmix = b->rmix ? b->rmix : plan->mixed;
+    cl_mem r = b->r ? b->r : plan->mixed;
     cl_mem den = official ? plan->den : plan->mixed;
 
     /* The forward's summaries and their mixtures (and the official normalizer's dots and
@@ -279,28 +252,24 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 
-    /* u_t = S~_i dO_t into dq (the read-out kernel over S~^T), then the normalizer's per-token
-     * terms from it. */
+    /* dq, r_t and y_t = scale dO_t / den_t (into dv) from u_t = S~_i dO_t, in one read-out */
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed));
-    MHLA_FORWARD_IF_ERROR(st, readout(plan, b->k_out_t, &b->tiles_t, c->dk, b->lws_out_t, dout, b->tsum, dq,
-                                      "clEnqueueNDRangeKernel(block_output: S~ dO)"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     {
-        cl_kernel kr = b->k_scalars; /* 1/den, dL/dden, and y = scale dO / den into dv */
+        cl_kernel kr = b->k_dq;
         MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, dq);
-        MHLA_SET_ARG(st, ctx, kr, 2, dout);
+        MHLA_SET_ARG(st, ctx, kr, 1, dout);
+        MHLA_SET_ARG(st, ctx, kr, 2, b->tsum);
         MHLA_SET_ARG(st, ctx, kr, 3, plan->mixed);
         MHLA_SET_ARG(st, ctx, kr, 4, den);
-        MHLA_SET_ARG(st, ctx, kr, 5, inv);
-        MHLA_SET_ARG(st, ctx, kr, 6, r);
-        MHLA_SET_ARG(st, ctx, kr, 7, dv);
+        MHLA_SET_ARG(st, ctx, kr, 5, dq);
+        MHLA_SET_ARG(st, ctx, kr, 6, dv);
+        MHLA_SET_ARG(st, ctx, kr, 7, r);
         MHLA_SET_ARG(st, ctx, kr, 8, plan->grid);
         MHLA_SET_ARG(st, ctx, kr, 9, feps);
         MHLA_SET_ARG(st, ctx, kr, 10, scale);
         MHLA_SET_ARG(st, ctx, kr, 11, eps);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_token_scalars)"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, rtok, b->lws_dq, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_dq_readout)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     /* G_i = sum_t phi(q_t) y_t^T with the forward's summary kernel, then its z column */
@@ -324,43 +293,39 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, b->r, b->rmix, dcols));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, b->rmix, b->dsum, 1));
+        {
+            cl_kernel kr = b->k_dq_official; /* dq += scale phi'(q) R z_i */
+            MHLA_SET_ARG(st, ctx, kr, 0, q);
+            MHLA_SET_ARG(st, ctx, kr, 1, dq);
+            MHLA_SET_ARG(st, ctx, kr, 2, plan->summary);
+            MHLA_SET_ARG(st, ctx, kr, 3, b->rmix);
+            MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
+            MHLA_SET_ARG(st, ctx, kr, 5, scale);
+            MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
+                                                   "clEnqueueNDRangeKernel(bwd_dq_official)"));
+        }
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    {
-        cl_kernel kr = b->k_dq; /* dq from u, with the normalizer's terms and phi' */
-        MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, dq);
-        MHLA_SET_ARG(st, ctx, kr, 2, plan->mixed);
-        MHLA_SET_ARG(st, ctx, kr, 3, plan->summary);
-        MHLA_SET_ARG(st, ctx, kr, 4, inv);
-        MHLA_SET_ARG(st, ctx, kr, 5, r);
-        MHLA_SET_ARG(st, ctx, kr, 6, rmix);
-        MHLA_SET_ARG(st, ctx, kr, 7, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 8, scale);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_dq_finish)"));
-    }
-    /* dv = dS^T k~ (the read-out as the forward's), dk = phi'(k) (dS v + dz) */
-    MHLA_FORWARD_IF_ERROR(st, readout(plan, b->k_out_n, &b->tiles_n, c->dv, b->lws_out_n, k, b->dsum, dv,
-                                      "clEnqueueNDRangeKernel(block_output: dS^T k~)"));
+    /* dv = dS^T k~ and dk = phi'(k) (dS v + dz), in one read-out */
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, b->dsum));
-    MHLA_FORWARD_IF_ERROR(st, readout(plan, b->k_out_t, &b->tiles_t, c->dk, b->lws_out_t, v, b->tsum, dk,
-                                      "clEnqueueNDRangeKernel(block_output: dS v)"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     {
         cl_kernel kr = b->k_dkv;
         MHLA_SET_ARG(st, ctx, kr, 0, k);
-        MHLA_SET_ARG(st, ctx, kr, 1, dk);
+        MHLA_SET_ARG(st, ctx, kr, 1, v);
         MHLA_SET_ARG(st, ctx, kr, 2, b->dsum);
-        MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_dk_finish)"));
+        MHLA_SET_ARG(st, ctx, kr, 3, b->tsum);
+        MHLA_SET_ARG(st, ctx, kr, 4, dk);
+        MHLA_SET_ARG(st, ctx, kr, 5, dv);
+        MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 7, feps);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, rtok, b->lws_dkv, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
     }
     if (dmixing) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad, plan->summary, scols, dmixing, m, m, 0));
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad, plan->summary, 0, scols, dmixing, m, m, 0));
         if (official) {
-            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->r, plan->dots, dcols, dmixing, m, m, 1));
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->r, plan->dots, 0, dcols, dmixing, m, m, 1));
         }
     }
 cleanup:

@@ -10,7 +10,7 @@
 void mhla__backward_causal_destroy(mhla_bwd *b)
 {
     cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_mix, b->k_bc_scalars, b->k_bc_grad,
-                           b->k_bc_dq,      b->k_bc_dkv, b->k_bc_diag,    b->k_bc_dmixing};
+                           b->k_bc_dq,      b->k_bc_dkv, b->k_bc_diag,    b->k_bc_dmix_finish};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -35,8 +35,11 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));
     if (c->normalizer == MHLA_NORMALIZER_PAPER)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_scalars", &b->k_bc_scalars));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_reduce_kernel(plan, b, MHLA_KF_BACKWARD_CAUSAL_READOUT, "bc_dmixing",
-                                                           &b->k_bc_dmixing, &prog));
+    /* dMc below the diagonal: each sequence's <G_i, S_j> with the non-causal tiled product */
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
+                                                           heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dq", &b->k_bc_dq));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dkv", &b->k_bc_dkv));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
@@ -165,7 +168,9 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     const size_t tok[3] = {ch, (size_t)heads, entries};
     const size_t tile[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)), (size_t)heads,
                             entries};
-    const size_t slotx[3] = {(size_t)(c->dk * (c->dv + 1)), (size_t)heads, entries};
+    /* bc_mix: BWD_VW floats of a slot, for 4 entries (BC_MIX_T in kernels/backward_causal.cl) */
+    const size_t slotx[3] = {((size_t)(c->dk * (c->dv + 1)) + (size_t)b->tiles.bwd_vw - 1) / (size_t)b->tiles.bwd_vw,
+                             (size_t)heads, (entries + 3) / 4};
     size_t lws_mix[3];
     mhla__local_size_3d(ctx, b->k_bc_mix, slotx, (size_t)b->tiles.wg, lws_mix);
     cl_mem inv = b->inv ? b->inv : b->diag, r = b->r ? b->r : b->diag; /* unread without a normalizer */
@@ -257,18 +262,36 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_SET_ARG(st, ctx, kr, 11, nent);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, dext, dloc, 0, NULL, NULL, "bc_diag"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        const size_t mext[3] = {(size_t)b->tiles.bwd_wg * (size_t)lda, (size_t)lda, 1};
-        const size_t mloc[3] = {(size_t)b->tiles.bwd_wg, 1, 1};
-        kr = b->k_bc_dmixing;
+        /* <G_i, S_j> per sequence (its entries are consecutive, from its chunk 0), summed over the
+         * sequences in table order after the longest, whose product covers every row written */
+        const size_t x = heads * (size_t)c->dk * (size_t)(c->dv + 1);
+        size_t longest = 0;
+        for (size_t kk = 0; kk < entries; ++kk)
+            if (b->tab_host[kk * 8 + 2] == 0 && b->tab_host[kk * 8 + 4] > b->tab_host[longest * 8 + 4])
+                longest = kk;
+        const cl_int covered = b->tab_host[longest * 8 + 4];
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_g, b->slots_s, longest * x, x, dmixing,
+                                                         covered, lda, 0));
+        for (size_t kk = 0; kk < entries; ++kk) {
+            if (b->tab_host[kk * 8 + 2] != 0 || kk == longest)
+                continue;
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_g, b->slots_s, kk * x, x, dmixing,
+                                                             b->tab_host[kk * 8 + 4], lda, 1));
+        }
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        const size_t fext[3] = {(size_t)lda, (size_t)lda, 1};
+        size_t floc[3];
+        mhla__local_size_3d(ctx, b->k_bc_dmix_finish, fext, (size_t)b->tiles.wg, floc);
+        kr = b->k_bc_dmix_finish;
         MHLA_SET_ARG(st, ctx, kr, 0, tab);
-        MHLA_SET_ARG(st, ctx, kr, 1, b->slots_g);
-        MHLA_SET_ARG(st, ctx, kr, 2, b->slots_s);
-        MHLA_SET_ARG(st, ctx, kr, 3, b->diag);
-        MHLA_SET_ARG(st, ctx, kr, 4, dmixing);
-        MHLA_SET_ARG(st, ctx, kr, 5, lda);
-        MHLA_SET_ARG(st, ctx, kr, 6, heads);
-        MHLA_SET_ARG(st, ctx, kr, 7, nent);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "bc_dmixing"));
+        MHLA_SET_ARG(st, ctx, kr, 1, b->diag);
+        MHLA_SET_ARG(st, ctx, kr, 2, dmixing);
+        MHLA_SET_ARG(st, ctx, kr, 3, lda);
+        MHLA_SET_ARG(st, ctx, kr, 4, covered);
+        MHLA_SET_ARG(st, ctx, kr, 5, heads);
+        MHLA_SET_ARG(st, ctx, kr, 6, nent);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, fext, floc, 0, NULL, NULL, "bc_dmix_finish"));
     }
 cleanup:
     if (tab)

@@ -6,8 +6,28 @@
 #define BWD_VE 16 /* gradient-summary columns per work-item */
 #endif
 #define BWD_CT ((DV + 1 + BWD_VE - 1) / BWD_VE) /* column tiles of a Dk x (Dv+1) summary row */
-#ifndef BWD_WG
-#define BWD_WG 64 /* work-items of one dMc reduction (a power of two) */
+/* Non-causal read-outs and dMc (host/backward.c sets them from the device's row): the vector width,
+ * the widths that divide Dk and Dv, and tokens per work-item. The defaults are a build without the
+ * host's flags (the kernels' syntax check), as wide as the default DK and DV allow. */
+#ifndef BWD_VW
+#define BWD_VW 8
+#endif
+#ifndef BWD_VK
+#if DK % 8 == 0
+#define BWD_VK 8
+#else
+#define BWD_VK 1
+#endif
+#endif
+#ifndef BWD_VV
+#if DV % 8 == 0
+#define BWD_VV 8
+#else
+#define BWD_VV 1
+#endif
+#endif
+#ifndef BWD_RT
+#define BWD_RT 2
 #endif
 
 /* phi'(x) (SPEC.md "Backward"): 1 for x > 0 and 0 otherwise (relu, relu-eps), exp(x) for x <= 0
@@ -23,6 +43,27 @@ float feature_grad(const float x)
     return x > 0.0f ? 1.0f : exp(x);
 #endif
 }
+
+/* phi'(x) lane by lane. */
+#if FEATURE_MAP == 0
+#define FEATURE_GRAD_V(W, x) ((VEC(W))(1.0f))
+#elif FEATURE_MAP == 1 || FEATURE_MAP == 2
+#define FEATURE_GRAD_V(W, x) select((VEC(W))(0.0f), (VEC(W))(1.0f), (x) > (VEC(W))(0.0f))
+#else
+#define FEATURE_GRAD_V(W, x) select(exp(x), (VEC(W))(1.0f), (x) > (VEC(W))(0.0f))
+#endif
+
+/* The sum of a VEC(W)'s lanes, as a tree of halves (the same order on every device). Macros: on
+ * CPUs without AVX-512 a float16 function argument changes the calling convention (a warning). */
+#define BWD_HS_1(x) (x)
+#define BWD_HS_2(x) ((x).s0 + (x).s1)
+#define BWD_HS_4(x) BWD_HS_2((x).lo + (x).hi)
+#define BWD_HS_8(x) BWD_HS_4((x).lo + (x).hi)
+#define BWD_HS_16(x) BWD_HS_8((x).lo + (x).hi)
+#define BWD_HSUM(W, x) CAT(BWD_HS_, W)(x)
+
+#define BWD_NK (DK / BWD_VK) /* vectors of a Dk-wide row */
+#define BWD_NV (DV / BWD_VV) /* vectors of a Dv-wide row */
 
 /* ---- the causal backward's chunk table and slots (backward_causal*.cl) ---- */
 #define SC (DV + 1)

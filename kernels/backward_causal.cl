@@ -39,21 +39,75 @@ kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *r
         dst[c0 + c] = acc[c];
 }
 
-/* global: (DK * SC, H, entries). dst = sum over chunks u of the sequence, in order, of w(u) src_u:
- * `prefix` 1: P_i, w = Mc[i,u] for u < i; 0: dS_j, w = Mc[u,j] for u > j. */
+/* Entries per bc_mix work-item: each chunk slot it loads serves that many sums. */
+#define BC_MIX_T 4
+
+/* global: (ceil(DK * SC / BWD_VW), H, ceil(entries / BC_MIX_T)). For BC_MIX_T consecutive entries kk,
+ * BWD_VW floats x of dst(kk) = the sum over chunks u of kk's sequence, in order, of w(u) src_u:
+ * `prefix` 1: P_i, w = Mc[i,u] for u < i; 0: dS_j, w = Mc[u,j] for u > j. Entries of one sequence
+ * share its chunks' slots: when all of the work-item's do, each slot is loaded once for all. */
 kernel void bc_mix(global const float *restrict mix, const int lda, global const int *restrict tab,
                    global const float *restrict src, global float *restrict dst, const int heads, const int entries,
                    const int prefix)
 {
-    const int x = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (x >= DK * SC || h >= heads || kk >= entries)
+    const int x0 = (int)get_global_id(0) * BWD_VW, h = (int)get_global_id(1), kg = (int)get_global_id(2) * BC_MIX_T;
+    if (x0 >= DK * SC || h >= heads || kg >= entries)
         return;
-    const int i = ENT(kk, 2), base = ENT(kk, 3), nch = ENT(kk, 4);
-    float acc = 0.0f;
-    const int u0 = prefix ? 0 : i + 1, u1 = prefix ? i : nch;
-    for (int u = u0; u < u1; ++u)
-        acc += (prefix ? mix[(long)i * lda + u] : mix[(long)u * lda + i]) * src[bc_slot(base + u, h, heads) + x];
-    dst[bc_slot(kk, h, heads) + x] = acc;
+    const int lanes = min(BWD_VW, DK * SC - x0); /* the last vector of a slot may be partial */
+    int lo[BC_MIX_T], hi[BC_MIX_T], row[BC_MIX_T], shared = 1;
+    VEC(BWD_VW) acc[BC_MIX_T];
+    const int base = ENT(kg, 3);
+    #pragma unroll
+    for (int r = 0; r < BC_MIX_T; ++r) {
+        const int kk = min(kg + r, entries - 1), i = ENT(kk, 2);
+        lo[r] = prefix ? 0 : i + 1;
+        hi[r] = prefix ? i : ENT(kk, 4);
+        row[r] = i;
+        shared &= ENT(kk, 3) == base;
+        acc[r] = (VEC(BWD_VW))(0.0f);
+    }
+    int u0 = lo[0], u1 = hi[0];
+    #pragma unroll
+    for (int r = 1; r < BC_MIX_T; ++r)
+        u0 = min(u0, lo[r]), u1 = max(u1, hi[r]);
+    for (int u = u0; u < u1 && shared; ++u) {
+        global const float *sp = src + bc_slot(base + u, h, heads) + x0;
+        VEC(BWD_VW) sv;
+        if (lanes == BWD_VW) {
+            sv = VLOADN(BWD_VW, 0, sp);
+        } else {
+            float l[BWD_VW];
+            for (int c = 0; c < BWD_VW; ++c)
+                l[c] = c < lanes ? sp[c] : 0.0f;
+            sv = VLOADN(BWD_VW, 0, l);
+        }
+        #pragma unroll
+        for (int r = 0; r < BC_MIX_T; ++r)
+            if (u >= lo[r] && u < hi[r])
+                acc[r] += (prefix ? mix[(long)row[r] * lda + u] : mix[(long)u * lda + row[r]]) * sv;
+    }
+    for (int r = 0; r < BC_MIX_T && kg + r < entries; ++r) {
+        const int kk = kg + r, kbase = ENT(kk, 3);
+        if (!shared) { /* the entries span two sequences: each sums its own */
+            for (int u = lo[r]; u < hi[r]; ++u) {
+                global const float *sp = src + bc_slot(kbase + u, h, heads) + x0;
+                const float w = prefix ? mix[(long)row[r] * lda + u] : mix[(long)u * lda + row[r]];
+                float l[BWD_VW];
+                for (int c = 0; c < BWD_VW; ++c)
+                    l[c] = c < lanes ? sp[c] : 0.0f;
+                acc[r] += w * VLOADN(BWD_VW, 0, l);
+            }
+        }
+        global float *dp = dst + bc_slot(kk, h, heads) + x0;
+        if (lanes == BWD_VW) {
+            VSTOREN(BWD_VW, acc[r], 0, dp);
+        } else {
+            float l[BWD_VW];
+            VSTOREN(BWD_VW, acc[r], 0, l);
+            for (int c = 0; c < lanes; ++c)
+                dp[c] = l[c];
+        }
+    }
 }
 
 /* global: (C, H, entries), one token per work-item (paper normalizer): 1/den_t and

@@ -1,5 +1,5 @@
 /* Backward of causal MHLA, chunk form: the per-token read-outs dq, dk, dv, the diagonal terms of
- * dMc, and dMc reduced in a fixed order (the formulas: kernels/backward_causal.cl). */
+ * dMc, and dMc finished in a fixed order (the formulas: kernels/backward_causal.cl). */
 #include "common.h"
 #include "backward.h"
 
@@ -16,7 +16,7 @@ void bc_norm(global const float *invs, global const float *rs, const long at, fl
 #endif
 }
 
-/* global: (C, H, entries), one token t per work-item. */
+/* global: (C, H, entries), one token t per work-item; rows as vectors of BWD_VK / BWD_VV. */
 kernel void bc_dq(global const STORE_T *restrict q, global const STORE_T *restrict k,
                   global const STORE_T *restrict v, global const STORE_T *restrict dout,
                   global const float *restrict mix, const int lda, global const int *restrict tab,
@@ -30,31 +30,39 @@ kernel void bc_dq(global const STORE_T *restrict q, global const STORE_T *restri
         return;
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), t = t0 + s, i = ENT(kk, 2);
     const float mii = mix[(long)i * lda + i];
-    float inv, r, gt[DV], acc[DK];
+    float inv, r, a0[DK];
     bc_norm(invs, rs, (long)bh * g.n + t, &inv, &r);
     global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
-    for (int e = 0; e < DV; ++e)
-        gt[e] = LOADN(1, e, orow) * inv;
+    VEC(BWD_VV) gt[BWD_NV];
+    for (int j = 0; j < BWD_NV; ++j)
+        gt[j] = LOADN(BWD_VV, j, orow) * inv;
     global const float *p = P + bc_slot(kk, h, g.heads);
-    for (int d = 0; d < DK; ++d) {
-        float a = r * p[d * SC + DV];
-        for (int e = 0; e < DV; ++e)
-            a += p[d * SC + e] * gt[e];
-        acc[d] = a;
+    for (int d = 0; d < DK; ++d) { /* P_i g_t + r_t zP_i */
+        VEC(BWD_VV) a = (VEC(BWD_VV))(0.0f);
+        for (int j = 0; j < BWD_NV; ++j)
+            a += VLOADN(BWD_VV, j, p + d * SC) * gt[j];
+        a0[d] = r * p[d * SC + DV] + BWD_HSUM(BWD_VV, a);
     }
+    VEC(BWD_VK) acc[BWD_NK];
+    for (int j = 0; j < BWD_NK; ++j)
+        acc[j] = VLOADN(BWD_VK, j, a0);
     for (int u = t0; u <= t; ++u) {
-        const float w = mii * (bc_dot_v(v, g, bh, u, gt) + r);
+        global const STORE_T *vrow = v + row_offset(g, bh, u, DV);
         global const STORE_T *krow = k + row_offset(g, bh, u, DK);
-        for (int d = 0; d < DK; ++d)
-            acc[d] += w * feature(LOADN(1, d, krow), feature_eps);
+        VEC(BWD_VV) gv = (VEC(BWD_VV))(0.0f);
+        for (int j = 0; j < BWD_NV; ++j)
+            gv += LOADN(BWD_VV, j, vrow) * gt[j];
+        const float w = mii * (BWD_HSUM(BWD_VV, gv) + r);
+        for (int j = 0; j < BWD_NK; ++j)
+            acc[j] += w * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, krow), feature_eps);
     }
     global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
     global STORE_T *dqrow = dq + row_offset(g, bh, t, DK);
-    for (int d = 0; d < DK; ++d)
-        STOREN(1, acc[d] * scale * feature_grad(LOADN(1, d, qrow)), d, dqrow);
+    for (int j = 0; j < BWD_NK; ++j)
+        STOREN(BWD_VK, acc[j] * scale * FEATURE_GRAD_V(BWD_VK, LOADN(BWD_VK, j, qrow)), j, dqrow);
 }
 
-/* global: (C, H, entries), one token s per work-item. */
+/* global: (C, H, entries), one token s per work-item; rows as vectors of BWD_VK / BWD_VV. */
 kernel void bc_dkv(global const STORE_T *restrict q, global const STORE_T *restrict k,
                    global const STORE_T *restrict v, global const STORE_T *restrict dout,
                    global const float *restrict mix, const int lda, global const int *restrict tab,
@@ -66,50 +74,60 @@ kernel void bc_dkv(global const STORE_T *restrict q, global const STORE_T *restr
     const int s = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
     if (h >= g.heads || kk >= entries || s >= ENT(kk, 1))
         return;
-    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1), j = ENT(kk, 2), ts = t0 + s;
-    const float mjj = mix[(long)j * lda + j];
-    float kt[DK], vt[DV], adk[DK], adv[DV], qt[DK];
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1), j0 = ENT(kk, 2), ts = t0 + s;
+    const float mjj = mix[(long)j0 * lda + j0];
+    float kt[DK], a0[DK];
+    VEC(BWD_VK) kv[BWD_NK], adk[BWD_NK];
+    VEC(BWD_VV) vt[BWD_NV], adv[BWD_NV];
     global const STORE_T *krow = k + row_offset(g, bh, ts, DK);
     global const STORE_T *vrow = v + row_offset(g, bh, ts, DV);
-    for (int d = 0; d < DK; ++d)
-        kt[d] = feature(LOADN(1, d, krow), feature_eps);
-    for (int e = 0; e < DV; ++e)
-        vt[e] = LOADN(1, e, vrow);
+    for (int j = 0; j < BWD_NK; ++j) {
+        kv[j] = FEATURE_V(BWD_VK, LOADN(BWD_VK, j, krow), feature_eps);
+        VSTOREN(BWD_VK, kv[j], j, kt);
+    }
+    for (int j = 0; j < BWD_NV; ++j) {
+        vt[j] = LOADN(BWD_VV, j, vrow);
+        adv[j] = (VEC(BWD_VV))(0.0f);
+    }
     global const float *p = dS + bc_slot(kk, h, g.heads);
-    for (int d = 0; d < DK; ++d) {
-        float a = p[d * SC + DV];
-        for (int e = 0; e < DV; ++e)
-            a += p[d * SC + e] * vt[e];
-        adk[d] = a;
+    for (int d = 0; d < DK; ++d) { /* dS_j v_s + dz_j, and dS_j^T k~_s */
+        VEC(BWD_VV) a = (VEC(BWD_VV))(0.0f);
+        for (int j = 0; j < BWD_NV; ++j) {
+            const VEC(BWD_VV) row = VLOADN(BWD_VV, j, p + d * SC);
+            a += row * vt[j];
+            adv[j] += kt[d] * row;
+        }
+        a0[d] = p[d * SC + DV] + BWD_HSUM(BWD_VV, a);
     }
-    for (int e = 0; e < DV; ++e) {
-        float a = 0.0f;
-        for (int d = 0; d < DK; ++d)
-            a += p[d * SC + e] * kt[d];
-        adv[e] = a;
-    }
+    for (int j = 0; j < BWD_NK; ++j)
+        adk[j] = VLOADN(BWD_VK, j, a0);
     for (int u = ts; u < t0 + len; ++u) {
         float inv, r;
         bc_norm(invs, rs, (long)bh * g.n + u, &inv, &r);
-        bc_qt(q, g, bh, u, feature_eps, scale, qt);
         global const STORE_T *orow = dout + row_offset(g, bh, u, DV);
-        float gv = 0.0f, a = 0.0f;
-        for (int e = 0; e < DV; ++e)
-            gv += LOADN(1, e, orow) * vt[e];
-        for (int d = 0; d < DK; ++d)
-            a += qt[d] * kt[d];
-        const float w = mjj * (gv * inv + r), wa = mjj * a * inv;
-        for (int d = 0; d < DK; ++d)
-            adk[d] += w * qt[d];
-        for (int e = 0; e < DV; ++e)
-            adv[e] += wa * LOADN(1, e, orow);
+        global const STORE_T *qrow = q + row_offset(g, bh, u, DK);
+        VEC(BWD_VK) qv[BWD_NK], av = (VEC(BWD_VK))(0.0f);
+        VEC(BWD_VV) ov[BWD_NV], gv = (VEC(BWD_VV))(0.0f);
+        for (int j = 0; j < BWD_NV; ++j) {
+            ov[j] = LOADN(BWD_VV, j, orow);
+            gv += ov[j] * vt[j];
+        }
+        for (int j = 0; j < BWD_NK; ++j) {
+            qv[j] = scale * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qrow), feature_eps);
+            av += qv[j] * kv[j];
+        }
+        const float w = mjj * (BWD_HSUM(BWD_VV, gv) * inv + r), wa = mjj * BWD_HSUM(BWD_VK, av) * inv;
+        for (int j = 0; j < BWD_NK; ++j)
+            adk[j] += w * qv[j];
+        for (int j = 0; j < BWD_NV; ++j)
+            adv[j] += wa * ov[j];
     }
     global STORE_T *dkrow = dk + row_offset(g, bh, ts, DK);
     global STORE_T *dvrow = dv + row_offset(g, bh, ts, DV);
-    for (int d = 0; d < DK; ++d)
-        STOREN(1, adk[d] * feature_grad(LOADN(1, d, krow)), d, dkrow);
-    for (int e = 0; e < DV; ++e)
-        STOREN(1, adv[e], e, dvrow);
+    for (int j = 0; j < BWD_NK; ++j)
+        STOREN(BWD_VK, adk[j] * FEATURE_GRAD_V(BWD_VK, LOADN(BWD_VK, j, krow)), j, dkrow);
+    for (int j = 0; j < BWD_NV; ++j)
+        STOREN(BWD_VV, adv[j], j, dvrow);
 }
 
 /* global: (H, entries). diag[kk][h] = sum_{t in chunk, s <= t} (q~_t . k~_s)(g_t . v_s + r_t). */
@@ -124,51 +142,52 @@ kernel void bc_diag(global const STORE_T *restrict q, global const STORE_T *rest
     if (h >= g.heads || kk >= entries)
         return;
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
-    float qt[DK], gt[DV], acc = 0.0f;
+    float acc = 0.0f;
     for (int t = t0; t < t0 + len; ++t) {
         float inv, r;
         bc_norm(invs, rs, (long)bh * g.n + t, &inv, &r);
-        bc_qt(q, g, bh, t, feature_eps, scale, qt);
+        global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
         global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
-        for (int e = 0; e < DV; ++e)
-            gt[e] = LOADN(1, e, orow) * inv;
-        for (int u = t0; u <= t; ++u)
-            acc += bc_dot_k(k, g, bh, u, feature_eps, qt) * (bc_dot_v(v, g, bh, u, gt) + r);
+        VEC(BWD_VK) qv[BWD_NK];
+        VEC(BWD_VV) gt[BWD_NV];
+        for (int j = 0; j < BWD_NK; ++j)
+            qv[j] = scale * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qrow), feature_eps);
+        for (int j = 0; j < BWD_NV; ++j)
+            gt[j] = LOADN(BWD_VV, j, orow) * inv;
+        for (int u = t0; u <= t; ++u) {
+            global const STORE_T *krow = k + row_offset(g, bh, u, DK);
+            global const STORE_T *vrow = v + row_offset(g, bh, u, DV);
+            VEC(BWD_VK) a = (VEC(BWD_VK))(0.0f);
+            VEC(BWD_VV) b = (VEC(BWD_VV))(0.0f);
+            for (int j = 0; j < BWD_NK; ++j)
+                a += qv[j] * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, krow), feature_eps);
+            for (int j = 0; j < BWD_NV; ++j)
+                b += gt[j] * LOADN(BWD_VV, j, vrow);
+            acc += BWD_HSUM(BWD_VK, a) * (BWD_HSUM(BWD_VV, b) + r);
+        }
     }
     diag[(long)kk * g.heads + h] = acc;
 }
 
-/* global: (BWD_WG * R, R), local (BWD_WG, 1): group (j, i) writes dmix[i*R + j]: for j < i the sum
- * over the entries of chunk index i of <G_k, S_{k's chunk j}> (all heads), for j == i the sum of
- * their diagonal terms, else 0. The entries are visited in table order, each slot's floats split
- * over the group and added as a tree: no atomics. */
-kernel void bc_dmixing(global const int *restrict tab, global const float *restrict G, global const float *restrict S,
-                       global const float *restrict diag, global float *restrict dmix, const int R, const int heads,
-                       const int entries)
+/* global: (R, R). dMc of a causal plan, finished: below the diagonal, where the sequences' tiled
+ * products <G_i, S_j> (bwd_dmixing_part/_reduce, rows < covered) were written, kept; rows past the
+ * longest sequence's chunks 0; the diagonal the sum, in table order, of the entries of chunk index
+ * i of their heads' diagonal terms (bc_diag); 0 above it. */
+kernel void bc_dmix_finish(global const int *restrict tab, global const float *restrict diag,
+                           global float *restrict dmix, const int R, const int covered, const int heads,
+                           const int entries)
 {
-    local float part[BWD_WG];
-    const int lid = (int)get_local_id(0), j = (int)get_group_id(0), i = (int)get_global_id(1);
-    const int x = heads * DK * SC;
+    const int j = (int)get_global_id(0), i = (int)get_global_id(1);
+    if (j >= R || i >= R)
+        return;
     float acc = 0.0f;
-    for (int kk = 0; kk < entries && j <= i; ++kk) {
-        if (ENT(kk, 2) != i)
-            continue;
-        if (j == i) {
-            for (int h = lid; h < heads; h += BWD_WG)
-                acc += diag[(long)kk * heads + h];
-        } else {
-            global const float *a = G + bc_slot(kk, 0, heads), *b = S + bc_slot(ENT(kk, 3) + j, 0, heads);
-            for (int y = lid; y < x; y += BWD_WG)
-                acc += a[y] * b[y];
-        }
+    if (j < i) {
+        acc = i < covered ? dmix[(long)i * R + j] : 0.0f;
+    } else if (j == i) {
+        for (int kk = 0; kk < entries; ++kk)
+            if (ENT(kk, 2) == i)
+                for (int h = 0; h < heads; ++h)
+                    acc += diag[(long)kk * heads + h];
     }
-    part[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = BWD_WG / 2; w > 0; w >>= 1) {
-        if (lid < w)
-            part[lid] += part[lid + w];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0)
-        dmix[(long)i * R + j] = part[0];
+    dmix[(long)i * R + j] = acc;
 }

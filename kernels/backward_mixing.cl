@@ -1,9 +1,15 @@
 /* Backward of the mixing (SPEC.md "Backward"): Mc^T, which the forward's mixing GEMM multiplies
  * the gradient summaries by (dS_b = sum_i Mc[i,b] G_i), and dMc[i,b] = sum over batch, heads and
- * summary entries of A_i . B_b (<G_i, S_b>, plus the official normalizer's r_i . dots_b), one
- * work-item per entry summing in a fixed order: no atomics, bit-identical run to run. */
+ * summary entries of A_i . B_b (<G_i, S_b>, plus the official normalizer's r_i . dots_b). The sum
+ * is split into chunks of `len` floats (the host's: at least 1024, so that 2*M rows of a chunk stay
+ * in cache, and at least M, so that the partial sums, chunks x M x M floats, are no larger than a
+ * summary row times M): each work-item takes a BWD_TM x BWD_TM tile of (i, b) over one chunk, and
+ * bwd_dmixing_reduce adds the chunks' partial sums in chunk order. Every sum
+ * has a fixed order and no atomics are used: bit-identical run to run. */
 #include "common.h"
 #include "backward.h"
+
+#define BWD_TM 4 /* rows of A (and of B) per work-item: BWD_TM^2 accumulator vectors of BWD_VW */
 
 /* global: (M, M). dst[b][i] = src[i][b], both M x M with leading dimension lda. */
 kernel void bwd_transpose(global const float *restrict src, global float *restrict dst, const int m, const int lda)
@@ -13,23 +19,65 @@ kernel void bwd_transpose(global const float *restrict src, global float *restri
         dst[b * m + i] = src[(long)i * lda + b];
 }
 
-/* global: (cols, rows): work-item (b, i) writes out[i*ldo + b] (+= when accumulate) = sum_x a[i*x + ..]
- * * bm[b*x + ..] over x floats of row i of a and row b of bm, 8 lanes at a time in order, the lanes
- * added last: a fixed order whatever the launch. */
-kernel void bwd_dmixing(global const float *restrict a, global const float *restrict bm, global float *restrict out,
-                        const long x, const int rows, const int ldo, const int accumulate)
+/* global: (ceil(rows/BWD_TM), ceil(rows/BWD_TM), chunks). part[(c*rows + i)*rows + b] = sum of
+ * a[i][x] * bm[b][x] over chunk c's x (rows of x floats from `off`), lanes added last in lane order. Rows past
+ * the last repeat it (their sums are not stored), so every work-item runs the same loop. */
+kernel void bwd_dmixing_part(global const float *restrict a_arg, global const float *restrict bm_arg,
+                             global float *restrict part, const long x, const int rows, const long len,
+                             const long off)
+{
+    global const float *a = a_arg + off, *bm = bm_arg + off; /* a causal plan's sequence: its first slot */
+    const int b0 = (int)get_global_id(0) * BWD_TM, i0 = (int)get_global_id(1) * BWD_TM, c = (int)get_global_id(2);
+    if (b0 >= rows || i0 >= rows)
+        return;
+    const long x0 = (long)c * len, x1 = min(x0 + len, x);
+    global const float *ar[BWD_TM], *br[BWD_TM];
+    VEC(BWD_VW) acc[BWD_TM][BWD_TM];
+    #pragma unroll
+    for (int r = 0; r < BWD_TM; ++r) {
+        ar[r] = a + (long)min(i0 + r, rows - 1) * x + x0;
+        br[r] = bm + (long)min(b0 + r, rows - 1) * x + x0;
+        #pragma unroll
+        for (int s = 0; s < BWD_TM; ++s)
+            acc[r][s] = (VEC(BWD_VW))(0.0f);
+    }
+    const int nvec = (int)((x1 - x0) / BWD_VW);
+    for (int j = 0; j < nvec; ++j) {
+        VEC(BWD_VW) av[BWD_TM], bv[BWD_TM];
+        #pragma unroll
+        for (int r = 0; r < BWD_TM; ++r) {
+            av[r] = VLOADN(BWD_VW, j, ar[r]);
+            bv[r] = VLOADN(BWD_VW, j, br[r]);
+        }
+        #pragma unroll
+        for (int r = 0; r < BWD_TM; ++r)
+            #pragma unroll
+            for (int s = 0; s < BWD_TM; ++s)
+                acc[r][s] += av[r] * bv[s];
+    }
+    for (int r = 0; r < BWD_TM && i0 + r < rows; ++r)
+        for (int s = 0; s < BWD_TM && b0 + s < rows; ++s) {
+            float l[BWD_VW];
+            VSTOREN(BWD_VW, acc[r][s], 0, l);
+            float sum = 0.0f;
+            for (int u = 0; u < BWD_VW; ++u)
+                sum += l[u];
+            for (long j = x0 + (long)nvec * BWD_VW; j < x1; ++j)
+                sum += ar[r][j - x0] * br[s][j - x0];
+            part[((long)c * rows + i0 + r) * rows + b0 + s] = sum;
+        }
+}
+
+/* global: (M, M): out[i*ldo + b] (+= when accumulate) = the sum of the chunks' partial sums, in
+ * chunk order. */
+kernel void bwd_dmixing_reduce(global const float *restrict part, global float *restrict out, const int rows,
+                               const int chunks, const int ldo, const int accumulate)
 {
     const int b = (int)get_global_id(0), i = (int)get_global_id(1);
     if (b >= rows || i >= rows)
         return;
-    global const float *ar = a + (long)i * x;
-    global const float *br = bm + (long)b * x;
-    float8 acc = (float8)(0.0f);
-    const long x8 = x / 8;
-    for (long j = 0; j < x8; ++j)
-        acc += vload8(j, ar) * vload8(j, br);
-    float sum = ((acc.s0 + acc.s1) + (acc.s2 + acc.s3)) + ((acc.s4 + acc.s5) + (acc.s6 + acc.s7));
-    for (long j = x8 * 8; j < x; ++j)
-        sum += ar[j] * br[j];
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; ++c)
+        sum += part[((long)c * rows + i) * rows + b];
     out[(long)i * ldo + b] = accumulate ? out[(long)i * ldo + b] + sum : sum;
 }

@@ -1,18 +1,112 @@
 /* Backward of non-causal MHLA, the per-token read-outs (SPEC.md "Backward"):
- *   dq_t = scale phi'(q_t) * (S~_i g_t + r_t z~_i [+ R_{i,p} z_i, official]),   g_t = dO_t / den_t
+ *   u_t  = S~_i dO_t,  den_t = q~_t . z~_i (+ eps),  r_t = dL/dden_t = -(q~_t . u_t) / den_t^2
+ *   dq_t = scale phi'(q_t) * (u_t / den_t + r_t z~_i [paper] + R_{i,p} z_i [official])
  *   dk_s = phi'(k_s) * (dS_b v_s + dz_b),  dv_s = dS_b^T k~_s                      (s in block b)
- * with S~ the forward's mixed summaries and dS = Mc^T G the mixed gradient summaries. The products
- * with the summaries are the forward's read-out kernel's (kernels/output.cl, built with the head
- * dimensions swapped for S x): these kernels finish them per token. */
+ * with S~ the forward's mixed summaries and dS = Mc^T G the mixed gradient summaries. Each
+ * work-item keeps BWD_RT tokens' whole gradient rows in registers (BWD_RT x Dk/BWD_VK vectors), so
+ * the per-token terms (den_t, r_t, phi', the z columns) are applied before anything is stored: one
+ * pass over the tokens per gradient, no per-token finishing pass. BWD_RT, BWD_VK and BWD_VV are the
+ * host's (host/backward.c: at most 16 accumulator vectors). */
 #include "common.h"
 #include "backward.h"
 
-/* global: (Nb, B*H, M), one token per work-item. dq holds u_t = S~_i dO_t (the read-out kernel's);
- * it becomes scale phi'(q) (u inv + r z~_i [paper] + R z_i [official]). */
-kernel void bwd_dq_finish(global const STORE_T *restrict q, global STORE_T *restrict dq,
-                          global const float *restrict mixed, global const float *restrict summary,
-                          global const float *restrict invs, global const float *restrict rs,
-                          global const float *restrict rmix, const mhla_grid g_arg, const float scale)
+/* The transposed summary of (blk, bh): Dv rows of Dk floats (bwd_transpose_summary's layout). */
+global const float *bwd_tsum_rows(global const float *tsum, const mhla_grid g, const int blk, const int bh)
+{
+    return tsum + (long)blk * g.bh * DV * (DK + 1) + (long)bh * DV * DK;
+}
+
+/* global: (ceil(Nb / BWD_RT), B*H, M). From dO: u = S~_i dO_t over the transposed mixed summaries,
+ * then per token 1/den_t and r_t (r_t kept in r_out at ((i*BH + bh)*Nb + p), the official
+ * normalizer's dots layout, so that the mixing GEMM can carry it back), dq_t (the official
+ * normalizer's R z_i term is added by bwd_dq_official once R is known) and y_t = scale dO_t / den_t
+ * (into `y`, a tensor shaped like dO: the caller's dv, written over later), from which the forward's
+ * summary kernel makes the gradient summaries G_i = sum_t phi(q_t) y_t^T. Without a normalizer
+ * den_t = 1 and r_t = 0. */
+kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_T *restrict dout,
+                           global const float *restrict tsum, global const float *restrict mixed,
+                           global const float *restrict den, global STORE_T *restrict dq, global STORE_T *restrict y,
+                           global float *restrict r_out, const mhla_grid g_arg,
+                           const float feature_eps, const float scale, const float eps)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int p0 = (int)get_global_id(0) * BWD_RT, bh = (int)get_global_id(1), blk = (int)get_global_id(2);
+    if (p0 >= g.nb || bh >= g.bh || blk >= g.m) /* the launch is rounded up to whole groups */
+        return;
+    global const float *st = bwd_tsum_rows(tsum, g, blk, bh);
+    global const float *zt = mixed + summary_z_offset(g.bh, blk, bh);
+    const long qb = row_base(g, bh, DK), ob = row_base(g, bh, DV), qs = row_stride(g, DK), os = row_stride(g, DV);
+    int tok[BWD_RT];
+    VEC(BWD_VK) acc[BWD_RT][BWD_NK];
+    token_walk w = walk_begin(g, blk, p0);
+    #pragma unroll
+    for (int r = 0; r < BWD_RT; ++r) {
+        tok[r] = w.t;
+        #pragma unroll
+        for (int j = 0; j < BWD_NK; ++j)
+            acc[r][j] = (VEC(BWD_VK))(0.0f);
+        if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
+            walk_next(g, &w);
+    }
+    for (int e = 0; e < DV; ++e) {
+        VEC(BWD_VK) sv[BWD_NK];
+        #pragma unroll
+        for (int j = 0; j < BWD_NK; ++j)
+            sv[j] = VLOADN(BWD_VK, j, st + (long)e * DK);
+        #pragma unroll
+        for (int r = 0; r < BWD_RT; ++r) {
+            const float x = LOADN(1, e, dout + ob + tok[r] * os);
+            #pragma unroll
+            for (int j = 0; j < BWD_NK; ++j)
+                acc[r][j] += x * sv[j];
+        }
+    }
+    const long at = ((long)blk * g.bh + bh) * g.nb + p0;
+    for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r) {
+        global const STORE_T *qrow = q + qb + tok[r] * qs;
+        float inv = 1.0f, rr = 0.0f;
+        (void)rr;
+#if NORMALIZER != 2
+        VEC(BWD_VK) dnv = (VEC(BWD_VK))(0.0f), odv = (VEC(BWD_VK))(0.0f);
+        #pragma unroll
+        for (int j = 0; j < BWD_NK; ++j) {
+            const VEC(BWD_VK) qt = scale * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qrow), feature_eps);
+            dnv += qt * VLOADN(BWD_VK, j, zt);
+            odv += qt * acc[r][j];
+        }
+        float dn = BWD_HSUM(BWD_VK, dnv);
+        const float od = BWD_HSUM(BWD_VK, odv);
+#if NORMALIZER == 1
+        dn = den[at + r];
+#endif
+        inv = 1.0f / (dn + eps);
+        rr = -od * inv * inv;
+        r_out[at + r] = rr;
+#endif
+        global STORE_T *dqrow = dq + qb + tok[r] * qs;
+        #pragma unroll
+        for (int j = 0; j < BWD_NK; ++j) {
+            const VEC(BWD_VK) x = LOADN(BWD_VK, j, qrow);
+            VEC(BWD_VK) d = acc[r][j] * inv;
+#if NORMALIZER == 0
+            d += rr * VLOADN(BWD_VK, j, zt);
+#endif
+            STOREN(BWD_VK, scale * FEATURE_GRAD_V(BWD_VK, x) * d, j, dqrow);
+        }
+        global const STORE_T *orow = dout + ob + tok[r] * os;
+        global STORE_T *yrow = y + ob + tok[r] * os;
+        const float wt = scale * inv;
+        for (int j = 0; j < BWD_NV; ++j)
+            STOREN(BWD_VV, LOADN(BWD_VV, j, orow) * wt, j, yrow);
+    }
+    (void)den, (void)r_out, (void)eps, (void)at, (void)zt;
+}
+
+/* global: (Nb, B*H, M), one token per work-item; official normalizer only. dq += scale phi'(q) R z_i
+ * with R = (Mc^T r)_{i,p} (rmix, the dots layout) and z_i the block's unmixed key sum. */
+kernel void bwd_dq_official(global const STORE_T *restrict q, global STORE_T *restrict dq,
+                            global const float *restrict summary, global const float *restrict rmix,
+                            const mhla_grid g_arg, const float scale)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     const int p = (int)get_global_id(0), bh = (int)get_global_id(1), blk = (int)get_global_id(2);
@@ -21,39 +115,92 @@ kernel void bwd_dq_finish(global const STORE_T *restrict q, global STORE_T *rest
     const int t = token_of(g, blk, p);
     global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
     global STORE_T *dqrow = dq + row_offset(g, bh, t, DK);
-    const long at = ((long)blk * g.bh + bh) * g.nb + p;
-#if NORMALIZER == 2
-    const float inv = 1.0f, rz = 0.0f;
-    global const float *z = mixed;
-    (void)invs, (void)rs, (void)rmix, (void)summary, (void)at;
-#elif NORMALIZER == 0
-    const float inv = invs[at], rz = rs[at];
-    global const float *z = mixed + summary_z_offset(g.bh, blk, bh);
-    (void)rmix, (void)summary;
-#else
-    const float inv = invs[at], rz = rmix[at];
     global const float *z = summary + summary_z_offset(g.bh, blk, bh);
-    (void)rs, (void)mixed;
-#endif
-    for (int d = 0; d < DK; ++d) {
-        const float acc = LOADN(1, d, dqrow) * inv + (NORMALIZER == 2 ? 0.0f : rz * z[min(d, DK - 1)]);
-        STOREN(1, acc * scale * feature_grad(LOADN(1, d, qrow)), d, dqrow);
+    const float w = scale * rmix[((long)blk * g.bh + bh) * g.nb + p];
+    #pragma unroll
+    for (int j = 0; j < BWD_NK; ++j) {
+        const VEC(BWD_VK) x = LOADN(BWD_VK, j, qrow);
+        const VEC(BWD_VK) d = LOADN(BWD_VK, j, dqrow) + w * FEATURE_GRAD_V(BWD_VK, x) * VLOADN(BWD_VK, j, z);
+        STOREN(BWD_VK, d, j, dqrow);
     }
 }
 
-/* global: (Nb, B*H, M), one token per work-item. dk holds dS_b v_s (the read-out kernel's); it
- * becomes phi'(k) (dS_b v_s + dz_b). */
-kernel void bwd_dk_finish(global const STORE_T *restrict k, global STORE_T *restrict dk,
-                          global const float *restrict dsum, const mhla_grid g_arg)
+/* global: (ceil(Nb / BWD_RT), B*H, M). For the tokens s of block b: dv_s = dS_b^T k~_s from dS's
+ * rows, then dk_s = phi'(k_s) (dS_b v_s + dz_b) from the transposed dS (tsum) and dS's z column. */
+kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                            global const float *restrict dsum, global const float *restrict tsum,
+                            global STORE_T *restrict dk, global STORE_T *restrict dv, const mhla_grid g_arg,
+                            const float feature_eps)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int p = (int)get_global_id(0), bh = (int)get_global_id(1), blk = (int)get_global_id(2);
-    if (p >= g.nb || bh >= g.bh || blk >= g.m) /* the launch is rounded up to whole groups */
+    const int p0 = (int)get_global_id(0) * BWD_RT, bh = (int)get_global_id(1), blk = (int)get_global_id(2);
+    if (p0 >= g.nb || bh >= g.bh || blk >= g.m) /* the launch is rounded up to whole groups */
         return;
-    const int t = token_of(g, blk, p);
-    global const STORE_T *krow = k + row_offset(g, bh, t, DK);
-    global STORE_T *dkrow = dk + row_offset(g, bh, t, DK);
-    global const float *z = dsum + summary_z_offset(g.bh, blk, bh);
-    for (int d = 0; d < DK; ++d)
-        STOREN(1, (LOADN(1, d, dkrow) + z[d]) * feature_grad(LOADN(1, d, krow)), d, dkrow);
+    const long kb = row_base(g, bh, DK), vb = row_base(g, bh, DV), ks = row_stride(g, DK), vs = row_stride(g, DV);
+    int tok[BWD_RT];
+    token_walk w = walk_begin(g, blk, p0);
+    #pragma unroll
+    for (int r = 0; r < BWD_RT; ++r) {
+        tok[r] = w.t;
+        if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
+            walk_next(g, &w);
+    }
+    {
+        VEC(BWD_VV) acc[BWD_RT][BWD_NV];
+        #pragma unroll
+        for (int r = 0; r < BWD_RT; ++r)
+            #pragma unroll
+            for (int j = 0; j < BWD_NV; ++j)
+                acc[r][j] = (VEC(BWD_VV))(0.0f);
+        global const float *s = dsum + summary_s_offset(g.bh, blk, bh, 0);
+        for (int d = 0; d < DK; ++d) {
+            VEC(BWD_VV) sv[BWD_NV];
+            #pragma unroll
+            for (int j = 0; j < BWD_NV; ++j)
+                sv[j] = VLOADN(BWD_VV, j, s + (long)d * DV);
+            #pragma unroll
+            for (int r = 0; r < BWD_RT; ++r) {
+                const float x = feature(LOADN(1, d, k + kb + tok[r] * ks), feature_eps);
+                #pragma unroll
+                for (int j = 0; j < BWD_NV; ++j)
+                    acc[r][j] += x * sv[j];
+            }
+        }
+        for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r)
+            #pragma unroll
+            for (int j = 0; j < BWD_NV; ++j)
+                STOREN(BWD_VV, acc[r][j], j, dv + vb + tok[r] * vs);
+    }
+    {
+        VEC(BWD_VK) acc[BWD_RT][BWD_NK];
+        #pragma unroll
+        for (int r = 0; r < BWD_RT; ++r)
+            #pragma unroll
+            for (int j = 0; j < BWD_NK; ++j)
+                acc[r][j] = (VEC(BWD_VK))(0.0f);
+        global const float *st = bwd_tsum_rows(tsum, g, blk, bh);
+        for (int e = 0; e < DV; ++e) {
+            VEC(BWD_VK) sv[BWD_NK];
+            #pragma unroll
+            for (int j = 0; j < BWD_NK; ++j)
+                sv[j] = VLOADN(BWD_VK, j, st + (long)e * DK);
+            #pragma unroll
+            for (int r = 0; r < BWD_RT; ++r) {
+                const float x = LOADN(1, e, v + vb + tok[r] * vs);
+                #pragma unroll
+                for (int j = 0; j < BWD_NK; ++j)
+                    acc[r][j] += x * sv[j];
+            }
+        }
+        global const float *dz = dsum + summary_z_offset(g.bh, blk, bh);
+        for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r) {
+            global const STORE_T *krow = k + kb + tok[r] * ks;
+            #pragma unroll
+            for (int j = 0; j < BWD_NK; ++j) {
+                const VEC(BWD_VK) x = LOADN(BWD_VK, j, krow);
+                STOREN(BWD_VK, (acc[r][j] + VLOADN(BWD_VK, j, dz)) * FEATURE_GRAD_V(BWD_VK, x), j,
+                       dk + kb + tok[r] * ks);
+            }
+        }
+    }
 }

@@ -1516,8 +1516,8 @@ static void test_grad(void **state)
 
     char env_off[700];
     snprintf(env_off, sizeof env_off, "MHLA_KERNEL_DIR=%s",
-             kernel_variant("off", "backward_readout.cl", "feature_grad(LOADN(1, d, krow)), d, dkrow);",
-                            "feature_grad(LOADN(1, d, krow)) * 1.01f, d, dkrow);"));
+             kernel_variant("off", "backward_readout.cl", "* FEATURE_GRAD_V(BWD_VK, x), j,",
+                            "* FEATURE_GRAD_V(BWD_VK, x) * 1.01f, j,"));
     const char *env[] = {env_off, NULL};
     r = MHLA_ENV(env, "grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do.npy", "--dq", "dq.npy",
                  "--dk", "dk.npy", "--dv", "dv.npy", "--blocks", "4", "--check");
@@ -1579,7 +1579,7 @@ static void test_signal_removes_temporary(void **state)
 }
 
 /* `mhla grad` holds several temporaries (dq, dk, dv, dmixing): a signal while it works removes
- * all of them. The dk finishing kernel is made to spin, so that the process is still at work
+ * all of them. The dk read-out kernel is made to spin, so that the process is still at work
  * whenever the signal comes. */
 static void test_grad_signal_removes_temporaries(void **state)
 {
@@ -1587,8 +1587,8 @@ static void test_grad_signal_removes_temporaries(void **state)
     tensors t = make_inputs(1, 16, 1, 4, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
     char env_spin[700];
     snprintf(env_spin, sizeof env_spin, "MHLA_KERNEL_DIR=%s",
-             kernel_variant("spin", "backward_readout.cl", "feature_grad(LOADN(1, d, krow)), d, dkrow);",
-                            "feature_grad(LOADN(1, d, krow)) * spin_forever(), d, dkrow);"));
+             kernel_variant("spin", "backward_readout.cl", "* FEATURE_GRAD_V(BWD_VK, x), j,",
+                            "* FEATURE_GRAD_V(BWD_VK, x) * spin_forever(), j,"));
     /* spin_forever() itself, ahead of the kernels that call it */
     char path[1024];
     snprintf(path, sizeof path, "%s/spin/backward_readout.cl", dir);
