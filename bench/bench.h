@@ -27,6 +27,9 @@ typedef enum bench_op_id {
     BENCH_OP_MHLA_BWD,
     BENCH_OP_LINEAR_BWD,
     BENCH_OP_MHLA_CAUSAL_BWD,
+    /* mhla-bwd right after the forward of the same buffers, the forward's summaries kept
+     * (mhla_plan_save_for_backward), as a training step runs them */
+    BENCH_OP_MHLA_BWD_SAVED,
     BENCH_OP_COUNT
 } bench_op_id;
 

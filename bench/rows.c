@@ -104,7 +104,7 @@ void bench_fill_ratios(bench_row *rows, size_t count)
         if (!bench_row_has_time(r))
             continue;
         const int self = r->status == BENCH_STATUS_ESTIMATED;
-        const bench_op_id fwd = r->op == BENCH_OP_MHLA_BWD          ? BENCH_OP_MHLA
+        const bench_op_id fwd = r->op == BENCH_OP_MHLA_BWD || r->op == BENCH_OP_MHLA_BWD_SAVED ? BENCH_OP_MHLA
                                 : r->op == BENCH_OP_LINEAR_BWD        ? BENCH_OP_LINEAR
                                 : r->op == BENCH_OP_MHLA_CAUSAL_BWD ? BENCH_OP_MHLA_CAUSAL
                                                                       : BENCH_OP_COUNT;
@@ -159,7 +159,7 @@ void bench_blocks_label(const bench_row *r, char *buf, size_t size)
 {
     const bench_shape *s = &r->shape;
     if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR && r->op != BENCH_OP_BLAS && r->op != BENCH_OP_MHLA_BWD &&
-        r->op != BENCH_OP_LINEAR_BWD && !s->chunk)
+        r->op != BENCH_OP_LINEAR_BWD && r->op != BENCH_OP_MHLA_BWD_SAVED && !s->chunk)
         snprintf(buf, size, "-");
     else if (s->bt > 1 && bench_shape_is_2d(s))
         snprintf(buf, size, "%lldx%lldx%lld", (long long)s->bt, (long long)s->bh, (long long)s->bw);

@@ -30,9 +30,9 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
 
 /* The order of a shape's rows: MHLA beside its two baselines on the same blocks (linear, blas), then
  * softmax and the causal chunk form. */
-static const bench_op_id shape_ops[] = {BENCH_OP_MHLA,     BENCH_OP_LINEAR,       BENCH_OP_BLAS,
-                                        BENCH_OP_SOFTMAX,  BENCH_OP_MHLA_CAUSAL,  BENCH_OP_MHLA_BWD,
-                                        BENCH_OP_LINEAR_BWD, BENCH_OP_MHLA_CAUSAL_BWD};
+static const bench_op_id shape_ops[] = {BENCH_OP_MHLA,           BENCH_OP_LINEAR,        BENCH_OP_BLAS,
+                                        BENCH_OP_SOFTMAX,        BENCH_OP_MHLA_CAUSAL,   BENCH_OP_MHLA_BWD,
+                                        BENCH_OP_MHLA_BWD_SAVED, BENCH_OP_LINEAR_BWD,    BENCH_OP_MHLA_CAUSAL_BWD};
 
 /* The rows of one shape, written at rows[count...] when rows is not NULL: the mhla rows (one per M
  * of --m, or the rule's M), then linear, blas (one per M, as mhla), softmax, and on 1D shapes
@@ -45,7 +45,8 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
         if (!(o->ops & (1u << op)) || (bench_shape_is_2d(s) && bench_op_get(op)->one_d_only))
             continue;
         /* on MHLA's block grid */
-        const int blocked = op == BENCH_OP_MHLA || op == BENCH_OP_BLAS || op == BENCH_OP_MHLA_BWD;
+        const int blocked =
+            op == BENCH_OP_MHLA || op == BENCH_OP_BLAS || op == BENCH_OP_MHLA_BWD || op == BENCH_OP_MHLA_BWD_SAVED;
         const int chunked = op == BENCH_OP_MHLA_CAUSAL || op == BENCH_OP_MHLA_CAUSAL_BWD;
         const size_t variants = blocked && o->m_count ? o->m_count : chunked ? o->chunk_count : 1;
         for (size_t v = 0; v < variants; ++v, ++count) {

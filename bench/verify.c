@@ -26,13 +26,15 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
 {
     bench_shape v = *s;
     const int64_t n = bench_shape_n(s);
-    const int bwd = op == BENCH_OP_MHLA_BWD || op == BENCH_OP_LINEAR_BWD || op == BENCH_OP_MHLA_CAUSAL_BWD;
+    const int bwd = op == BENCH_OP_MHLA_BWD || op == BENCH_OP_LINEAR_BWD || op == BENCH_OP_MHLA_CAUSAL_BWD ||
+                    op == BENCH_OP_MHLA_BWD_SAVED;
     const int64_t tokens = bwd ? VERIFY_BWD_TOKENS : VERIFY_TOKENS;
     switch (op) {
     case BENCH_OP_MHLA:
     case BENCH_OP_LINEAR:
     case BENCH_OP_BLAS: /* the same block grid, smaller blocks */
     case BENCH_OP_MHLA_BWD:
+    case BENCH_OP_MHLA_BWD_SAVED:
     case BENCH_OP_LINEAR_BWD:
         if (bench_shape_is_2d(s)) {
             const int64_t side = max64(1, (int64_t)floor(sqrt((double)tokens / (double)(s->bh * s->bw))));
@@ -329,7 +331,8 @@ void bench_verify_op(mhla_context *ctx, const bench_options *o, const bench_op *
         return;
     c.ctx = ctx, c.in = &d.in;
     r->verify_n = bench_shape_n(&v);
-    const int bwd = r->op == BENCH_OP_MHLA_BWD || r->op == BENCH_OP_LINEAR_BWD || r->op == BENCH_OP_MHLA_CAUSAL_BWD;
+    const int bwd = r->op == BENCH_OP_MHLA_BWD || r->op == BENCH_OP_LINEAR_BWD || r->op == BENCH_OP_MHLA_CAUSAL_BWD ||
+                    r->op == BENCH_OP_MHLA_BWD_SAVED;
     r->verify_tolerance = bwd ? mhla_reference_backward_tolerance(MHLA_DTYPE_F32)
                               : mhla_reference_tolerance(MHLA_DTYPE_F32, bench_shape_n(&v));
     if ((st = data_make(ctx, &v, o->seed + 0x5EED, &d)) == MHLA_OK && (st = op->create(&c, &v)) == MHLA_OK) {

@@ -242,15 +242,26 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     cl_mem den = official ? plan->den : plan->mixed;
 
     /* The forward's summaries and their mixtures (and the official normalizer's dots and
-     * denominators), recomputed with its own stages. */
-    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    if (official) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
+     * denominators): kept from the plan's last forward of these buffers when the caller asked for
+     * that (mhla_plan_save_for_backward), else recomputed with the forward's own stages. */
+    const int reuse = plan->saved && plan->saved_in[0] == q && plan->saved_in[1] == k && plan->saved_in[2] == v &&
+                      plan->saved_in[3] == mixing;
+    if (reuse) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        if (num_wait)
+            MHLA_CL_TRY(st, ctx, clEnqueueBarrierWithWaitList(ctx->queue, num_wait, wait, NULL),
+                        "clEnqueueBarrierWithWaitList");
+    } else {
+        plan->saved = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        if (official) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        }
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 
     /* dq, r_t and y_t = scale dO_t / den_t (into dv) from u_t = S~_i dO_t, in one read-out */
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed));

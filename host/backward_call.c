@@ -134,6 +134,7 @@ static mhla_status run_host(mhla_plan *plan, const char *fn, const void *const i
         dev[i] = *slot;
     }
     enqueued = 1;
+    plan->saved = 0; /* the forward's staging buffers get new contents */
     for (int i = 0; i <= IN_DOUT; ++i)
         MHLA_CL_TRY(st, ctx, clEnqueueWriteBuffer(ctx->queue, dev[i], CL_FALSE, 0, buf_bytes(plan, i), in[i], 0,
                                                   NULL, NULL),
@@ -172,4 +173,16 @@ mhla_status mhla_backward_varlen_host(mhla_plan *plan, const void *q, const void
     if (plan && !cu_seqlens)
         return mhla__fail(plan->ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_backward_varlen_host: cu_seqlens is NULL");
     return run_host(plan, "mhla_backward_varlen_host", in, out, cu_seqlens, num_seqs);
+}
+
+mhla_status mhla_plan_save_for_backward(mhla_plan *plan, int enable)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_save_for_backward: plan is NULL");
+    MHLA_FAIL_IF(st, enable != 0 && enable != 1, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_plan_save_for_backward: enable is %d (0 or 1)", enable);
+    plan->save_for_backward = enable;
+    plan->saved = 0; /* from the next forward on */
+cleanup:
+    return st;
 }

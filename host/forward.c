@@ -138,6 +138,7 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
         goto cleanup;
     }
 
+    plan->saved = 0;
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
@@ -150,6 +151,10 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));
     MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, out, done));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[3]));
+    if (plan->save_for_backward) { /* for the next mhla_backward() of these buffers */
+        plan->saved = 1;
+        plan->saved_in[0] = q, plan->saved_in[1] = k, plan->saved_in[2] = v, plan->saved_in[3] = mixing;
+    }
 cleanup:
     return st;
 }
@@ -213,6 +218,7 @@ mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, c
     else
         MHLA_FORWARD_IF_ERROR(st, mhla_forward(plan, sb[MHLA_TENSOR_Q], sb[MHLA_TENSOR_K], sb[MHLA_TENSOR_V],
                                                sb[MHLA_TENSOR_MIXING], sb[MHLA_TENSOR_OUT], 0, NULL, NULL));
+    plan->saved = 0; /* the staging buffers are rewritten by the next host call: nothing to keep */
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_CL_TRY(st, ctx,
                 clEnqueueReadBuffer(ctx->queue, plan->stage[MHLA_TENSOR_OUT], CL_TRUE, 0,

@@ -374,6 +374,10 @@ struct mhla_plan {
     struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (host/causal.c) */
     struct mhla_shard *shard;        /* shard plans: the whole sequence and the exchange (host/shard.c) */
     struct mhla_bwd *bwd;            /* mhla_backward's kernels and workspace, made on first use */
+    /* mhla_plan_save_for_backward(): summary, mixed (dots, den) hold what the last mhla_forward()
+     * computed from saved_in (q, k, v, mixing) while `saved` is 1; every other writer clears it */
+    int save_for_backward, saved;
+    cl_mem saved_in[4];
 };
 
 /* A shard plan's view of the whole sequence (host/shard.c). The plan's cfg and shape are the

@@ -28,9 +28,9 @@ kernel void bwd_dmixing_part(global const float *restrict a_arg, global const fl
 {
     global const float *a = a_arg + off, *bm = bm_arg + off; /* a causal plan's sequence: its first slot */
     const int b0 = (int)get_global_id(0) * BWD_TM, i0 = (int)get_global_id(1) * BWD_TM, c = (int)get_global_id(2);
-    if (b0 >= rows || i0 >= rows)
-        return;
     const long x0 = (long)c * len, x1 = min(x0 + len, x);
+    if (b0 >= rows || i0 >= rows || x0 >= x) /* the launch is rounded up to whole groups */
+        return;
     global const float *ar[BWD_TM], *br[BWD_TM];
     VEC(BWD_VW) acc[BWD_TM][BWD_TM];
     #pragma unroll

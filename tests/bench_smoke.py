@@ -210,7 +210,7 @@ def main(bench):
     # The backward rows (issue 13): each beside its forward row of the same run, bwd/fwd their ratio,
     # credited with twice the forward's flops.
     bj = os.path.join(tmp, "b.json")
-    ops = "mhla,linear,mhla-causal,mhla-bwd,linear-bwd,mhla-causal-bwd"
+    ops = "mhla,linear,mhla-causal,mhla-bwd,mhla-bwd-saved,linear-bwd,mhla-causal-bwd"
     run = subprocess.run([bench, "--n", "256", "--image", "none", "--heads", "2", "--dims", "32x16", "--chunk", "32",
                           "--ops", ops, "--target-ms", "1", "--min-iters", "2", "--json", bj],
                          capture_output=True, text=True, timeout=600)
@@ -219,9 +219,9 @@ def main(bench):
     brows = json.load(open(bj))["rows"]
     check([r["op"] for r in brows] == ops.split(","), "backward row order")
     for r in brows:
-        if not r["op"].endswith("-bwd"):
+        if not r["op"].endswith("-bwd") and r["op"] != "mhla-bwd-saved":
             continue
-        f = next(x for x in brows if x["op"] == r["op"][:-4])
+        f = next(x for x in brows if x["op"] == r["op"].split("-bwd")[0])
         check(r["status"] == "ok" and r["m"] == f["m"], r["op"] + ": measured on its forward's blocks")
         check(math.isclose(r["ratio_bwd_fwd"], r["ms_median"] / f["ms_median"], rel_tol=1e-6), r["op"] + ": bwd/fwd")
         check(math.isclose(r["flops"], 2 * f["flops"]), r["op"] + ": flops twice the forward's")

@@ -364,6 +364,81 @@ static void test_backward_waits_for_events(void **state)
     }
 }
 
+/* mhla_plan_save_for_backward: a backward right after the forward of the same buffers reuses the
+ * forward's summaries and gets the same bits as one that recomputes them (and the reference's
+ * gradients); a forward of other buffers in between makes it recompute; bad arguments are refused. */
+static void read_grads(mhla_context *ctx, const bufs *b, const test_inputs *in, float *out[4])
+{
+    const cl_mem src[4] = {b->dq, b->dk, b->dv, b->dmix};
+    const size_t n[4] = {in->nq, in->nq, in->nv, in->nm};
+    for (int j = 0; j < 4; ++j) {
+        out[j] = malloc(n[j] * 4);
+        assert_int_equal(clEnqueueReadBuffer(mhla_context_queue(ctx), src[j], CL_TRUE, 0, n[j] * 4, out[j], 0, NULL,
+                                             NULL),
+                         CL_SUCCESS);
+    }
+}
+
+static void test_backward_saved_summaries(void **state)
+{
+    mhla_context *ctx = *state;
+    static const mhla_normalizer norms[3] = {MHLA_NORMALIZER_PAPER, MHLA_NORMALIZER_OFFICIAL, MHLA_NORMALIZER_NONE};
+    for (int ni = 0; ni < 3; ++ni) {
+        mhla_config c = grid_config(2, 8, 12, norms[ni], MHLA_FEATURE_RELU_EPS);
+        test_inputs in, other;
+        mhla_plan *plan = NULL;
+        bufs b;
+        cl_int err;
+        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 21, &in), MHLA_OK);
+        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 22, &other), MHLA_OK);
+        assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+        bufs_make(ctx, plan, &in, &b);
+        cl_context cl = mhla_context_cl_context(ctx);
+        cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, in.nv * 4, NULL, &err);
+        cl_mem k2 = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, other.nq * 4, other.k, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        double *ref[4];
+        for (int j = 0; j < 4; ++j)
+            ref[j] = malloc((j < 2 ? in.nq : j == 2 ? in.nv : in.nm) * sizeof(double));
+        assert_int_equal(mhla_reference_backward(&c, in.q, in.k, in.v, in.mix, in.v, ref[0], ref[1], ref[2], ref[3]),
+                         MHLA_OK);
+        const size_t n[4] = {in.nq, in.nq, in.nv, in.nm};
+        const double tol = mhla_reference_backward_tolerance(MHLA_DTYPE_F32);
+
+        float *recomputed[4], *reused[4], *after_other[4];
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, recomputed);
+        assert_int_equal(mhla_plan_save_for_backward(plan, 1), MHLA_OK);
+        assert_int_equal(mhla_forward(plan, b.q, b.k, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, reused);
+        /* a forward of another k leaves that k's summaries: the backward of b.k must not use them */
+        assert_int_equal(mhla_forward(plan, b.q, k2, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, after_other);
+        for (int j = 0; j < 4; ++j) {
+            const double e = mhla_max_rel_err(reused[j], ref[j], n[j]);
+            if (!(e <= tol))
+                fail_msg("saved summaries, normalizer %d, gradient %d: max_rel_err %g > %g", (int)norms[ni], j, e, tol);
+            assert_memory_equal(reused[j], recomputed[j], n[j] * 4);
+            assert_memory_equal(after_other[j], recomputed[j], n[j] * 4);
+            free(recomputed[j]), free(reused[j]), free(after_other[j]), free(ref[j]);
+        }
+        assert_int_equal(mhla_plan_save_for_backward(NULL, 1), MHLA_ERR_INVALID_ARGUMENT);
+        assert_int_equal(mhla_plan_save_for_backward(plan, 2), MHLA_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(mhla_context_message(ctx), "enable is 2"));
+        clReleaseMemObject(out);
+        clReleaseMemObject(k2);
+        bufs_free(&b);
+        mhla_plan_destroy(plan);
+        test_inputs_free(&in);
+        test_inputs_free(&other);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_backward_refusals),
         cmocka_unit_test(test_backward_deterministic),
         cmocka_unit_test(test_backward_waits_for_events),
+        cmocka_unit_test(test_backward_saved_summaries),
     };
     return cmocka_run_group_tests(tests, context_setup, context_teardown);
 }
