@@ -173,7 +173,6 @@ mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
     MHLA_FAIL_IF(st, !b, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating the backward pass");
     b->cfg = plan->cfg;
     b->tiles = plan->causal ? plan->causal->kern->tiling : plan->tiles;
-    b->tiles.bwd_ve = 16; /* gradient columns per work-item: one AVX-512 register, 4 float4 on GPUs */
     readout_tiles(plan, &b->tiles);
     if (plan->cfg.causal)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_causal_setup(plan, b));

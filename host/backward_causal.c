@@ -45,7 +45,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
     const size_t tok[3] = {(size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n), heads, 1};
     mhla__local_size_3d(ctx, b->k_bc_dkv, tok, wg, b->lws_bc_token);
-    const size_t tile[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)), heads, 1};
+    const size_t tile[3] = {(size_t)c->dk, heads, 1};
     mhla__local_size_3d(ctx, b->k_bc_grad, tile, wg, b->lws_bc_tile);
     if (c->normalizer == MHLA_NORMALIZER_PAPER) {
         const size_t bytes = (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float);
@@ -166,8 +166,7 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     const cl_int one = 1, zero = 0;
     const size_t ch = (size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n);
     const size_t tok[3] = {ch, (size_t)heads, entries};
-    const size_t tile[3] = {(size_t)(c->dk * ((c->dv + 1 + b->tiles.bwd_ve - 1) / b->tiles.bwd_ve)), (size_t)heads,
-                            entries};
+    const size_t tile[3] = {(size_t)c->dk, (size_t)heads, entries}; /* bc_summary, bc_grad: a row each */
     /* bc_mix: BWD_VW floats of a slot, for 4 entries (BC_MIX_T in kernels/backward_causal.cl) */
     const size_t slotx[3] = {((size_t)(c->dk * (c->dv + 1)) + (size_t)b->tiles.bwd_vw - 1) / (size_t)b->tiles.bwd_vw,
                              (size_t)heads, (entries + 3) / 4};

@@ -258,7 +258,6 @@ typedef struct mhla_tiles {
     int wg;                             /* work-group size aimed at */
     int pf;                             /* PREFETCH: software prefetch in the summary */
     int splits, split_len;              /* non-causal: segments per block, tokens per segment */
-    int bwd_ve;                         /* causal backward: BWD_VE gradient columns per work-item */
     int bwd_vw, bwd_vk, bwd_vv, bwd_rt; /* non-causal backward (kernels/backward_readout.cl): vector
                                            width, its divisors of Dk and Dv, tokens per work-item */
 } mhla_tiles;

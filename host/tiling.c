@@ -234,7 +234,6 @@ enum {
     F_SOFTMAX = 1 << 11,
     F_PF = 1 << 12,
     F_BWD = 1 << 13,
-    F_BRO = 1 << 14,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -250,11 +249,11 @@ static const struct {
     [MHLA_KF_CAUSAL_OUTPUT] = {"causal_output", F_SHAPE | F_OUT | F_CAUSAL},
     [MHLA_KF_DECODER] = {"decoder", F_SHAPE},
     [MHLA_KF_SOFTMAX] = {"softmax", F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX},
-    [MHLA_KF_BACKWARD_SUMMARY] = {"backward_summary", F_SHAPE | F_BWD | F_BRO},
-    [MHLA_KF_BACKWARD_READOUT] = {"backward_readout", F_SHAPE | F_BRO},
-    [MHLA_KF_BACKWARD_MIXING] = {"backward_mixing", F_BWD | F_BRO},
-    [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD | F_BRO},
-    [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD | F_BRO},
+    [MHLA_KF_BACKWARD_SUMMARY] = {"backward_summary", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_READOUT] = {"backward_readout", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_MIXING] = {"backward_mixing", F_BWD},
+    [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD},
 };
 
 const char *mhla__kernel_file_name(mhla_kernel_file f) { return files[f].name; }
@@ -291,8 +290,6 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_SOFTMAX)
         mhla__opts_add(opts, "-DVW=%d -DBK=%d -DCOPY_ROWS=%d", t->sm_vw, t->sm_bk, t->sm_rows);
     if (r & F_BWD)
-        mhla__opts_add(opts, "-DBWD_VE=%d", t->bwd_ve);
-    if (r & F_BRO)
         mhla__opts_add(opts, "-DBWD_VW=%d -DBWD_VK=%d -DBWD_VV=%d -DBWD_RT=%d", t->bwd_vw, t->bwd_vk, t->bwd_vv,
                        t->bwd_rt);
 }

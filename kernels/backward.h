@@ -2,11 +2,7 @@
 #ifndef MHLA_KERNELS_BACKWARD_H
 #define MHLA_KERNELS_BACKWARD_H
 
-#ifndef BWD_VE
-#define BWD_VE 16 /* gradient-summary columns per work-item */
-#endif
-#define BWD_CT ((DV + 1 + BWD_VE - 1) / BWD_VE) /* column tiles of a Dk x (Dv+1) summary row */
-/* Non-causal read-outs and dMc (host/backward.c sets them from the device's row): the vector width,
+/* The backward kernels' vectors (host/backward.c sets them from the device's row): the vector width,
  * the widths that divide Dk and Dv, and tokens per work-item. The defaults are a build without the
  * host's flags (the kernels' syntax check), as wide as the default DK and DV allow. */
 #ifndef BWD_VW

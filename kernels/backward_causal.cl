@@ -12,31 +12,32 @@
 #include "common.h"
 #include "backward.h"
 
-/* global: (DK * BWD_CT, H, entries). S of the chunk: k~ [v | 1]^T summed over its tokens. */
+/* global: (DK, H, entries). Row d of the chunk's S: k~_d [v | 1]^T summed over its tokens, the Dv
+ * columns as vectors of BWD_VV. */
 kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
                        global const int *restrict tab, global float *restrict S, const mhla_grid g_arg,
                        const float feature_eps, const int entries)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int id = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (id >= DK * BWD_CT || h >= g.heads || kk >= entries)
+    const int d = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (d >= DK || h >= g.heads || kk >= entries)
         return;
-    const int d = id / BWD_CT, c0 = (id - d * BWD_CT) * BWD_VE;
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
-    float acc[BWD_VE];
-    for (int c = 0; c < BWD_VE; ++c)
-        acc[c] = 0.0f;
+    VEC(BWD_VV) acc[BWD_NV];
+    for (int j = 0; j < BWD_NV; ++j)
+        acc[j] = (VEC(BWD_VV))(0.0f);
+    float z = 0.0f;
     for (int s = 0; s < len; ++s) {
         const float kd = feature(LOADN(1, d, k + row_offset(g, bh, t0 + s, DK)), feature_eps);
         global const STORE_T *vrow = v + row_offset(g, bh, t0 + s, DV);
-        for (int c = 0; c < BWD_VE; ++c) {
-            const int e = c0 + c;
-            acc[c] += kd * (e < DV ? LOADN(1, min(e, DV - 1), vrow) : 1.0f);
-        }
+        for (int j = 0; j < BWD_NV; ++j)
+            acc[j] += kd * LOADN(BWD_VV, j, vrow);
+        z += kd;
     }
     global float *dst = S + bc_slot(kk, h, g.heads) + d * SC;
-    for (int c = 0; c < BWD_VE && c0 + c < SC; ++c)
-        dst[c0 + c] = acc[c];
+    for (int j = 0; j < BWD_NV; ++j)
+        VSTOREN(BWD_VV, acc[j], j, dst);
+    dst[DV] = z;
 }
 
 /* Entries per bc_mix work-item: each chunk slot it loads serves that many sums. */
@@ -149,21 +150,21 @@ kernel void bc_scalars(global const STORE_T *restrict q, global const STORE_T *r
     rs[(long)bh * g.n + t] = -od * inv * inv;
 }
 
-/* global: (DK * BWD_CT, H, entries). G of the chunk: q~ [g | r]^T summed over its tokens. */
+/* global: (DK, H, entries). Row d of the chunk's G: q~_d [g | r]^T summed over its tokens. */
 kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *restrict dout,
                     global const float *restrict invs, global const float *restrict rs,
                     global const int *restrict tab, global float *restrict G, const mhla_grid g_arg,
                     const float feature_eps, const float scale, const int entries)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int id = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (id >= DK * BWD_CT || h >= g.heads || kk >= entries)
+    const int d = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (d >= DK || h >= g.heads || kk >= entries)
         return;
-    const int d = id / BWD_CT, c0 = (id - d * BWD_CT) * BWD_VE;
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
-    float acc[BWD_VE];
-    for (int c = 0; c < BWD_VE; ++c)
-        acc[c] = 0.0f;
+    VEC(BWD_VV) acc[BWD_NV];
+    for (int j = 0; j < BWD_NV; ++j)
+        acc[j] = (VEC(BWD_VV))(0.0f);
+    float z = 0.0f;
     for (int s = 0; s < len; ++s) {
         const int t = t0 + s;
         const float qd = scale * feature(LOADN(1, d, q + row_offset(g, bh, t, DK)), feature_eps);
@@ -174,12 +175,13 @@ kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *rest
         (void)invs, (void)rs;
 #endif
         global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
-        for (int c = 0; c < BWD_VE; ++c) {
-            const int e = c0 + c;
-            acc[c] += qd * (e < DV ? LOADN(1, min(e, DV - 1), orow) * inv : r);
-        }
+        const float w = qd * inv;
+        for (int j = 0; j < BWD_NV; ++j)
+            acc[j] += w * LOADN(BWD_VV, j, orow);
+        z += qd * r;
     }
     global float *dst = G + bc_slot(kk, h, g.heads) + d * SC;
-    for (int c = 0; c < BWD_VE && c0 + c < SC; ++c)
-        dst[c0 + c] = acc[c];
+    for (int j = 0; j < BWD_NV; ++j)
+        VSTOREN(BWD_VV, acc[j], j, dst);
+    dst[DV] = z;
 }
