@@ -16,6 +16,29 @@ global const float *bwd_tsum_rows(global const float *tsum, const mhla_grid g, c
     return tsum + (long)blk * g.bh * DV * (DK + 1) + (long)bh * DV * DK;
 }
 
+/* acc[r][j] = 0 for the BWD_RT tokens' NVEC vectors of W lanes. */
+#define BWD_TILE_ZERO(acc, W, NVEC)                                                                 \
+    do {                                                                                            \
+        _Pragma("unroll") for (int r_ = 0; r_ < BWD_RT; ++r_)                                       \
+            _Pragma("unroll") for (int j_ = 0; j_ < (NVEC); ++j_)                                   \
+                (acc)[r_][j_] = (VEC(W))(0.0f);                                                     \
+    } while (0)
+
+/* acc[r][j] += X * (row i of s, vector j) over the n rows of s (ld floats apart), for the BWD_RT
+ * tokens r: X is an expression of r_ (the token) and i_ (the row), the token's i-th input. A macro,
+ * as READOUT_TILE (kernels/tiles.h): PoCL keeps the tile in registers only when the loop is inline. */
+#define BWD_ROWS_PRODUCT(acc, s, ld, n, W, NVEC, X)                                                 \
+    for (int i_ = 0; i_ < (n); ++i_) {                                                              \
+        VEC(W) sv_[NVEC];                                                                           \
+        _Pragma("unroll") for (int j_ = 0; j_ < (NVEC); ++j_)                                       \
+            sv_[j_] = VLOADN(W, j_, (s) + (long)i_ * (ld));                                          \
+        _Pragma("unroll") for (int r_ = 0; r_ < BWD_RT; ++r_) {                                     \
+            const float x_ = (X);                                                                   \
+            _Pragma("unroll") for (int j_ = 0; j_ < (NVEC); ++j_)                                   \
+                (acc)[r_][j_] += x_ * sv_[j_];                                                      \
+        }                                                                                           \
+    }
+
 /* global: (ceil(Nb / BWD_RT), B*H, M). From dO: u = S~_i dO_t over the transposed mixed summaries,
  * then per token 1/den_t and r_t (r_t kept in r_out at ((i*BH + bh)*Nb + p), the official
  * normalizer's dots layout, so that the mixing GEMM can carry it back), dq_t (the official
@@ -42,25 +65,11 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
     #pragma unroll
     for (int r = 0; r < BWD_RT; ++r) {
         tok[r] = w.t;
-        #pragma unroll
-        for (int j = 0; j < BWD_NK; ++j)
-            acc[r][j] = (VEC(BWD_VK))(0.0f);
         if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
             walk_next(g, &w);
     }
-    for (int e = 0; e < DV; ++e) {
-        VEC(BWD_VK) sv[BWD_NK];
-        #pragma unroll
-        for (int j = 0; j < BWD_NK; ++j)
-            sv[j] = VLOADN(BWD_VK, j, st + (long)e * DK);
-        #pragma unroll
-        for (int r = 0; r < BWD_RT; ++r) {
-            const float x = LOADN(1, e, dout + ob + tok[r] * os);
-            #pragma unroll
-            for (int j = 0; j < BWD_NK; ++j)
-                acc[r][j] += x * sv[j];
-        }
-    }
+    BWD_TILE_ZERO(acc, BWD_VK, BWD_NK);
+    BWD_ROWS_PRODUCT(acc, st, DK, DV, BWD_VK, BWD_NK, LOADN(1, i_, dout + ob + tok[r_] * os));
     const long at = ((long)blk * g.bh + bh) * g.nb + p0;
     for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r) {
         global const STORE_T *qrow = q + qb + tok[r] * qs;
@@ -147,25 +156,9 @@ kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE
     }
     {
         VEC(BWD_VV) acc[BWD_RT][BWD_NV];
-        #pragma unroll
-        for (int r = 0; r < BWD_RT; ++r)
-            #pragma unroll
-            for (int j = 0; j < BWD_NV; ++j)
-                acc[r][j] = (VEC(BWD_VV))(0.0f);
         global const float *s = dsum + summary_s_offset(g.bh, blk, bh, 0);
-        for (int d = 0; d < DK; ++d) {
-            VEC(BWD_VV) sv[BWD_NV];
-            #pragma unroll
-            for (int j = 0; j < BWD_NV; ++j)
-                sv[j] = VLOADN(BWD_VV, j, s + (long)d * DV);
-            #pragma unroll
-            for (int r = 0; r < BWD_RT; ++r) {
-                const float x = feature(LOADN(1, d, k + kb + tok[r] * ks), feature_eps);
-                #pragma unroll
-                for (int j = 0; j < BWD_NV; ++j)
-                    acc[r][j] += x * sv[j];
-            }
-        }
+        BWD_TILE_ZERO(acc, BWD_VV, BWD_NV);
+        BWD_ROWS_PRODUCT(acc, s, DV, DK, BWD_VV, BWD_NV, feature(LOADN(1, i_, k + kb + tok[r_] * ks), feature_eps));
         for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r)
             #pragma unroll
             for (int j = 0; j < BWD_NV; ++j)
@@ -173,25 +166,9 @@ kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE
     }
     {
         VEC(BWD_VK) acc[BWD_RT][BWD_NK];
-        #pragma unroll
-        for (int r = 0; r < BWD_RT; ++r)
-            #pragma unroll
-            for (int j = 0; j < BWD_NK; ++j)
-                acc[r][j] = (VEC(BWD_VK))(0.0f);
         global const float *st = bwd_tsum_rows(tsum, g, blk, bh);
-        for (int e = 0; e < DV; ++e) {
-            VEC(BWD_VK) sv[BWD_NK];
-            #pragma unroll
-            for (int j = 0; j < BWD_NK; ++j)
-                sv[j] = VLOADN(BWD_VK, j, st + (long)e * DK);
-            #pragma unroll
-            for (int r = 0; r < BWD_RT; ++r) {
-                const float x = LOADN(1, e, v + vb + tok[r] * vs);
-                #pragma unroll
-                for (int j = 0; j < BWD_NK; ++j)
-                    acc[r][j] += x * sv[j];
-            }
-        }
+        BWD_TILE_ZERO(acc, BWD_VK, BWD_NK);
+        BWD_ROWS_PRODUCT(acc, st, DK, DV, BWD_VK, BWD_NK, LOADN(1, i_, v + vb + tok[r_] * vs));
         global const float *dz = dsum + summary_z_offset(g.bh, blk, bh);
         for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r) {
             global const STORE_T *krow = k + kb + tok[r] * ks;
