@@ -16,6 +16,18 @@ global const float *bwd_tsum_rows(global const float *tsum, const mhla_grid g, c
     return tsum + (long)blk * g.bh * DV * (DK + 1) + (long)bh * DV * DK;
 }
 
+/* The tokens at positions p0 .. p0 + BWD_RT - 1 of block blk; past the block's last, its last
+ * token again (computed on, never stored). */
+void bwd_tokens(const mhla_grid g, const int blk, const int p0, int *tok)
+{
+    token_walk w = walk_begin(g, blk, p0);
+    for (int r = 0; r < BWD_RT; ++r) {
+        tok[r] = w.t;
+        if (p0 + r + 1 < g.nb)
+            walk_next(g, &w);
+    }
+}
+
 /* acc[r][j] = 0 for the BWD_RT tokens' NVEC vectors of W lanes. */
 #define BWD_TILE_ZERO(acc, W, NVEC)                                                                 \
     do {                                                                                            \
@@ -61,13 +73,7 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
     const long qb = row_base(g, bh, DK), ob = row_base(g, bh, DV), qs = row_stride(g, DK), os = row_stride(g, DV);
     int tok[BWD_RT];
     VEC(BWD_VK) acc[BWD_RT][BWD_NK];
-    token_walk w = walk_begin(g, blk, p0);
-    #pragma unroll
-    for (int r = 0; r < BWD_RT; ++r) {
-        tok[r] = w.t;
-        if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
-            walk_next(g, &w);
-    }
+    bwd_tokens(g, blk, p0, tok);
     BWD_TILE_ZERO(acc, BWD_VK, BWD_NK);
     BWD_ROWS_PRODUCT(acc, st, DK, DV, BWD_VK, BWD_NK, LOADN(1, i_, dout + ob + tok[r_] * os));
     const long at = ((long)blk * g.bh + bh) * g.nb + p0;
@@ -147,13 +153,7 @@ kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE
         return;
     const long kb = row_base(g, bh, DK), vb = row_base(g, bh, DV), ks = row_stride(g, DK), vs = row_stride(g, DV);
     int tok[BWD_RT];
-    token_walk w = walk_begin(g, blk, p0);
-    #pragma unroll
-    for (int r = 0; r < BWD_RT; ++r) {
-        tok[r] = w.t;
-        if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
-            walk_next(g, &w);
-    }
+    bwd_tokens(g, blk, p0, tok);
     {
         VEC(BWD_VV) acc[BWD_RT][BWD_NV];
         global const float *s = dsum + summary_s_offset(g.bh, blk, bh, 0);

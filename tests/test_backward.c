@@ -149,6 +149,11 @@ static void test_backward_feature_maps_and_shapes(void **state)
     expect_backward(ctx, &c, NULL, 0, "3D official elu1 5x3 bhnd scale 0.7", 50);
     c = grid_config(1, 7, 12, MHLA_NORMALIZER_NONE, MHLA_FEATURE_RELU);
     expect_backward(ctx, &c, NULL, 0, "1D none relu 7x12", 51);
+    /* dMc over 25 chunks of summary rows (Dk = Dv = 64, 6 heads): a launch rounded up past the last
+     * chunk (8 blocks: 2 x 2 tiles, 16 chunks a group) must not write past the partial sums (Oclgrind) */
+    c = grid_config(1, 64, 64, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
+    c.block_t = 8;
+    expect_backward(ctx, &c, NULL, 0, "1D paper 64x64 M=8 (25 dMc chunks)", 54);
     /* M = 1: plain linear attention */
     c = grid_config(1, 16, 16, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
     c.block_t = 1;
