@@ -154,6 +154,14 @@ static int case_alloc(const char *name, mhla_plan *plan, const mhla_shard_info *
 }
 
 /* One case on every rank; returns this rank's failures. */
+/* After a local failure, a rank still takes part in the case's collective, with no plan: the other
+ * ranks then fail this case by name (MHLA_ERR_CONFIG_MISMATCH) instead of waiting for this rank, and
+ * every rank moves on to the next case in step. */
+static void join_without_plan(const float *mix, mhla_mpi_exchange exchange)
+{
+    (void)mhla_forward_sharded_host(NULL, MPI_COMM_WORLD, NULL, NULL, NULL, mix, NULL, exchange, NULL);
+}
+
 static void run_case(mhla_context *ctx, const char *name, const mhla_config *cfg, int uneven,
                      mhla_mpi_exchange exchange)
 {
@@ -176,10 +184,7 @@ static void run_case(mhla_context *ctx, const char *name, const mhla_config *cfg
           mhla_last_message());
     CHECK(mhla_plan_create(ctx, cfg, &whole) == MHLA_OK, "%s: plan: %s", name, mhla_last_message());
     if (failures != before) {
-        /* Take part in the collective all the same, with no plan: the other ranks then fail this case
-         * by name (MHLA_ERR_CONFIG_MISMATCH) instead of waiting for this rank, and every rank moves
-         * on to the next case in step. */
-        (void)mhla_forward_sharded_host(NULL, MPI_COMM_WORLD, NULL, NULL, NULL, in.mix, NULL, exchange, NULL);
+        join_without_plan(in.mix, exchange);
         goto cleanup;
     }
     mhla_plan_shard_info(plan, &info);
@@ -248,10 +253,7 @@ static void run_varlen_case(mhla_context *ctx, const char *name, const mhla_conf
           mhla_last_message());
     CHECK(mhla_plan_create(ctx, cfg, &whole) == MHLA_OK, "%s: plan: %s", name, mhla_last_message());
     if (failures != before) {
-        /* Take part in the collective all the same, with no plan: the other ranks then fail this case
-         * by name (MHLA_ERR_CONFIG_MISMATCH) instead of waiting for this rank, and every rank moves
-         * on to the next case in step. */
-        (void)mhla_forward_sharded_host(NULL, MPI_COMM_WORLD, NULL, NULL, NULL, in.mix, NULL, exchange, NULL);
+        join_without_plan(in.mix, exchange);
         goto cleanup;
     }
     mhla_plan_shard_info(plan, &info);
