@@ -100,11 +100,12 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m, xmax, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
     const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
-    const size_t rtok[3] = {((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt, bh, m};
+    b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
+    b->rows_ext[1] = bh, b->rows_ext[2] = m;
     if (b->k_dq_official)
         mhla__local_size_3d(ctx, b->k_dq_official, tok, wg, b->lws_token);
-    mhla__local_size_3d(ctx, b->k_dq, rtok, wg, b->lws_dq);
-    mhla__local_size_3d(ctx, b->k_dkv, rtok, wg, b->lws_dkv);
+    mhla__local_size_3d(ctx, b->k_dq, b->rows_ext, wg, b->lws_dq);
+    mhla__local_size_3d(ctx, b->k_dkv, b->rows_ext, wg, b->lws_dkv);
     const size_t zext[3] = {1, bh, m};
     mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zcol);
     const size_t text[3] = {(size_t)c->dv, bh, m};
@@ -234,8 +235,6 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     const size_t scols = (size_t)plan->shape.bh * (size_t)c->dk * (size_t)plan->shape.summary_cols;
     const size_t dcols = (size_t)plan->shape.bh * (size_t)plan->shape.nb;
     const size_t tok[3] = {(size_t)plan->shape.nb, (size_t)plan->shape.bh, (size_t)m};
-    const size_t rtok[3] = {((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt,
-                            (size_t)plan->shape.bh, (size_t)m};
     /* A slot no normalizer reads still needs a valid buffer. */
     cl_mem r = b->r ? b->r : plan->mixed;
     cl_mem den = official ? plan->den : plan->mixed;
@@ -278,7 +277,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_SET_ARG(st, ctx, kr, 9, feps);
         MHLA_SET_ARG(st, ctx, kr, 10, scale);
         MHLA_SET_ARG(st, ctx, kr, 11, eps);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, rtok, b->lws_dq, 0, NULL, NULL,
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dq, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_dq_readout)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
@@ -328,7 +327,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_SET_ARG(st, ctx, kr, 5, dv);
         MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
         MHLA_SET_ARG(st, ctx, kr, 7, feps);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, rtok, b->lws_dkv, 0, NULL, NULL,
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dkv, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
     }
     if (dmixing) {

@@ -18,6 +18,7 @@ typedef struct mhla_bwd {
      * and transposed summaries, dMc in two steps (partial sums per chunk, then their sum) */
     cl_kernel k_dq, k_dkv, k_dq_official, k_official_dz, k_tsum, k_transpose, k_dmixing, k_dmix_reduce;
     size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zcol[3], lws_tsum[3];
+    size_t rows_ext[3]; /* the read-outs' extent: (ceil(Nb / BWD_RT), B*H, M) */
     cl_mem tsum; /* a transposed summary (S~^T, then dS^T), rows of B*H*Dv*(Dk+1) floats */
     cl_mem dmix_part; /* dMc's partial sums: dmix_chunks x M x M floats */
     size_t dmix_chunks, dmix_len; /* chunks of at most dmix_len floats of the summed rows */
