@@ -58,8 +58,9 @@ cleanup:
 
 /* Tokens per work-item and vector widths of the read-outs (kernels/backward_readout.cl): the row's
  * read-out width and tokens, with no more accumulator vectors per work-item than half a register
- * file holds: 16 of AVX-512's 32 (measured on PoCL, N=16384, M=64, D=64: 4 tokens x 4 vectors),
- * 8 of AVX2's 16, and 8 vectors (32 floats) on GPUs, whose rows have 4-wide vectors. */
+ * file holds: 16 of AVX-512's 32 (on PoCL, N=16384, M=64, D=64, 4 tokens x 4 vectors ran the
+ * backward in 64 and 72 ms against 80 and 110 ms with 8; a noisy machine, two runs each), 8 of
+ * AVX2's 16, and 8 vectors (32 floats) on GPUs, whose rows have 4-wide vectors. */
 static void readout_tiles(const mhla_plan *plan, mhla_tiles *t)
 {
     const mhla_config *c = &plan->cfg;
