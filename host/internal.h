@@ -206,6 +206,7 @@ typedef struct mhla_tuning {
     int sum_rd;        /* summary: key rows per work-item (one vector) */
     int sum_ve;        /* summary: vector width along the value columns */
     int sum_nv;        /* summary: value vectors per work-item */
+    int sum_chunk;     /* summary: tokens summed before folding into the total (SUM_CHUNK) */
     int out_rt;        /* output: tokens per work-item */
     int out_ve;        /* output: vector width along the output columns */
     int out_nv;        /* output: output vectors per token per work-item */
@@ -248,6 +249,7 @@ int mhla__pow2_divisor(int64_t n, int cap);
  * except wg, splits and split_len (launch shape). */
 typedef struct mhla_tiles {
     int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
+    int sum_chunk;                      /* SUM_CHUNK: tokens per partial sum */
     int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
     int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns; causal
                                            plans: causal_prefix.cl's rows and vectors (pre_mr, pre_nv) */

@@ -57,6 +57,7 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, mhla_ti
     out->sum_rd = mhla__pow2_divisor(cfg->dk, t->sum_rd);
     out->sum_ve = mhla__pow2_divisor(cfg->dv, t->sum_ve);
     out->sum_nv = mhla__pow2_divisor(cfg->dv / out->sum_ve, t->sum_nv);
+    out->sum_chunk = t->sum_chunk;
     out->out_rt = t->out_rt;
     out->out_ve = mhla__pow2_divisor(cfg->dv, t->out_ve);
     out->out_nv = mhla__pow2_divisor(cfg->dv / out->out_ve, t->out_nv);
@@ -275,7 +276,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_DTYPE)
         mhla__opts_add(opts, "-DDTYPE=%d", (int)c->dtype);
     if (r & F_SUM)
-        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d", t->sum_rd, t->sum_ve, t->sum_nv);
+        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d", t->sum_rd, t->sum_ve, t->sum_nv,
+                       t->sum_chunk);
     if (r & F_OUT)
         mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d", t->out_rt, t->out_ve, t->out_nv,
                        t->out_dc);

@@ -17,7 +17,10 @@
 #define SUM_NV 2 /* value vectors per work-item; SUM_VE * SUM_NV divides DV */
 #endif
 #ifndef SUM_CHUNK
-#define SUM_CHUNK 32 /* tokens summed before folding into the total: float error grows ~ n/32 + 32 */
+/* Tokens summed before folding into the total (the tuning's sum_chunk): a sum of n tokens in chunks
+ * of C has float error ~ n/C + C. On CPUs each fold is also a pass of the group's work-items through
+ * the barrier below it (block_summary.cl), so their rows take 128 (host/tuning.c). */
+#define SUM_CHUNK 32
 #endif
 #define SUM_COLS (SUM_VE * SUM_NV)
 #define SUM_NE (DV / SUM_COLS) /* column tiles */

@@ -142,6 +142,13 @@ static void test_split_blocks(void **state)
     mhla_config_init(&img);
     img.seq_h = 48, img.seq_w = 40, img.block_h = 2, img.block_w = 1, img.dk = img.dv = 8;
     expect_close(ctx, &img, MHLA_INIT_PAPER, 44, "2D image 48x40, 2x1 blocks, split");
+    /* Partial sums folded every 7 tokens (the CPU rows fold every 128): chunks that end inside a
+     * row of a 2D block, and a partial last chunk in every segment. */
+    assert_int_equal(mhla_context_set_tuning(ctx, "sum_chunk=7"), MHLA_OK);
+    expect_close(ctx, &img, MHLA_INIT_PAPER, 45, "2D image 48x40, 2x1 blocks, split, sums of 7 tokens");
+    mhla_config one = config_1d(1, 2, 1000, 4, 16, 8);
+    expect_close(ctx, &one, MHLA_INIT_LINEAR, 46, "N=1000 M=4, sums of 7 tokens");
+    assert_int_equal(mhla_context_set_tuning(ctx, NULL), MHLA_OK);
 }
 
 /* f16 and bf16 storage of q, k, v and out, against the reference on the same rounded inputs
