@@ -248,7 +248,9 @@ static const tune_stage stages[] = {
     {"summary", 0, 0,
      {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 3, {32, 64, 128}}, {"pf", 2, {0, 1}},
       {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {2, 4, 8, 16}}, {NULL, 0, {0}}}},
-    {"output", 2, 0, {{"out_rt", 4, {2, 4, 6, 8}}, {"out_nv", 3, {1, 2, 4}}, {"out_dc", 3, {4, 8, 16}}, {NULL, 0, {0}}}},
+    {"output", 2, 0,
+     {{"out_rt", 4, {2, 4, 6, 8}}, {"out_nv", 3, {1, 2, 4}}, {"out_dc", 3, {4, 8, 16}}, {"out_nt", 2, {0, 1}},
+      {NULL, 0, {0}}}},
     {"mixing", 1, 0, {{"mix_kernel", 2, {1, 0}}, {"mix_mr", 3, {2, 4, 8}}, {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}}},
     {"causal", 3, 1,
      {{"tq", 3, {16, 32, 64}}, {"kt", 3, {16, 32, 64}}, {"gemm_rows", 2, {0, 32}}, {"pre_mr", 3, {2, 4, 8}},
@@ -372,11 +374,11 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
     if (effective(t, best, text, sizeof text) != MHLA_OK)
         return;
     static const char *const names[] = {"vec",        "sum_rd",    "sum_ve",        "sum_nv",        "sum_chunk",
-                                        "out_rt",     "out_ve",    "out_nv",        "out_dc",        "wg",
-                                        "groups_per_cu",           "split_min_len", "pf",            "mix_kernel",
-                                        "mix_mr",     "mix_ve",    "mix_nv",        "pre_mr",        "pre_nv",
-                                        "tq",         "kt",        "gemm_rows",     "sm_bq",         "sm_bk",
-                                        "sm_vw",      "sm_rows"};
+                                        "out_rt",     "out_ve",    "out_nv",        "out_dc",        "out_nt",
+                                        "wg",         "groups_per_cu",              "split_min_len", "pf",
+                                        "mix_kernel", "mix_mr",    "mix_ve",        "mix_nv",        "pre_mr",
+                                        "pre_nv",     "tq",        "kt",            "gemm_rows",     "sm_bq",
+                                        "sm_bk",      "sm_vw",     "sm_rows"};
     mhla_device_info info;
     size_t index = 0, count = 0;
     memset(&info, 0, sizeof info);

@@ -99,6 +99,7 @@ typedef struct mhla_device_limits {
      * or PREFERRED_ where that is wider): 16 on AVX-512 CPUs, 8 on AVX2, 4 on SSE/NEON, 1 on
      * most GPUs. Vector tiles never exceed it on CPUs (host/tuning.c). */
     int float_width;
+    unsigned base_align_bits; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN: every buffer starts on it */
 } mhla_device_limits;
 
 typedef struct mhla_program_entry {
@@ -211,6 +212,7 @@ typedef struct mhla_tuning {
     int out_ve;        /* output: vector width along the output columns */
     int out_nv;        /* output: output vectors per token per work-item */
     int out_dc;        /* output: key dimensions loaded per step (vector width) */
+    int out_nt;        /* output: 1 = streaming (non-temporal) stores of the output rows (CPUs) */
     int wg;            /* work-group size aimed at */
     int groups_per_cu; /* work-groups per compute unit before long blocks are split */
     int split_min_len; /* shortest block segment worth its own work-group */
@@ -251,6 +253,7 @@ typedef struct mhla_tiles {
     int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
     int sum_chunk;                      /* SUM_CHUNK: tokens per partial sum */
     int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
+    int out_nt;                         /* OUT_NT: streaming stores of the output rows */
     int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns; causal
                                            plans: causal_prefix.cl's rows and vectors (pre_mr, pre_nv) */
     int pre_ve;                         /* causal_prefix.cl: MIX_MR rows x (PRE_VE * MIX_NV) columns */

@@ -156,9 +156,11 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
                  t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
     else
         snprintf(buf, size,
-                 "%s; summary %dx(%dx%d) in sums of %d tokens%s, %d segment(s) per block; output %dx(%dx%d) dc %d; %s",
+                 "%s; summary %dx(%dx%d) in sums of %d tokens%s, %d segment(s) per block; output %dx(%dx%d) dc %d%s; "
+                 "%s",
                  tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->pf ? " prefetched" : "", t->splits,
-                 t->out_rt, t->out_ve, t->out_nv, t->out_dc, tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast");
+                 t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt ? ", streaming stores" : "",
+                 tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast");
 cleanup:
     return st;
 }

@@ -74,6 +74,11 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
                          const mhla_tuning *t, mhla_tiles *out)
 {
     register_tiles(cfg, t, out);
+    /* Streaming stores write whole OUT_VE vectors of float, which must lie on their own size: every
+     * output vector starts a multiple of OUT_VE floats into its buffer (OUT_VE divides Dv), and
+     * every buffer starts on the device's base address alignment. */
+    out->out_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32 &&
+                  (uint64_t)ctx->limits.base_align_bits >= (uint64_t)out->out_ve * sizeof(float) * 8;
     /* Segments per block: enough work-groups for every compute unit several times over, but no
      * segment shorter than the tuning's minimum (a short segment costs more to reduce than it
      * saves). */
@@ -279,8 +284,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d", t->sum_rd, t->sum_ve, t->sum_nv,
                        t->sum_chunk);
     if (r & F_OUT)
-        mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d", t->out_rt, t->out_ve, t->out_nv,
-                       t->out_dc);
+        mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d", t->out_rt, t->out_ve,
+                       t->out_nv, t->out_dc, t->out_nt);
     if (r & F_CAUSAL)
         mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d", t->tq, t->kt);
     if (r & F_MIX)
