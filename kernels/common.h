@@ -138,7 +138,8 @@ typedef struct mhla_grid {
  * output kernel's q rows was slower, 9.8 -> 10.7 ms). PoCL's prefetch() is a no-op, and in
  * [B,N,H,D] tensors one head's rows lie H*D elements apart (2 KB for H = 8, D = 64), a stride the
  * hardware prefetchers do not follow across pages, so the group's own loads would meet the memory
- * latency one line at a time; here they go out together. */
+ * latency one line at a time; here they go out together. clang's __builtin_prefetch in their place
+ * (non-blocking) measured no faster, in the summary or for the output's q rows (bench/README.md). */
 #ifndef PREFETCH
 #define PREFETCH 0
 #endif
