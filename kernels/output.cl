@@ -14,10 +14,26 @@
 #ifndef OUT_NT
 #define OUT_NT 0
 #endif
+/* Streaming stores write whole vectors, which must lie on their own size. Every output vector
+ * starts a multiple of OUT_VE floats into the buffer, so the buffer's own address decides, checked
+ * here: a buffer made with CL_MEM_USE_HOST_PTR starts wherever the caller's memory does (PoCL
+ * uses that memory as it is; a misaligned one made the streaming store fault). */
 #if OUT_NT && defined(__clang__)
-#define OUT_STORE(x, p) __builtin_nontemporal_store((x), (global VEC(OUT_VE) *)(p))
+#define OUT_NT_OK(buf) (((uintptr_t)(buf) & (uintptr_t)(OUT_VE * sizeof(float) - 1)) == 0)
+#define OUT_STORE(x, p, nt)                                                                         \
+    do {                                                                                            \
+        if (nt)                                                                                     \
+            __builtin_nontemporal_store((x), (global VEC(OUT_VE) *)(p));                             \
+        else                                                                                        \
+            STOREN(OUT_VE, (x), 0, (p));                                                            \
+    } while (0)
 #else
-#define OUT_STORE(x, p) STOREN(OUT_VE, (x), 0, (p))
+#define OUT_NT_OK(buf) 0
+#define OUT_STORE(x, p, nt)                                                                         \
+    do {                                                                                            \
+        (void)(nt);                                                                                 \
+        STOREN(OUT_VE, (x), 0, (p));                                                                \
+    } while (0)
 #endif
 
 /* global: (OUT_NE rounded up, B*H, M*ceil(Nb/OUT_RT)): heads before token groups, so that the groups
@@ -57,6 +73,7 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
             walk_next(g, &w);
     }
     READOUT_TILE(qrow, s, z, scale, feature_eps, acc, dsum);
+    const int nt = OUT_NT_OK(out);
     for (int r = 0; r < OUT_RT && p0 + r < g.nb; ++r) {
 #if NORMALIZER == 0
         float dn[OUT_DC];
@@ -72,9 +89,9 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
         #pragma unroll
         for (int j = 0; j < OUT_NV; ++j) {
 #if NORMALIZER == 2
-            OUT_STORE(acc[r][j], orow + j * OUT_VE);
+            OUT_STORE(acc[r][j], orow + j * OUT_VE, nt);
 #else
-            OUT_STORE(acc[r][j] / inv, orow + j * OUT_VE);
+            OUT_STORE(acc[r][j] / inv, orow + j * OUT_VE, nt);
 #endif
         }
     }

@@ -330,6 +330,60 @@ static void test_deterministic(void **state)
     free(a), free(b), free(ref);
 }
 
+/* Buffers on the caller's memory (CL_MEM_USE_HOST_PTR) at an address 4 bytes past a 64-byte
+ * boundary: implementations may compute on that memory where it is (PoCL does), so no kernel may
+ * assume its buffers start aligned to more than a float (a streaming store of a whole vector did,
+ * and faulted). Every tuning row's tiles; the output against the reference. */
+static void test_unaligned_host_memory(void **state)
+{
+    mhla_context *ctx = *state;
+    cl_context clctx = mhla_context_cl_context(ctx);
+    const char *rows[] = {NULL, "row=gpu"};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; ++r) {
+        assert_int_equal(mhla_context_set_tuning(ctx, rows[r]), MHLA_OK);
+        mhla_config cfg = config_1d(1, 2, 512, 4, 16, 32);
+        test_inputs in;
+        assert_int_equal(test_inputs_make(&cfg, MHLA_INIT_LINEAR, 47, &in), MHLA_OK);
+        /* one allocation, each tensor 4 bytes past a 64-byte boundary */
+        const size_t slot = (in.nv + 64) * sizeof(float);
+        char *mem = aligned_alloc(64, 4 * slot + 64);
+        assert_non_null(mem);
+        float *hq = (float *)(mem + 4), *hk = (float *)(mem + slot + 4), *hv = (float *)(mem + 2 * slot + 4);
+        float *ho = (float *)(mem + 3 * slot + 4);
+        memcpy(hq, in.q, in.nq * sizeof(float));
+        memcpy(hk, in.k, in.nq * sizeof(float));
+        memcpy(hv, in.v, in.nv * sizeof(float));
+        fill_nan(ho, in.nv);
+        cl_int err = CL_SUCCESS;
+        const cl_mem_flags f = CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR;
+        cl_mem bq = clCreateBuffer(clctx, f, in.nq * sizeof(float), hq, &err);
+        cl_mem bk = clCreateBuffer(clctx, f, in.nq * sizeof(float), hk, &err);
+        cl_mem bv = clCreateBuffer(clctx, f, in.nv * sizeof(float), hv, &err);
+        cl_mem bo = clCreateBuffer(clctx, f, in.nv * sizeof(float), ho, &err);
+        cl_mem bm = clCreateBuffer(clctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in.nm * sizeof(float), in.mix, &err);
+        assert_true(bq && bk && bv && bo && bm);
+        mhla_plan *plan = NULL;
+        assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+        assert_int_equal(mhla_forward(plan, bq, bk, bv, bm, bo, 0, NULL, NULL), MHLA_OK);
+        float *out = nan_floats(in.nv);
+        assert_int_equal(clEnqueueReadBuffer(mhla_context_queue(ctx), bo, CL_TRUE, 0, in.nv * sizeof(float), out, 0,
+                                             NULL, NULL),
+                         CL_SUCCESS);
+        double *ref = malloc(in.nv * sizeof *ref);
+        assert_non_null(ref);
+        assert_int_equal(mhla_reference_forward(&cfg, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
+        const double e = mhla_max_rel_err(out, ref, in.nv);
+        if (!(e <= mhla_reference_tolerance(cfg.dtype, cfg.seq_t)))
+            fail_msg("%s: max_rel_err %.3g", rows[r] ? rows[r] : "device's row", e);
+        mhla_plan_destroy(plan);
+        clReleaseMemObject(bq), clReleaseMemObject(bk), clReleaseMemObject(bv), clReleaseMemObject(bo);
+        clReleaseMemObject(bm);
+        free(out), free(ref), free(mem);
+        test_inputs_free(&in);
+    }
+    assert_int_equal(mhla_context_set_tuning(ctx, NULL), MHLA_OK);
+}
+
 /* The device path waits for the caller's events and returns one, without blocking: with its
  * input gated by a user event, mhla_forward returns before the event fires (a hidden clFinish
  * would hang here) and its output is right once it does. */
@@ -406,6 +460,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_modes_matrix),
+        cmocka_unit_test(test_unaligned_host_memory),
         cmocka_unit_test(test_grids_and_inits),
         cmocka_unit_test(test_head_dims),
         cmocka_unit_test(test_odd_sizes),
