@@ -73,10 +73,6 @@ mhla_status mhla__context_read_device(mhla_context *ctx)
                 "clGetDeviceInfo(CL_DEVICE_MAX_COMPUTE_UNITS)");
     lim->compute_units = cu ? cu : 1;
     lim->float_width = mhla__device_float_width(dev);
-    cl_uint align = 0;
-    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align, &align, NULL),
-                "clGetDeviceInfo(CL_DEVICE_MEM_BASE_ADDR_ALIGN)");
-    lim->base_align_bits = align;
     ctx->device_name[sizeof ctx->device_name - 1] = '\0';
     ctx->vendor[sizeof ctx->vendor - 1] = '\0';
     ctx->driver_version[sizeof ctx->driver_version - 1] = '\0';

@@ -99,7 +99,6 @@ typedef struct mhla_device_limits {
      * or PREFERRED_ where that is wider): 16 on AVX-512 CPUs, 8 on AVX2, 4 on SSE/NEON, 1 on
      * most GPUs. Vector tiles never exceed it on CPUs (host/tuning.c). */
     int float_width;
-    unsigned base_align_bits; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN: every buffer starts on it */
 } mhla_device_limits;
 
 typedef struct mhla_program_entry {

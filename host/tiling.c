@@ -74,11 +74,9 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
                          const mhla_tuning *t, mhla_tiles *out)
 {
     register_tiles(cfg, t, out);
-    /* Streaming stores write whole OUT_VE vectors of float, which must lie on their own size: every
-     * output vector starts a multiple of OUT_VE floats into its buffer (OUT_VE divides Dv), and
-     * every buffer starts on the device's base address alignment. */
-    out->out_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32 &&
-                  (uint64_t)ctx->limits.base_align_bits >= (uint64_t)out->out_ve * sizeof(float) * 8;
+    /* Streaming stores write whole vectors of float; kernels/output.cl takes them only where the
+     * output buffer's own address is aligned to one. */
+    out->out_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
     /* Segments per block: enough work-groups for every compute unit several times over, but no
      * segment shorter than the tuning's minimum (a short segment costs more to reduce than it
      * saves). */

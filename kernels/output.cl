@@ -4,9 +4,9 @@
 #include "common.h"
 #include "tiles.h"
 
-/* Output rows written with streaming stores (-DOUT_NT=1, CPU rows, float storage; host/tiling.c
- * checks the alignment): each output line is written once and not read again here, and a normal
- * store first reads the line from memory (write-allocate), a third of the stage's traffic.
+/* Output rows written with streaming stores (-DOUT_NT=1, CPU rows, float storage): each output
+ * line is written once and not read again here, and a normal store first reads the line from
+ * memory (write-allocate), a third of the stage's traffic.
  * Measured on PoCL 3.1, 2-core EPYC, H=8, D=64, mhla-bench alternately: N=65536, M=128 forward
  * 100-102 -> 84-87 ms (the output stage 54 -> 38 ms), N=16384, M=64 21-25 -> 21 ms. The causal
  * read-out (causal_output.cl), whose time goes to its scores, measured the same with them
@@ -14,10 +14,11 @@
 #ifndef OUT_NT
 #define OUT_NT 0
 #endif
-/* Streaming stores write whole vectors, which must lie on their own size. Every output vector
- * starts a multiple of OUT_VE floats into the buffer, so the buffer's own address decides, checked
- * here: a buffer made with CL_MEM_USE_HOST_PTR starts wherever the caller's memory does (PoCL
- * uses that memory as it is; a misaligned one made the streaming store fault). */
+/* They write whole vectors, which must lie on their own size. Every output vector starts a
+ * multiple of OUT_VE floats into the buffer, so the buffer's own address decides, checked here
+ * rather than by the device's base alignment: a buffer made with CL_MEM_USE_HOST_PTR starts
+ * wherever the caller's memory does (PoCL uses that memory as it is; a misaligned one made the
+ * streaming store fault). */
 #if OUT_NT && defined(__clang__)
 #define OUT_NT_OK(buf) (((uintptr_t)(buf) & (uintptr_t)(OUT_VE * sizeof(float) - 1)) == 0)
 #define OUT_STORE(x, p, nt)                                                                         \
