@@ -26,6 +26,8 @@ size_t test_skipped = 0;
 
 int test_group_status(int failed, size_t cases)
 {
+    if (test_skipped)
+        printf("cases skipped: %zu of %zu\n", test_skipped, cases);
     if (failed)
         return failed;
     if (test_skipped >= cases) {
@@ -33,6 +35,129 @@ int test_group_status(int failed, size_t cases)
         return 77;
     }
     return 0;
+}
+
+/* MHLA_TUNING as the program found it (NULL: unset), and the group's shared context. */
+static char *initial_tuning;
+static int initial_tuning_read;
+static mhla_context *shared_ctx;
+
+static void read_initial_tuning(void)
+{
+    if (initial_tuning_read)
+        return;
+    const char *t = getenv("MHLA_TUNING");
+    initial_tuning = t ? strdup(t) : NULL;
+    initial_tuning_read = 1;
+}
+
+int restore_test_env(void **state)
+{
+    (void)state;
+    read_initial_tuning();
+    if (initial_tuning)
+        setenv("MHLA_TUNING", initial_tuning, 1);
+    else
+        unsetenv("MHLA_TUNING");
+    if (shared_ctx)
+        mhla_context_set_tuning(shared_ctx, NULL);
+    return 0;
+}
+
+int test_run_group(const char *name, const struct CMUnitTest *tests, size_t n, int (*setup)(void **),
+                    int (*teardown)(void **))
+{
+    read_initial_tuning();
+    struct CMUnitTest *cases = malloc(n * sizeof *cases);
+    if (!cases) {
+        printf("out of host memory for %zu test cases\n", n);
+        return 1;
+    }
+    memcpy(cases, tests, n * sizeof *cases);
+    for (size_t i = 0; i < n; ++i)
+        if (!cases[i].teardown_func)
+            cases[i].teardown_func = restore_test_env;
+    const char *filter = getenv("MHLA_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    const int failed = _cmocka_run_group_tests(name, cases, n, setup, teardown);
+    free(cases);
+    return test_group_status(failed, n);
+}
+
+/* Prints the first element of x (float or double) that is not finite, and returns 1 if any is. */
+static int report_nonfinite(const char *what, const char *which, const float *xf, const double *xd, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        const double x = xf ? (double)xf[i] : xd[i];
+        if (!isfinite(x)) {
+            print_message("%s: %s[%zu] is %g (an output that must be finite)\n", what, which, i, x);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+double finite_rel_err(const float *got, const double *ref, size_t n, const char *what)
+{
+    if (report_nonfinite(what, "reference", NULL, ref, n) | report_nonfinite(what, "output", got, NULL, n))
+        return INFINITY;
+    return mhla_max_rel_err(got, ref, n);
+}
+
+double expect_within(const float *got, const double *ref, size_t n, double tol, const char *what)
+{
+    const double err = finite_rel_err(got, ref, n, what);
+    if (!(err <= tol))
+        fail_msg("%s: max relative error %.3g above %.3g", what, err, tol);
+    return err;
+}
+
+void set_test_eps(mhla_config *cfg)
+{
+    cfg->eps = TEST_EPS;
+    cfg->feature_eps = TEST_FEATURE_EPS;
+}
+
+/* max_rel_err of the reference of `changed` against the reference of `cfg`, on the same inputs. */
+static double reference_shift(const mhla_config *cfg, const mhla_config *changed, const test_inputs *in)
+{
+    double *a = malloc(in->nv * sizeof *a), *b = malloc(in->nv * sizeof *b);
+    float *af = malloc(in->nv * sizeof *af);
+    if (!a || !b || !af)
+        fail_msg("out of host memory");
+    assert_int_equal(mhla_reference_forward(cfg, in->q, in->k, in->v, in->mix, a), MHLA_OK);
+    assert_int_equal(mhla_reference_forward(changed, in->q, in->k, in->v, in->mix, b), MHLA_OK);
+    for (size_t i = 0; i < in->nv; ++i)
+        af[i] = (float)b[i];
+    const double shift = finite_rel_err(af, a, in->nv, "eps check");
+    free(a), free(b), free(af);
+    return shift;
+}
+
+void expect_eps_visible(const mhla_config *cfg, uint32_t seed, double factor)
+{
+    test_inputs in;
+    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
+    const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t * cfg->seq_h * cfg->seq_w);
+    if (cfg->normalizer != MHLA_NORMALIZER_NONE) {
+        mhla_config d = *cfg;
+        d.eps = 1e-6f;
+        const double shift = reference_shift(cfg, &d, &in);
+        if (!(shift > factor * tol))
+            fail_msg("eps %g moves the %s output by only %.3g (need > %g x %.0e): the case could not catch "
+                     "a kernel that drops eps", (double)cfg->eps, mhla_normalizer_name(cfg->normalizer), shift,
+                     factor, tol);
+    }
+    if (cfg->feature_map == MHLA_FEATURE_RELU_EPS) {
+        mhla_config d = *cfg;
+        d.feature_eps = 1e-6f;
+        const double shift = reference_shift(cfg, &d, &in);
+        if (!(shift > factor * tol))
+            fail_msg("feature_eps %g moves the output by only %.3g (need > %g x %.0e): the case could not "
+                     "catch a kernel that drops feature_eps", (double)cfg->feature_eps, shift, factor, tol);
+    }
+    test_inputs_free(&in);
 }
 
 void fill_nan(float *x, size_t n)
@@ -77,11 +202,20 @@ void poison_outputs(void)
 
 mhla_context *test_context(void)
 {
+    static int said;
     mhla_context *ctx = NULL;
     poison_outputs();
     mhla_status st = mhla_context_create(NULL, &ctx);
     if (st != MHLA_OK)
         fail_msg("mhla_context_create: %s: %s", mhla_status_name(st), mhla_last_message());
+    if (!said) {
+        cl_platform_id platform = NULL;
+        char name[256] = "";
+        clGetDeviceInfo(mhla_context_device(ctx), CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+        clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name, name, NULL);
+        printf("device: %s %s\n", name, mhla_context_device_name(ctx));
+        said = 1;
+    }
     return ctx;
 }
 
@@ -134,26 +268,20 @@ void forward_2d_ok(mhla_context *ctx, int64_t dk, uint32_t seed)
 
 int context_setup(void **state)
 {
-    *state = test_context();
+    *state = shared_ctx = test_context();
     return *state ? 0 : -1;
 }
 
 int context_teardown(void **state)
 {
     mhla_context_destroy(*state);
+    shared_ctx = NULL;
     return 0;
 }
 
 void set_odd_tiling(void)
 {
     setenv("MHLA_TUNING", TEST_ODD_TUNING, 1);
-}
-
-int unset_tiling(void **state)
-{
-    (void)state;
-    unsetenv("MHLA_TUNING");
-    return 0;
 }
 
 void expect_plan_error(mhla_context *ctx, const mhla_config *cfg, mhla_status want, const char *text)
@@ -321,7 +449,7 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     }
     if ((st = mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref)) != MHLA_OK)
         goto cleanup;
-    *err = mhla_max_rel_err(out, ref, in.nv);
+    *err = finite_rel_err(out, ref, in.nv, "output");
     if (out_keep) {
         *out_keep = out;
         out = NULL;

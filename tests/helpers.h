@@ -54,8 +54,9 @@ void nan_fill(mhla_context *ctx, cl_mem buf, size_t bytes);
 void poison_outputs(void);
 
 /* cmocka's skip() counts as a pass and its run exits 0, so that meson would call a program whose
- * every case was skipped a pass. Cases skip with test_skip(); run_group() returns 77 (meson's
- * SKIP) when every case of the group skipped, else cmocka's count of failures. */
+ * every case was skipped a pass. Cases skip with test_skip(); run_group() prints how many cases
+ * skipped ("cases skipped: K of N", which scripts/test.sh adds up) and returns 77 (meson's SKIP)
+ * when every case of the group skipped, else cmocka's count of failures. */
 extern size_t test_skipped;
 #define test_skip()                                                                                 \
     do {                                                                                            \
@@ -63,23 +64,54 @@ extern size_t test_skipped;
         skip();                                                                                     \
     } while (0)
 int test_group_status(int failed, size_t cases);
+/* run_group(): cmocka's group run, plus:
+ *  - every case without a teardown of its own gets restore_test_env(), so that a failing case cannot
+ *    leave its tuning (MHLA_TUNING, the shared context's override) to the cases after it;
+ *  - MHLA_TEST_FILTER, when set, runs only the cases whose names match it (cmocka's pattern: `*`
+ *    and `?`), as tests/mutations/ does to run the case that should catch a defect. */
+struct CMUnitTest;
+int test_run_group(const char *name, const struct CMUnitTest *tests, size_t n, int (*setup)(void **),
+                    int (*teardown)(void **));
 #define run_group(name, tests, setup, teardown)                                                     \
-    test_group_status(cmocka_run_group_tests_name(name, tests, setup, teardown), sizeof(tests) / sizeof((tests)[0]))
+    test_run_group(name, tests, sizeof(tests) / sizeof((tests)[0]), setup, teardown)
+/* Puts MHLA_TUNING back to its value when the program started (meson sets it for some runs, e.g.
+ * row=gpu) and clears the tuning override of the group's shared context (context_setup()).
+ * Always returns 0, so that it can be a cmocka teardown. */
+int restore_test_env(void **state);
 
-/* A context on the default device (MHLA_DEVICE honoured), or a failed cmocka assertion. */
+/* SPEC.md's max relative error (mhla_max_rel_err) for an output that must be finite: a NaN or an
+ * infinity anywhere in `got` or `ref` gives +Inf and prints which element and what it held
+ * (mhla_max_rel_err counts NaN against NaN as a match, which only the NaN-propagation tests
+ * want; fmax() would drop a NaN altogether). `what` names the output in that message. */
+double finite_rel_err(const float *got, const double *ref, size_t n, const char *what);
+/* Fails the test, naming `what`, unless finite_rel_err(got, ref, n) <= tol; returns the error. */
+double expect_within(const float *got, const double *ref, size_t n, double tol, const char *what);
+
+/* eps and feature_eps for the tests: large enough that every mode's output moves far past its
+ * tolerance when a kernel drops either (the defaults, 1e-6, move it by less than the tolerance:
+ * a kernel that ignored them passed). set_test_eps() puts them into cfg; expect_eps_visible()
+ * checks, on the double reference, that cfg's output with the default eps, and with the default
+ * feature_eps (relu-eps), differs from its own by more than `factor` times cfg's tolerance, so that
+ * the case can catch either being dropped. */
+#define TEST_EPS 0.75f
+#define TEST_FEATURE_EPS 0.05f
+void set_test_eps(mhla_config *cfg);
+void expect_eps_visible(const mhla_config *cfg, uint32_t seed, double factor);
+
+/* A context on the default device (MHLA_DEVICE honoured), or a failed cmocka assertion. The first
+ * one a program opens prints "device: <platform> <device>", the line tests/device_claims.py reads
+ * to check that a test ran on the device it claims. */
 mhla_context *test_context(void);
 
 /* PoCL's single-threaded `basic` device deadlocks inside clSetUserEventStatus when commands wait
  * on the user event (pocl/pocl#1177, open): tests that gate work on a user event skip it there. */
 int user_event_gates_hang(mhla_context *ctx);
 
-/* cmocka group setup and teardown: *state is a test_context(). */
+/* cmocka group setup and teardown: *state is a test_context(), the group's shared context (whose
+ * tuning restore_test_env() clears after every case). */
 int context_setup(void **state);
 int context_teardown(void **state);
 
-/* Teardown of a test that sets MHLA_TUNING: a failed check leaves the test early, and the
- * override must not outlive it. */
-int unset_tiling(void **state);
 
 /* The context's last message mentions `text`. */
 #define assert_message_has(ctx, text)                                                               \
@@ -114,8 +146,8 @@ mhla_config config_1d(int64_t batch, int64_t heads, int64_t n, int64_t m, int64_
 /* Small, odd tilings (read when a plan or decoder is created) that make small tests reach every
  * path of the causal kernels: 3 tokens per work-item, 2-wide vectors, score tiles of 12 x 5,
  * prefix tiles of 2 rows x 3 vectors with a partial last one, and prefix GEMM blocks of 4 chunks
- * (CLBlast adds every earlier block). set_odd_tiling() sets MHLA_TUNING, unset_tiling() clears
- * them. */
+ * (CLBlast adds every earlier block). set_odd_tiling() sets MHLA_TUNING; restore_test_env(),
+ * every case's teardown, puts it back. */
 #define TEST_ODD_TUNING                                                                             \
     "sum_rd=2,sum_ve=2,sum_nv=1,out_rt=3,out_ve=2,out_nv=1,out_dc=2,pre_mr=2,pre_nv=3,wg=7,tq=12,kt=5,gemm_rows=4"
 void set_odd_tiling(void);

@@ -3,6 +3,7 @@
  * columns, the host ops' timing, options, the JSON reader, and the JSON round trip that --compare
  * relies on. (The blas op's numbers: test_bench_blas.c.) */
 #include "bench.h"
+#include "helpers.h"
 #include "json.h"
 
 #include <math.h>
@@ -780,7 +781,7 @@ static void test_verify_on_device(void **state)
     mhla_context *ctx = NULL;
     if (mhla_context_create(NULL, &ctx) != MHLA_OK) {
         print_message("no OpenCL device: %s\n", mhla_last_message());
-        skip();
+        test_skip();
     }
     bench_options o;
     char err[64];
@@ -867,5 +868,5 @@ int main(void)
         cmocka_unit_test(test_verify_shapes),  cmocka_unit_test(test_verify_marks_failure),
         cmocka_unit_test(test_verify_on_device),
     };
-    return cmocka_run_group_tests_name("bench", tests, NULL, NULL);
+    return run_group("bench", tests, NULL, NULL);
 }

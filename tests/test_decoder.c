@@ -88,7 +88,7 @@ static double *reference_run(const mhla_config *cfg, const test_inputs *in)
 /* out against the reference within SPEC's 1e-5; returns the error. */
 static double check_reference(const float *out, const double *ref, size_t n, const char *what)
 {
-    const double err = mhla_max_rel_err(out, ref, n);
+    const double err = finite_rel_err(out, ref, n, __func__);
     if (!(err <= 1e-5))
         fail_msg("%s: vs reference %.3g", what, err);
     return err;
@@ -180,7 +180,7 @@ static void test_odd_tiling(void **state)
         free(ref);
         test_inputs_free(&in);
     }
-    unset_tiling(NULL);
+    restore_test_env(NULL);
     print_message("decoder, odd tiling (C = 4): worst max_rel_err vs reference %.3g\n", worst);
 }
 
@@ -262,7 +262,7 @@ static void test_state_save_restore(void **state)
         assert_int_equal(feed(db, &cfg, &spliced, cut, N - cut, 1, f), MHLA_OK);
         double *ref = malloc(in.nv * sizeof *ref);
         assert_int_equal(mhla_reference_forward(&cfg, spliced.q, spliced.k, spliced.v, in.mix, ref), MHLA_OK);
-        const double err = mhla_max_rel_err(f, ref, in.nv);
+        const double err = finite_rel_err(f, ref, in.nv, __func__);
         if (!(err <= 1e-5))
             fail_msg("fork at %lld: vs reference %.3g", (long long)cut, err);
 
@@ -506,7 +506,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_equals_reference),
         cmocka_unit_test(test_prompt_then_decode),
-        cmocka_unit_test_teardown(test_odd_tiling, unset_tiling),
+        cmocka_unit_test(test_odd_tiling),
         cmocka_unit_test(test_long_prefill),
         cmocka_unit_test(test_state_save_restore),
         cmocka_unit_test(test_state_errors),

@@ -84,7 +84,7 @@ static void check_forward(mhla_context *ctx, const mhla_config *cfg, int softmax
     else
         assert_int_equal(mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
     assert_int_equal(mhla_convert(MHLA_DTYPE_F32, got, cfg->dtype, out[0], in.nv), MHLA_OK);
-    const double err = mhla_max_rel_err(got, ref, in.nv);
+    const double err = finite_rel_err(got, ref, in.nv, __func__);
     const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t * cfg->seq_h * cfg->seq_w);
     if (!(err <= tol))
         fail_msg("%s: max_rel_err %.3g > %.3g", label, err, tol);
@@ -214,7 +214,7 @@ static void test_decoder(void **state)
     double *ref = malloc(in.nv * sizeof *ref);
     assert_non_null(ref);
     assert_int_equal(mhla_reference_forward(&c, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
-    const double err = mhla_max_rel_err(out[0], ref, in.nv);
+    const double err = finite_rel_err(out[0], ref, in.nv, __func__);
     if (!(err <= mhla_reference_tolerance(c.dtype, c.seq_t)))
         fail_msg("decoder: max_rel_err %.3g", err);
     printf("deterministic: decoder prefill 13, step 9, prefill 18, and its state (max_rel_err %.2g)\n", err);
@@ -294,7 +294,7 @@ static void check_backward(mhla_context *ctx, const mhla_config *cfg, const int3
     for (int j = 0; j < 4; ++j) {
         const mhla_dtype dt = j == 3 ? MHLA_DTYPE_F32 : cfg->dtype;
         assert_int_equal(mhla_convert(MHLA_DTYPE_F32, got, dt, g[0][j], n[j]), MHLA_OK);
-        const double err = mhla_max_rel_err(got, ref[j], n[j]);
+        const double err = finite_rel_err(got, ref[j], n[j], __func__);
         if (!(err <= tol))
             fail_msg("%s: %s max_rel_err %.3g > %.0e", label, names[j], err, tol);
         worst = err > worst ? err : worst;
@@ -337,20 +337,14 @@ static void test_backward(void **state)
     check_backward(ctx, &c, cu, 4, "varlen 17+0+43+15");
 }
 
-static int reset_tuning(void **state)
-{
-    mhla_context_set_tuning(*state, NULL);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_grids),
-        cmocka_unit_test_teardown(test_forward_split_blas_storage, reset_tuning),
-        cmocka_unit_test_teardown(test_causal_varlen, reset_tuning),
+        cmocka_unit_test(test_forward_split_blas_storage),
+        cmocka_unit_test(test_causal_varlen),
         cmocka_unit_test(test_decoder),
-        cmocka_unit_test_teardown(test_backward, reset_tuning),
+        cmocka_unit_test(test_backward),
     };
-    return cmocka_run_group_tests(tests, context_setup, context_teardown);
+    return run_group("determinism", tests, context_setup, context_teardown);
 }

@@ -14,18 +14,6 @@
 
 #include <cmocka.h>
 
-static int setup(void **state)
-{
-    *state = test_context();
-    return *state ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    mhla_context_destroy(*state);
-    return 0;
-}
-
 static void test_sizes(void **state)
 {
     mhla_context *ctx = *state;
@@ -199,7 +187,7 @@ static void test_device_buffers(void **state)
     assert_non_null(ref);
     assert_int_equal(clEnqueueReadBuffer(queue, o, CL_TRUE, 0, vb, out, 0, NULL, NULL), CL_SUCCESS);
     assert_int_equal(mhla_reference_forward(&c, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
-    assert_true(mhla_max_rel_err(out, ref, in.nv) <= 1e-5);
+    assert_true(finite_rel_err(out, ref, in.nv, __func__) <= 1e-5);
     free(out), free(ref);
     test_inputs_free(&in);
     cl_mem all[] = {q, k, v, o, mix, small, small_mix, small_out};
@@ -315,5 +303,5 @@ int main(void)
         cmocka_unit_test(test_kernel_build_failure),
         cmocka_unit_test(test_unsupported_combinations),
     };
-    return run_group("errors", tests, setup, teardown);
+    return run_group("errors", tests, context_setup, context_teardown);
 }

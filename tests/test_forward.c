@@ -12,18 +12,6 @@
 
 #include <cmocka.h>
 
-static int setup(void **state)
-{
-    *state = test_context();
-    return *state ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    mhla_context_destroy(*state);
-    return 0;
-}
-
 static void expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                          const char *label)
 {
@@ -226,7 +214,7 @@ static void test_m1_is_linear_attention(void **state)
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
     assert_int_equal(mhla_forward_host(plan, q, k, v, &one, out), MHLA_OK);
-    const double err = mhla_max_rel_err(out, lin, (size_t)(N * Dv));
+    const double err = finite_rel_err(out, lin, (size_t)(N * Dv), __func__);
     if (!(err <= 1e-5))
         fail_msg("M=1 vs linear attention: max_rel_err %.3g", err);
     mhla_plan_destroy(plan);
@@ -375,7 +363,7 @@ static void test_unaligned_host_memory(void **state)
         double *ref = malloc(in.nv * sizeof *ref);
         assert_non_null(ref);
         assert_int_equal(mhla_reference_forward(&cfg, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
-        const double e = mhla_max_rel_err(out, ref, in.nv);
+        const double e = finite_rel_err(out, ref, in.nv, __func__);
         if (!(e <= mhla_reference_tolerance(cfg.dtype, cfg.seq_t)))
             fail_msg("%s: max_rel_err %.3g", rows[r] ? rows[r] : "the device's row", e);
         mhla_plan_destroy(plan);
@@ -425,7 +413,7 @@ static void test_events_no_hidden_finish(void **state)
     assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
     assert_int_equal(clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, sizeof out, out, 1, &done, NULL), CL_SUCCESS);
     assert_int_equal(mhla_reference_forward(&cfg, q, k, v, mix, ref), MHLA_OK);
-    assert_true(mhla_max_rel_err(out, ref, nq) <= 1e-5);
+    assert_true(finite_rel_err(out, ref, nq, __func__) <= 1e-5);
     clReleaseEvent(gate), clReleaseEvent(done);
     clReleaseMemObject(bq), clReleaseMemObject(bk), clReleaseMemObject(bv), clReleaseMemObject(bm);
     clReleaseMemObject(bo);
@@ -477,5 +465,5 @@ int main(void)
         cmocka_unit_test(test_events_no_hidden_finish),
         cmocka_unit_test(test_stage_times),
     };
-    return run_group("forward", tests, setup, teardown);
+    return run_group("forward", tests, context_setup, context_teardown);
 }

@@ -360,5 +360,5 @@ int main(void)
         cmocka_unit_test(test_reference_softmax),
         cmocka_unit_test(test_tolerance),
     };
-    return cmocka_run_group_tests_name("reference", tests, NULL, NULL);
+    return run_group("reference", tests, NULL, NULL);
 }

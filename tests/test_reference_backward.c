@@ -347,5 +347,5 @@ int main(void)
         cmocka_unit_test(test_m1_is_linear_attention),
         cmocka_unit_test(test_backward_reference_rejects),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return run_group("reference_backward", tests, NULL, NULL);
 }

@@ -39,7 +39,7 @@ static double varlen_vs_reference(mhla_context *ctx, const mhla_config *cfg, con
     if (st != MHLA_OK)
         fail_msg("%s: %s", mhla_status_name(st), mhla_context_message(ctx));
     assert_int_equal(mhla_reference_forward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, nseq, ref), MHLA_OK);
-    const double err = mhla_max_rel_err(out, ref, in.nv);
+    const double err = finite_rel_err(out, ref, in.nv, __func__);
     mhla_plan_destroy(plan);
     test_inputs_free(&in);
     free(ref);
@@ -84,7 +84,7 @@ static void test_varlen_odd_tiling(void **state)
         if (!(err <= 1e-5))
             fail_msg("varlen odd tiling %s: max_rel_err %.3g", mhla_normalizer_name(cfg.normalizer), err);
     }
-    unset_tiling(NULL);
+    restore_test_env(NULL);
 }
 
 /* Packing changes nothing: every sequence's output equals, bit for bit, a plain causal plan run on
@@ -228,7 +228,7 @@ static void test_varlen_events(void **state)
     assert_int_equal(clEnqueueReadBuffer(mhla_context_queue(ctx), bo, CL_TRUE, 0, in.nv * 4, out, 1, &done, NULL),
                      CL_SUCCESS);
     assert_int_equal(mhla_reference_forward_varlen(&cfg, in.q, in.k, in.v, in.mix, cu_issue, 5, ref), MHLA_OK);
-    assert_true(mhla_max_rel_err(out, ref, in.nv) <= 1e-5);
+    assert_true(finite_rel_err(out, ref, in.nv, __func__) <= 1e-5);
     mhla_stage_times times;
     if (stage_times_or_unusable(plan, &times))
         assert_true(times.output_ms > 0 && times.total_ms >= times.output_ms);
@@ -296,7 +296,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_vs_reference),
-        cmocka_unit_test_teardown(test_varlen_odd_tiling, unset_tiling),
+        cmocka_unit_test(test_varlen_odd_tiling),
         cmocka_unit_test(test_varlen_equals_separate_runs),
         cmocka_unit_test(test_varlen_isolation),
         cmocka_unit_test(test_varlen_empty_and_many),
