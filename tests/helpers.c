@@ -135,8 +135,12 @@ static double reference_shift(const mhla_config *cfg, const mhla_config *changed
     return shift;
 }
 
-void expect_eps_visible(const mhla_config *cfg, uint32_t seed, double factor)
+void expect_eps_visible(const mhla_config *cfg_in, uint32_t seed, double factor)
 {
+    mhla_config whole = *cfg_in; /* a varlen batch: its packed tokens as one sequence, the same formula */
+    whole.varlen = 0;
+    whole.mixing_rows = 0;
+    const mhla_config *cfg = cfg_in->varlen ? &whole : cfg_in;
     test_inputs in;
     assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
     const double tol = mhla_reference_tolerance(cfg->dtype, cfg->seq_t * cfg->seq_h * cfg->seq_w);
@@ -200,6 +204,15 @@ void poison_outputs(void)
     setenv("MHLA_POISON_OUTPUTS", "1", 1);
 }
 
+void say_device(mhla_context *ctx)
+{
+    cl_platform_id platform = NULL;
+    char name[256] = "";
+    clGetDeviceInfo(mhla_context_device(ctx), CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name, name, NULL);
+    printf("device: %s %s\n", name, mhla_context_device_name(ctx));
+}
+
 mhla_context *test_context(void)
 {
     static int said;
@@ -208,14 +221,9 @@ mhla_context *test_context(void)
     mhla_status st = mhla_context_create(NULL, &ctx);
     if (st != MHLA_OK)
         fail_msg("mhla_context_create: %s: %s", mhla_status_name(st), mhla_last_message());
-    if (!said) {
-        cl_platform_id platform = NULL;
-        char name[256] = "";
-        clGetDeviceInfo(mhla_context_device(ctx), CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
-        clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name, name, NULL);
-        printf("device: %s %s\n", name, mhla_context_device_name(ctx));
-        said = 1;
-    }
+    if (!said)
+        say_device(ctx);
+    said = 1;
     return ctx;
 }
 

@@ -92,16 +92,18 @@ double expect_within(const float *got, const double *ref, size_t n, double tol, 
  * a kernel that ignored them passed). set_test_eps() puts them into cfg; expect_eps_visible()
  * checks, on the double reference, that cfg's output with the default eps, and with the default
  * feature_eps (relu-eps), differs from its own by more than `factor` times cfg's tolerance, so that
- * the case can catch either being dropped. */
+ * the case can catch either being dropped (a varlen cfg: on its packed tokens as one sequence). */
 #define TEST_EPS 0.75f
 #define TEST_FEATURE_EPS 0.05f
 void set_test_eps(mhla_config *cfg);
 void expect_eps_visible(const mhla_config *cfg, uint32_t seed, double factor);
 
 /* A context on the default device (MHLA_DEVICE honoured), or a failed cmocka assertion. The first
- * one a program opens prints "device: <platform> <device>", the line tests/device_claims.py reads
- * to check that a test ran on the device it claims. */
+ * one a program opens prints its device with say_device(). */
 mhla_context *test_context(void);
+/* Prints "device: <platform> <device>", the line tests/device_claims.py reads to check that a test
+ * ran on the device it claims. */
+void say_device(mhla_context *ctx);
 
 /* PoCL's single-threaded `basic` device deadlocks inside clSetUserEventStatus when commands wait
  * on the user event (pocl/pocl#1177, open): tests that gate work on a user event skip it there. */

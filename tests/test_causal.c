@@ -30,7 +30,7 @@ static double expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_
 /* Both normalizers, every feature map and both layouts, each pair of them at least once (8 of the
  * 16 combinations: every combination would compile twice the kernels for nothing more), B = 2,
  * H = 3, Dk != Dv, N = 150 in chunks of 64 (the last one partial), the default scale Dk^-0.5 and an
- * explicit one. */
+ * explicit one, eps and feature_eps far from their defaults (expect_eps_visible). */
 static void test_modes_matrix(void **state)
 {
     mhla_context *ctx = *state;
@@ -55,6 +55,8 @@ static void test_modes_matrix(void **state)
         cfg.feature_map = modes[i].fm;
         cfg.layout = modes[i].layout;
         cfg.scale = i % 3 == 0 ? 0.3f : 0.0f;
+        set_test_eps(&cfg);
+        expect_eps_visible(&cfg, (uint32_t)i, 10.0);
         char label[128];
         snprintf(label, sizeof label, "%s/%s/%s", mhla_normalizer_name(cfg.normalizer),
                  mhla_feature_map_name(cfg.feature_map), mhla_layout_name(cfg.layout));

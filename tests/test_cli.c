@@ -1628,6 +1628,28 @@ static void test_grad_signal_removes_temporaries(void **state)
 
 /* ---- info ---------------------------------------------------------------------------------- */
 
+/* The "  device N (P:D): name" line of `mhla info` output that `pick` chooses: the one marked
+ * `mark` (pick NULL), or the `nth` device whose line contains `pick`. Fills *n, *p, *d; 0 if none. */
+static int info_device(const char *out, const char *pick, int nth, const char *mark, int *n, int *p, int *d)
+{
+    for (const char *line = strstr(out, "  device "); line; line = strstr(line + 1, "\n  device ")) {
+        if (*line == '\n')
+            ++line;
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        char text[512];
+        snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text ? len : sizeof text - 1), line);
+        if (sscanf(text, "  device %d (%d:%d): ", n, p, d) != 3)
+            fail_msg("'mhla info' device line not understood: '%s'", text);
+        if (pick ? strstr(text, pick) && nth-- == 0 : strstr(text, mark) != NULL)
+            return 1;
+    }
+    return 0;
+}
+
+/* mhla info: every device with its properties, the default marked, MHLA_DEVICE's pick marked; the
+ * devices' numbers are read from the listing, not assumed (a machine may list a GPU platform, or
+ * rusticl, before PoCL). */
 static void test_info(void **state)
 {
     (void)state;
@@ -1638,22 +1660,49 @@ static void test_info(void **state)
                            "    device version ", "    driver version ", "    OpenCL C ", "    compute units ",
                            " MHz\n",            "    global memory ", "largest buffer ", "    local memory ",
                            "    max work-group ", "    fp16 / fp64 ",  "    float width ",
-                           "mhla run uses device 0 (0:0) ", "(the default; MHLA_DEVICE is not set)\n",
-                           "tuning: built-in row '"};
+                           "(the default; MHLA_DEVICE is not set)\n", "tuning: built-in row '"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; ++i)
         if (!strstr(r->out, lines[i]))
             fail_msg("'mhla info' lacks '%s':\n%s", lines[i], r->out);
     assert_null(strstr(r->out, "selected by MHLA_DEVICE"));
+    /* the [default] device is the library's default and the one `mhla run` uses */
+    int n = -1, p = -1, d = -1;
+    if (!info_device(r->out, NULL, 0, "[default]", &n, &p, &d))
+        fail_msg("'mhla info' marks no device [default]:\n%s", r->out);
+    size_t count = 0;
+    assert_int_equal(mhla_device_list(NULL, 0, &count), MHLA_OK);
+    mhla_device_info *infos = calloc(count, sizeof *infos);
+    assert_non_null(infos);
+    assert_int_equal(mhla_device_list(infos, count, &count), MHLA_OK);
+    assert_true(n >= 0 && (size_t)n < count && infos[n].is_default);
+    assert_int_equal(infos[n].platform_index, p);
+    assert_int_equal(infos[n].device_index, d);
+    free(infos);
+    char uses[128];
+    snprintf(uses, sizeof uses, "mhla run uses device %d (%d:%d) ", n, p, d);
+    if (!strstr(r->out, uses))
+        fail_msg("'mhla info' lacks '%s':\n%s", uses, r->out);
 
-    /* Two PoCL devices, the second picked by MHLA_DEVICE. */
-    const char *two[] = {"POCL_DEVICES=pthread pthread", "MHLA_DEVICE=1", NULL};
+    /* Two PoCL devices, the second picked by MHLA_DEVICE: its number read from the listing. */
+    const char *two_plain[] = {"POCL_DEVICES=pthread pthread", "MHLA_DEVICE=", NULL};
+    r = MHLA_ENV(two_plain, "info");
+    expect_ok(r);
+    if (!info_device(r->out, ": pthread-", 1, NULL, &n, &p, &d))
+        fail_msg("POCL_DEVICES='pthread pthread': 'mhla info' lists no second PoCL device:\n%s", r->out);
+    assert_int_equal(d, 1);
+    char pick[64], spec[32];
+    snprintf(spec, sizeof spec, "MHLA_DEVICE=%d", n);
+    const char *two[] = {"POCL_DEVICES=pthread pthread", spec, NULL};
     r = MHLA_ENV(two, "info");
     expect_ok(r);
-    const char *dev1 = strstr(r->out, "  device 1 (0:1): ");
+    snprintf(pick, sizeof pick, "  device %d (%d:1): ", n, p);
+    const char *dev1 = strstr(r->out, pick);
     assert_non_null(dev1);
     assert_non_null(strstr(dev1, "[selected by MHLA_DEVICE]"));
-    assert_non_null(strstr(r->out, "mhla run uses device 1 (0:1) "));
-    assert_non_null(strstr(r->out, "(MHLA_DEVICE=1)\n"));
+    snprintf(uses, sizeof uses, "mhla run uses device %d (%d:1) ", n, p);
+    assert_non_null(strstr(r->out, uses));
+    snprintf(uses, sizeof uses, "(MHLA_DEVICE=%d)\n", n);
+    assert_non_null(strstr(r->out, uses));
 
     const char *bad[] = {"MHLA_DEVICE=no-such-device", NULL};
     r = MHLA_ENV(bad, "info");

@@ -24,7 +24,8 @@ static void expect_close(mhla_context *ctx, const mhla_config *cfg, mhla_init_ki
         fail_msg("%s: max_rel_err %.3g > %.1g", label, err, tol);
 }
 
-/* Every normalizer x feature map x layout on a 2D grid with B = 2, H = 3, Dk != Dv. */
+/* Every normalizer x feature map x layout on a 2D grid with B = 2, H = 3, Dk != Dv, with eps and
+ * feature_eps far from their defaults (a kernel that drops either fails here: expect_eps_visible). */
 static void test_modes_matrix(void **state)
 {
     mhla_context *ctx = *state;
@@ -41,6 +42,8 @@ static void test_modes_matrix(void **state)
                 cfg.feature_map = (mhla_feature_map)fm;
                 cfg.layout = (mhla_layout)layout;
                 cfg.scale = 0.5f; /* not the default, so the scale is exercised */
+                set_test_eps(&cfg);
+                expect_eps_visible(&cfg, (uint32_t)(norm * 8 + fm * 2 + layout), 10.0);
                 char label[128];
                 snprintf(label, sizeof label, "%s/%s/%s", mhla_normalizer_name(cfg.normalizer),
                          mhla_feature_map_name(cfg.feature_map), mhla_layout_name(cfg.layout));

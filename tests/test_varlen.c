@@ -51,7 +51,8 @@ static double varlen_vs_reference(mhla_context *ctx, const mhla_config *cfg, con
 }
 
 /* Both normalizers x layouts, an Mc of 5 rows: enough for the longest sequence (300 tokens), far
- * from enough for the 493 packed tokens. */
+ * from enough for the 493 packed tokens. BHND runs relu-eps, both with eps and feature_eps far from
+ * their defaults (expect_eps_visible). */
 static void test_varlen_vs_reference(void **state)
 {
     mhla_context *ctx = *state;
@@ -62,6 +63,10 @@ static void test_varlen_vs_reference(void **state)
             cfg.layout = (mhla_layout)layout;
             cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
             cfg.mixing_rows = 5;
+            if (layout)
+                cfg.feature_map = MHLA_FEATURE_RELU_EPS;
+            set_test_eps(&cfg);
+            expect_eps_visible(&cfg, (uint32_t)(layout * 2 + paper), 10.0);
             const double err = varlen_vs_reference(ctx, &cfg, cu_issue, 5, (uint32_t)(layout * 2 + paper), NULL);
             if (!(err <= 1e-5))
                 fail_msg("varlen %s %s: max_rel_err %.3g", mhla_layout_name(cfg.layout),
