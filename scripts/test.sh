@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The tests: installs what is missing, builds, runs `meson test` (every suite; pass --suite unit,
-# --suite opencl or --suite cli to narrow it), and closes with one "N passed, N failed, N skipped" line.
+# --suite opencl or --suite cli to narrow it), and closes with one "N passed, N failed, N skipped"
+# line, which also counts the cases skipped inside programs that passed.
 #   scripts/test.sh --sanitize [ARGS]: the unit, opencl and cli suites (or ARGS) under ASan+UBSan
 #   instead, in build-asan/ (tests/sanitize/: the suppressions and runtime options).
+#   scripts/test.sh --mutations [ARGS]: the release step of tests/mutations/run.py (ARGS go to it):
+#   known defects put back one at a time, each must be caught by the cases named for it.
 set -euo pipefail
 # clang-14: the portability suite compiles every kernel specialization with its OpenCL front end.
 # libopenmpi-dev openmpi-bin: libmhla_mpi and the mpi suite (issue 15; meson -Dmpi=auto finds them).
@@ -15,8 +18,16 @@ if [ "${1:-}" = "--sanitize" ]; then
     sanitize=1
     shift
 fi
+mutations=0
+if [ "${1:-}" = "--mutations" ]; then
+    mutations=1
+    shift
+fi
 nargs=$#
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+if [ "$mutations" = 1 ]; then
+    exec python3 "$MHLA_ROOT/tests/mutations/run.py" "$@"
+fi
 
 rc=0
 logs=()
@@ -32,6 +43,9 @@ if [ "$sanitize" = 1 ]; then
     meson test -C "$asan_dir" --print-errorlogs "$@" || rc=$?
     logs+=("$asan_dir/meson-logs/testlog.json")
 else
+    # Each test's own library cache (tests/meson.build) starts empty on every run: nothing a run
+    # stored (a tuning entry, a program) can change what the next one checks.
+    rm -rf "$MHLA_BUILD_DIR/tests/cache"
     meson test -C "$MHLA_BUILD_DIR" --print-errorlogs "$@" || rc=$?
     logs+=("$MHLA_BUILD_DIR/meson-logs/testlog.json")
     if [ "$nargs" = 0 ]; then
@@ -47,14 +61,21 @@ else
     fi
 fi
 python3 - "${logs[@]}" <<'PY'
-import json, sys
+import json, re, sys
 counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
+inner = []  # cases skipped inside programs that passed (tests/helpers.c prints "cases skipped: K of N")
 for path in sys.argv[1:]:
     with open(path) as f:
         for line in f:
-            r = json.loads(line).get("result", "")
+            t = json.loads(line)
+            r = t.get("result", "")
             key = "OK" if r in ("OK", "EXPECTEDFAIL") else "SKIP" if r == "SKIP" else "FAIL"
             counts[key] += 1
-print("meson: %d passed, %d failed, %d skipped" % (counts["OK"], counts["FAIL"], counts["SKIP"]))
+            m = re.search(r"^cases skipped: (\d+) of (\d+)$", t.get("stdout") or "", re.M)
+            if m and key == "OK":
+                inner.append("%s %s/%s" % (t["name"], m.group(1), m.group(2)))
+print("meson: %d passed, %d failed, %d skipped; %d skipped case(s) inside passing programs%s"
+      % (counts["OK"], counts["FAIL"], counts["SKIP"], sum(int(x.split()[-1].split("/")[0]) for x in inner),
+         " (" + ", ".join(inner) + ")" if inner else ""))
 PY
 exit $rc

@@ -105,6 +105,18 @@ double finite_rel_err(const float *got, const double *ref, size_t n, const char 
     return mhla_max_rel_err(got, ref, n);
 }
 
+double finite_rel_err_double(const double *got, const double *ref, size_t n, const char *what)
+{
+    if (report_nonfinite(what, "reference", NULL, ref, n) | report_nonfinite(what, "output", NULL, got, n))
+        return INFINITY;
+    double max_diff = 0.0, max_ref = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        max_diff = fmax(max_diff, fabs(got[i] - ref[i]));
+        max_ref = fmax(max_ref, fabs(ref[i]));
+    }
+    return max_ref > 0.0 ? max_diff / max_ref : max_diff;
+}
+
 double expect_within(const float *got, const double *ref, size_t n, double tol, const char *what)
 {
     const double err = finite_rel_err(got, ref, n, what);

@@ -84,6 +84,8 @@ int restore_test_env(void **state);
  * (mhla_max_rel_err counts NaN against NaN as a match, which only the NaN-propagation tests
  * want; fmax() would drop a NaN altogether). `what` names the output in that message. */
 double finite_rel_err(const float *got, const double *ref, size_t n, const char *what);
+/* The same for two double arrays (the reference against another double computation). */
+double finite_rel_err_double(const double *got, const double *ref, size_t n, const char *what);
 /* Fails the test, naming `what`, unless finite_rel_err(got, ref, n) <= tol; returns the error. */
 double expect_within(const float *got, const double *ref, size_t n, double tol, const char *what);
 

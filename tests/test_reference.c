@@ -103,14 +103,10 @@ static void compare(mhla_config *c, mhla_init_kind init, uint32_t seed)
     assert_int_equal(mhla_mixing_init(init, NULL, c->block_t, c->block_h, c->block_w, mc, nm), MHLA_OK);
     assert_int_equal(mhla_reference_forward(c, q, k, v, mc, ref), MHLA_OK);
     token_level(c, q, k, v, mc, tok);
-    double max_diff = 0, max_ref = 0;
-    for (size_t i = 0; i < nv; ++i) {
-        max_diff = fmax(max_diff, fabs(ref[i] - tok[i]));
-        max_ref = fmax(max_ref, fabs(tok[i]));
-    }
-    if (!(max_diff <= 1e-12 * max_ref))
+    const double err = finite_rel_err_double(ref, tok, nv, "reference vs token-level form");
+    if (!(err <= 1e-12))
         fail_msg("reference vs token-level form: %.3g relative (normalizer %s, feature %s, layout %s)",
-                 max_diff / max_ref, mhla_normalizer_name(c->normalizer), mhla_feature_map_name(c->feature_map),
+                 err, mhla_normalizer_name(c->normalizer), mhla_feature_map_name(c->feature_map),
                  mhla_layout_name(c->layout));
     free(q), free(k), free(v), free(mc), free(ref), free(tok);
 }
@@ -191,14 +187,10 @@ static void compare_causal(const mhla_config *c, const int32_t *cu, size_t nseq,
     else
         assert_int_equal(mhla_reference_forward(c, in.q, in.k, in.v, in.mix, ref), MHLA_OK);
     causal_token_level(c, in.q, in.k, in.v, in.mix, in.rows, cu, nseq, tok);
-    double max_diff = 0, max_ref = 0;
-    for (size_t i = 0; i < in.nv; ++i) {
-        max_diff = fmax(max_diff, fabs(ref[i] - tok[i]));
-        max_ref = fmax(max_ref, fabs(tok[i]));
-    }
-    if (!(max_ref > 0 && max_diff <= 1e-12 * max_ref))
+    const double err = finite_rel_err_double(ref, tok, in.nv, "causal reference vs token-level form");
+    if (!(err <= 1e-12))
         fail_msg("causal reference vs token-level form: %.3g relative (normalizer %s, feature %s, layout %s, C %lld)",
-                 max_diff / max_ref, mhla_normalizer_name(c->normalizer), mhla_feature_map_name(c->feature_map),
+                 err, mhla_normalizer_name(c->normalizer), mhla_feature_map_name(c->feature_map),
                  mhla_layout_name(c->layout), (long long)c->chunk);
     test_inputs_free(&in);
     free(ref), free(tok);

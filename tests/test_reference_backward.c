@@ -94,15 +94,8 @@ static double fd(const problem *p, float *x, size_t i, double *out)
     return (lp - lm) / ((double)xp - (double)xm);
 }
 
-static double rel_err(const double *a, const double *b, size_t n)
-{
-    double md = 0.0, mr = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-        md = fmax(md, fabs(a[i] - b[i]));
-        mr = fmax(mr, fabs(b[i]));
-    }
-    return mr > 0 ? md / mr : md;
-}
+/* Relative error of a against b; +Inf for any NaN or Inf in either (a gradient must be finite). */
+static double rel_err(const double *a, const double *b, size_t n) { return finite_rel_err_double(a, b, n, "gradient"); }
 
 /* Checks all four gradients of problem p against finite differences; returns the worst error. */
 static double check_fd(problem *p, const char *name)

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Mutation check (issue 21): puts known defects back into a copy of the library, one at a time, and
+asserts that each is caught by the test cases named for it, with a failure message that names what
+broke. A test that passes with the defect in place is a test that cannot fail where it matters.
+
+    tests/mutations/run.py [--work DIR] [--only NAME[,NAME]] [--report FILE]
+
+DIR (default: build-mutations/ beside build/) receives a copy of the tree (tracked and untracked,
+not ignored, files: what is being tested, committed or not) and its own Meson build. Each mutation
+edits files of the copy, rebuilds (a host file: the library; a kernel: its embedded text), runs
+each catching case (`meson test`'s command and environment for that test, MHLA_TEST_FILTER set to
+the case) and restores the files. First, every catching case runs once on the unchanged copy and
+must pass. Exit status 0 when every mutation is caught by every case named for it; --report writes
+the table as Markdown (tests/mutations/README.md keeps the last one).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Mutation:
+    """A defect: `edits` are (file, old, new, count) replacements, `catch` the (meson test, cmocka case
+    pattern, text its output must contain) that must fail with it."""
+
+    def __init__(self, name, defect, edits, catch):
+        self.name, self.defect, self.edits, self.catch = name, defect, edits, catch
+
+
+# The seven defects that passed every test before issue 21 (the first eight rows), and others of
+# the same kinds. A case named here must fail when the defect is in, and say what broke.
+MUTATIONS = [
+    Mutation("causal-readout-drops-feature-eps", "causal read-out drops feature_eps (relu-eps)",
+             [("kernels/causal_output.cl", "FEATURE_V(OUT_DC, raw, feature_eps)", "FEATURE_V(OUT_DC, raw, 0.0f)", 2),
+              ("kernels/causal_output.cl", "READOUT_TILE(qrow, P, zp, scale, feature_eps, acc, dz)",
+               "READOUT_TILE(qrow, P, zp, scale, 0.0f, acc, dz)", 1)],
+             [("causal", "test_modes_matrix", "/relu-eps/"), ("varlen", "test_varlen_vs_reference", "varlen bhnd")]),
+    Mutation("official-drops-eps", "official normalizer drops +eps",
+             [("kernels/output.cl", "const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r] + eps;",
+               "const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r];", 1)],
+             [("forward", "test_modes_matrix", "official/")]),
+    Mutation("paper-drops-eps", "paper normalizer drops +eps",
+             [("kernels/output.cl", "inv = inv + eps;", "inv = inv;", 1)],
+             [("forward", "test_modes_matrix", "paper/")]),
+    Mutation("relu-grad-at-zero", "relu / relu-eps gradient at exactly 0 (`>` to `>=`)",
+             [("kernels/backward.h", "#elif FEATURE_MAP == 1 || FEATURE_MAP == 2\n    return x > 0.0f ? 1.0f : 0.0f;",
+               "#elif FEATURE_MAP == 1 || FEATURE_MAP == 2\n    return x >= 0.0f ? 1.0f : 0.0f;", 1),
+              ("kernels/backward.h", "select((VEC(W))(0.0f), (VEC(W))(1.0f), (x) > (VEC(W))(0.0f))",
+               "select((VEC(W))(0.0f), (VEC(W))(1.0f), (x) >= (VEC(W))(0.0f))", 1)],
+             [("backward", "test_backward_exact_zeros", "exactly 0")]),
+    Mutation("reference-relu-grad-at-zero", "the double reference's relu gradient at exactly 0 (`>` to `>=`)",
+             [("host/reference_backward.c", "    case MHLA_FEATURE_RELU_EPS:\n        return x > 0.0 ? 1.0 : 0.0;",
+               "    case MHLA_FEATURE_RELU_EPS:\n        return x >= 0.0 ? 1.0 : 0.0;", 1)],
+             [("reference_backward", "test_exact_zeros", "exactly 0")]),
+    Mutation("f16-store-rounds-toward-zero", "f16 store rounds toward zero instead of to nearest even",
+             [("kernels/common.h", "_rte(x, o, p)", "_rtz(x, o, p)", 5)],
+             [("rounding", "test_*", "(rounded toward zero)")]),
+    Mutation("bf16-store-truncates", "bf16 store truncates instead of rounding to nearest even",
+             [("kernels/common.h", ": (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);", ": u >> 16);", 1),
+              ("kernels/common.h", "select(((u) + 0x7FFFu + (((u) >> 16) & 1u)) >> 16,", "select((u) >> 16,", 1)],
+             [("rounding", "test_*", "bf16")]),
+    Mutation("bf16-store-rounds-half-away", "bf16 store rounds ties away from zero",
+             [("kernels/common.h", ": (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);", ": (u + 0x8000u) >> 16);", 1),
+              ("kernels/common.h", "select(((u) + 0x7FFFu + (((u) >> 16) & 1u)) >> 16,", "select(((u) + 0x8000u) >> 16,", 1)],
+             [("rounding", "test_forward_rounds_to_nearest_even", "(rounded half away from zero)")]),
+    Mutation("config-overflow-checks-removed", "host/config.c's INT_MAX / 64-bit overflow checks removed",
+             [("host/config.c", "CHECK(mul_ok(cfg->seq_h, cfg->seq_w, INT_MAX, &hw) && mul_ok(hw, cfg->seq_t, INT_MAX, &n),",
+               "(void)mul_ok(cfg->seq_h, cfg->seq_w, INT64_MAX, &hw), (void)mul_ok(hw, cfg->seq_t, INT64_MAX, &n);\n"
+               "    CHECK(1,", 1),
+              ("host/config.c", "CHECK(mul_ok(cfg->batch, cfg->heads, INT_MAX, &bh),",
+               "(void)mul_ok(cfg->batch, cfg->heads, INT64_MAX, &bh);\n    CHECK(1,", 1),
+              ("host/config.c", "CHECK(mul_ok(bh, n, INT64_MAX / 8, &elems) && mul_ok(elems, dmax, INT64_MAX / 8, &elems),",
+               "elems = bh * n * dmax;\n    CHECK(1,", 1)],
+             [("config", "test_token_count_limit", "has more than 2147483647 tokens"),
+              ("config", "test_batch_heads_limit", "batch * heads"),
+              ("config", "test_element_count_limit", "overflows 64-bit sizes")]),
+    Mutation("reference-nan-forward", "the double reference emits one NaN element (forward)",
+             [("host/reference.c", "out[offset(&cfg, N, b, t, h, e, Dv)] = num / den;",
+               "out[offset(&cfg, N, b, t, h, e, Dv)] = b + t + h + e == 0 ? NAN : num / den;", 1)],
+             [("reference", "test_reference_matches_token_level", "[0] is nan"),
+              ("forward", "test_modes_matrix", "reference[0] is nan")]),
+    Mutation("reference-nan-dq", "the double reference emits one NaN element (dq)",
+             [("host/reference_backward.c",
+               "dq[idx(sv, t, d, Dk)] = dqt[t * Dk + d] * scale * phi_prime(q[idx(sv, t, d, Dk)], c->feature_map);",
+               "dq[idx(sv, t, d, Dk)] = t + d == 0 ? NAN : dqt[t * Dk + d] * scale * phi_prime(q[idx(sv, t, d, Dk)], c->feature_map);", 1)],
+             [("reference_backward", "test_fd_causal", "is nan"), ("backward", "test_backward_causal", "dq")]),
+    Mutation("decoder-step-hardcodes-relu", "decoder step hard-codes relu for q and k",
+             [("kernels/decoder.cl", "ql[d] = scale * feature(LOADN(1, qrow + d, q), feature_eps);",
+               "ql[d] = scale * fmax(LOADN(1, qrow + d, q), 0.0f);", 1),
+              ("kernels/decoder.cl", "kl[d] = feature(LOADN(1, qrow + d, k), feature_eps);",
+               "kl[d] = fmax(LOADN(1, qrow + d, k), 0.0f);", 1)],
+             [("decoder", "test_feature_maps_and_scale", "decoder")]),
+]
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def copy_tree(src, dst):
+    """The files git knows (tracked, or untracked and not ignored), as they are on disk."""
+    files = sh(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src).stdout.split("\0")
+    for f in filter(None, files):
+        s, d = os.path.join(src, f), os.path.join(dst, f)
+        if not os.path.isfile(s):
+            continue  # deleted in the work tree
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        with open(s, "rb") as a:
+            data = a.read()
+        if not os.path.exists(d) or open(d, "rb").read() != data:
+            with open(d, "wb") as b:
+                b.write(data)  # unchanged files keep their times: ninja rebuilds only what changed
+
+
+def run_case(tests, build, test, case):
+    """Runs one meson test's command with its environment, only the cases matching `case`."""
+    t = tests.get(test)
+    if not t:
+        raise SystemExit("mutations: no meson test named '%s'" % test)
+    env = dict(os.environ, **(t.get("env") or {}))
+    env["MHLA_TEST_FILTER"] = case
+    start = time.time()
+    run = subprocess.run(t["cmd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         errors="replace", cwd=t.get("workdir") or build, timeout=900)
+    ran = "[ RUN      ]" in run.stdout
+    return run.returncode, run.stdout, ran, time.time() - start
+
+
+def first_error(out):
+    for line in out.splitlines():
+        if line.startswith("ERROR: "):
+            return line[7:]
+    return next((line for line in out.splitlines() if "FAILED" in line), "(no message)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", default=os.path.join(ROOT, "build-mutations"))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--report", default="")
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    chosen = [m for m in MUTATIONS if not only or m.name in only]
+    if only - {m.name for m in MUTATIONS}:
+        raise SystemExit("mutations: unknown: %s" % ", ".join(sorted(only - {m.name for m in MUTATIONS})))
+    src, build = os.path.join(args.work, "src"), os.path.join(args.work, "build")
+    began = time.time()
+    copy_tree(ROOT, src)
+    if not os.path.exists(os.path.join(build, "build.ninja")):
+        sh(["meson", "setup", build, src, "--buildtype=release"])
+    sh(["ninja", "-C", build])
+    tests = {t["name"]: t for t in json.loads(sh(["meson", "introspect", "--tests", build]).stdout)}
+
+    # Every edit must still apply (the code moved on: update the table), and every catching case
+    # must pass without the defect.
+    for m in chosen:
+        for f, old, new, count in m.edits:
+            text = open(os.path.join(src, f)).read()
+            if text.count(old) != count:
+                raise SystemExit("mutations: %s: '%s' occurs %d times in %s, expected %d: update the table"
+                                 % (m.name, old.splitlines()[0], text.count(old), f, count))
+    for test, case in sorted({(t, c) for m in chosen for t, c, _ in m.catch}):
+        rc, out, ran, secs = run_case(tests, build, test, case)
+        if rc != 0 or not ran:
+            raise SystemExit("mutations: %s %s fails (or runs nothing) without any defect (exit %d):\n%s"
+                             % (test, case, rc, out[-3000:]))
+        print("control  %-20s %-38s passes (%.1f s)" % (test, case, secs), flush=True)
+
+    rows, missed = [], 0
+    for m in chosen:
+        saved = {}
+        for f, old, new, count in m.edits:
+            path = os.path.join(src, f)
+            saved.setdefault(path, open(path).read())
+            text = open(path).read()
+            with open(path, "w") as out:
+                out.write(text.replace(old, new))
+        try:
+            built = subprocess.run(["ninja", "-C", build], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if built.returncode != 0:
+                raise SystemExit("mutations: %s does not build:\n%s" % (m.name, built.stdout[-3000:]))
+            for test, case, text in m.catch:
+                rc, out, ran, secs = run_case(tests, build, test, case)
+                caught = rc != 0 and ran and text in out
+                missed += not caught
+                why = first_error(out) if rc != 0 else "passed"
+                rows.append((m, test, case, caught, why if caught or rc else "passed with the defect in", secs))
+                print("%s %-34s %-20s %-38s %s" % ("caught " if caught else "MISSED ", m.name, test, case,
+                                                    why[:150] + ("" if caught or not rc else " (no '%s')" % text)),
+                      flush=True)
+        finally:
+            for path, text in saved.items():
+                with open(path, "w") as out:
+                    out.write(text)
+    sh(["ninja", "-C", build])  # back to the unchanged tree
+    print("mutations: %d of %d defects caught by every case named for them, %d case(s) missed, %.0f s"
+          % (len(chosen) - len({r[0].name for r in rows if not r[3]}), len(chosen), missed, time.time() - began))
+    if args.report:
+        with open(args.report + ".tmp", "w") as rep:
+            rep.write("| defect put in | caught by (meson test: case) | its failure message |\n|---|---|---|\n")
+            for m, test, case, caught, why, _ in rows:
+                rep.write("| %s | %s%s: %s | %s |\n" % (m.defect, "" if caught else "MISSED ", test, case,
+                                                       why.replace("|", "\\|")[:160]))
+        os.replace(args.report + ".tmp", args.report)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
