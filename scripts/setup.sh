@@ -27,14 +27,43 @@ mhla_install_missing() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-mhla_build() {
-    if [ ! -f "$MHLA_BUILD_DIR/build.ninja" ]; then
-        meson setup "$MHLA_BUILD_DIR" "$MHLA_ROOT" --buildtype=release >/dev/null
-    elif pkg-config --exists openblas &&
-        ! grep -q '"name": "openblas"' "$MHLA_BUILD_DIR/meson-info/intro-dependencies.json" 2>/dev/null; then
-        # Configured before OpenBLAS was installed: the bench's blas and sgemm rows need it found.
-        meson setup --reconfigure "$MHLA_BUILD_DIR" "$MHLA_ROOT" >/dev/null
+# Optional dependencies meson looks for only when it configures, one "NAME|PROBE" a line: the name
+# meson's log gives it, and a command that succeeds when it is installed. One installed after a build
+# folder was configured stays unseen there (no mpi suite, no blas rows in the bench) until meson
+# reconfigures. (clang-14 is not one: kernels_clang.py looks for it when it runs, and build-fuzz,
+# compiled by it, is configured through mhla_configure when clang-14 is there.)
+MHLA_OPTIONAL_DEPS="openblas|pkg-config --exists openblas
+mpi|pkg-config --exists ompi-c || command -v mpicc
+mpirun|command -v mpirun"
+
+# mhla_configure DIR [MESON_SETUP_OPTIONS...]: configures DIR (in the caller's environment, e.g.
+# CC=clang-14) when it has no build.ninja, else reconfigures it when an optional dependency is
+# installed that its last configure did not find (meson-logs/meson-log.txt; one an option disabled,
+# -Dmpi=disabled, was "skipped" and stays out).
+mhla_configure() {
+    local dir=$1 name probe missed=""
+    shift
+    if [ ! -f "$dir/build.ninja" ]; then
+        meson setup "$dir" "$MHLA_ROOT" "$@" >/dev/null
+        return
     fi
+    while IFS='|' read -r name probe; do
+        # meson logs "Run-time dependency MPI for c found: YES", "Dependency mpi found: YES (cached)"
+        # on a reconfigure, "Program mpirun found: NO", "Dependency mpi skipped: feature mpi disabled".
+        if eval "$probe" >/dev/null 2>&1 &&
+            ! grep -Eiq "^(run-time )?(dependency|program) $name( for c)? (found: YES|skipped)" \
+                "$dir/meson-logs/meson-log.txt" 2>/dev/null; then
+            missed+=" $name"
+        fi
+    done <<<"$MHLA_OPTIONAL_DEPS"
+    if [ -n "$missed" ]; then
+        echo "setup:$missed installed since $dir was configured: reconfiguring" >&2
+        meson setup --reconfigure "$dir" "$MHLA_ROOT" >/dev/null
+    fi
+}
+
+mhla_build() {
+    mhla_configure "$MHLA_BUILD_DIR" --buildtype=release
     ninja -C "$MHLA_BUILD_DIR" >/dev/null
 }
 

@@ -35,8 +35,7 @@ if [ "$sanitize" = 1 ]; then
     # A build of its own with gcc's ASan and UBSan (assertions on); every UBSan report fails the
     # test (tests/sanitize/options.sh), and leaks are reported but for the OpenCL stack's.
     asan_dir=$MHLA_ROOT/build-asan
-    [ -f "$asan_dir/build.ninja" ] ||
-        meson setup "$asan_dir" "$MHLA_ROOT" --buildtype=debugoptimized -Db_sanitize=address,undefined >/dev/null
+    mhla_configure "$asan_dir" --buildtype=debugoptimized -Db_sanitize=address,undefined
     ninja -C "$asan_dir" >/dev/null
     source "$MHLA_ROOT/tests/sanitize/options.sh"
     [ $# -gt 0 ] || set -- --suite unit --suite opencl --suite cli
@@ -52,9 +51,8 @@ else
         # The fuzzers' short pass (tests/fuzz/): each harness over its seed corpus, then a fixed
         # number of mutations from seed 1, built with clang-14, libFuzzer, ASan and UBSan.
         fuzz_dir=$MHLA_ROOT/build-fuzz
-        [ -f "$fuzz_dir/build.ninja" ] ||
-            CC=clang-14 meson setup "$fuzz_dir" "$MHLA_ROOT" --buildtype=debugoptimized -Dfuzz=true \
-                -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+        CC=clang-14 mhla_configure "$fuzz_dir" --buildtype=debugoptimized -Dfuzz=true \
+            -Db_sanitize=address,undefined -Db_lundef=false
         ninja -C "$fuzz_dir" fuzzers >/dev/null
         meson test -C "$fuzz_dir" --no-rebuild --print-errorlogs --suite fuzz || rc=$?
         logs+=("$fuzz_dir/meson-logs/testlog.json")

@@ -262,6 +262,26 @@ double host_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+cl_uint context_refs_settled(cl_context cl, cl_uint most, double *waited_ms)
+{
+    const double start = host_ms();
+    long pause_us = 1000; /* doubling to 50 ms: quick when it settles at once, few queries when not */
+    cl_uint refs = 0;
+    for (;;) {
+        const cl_int err = clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL);
+        if (err != CL_SUCCESS)
+            fail_msg("clGetContextInfo(CL_CONTEXT_REFERENCE_COUNT): %d", (int)err);
+        if (refs <= most || host_ms() - start >= REFS_SETTLE_MS)
+            break;
+        const struct timespec pause = {0, pause_us * 1000};
+        nanosleep(&pause, NULL);
+        pause_us = pause_us < 25000 ? pause_us * 2 : 50000;
+    }
+    if (waited_ms)
+        *waited_ms = host_ms() - start;
+    return refs;
+}
+
 void check_stage_times(const mhla_stage_times *t, double wall_ms)
 {
     print_message("stages %.3f + %.3f + %.3f ms, span %.3f ms, host wall %.3f ms\n", t->summary_ms, t->mixing_ms,

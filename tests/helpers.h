@@ -136,6 +136,14 @@ int stage_times_or_unusable(mhla_plan *plan, mhla_stage_times *t);
 /* Milliseconds on the host's monotonic clock. */
 double host_ms(void);
 
+/* CL_CONTEXT_REFERENCE_COUNT of `cl` once it is at most `most`. PoCL and rusticl drop what a finished
+ * command held on worker threads after clFinish has returned, later still on a loaded machine, so
+ * the count is polled while it is above `most`, for up to REFS_SETTLE_MS: a passing run returns as
+ * soon as it settles, only a real leak waits the whole bound. *waited_ms (may be NULL) receives how
+ * long it waited, for the failure message. A count at or below `most` returns at once. */
+#define REFS_SETTLE_MS 60000.0
+cl_uint context_refs_settled(cl_context cl, cl_uint most, double *waited_ms);
+
 /* The stage times of a forward that ran between two host_ms() readings, checked against that
  * independent clock: every stage took time, and the device's span (total_ms) fits in the host's
  * wall time of the blocking call (a unit error or a span from the wrong markers exceeds it). */

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -96,27 +95,16 @@ static cl_uint cl_refs(const test_ctx *t)
     return refs;
 }
 
-/* The context's reference count once it is at most `most`, or after 2 s. PoCL drops the
- * references of a finished command on its own threads, after clFinish has returned; a leaked
- * object keeps its reference for good. */
-static cl_uint cl_refs_settled(const test_ctx *t, cl_uint most)
-{
-    cl_uint refs = cl_refs(t);
-    for (int i = 0; i < 400 && refs > most; ++i) {
-        const struct timespec pause = {0, 5000000};
-        nanosleep(&pause, NULL);
-        refs = cl_refs(t);
-    }
-    return refs;
-}
-
 static void ctx_close(test_ctx *t)
 {
     mhla_context_destroy(t->ctx);
     clReleaseCommandQueue(t->queue);
-    const cl_uint refs = refs_exact ? cl_refs_settled(t, 1) : 1;
+    double waited = 0;
+    const cl_uint refs = refs_exact ? context_refs_settled(t->cl, 1, &waited) : 1;
     if (refs != 1)
-        fail_msg("the cl_context holds %u references after mhla_context_destroy: an OpenCL object leaked", refs);
+        fail_msg("the cl_context holds %u references %.1f s after mhla_context_destroy (polled while above 1): "
+                 "an OpenCL object leaked",
+                 refs, waited / 1e3);
     clReleaseContext(t->cl);
 }
 
@@ -306,10 +294,12 @@ static int attempt(test_ctx *t, const fault_path *p, const path_data *d, mhla__f
     /* The decoder (still alive here) retains nothing new after a failure: its staging buffers are
      * kept only by a call that succeeds (a failure may have dropped one it had, to grow it). */
     if (refs_exact && steady && (st != MHLA_OK || !dec)) {
-        const cl_uint after = cl_refs_settled(t, refs);
+        double waited = 0;
+        const cl_uint after = context_refs_settled(t->cl, refs, &waited);
         if (dec ? after > refs : after != refs)
-            fail_msg("%s: %s fault #%ld: the cl_context has %u references after the call, %u before", p->name,
-                     kind ? "buffer" : "alloc", k, after, refs);
+            fail_msg("%s: %s fault #%ld: the cl_context has %u references %.1f s after the call (polled while "
+                     "above %u), %u before",
+                     p->name, kind ? "buffer" : "alloc", k, after, waited / 1e3, refs, refs);
     }
     if (fired && st != MHLA_OK)
         ++tally->survived; /* every check above passed */
