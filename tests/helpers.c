@@ -191,6 +191,16 @@ float *nan_floats(size_t n)
     return x;
 }
 
+uint16_t *nan16(size_t n)
+{
+    uint16_t *x = malloc((n ? n : 1) * sizeof *x);
+    if (!x)
+        fail_msg("out of host memory for %zu halves", n);
+    for (size_t i = 0; i < n; ++i)
+        x[i] = 0x7FFF;
+    return x;
+}
+
 void nan_fill(mhla_context *ctx, cl_mem buf, size_t bytes)
 {
     const cl_ushort nan16 = 0x7FFF;

@@ -43,6 +43,8 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
 void fill_nan(float *x, size_t n);
 /* n floats, all NaN (malloc'd; a failed cmocka assertion when out of memory). */
 float *nan_floats(size_t n);
+/* n 16-bit outputs, all NaN: 0x7FFF in f16 and in bf16 (malloc'd, as nan_floats). */
+uint16_t *nan16(size_t n);
 /* A device buffer of `bytes` filled with 0x7FFF halves: NaN as f16 and bf16, and as f32 in pairs
  * (a failed cmocka assertion if it cannot be made). */
 cl_mem nan_buffer(mhla_context *ctx, size_t bytes);

@@ -175,16 +175,6 @@ static void expect_bits(mhla_dtype dt, const char *what, const uint16_t *got, co
         fail_msg("%s %s: the inputs do not tell rounding directions apart", what, mhla_dtype_name(dt));
 }
 
-/* NaN bits for n 16-bit outputs. */
-static uint16_t *nan16(size_t n)
-{
-    uint16_t *x = malloc(n * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; ++i)
-        x[i] = 0x7FFF;
-    return x;
-}
-
 /* ---- the forward ---------------------------------------------------------------------------- */
 
 /* o_t[j] = a_t c_t v_t[j]: the block's summary row p(t) holds token t's k v^T alone. */

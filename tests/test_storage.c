@@ -14,16 +14,6 @@
 
 #include <cmocka.h>
 
-/* n 16-bit outputs, all NaN (0x7FFF in f16 and in bf16). */
-static uint16_t *nan16(size_t n)
-{
-    uint16_t *x = malloc(n * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; ++i)
-        x[i] = 0x7FFF;
-    return x;
-}
-
 /* Random tensors rounded to `dtype`: the floats the reference sees and the bits the device gets. */
 typedef struct rounded {
     float *f;     /* rounded values, as float */
