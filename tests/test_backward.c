@@ -1,7 +1,8 @@
 /* mhla_backward on the device against the double-precision backward reference (SPEC.md "Backward"
  * tolerances: f32 1e-4, f16 5e-3, bf16 3e-2 per gradient), in every mode, with NaN-filled
  * gradient buffers, also with eps and feature_eps large enough to show and with exact zeros where
- * relu's derivative is 0; dMc bit-identical run to run; the refusals (dout's shape, aliasing). */
+ * relu's derivative is 0; dMc bit-identical run to run; events; saved summaries. The device-buffer
+ * varlen call and the refusals are in test_backward_modes.c. */
 #include "helpers.h"
 
 #include <math.h>
@@ -404,9 +405,9 @@ static void test_backward_exact_zeros(void **state)
     expect_backward_mix(ctx, &c, NULL, 0, "causal none relu-eps, zeros", 143, 1, 1);
 }
 
-/* Device buffers for the refusal and determinism tests. */
+/* Device buffers for the determinism, event and saved-summary tests. */
 typedef struct bufs {
-    cl_mem q, k, v, mix, dout, dq, dk, dv, dmix, small;
+    cl_mem q, k, v, mix, dout, dq, dk, dv, dmix;
 } bufs;
 
 static void bufs_make(mhla_context *ctx, mhla_plan *plan, const test_inputs *in, bufs *b)
@@ -424,58 +425,14 @@ static void bufs_make(mhla_context *ctx, mhla_plan *plan, const test_inputs *in,
     b->dk = clCreateBuffer(cl, CL_MEM_READ_WRITE, bq, NULL, &err);
     b->dv = clCreateBuffer(cl, CL_MEM_READ_WRITE, bv, NULL, &err);
     b->dmix = clCreateBuffer(cl, CL_MEM_READ_WRITE, bm, NULL, &err);
-    b->small = clCreateBuffer(cl, CL_MEM_READ_WRITE, bv - 4, NULL, &err);
-    assert_true(b->q && b->k && b->v && b->dout && b->mix && b->dq && b->dk && b->dv && b->dmix && b->small);
+    assert_true(b->q && b->k && b->v && b->dout && b->mix && b->dq && b->dk && b->dv && b->dmix);
 }
 
 static void bufs_free(bufs *b)
 {
-    cl_mem all[] = {b->q, b->k, b->v, b->mix, b->dout, b->dq, b->dk, b->dv, b->dmix, b->small};
+    cl_mem all[] = {b->q, b->k, b->v, b->mix, b->dout, b->dq, b->dk, b->dv, b->dmix};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         clReleaseMemObject(all[i]);
-}
-
-static void test_backward_refusals(void **state)
-{
-    mhla_context *ctx = *state;
-    mhla_config c = grid_config(1, 8, 8, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
-    test_inputs in;
-    mhla_plan *plan = NULL, *sm = NULL;
-    bufs b;
-    assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 3, &in), MHLA_OK);
-    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
-    bufs_make(ctx, plan, &in, &b);
-    assert_int_equal(mhla_backward(NULL, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.small, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_BUFFER_TOO_SMALL);
-    assert_message_has(ctx, "dout buffer holds");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.q, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dq is the same buffer as q");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dk, NULL, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dv is the same buffer as dk");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.mix, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dmixing is the same buffer as mixing");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dout, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dmixing is the same buffer as dout");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 1, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "wait list");
-    assert_int_equal(mhla_backward_host(plan, in.q, in.k, in.v, in.mix, NULL, in.q, in.k, in.v, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dout pointer is NULL");
-    assert_int_equal(mhla_softmax_plan_create(ctx, &c, &sm), MHLA_OK);
-    assert_int_equal(mhla_backward(sm, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_UNSUPPORTED);
-    assert_message_has(ctx, "no backward");
-    mhla_plan_destroy(sm);
-    bufs_free(&b);
-    mhla_plan_destroy(plan);
-    test_inputs_free(&in);
 }
 
 /* dMc twice: bit-identical (a fixed-order reduction); a NULL dmixing leaves dq, dk, dv as they were;
@@ -644,7 +601,6 @@ int main(void)
         cmocka_unit_test(test_backward_eps_non_causal),
         cmocka_unit_test(test_backward_eps_causal),
         cmocka_unit_test(test_backward_exact_zeros),
-        cmocka_unit_test(test_backward_refusals),
         cmocka_unit_test(test_backward_deterministic),
         cmocka_unit_test(test_backward_waits_for_events),
         cmocka_unit_test(test_backward_saved_summaries),
