@@ -386,9 +386,10 @@ static void test_backward_eps_causal(void **state)
     }
 }
 
-/* q and k with about a third of their elements exactly 0 (others in [-1, 1)): relu's and relu-eps's derivative
- * there is 0 (SPEC.md), so dq and dk must be exactly 0 there, on the device and in the reference; a
- * derivative tested as x >= 0 gives 1 and fails. Non-causal and causal, relu and relu-eps. */
+/* q and k with about a third of their elements exactly 0 (others in [-1, 1)): relu's and relu-eps's
+ * derivative there is 0 (SPEC.md), so dq and dk must be exactly 0 there, on the device and in the
+ * reference; a derivative tested as x >= 0 gives 1 and fails. Non-causal and causal, relu and
+ * relu-eps. */
 static void test_backward_exact_zeros(void **state)
 {
     mhla_context *ctx = *state;
