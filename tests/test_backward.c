@@ -1,6 +1,8 @@
 /* mhla_backward on the device against the double-precision backward reference (SPEC.md "Backward"
  * tolerances: f32 1e-4, f16 5e-3, bf16 3e-2 per gradient), in every mode, with NaN-filled
- * gradient buffers; dMc bit-identical run to run; the refusals (dout's shape, aliasing). */
+ * gradient buffers, also with eps and feature_eps large enough to show and with exact zeros where
+ * relu's derivative is 0; dMc bit-identical run to run; events; saved summaries. The device-buffer
+ * varlen call and the refusals are in test_backward_modes.c. */
 #include "helpers.h"
 
 #include <math.h>
@@ -27,21 +29,83 @@ static void *to_storage(mhla_dtype dtype, float *x, size_t n)
     return bits;
 }
 
-/* One configuration: random inputs and dout, the device's gradients (NaN-filled first) against the
- * reference on the same rounded inputs. errs[4] receives each gradient's max relative error. */
+/* The inputs of a backward case: test_inputs_make()'s q, k, v and Mc, and dout uniform in [-1, 1).
+ * With `zeros`, about a third of the elements of q and of k, at random places (not whole columns: a
+ * column of k all 0 makes its gradient 0 whatever the derivative), become exactly 0.0f, where
+ * relu's and relu-eps's derivative is 0 (SPEC.md "Backward") and a kernel testing x >= 0 gives 1. */
+static float *backward_inputs(const mhla_config *cfg, uint32_t seed, int zeros, test_inputs *in)
+{
+    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, in), MHLA_OK);
+    if (cfg->causal) /* the reference never reads above the diagonal, nor may the kernels */
+        for (int64_t i = 0; i < in->rows; ++i)
+            for (int64_t j = i + 1; j < in->rows; ++j)
+                assert_true(isnan(in->mix[i * in->rows + j]));
+    if (zeros) {
+        float *u = malloc(in->nq * sizeof *u);
+        assert_non_null(u);
+        for (int j = 0; j < 2; ++j) {
+            float *x = j ? in->k : in->q;
+            fill_uniform(u, in->nq, seed * 5 + 90 + (uint32_t)j, 0.0f, 3.0f);
+            for (size_t i = 0; i < in->nq; ++i)
+                if (u[i] < 1.0f)
+                    x[i] = 0.0f;
+        }
+        free(u);
+    }
+    float *dout = malloc(in->nv * sizeof *dout);
+    assert_non_null(dout);
+    fill_uniform(dout, in->nv, seed + 77, -1.0f, 1.0f);
+    return dout;
+}
+
+/* The reference's gradients of cfg (varlen when cu is not NULL) into ref[4] (malloc'd). */
+static void reference_grads(const mhla_config *cfg, const int32_t *cu, size_t nseq, const test_inputs *in,
+                            const float *dout, double *ref[4])
+{
+    const size_t n[4] = {in->nq, in->nq, in->nv, in->nm};
+    for (int j = 0; j < 4; ++j) {
+        ref[j] = malloc(n[j] * sizeof(double));
+        assert_non_null(ref[j]);
+    }
+    const mhla_status st = cu ? mhla_reference_backward_varlen(cfg, in->q, in->k, in->v, in->mix, cu, nseq, dout,
+                                                               ref[0], ref[1], ref[2], ref[3])
+                              : mhla_reference_backward(cfg, in->q, in->k, in->v, in->mix, dout, ref[0], ref[1],
+                                                        ref[2], ref[3]);
+    if (st != MHLA_OK)
+        fail_msg("reference backward: %s: %s", mhla_status_name(st), mhla_last_message());
+}
+
+/* SPEC.md: relu and relu-eps have derivative 0 at x = 0, so dq (dk) is exactly 0 (+0 or -0) wherever
+ * q (k) is exactly 0, in the device's gradients and in the reference's. Returns how many it checked. */
+static size_t expect_zero_grads_at_zeros(const mhla_config *cfg, const test_inputs *in, float *const gotf[4],
+                                         double *const ref[4], const char *name)
+{
+    if (cfg->feature_map != MHLA_FEATURE_RELU && cfg->feature_map != MHLA_FEATURE_RELU_EPS)
+        return 0;
+    size_t checked = 0;
+    for (int j = 0; j < 2; ++j) {
+        const float *x = j ? in->k : in->q;
+        for (size_t i = 0; i < in->nq; ++i) {
+            if (x[i] != 0.0f)
+                continue;
+            ++checked;
+            if (!(gotf[j][i] == 0.0f && ref[j][i] == 0.0))
+                fail_msg("%s: %s[%zu] = 0 but %s[%zu] is %a on the device, %a in the reference (relu's derivative "
+                         "at 0 is 0)", name, j ? "k" : "q", i, grad_names[j], i, (double)gotf[j][i], ref[j][i]);
+        }
+    }
+    return checked;
+}
+
+/* One configuration: backward_inputs(), the device's gradients (NaN-filled first) against the
+ * reference on the same rounded inputs, and the exact zeros of expect_zero_grads_at_zeros().
+ * errs[4] receives each gradient's max relative error. */
 static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq, uint32_t seed,
-                         double errs[4])
+                         int zeros, const char *name, double errs[4])
 {
     test_inputs in;
     mhla_plan *plan = NULL;
-    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
-    if (cfg->causal) /* the reference never reads above the diagonal, nor may the kernels */
-        for (int64_t i = 0; i < in.rows; ++i)
-            for (int64_t j = i + 1; j < in.rows; ++j)
-                assert_true(isnan(in.mix[i * in.rows + j]));
-    float *dout = malloc(in.nv * sizeof *dout);
-    assert_non_null(dout);
-    fill_uniform(dout, in.nv, seed + 77, -1.0f, 1.0f);
+    float *dout = backward_inputs(cfg, seed, zeros, &in);
     const mhla_dtype dt = cfg->dtype;
     void *sq = to_storage(dt, in.q, in.nq), *sk = to_storage(dt, in.k, in.nq), *sv = to_storage(dt, in.v, in.nv);
     void *sd = to_storage(dt, dout, in.nv);
@@ -52,8 +116,7 @@ static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_
     for (int j = 0; j < 4; ++j) {
         got[j] = malloc(n[j] * (j == 3 ? 4 : es));
         gotf[j] = malloc(n[j] * sizeof(float));
-        ref[j] = malloc(n[j] * sizeof(double));
-        assert_true(got[j] && gotf[j] && ref[j]);
+        assert_true(got[j] && gotf[j]);
         memset(got[j], 0xFF, n[j] * (j == 3 ? 4 : es)); /* NaN in every storage type */
     }
     mhla_status st = mhla_plan_create(ctx, cfg, &plan);
@@ -63,17 +126,17 @@ static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_
             : mhla_backward_host(plan, sq, sk, sv, in.mix, sd, got[0], got[1], got[2], got[3]);
     if (st != MHLA_OK)
         fail_msg("backward: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
-    st = cu ? mhla_reference_backward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, nseq, dout, ref[0], ref[1], ref[2],
-                                             ref[3])
-            : mhla_reference_backward(cfg, in.q, in.k, in.v, in.mix, dout, ref[0], ref[1], ref[2], ref[3]);
-    assert_int_equal(st, MHLA_OK);
+    reference_grads(cfg, cu, nseq, &in, dout, ref);
     for (int j = 0; j < 4; ++j) {
         if (j < 3 && dt != MHLA_DTYPE_F32)
             mhla_convert(MHLA_DTYPE_F32, gotf[j], dt, got[j], n[j]);
         else
             memcpy(gotf[j], got[j], n[j] * sizeof(float));
-        errs[j] = finite_rel_err(gotf[j], ref[j], n[j], __func__);
+        errs[j] = finite_rel_err(gotf[j], ref[j], n[j], name);
     }
+    const size_t checked = expect_zero_grads_at_zeros(cfg, &in, gotf, ref, name);
+    if (zeros)
+        print_message("%-40s dq, dk exactly 0 at all %zu zeros of q and k\n", name, checked);
     mhla_plan_destroy(plan);
     for (int j = 0; j < 4; ++j)
         free(got[j]), free(gotf[j]), free(ref[j]);
@@ -85,12 +148,13 @@ static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_
 
 /* Runs cfg and holds each gradient to SPEC's tolerance, printing the errors for the record.
  * dmixing is not held where it is 0 up to rounding (M = 1 with a normalizer: o_t does not change
- * when Mc's one entry is scaled, but for eps), so that its relative error is noise over noise. */
+ * when Mc's one entry is scaled, but for eps), so that its relative error is noise over noise.
+ * zeros: as backward_inputs(). */
 static void expect_backward_mix(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq,
-                                const char *name, uint32_t seed, int check_dmixing)
+                                const char *name, uint32_t seed, int zeros, int check_dmixing)
 {
     double errs[4];
-    run_backward(ctx, cfg, cu, nseq, seed, errs);
+    run_backward(ctx, cfg, cu, nseq, seed, zeros, name, errs);
     const double tol = mhla_reference_backward_tolerance(cfg->dtype);
     print_message("%-40s dq %.2e dk %.2e dv %.2e dmixing %.2e (tolerance %.0e)\n", name, errs[0], errs[1], errs[2],
                   errs[3], tol);
@@ -102,7 +166,48 @@ static void expect_backward_mix(mhla_context *ctx, const mhla_config *cfg, const
 static void expect_backward(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq,
                             const char *name, uint32_t seed)
 {
-    expect_backward_mix(ctx, cfg, cu, nseq, name, seed, 1);
+    expect_backward_mix(ctx, cfg, cu, nseq, name, seed, 0, 1);
+}
+
+/* The gradients' counterpart of expect_eps_visible(): on the reference, cfg's gradients against
+ * those with eps (a normalizer), then feature_eps (relu-eps), put back to the default 1e-6; each
+ * gradient must move by more than `factor` times the backward tolerance, or a kernel that drops
+ * the value in that gradient's path could pass the case. Same inputs as run_backward(). */
+static void expect_grad_eps_visible(const mhla_config *cfg, const int32_t *cu, size_t nseq, uint32_t seed,
+                                    double factor)
+{
+    test_inputs in;
+    float *dout = backward_inputs(cfg, seed, 0, &in);
+    const size_t n[4] = {in.nq, in.nq, in.nv, in.nm};
+    const double tol = mhla_reference_backward_tolerance(cfg->dtype);
+    double *ref[4], *moved[4];
+    reference_grads(cfg, cu, nseq, &in, dout, ref);
+    for (int which = 0; which < 2; ++which) {
+        mhla_config d = *cfg;
+        if (which == 0 && cfg->normalizer != MHLA_NORMALIZER_NONE)
+            d.eps = 1e-6f;
+        else if (which == 1 && cfg->feature_map == MHLA_FEATURE_RELU_EPS)
+            d.feature_eps = 1e-6f;
+        else
+            continue;
+        reference_grads(&d, cu, nseq, &in, dout, moved);
+        for (int j = 0; j < 4; ++j) {
+            float *f = malloc(n[j] * sizeof *f);
+            assert_non_null(f);
+            for (size_t i = 0; i < n[j]; ++i)
+                f[i] = (float)moved[j][i];
+            const double shift = finite_rel_err(f, ref[j], n[j], "gradient eps check");
+            if (!(shift > factor * tol))
+                fail_msg("%s %g moves %s by only %.3g (need > %g x %.0e): the case could not catch a backward "
+                         "kernel that drops it", which ? "feature_eps" : "eps",
+                         (double)(which ? cfg->feature_eps : cfg->eps), grad_names[j], shift, factor, tol);
+            free(f), free(moved[j]);
+        }
+    }
+    for (int j = 0; j < 4; ++j)
+        free(ref[j]);
+    free(dout);
+    test_inputs_free(&in);
 }
 
 static mhla_config grid_config(int dims, int64_t dk, int64_t dv, mhla_normalizer norm, mhla_feature_map fm)
@@ -157,7 +262,7 @@ static void test_backward_feature_maps_and_shapes(void **state)
     /* M = 1: plain linear attention */
     c = grid_config(1, 16, 16, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
     c.block_t = 1;
-    expect_backward_mix(ctx, &c, NULL, 0, "1D M=1 paper (dmixing ~ 0, not held)", 52, 0);
+    expect_backward_mix(ctx, &c, NULL, 0, "1D M=1 paper (dmixing ~ 0, not held)", 52, 0, 0);
     c.normalizer = MHLA_NORMALIZER_NONE;
     expect_backward(ctx, &c, NULL, 0, "1D M=1 none", 53);
 }
@@ -178,7 +283,8 @@ static void test_backward_storage(void **state)
 }
 
 /* Causal chunk form: none and paper, a partial last chunk, more rows of Mc than chunks (their
- * dMc rows are 0), odd sizes, 16-bit storage; packed sequences with an empty one. */
+ * dMc rows are 0), odd sizes, f16 and bf16 storage with either normalizer; packed sequences with an
+ * empty one. */
 static void test_backward_causal(void **state)
 {
     mhla_context *ctx = *state;
@@ -198,11 +304,14 @@ static void test_backward_causal(void **state)
     c.layout = MHLA_LAYOUT_BHND;
     c.normalizer = MHLA_NORMALIZER_PAPER;
     expect_backward(ctx, &c, NULL, 0, "causal paper 5x3 bhnd N=40 C=8", 90);
-    for (int ti = 0; ti < 2; ++ti) {
-        c = config_causal(1, 2, 64, 16, 16, 16);
-        c.dtype = ti ? MHLA_DTYPE_BF16 : MHLA_DTYPE_F16;
-        expect_backward(ctx, &c, NULL, 0, ti ? "causal none bf16" : "causal none f16", (uint32_t)(91 + ti));
-    }
+    for (int ni = 0; ni < 2; ++ni)
+        for (int ti = 0; ti < 2; ++ti) {
+            c = config_causal(1, 2, 64, 16, 16, 16);
+            c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+            c.dtype = ti ? MHLA_DTYPE_BF16 : MHLA_DTYPE_F16;
+            snprintf(name, sizeof name, "causal %s %s", mhla_normalizer_name(c.normalizer), mhla_dtype_name(c.dtype));
+            expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(91 + ti + ni * 7));
+        }
     static const int32_t cu[] = {0, 21, 21, 50, 59};
     for (int ni = 0; ni < 2; ++ni) {
         c = config_causal(1, 2, 59, 8, 8, 8);
@@ -214,9 +323,92 @@ static void test_backward_causal(void **state)
     }
 }
 
-/* Device buffers for the refusal and determinism tests. */
+/* A causal config of the eps cases below: two sequences of 77 tokens in chunks of 16 (a partial
+ * last chunk), 7 rows of Mc (more than the 5 chunks), Dk = Dv = 8 as the varlen cases. */
+static mhla_config causal_eps_config(mhla_normalizer norm)
+{
+    mhla_config c = config_causal(2, 3, 77, 16, 8, 8);
+    c.normalizer = norm;
+    c.feature_map = MHLA_FEATURE_RELU_EPS;
+    c.mixing_rows = 7;
+    set_test_eps(&c);
+    return c;
+}
+
+/* Each case with eps = TEST_EPS and feature_eps = TEST_FEATURE_EPS, after showing on the reference
+ * that they move its output and every gradient by 10x the tolerance: the defaults (1e-6) moved
+ * nothing past it, so that a kernel that dropped either passed. */
+static void expect_backward_eps(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq,
+                                const char *name, uint32_t seed)
+{
+    if (!cu) /* the forward reference takes no packed batch: the gradients' check stands for both */
+        expect_eps_visible(cfg, seed, 10);
+    expect_grad_eps_visible(cfg, cu, nseq, seed, 10);
+    expect_backward(ctx, cfg, cu, nseq, name, seed);
+}
+
+/* Non-default eps and feature_eps through every non-causal normalizer (relu-eps), on a 1D and a 3D
+ * grid: a backward kernel that drops `+ eps` or feature_eps fails here (the shapes of
+ * test_backward_non_causal, whose kernels are built already). */
+static void test_backward_eps_non_causal(void **state)
+{
+    mhla_context *ctx = *state;
+    static const mhla_normalizer norms[] = {MHLA_NORMALIZER_NONE, MHLA_NORMALIZER_PAPER, MHLA_NORMALIZER_OFFICIAL};
+    char name[96];
+    for (int dims = 1; dims <= 3; dims += 2)
+        for (int ni = 0; ni < 3; ++ni) {
+            mhla_config c = grid_config(dims, 16, 8, norms[ni], MHLA_FEATURE_RELU_EPS);
+            set_test_eps(&c);
+            snprintf(name, sizeof name, "%dD %s relu-eps, test eps", dims, mhla_normalizer_name(norms[ni]));
+            expect_backward_eps(ctx, &c, NULL, 0, name, (uint32_t)(100 + dims * 10 + ni));
+        }
+}
+
+/* Non-default eps and feature_eps through the causal chunk form (none, paper) and packed varlen
+ * sequences with an empty one: the causal kernels' own `+ eps` and feature_eps. */
+static void test_backward_eps_causal(void **state)
+{
+    mhla_context *ctx = *state;
+    static const int32_t cu[] = {0, 21, 21, 50, 59};
+    char name[96];
+    for (int ni = 0; ni < 2; ++ni) {
+        mhla_config c = causal_eps_config(ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE);
+        snprintf(name, sizeof name, "causal %s relu-eps, test eps", mhla_normalizer_name(c.normalizer));
+        expect_backward_eps(ctx, &c, NULL, 0, name, (uint32_t)(130 + ni));
+        c = config_causal(1, 2, 59, 8, 8, 8);
+        c.varlen = 1;
+        c.mixing_rows = 5;
+        c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        c.feature_map = MHLA_FEATURE_RELU_EPS;
+        set_test_eps(&c);
+        snprintf(name, sizeof name, "varlen %s relu-eps, test eps", mhla_normalizer_name(c.normalizer));
+        expect_backward_eps(ctx, &c, cu, 4, name, (uint32_t)(132 + ni));
+    }
+}
+
+/* q and k with about a third of their elements exactly 0 (others in [-1, 1)): relu's and relu-eps's
+ * derivative there is 0 (SPEC.md), so dq and dk must be exactly 0 there, on the device and in the
+ * reference; a derivative tested as x >= 0 gives 1 and fails. Non-causal and causal, relu and
+ * relu-eps. */
+static void test_backward_exact_zeros(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config c = grid_config(2, 8, 8, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU);
+    expect_backward_mix(ctx, &c, NULL, 0, "2D paper relu, zeros", 140, 1, 1);
+    c = grid_config(1, 16, 8, MHLA_NORMALIZER_OFFICIAL, MHLA_FEATURE_RELU_EPS);
+    set_test_eps(&c);
+    expect_backward_mix(ctx, &c, NULL, 0, "1D official relu-eps, zeros", 141, 1, 1);
+    c = config_causal(2, 3, 77, 16, 8, 12);
+    c.normalizer = MHLA_NORMALIZER_PAPER;
+    c.mixing_rows = 7;
+    expect_backward_mix(ctx, &c, NULL, 0, "causal paper relu, zeros", 142, 1, 1);
+    c = causal_eps_config(MHLA_NORMALIZER_NONE);
+    expect_backward_mix(ctx, &c, NULL, 0, "causal none relu-eps, zeros", 143, 1, 1);
+}
+
+/* Device buffers for the determinism, event and saved-summary tests. */
 typedef struct bufs {
-    cl_mem q, k, v, mix, dout, dq, dk, dv, dmix, small;
+    cl_mem q, k, v, mix, dout, dq, dk, dv, dmix;
 } bufs;
 
 static void bufs_make(mhla_context *ctx, mhla_plan *plan, const test_inputs *in, bufs *b)
@@ -234,58 +426,14 @@ static void bufs_make(mhla_context *ctx, mhla_plan *plan, const test_inputs *in,
     b->dk = clCreateBuffer(cl, CL_MEM_READ_WRITE, bq, NULL, &err);
     b->dv = clCreateBuffer(cl, CL_MEM_READ_WRITE, bv, NULL, &err);
     b->dmix = clCreateBuffer(cl, CL_MEM_READ_WRITE, bm, NULL, &err);
-    b->small = clCreateBuffer(cl, CL_MEM_READ_WRITE, bv - 4, NULL, &err);
-    assert_true(b->q && b->k && b->v && b->dout && b->mix && b->dq && b->dk && b->dv && b->dmix && b->small);
+    assert_true(b->q && b->k && b->v && b->dout && b->mix && b->dq && b->dk && b->dv && b->dmix);
 }
 
 static void bufs_free(bufs *b)
 {
-    cl_mem all[] = {b->q, b->k, b->v, b->mix, b->dout, b->dq, b->dk, b->dv, b->dmix, b->small};
+    cl_mem all[] = {b->q, b->k, b->v, b->mix, b->dout, b->dq, b->dk, b->dv, b->dmix};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         clReleaseMemObject(all[i]);
-}
-
-static void test_backward_refusals(void **state)
-{
-    mhla_context *ctx = *state;
-    mhla_config c = grid_config(1, 8, 8, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
-    test_inputs in;
-    mhla_plan *plan = NULL, *sm = NULL;
-    bufs b;
-    assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 3, &in), MHLA_OK);
-    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
-    bufs_make(ctx, plan, &in, &b);
-    assert_int_equal(mhla_backward(NULL, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.small, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_BUFFER_TOO_SMALL);
-    assert_message_has(ctx, "dout buffer holds");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.q, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dq is the same buffer as q");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dk, NULL, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dv is the same buffer as dk");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.mix, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dmixing is the same buffer as mixing");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dout, 0, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dmixing is the same buffer as dout");
-    assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 1, NULL, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "wait list");
-    assert_int_equal(mhla_backward_host(plan, in.q, in.k, in.v, in.mix, NULL, in.q, in.k, in.v, NULL),
-                     MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "dout pointer is NULL");
-    assert_int_equal(mhla_softmax_plan_create(ctx, &c, &sm), MHLA_OK);
-    assert_int_equal(mhla_backward(sm, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, NULL, 0, NULL, NULL),
-                     MHLA_ERR_UNSUPPORTED);
-    assert_message_has(ctx, "no backward");
-    mhla_plan_destroy(sm);
-    bufs_free(&b);
-    mhla_plan_destroy(plan);
-    test_inputs_free(&in);
 }
 
 /* dMc twice: bit-identical (a fixed-order reduction); a NULL dmixing leaves dq, dk, dv as they were;
@@ -451,7 +599,9 @@ int main(void)
         cmocka_unit_test(test_backward_feature_maps_and_shapes),
         cmocka_unit_test(test_backward_storage),
         cmocka_unit_test(test_backward_causal),
-        cmocka_unit_test(test_backward_refusals),
+        cmocka_unit_test(test_backward_eps_non_causal),
+        cmocka_unit_test(test_backward_eps_causal),
+        cmocka_unit_test(test_backward_exact_zeros),
         cmocka_unit_test(test_backward_deterministic),
         cmocka_unit_test(test_backward_waits_for_events),
         cmocka_unit_test(test_backward_saved_summaries),

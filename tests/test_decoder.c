@@ -1,8 +1,9 @@
 /* The streaming decoder: every configuration (token-by-token decoding over several chunks,
- * prompt-then-decode splits, the C = 2 and C = 4 tilings, state save/restore and forking, the
- * device calls with events) checked against the double reference (SPEC: 1e-5), never against the
- * chunk-form kernels, which could share a bug with the decoder's; a whole-sequence prefill also
- * equals the chunk form bit for bit. Capacity and the errors. */
+ * prompt-then-decode splits, every feature map with eps and feature_eps large enough to show, the
+ * C = 2 and C = 4 tilings, state save/restore and forking, the device calls with events) checked
+ * against the double reference (SPEC: 1e-5), never against the chunk-form kernels, which could
+ * share a bug with the decoder's; a whole-sequence prefill also equals the chunk form bit for bit.
+ * Capacity and the errors. */
 #include "helpers.h"
 
 #include <math.h>
@@ -156,6 +157,50 @@ static void test_prompt_then_decode(void **state)
     print_message("prompt-then-decode vs reference: worst max_rel_err %.3g\n", worst);
 }
 
+/* What the cases above leave at the defaults: feature maps other than relu (relu-eps with
+ * feature_eps = TEST_FEATURE_EPS, none, elu1), eps = TEST_EPS under the paper normalizer (the
+ * defaults, 1e-6, move no output past 1e-5, so a step or prefill that dropped them passed) and a
+ * scale of 0.3, not Dk^-0.5; token by token, prefill then steps mid-chunk, and one whole prefill
+ * (the chunk path), each against the reference. Three modes, not every pair: each costs its own
+ * kernels (about a second each to build, cold). */
+static void test_decode_maps_and_eps(void **state)
+{
+    mhla_context *ctx = *state;
+    const struct {
+        mhla_feature_map fm;
+        mhla_normalizer norm;
+    } modes[] = {
+        {MHLA_FEATURE_RELU_EPS, MHLA_NORMALIZER_PAPER},
+        {MHLA_FEATURE_NONE, MHLA_NORMALIZER_PAPER},
+        {MHLA_FEATURE_ELU1, MHLA_NORMALIZER_NONE},
+    };
+    const char *schedules[] = {"s69", "s5 p44 s20", "p69"};
+    double worst = 0.0;
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
+        mhla_config cfg = config_causal(2, 2, 69, 16, 8, 8); /* the Dk, Dv of test_state_errors */
+        cfg.feature_map = modes[m].fm;
+        cfg.normalizer = modes[m].norm;
+        cfg.scale = 0.3f;
+        set_test_eps(&cfg);
+        const uint32_t seed = (uint32_t)(80 + m);
+        expect_eps_visible(&cfg, seed, 10);
+        test_inputs in;
+        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
+        double *ref = reference_run(&cfg, &in);
+        for (size_t s = 0; s < sizeof schedules / sizeof schedules[0]; ++s) {
+            float *out = run_schedule(ctx, &cfg, &in, schedules[s]);
+            char what[96];
+            snprintf(what, sizeof what, "%s %s scale 0.3, test eps: %s", mhla_feature_map_name(cfg.feature_map),
+                     mhla_normalizer_name(cfg.normalizer), schedules[s]);
+            worst = fmax(worst, check_reference(out, ref, in.nv, what));
+            free(out);
+        }
+        free(ref);
+        test_inputs_free(&in);
+    }
+    print_message("decoder, feature maps and eps: worst max_rel_err vs reference %.3g\n", worst);
+}
+
 /* With odd tilings and chunks of 4 tokens (prefix GEMM blocks of 4 chunks): decoding and prefills
  * that start inside a GEMM block still equal the reference. */
 static void test_odd_tiling(void **state)
@@ -279,15 +324,31 @@ static void test_state_save_restore(void **state)
     test_inputs_free(&in), test_inputs_free(&other);
 }
 
-/* Restoring a state into a decoder it does not fit, or a damaged state: each refused with a message
- * naming the field and both values, and the decoder left as it was. */
+/* mhla_decoder_state_write must refuse buf with `want` and a message mentioning `text`, and leave
+ * the decoder at `position`. */
+static void expect_state_refused(mhla_context *ctx, mhla_decoder *dec, const void *buf, size_t size,
+                                 mhla_status want, const char *text, int64_t position)
+{
+    const mhla_status st = mhla_decoder_state_write(dec, buf, size);
+    if (st != want)
+        fail_msg("state write (%s): expected %s, got %s: %s", text, mhla_status_name(want), mhla_status_name(st),
+                 mhla_context_message(ctx));
+    assert_message_has(ctx, text);
+    assert_int_equal(mhla_decoder_position(dec), position);
+}
+
+/* Restoring a state into a decoder that differs in one field the state depends on (each of them),
+ * or a damaged state (each header check): refused with a message naming the field and both values,
+ * and the decoder left as it was: same position, and its next tokens still the reference's. After
+ * all that, the state restores and the sequence continues as the reference. */
 static void test_state_errors(void **state)
 {
     mhla_context *ctx = *state;
     mhla_config cfg = config_causal(1, 2, 50, 16, 8, 8);
     test_inputs in;
     assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 40, &in), MHLA_OK);
-    float *out = malloc(in.nv * 4);
+    double *ref = reference_run(&cfg, &in);
+    float *out = nan_floats(in.nv);
     mhla_decoder *dec = NULL, *other = NULL;
     assert_int_equal(mhla_decoder_create(ctx, &cfg, 50, &dec), MHLA_OK);
     assert_int_equal(feed(dec, &cfg, &in, 0, 20, 1, out), MHLA_OK);
@@ -297,65 +358,100 @@ static void test_state_errors(void **state)
     assert_message_has(ctx, "state at position 20 takes");
     assert_int_equal(mhla_decoder_state_read(dec, s, size), MHLA_OK);
 
+    /* one field changed from cfg's (batch 1, heads 2, dk 8, dv 8, chunk 16, relu, feature_eps 1e-6,
+     * normalizer none), or a capacity below the state's position */
     struct {
-        int64_t dk, heads, chunk;
+        int64_t batch, heads, dk, dv, chunk;
+        mhla_feature_map fm;
+        float feature_eps;
         mhla_normalizer norm;
         int64_t capacity;
         mhla_status want;
         const char *text;
     } cases[] = {
-        {16, 2, 16, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+        {2, 2, 8, 8, 16, MHLA_FEATURE_RELU, 1e-6f, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with batch = 1, this decoder has batch = 2"},
+        {1, 3, 8, 8, 16, MHLA_FEATURE_RELU, 1e-6f, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with heads = 2, this decoder has heads = 3"},
+        {1, 2, 16, 8, 16, MHLA_FEATURE_RELU, 1e-6f, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
          "saved with dk = 8, this decoder has dk = 16"},
-        {8, 3, 16, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT, "heads = 2, this decoder has heads = 3"},
-        {8, 2, 32, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT, "chunk = 16, this decoder has chunk = 32"},
-        {8, 2, 16, MHLA_NORMALIZER_PAPER, 50, MHLA_ERR_INVALID_ARGUMENT, "normalizer = 2, this decoder has normalizer = 0"},
-        {8, 2, 16, MHLA_NORMALIZER_NONE, 19, MHLA_ERR_CAPACITY_EXCEEDED,
+        {1, 2, 8, 16, 16, MHLA_FEATURE_RELU, 1e-6f, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with dv = 8, this decoder has dv = 16"},
+        {1, 2, 8, 8, 32, MHLA_FEATURE_RELU, 1e-6f, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with chunk = 16, this decoder has chunk = 32"},
+        {1, 2, 8, 8, 16, MHLA_FEATURE_ELU1, 1e-6f, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with feature_map = 1, this decoder has feature_map = 3"},
+        {1, 2, 8, 8, 16, MHLA_FEATURE_RELU, 0.05f, MHLA_NORMALIZER_NONE, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with feature_eps = 1e-06, this decoder has 0.05"},
+        {1, 2, 8, 8, 16, MHLA_FEATURE_RELU, 1e-6f, MHLA_NORMALIZER_PAPER, 50, MHLA_ERR_INVALID_ARGUMENT,
+         "saved with normalizer = 2, this decoder has normalizer = 0"},
+        {1, 2, 8, 8, 16, MHLA_FEATURE_RELU, 1e-6f, MHLA_NORMALIZER_NONE, 19, MHLA_ERR_CAPACITY_EXCEEDED,
          "the state is at position 20, past this decoder's capacity of 19 tokens"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         mhla_config c = cfg;
-        c.dk = cases[i].dk, c.heads = cases[i].heads, c.chunk = cases[i].chunk, c.normalizer = cases[i].norm;
+        c.batch = cases[i].batch, c.heads = cases[i].heads, c.dk = cases[i].dk, c.dv = cases[i].dv;
+        c.chunk = cases[i].chunk, c.feature_map = cases[i].fm, c.feature_eps = cases[i].feature_eps;
+        c.normalizer = cases[i].norm;
+        c.seq_t = 12;       /* 7 tokens before the refused state, 5 after */
+        c.mixing_rows = 4; /* enough for every capacity here */
+        test_inputs ci;
+        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, (uint32_t)(41 + i), &ci), MHLA_OK);
+        double *cref = reference_run(&c, &ci);
+        float *o = nan_floats(ci.nv);
         assert_int_equal(mhla_decoder_create(ctx, &c, cases[i].capacity, &other), MHLA_OK);
-        mhla_status st = mhla_decoder_state_write(other, s, size);
-        if (st != cases[i].want)
-            fail_msg("case %zu: expected %s, got %s: %s", i, mhla_status_name(cases[i].want), mhla_status_name(st),
-                     mhla_context_message(ctx));
-        assert_message_has(ctx, cases[i].text);
-        assert_int_equal(mhla_decoder_position(other), 0);
+        /* steps only: a prefill would build the chunk path's kernels for each of these configs */
+        assert_int_equal(feed(other, &c, &ci, 0, 7, 0, o), MHLA_OK);
+        expect_state_refused(ctx, other, s, size, cases[i].want, cases[i].text, 7);
+        assert_int_equal(feed(other, &c, &ci, 7, 5, 0, o), MHLA_OK);
+        check_reference(o, cref, ci.nv, cases[i].text);
         mhla_decoder_destroy(other);
+        free(o), free(cref);
+        test_inputs_free(&ci);
     }
+
+    /* the header: a decoder of cfg at position 5 refuses each damaged copy of s */
+    const size_t row = 2 * 8; /* floats of one token's output (B = 1, BNHD: tokens are contiguous) */
+    float *first = nan_floats(in.nv);
     assert_int_equal(mhla_decoder_create(ctx, &cfg, 50, &other), MHLA_OK);
-    assert_int_equal(mhla_decoder_state_write(other, s, size - 4), MHLA_ERR_BUFFER_TOO_SMALL);
-    assert_message_has(ctx, "truncated");
-    assert_int_equal(mhla_decoder_state_write(other, s, 100), MHLA_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(feed(other, &cfg, &in, 0, 5, 1, first), MHLA_OK);
+    expect_state_refused(ctx, other, s, size - 4, MHLA_ERR_BUFFER_TOO_SMALL, "truncated", 5);
+    expect_state_refused(ctx, other, s, 100, MHLA_ERR_BUFFER_TOO_SMALL, "fewer than the state's 128-byte header", 5);
     memcpy(bad, s, size);
     memset(bad + size, 0, 8);
-    assert_int_equal(mhla_decoder_state_write(other, bad, size + 8), MHLA_ERR_INVALID_ARGUMENT);
+    expect_state_refused(ctx, other, bad, size + 8, MHLA_ERR_INVALID_ARGUMENT, "a state at position 20 takes", 5);
     bad[0] = 'X';
-    assert_int_equal(mhla_decoder_state_write(other, bad, size), MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "bad magic");
+    expect_state_refused(ctx, other, bad, size, MHLA_ERR_INVALID_ARGUMENT, "bad magic", 5);
     memcpy(bad, s, size);
     bad[8] = 9; /* version */
-    assert_int_equal(mhla_decoder_state_write(other, bad, size), MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "format version 9");
+    expect_state_refused(ctx, other, bad, size, MHLA_ERR_INVALID_ARGUMENT, "format version 9", 5);
+    memcpy(bad, s, size);
+    bad[12] = 64; /* header bytes */
+    expect_state_refused(ctx, other, bad, size, MHLA_ERR_INVALID_ARGUMENT, "with a 64-byte header", 5);
+    memcpy(bad, s, size);
+    const uint32_t swapped = 0x04030201u; /* the mark as the other byte order reads it */
+    memcpy(bad + 16, &swapped, 4);
+    expect_state_refused(ctx, other, bad, size, MHLA_ERR_INVALID_ARGUMENT, "another byte order (mark 0x04030201)", 5);
     memcpy(bad, s, size);
     bad[88] = 7; /* summaries that do not match the position */
-    assert_int_equal(mhla_decoder_state_write(other, bad, size), MHLA_ERR_INVALID_ARGUMENT);
-    assert_message_has(ctx, "corrupt header");
+    expect_state_refused(ctx, other, bad, size, MHLA_ERR_INVALID_ARGUMENT, "corrupt header", 5);
     /* Positions far outside: INT64_MAX overflowed the summary count (tests/fuzz, fuzz_decoder_state). */
-    const int64_t far[] = {INT64_MAX, -1};
-    const mhla_status far_want[] = {MHLA_ERR_CAPACITY_EXCEEDED, MHLA_ERR_INVALID_ARGUMENT};
-    for (int i = 0; i < 2; ++i) {
-        memcpy(bad, s, size);
-        memcpy(bad + 80, &far[i], 8);
-        assert_int_equal(mhla_decoder_state_write(other, bad, size), far_want[i]);
-    }
-    assert_message_has(ctx, "corrupt header: position -1");
-    assert_int_equal(mhla_decoder_position(other), 0);
+    memcpy(bad, s, size);
+    const int64_t far = INT64_MAX, negative = -1;
+    memcpy(bad + 80, &far, 8);
+    expect_state_refused(ctx, other, bad, size, MHLA_ERR_CAPACITY_EXCEEDED, "past this decoder's capacity", 5);
+    memcpy(bad + 80, &negative, 8);
+    expect_state_refused(ctx, other, bad, size, MHLA_ERR_INVALID_ARGUMENT, "corrupt header: position -1", 5);
+    /* untouched by all that: its next tokens are the reference's */
+    assert_int_equal(feed(other, &cfg, &in, 5, 5, 0, first), MHLA_OK);
+    check_reference(first, ref, 10 * row, "steps after the refused states");
+    /* and the saved state still restores: dec's first 20 tokens and other's continuation from them */
     assert_int_equal(mhla_decoder_state_write(other, s, size), MHLA_OK);
     assert_int_equal(mhla_decoder_position(other), 20);
+    assert_int_equal(feed(other, &cfg, &in, 20, 30, 1, out), MHLA_OK);
+    check_reference(out, ref, in.nv, "restored after the refusals");
     mhla_decoder_destroy(other), mhla_decoder_destroy(dec);
-    free(s), free(bad), free(out);
+    free(s), free(bad), free(out), free(first), free(ref);
     test_inputs_free(&in);
 }
 
@@ -506,6 +602,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_equals_reference),
         cmocka_unit_test(test_prompt_then_decode),
+        cmocka_unit_test(test_decode_maps_and_eps),
         cmocka_unit_test(test_odd_tiling),
         cmocka_unit_test(test_long_prefill),
         cmocka_unit_test(test_state_save_restore),

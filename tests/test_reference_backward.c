@@ -313,6 +313,62 @@ static void test_m1_is_linear_attention(void **state)
     }
 }
 
+/* SPEC.md: relu and relu-eps have derivative 0 at x = 0, so the reference's dq (dk) is exactly 0
+ * wherever q (k) is exactly 0: about a third of their elements, at random places (a whole column of
+ * k at 0 would zero its gradient whatever the derivative); non-causal and causal, the none and
+ * paper normalizers. A derivative tested as x >= 0 gives 1 there and fails. */
+static void test_zero_derivative_at_zero(void **state)
+{
+    (void)state;
+    for (size_t causal = 0; causal < 2; ++causal)
+        for (size_t fi = 1; fi <= 2; ++fi)
+            for (size_t ni = 0; ni < 2; ++ni) {
+                problem p = {0};
+                if (causal) {
+                    p.cfg = config_causal(2, 2, 8, 3, 3, 2);
+                    p.cfg.mixing_rows = 3;
+                } else {
+                    p.cfg = config_1d(2, 2, 6, 3, 3, 2);
+                }
+                p.cfg.feature_map = maps[fi];
+                p.cfg.normalizer = norms[ni];
+                p.cfg.feature_eps = 0.01f;
+                make(&p, (uint32_t)(800 + causal * 10 + fi * 2 + ni));
+                float *u = malloc(p.nq * sizeof *u);
+                double *g[3];
+                const size_t n[3] = {p.nq, p.nq, p.nv};
+                for (int j = 0; j < 3; ++j)
+                    g[j] = malloc(n[j] * sizeof(double));
+                assert_true(u && g[0] && g[1] && g[2]);
+                for (int j = 0; j < 2; ++j) {
+                    fill_uniform(u, p.nq, (uint32_t)(900 + causal * 10 + fi * 2 + ni + (size_t)j * 100), 0.0f, 3.0f);
+                    for (size_t i = 0; i < p.nq; ++i)
+                        if (u[i] < 1.0f)
+                            (j ? p.k : p.q)[i] = 0.0f;
+                }
+                assert_int_equal(mhla_reference_backward(&p.cfg, p.q, p.k, p.v, p.mix, p.dout, g[0], g[1], g[2], NULL),
+                                 MHLA_OK);
+                size_t zeros = 0, nonzero = 0;
+                for (int j = 0; j < 2; ++j)
+                    for (size_t i = 0; i < p.nq; ++i) {
+                        if ((j ? p.k : p.q)[i] != 0.0f) {
+                            nonzero += g[j][i] != 0.0;
+                            continue;
+                        }
+                        ++zeros;
+                        if (g[j][i] != 0.0)
+                            fail_msg("%s %s %s: %s[%zu] = 0 but its gradient is %a", causal ? "causal" : "1D",
+                                     mhla_normalizer_name(p.cfg.normalizer), mhla_feature_map_name(p.cfg.feature_map),
+                                     j ? "k" : "q", i, g[j][i]);
+                    }
+                assert_true(zeros > 0 && nonzero > 0); /* both kinds were there to tell apart */
+                for (int j = 0; j < 3; ++j)
+                    free(g[j]);
+                free(u);
+                release(&p);
+            }
+}
+
 static void test_backward_reference_rejects(void **state)
 {
     (void)state;
@@ -338,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_fd_non_causal),
         cmocka_unit_test(test_fd_causal),
         cmocka_unit_test(test_m1_is_linear_attention),
+        cmocka_unit_test(test_zero_derivative_at_zero),
         cmocka_unit_test(test_backward_reference_rejects),
     };
     return run_group("reference_backward", tests, NULL, NULL);
