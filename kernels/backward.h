@@ -26,21 +26,8 @@
 #define BWD_RT 2
 #endif
 
-/* phi'(x) (SPEC.md "Backward"): 1 for x > 0 and 0 otherwise (relu, relu-eps), exp(x) for x <= 0
- * (elu1), 1 for none. */
-float feature_grad(const float x)
-{
-#if FEATURE_MAP == 0
-    (void)x;
-    return 1.0f;
-#elif FEATURE_MAP == 1 || FEATURE_MAP == 2
-    return x > 0.0f ? 1.0f : 0.0f;
-#else
-    return x > 0.0f ? 1.0f : exp(x);
-#endif
-}
-
-/* phi'(x) lane by lane. */
+/* phi'(x) lane by lane (SPEC.md "Backward"): 1 for x > 0 and 0 otherwise, at 0 too (relu,
+ * relu-eps), exp(x) for x <= 0 (elu1), 1 for none. */
 #if FEATURE_MAP == 0
 #define FEATURE_GRAD_V(W, x) ((VEC(W))(1.0f))
 #elif FEATURE_MAP == 1 || FEATURE_MAP == 2
