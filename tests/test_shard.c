@@ -298,14 +298,17 @@ static void run_sharded(mhla_context *ctx, const char *name, const mhla_config *
 
 /* ---- the cases --------------------------------------------------------------------------------- */
 
-/* 1D, 6 blocks of 16 tokens (test_forward's split-block dims, Dk 16, Dv 24), every normalizer: one
- * shard of everything, uneven shards around an empty one, and single-block shards at both ends. */
+/* 1D, 6 blocks of 16 tokens (test_forward's split-block dims, Dk 16, Dv 24), every normalizer with
+ * eps and feature_eps far from their defaults: one shard of everything, uneven shards around an
+ * empty one, and single-block shards at both ends. */
 static void test_1d_normalizers(void **state)
 {
     mhla_context *ctx = *state;
     for (int norm = 0; norm <= 2; ++norm) {
         mhla_config cfg = config_1d(2, 2, 96, 6, 16, 24);
         cfg.normalizer = (mhla_normalizer)norm;
+        set_test_eps(&cfg);
+        expect_eps_visible(&cfg, (uint32_t)(10 + norm), 10.0);
         char name[64];
         snprintf(name, sizeof name, "1d %s", mhla_normalizer_name(cfg.normalizer));
         RUN(ctx, name, &cfg, NULL, 0, (uint32_t)(10 + norm), 0, 6);
