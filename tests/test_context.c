@@ -251,6 +251,27 @@ static void test_wrap_errors(void **state)
 }
 
 /* Two plans of different shapes on one context, used alternately. */
+/* mhla_report() (libmhla_mpi's way to fail as the library does) records the status and message on
+ * the context and the thread; NULL ctx on the thread only. mhla_plan_context() names a plan's. */
+static void test_report_and_plan_context(void **state)
+{
+    (void)state;
+    mhla_context *ctx = test_context();
+    assert_int_equal(mhla_report(ctx, MHLA_ERR_MPI, "rank %d: %s", 3, "MPI_Allgather failed"), MHLA_ERR_MPI);
+    assert_string_equal(mhla_context_message(ctx), "rank 3: MPI_Allgather failed");
+    assert_string_equal(mhla_last_message(), "rank 3: MPI_Allgather failed");
+    assert_int_equal(mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT, "no context: %s", "x"), MHLA_ERR_INVALID_ARGUMENT);
+    assert_string_equal(mhla_last_message(), "no context: x");
+    assert_string_equal(mhla_context_message(ctx), "rank 3: MPI_Allgather failed");
+    mhla_config cfg = config_1d(1, 1, 16, 2, 4, 4);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_ptr_equal(mhla_plan_context(plan), ctx);
+    assert_null(mhla_plan_context(NULL));
+    mhla_plan_destroy(plan);
+    mhla_context_destroy(ctx);
+}
+
 static void test_two_plans_one_context(void **state)
 {
     (void)state;
@@ -452,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_wrap_in_order),
         cmocka_unit_test(test_wrap_out_of_order),
         cmocka_unit_test(test_wrap_errors),
+        cmocka_unit_test(test_report_and_plan_context),
         cmocka_unit_test(test_two_plans_one_context),
         cmocka_unit_test(test_clblast_programs_released),
         cmocka_unit_test(test_set_tuning),
