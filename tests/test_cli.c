@@ -1536,6 +1536,352 @@ static void test_grad(void **state)
     free_inputs(&t);
 }
 
+/* ---- grad: every mode ------------------------------------------------------------------------ */
+
+/* `mhla grad` on q.npy, k.npy, v.npy and do.npy into dq.npy, dk.npy and dv.npy, plus `extra`. */
+static result *run_grad(const char *const *extra)
+{
+    const char *args[40] = {"grad", "--q",  "q.npy",  "--k",  "k.npy",  "--v",  "v.npy", "--dout",
+                            "do.npy", "--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy"};
+    int n = 15;
+    for (; extra && *extra && n < 39; ++extra)
+        args[n++] = *extra;
+    return finish(spawn(NULL, NULL, args));
+}
+
+/* A copy of x[0..n) rounded to `storage`, as the CLI rounds its inputs (f32: unchanged). */
+static float *rounded_copy(const float *x, size_t n, mhla_dtype storage)
+{
+    float *c = malloc(n * sizeof *c);
+    uint16_t *bits = malloc(n * sizeof *bits);
+    assert_true(c && bits);
+    memcpy(c, x, n * sizeof *c);
+    if (storage != MHLA_DTYPE_F32) {
+        mhla_convert(storage, bits, MHLA_DTYPE_F32, x, n);
+        mhla_convert(MHLA_DTYPE_F32, c, storage, bits, n);
+    }
+    free(bits);
+    return c;
+}
+
+/* What one `mhla grad` run should compute: cfg (cfg.dtype the storage type), its rows x rows
+ * mixing matrix, dO as do.npy holds it, and the offsets of a packed (cfg.varlen) batch. */
+typedef struct grad_case {
+    const tensors *t;
+    mhla_config cfg;
+    const float *mc;
+    int64_t rows;
+    const float *dout;
+    const int32_t *cu;
+    size_t seqs;
+} grad_case;
+
+/* The backward reference of g on its inputs rounded to cfg.dtype: dq, dk, dv, dMc (malloc'd). */
+static void grad_reference(const grad_case *g, double *ref[4])
+{
+    const tensors *t = g->t;
+    const mhla_dtype st = g->cfg.dtype;
+    float *q = rounded_copy(t->q, t->nq, st), *k = rounded_copy(t->k, t->nq, st), *v = rounded_copy(t->v, t->nv, st);
+    float *dout = rounded_copy(g->dout, t->nv, st);
+    const size_t counts[4] = {t->nq, t->nq, t->nv, (size_t)(g->rows * g->rows)};
+    for (int i = 0; i < 4; ++i)
+        assert_non_null(ref[i] = malloc(counts[i] * sizeof(double)));
+    const mhla_status s =
+        g->cfg.varlen ? mhla_reference_backward_varlen(&g->cfg, q, k, v, g->mc, g->cu, g->seqs, dout, ref[0], ref[1],
+                                                       ref[2], ref[3])
+                      : mhla_reference_backward(&g->cfg, q, k, v, g->mc, dout, ref[0], ref[1], ref[2], ref[3]);
+    if (s != MHLA_OK)
+        fail_msg("backward reference: %s", mhla_last_message());
+    free(q), free(k), free(v), free(dout);
+}
+
+/* Gradient file `name`: it must be `dtype` with `ndim` extents `shape`; its values as floats. */
+static float *read_gradient(const char *name, npy_dtype dtype, int ndim, const int64_t *shape)
+{
+    npy_array a;
+    char err[512], got[160], want[160];
+    if (npy_read(in_dir(name), &a, err, sizeof err) != NPY_OK)
+        fail_msg("%s: %s", name, err);
+    npy_shape_string(a.ndim, a.shape, got, sizeof got);
+    npy_shape_string(ndim, shape, want, sizeof want);
+    if (a.dtype != dtype || strcmp(got, want) != 0)
+        fail_msg("%s: %s %s, expected %s %s", name, npy_dtype_name(a.dtype), got, npy_dtype_name(dtype), want);
+    if (dtype == NPY_F32)
+        return a.data;
+    float *f = malloc(a.count * sizeof *f);
+    assert_non_null(f);
+    mhla_convert(MHLA_DTYPE_F32, f, MHLA_DTYPE_F16, a.data, a.count);
+    npy_free(&a);
+    return f;
+}
+
+/* dq.npy, dk.npy, dv.npy (`file` dtype) and, with `dmix`, dmc.npy (float32, rows x rows) against
+ * the backward reference, each within SPEC.md's tolerance for cfg.dtype (a NaN anywhere fails).
+ * bf16 storage: every value of dq, dk, dv is a bfloat16 (the device stored 16 bits). Causal: dMc
+ * is exactly 0 above the diagonal. Returns the largest error of the four. */
+static double expect_gradients(const grad_case *g, npy_dtype file, int dmix)
+{
+    const tensors *t = g->t;
+    double *ref[4];
+    grad_reference(g, ref);
+    const int bhnd = t->layout == MHLA_LAYOUT_BHND;
+    const int64_t qshape[4] = {t->b, bhnd ? t->h : t->n, bhnd ? t->n : t->h, t->dk};
+    const int64_t vshape[4] = {t->b, bhnd ? t->h : t->n, bhnd ? t->n : t->h, t->dv};
+    const int64_t mshape[2] = {g->rows, g->rows};
+    const int64_t *shapes[4] = {qshape, qshape, vshape, mshape};
+    const size_t counts[4] = {t->nq, t->nq, t->nv, (size_t)(g->rows * g->rows)};
+    static const char *const names[4] = {"dq.npy", "dk.npy", "dv.npy", "dmc.npy"};
+    const double tol = mhla_reference_backward_tolerance(g->cfg.dtype);
+    double worst = 0;
+    for (int i = 0; i < (dmix ? 4 : 3); ++i) {
+        float *got = read_gradient(names[i], i == 3 ? NPY_F32 : file, i == 3 ? 2 : 4, shapes[i]);
+        const double e = finite_rel_err(got, ref[i], counts[i], names[i]);
+        if (!(e <= tol))
+            fail_msg("%s: max_rel_err %g against the backward reference (%s storage, tolerance %g)", names[i], e,
+                     mhla_dtype_name(g->cfg.dtype), tol);
+        worst = e > worst ? e : worst;
+        for (size_t j = 0; i < 3 && g->cfg.dtype == MHLA_DTYPE_BF16 && j < counts[i]; ++j) {
+            uint32_t bits;
+            memcpy(&bits, &got[j], sizeof bits);
+            if (bits & 0xFFFFu)
+                fail_msg("%s[%zu] = %.9g is not a bfloat16: not what bf16 storage holds", names[i], j, got[j]);
+        }
+        for (int64_t r = 0; i == 3 && g->cfg.causal && r < g->rows; ++r)
+            for (int64_t c = r + 1; c < g->rows; ++c)
+                if (got[r * g->rows + c] != 0.0f)
+                    fail_msg("dmc.npy[%lld][%lld] = %g above the diagonal of a causal Mc", (long long)r, (long long)c,
+                             got[r * g->rows + c]);
+        free(got);
+    }
+    for (int i = 0; i < 4; ++i)
+        free(ref[i]);
+    return worst;
+}
+
+/* dO: values in [-1, 1), written to `name` as the tensors are (float16 when t->half). */
+static float *write_dout(const tensors *t, const char *name, uint32_t seed)
+{
+    float *d = malloc(t->nv * sizeof *d);
+    assert_non_null(d);
+    fill_uniform(d, t->nv, seed, -1.0f, 1.0f);
+    for (size_t i = 0; t->half && i < t->nv; ++i)
+        d[i] = mhla_f16_to_float(mhla_float_to_f16(d[i]));
+    write_tensor(name, t, d, t->nv, t->dv);
+    return d;
+}
+
+/* Two gradient references (dq first) must differ, else the run that tells them apart shows
+ * nothing. Frees both. */
+static void expect_grads_differ(double *a[4], double *b[4], size_t nq, const char *what)
+{
+    expect_matters(a[0], b[0], nq, what);
+    for (int i = 1; i < 4; ++i)
+        free(a[i]), free(b[i]);
+}
+
+/* `mhla grad --causal`: the chunk form's dq, dk, dv and dMc (lower triangle only) for two sequences
+ * with a partial last chunk, with the normalizers none (the default) and paper. */
+static void test_grad_causal(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(2, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    float *dout = write_dout(&t, "do.npy", 21);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7); /* ceil(100 / 16) chunks */
+    grad_case none = {&t, causal_config_for(&t, 16, 7), mc, 7, dout, NULL, 0}, paper = none;
+    paper.cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    expect_ok(run_grad(ARGS("--causal", "--chunk", "16", "--dmixing", "dmc.npy")));
+    expect_gradients(&none, NPY_F32, 1);
+    const result *r = run_grad(ARGS("--causal", "--chunk", "16", "--normalizer", "paper", "--dmixing", "dmc.npy",
+                                    "--check"));
+    expect_ok(r);
+    const double printed = printed_error(r);
+    const double e = expect_gradients(&paper, NPY_F32, 1);
+    assert_true(fabs(printed - e) <= 0.01 * e + 1e-12); /* what --check printed is what was written */
+    assert_string_equal(listing(), "dk.npy dmc.npy do.npy dq.npy dv.npy k.npy q.npy v.npy");
+    double *a[4], *b[4];
+    grad_reference(&paper, a);
+    grad_reference(&none, b);
+    expect_grads_differ(a, b, t.nq, "--normalizer paper");
+    free(mc), free(dout);
+    free_inputs(&t);
+}
+
+/* `mhla grad --causal --cu-seqlens`: sequences of 17, 0, 33, 50 and 0 tokens packed in [1,100,H,D]
+ * (empty ones in the middle and at the end), each chunked from its own start; int32 offsets with
+ * the normalizer none, int64 ones with paper; dMc sums every sequence's chunks. */
+static void test_grad_packed(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const int32_t cu[6] = {0, 17, 17, 50, 100, 100};
+    const int64_t cu64[6] = {0, 17, 17, 50, 100, 100}, s6[1] = {6};
+    write_npy("cu.npy", "<i4", 1, s6, cu, sizeof cu);
+    write_npy("cu64.npy", "<i8", 1, s6, cu64, sizeof cu64);
+    float *dout = write_dout(&t, "do.npy", 22);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 4); /* ceil(50 / 16) chunks */
+    grad_case none = {&t, causal_config_for(&t, 16, 4), mc, 4, dout, cu, 5}, paper;
+    none.cfg.varlen = 1;
+    paper = none;
+    paper.cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    expect_ok(run_grad(ARGS("--causal", "--chunk", "16", "--cu-seqlens", "cu.npy", "--dmixing", "dmc.npy")));
+    expect_gradients(&none, NPY_F32, 1);
+    const result *r = run_grad(ARGS("--causal", "--chunk", "16", "--cu-seqlens", "cu64.npy", "--normalizer", "paper",
+                                    "--dmixing", "dmc.npy", "--check"));
+    expect_ok(r);
+    assert_true(printed_error(r) <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32));
+    expect_gradients(&paper, NPY_F32, 1);
+    assert_string_equal(listing(), "cu.npy cu64.npy dk.npy dmc.npy do.npy dq.npy dv.npy k.npy q.npy v.npy");
+    /* The offsets mattered: one sequence of 100 tokens (7 chunks) gives other gradients. */
+    float *mc7 = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7);
+    grad_case whole = {&t, causal_config_for(&t, 16, 7), mc7, 7, dout, NULL, 0};
+    double *a[4], *b[4];
+    grad_reference(&none, a);
+    grad_reference(&whole, b);
+    expect_grads_differ(a, b, t.nq, "--cu-seqlens");
+    free(mc7), free(mc), free(dout);
+    free_inputs(&t);
+}
+
+/* `mhla grad --dtype f16|bf16`: float32 files rounded to f16 on the way in (dO too) and float16
+ * gradients out; float16 files selecting f16 storage by default; and the causal packed path with
+ * --dtype bf16 on float16 files, whose float32 gradients hold bfloat16 values (16 bits were
+ * stored). Each within SPEC.md's backward tolerance of the reference on the rounded inputs. */
+static void test_grad_16bit(void **state)
+{
+    (void)state;
+    const int64_t grid[3] = {64, 1, 1}, blocks[3] = {4, 1, 1};
+    for (int half_files = 0; half_files < 2; ++half_files) {
+        tensors t = make_inputs(2, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, half_files, -1.0f);
+        float *dout = write_dout(&t, "do.npy", 23);
+        mhla_config cfg = config_for(&t, grid, blocks);
+        float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
+        grad_case g = {&t, cfg, mc, 4, dout, NULL, 0};
+        g.cfg.dtype = MHLA_DTYPE_F16;
+        expect_ok(half_files ? run_grad(ARGS("--blocks", "4", "--dmixing", "dmc.npy"))
+                             : run_grad(ARGS("--blocks", "4", "--dtype", "f16", "--dmixing", "dmc.npy")));
+        expect_gradients(&g, NPY_F16, 1);
+        assert_string_equal(listing(), "dk.npy dmc.npy do.npy dq.npy dv.npy k.npy q.npy v.npy");
+        free(mc), free(dout);
+        free_inputs(&t);
+    }
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
+    const int32_t cu[5] = {0, 17, 17, 50, 100};
+    const int64_t s5[1] = {5};
+    write_npy("cu.npy", "<i4", 1, s5, cu, sizeof cu);
+    float *dout = write_dout(&t, "do.npy", 24);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 4);
+    grad_case g = {&t, causal_config_for(&t, 16, 4), mc, 4, dout, cu, 4};
+    g.cfg.varlen = 1, g.cfg.dtype = MHLA_DTYPE_BF16;
+    const result *r = run_grad(ARGS("--causal", "--chunk", "16", "--cu-seqlens", "cu.npy", "--dtype", "bf16",
+                                    "--dmixing", "dmc.npy", "--check"));
+    expect_ok(r);
+    assert_true(printed_error(r) <= mhla_reference_backward_tolerance(MHLA_DTYPE_BF16));
+    expect_gradients(&g, NPY_F32, 1);
+    free(mc), free(dout);
+    free_inputs(&t);
+}
+
+/* expect_fail(), and stderr is exactly "mhla: <line>\n". */
+static void expect_fail_line(const result *r, int code, const char *line)
+{
+    expect_fail(r, code, line);
+    char want[1024];
+    snprintf(want, sizeof want, "mhla: %s\n", line);
+    assert_string_equal(r->err, want);
+}
+
+/* What `mhla grad` refuses in its causal, packed and 16-bit modes: the exit status, the one stderr
+ * line, and nothing written (neither an output nor a temporary); a kernel that fails to build once
+ * the outputs' temporaries exist is a runtime failure that leaves an earlier dq.npy as it was. */
+static void test_grad_mode_errors(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    float *dout = write_dout(&t, "do.npy", 25);
+    const int64_t s_b2[4] = {2, 50, 2, 8}, s_v[4] = {1, 100, 2, 4}, s_mc6[2] = {6, 6}, s3[1] = {3}, s4[1] = {4};
+    write_npy("q2.npy", "<f4", 4, s_b2, t.q, t.nq * sizeof(float)); /* the same values as B = 2, N = 50 */
+    uint16_t *bits = malloc(t.nv * sizeof *bits);
+    assert_non_null(bits);
+    mhla_convert(MHLA_DTYPE_F16, bits, MHLA_DTYPE_F32, dout, t.nv);
+    write_npy("do16.npy", "<f2", 4, s_v, bits, t.nv * sizeof *bits);
+    free(bits);
+    float mc[36];
+    fill_uniform(mc, 36, 5, 0.1f, 1.0f);
+    write_npy("mc6.npy", "<f4", 2, s_mc6, mc, sizeof mc);
+    write_npy("mc16.npy", "<f2", 2, s_mc6, mc, 36 * sizeof(uint16_t)); /* refused by its dtype first */
+    const int32_t ok[3] = {0, 50, 100}, dec[4] = {0, 60, 50, 100}, end[3] = {0, 50, 99}, long_seq[3] = {0, 3, 100};
+    const float as_float[3] = {0, 50, 100};
+    write_npy("cu_ok.npy", "<i4", 1, s3, ok, sizeof ok);
+    write_npy("cu_dec.npy", "<i4", 1, s4, dec, sizeof dec);
+    write_npy("cu_end.npy", "<i4", 1, s3, end, sizeof end);
+    write_npy("cu_long.npy", "<i4", 1, s3, long_seq, sizeof long_seq);
+    write_npy("cu_f4.npy", "<f4", 1, s3, as_float, sizeof as_float);
+    char before[4096];
+    snprintf(before, sizeof before, "%s", listing());
+    const struct {
+        const char *args[10];
+        const char *line;
+    } cases[] = {
+        {{"--blocks", "4", "--cu-seqlens", "cu_ok.npy"}, "--cu-seqlens cu_ok.npy: only with --causal (see 'mhla grad --help')"},
+        {{"--causal", "--cu-seqlens", "cu_dec.npy"}, "--cu-seqlens cu_dec.npy: offsets must not decrease: cu_seqlens[2] = 50 < cu_seqlens[1] = 60"},
+        {{"--causal", "--cu-seqlens", "cu_end.npy"}, "--cu-seqlens cu_end.npy: cu_seqlens[2] = 99 must equal N = 100, the tokens of --q q.npy"},
+        {{"--causal", "--cu-seqlens", "cu_f4.npy"}, "--cu-seqlens cu_f4.npy: dtype float32, expected int32 or int64 offsets"},
+        {{"--causal", "--cu-seqlens", "nope.npy"}, "--cu-seqlens nope.npy: cannot open: No such file or directory"},
+        {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--cu-seqlens", "cu_long.npy"}, "--mixing mc6.npy: sequence 1 of --cu-seqlens cu_long.npy (cu_seqlens[1] = 3 .. cu_seqlens[2] = 100) has 97 tokens, longer than chunk * rows(Mc) = 16 * 6 = 96"},
+        {{"--causal", "--chunk", "16", "--mixing", "mc6.npy"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
+        {{"--causal", "--mixing", "mc16.npy"}, "--mixing mc16.npy: dtype float16, expected float32"},
+        {{"--causal", "--normalizer", "official"}, "--normalizer official: not in causal mode (it is defined for block grids; --causal takes none or paper) (see 'mhla grad --help')"},
+        {{"--causal", "--grid", "10x10"}, "--grid 10x10: causal mode is 1D (give --grid N, or leave it out) (see 'mhla grad --help')"},
+        {{"--causal", "--dtype", "f8"}, "--dtype f8: unknown dtype 'f8' (expected f32|f16|bf16) (see 'mhla grad --help')"},
+        {{"--causal", "--recurrent"}, "grad: unknown option '--recurrent' (see 'mhla grad --help')"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *args[32] = {"grad", "--q",  "q.npy",  "--k",  "k.npy",  "--v",  "v.npy", "--dout",
+                                "do.npy", "--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy", "--dmixing", "dmc.npy"};
+        int n = 17;
+        for (int a = 0; a < 10 && cases[i].args[a]; ++a)
+            args[n++] = cases[i].args[a];
+        expect_fail_line(finish(spawn(NULL, NULL, args)), 2, cases[i].line);
+        if (strcmp(listing(), before) != 0)
+            fail_msg("case %zu (%s) left: %s", i, cases[i].line, listing());
+    }
+    /* dO in another dtype than the inputs (whatever --dtype says); packed sequences need batch 1. */
+    expect_fail_line(MHLA("grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do16.npy", "--dq", "dq.npy",
+                          "--dk", "dk.npy", "--dv", "dv.npy", "--causal", "--dtype", "f16"),
+                     2, "--dout do16.npy is float16 but the inputs are float32");
+    expect_fail_line(MHLA("grad", "--q", "q2.npy", "--k", "q2.npy", "--v", "q2.npy", "--dout", "q2.npy", "--dq", "dq.npy",
+                          "--dk", "dk.npy", "--dv", "dv.npy", "--causal", "--cu-seqlens", "cu_ok.npy"),
+                     2, "--cu-seqlens cu_ok.npy: packed sequences need batch 1 ([1,N,H,D]), but --q q2.npy has B = 2");
+    assert_string_equal(listing(), before);
+
+    /* The causal backward's kernel does not build: exit 1 after the outputs' temporaries were
+     * made; none is left, and the dq.npy of an earlier run is untouched. */
+    FILE *f = fopen(in_dir("dq.npy"), "w");
+    assert_non_null(f);
+    fputs("previous output\n", f);
+    assert_int_equal(fclose(f), 0);
+    char env_broken[700];
+    snprintf(env_broken, sizeof env_broken, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("broken", "backward_causal.cl", "#include \"backward.h\"\n",
+                            "#include \"backward.h\"\nthis is not OpenCL C;\n"));
+    const char *env[] = {env_broken, NULL};
+    result *r = MHLA_ENV(env, "grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do.npy", "--dq",
+                         "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy", "--dmixing", "dmc.npy", "--causal",
+                         "--cu-seqlens", "cu_ok.npy");
+    char *ours = strstr(r->err, "mhla: "); /* after the driver's own diagnostics count, as above */
+    assert_non_null(ours);
+    memmove(r->err, ours, strlen(ours) + 1);
+    expect_fail(r, 1, "grad: building kernels/backward_causal.cl for");
+    char *text = slurp(in_dir("dq.npy"), NULL);
+    assert_non_null(text);
+    assert_string_equal(text, "previous output\n");
+    free(text);
+    assert_string_equal(listing(), "broken cu_dec.npy cu_end.npy cu_f4.npy cu_long.npy cu_ok.npy do.npy do16.npy dq.npy "
+                                   "k.npy mc16.npy mc6.npy q.npy q2.npy v.npy");
+    free(dout);
+    free_inputs(&t);
+}
+
 /* A full disk, as a file size limit: the output cannot be written, a runtime failure (1). */
 static void test_output_write_failure(void **state)
 {
@@ -1812,6 +2158,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_failures_leave_no_output, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_run_causal_check_fails, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_causal, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_packed, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_16bit, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_mode_errors, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad_signal_removes_temporaries, fresh_dir, drop_dir),
