@@ -2088,20 +2088,103 @@ static void test_selftest(void **state)
     assert_non_null(strstr(r->out, "usage: mhla selftest [--device SPEC] [--quick] [--tuning SPEC]"));
 }
 
-/* mhla tune: a short search runs, checks and times candidates and says what it found; with
- * --dry-run nothing is stored; bad shapes and a set MHLA_TUNING are usage errors. */
+/* The integer after `name=` in text (at its start or after a space or comma), or -1. */
+static int field_value(const char *text, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *p = strstr(text, name); p; p = strstr(p + 1, name))
+        if ((p == text || p[-1] == ' ' || p[-1] == ',') && p[n] == '=')
+            return atoi(p + n + 1);
+    return -1;
+}
+
+/* The rest of the line of `text` that starts with `prefix`, into buf ("" when there is none). */
+static const char *line_after(const char *text, const char *prefix, char *buf, size_t size)
+{
+    const char *p = strstr(text, prefix);
+    buf[0] = '\0';
+    if (p) {
+        p += strlen(prefix);
+        snprintf(buf, size, "%.*s", (int)strcspn(p, "\n"), p);
+    }
+    return buf;
+}
+
+/* test_tune points this process's MHLA_CACHE_DIR at its folder to read the database back; the
+ * teardown puts the variable back (a failed case included) and drops the folder. */
+static char saved_cache_dir[4096];
+static int had_cache_dir;
+
+static int tune_teardown(void **state)
+{
+    if (had_cache_dir)
+        setenv("MHLA_CACHE_DIR", saved_cache_dir, 1);
+    else
+        unsetenv("MHLA_CACHE_DIR");
+    return drop_dir(state);
+}
+
+/* mhla tune stores what it finds and the library uses it. The summary kernel is made to spin for
+ * milliseconds with the device's built-in sum_rd, so that the search's first candidate (another
+ * sum_rd) wins by far more than any noise: a winner every time, which the real kernels' timings
+ * cannot promise. With --dry-run the winner is reported and nothing stored; without, the entry is
+ * stored, read back through the library (mhla_tuning_db_list/_get), listed by `mhla info`, applied
+ * by a plan of those head dimensions ("tuned entry 16x8", its sum_rd in the tiles), `mhla run` with
+ * it still matches the reference, and the --export row holds every field of the stored entry. Bad
+ * shapes and a set MHLA_TUNING are usage errors. */
 static void test_tune(void **state)
 {
     (void)state;
-    char cache[700];
+    char cache[700], kernels[700];
     snprintf(cache, sizeof cache, "MHLA_CACHE_DIR=%s", in_dir("cache"));
-    const char *env[] = {cache, "MHLA_TUNING=", NULL};
-    const result *r = MHLA_ENV(env, "tune", "--budget", "8", "--shapes", "16x8@512:2", "--heads", "2", "--dry-run");
+    const char *plain[] = {cache, "MHLA_TUNING=", NULL};
+    expect_fail(MHLA_ENV(plain, "tune", "--shapes", "64x64@100"), 2, "--shapes 64x64@100: '64x64@100' is not DK[xDV]@N[:M]");
+    expect_fail(MHLA_ENV(plain, "tune", "--budget", "1"), 2, "--budget");
+    const char *tuning[] = {cache, "MHLA_TUNING=sum_rd=2", NULL};
+    expect_fail(MHLA_ENV(tuning, "tune", "--budget", "5"), 2, "tune: MHLA_TUNING is set (sum_rd=2)");
+    const result *r = MHLA_ENV(plain, "info");
+    expect_ok(r);
+    const char *row = strstr(r->out, "tuning: built-in row '");
+    assert_non_null(row);
+    const int builtin_rd = field_value(row, "sum_rd");
+    if (builtin_rd < 1 || builtin_rd > 16 || field_value(row, "vec") < 8) {
+        /* 4-wide (SSE) devices cap every sum_rd candidate to the built-in one: no winner to make */
+        printf("test_tune: skipped: the built-in row (%.*s) leaves no other sum_rd to try\n",
+               (int)strcspn(row, "\n"), row);
+        test_skip();
+    }
+    char spin[512];
+    snprintf(spin, sizeof spin,
+             "#if SUM_RD == %d\n"
+             "    if (get_global_id(0) == 0 && get_global_id(1) == 0 && get_global_id(2) == 0) {\n"
+             "        volatile int spin = 0;\n"
+             "        while (spin < 2000000)\n"
+             "            ++spin;\n"
+             "    }\n"
+             "#endif\n"
+             "    const int tile_id = (int)get_global_id(0);\n",
+             builtin_rd);
+    snprintf(kernels, sizeof kernels, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("slow", "block_summary.cl", "    const int tile_id = (int)get_global_id(0);\n", spin));
+    const char *env[] = {cache, "MHLA_TUNING=", kernels, NULL};
+    /* The budget counts compiles: the configurations the search times (M = 2) and checks (M = 4)
+     * are built first, so that a short budget reaches the first candidate on a loaded machine. */
+    tensors t = make_inputs(1, 512, 2, 16, 8, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2"));
+    expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
+    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--dry-run");
     expect_ok(r);
     assert_non_null(strstr(r->out, "tune: "));
     assert_non_null(strstr(r->out, "shape 16x8: N=512 M=2"));
     assert_non_null(strstr(r->out, " 16x8 summary start: "));
     assert_non_null(strstr(r->out, " candidates timed, 0 discarded, "));
+    char spec[512], first[64], line[256];
+    snprintf(first, sizeof first, " 16x8 summary sum_rd=%d: ", builtin_rd == 4 ? 8 : 4);
+    if (!strstr(line_after(r->out, first, line, sizeof line), " kept (best so far"))
+        fail_msg("the first sum_rd candidate was not kept:\n%s", r->out);
+    line_after(r->out, "tune: 16x8: ", spec, sizeof spec);
+    if (field_value(spec, "sum_rd") == builtin_rd || field_value(spec, "sum_rd") < 1)
+        fail_msg("--dry-run: found '%s', not another sum_rd than the built-in %d:\n%s", spec, builtin_rd, r->out);
     assert_null(strstr(r->out, "stored in"));
     DIR *d = opendir(in_dir("cache")); /* the program cache's folder: --dry-run added no database to it */
     for (struct dirent *e; d && (e = readdir(d)) != NULL;)
@@ -2109,10 +2192,92 @@ static void test_tune(void **state)
             fail_msg("--dry-run stored %s", e->d_name);
     if (d)
         closedir(d);
-    expect_fail(MHLA_ENV(env, "tune", "--shapes", "64x64@100"), 2, "--shapes 64x64@100: '64x64@100' is not DK[xDV]@N[:M]");
-    expect_fail(MHLA_ENV(env, "tune", "--budget", "1"), 2, "--budget");
-    const char *tuning[] = {cache, "MHLA_TUNING=sum_rd=2", NULL};
-    expect_fail(MHLA_ENV(tuning, "tune", "--budget", "5"), 2, "tune: MHLA_TUNING is set (sum_rd=2)");
+
+    /* Stored. */
+    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--export");
+    expect_ok(r);
+    char db[1024], stored_in[1024];
+    line_after(r->out, "database: ", db, sizeof db);
+    line_after(r->out, "tune: stored in ", stored_in, sizeof stored_in);
+    line_after(r->out, "tune: 16x8: ", spec, sizeof spec);
+    assert_true(db[0] && strcmp(db, stored_in) == 0);
+    const int tuned_rd = field_value(spec, "sum_rd");
+    if (tuned_rd == builtin_rd || tuned_rd < 1)
+        fail_msg("stored '%s', not another sum_rd than the built-in %d:\n%s", spec, builtin_rd, r->out);
+
+    /* Read back through the library, on this process's own context. */
+    const char *prior = getenv("MHLA_CACHE_DIR");
+    had_cache_dir = prior != NULL;
+    snprintf(saved_cache_dir, sizeof saved_cache_dir, "%s", prior ? prior : "");
+    setenv("MHLA_CACHE_DIR", in_dir("cache"), 1);
+    mhla_context *ctx = test_context();
+    char path[1024], got[1024], note[512], text[2048];
+    assert_int_equal(mhla_tuning_db_path(ctx, path, sizeof path), MHLA_OK);
+    assert_string_equal(path, db);
+    size_t count = 0;
+    int64_t dims[4] = {0};
+    assert_int_equal(mhla_tuning_db_list(ctx, dims, 2, &count), MHLA_OK);
+    assert_int_equal(count, 1);
+    assert_true(dims[0] == 16 && dims[1] == 8);
+    assert_int_equal(mhla_tuning_db_get(ctx, 16, 8, got, sizeof got, note, sizeof note), MHLA_OK);
+    assert_string_equal(got, spec);
+    assert_non_null(strstr(note, ", N=512 M=2 H=2: forward "));
+    for (int64_t other = 8; other <= 16; other += 8) { /* keyed by both head dimensions */
+        assert_int_equal(mhla_tuning_db_get(ctx, other, other, got, sizeof got, NULL, 0), MHLA_OK);
+        assert_string_equal(got, "");
+    }
+    /* A plan of those head dimensions applies it. */
+    mhla_config cfg = config_1d(1, 2, 512, 2, 16, 8);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    char applied[64];
+    snprintf(applied, sizeof applied, "tuned entry 16x8; summary %dx(", tuned_rd);
+    if (!strstr(text, applied))
+        fail_msg("the plan's tuning '%s' does not say '%s'", text, applied);
+    mhla_plan_destroy(plan);
+    /* --export: the row holds every field of the stored entry over the built-in row. */
+    const char *exported = strstr(r->out, "{.vec = ");
+    assert_non_null(exported);
+    assert_non_null(strstr(r->out, mhla_context_device_name(ctx)));
+    char as_spec[1024] = "";
+    size_t len = 0;
+    for (const char *p = exported + 1; *p && *p != '}'; ++p) {
+        char name[32];
+        int value = 0, used = 0;
+        if (*p == '.' && sscanf(p, ".%31[a-z_] = %d%n", name, &value, &used) == 2) {
+            len += (size_t)snprintf(as_spec + len, sizeof as_spec - len, "%s%s=%d", len ? "," : "", name, value);
+            p += used - 1;
+        }
+    }
+    char want_fields[2048];
+    assert_int_equal(mhla_context_set_tuning(ctx, spec), MHLA_OK);
+    assert_int_equal(mhla_context_tuning(ctx, want_fields, sizeof want_fields), MHLA_OK);
+    assert_int_equal(mhla_context_set_tuning(ctx, as_spec), MHLA_OK);
+    assert_int_equal(mhla_context_tuning(ctx, text, sizeof text), MHLA_OK);
+    assert_int_equal(mhla_context_set_tuning(ctx, NULL), MHLA_OK);
+    assert_non_null(strstr(want_fields, ": vec="));
+    if (!strstr(text, ": vec=") || strcmp(strstr(text, ": vec="), strstr(want_fields, ": vec=")) != 0)
+        fail_msg("--export's row (%s) is not the stored entry (%s):\n%s\n%s", as_spec, spec, text, want_fields);
+    mhla_context_destroy(ctx);
+
+    /* `mhla info` lists the entry; `mhla run` with it matches the reference. */
+    r = MHLA_ENV(plain, "info");
+    expect_ok(r);
+    char heading[600], summary[64];
+    snprintf(heading, sizeof heading, "  Dk=16 Dv=8 (%s):\n    summary     ", note);
+    snprintf(summary, sizeof summary, "sum_rd=%d", tuned_rd);
+    const char *listed = strstr(r->out, heading);
+    if (!listed || !strstr(line_after(listed, "    summary     ", text, sizeof text), summary))
+        fail_msg("'mhla info' does not list the entry '%s' (%s):\n%s", spec, note, r->out);
+    r = MHLA_ENV(plain, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2",
+                 "--check");
+    expect_ok(r);
+    assert_true(printed_error(r) <= 1e-5);
+    const int64_t grid[3] = {512, 1, 1}, blocks[3] = {2, 1, 1};
+    assert_true(default_error(&t, grid, blocks, NPY_F32) <= 1e-5);
+    free_inputs(&t);
+
 }
 
 int main(int argc, char **argv)
@@ -2167,7 +2332,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_grad_signal_removes_temporaries, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_selftest, fresh_dir, drop_dir),
-        cmocka_unit_test_setup_teardown(test_tune, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_tune, fresh_dir, tune_teardown),
     };
     const int failed = run_group("cli", tests, NULL, NULL);
     scratch_remove(root);
