@@ -555,7 +555,7 @@ int run_shape(run_job *job)
 
 int run_parse(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown)
 {
-    cmd = command;
+    cmd = job->command = command;
     return parse_options(job, grad_help, argc, argv, help_shown);
 }
 

@@ -21,6 +21,7 @@ enum {
 
 /* Everything one run holds; released by cmd_run.c's job_free(). */
 typedef struct run_job {
+    const char *command;  /* "run" or "grad": what usage messages point at (set by run_parse()) */
     cli_option o[O_COUNT];
     mhla_config cfg;
     npy_array in[3];      /* q, k, v as read; float16 data is widened into `f32` */

@@ -12,7 +12,7 @@ int causal_check_options(run_job *job)
 {
     const cli_option *o = job->o;
     if (job->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL)
-        return cli_usage(RUN_CMD, "--normalizer %s: not in causal mode (it is defined for block grids; --causal "
+        return cli_usage(job->command, "--normalizer %s: not in causal mode (it is defined for block grids; --causal "
                                   "takes none or paper)",
                          o[O_NORMALIZER].value);
     return 0;
@@ -66,7 +66,7 @@ int causal_shape(run_job *job)
 {
     const cli_option *grid = &job->o[O_GRID];
     if (grid->value && strpbrk(grid->value, "xX"))
-        return cli_usage(RUN_CMD, "--grid %s: causal mode is 1D (give --grid N, or leave it out)", grid->value);
+        return cli_usage(job->command, "--grid %s: causal mode is 1D (give --grid N, or leave it out)", grid->value);
     mhla_config *cfg = &job->cfg;
     job->longest = cfg->seq_t;
     if (!job->o[O_CU_SEQLENS].value)

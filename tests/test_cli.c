@@ -1536,6 +1536,352 @@ static void test_grad(void **state)
     free_inputs(&t);
 }
 
+/* ---- grad: every mode ------------------------------------------------------------------------ */
+
+/* `mhla grad` on q.npy, k.npy, v.npy and do.npy into dq.npy, dk.npy and dv.npy, plus `extra`. */
+static result *run_grad(const char *const *extra)
+{
+    const char *args[40] = {"grad", "--q",  "q.npy",  "--k",  "k.npy",  "--v",  "v.npy", "--dout",
+                            "do.npy", "--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy"};
+    int n = 15;
+    for (; extra && *extra && n < 39; ++extra)
+        args[n++] = *extra;
+    return finish(spawn(NULL, NULL, args));
+}
+
+/* A copy of x[0..n) rounded to `storage`, as the CLI rounds its inputs (f32: unchanged). */
+static float *rounded_copy(const float *x, size_t n, mhla_dtype storage)
+{
+    float *c = malloc(n * sizeof *c);
+    uint16_t *bits = malloc(n * sizeof *bits);
+    assert_true(c && bits);
+    memcpy(c, x, n * sizeof *c);
+    if (storage != MHLA_DTYPE_F32) {
+        mhla_convert(storage, bits, MHLA_DTYPE_F32, x, n);
+        mhla_convert(MHLA_DTYPE_F32, c, storage, bits, n);
+    }
+    free(bits);
+    return c;
+}
+
+/* What one `mhla grad` run should compute: cfg (cfg.dtype the storage type), its rows x rows
+ * mixing matrix, dO as do.npy holds it, and the offsets of a packed (cfg.varlen) batch. */
+typedef struct grad_case {
+    const tensors *t;
+    mhla_config cfg;
+    const float *mc;
+    int64_t rows;
+    const float *dout;
+    const int32_t *cu;
+    size_t seqs;
+} grad_case;
+
+/* The backward reference of g on its inputs rounded to cfg.dtype: dq, dk, dv, dMc (malloc'd). */
+static void grad_reference(const grad_case *g, double *ref[4])
+{
+    const tensors *t = g->t;
+    const mhla_dtype st = g->cfg.dtype;
+    float *q = rounded_copy(t->q, t->nq, st), *k = rounded_copy(t->k, t->nq, st), *v = rounded_copy(t->v, t->nv, st);
+    float *dout = rounded_copy(g->dout, t->nv, st);
+    const size_t counts[4] = {t->nq, t->nq, t->nv, (size_t)(g->rows * g->rows)};
+    for (int i = 0; i < 4; ++i)
+        assert_non_null(ref[i] = malloc(counts[i] * sizeof(double)));
+    const mhla_status s =
+        g->cfg.varlen ? mhla_reference_backward_varlen(&g->cfg, q, k, v, g->mc, g->cu, g->seqs, dout, ref[0], ref[1],
+                                                       ref[2], ref[3])
+                      : mhla_reference_backward(&g->cfg, q, k, v, g->mc, dout, ref[0], ref[1], ref[2], ref[3]);
+    if (s != MHLA_OK)
+        fail_msg("backward reference: %s", mhla_last_message());
+    free(q), free(k), free(v), free(dout);
+}
+
+/* Gradient file `name`: it must be `dtype` with `ndim` extents `shape`; its values as floats. */
+static float *read_gradient(const char *name, npy_dtype dtype, int ndim, const int64_t *shape)
+{
+    npy_array a;
+    char err[512], got[160], want[160];
+    if (npy_read(in_dir(name), &a, err, sizeof err) != NPY_OK)
+        fail_msg("%s: %s", name, err);
+    npy_shape_string(a.ndim, a.shape, got, sizeof got);
+    npy_shape_string(ndim, shape, want, sizeof want);
+    if (a.dtype != dtype || strcmp(got, want) != 0)
+        fail_msg("%s: %s %s, expected %s %s", name, npy_dtype_name(a.dtype), got, npy_dtype_name(dtype), want);
+    if (dtype == NPY_F32)
+        return a.data;
+    float *f = malloc(a.count * sizeof *f);
+    assert_non_null(f);
+    mhla_convert(MHLA_DTYPE_F32, f, MHLA_DTYPE_F16, a.data, a.count);
+    npy_free(&a);
+    return f;
+}
+
+/* dq.npy, dk.npy, dv.npy (`file` dtype) and, with `dmix`, dmc.npy (float32, rows x rows) against
+ * the backward reference, each within SPEC.md's tolerance for cfg.dtype (a NaN anywhere fails).
+ * bf16 storage: every value of dq, dk, dv is a bfloat16 (the device stored 16 bits). Causal: dMc
+ * is exactly 0 above the diagonal. Returns the largest error of the four. */
+static double expect_gradients(const grad_case *g, npy_dtype file, int dmix)
+{
+    const tensors *t = g->t;
+    double *ref[4];
+    grad_reference(g, ref);
+    const int bhnd = t->layout == MHLA_LAYOUT_BHND;
+    const int64_t qshape[4] = {t->b, bhnd ? t->h : t->n, bhnd ? t->n : t->h, t->dk};
+    const int64_t vshape[4] = {t->b, bhnd ? t->h : t->n, bhnd ? t->n : t->h, t->dv};
+    const int64_t mshape[2] = {g->rows, g->rows};
+    const int64_t *shapes[4] = {qshape, qshape, vshape, mshape};
+    const size_t counts[4] = {t->nq, t->nq, t->nv, (size_t)(g->rows * g->rows)};
+    static const char *const names[4] = {"dq.npy", "dk.npy", "dv.npy", "dmc.npy"};
+    const double tol = mhla_reference_backward_tolerance(g->cfg.dtype);
+    double worst = 0;
+    for (int i = 0; i < (dmix ? 4 : 3); ++i) {
+        float *got = read_gradient(names[i], i == 3 ? NPY_F32 : file, i == 3 ? 2 : 4, shapes[i]);
+        const double e = finite_rel_err(got, ref[i], counts[i], names[i]);
+        if (!(e <= tol))
+            fail_msg("%s: max_rel_err %g against the backward reference (%s storage, tolerance %g)", names[i], e,
+                     mhla_dtype_name(g->cfg.dtype), tol);
+        worst = e > worst ? e : worst;
+        for (size_t j = 0; i < 3 && g->cfg.dtype == MHLA_DTYPE_BF16 && j < counts[i]; ++j) {
+            uint32_t bits;
+            memcpy(&bits, &got[j], sizeof bits);
+            if (bits & 0xFFFFu)
+                fail_msg("%s[%zu] = %.9g is not a bfloat16: not what bf16 storage holds", names[i], j, got[j]);
+        }
+        for (int64_t r = 0; i == 3 && g->cfg.causal && r < g->rows; ++r)
+            for (int64_t c = r + 1; c < g->rows; ++c)
+                if (got[r * g->rows + c] != 0.0f)
+                    fail_msg("dmc.npy[%lld][%lld] = %g above the diagonal of a causal Mc", (long long)r, (long long)c,
+                             got[r * g->rows + c]);
+        free(got);
+    }
+    for (int i = 0; i < 4; ++i)
+        free(ref[i]);
+    return worst;
+}
+
+/* dO: values in [-1, 1), written to `name` as the tensors are (float16 when t->half). */
+static float *write_dout(const tensors *t, const char *name, uint32_t seed)
+{
+    float *d = malloc(t->nv * sizeof *d);
+    assert_non_null(d);
+    fill_uniform(d, t->nv, seed, -1.0f, 1.0f);
+    for (size_t i = 0; t->half && i < t->nv; ++i)
+        d[i] = mhla_f16_to_float(mhla_float_to_f16(d[i]));
+    write_tensor(name, t, d, t->nv, t->dv);
+    return d;
+}
+
+/* Two gradient references (dq first) must differ, else the run that tells them apart shows
+ * nothing. Frees both. */
+static void expect_grads_differ(double *a[4], double *b[4], size_t nq, const char *what)
+{
+    expect_matters(a[0], b[0], nq, what);
+    for (int i = 1; i < 4; ++i)
+        free(a[i]), free(b[i]);
+}
+
+/* `mhla grad --causal`: the chunk form's dq, dk, dv and dMc (lower triangle only) for two sequences
+ * with a partial last chunk, with the normalizers none (the default) and paper. */
+static void test_grad_causal(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(2, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    float *dout = write_dout(&t, "do.npy", 21);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7); /* ceil(100 / 16) chunks */
+    grad_case none = {&t, causal_config_for(&t, 16, 7), mc, 7, dout, NULL, 0}, paper = none;
+    paper.cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    expect_ok(run_grad(ARGS("--causal", "--chunk", "16", "--dmixing", "dmc.npy")));
+    expect_gradients(&none, NPY_F32, 1);
+    const result *r = run_grad(ARGS("--causal", "--chunk", "16", "--normalizer", "paper", "--dmixing", "dmc.npy",
+                                    "--check"));
+    expect_ok(r);
+    const double printed = printed_error(r);
+    const double e = expect_gradients(&paper, NPY_F32, 1);
+    assert_true(fabs(printed - e) <= 0.01 * e + 1e-12); /* what --check printed is what was written */
+    assert_string_equal(listing(), "dk.npy dmc.npy do.npy dq.npy dv.npy k.npy q.npy v.npy");
+    double *a[4], *b[4];
+    grad_reference(&paper, a);
+    grad_reference(&none, b);
+    expect_grads_differ(a, b, t.nq, "--normalizer paper");
+    free(mc), free(dout);
+    free_inputs(&t);
+}
+
+/* `mhla grad --causal --cu-seqlens`: sequences of 17, 0, 33, 50 and 0 tokens packed in [1,100,H,D]
+ * (empty ones in the middle and at the end), each chunked from its own start; int32 offsets with
+ * the normalizer none, int64 ones with paper; dMc sums every sequence's chunks. */
+static void test_grad_packed(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    const int32_t cu[6] = {0, 17, 17, 50, 100, 100};
+    const int64_t cu64[6] = {0, 17, 17, 50, 100, 100}, s6[1] = {6};
+    write_npy("cu.npy", "<i4", 1, s6, cu, sizeof cu);
+    write_npy("cu64.npy", "<i8", 1, s6, cu64, sizeof cu64);
+    float *dout = write_dout(&t, "do.npy", 22);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 4); /* ceil(50 / 16) chunks */
+    grad_case none = {&t, causal_config_for(&t, 16, 4), mc, 4, dout, cu, 5}, paper;
+    none.cfg.varlen = 1;
+    paper = none;
+    paper.cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    expect_ok(run_grad(ARGS("--causal", "--chunk", "16", "--cu-seqlens", "cu.npy", "--dmixing", "dmc.npy")));
+    expect_gradients(&none, NPY_F32, 1);
+    const result *r = run_grad(ARGS("--causal", "--chunk", "16", "--cu-seqlens", "cu64.npy", "--normalizer", "paper",
+                                    "--dmixing", "dmc.npy", "--check"));
+    expect_ok(r);
+    assert_true(printed_error(r) <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32));
+    expect_gradients(&paper, NPY_F32, 1);
+    assert_string_equal(listing(), "cu.npy cu64.npy dk.npy dmc.npy do.npy dq.npy dv.npy k.npy q.npy v.npy");
+    /* The offsets mattered: one sequence of 100 tokens (7 chunks) gives other gradients. */
+    float *mc7 = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 7);
+    grad_case whole = {&t, causal_config_for(&t, 16, 7), mc7, 7, dout, NULL, 0};
+    double *a[4], *b[4];
+    grad_reference(&none, a);
+    grad_reference(&whole, b);
+    expect_grads_differ(a, b, t.nq, "--cu-seqlens");
+    free(mc7), free(mc), free(dout);
+    free_inputs(&t);
+}
+
+/* `mhla grad --dtype f16|bf16`: float32 files rounded to f16 on the way in (dO too) and float16
+ * gradients out; float16 files selecting f16 storage by default; and the causal packed path with
+ * --dtype bf16 on float16 files, whose float32 gradients hold bfloat16 values (16 bits were
+ * stored). Each within SPEC.md's backward tolerance of the reference on the rounded inputs. */
+static void test_grad_16bit(void **state)
+{
+    (void)state;
+    const int64_t grid[3] = {64, 1, 1}, blocks[3] = {4, 1, 1};
+    for (int half_files = 0; half_files < 2; ++half_files) {
+        tensors t = make_inputs(2, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, half_files, -1.0f);
+        float *dout = write_dout(&t, "do.npy", 23);
+        mhla_config cfg = config_for(&t, grid, blocks);
+        float *mc = init_mixing(MHLA_INIT_LINEAR, NULL, &cfg);
+        grad_case g = {&t, cfg, mc, 4, dout, NULL, 0};
+        g.cfg.dtype = MHLA_DTYPE_F16;
+        expect_ok(half_files ? run_grad(ARGS("--blocks", "4", "--dmixing", "dmc.npy"))
+                             : run_grad(ARGS("--blocks", "4", "--dtype", "f16", "--dmixing", "dmc.npy")));
+        expect_gradients(&g, NPY_F16, 1);
+        assert_string_equal(listing(), "dk.npy dmc.npy do.npy dq.npy dv.npy k.npy q.npy v.npy");
+        free(mc), free(dout);
+        free_inputs(&t);
+    }
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 1, -1.0f);
+    const int32_t cu[5] = {0, 17, 17, 50, 100};
+    const int64_t s5[1] = {5};
+    write_npy("cu.npy", "<i4", 1, s5, cu, sizeof cu);
+    float *dout = write_dout(&t, "do.npy", 24);
+    float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 4);
+    grad_case g = {&t, causal_config_for(&t, 16, 4), mc, 4, dout, cu, 4};
+    g.cfg.varlen = 1, g.cfg.dtype = MHLA_DTYPE_BF16;
+    const result *r = run_grad(ARGS("--causal", "--chunk", "16", "--cu-seqlens", "cu.npy", "--dtype", "bf16",
+                                    "--dmixing", "dmc.npy", "--check"));
+    expect_ok(r);
+    assert_true(printed_error(r) <= mhla_reference_backward_tolerance(MHLA_DTYPE_BF16));
+    expect_gradients(&g, NPY_F32, 1);
+    free(mc), free(dout);
+    free_inputs(&t);
+}
+
+/* expect_fail(), and stderr is exactly "mhla: <line>\n". */
+static void expect_fail_line(const result *r, int code, const char *line)
+{
+    expect_fail(r, code, line);
+    char want[1024];
+    snprintf(want, sizeof want, "mhla: %s\n", line);
+    assert_string_equal(r->err, want);
+}
+
+/* What `mhla grad` refuses in its causal, packed and 16-bit modes: the exit status, the one stderr
+ * line, and nothing written (neither an output nor a temporary); a kernel that fails to build once
+ * the outputs' temporaries exist is a runtime failure that leaves an earlier dq.npy as it was. */
+static void test_grad_mode_errors(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(1, 100, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    float *dout = write_dout(&t, "do.npy", 25);
+    const int64_t s_b2[4] = {2, 50, 2, 8}, s_v[4] = {1, 100, 2, 4}, s_mc6[2] = {6, 6}, s3[1] = {3}, s4[1] = {4};
+    write_npy("q2.npy", "<f4", 4, s_b2, t.q, t.nq * sizeof(float)); /* the same values as B = 2, N = 50 */
+    uint16_t *bits = malloc(t.nv * sizeof *bits);
+    assert_non_null(bits);
+    mhla_convert(MHLA_DTYPE_F16, bits, MHLA_DTYPE_F32, dout, t.nv);
+    write_npy("do16.npy", "<f2", 4, s_v, bits, t.nv * sizeof *bits);
+    free(bits);
+    float mc[36];
+    fill_uniform(mc, 36, 5, 0.1f, 1.0f);
+    write_npy("mc6.npy", "<f4", 2, s_mc6, mc, sizeof mc);
+    write_npy("mc16.npy", "<f2", 2, s_mc6, mc, 36 * sizeof(uint16_t)); /* refused by its dtype first */
+    const int32_t ok[3] = {0, 50, 100}, dec[4] = {0, 60, 50, 100}, end[3] = {0, 50, 99}, long_seq[3] = {0, 3, 100};
+    const float as_float[3] = {0, 50, 100};
+    write_npy("cu_ok.npy", "<i4", 1, s3, ok, sizeof ok);
+    write_npy("cu_dec.npy", "<i4", 1, s4, dec, sizeof dec);
+    write_npy("cu_end.npy", "<i4", 1, s3, end, sizeof end);
+    write_npy("cu_long.npy", "<i4", 1, s3, long_seq, sizeof long_seq);
+    write_npy("cu_f4.npy", "<f4", 1, s3, as_float, sizeof as_float);
+    char before[4096];
+    snprintf(before, sizeof before, "%s", listing());
+    const struct {
+        const char *args[10];
+        const char *line;
+    } cases[] = {
+        {{"--blocks", "4", "--cu-seqlens", "cu_ok.npy"}, "--cu-seqlens cu_ok.npy: only with --causal (see 'mhla grad --help')"},
+        {{"--causal", "--cu-seqlens", "cu_dec.npy"}, "--cu-seqlens cu_dec.npy: offsets must not decrease: cu_seqlens[2] = 50 < cu_seqlens[1] = 60"},
+        {{"--causal", "--cu-seqlens", "cu_end.npy"}, "--cu-seqlens cu_end.npy: cu_seqlens[2] = 99 must equal N = 100, the tokens of --q q.npy"},
+        {{"--causal", "--cu-seqlens", "cu_f4.npy"}, "--cu-seqlens cu_f4.npy: dtype float32, expected int32 or int64 offsets"},
+        {{"--causal", "--cu-seqlens", "nope.npy"}, "--cu-seqlens nope.npy: cannot open: No such file or directory"},
+        {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--cu-seqlens", "cu_long.npy"}, "--mixing mc6.npy: sequence 1 of --cu-seqlens cu_long.npy (cu_seqlens[1] = 3 .. cu_seqlens[2] = 100) has 97 tokens, longer than chunk * rows(Mc) = 16 * 6 = 96"},
+        {{"--causal", "--chunk", "16", "--mixing", "mc6.npy"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
+        {{"--causal", "--mixing", "mc16.npy"}, "--mixing mc16.npy: dtype float16, expected float32"},
+        {{"--causal", "--normalizer", "official"}, "--normalizer official: not in causal mode (it is defined for block grids; --causal takes none or paper) (see 'mhla grad --help')"},
+        {{"--causal", "--grid", "10x10"}, "--grid 10x10: causal mode is 1D (give --grid N, or leave it out) (see 'mhla grad --help')"},
+        {{"--causal", "--dtype", "f8"}, "--dtype f8: unknown dtype 'f8' (expected f32|f16|bf16) (see 'mhla grad --help')"},
+        {{"--causal", "--recurrent"}, "grad: unknown option '--recurrent' (see 'mhla grad --help')"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *args[32] = {"grad", "--q",  "q.npy",  "--k",  "k.npy",  "--v",  "v.npy", "--dout",
+                                "do.npy", "--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy", "--dmixing", "dmc.npy"};
+        int n = 17;
+        for (int a = 0; a < 10 && cases[i].args[a]; ++a)
+            args[n++] = cases[i].args[a];
+        expect_fail_line(finish(spawn(NULL, NULL, args)), 2, cases[i].line);
+        if (strcmp(listing(), before) != 0)
+            fail_msg("case %zu (%s) left: %s", i, cases[i].line, listing());
+    }
+    /* dO in another dtype than the inputs (whatever --dtype says); packed sequences need batch 1. */
+    expect_fail_line(MHLA("grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do16.npy", "--dq", "dq.npy",
+                          "--dk", "dk.npy", "--dv", "dv.npy", "--causal", "--dtype", "f16"),
+                     2, "--dout do16.npy is float16 but the inputs are float32");
+    expect_fail_line(MHLA("grad", "--q", "q2.npy", "--k", "q2.npy", "--v", "q2.npy", "--dout", "q2.npy", "--dq", "dq.npy",
+                          "--dk", "dk.npy", "--dv", "dv.npy", "--causal", "--cu-seqlens", "cu_ok.npy"),
+                     2, "--cu-seqlens cu_ok.npy: packed sequences need batch 1 ([1,N,H,D]), but --q q2.npy has B = 2");
+    assert_string_equal(listing(), before);
+
+    /* The causal backward's kernel does not build: exit 1 after the outputs' temporaries were
+     * made; none is left, and the dq.npy of an earlier run is untouched. */
+    FILE *f = fopen(in_dir("dq.npy"), "w");
+    assert_non_null(f);
+    fputs("previous output\n", f);
+    assert_int_equal(fclose(f), 0);
+    char env_broken[700];
+    snprintf(env_broken, sizeof env_broken, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("broken", "backward_causal.cl", "#include \"backward.h\"\n",
+                            "#include \"backward.h\"\nthis is not OpenCL C;\n"));
+    const char *env[] = {env_broken, NULL};
+    result *r = MHLA_ENV(env, "grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "do.npy", "--dq",
+                         "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy", "--dmixing", "dmc.npy", "--causal",
+                         "--cu-seqlens", "cu_ok.npy");
+    char *ours = strstr(r->err, "mhla: "); /* after the driver's own diagnostics count, as above */
+    assert_non_null(ours);
+    memmove(r->err, ours, strlen(ours) + 1);
+    expect_fail(r, 1, "grad: building kernels/backward_causal.cl for");
+    char *text = slurp(in_dir("dq.npy"), NULL);
+    assert_non_null(text);
+    assert_string_equal(text, "previous output\n");
+    free(text);
+    assert_string_equal(listing(), "broken cu_dec.npy cu_end.npy cu_f4.npy cu_long.npy cu_ok.npy do.npy do16.npy dq.npy "
+                                   "k.npy mc16.npy mc6.npy q.npy q2.npy v.npy");
+    free(dout);
+    free_inputs(&t);
+}
+
 /* A full disk, as a file size limit: the output cannot be written, a runtime failure (1). */
 static void test_output_write_failure(void **state)
 {
@@ -1791,20 +2137,103 @@ static void test_selftest(void **state)
     assert_non_null(strstr(r->out, "usage: mhla selftest [--device SPEC] [--quick] [--tuning SPEC]"));
 }
 
-/* mhla tune: a short search runs, checks and times candidates and says what it found; with
- * --dry-run nothing is stored; bad shapes and a set MHLA_TUNING are usage errors. */
+/* The integer after `name=` in text (at its start or after a space or comma), or -1. */
+static int field_value(const char *text, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *p = strstr(text, name); p; p = strstr(p + 1, name))
+        if ((p == text || p[-1] == ' ' || p[-1] == ',') && p[n] == '=')
+            return atoi(p + n + 1);
+    return -1;
+}
+
+/* The rest of the line of `text` that starts with `prefix`, into buf ("" when there is none). */
+static const char *line_after(const char *text, const char *prefix, char *buf, size_t size)
+{
+    const char *p = strstr(text, prefix);
+    buf[0] = '\0';
+    if (p) {
+        p += strlen(prefix);
+        snprintf(buf, size, "%.*s", (int)strcspn(p, "\n"), p);
+    }
+    return buf;
+}
+
+/* test_tune points this process's MHLA_CACHE_DIR at its folder to read the database back; the
+ * teardown puts the variable back (a failed case included) and drops the folder. */
+static char saved_cache_dir[4096];
+static int had_cache_dir;
+
+static int tune_teardown(void **state)
+{
+    if (had_cache_dir)
+        setenv("MHLA_CACHE_DIR", saved_cache_dir, 1);
+    else
+        unsetenv("MHLA_CACHE_DIR");
+    return drop_dir(state);
+}
+
+/* mhla tune stores what it finds and the library uses it. The summary kernel is made to spin for
+ * milliseconds with the device's built-in sum_rd, so that the search's first candidate (another
+ * sum_rd) wins by far more than any noise: a winner every time, which the real kernels' timings
+ * cannot promise. With --dry-run the winner is reported and nothing stored; without, the entry is
+ * stored, read back through the library (mhla_tuning_db_list/_get), listed by `mhla info`, applied
+ * by a plan of those head dimensions ("tuned entry 16x8", its sum_rd in the tiles), `mhla run` with
+ * it still matches the reference, and the --export row holds every field of the stored entry. Bad
+ * shapes and a set MHLA_TUNING are usage errors. */
 static void test_tune(void **state)
 {
     (void)state;
-    char cache[700];
+    char cache[700], kernels[700];
     snprintf(cache, sizeof cache, "MHLA_CACHE_DIR=%s", in_dir("cache"));
-    const char *env[] = {cache, "MHLA_TUNING=", NULL};
-    const result *r = MHLA_ENV(env, "tune", "--budget", "8", "--shapes", "16x8@512:2", "--heads", "2", "--dry-run");
+    const char *plain[] = {cache, "MHLA_TUNING=", NULL};
+    expect_fail(MHLA_ENV(plain, "tune", "--shapes", "64x64@100"), 2, "--shapes 64x64@100: '64x64@100' is not DK[xDV]@N[:M]");
+    expect_fail(MHLA_ENV(plain, "tune", "--budget", "1"), 2, "--budget");
+    const char *tuning[] = {cache, "MHLA_TUNING=sum_rd=2", NULL};
+    expect_fail(MHLA_ENV(tuning, "tune", "--budget", "5"), 2, "tune: MHLA_TUNING is set (sum_rd=2)");
+    const result *r = MHLA_ENV(plain, "info");
+    expect_ok(r);
+    const char *row = strstr(r->out, "tuning: built-in row '");
+    assert_non_null(row);
+    const int builtin_rd = field_value(row, "sum_rd");
+    if (builtin_rd < 1 || builtin_rd > 16 || field_value(row, "vec") < 8) {
+        /* 4-wide (SSE) devices cap every sum_rd candidate to the built-in one: no winner to make */
+        printf("test_tune: skipped: the built-in row (%.*s) leaves no other sum_rd to try\n",
+               (int)strcspn(row, "\n"), row);
+        test_skip();
+    }
+    char spin[512];
+    snprintf(spin, sizeof spin,
+             "#if SUM_RD == %d\n"
+             "    if (get_global_id(0) == 0 && get_global_id(1) == 0 && get_global_id(2) == 0) {\n"
+             "        volatile int spin = 0;\n"
+             "        while (spin < 2000000)\n"
+             "            ++spin;\n"
+             "    }\n"
+             "#endif\n"
+             "    const int tile_id = (int)get_global_id(0);\n",
+             builtin_rd);
+    snprintf(kernels, sizeof kernels, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("slow", "block_summary.cl", "    const int tile_id = (int)get_global_id(0);\n", spin));
+    const char *env[] = {cache, "MHLA_TUNING=", kernels, NULL};
+    /* The budget counts compiles: the configurations the search times (M = 2) and checks (M = 4)
+     * are built first, so that a short budget reaches the first candidate on a loaded machine. */
+    tensors t = make_inputs(1, 512, 2, 16, 8, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2"));
+    expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
+    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--dry-run");
     expect_ok(r);
     assert_non_null(strstr(r->out, "tune: "));
     assert_non_null(strstr(r->out, "shape 16x8: N=512 M=2"));
     assert_non_null(strstr(r->out, " 16x8 summary start: "));
     assert_non_null(strstr(r->out, " candidates timed, 0 discarded, "));
+    char spec[512], first[64], line[256];
+    snprintf(first, sizeof first, " 16x8 summary sum_rd=%d: ", builtin_rd == 4 ? 8 : 4);
+    if (!strstr(line_after(r->out, first, line, sizeof line), " kept (best so far"))
+        fail_msg("the first sum_rd candidate was not kept:\n%s", r->out);
+    line_after(r->out, "tune: 16x8: ", spec, sizeof spec);
+    if (field_value(spec, "sum_rd") == builtin_rd || field_value(spec, "sum_rd") < 1)
+        fail_msg("--dry-run: found '%s', not another sum_rd than the built-in %d:\n%s", spec, builtin_rd, r->out);
     assert_null(strstr(r->out, "stored in"));
     DIR *d = opendir(in_dir("cache")); /* the program cache's folder: --dry-run added no database to it */
     for (struct dirent *e; d && (e = readdir(d)) != NULL;)
@@ -1812,10 +2241,92 @@ static void test_tune(void **state)
             fail_msg("--dry-run stored %s", e->d_name);
     if (d)
         closedir(d);
-    expect_fail(MHLA_ENV(env, "tune", "--shapes", "64x64@100"), 2, "--shapes 64x64@100: '64x64@100' is not DK[xDV]@N[:M]");
-    expect_fail(MHLA_ENV(env, "tune", "--budget", "1"), 2, "--budget");
-    const char *tuning[] = {cache, "MHLA_TUNING=sum_rd=2", NULL};
-    expect_fail(MHLA_ENV(tuning, "tune", "--budget", "5"), 2, "tune: MHLA_TUNING is set (sum_rd=2)");
+
+    /* Stored. */
+    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--export");
+    expect_ok(r);
+    char db[1024], stored_in[1024];
+    line_after(r->out, "database: ", db, sizeof db);
+    line_after(r->out, "tune: stored in ", stored_in, sizeof stored_in);
+    line_after(r->out, "tune: 16x8: ", spec, sizeof spec);
+    assert_true(db[0] && strcmp(db, stored_in) == 0);
+    const int tuned_rd = field_value(spec, "sum_rd");
+    if (tuned_rd == builtin_rd || tuned_rd < 1)
+        fail_msg("stored '%s', not another sum_rd than the built-in %d:\n%s", spec, builtin_rd, r->out);
+
+    /* Read back through the library, on this process's own context. */
+    const char *prior = getenv("MHLA_CACHE_DIR");
+    had_cache_dir = prior != NULL;
+    snprintf(saved_cache_dir, sizeof saved_cache_dir, "%s", prior ? prior : "");
+    setenv("MHLA_CACHE_DIR", in_dir("cache"), 1);
+    mhla_context *ctx = test_context();
+    char path[1024], got[1024], note[512], text[2048];
+    assert_int_equal(mhla_tuning_db_path(ctx, path, sizeof path), MHLA_OK);
+    assert_string_equal(path, db);
+    size_t count = 0;
+    int64_t dims[4] = {0};
+    assert_int_equal(mhla_tuning_db_list(ctx, dims, 2, &count), MHLA_OK);
+    assert_int_equal(count, 1);
+    assert_true(dims[0] == 16 && dims[1] == 8);
+    assert_int_equal(mhla_tuning_db_get(ctx, 16, 8, got, sizeof got, note, sizeof note), MHLA_OK);
+    assert_string_equal(got, spec);
+    assert_non_null(strstr(note, ", N=512 M=2 H=2: forward "));
+    for (int64_t other = 8; other <= 16; other += 8) { /* keyed by both head dimensions */
+        assert_int_equal(mhla_tuning_db_get(ctx, other, other, got, sizeof got, NULL, 0), MHLA_OK);
+        assert_string_equal(got, "");
+    }
+    /* A plan of those head dimensions applies it. */
+    mhla_config cfg = config_1d(1, 2, 512, 2, 16, 8);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    char applied[64];
+    snprintf(applied, sizeof applied, "tuned entry 16x8; summary %dx(", tuned_rd);
+    if (!strstr(text, applied))
+        fail_msg("the plan's tuning '%s' does not say '%s'", text, applied);
+    mhla_plan_destroy(plan);
+    /* --export: the row holds every field of the stored entry over the built-in row. */
+    const char *exported = strstr(r->out, "{.vec = ");
+    assert_non_null(exported);
+    assert_non_null(strstr(r->out, mhla_context_device_name(ctx)));
+    char as_spec[1024] = "";
+    size_t len = 0;
+    for (const char *p = exported + 1; *p && *p != '}'; ++p) {
+        char name[32];
+        int value = 0, used = 0;
+        if (*p == '.' && sscanf(p, ".%31[a-z_] = %d%n", name, &value, &used) == 2) {
+            len += (size_t)snprintf(as_spec + len, sizeof as_spec - len, "%s%s=%d", len ? "," : "", name, value);
+            p += used - 1;
+        }
+    }
+    char want_fields[2048];
+    assert_int_equal(mhla_context_set_tuning(ctx, spec), MHLA_OK);
+    assert_int_equal(mhla_context_tuning(ctx, want_fields, sizeof want_fields), MHLA_OK);
+    assert_int_equal(mhla_context_set_tuning(ctx, as_spec), MHLA_OK);
+    assert_int_equal(mhla_context_tuning(ctx, text, sizeof text), MHLA_OK);
+    assert_int_equal(mhla_context_set_tuning(ctx, NULL), MHLA_OK);
+    assert_non_null(strstr(want_fields, ": vec="));
+    if (!strstr(text, ": vec=") || strcmp(strstr(text, ": vec="), strstr(want_fields, ": vec=")) != 0)
+        fail_msg("--export's row (%s) is not the stored entry (%s):\n%s\n%s", as_spec, spec, text, want_fields);
+    mhla_context_destroy(ctx);
+
+    /* `mhla info` lists the entry; `mhla run` with it matches the reference. */
+    r = MHLA_ENV(plain, "info");
+    expect_ok(r);
+    char heading[600], summary[64];
+    snprintf(heading, sizeof heading, "  Dk=16 Dv=8 (%s):\n    summary     ", note);
+    snprintf(summary, sizeof summary, "sum_rd=%d", tuned_rd);
+    const char *listed = strstr(r->out, heading);
+    if (!listed || !strstr(line_after(listed, "    summary     ", text, sizeof text), summary))
+        fail_msg("'mhla info' does not list the entry '%s' (%s):\n%s", spec, note, r->out);
+    r = MHLA_ENV(plain, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2",
+                 "--check");
+    expect_ok(r);
+    assert_true(printed_error(r) <= 1e-5);
+    const int64_t grid[3] = {512, 1, 1}, blocks[3] = {2, 1, 1};
+    assert_true(default_error(&t, grid, blocks, NPY_F32) <= 1e-5);
+    free_inputs(&t);
+
 }
 
 int main(int argc, char **argv)
@@ -1861,12 +2372,16 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_failures_leave_no_output, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_run_causal_check_fails, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_causal, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_packed, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_16bit, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_grad_mode_errors, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_output_write_failure, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_signal_removes_temporary, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad_signal_removes_temporaries, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_selftest, fresh_dir, drop_dir),
-        cmocka_unit_test_setup_teardown(test_tune, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_tune, fresh_dir, tune_teardown),
     };
     const int failed = run_group("cli", tests, NULL, NULL);
     scratch_remove(root);
