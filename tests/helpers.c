@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,23 @@ static void read_initial_tuning(void)
     initial_tuning_read = 1;
 }
 
+/* Whether `name` matches one of the comma-separated fnmatch patterns of `list` (`empty` when the
+ * list is unset or empty). */
+static int listed(const char *list, const char *name, int empty)
+{
+    if (!list || !*list)
+        return empty;
+    char pattern[256];
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ",");
+        snprintf(pattern, sizeof pattern, "%.*s", (int)(len < sizeof pattern ? len : sizeof pattern - 1), p);
+        if (fnmatch(pattern, name, 0) == 0)
+            return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 int restore_test_env(void **state)
 {
     (void)state;
@@ -73,16 +91,18 @@ int test_run_group(const char *name, const struct CMUnitTest *tests, size_t n, i
         printf("out of host memory for %zu test cases\n", n);
         return 1;
     }
-    memcpy(cases, tests, n * sizeof *cases);
-    for (size_t i = 0; i < n; ++i)
-        if (!cases[i].teardown_func)
-            cases[i].teardown_func = restore_test_env;
-    const char *filter = getenv("MHLA_TEST_FILTER");
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-    const int failed = _cmocka_run_group_tests(name, cases, n, setup, teardown);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!listed(getenv("MHLA_TEST_FILTER"), tests[i].name, 1) || listed(getenv("MHLA_TEST_SKIP"), tests[i].name, 0))
+            continue;
+        cases[kept] = tests[i];
+        if (!cases[kept].teardown_func)
+            cases[kept].teardown_func = restore_test_env;
+        ++kept;
+    }
+    const int failed = _cmocka_run_group_tests(name, cases, kept, setup, teardown);
     free(cases);
-    return test_group_status(failed, n);
+    return test_group_status(failed, kept);
 }
 
 /* Prints the first element of x (float or double) that is not finite, and returns 1 if any is. */

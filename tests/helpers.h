@@ -69,8 +69,10 @@ int test_group_status(int failed, size_t cases);
 /* run_group(): cmocka's group run, plus:
  *  - every case without a teardown of its own gets restore_test_env(), so that a failing case cannot
  *    leave its tuning (MHLA_TUNING, the shared context's override) to the cases after it;
- *  - MHLA_TEST_FILTER, when set, runs only the cases whose names match it (cmocka's pattern: `*`
- *    and `?`), as tests/mutations/ does to run the case that should catch a defect. */
+ *  - MHLA_TEST_FILTER, when set, runs only the cases whose names match one of its comma-separated
+ *    patterns (fnmatch: `*`, `?`), as tests/mutations/ does to run the case that should catch a
+ *    defect; MHLA_TEST_SKIP leaves out the cases that match one of its patterns (a variant run of a
+ *    program that need not repeat every case: tests/meson.build). */
 struct CMUnitTest;
 int test_run_group(const char *name, const struct CMUnitTest *tests, size_t n, int (*setup)(void **),
                     int (*teardown)(void **));

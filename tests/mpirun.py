@@ -4,6 +4,7 @@
 so that ranks share out devices as on a multi-GPU node, each rank with a PoCL kernel cache of its own.
 Usage: mpirun.py MPIRUN R PROGRAM [ARGS]."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -20,6 +21,15 @@ env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
 # log; seen once in a cold run of mpi_np3_gpu_row). Kept between runs, so only the first is cold.
 cache = env.get("POCL_CACHE_DIR") or os.path.join(
     env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pocl")
+# A rank's cache starts as a copy of rank 0's (the mpi tests run one at a time, so nothing writes to
+# it meanwhile): rank 1 of mpi_np2 then loads what mpi_np1 built instead of building it again.
+seed = os.path.join(cache, "mpi-rank0")
+for r in range(1, int(ranks)):
+    own = os.path.join(cache, "mpi-rank%d" % r)
+    if os.path.isdir(seed) and not os.path.exists(own):
+        shutil.rmtree(own + ".tmp", ignore_errors=True)  # a copy an earlier run did not finish
+        shutil.copytree(seed, own + ".tmp", symlinks=True)
+        os.replace(own + ".tmp", own)
 rank_cache = ['sh', '-c', 'POCL_CACHE_DIR="$0/mpi-rank${OMPI_COMM_WORLD_RANK:-0}"; export POCL_CACHE_DIR; exec "$@"',
               cache]
 sys.exit(subprocess.call(cmd + rank_cache + prog, env=env))
