@@ -68,15 +68,17 @@ static void remove_flat_dir(const char *dir)
     rmdir(dir); /* a leftover temporary folder is not worth failing the command */
 }
 
-/* Cold, disk-cache and in-memory plan creation, with MHLA_CACHE_DIR pointed at a fresh folder. */
+/* Cold, disk-cache and in-memory plan creation, with MHLA_CACHE_DIR pointed at a fresh folder (and
+ * no MHLA_PROGRAM_CACHE_DIR, which would keep the binaries elsewhere). */
 static int print_timings(void)
 {
     char dir[] = "/tmp/mhla-info-cache-XXXXXX";
     if (!mkdtemp(dir))
         return cli_fail(CLI_RUNTIME, "info --timings: cannot create a temporary folder in /tmp");
-    const char *saved = getenv("MHLA_CACHE_DIR");
-    char *copy = saved ? strdup(saved) : NULL;
+    const char *saved = getenv("MHLA_CACHE_DIR"), *saved_programs = getenv("MHLA_PROGRAM_CACHE_DIR");
+    char *copy = saved ? strdup(saved) : NULL, *copy_programs = saved_programs ? strdup(saved_programs) : NULL;
     setenv("MHLA_CACHE_DIR", dir, 1);
+    unsetenv("MHLA_PROGRAM_CACHE_DIR");
     mhla_context *ctx = NULL;
     double cold = 0, disk = 0, memory = 0;
     int rc = time_plan(NULL, &cold);
@@ -89,7 +91,9 @@ static int print_timings(void)
         setenv("MHLA_CACHE_DIR", copy, 1);
     else
         unsetenv("MHLA_CACHE_DIR");
-    free(copy);
+    if (copy_programs)
+        setenv("MHLA_PROGRAM_CACHE_DIR", copy_programs, 1);
+    free(copy), free(copy_programs);
     remove_flat_dir(dir);
     if (rc != CLI_OK)
         return rc;

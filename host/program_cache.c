@@ -1,8 +1,9 @@
 /* The on-disk cache of compiled program binaries: $MHLA_CACHE_DIR, else $XDG_CACHE_HOME/mhla,
- * else ~/.cache/mhla ("off" disables it). An entry is keyed by the kernel source, the build
- * options, the device name, the driver and platform versions and a format version; it is written
- * to a temporary file and renamed, and any entry that does not verify is ignored and rebuilt.
- * Every failure here falls back to compiling from source: the cache can only save time. */
+ * else ~/.cache/mhla ("off" disables it, and the tuning database with it); $MHLA_PROGRAM_CACHE_DIR
+ * moves the binaries alone elsewhere. An entry is keyed by the kernel source, the build options,
+ * the device name, the driver and platform versions and a format version; it is written to a
+ * temporary file and renamed, and any entry that does not verify is ignored and rebuilt. Every
+ * failure here falls back to compiling from source: the cache can only save time. */
 #include "program_cache.h"
 
 #include <errno.h>
@@ -52,6 +53,21 @@ int mhla__cache_dir(char *buf, size_t size)
     return 0; /* no place to keep it (e.g. a sandboxed app): compile every time */
 }
 
+/* Where the binaries go: $MHLA_PROGRAM_CACHE_DIR when the cache is on and it is set ("off": no
+ * binaries kept), else the cache folder. Entries are keyed by all that makes two builds differ, so
+ * processes that keep tuning databases of their own (each test of the suite has its own
+ * MHLA_CACHE_DIR) can share them without one's tuning reaching another. */
+static int program_dir(char *buf, size_t size)
+{
+    const char *all = getenv("MHLA_CACHE_DIR");
+    if (all && strcmp(all, "off") == 0)
+        return 0; /* nothing is kept anywhere */
+    const char *dir = getenv("MHLA_PROGRAM_CACHE_DIR");
+    if (dir && *dir)
+        return strcmp(dir, "off") != 0 && snprintf(buf, size, "%s", dir) < (int)size;
+    return mhla__cache_dir(buf, size);
+}
+
 /* mkdir -p, tolerating directories that exist (or appear meanwhile from another process). */
 static int make_dirs(const char *path)
 {
@@ -73,7 +89,7 @@ static int entry_path(const mhla_context *ctx, const char *name, uint64_t source
                       char *buf, size_t size)
 {
     char dir[4096];
-    if (!mhla__cache_dir(dir, sizeof dir))
+    if (!program_dir(dir, sizeof dir))
         return 0;
     const char *fields[4];
     key_fields(ctx, options, fields);
@@ -104,7 +120,7 @@ void mhla__cache_store(mhla_context *ctx, const char *name, uint64_t source_hash
     const char *fields[4];
     key_fields(ctx, options, fields);
 
-    if (!entry_path(ctx, name, source_hash, options, path, sizeof path) || !mhla__cache_dir(dir, sizeof dir))
+    if (!entry_path(ctx, name, source_hash, options, path, sizeof path) || !program_dir(dir, sizeof dir))
         return;
     if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return; /* one device per program: one size */

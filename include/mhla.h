@@ -239,8 +239,9 @@ MHLA_API mhla_status mhla_context_set_tuning(mhla_context *ctx, const char *spec
 MHLA_API mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size);
 
 /* Tuned entries (`mhla tune` writes them): per device and head-dimension pair, a tuning spec as
- * mhla_context_set_tuning() takes, in a text file in the program cache's folder (MHLA_CACHE_DIR,
- * else $XDG_CACHE_HOME/mhla, else ~/.cache/mhla; "off" means none), keyed by the device's name,
+ * mhla_context_set_tuning() takes, in a text file in the library's cache folder (MHLA_CACHE_DIR,
+ * else $XDG_CACHE_HOME/mhla, else ~/.cache/mhla; "off" means none; MHLA_PROGRAM_CACHE_DIR moves the
+ * compiled programs elsewhere, never this file), keyed by the device's name,
  * driver and platform versions and the library's version. A plan whose Dk and Dv have an entry
  * applies it over the built-in row and before MHLA_TUNING and the context's overrides; an entry
  * that no longer parses is ignored. mhla_context_tuning() shows the built-in row only. */

@@ -1,5 +1,7 @@
 /* The on-disk program cache: filled on first use, reused after, and never trusted blindly: a
- * corrupt, truncated or foreign entry is ignored and rewritten, and results stay exact. */
+ * corrupt, truncated or foreign entry is ignored and rewritten, and results stay exact. Its folder:
+ * MHLA_CACHE_DIR, or MHLA_PROGRAM_CACHE_DIR for the binaries alone (the suite's setting, which each
+ * case here clears first). */
 #include "helpers.h"
 #include "scratch.h"
 
@@ -20,6 +22,7 @@ static char dir[512];
 static int make_dir(void **state)
 {
     (void)state;
+    unsetenv("MHLA_PROGRAM_CACHE_DIR");
     return scratch_make(dir, sizeof dir, "mhla-cache");
 }
 
@@ -44,12 +47,13 @@ static void run_once(void)
     mhla_context_destroy(ctx);
 }
 
-/* Number of cache entries (*.bin) and of leftover temporaries in the folder. */
-static int count_entries(int *temporaries)
+/* Number of cache entries (*.bin) and of leftover temporaries in `folder` (0 if it is not there). */
+static int count_entries_in(const char *folder, int *temporaries)
 {
     int n = 0, tmp = 0;
-    DIR *d = opendir(dir);
-    assert_non_null(d);
+    DIR *d = opendir(folder);
+    if (!d)
+        return 0;
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
         const size_t len = strlen(e->d_name);
         if (strstr(e->d_name, ".tmp-"))
@@ -62,6 +66,8 @@ static int count_entries(int *temporaries)
         *temporaries = tmp;
     return n;
 }
+
+static int count_entries(int *temporaries) { return count_entries_in(dir, temporaries); }
 
 /* Concatenation of every entry's bytes, in name order: to see that damaged entries are rewritten. */
 static char *snapshot(size_t *len)
@@ -185,12 +191,43 @@ static void test_off_and_unwritable(void **state)
     run_once();
 }
 
+/* MHLA_PROGRAM_CACHE_DIR takes the binaries, and only them, out of MHLA_CACHE_DIR (tests share them,
+ * each with a tuning database of its own): filled and reused there; "off" keeps none; and
+ * MHLA_CACHE_DIR=off still keeps nothing anywhere. */
+static void test_program_folder_apart(void **state)
+{
+    (void)state;
+    char tuning[600], programs[600];
+    snprintf(tuning, sizeof tuning, "%s/tuning", dir);
+    snprintf(programs, sizeof programs, "%s/programs", dir);
+    setenv("MHLA_CACHE_DIR", tuning, 1);
+    setenv("MHLA_PROGRAM_CACHE_DIR", programs, 1);
+    run_once();
+    const int n = count_entries_in(programs, NULL);
+    assert_true(n >= 3);
+    assert_int_equal(count_entries_in(tuning, NULL), 0);
+    run_once();
+    assert_int_equal(count_entries_in(programs, NULL), n); /* reused */
+    char other[600];
+    snprintf(other, sizeof other, "%s/other", dir);
+    setenv("MHLA_PROGRAM_CACHE_DIR", "off", 1);
+    setenv("MHLA_CACHE_DIR", other, 1);
+    run_once();
+    assert_int_equal(count_entries_in(other, NULL), 0);
+    setenv("MHLA_CACHE_DIR", "off", 1);
+    setenv("MHLA_PROGRAM_CACHE_DIR", other, 1);
+    run_once();
+    assert_int_equal(count_entries_in(other, NULL), 0);
+    unsetenv("MHLA_PROGRAM_CACHE_DIR");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fill_then_reuse, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_bad_entries_are_rebuilt, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_off_and_unwritable, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_program_folder_apart, make_dir, remove_dir),
     };
     return run_group("program_cache", tests, NULL, NULL);
 }
