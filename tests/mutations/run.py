@@ -32,8 +32,9 @@ class Mutation:
         self.name, self.defect, self.edits, self.catch = name, defect, edits, catch
 
 
-# The seven defects that passed every test before issue 21 (the first eight rows), and others of
-# the same kinds. A case named here must fail when the defect is in, and say what broke.
+# The defects that passed every test before issue 21 (its table: the first nine mutations, its NaN
+# row as two), then others of the same kinds. A case named here must fail when the defect is in,
+# and say what broke.
 MUTATIONS = [
     Mutation("causal-readout-drops-feature-eps", "causal read-out drops feature_eps (relu-eps)",
              [("kernels/causal_output.cl", "FEATURE_V(OUT_DC, raw, feature_eps)", "FEATURE_V(OUT_DC, raw, 0.0f)", 2),
@@ -44,17 +45,10 @@ MUTATIONS = [
              [("kernels/output.cl", "const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r] + eps;",
                "const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r];", 1)],
              [("forward", "test_modes_matrix", "official/")]),
-    Mutation("paper-drops-eps", "paper normalizer drops +eps",
-             [("kernels/output.cl", "inv = inv + eps;", "inv = inv;", 1)],
-             [("forward", "test_modes_matrix", "paper/")]),
     Mutation("relu-grad-at-zero", "relu / relu-eps gradient at exactly 0 (`>` to `>=`)",
              [("kernels/backward.h", "select((VEC(W))(0.0f), (VEC(W))(1.0f), (x) > (VEC(W))(0.0f))",
                "select((VEC(W))(0.0f), (VEC(W))(1.0f), (x) >= (VEC(W))(0.0f))", 1)],
              [("backward", "test_backward_exact_zeros", "= 0 but d")]),
-    Mutation("reference-relu-grad-at-zero", "the double reference's relu gradient at exactly 0 (`>` to `>=`)",
-             [("host/reference_backward.c", "    case MHLA_FEATURE_RELU_EPS:\n        return x > 0.0 ? 1.0 : 0.0;",
-               "    case MHLA_FEATURE_RELU_EPS:\n        return x >= 0.0 ? 1.0 : 0.0;", 1)],
-             [("reference_backward", "test_zero_derivative_at_zero", "= 0 but its gradient is")]),
     Mutation("f16-store-rounds-toward-zero", "f16 store rounds toward zero instead of to nearest even",
              [("kernels/common.h", "_rte(x, o, p)", "_rtz(x, o, p)", 5)],
              [("rounding", "test_*", "(rounded toward zero)")]),
@@ -62,10 +56,6 @@ MUTATIONS = [
              [("kernels/common.h", ": (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);", ": u >> 16);", 1),
               ("kernels/common.h", "select(((u) + 0x7FFFu + (((u) >> 16) & 1u)) >> 16,", "select((u) >> 16,", 1)],
              [("rounding", "test_*", "bf16")]),
-    Mutation("bf16-store-rounds-half-away", "bf16 store rounds ties away from zero",
-             [("kernels/common.h", ": (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);", ": (u + 0x8000u) >> 16);", 1),
-              ("kernels/common.h", "select(((u) + 0x7FFFu + (((u) >> 16) & 1u)) >> 16,", "select(((u) + 0x8000u) >> 16,", 1)],
-             [("rounding", "test_forward_rounds_to_nearest_even", "(rounded half away from zero)")]),
     Mutation("config-overflow-checks-removed", "host/config.c's INT_MAX / 64-bit overflow checks removed",
              [("host/config.c", "CHECK(mul_ok(cfg->seq_h, cfg->seq_w, INT_MAX, &hw) && mul_ok(hw, cfg->seq_t, INT_MAX, &n),",
                "(void)mul_ok(cfg->seq_h, cfg->seq_w, INT64_MAX, &hw), (void)mul_ok(hw, cfg->seq_t, INT64_MAX, &n);\n"
@@ -77,10 +67,6 @@ MUTATIONS = [
              [("config", "test_token_count_limit", "has more than 2147483647 tokens"),
               ("config", "test_batch_heads_limit", "batch * heads"),
               ("config", "test_element_count_limit", "overflows 64-bit sizes")]),
-    Mutation("summary-32-bit-strides", "block summaries step through tokens with 32-bit strides",
-             [("kernels/block_summary.cl", "const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);",
-               "const int kstride = row_stride(g, DK), vstride = row_stride(g, DV);", 1)],
-             [("large", "test_bnhd_token_offsets", "bnhd")]),
     Mutation("reference-nan-forward", "the double reference emits one NaN element (forward)",
              [("host/reference.c", "out[offset(&cfg, N, b, t, h, e, Dv)] = num / den;",
                "out[offset(&cfg, N, b, t, h, e, Dv)] = b + t + h + e == 0 ? NAN : num / den;", 1)],
@@ -97,6 +83,21 @@ MUTATIONS = [
               ("kernels/decoder.cl", "kl[d] = feature(LOADN(1, qrow + d, k), feature_eps);",
                "kl[d] = fmax(LOADN(1, qrow + d, k), 0.0f);", 1)],
              [("decoder", "test_decode_maps_and_eps", "relu-eps")]),
+    Mutation("paper-drops-eps", "paper normalizer drops +eps",
+             [("kernels/output.cl", "inv = inv + eps;", "inv = inv;", 1)],
+             [("forward", "test_modes_matrix", "paper/")]),
+    Mutation("reference-relu-grad-at-zero", "the double reference's relu gradient at exactly 0 (`>` to `>=`)",
+             [("host/reference_backward.c", "    case MHLA_FEATURE_RELU_EPS:\n        return x > 0.0 ? 1.0 : 0.0;",
+               "    case MHLA_FEATURE_RELU_EPS:\n        return x >= 0.0 ? 1.0 : 0.0;", 1)],
+             [("reference_backward", "test_zero_derivative_at_zero", "= 0 but its gradient is")]),
+    Mutation("bf16-store-rounds-half-away", "bf16 store rounds ties away from zero",
+             [("kernels/common.h", ": (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);", ": (u + 0x8000u) >> 16);", 1),
+              ("kernels/common.h", "select(((u) + 0x7FFFu + (((u) >> 16) & 1u)) >> 16,", "select(((u) + 0x8000u) >> 16,", 1)],
+             [("rounding", "test_forward_rounds_to_nearest_even", "(rounded half away from zero)")]),
+    Mutation("summary-32-bit-strides", "block summaries step through tokens with 32-bit strides",
+             [("kernels/block_summary.cl", "const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);",
+               "const int kstride = row_stride(g, DK), vstride = row_stride(g, DV);", 1)],
+             [("large", "test_bnhd_token_offsets", "bnhd")]),
     Mutation("backward-drops-eps", "the backward's paper denominators drop +eps",
              [("kernels/backward_readout.cl", "inv = 1.0f / (dn + eps);", "inv = 1.0f / dn;", 1),
               ("kernels/backward_causal.cl", "const float inv = 1.0f / (den + eps);", "const float inv = 1.0f / den;", 1)],
