@@ -54,7 +54,8 @@ with tempfile.TemporaryDirectory() as d:
             save(os.path.join(d, t + ".npy"), shape, [random.uniform(-1, 1) for _ in range(n)])
             io += ["--" + t, os.path.join(d, t + ".npy")]
         one = os.path.join(d, name + "-one.npy")
-        if run([mhla, "run"] + io + ["--out", one] + opts) != 0:
+        # The run without --mpi under the same wrapper: on the device rank 0 gets (PoCL's first).
+        if run([sys.executable, wrapper, mpirun, "1", mhla, "run"] + io + ["--out", one] + opts) != 0:
             failures += 1
             continue
         for ranks in ("1", "2", "3"):

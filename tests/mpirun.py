@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs a program under `mpirun -np R` for the mpi suite: --oversubscribe (more ranks than cores),
---allow-run-as-root where the test runs as root, and two PoCL devices unless POCL_DEVICES is set,
+--allow-run-as-root where the test runs as root, PoCL's ICD alone (whatever else is installed or
+listed in OCL_ICD_VENDORS) with two devices unless POCL_DEVICES is set,
 so that ranks share out devices as on a multi-GPU node, each rank with a PoCL kernel cache of its own.
 Usage: mpirun.py MPIRUN R PROGRAM [ARGS]."""
 import os
@@ -14,6 +15,13 @@ if hasattr(os, "geteuid") and os.geteuid() == 0:
     cmd.append("--allow-run-as-root")
 env = dict(os.environ)
 env.setdefault("POCL_DEVICES", "pthread pthread")
+# PoCL's devices only, as the suite says: with another ICD listed first (a GPU's, or rusticl), ranks
+# would pick devices of two implementations and a rank's bytes would depend on which it drew.
+vendors = "/etc/OpenCL/vendors"
+pocl_icd = [os.path.join(vendors, f) for f in sorted(os.listdir(vendors)) if f.endswith(".icd")
+            and "pocl" in open(os.path.join(vendors, f)).read()] if os.path.isdir(vendors) else []
+if pocl_icd:
+    env["OCL_ICD_VENDORS"] = pocl_icd[0]
 # Containers often forbid the cross-memory attach Open MPI's shared-memory transport tries first.
 env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
 # Each rank compiles into a PoCL kernel cache of its own: ranks building the same kernel at once into

@@ -125,6 +125,49 @@ static void test_null_handles(void **state)
     mhla_plan_destroy(NULL);
 }
 
+/* The self-test calls: their refusals name the argument; one configuration is really compared (its
+ * error nonzero and within the tolerance of its storage), and a configuration a plan would refuse
+ * is refused with the plan's message. */
+static void test_selftest_calls(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_selftest_result r;
+    mhla_config c = config_1d(1, 2, 64, 4, 16, 8);
+    assert_int_equal(mhla_selftest(NULL, 1, NULL, NULL, NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_selftest_config(NULL, &c, 0, 1, &r), MHLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(mhla_last_message(), "context is NULL"));
+    assert_int_equal(mhla_selftest_config(ctx, NULL, 0, 1, &r), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "cfg is NULL");
+    assert_int_equal(mhla_selftest_config(ctx, &c, 0, 1, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    assert_message_has(ctx, "out is NULL");
+    mhla_config packed = config_causal(1, 2, 64, 16, 8, 16);
+    packed.varlen = 1;
+    assert_int_equal(mhla_selftest_config(ctx, &packed, 0, 1, &r), MHLA_ERR_UNSUPPORTED);
+    assert_message_has(ctx, "packed varlen configurations need their offsets");
+    mhla_config odd = c;
+    odd.block_w = 3; /* 64 tokens do not split into 3 blocks */
+    assert_int_not_equal(mhla_selftest_config(ctx, &odd, 0, 1, &r), MHLA_OK);
+    assert_message_has(ctx, "mhla_selftest_config: ");
+
+    const struct {
+        mhla_dtype dtype;
+        int causal, softmax;
+        const char *path;
+    } runs[] = {{MHLA_DTYPE_F32, 0, 0, "forward"}, {MHLA_DTYPE_F16, 1, 0, "causal"}, {MHLA_DTYPE_F32, 0, 1, "softmax"}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; ++i) {
+        mhla_config k = runs[i].causal ? config_causal(1, 2, 64, 16, 8, 16) : c;
+        k.dtype = runs[i].dtype;
+        memset(&r, 0x5a, sizeof r);
+        assert_int_equal(mhla_selftest_config(ctx, &k, runs[i].softmax, 7, &r), MHLA_OK);
+        if (strcmp(r.path, runs[i].path) != 0 || r.status != MHLA_OK || !r.passed || r.message[0] != '\0')
+            fail_msg("%s: path '%s', status %d, passed %d, '%s'", runs[i].path, r.path, r.status, r.passed, r.message);
+        /* compared, not assumed: float arithmetic leaves some error against the double reference */
+        if (!(r.max_rel_err > 0 && r.max_rel_err <= r.tolerance && r.tolerance == mhla_reference_tolerance(k.dtype, 64)))
+            fail_msg("%s: max_rel_err %g, tolerance %g (SPEC.md: %g)", runs[i].path, r.max_rel_err, r.tolerance,
+                     mhla_reference_tolerance(k.dtype, 64));
+    }
+}
+
 /* Device buffers: NULL, too small (CL_MEM_SIZE), another context's, aliased output, bad wait list. */
 static void test_device_buffers(void **state)
 {
@@ -298,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_unsupported_head_dims),
         cmocka_unit_test(test_unknown_enums_and_values),
         cmocka_unit_test(test_null_handles),
+        cmocka_unit_test(test_selftest_calls),
         cmocka_unit_test(test_device_buffers),
         cmocka_unit_test(test_out_of_device_memory),
         cmocka_unit_test(test_kernel_build_failure),
