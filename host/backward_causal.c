@@ -9,8 +9,8 @@
 
 void mhla__backward_causal_destroy(mhla_bwd *b)
 {
-    cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_mix, b->k_bc_scalars, b->k_bc_grad,
-                           b->k_bc_dq,      b->k_bc_dkv, b->k_bc_diag,    b->k_bc_dmix_finish};
+    cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_scalars,    b->k_bc_grad,
+                           b->k_bc_dq,      b->k_bc_dkv,    b->k_bc_diag,   b->k_bc_dmix_finish};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -19,6 +19,7 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
         if (mems[i])
             clReleaseMemObject(mems[i]);
     mhla__free(b->tab_host);
+    mhla__free(b->mix_tiles);
 }
 
 mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
@@ -31,10 +32,17 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_summary", &b->k_bc_summary));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_mix", &b->k_bc_mix));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));
     if (c->normalizer == MHLA_NORMALIZER_PAPER)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_scalars", &b->k_bc_scalars));
+    /* P_i and dS_j: the forward's register-tiled prefix kernel and its transposed twin, over rows
+     * of a whole chunk entry's slots (every head) */
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, c, &b->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &b->k_bc_prefix));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_suffix", &b->k_bc_suffix));
+    b->lws_bc_mix = mhla__local_size(ctx, b->k_bc_prefix, wg);
+    if (mhla__local_size(ctx, b->k_bc_suffix, wg) < b->lws_bc_mix)
+        b->lws_bc_mix = mhla__local_size(ctx, b->k_bc_suffix, wg);
     /* dMc below the diagonal: each sequence's <G_i, S_j> with the non-causal tiled product */
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
                                                            heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
@@ -56,20 +64,37 @@ cleanup:
     return st;
 }
 
-/* The chunk table of one call into b->tab_host; returns the entries. */
-static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, size_t num_seqs)
+/* The chunk table of one call into b->tab_host, and the mixtures' tiles into b->mix_tiles: runs of
+ * up to mix_mr consecutive chunks of one sequence, starting at multiples of mix_mr as the forward's;
+ * the prefix tile {first entry, rows, i, entry of chunk 0} and the suffix tile {chunks of the
+ * sequence, rows, i, entry of chunk 0}. Returns the entries, *tiles the tiles; `write` 0 counts them
+ * only (before the arrays are sized for them: a call with more chunks than the last must not write
+ * past them). */
+static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, size_t num_seqs, int write,
+                         size_t *tiles)
 {
-    const int64_t C = plan->cfg.chunk;
-    size_t k = 0;
+    const int64_t C = plan->cfg.chunk, mr = b->tiles.mix_mr;
+    size_t k = 0, nt = 0;
     const size_t nseq = cu ? num_seqs : (size_t)plan->cfg.batch;
     for (size_t s = 0; s < nseq; ++s) {
         const int64_t t0 = cu ? cu[s] : 0, len = cu ? (int64_t)cu[s + 1] - cu[s] : plan->shape.n;
         const int64_t m = (len + C - 1) / C;
         const size_t base = k;
         for (int64_t i = 0; i < m; ++i, ++k) {
-            int32_t *e = b->tab_host ? b->tab_host + k * 8 : NULL;
-            if (!e)
+            if (i % mr == 0) {
+                const int64_t rows = m - i < mr ? m - i : mr;
+                if (write) {
+                    cl_int4 *pt = &b->mix_tiles[nt], *st = pt + b->n_mix_tiles;
+                    pt->s[0] = (cl_int)k, st->s[0] = (cl_int)m;
+                    pt->s[1] = st->s[1] = (cl_int)rows;
+                    pt->s[2] = st->s[2] = (cl_int)i;
+                    pt->s[3] = st->s[3] = (cl_int)base;
+                }
+                ++nt;
+            }
+            if (!write)
                 continue;
+            int32_t *e = b->tab_host + k * 8;
             e[0] = (int32_t)(t0 + i * C);
             e[1] = (int32_t)(len - i * C < C ? len - i * C : C);
             e[2] = (int32_t)i;
@@ -79,15 +104,17 @@ static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, 
             e[6] = e[7] = 0;
         }
     }
+    *tiles = nt;
     return k;
 }
 
-/* Buffers for `entries` chunks (kept, grown when a varlen call needs more). */
-static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries)
+/* Buffers for `entries` chunks (kept, grown when a varlen call needs more), and room for this
+ * call's `tiles` (their count places the suffix tiles). */
+static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t tiles)
 {
     mhla_status st = MHLA_OK;
     if (entries <= b->entries_cap && b->tab_host)
-        return MHLA_OK;
+        goto tiles;
     const size_t slot = (size_t)plan->cfg.heads * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float);
     cl_mem *slots[] = {&b->slots_s, &b->slots_p, &b->slots_g, &b->slots_ds};
     static const char *const what[] = {"the chunk summaries S", "the prefixes P", "the gradient summaries G",
@@ -113,6 +140,14 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * (size_t)plan->cfg.heads * sizeof(float),
                                                     "the diagonal terms of dMc", &b->diag));
     b->entries_cap = entries;
+tiles:
+    if (tiles != b->n_mix_tiles || !b->mix_tiles) {
+        mhla__free(b->mix_tiles);
+        b->n_mix_tiles = tiles;
+        b->mix_tiles = mhla__malloc(2 * tiles * sizeof(cl_int4));
+        MHLA_FAIL_IF(st, !b->mix_tiles, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                     "out of host memory for the mixture tiles");
+    }
 cleanup:
     return st;
 }
@@ -144,16 +179,17 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     mhla_context *ctx = plan->ctx;
     const mhla_config *c = &plan->cfg;
     char msg[512];
-    cl_mem tab = NULL;
+    cl_mem tab = NULL, mix_tab = NULL, mix_tab_suffix = NULL;
     if (cu_seqlens) {
         st = mhla__cu_seqlens_check(cu_seqlens, num_seqs, plan->shape.n, c->chunk, c->mixing_rows, msg, sizeof msg);
         MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "mhla_backward_varlen: %s", msg);
     }
-    const size_t entries = fill_table(plan, b, cu_seqlens, num_seqs); /* counts only, before reserve */
+    size_t ntiles = 0;
+    const size_t entries = fill_table(plan, b, cu_seqlens, num_seqs, 0, &ntiles);
     if (entries == 0) /* every packed sequence empty: nothing to differentiate */
         goto cleanup;
-    MHLA_FORWARD_IF_ERROR(st, reserve(plan, b, entries));
-    fill_table(plan, b, cu_seqlens, num_seqs);
+    MHLA_FORWARD_IF_ERROR(st, reserve(plan, b, entries, ntiles));
+    fill_table(plan, b, cu_seqlens, num_seqs, 1, &ntiles);
     /* The table goes to the device as the forward's chunk tables do: a buffer made from the host
      * copy (no queue command, so nothing here waits for the caller's events), released once
      * enqueued (the runtime keeps it until the kernels that use it are done). */
@@ -163,15 +199,22 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the chunk table)");
     const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
     const cl_int lda = (cl_int)c->mixing_rows, heads = (cl_int)c->heads, nent = (cl_int)entries;
-    const cl_int one = 1, zero = 0;
     const size_t ch = (size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n);
     const size_t tok[3] = {ch, (size_t)heads, entries};
     const size_t tile[3] = {(size_t)c->dk, (size_t)heads, entries}; /* bc_summary, bc_grad: a row each */
-    /* bc_mix: BWD_VW floats of a slot, for 4 entries (BC_MIX_T in kernels/backward_causal.cl) */
-    const size_t slotx[3] = {((size_t)(c->dk * (c->dv + 1)) + (size_t)b->tiles.bwd_vw - 1) / (size_t)b->tiles.bwd_vw,
-                             (size_t)heads, (entries + 3) / 4};
-    size_t lws_mix[3];
-    mhla__local_size_3d(ctx, b->k_bc_mix, slotx, (size_t)b->tiles.wg, lws_mix);
+    /* the mixtures: MIX_MR chunks x PRE_VE * MIX_NV floats of their entries' slots per work-item, the
+     * tiles the fast dimension (kernels/causal_prefix.cl) */
+    const cl_long width = (cl_long)heads * c->dk * (c->dv + 1);
+    const cl_int n_tiles = (cl_int)ntiles, no_gemm = 0;
+    const size_t cols = (size_t)b->tiles.pre_ve * (size_t)b->tiles.mix_nv;
+    const size_t mext[3] = {ntiles, ((size_t)width + cols - 1) / cols, 1};
+    const size_t mloc[3] = {ntiles < b->lws_bc_mix ? ntiles : b->lws_bc_mix, 1, 1};
+    mix_tab = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, ntiles * sizeof(cl_int4),
+                                     b->mix_tiles, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the prefix tiles)");
+    mix_tab_suffix = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                            ntiles * sizeof(cl_int4), b->mix_tiles + ntiles, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the suffix tiles)");
     cl_mem inv = b->inv ? b->inv : b->diag, r = b->r ? b->r : b->diag; /* unread without a normalizer */
     const cl_mem in[4] = {q, k, v, dout};
     cl_kernel kr;
@@ -186,16 +229,16 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_SET_ARG(st, ctx, kr, 6, nent);
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    kr = b->k_bc_mix; /* P_i = sum_{j<i} Mc[i,j] S_j */
-    MHLA_SET_ARG(st, ctx, kr, 0, mixing);
-    MHLA_SET_ARG(st, ctx, kr, 1, lda);
-    MHLA_SET_ARG(st, ctx, kr, 2, tab);
-    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
-    MHLA_SET_ARG(st, ctx, kr, 4, b->slots_p);
-    MHLA_SET_ARG(st, ctx, kr, 5, heads);
-    MHLA_SET_ARG(st, ctx, kr, 6, nent);
-    MHLA_SET_ARG(st, ctx, kr, 7, one);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, slotx, lws_mix, 0, NULL, NULL, "bc_mix (prefix)"));
+    kr = b->k_bc_prefix; /* P_i = sum_{j<i} Mc[i,j] S_j, every sum in the kernel (no CLBlast blocks) */
+    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_s);
+    MHLA_SET_ARG(st, ctx, kr, 1, mixing);
+    MHLA_SET_ARG(st, ctx, kr, 2, mix_tab);
+    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_p);
+    MHLA_SET_ARG(st, ctx, kr, 4, lda);
+    MHLA_SET_ARG(st, ctx, kr, 5, width);
+    MHLA_SET_ARG(st, ctx, kr, 6, no_gemm);
+    MHLA_SET_ARG(st, ctx, kr, 7, n_tiles);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_prefix (backward)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (b->k_bc_scalars) {
         kr = b->k_bc_scalars;
@@ -221,11 +264,15 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_SET_ARG(st, ctx, kr, 9, nent);
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_grad"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    kr = b->k_bc_mix; /* dS_j = sum_{i>j} Mc[i,j] G_i */
-    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_g);
-    MHLA_SET_ARG(st, ctx, kr, 4, b->slots_ds);
-    MHLA_SET_ARG(st, ctx, kr, 7, zero);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, slotx, lws_mix, 0, NULL, NULL, "bc_mix (gradients)"));
+    kr = b->k_bc_suffix; /* dS_j = sum_{i>j} Mc[i,j] G_i */
+    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_g);
+    MHLA_SET_ARG(st, ctx, kr, 1, mixing);
+    MHLA_SET_ARG(st, ctx, kr, 2, mix_tab_suffix);
+    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_ds);
+    MHLA_SET_ARG(st, ctx, kr, 4, lda);
+    MHLA_SET_ARG(st, ctx, kr, 5, width);
+    MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_suffix (backward)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     {
         kr = b->k_bc_dq;
@@ -295,5 +342,9 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
 cleanup:
     if (tab)
         clReleaseMemObject(tab);
+    if (mix_tab)
+        clReleaseMemObject(mix_tab);
+    if (mix_tab_suffix)
+        clReleaseMemObject(mix_tab_suffix);
     return st;
 }

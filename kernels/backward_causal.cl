@@ -2,7 +2,8 @@
  * entry k = {first token, tokens, chunk index i in its sequence, entry of the sequence's chunk 0,
  * chunks of the sequence, batch element, -, -} (8 ints). Per (entry, head) a slot of Dk x (Dv+1)
  * floats holds S (with z as column Dv), the prefix P_i = sum_{j<i} Mc[i,j] S_j, the gradient
- * summary G_i = sum_t q~_t [g_t | r_t]^T and dS_j = sum_{i>j} Mc[i,j] G_i. With g_t = dO_t/den_t
+ * summary G_i = sum_t q~_t [g_t | r_t]^T and dS_j = sum_{i>j} Mc[i,j] G_i (P and dS: causal_prefix.cl's
+ * causal_prefix and causal_suffix over the slots of an entry, every head). With g_t = dO_t/den_t
  * and r_t = dL/dden_t (paper; 1 and 0 without a normalizer):
  *   dq~_t = P_i g_t + r_t zP_i + Mc[i,i] sum_{s<=t in i} (g_t.v_s + r_t) k~_s
  *   dk~_s = dS_j v_s + dz_j + Mc[j,j] sum_{t>=s in j} (g_t.v_s + r_t) q~_t
@@ -38,77 +39,6 @@ kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *r
     for (int j = 0; j < BWD_NV; ++j)
         VSTOREN(BWD_VV, acc[j], j, dst);
     dst[DV] = z;
-}
-
-/* Entries per bc_mix work-item: each chunk slot it loads serves that many sums. */
-#define BC_MIX_T 4
-
-/* global: (ceil(DK * SC / BWD_VW), H, ceil(entries / BC_MIX_T)). For BC_MIX_T consecutive entries kk,
- * BWD_VW floats x of dst(kk) = the sum over chunks u of kk's sequence, in order, of w(u) src_u:
- * `prefix` 1: P_i, w = Mc[i,u] for u < i; 0: dS_j, w = Mc[u,j] for u > j. Entries of one sequence
- * share its chunks' slots: when all of the work-item's do, each slot is loaded once for all. */
-kernel void bc_mix(global const float *restrict mix, const int lda, global const int *restrict tab,
-                   global const float *restrict src, global float *restrict dst, const int heads, const int entries,
-                   const int prefix)
-{
-    const int x0 = (int)get_global_id(0) * BWD_VW, h = (int)get_global_id(1), kg = (int)get_global_id(2) * BC_MIX_T;
-    if (x0 >= DK * SC || h >= heads || kg >= entries)
-        return;
-    const int lanes = min(BWD_VW, DK * SC - x0); /* the last vector of a slot may be partial */
-    int lo[BC_MIX_T], hi[BC_MIX_T], row[BC_MIX_T], shared = 1;
-    VEC(BWD_VW) acc[BC_MIX_T];
-    const int base = ENT(kg, 3);
-    #pragma unroll
-    for (int r = 0; r < BC_MIX_T; ++r) {
-        const int kk = min(kg + r, entries - 1), i = ENT(kk, 2);
-        lo[r] = prefix ? 0 : i + 1;
-        hi[r] = prefix ? i : ENT(kk, 4);
-        row[r] = i;
-        shared &= ENT(kk, 3) == base;
-        acc[r] = (VEC(BWD_VW))(0.0f);
-    }
-    int u0 = lo[0], u1 = hi[0];
-    #pragma unroll
-    for (int r = 1; r < BC_MIX_T; ++r)
-        u0 = min(u0, lo[r]), u1 = max(u1, hi[r]);
-    for (int u = u0; u < u1 && shared; ++u) {
-        global const float *sp = src + bc_slot(base + u, h, heads) + x0;
-        VEC(BWD_VW) sv;
-        if (lanes == BWD_VW) {
-            sv = VLOADN(BWD_VW, 0, sp);
-        } else {
-            float l[BWD_VW];
-            for (int c = 0; c < BWD_VW; ++c)
-                l[c] = c < lanes ? sp[c] : 0.0f;
-            sv = VLOADN(BWD_VW, 0, l);
-        }
-        #pragma unroll
-        for (int r = 0; r < BC_MIX_T; ++r)
-            if (u >= lo[r] && u < hi[r])
-                acc[r] += (prefix ? mix[(long)row[r] * lda + u] : mix[(long)u * lda + row[r]]) * sv;
-    }
-    for (int r = 0; r < BC_MIX_T && kg + r < entries; ++r) {
-        const int kk = kg + r, kbase = ENT(kk, 3);
-        if (!shared) { /* the entries span two sequences: each sums its own */
-            for (int u = lo[r]; u < hi[r]; ++u) {
-                global const float *sp = src + bc_slot(kbase + u, h, heads) + x0;
-                const float w = prefix ? mix[(long)row[r] * lda + u] : mix[(long)u * lda + row[r]];
-                float l[BWD_VW];
-                for (int c = 0; c < BWD_VW; ++c)
-                    l[c] = c < lanes ? sp[c] : 0.0f;
-                acc[r] += w * VLOADN(BWD_VW, 0, l);
-            }
-        }
-        global float *dp = dst + bc_slot(kk, h, heads) + x0;
-        if (lanes == BWD_VW) {
-            VSTOREN(BWD_VW, acc[r], 0, dp);
-        } else {
-            float l[BWD_VW];
-            VSTOREN(BWD_VW, acc[r], 0, l);
-            for (int c = 0; c < lanes; ++c)
-                dp[c] = l[c];
-        }
-    }
 }
 
 /* global: (C, H, entries), one token per work-item (paper normalizer): 1/den_t and

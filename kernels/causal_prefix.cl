@@ -135,3 +135,75 @@ kernel void causal_prefix_one(global const float *restrict sums, global const fl
         }
     }
 }
+
+/* The backward's suffix mixtures dS_j = sum_{i>j} Mc[i,j] G_i (host/backward_causal.c), the
+ * transposed triangle of causal_prefix, on rows of `width` floats. Tiles as causal_prefix's, but
+ * x = chunks of the tile's sequence: row j reads its sequence's chunks i in (j, x), the triangle
+ * inside the tile first, then the chunks after the tile, which every row reads (rows past the tile
+ * repeat its last row and are not stored). Sums run over i in order: results do not depend on the
+ * launch. */
+kernel void causal_suffix(global const float *restrict src, global const float *restrict mixing,
+                          global const int4 *restrict tiles, global float *restrict dst, const int rows_mc,
+                          const long width, const int n_tiles)
+{
+    const long col0 = (long)get_global_id(1) * PRE_COLS;
+    if ((int)get_global_id(0) >= n_tiles || col0 >= width)
+        return;
+    const int4 tile = tiles[get_global_id(0)];
+    const int m = tile.x, j0 = tile.z, rows_in = tile.y;
+    global const float *s = src + (long)tile.w * width;
+    global const float *mc = mixing + j0; /* Mc[i][j0 + r] at mc[i * rows_mc + r] */
+    global float *p = dst + (long)(tile.w + j0) * width;
+    if (col0 + PRE_COLS <= width) {
+        VEC(PRE_VE) acc[MIX_MR][MIX_NV];
+        int rows[MIX_MR];
+        #pragma unroll
+        for (int r = 0; r < MIX_MR; ++r) {
+            rows[r] = min(r, rows_in - 1);
+            #pragma unroll
+            for (int c = 0; c < MIX_NV; ++c)
+                acc[r][c] = (VEC(PRE_VE))(0.0f);
+        }
+        for (int i = j0 + 1; i < j0 + rows_in; ++i) { /* row r reads chunks i > j0 + r only */
+            VEC(PRE_VE) sv[MIX_NV];
+            #pragma unroll
+            for (int c = 0; c < MIX_NV; ++c)
+                sv[c] = VLOADN(PRE_VE, 0, s + (long)i * width + col0 + c * PRE_VE);
+            #pragma unroll
+            for (int r = 0; r < MIX_MR; ++r)
+                if (r < rows_in && i > j0 + r) {
+                    const float w = mc[(long)i * rows_mc + r];
+                    #pragma unroll
+                    for (int c = 0; c < MIX_NV; ++c)
+                        acc[r][c] += w * sv[c];
+                }
+        }
+        for (int i = j0 + rows_in; i < m; ++i) {
+            VEC(PRE_VE) sv[MIX_NV];
+            #pragma unroll
+            for (int c = 0; c < MIX_NV; ++c)
+                sv[c] = VLOADN(PRE_VE, 0, s + (long)i * width + col0 + c * PRE_VE);
+            #pragma unroll
+            for (int r = 0; r < MIX_MR; ++r) {
+                const float w = mc[(long)i * rows_mc + rows[r]];
+                #pragma unroll
+                for (int c = 0; c < MIX_NV; ++c)
+                    acc[r][c] += w * sv[c];
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < MIX_MR; ++r)
+            if (r < rows_in)
+                #pragma unroll
+                for (int c = 0; c < MIX_NV; ++c)
+                    VSTOREN(PRE_VE, acc[r][c], 0, p + (long)r * width + col0 + c * PRE_VE);
+    } else { /* the last, partial column tile */
+        for (long col = col0; col < width; ++col)
+            for (int r = 0; r < rows_in; ++r) {
+                float acc = 0.0f;
+                for (int i = j0 + r + 1; i < m; ++i)
+                    acc += mc[(long)i * rows_mc + r] * s[(long)i * width + col];
+                p[(long)r * width + col] = acc;
+            }
+    }
+}

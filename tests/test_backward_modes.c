@@ -157,6 +157,57 @@ static void test_backward_varlen_device(void **state)
     test_inputs_free(&in);
 }
 
+/* One plan, packings of more and then fewer chunks than it ran before (the chunk table and the
+ * slots grow, then are reused): every call's gradients against the reference. Before the chunk
+ * table was counted without being written, a call with more chunks than the last wrote past it. */
+static void test_backward_varlen_regrows(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config c = varlen_config();
+    c.normalizer = MHLA_NORMALIZER_PAPER;
+    test_inputs in;
+    mhla_plan *plan = NULL;
+    assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 160, &in), MHLA_OK);
+    float *dout = malloc(in.nv * sizeof *dout), *got[4];
+    double *ref[4];
+    const size_t n[4] = {in.nq, in.nq, in.nv, in.nm};
+    assert_non_null(dout);
+    fill_uniform(dout, in.nv, 161, -1.0f, 1.0f);
+    for (int j = 0; j < 4; ++j) {
+        got[j] = malloc(n[j] * sizeof *got[j]);
+        ref[j] = malloc(n[j] * sizeof *ref[j]);
+        assert_true(got[j] && ref[j]);
+    }
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    /* 8 chunks; 13 (two per sequence but the last); 8 again */
+    static const int32_t two[] = {0, 40, 59}, seven[] = {0, 9, 18, 27, 36, 45, 54, 59};
+    const struct {
+        const int32_t *cu;
+        size_t seqs;
+    } calls[] = {{two, 2}, {seven, 7}, {two, 2}};
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; ++i) {
+        for (int j = 0; j < 4; ++j)
+            fill_nan(got[j], n[j]);
+        mhla_status st = mhla_backward_varlen_host(plan, in.q, in.k, in.v, in.mix, calls[i].cu, calls[i].seqs, dout,
+                                                   got[0], got[1], got[2], got[3]);
+        if (st != MHLA_OK)
+            fail_msg("call %zu: %s: %s", i, mhla_status_name(st), mhla_context_message(ctx));
+        assert_int_equal(mhla_reference_backward_varlen(&c, in.q, in.k, in.v, in.mix, calls[i].cu, calls[i].seqs, dout,
+                                                        ref[0], ref[1], ref[2], ref[3]),
+                         MHLA_OK);
+        for (int j = 0; j < 4; ++j) {
+            char what[64];
+            snprintf(what, sizeof what, "call %zu (%zu sequences): %s", i, calls[i].seqs, buf_names[B_DQ + j]);
+            expect_within(got[j], ref[j], n[j], mhla_reference_backward_tolerance(MHLA_DTYPE_F32), what);
+        }
+    }
+    for (int j = 0; j < 4; ++j)
+        free(got[j]), free(ref[j]);
+    mhla_plan_destroy(plan);
+    free(dout);
+    test_inputs_free(&in);
+}
+
 /* mhla_backward's argument checks on a plain plan: NULL plan; each buffer smaller than
  * mhla_plan_tensor_bytes() (named, with its size and the shape's); a gradient aliasing an input or
  * another gradient; a wait list without events; a NULL host pointer. Nothing written by any. */
@@ -320,6 +371,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backward_varlen_device),
+        cmocka_unit_test(test_backward_varlen_regrows),
         cmocka_unit_test(test_backward_refusals),
         cmocka_unit_test(test_backward_wrong_plans),
         cmocka_unit_test(test_backward_varlen_bad_offsets),
