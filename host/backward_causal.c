@@ -9,17 +9,115 @@
 
 void mhla__backward_causal_destroy(mhla_bwd *b)
 {
-    cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_scalars,    b->k_bc_grad,
-                           b->k_bc_dq,      b->k_bc_dkv,    b->k_bc_diag,   b->k_bc_dmix_finish};
+    cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_scalars, b->k_bc_grad, b->k_bc_dq,
+                           b->k_bc_dk,      b->k_bc_dv,     b->k_bc_diag,   b->k_bc_dmix_finish};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {b->slots_s, b->slots_p, b->slots_g, b->slots_ds, b->diag};
+    cl_mem mems[] = {b->slots_s, b->slots_p, b->slots_g, b->slots_ds, b->slots_gt, b->slots_dst, b->diag};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
     mhla__free(b->tab_host);
     mhla__free(b->mix_tiles);
+}
+
+/* Local-memory bytes of a tiled read-out whose rows are dx wide (kernels/backward_causal_readout.cl:
+ * xs, ys, sc and cb). */
+static uint64_t readout_local(const mhla_tiles *t, int64_t dx)
+{
+    return ((uint64_t)t->bct_tq * (uint64_t)dx + (uint64_t)dx * (uint64_t)t->bct_kt +
+            (uint64_t)t->bct_tq * (uint64_t)t->bct_kt + (uint64_t)t->bct_kt) *
+           sizeof(float);
+}
+
+/* Work-items of a tiled read-out's group: column tiles of its dw-wide output x token groups. */
+static size_t readout_wg(const mhla_tiles *t, int64_t dw)
+{
+    return (size_t)(dw / (t->bct_ve * t->bct_nv)) * (size_t)(t->bct_tq / t->bct_rt);
+}
+
+/* The tiled read-outs' tiles, from the forward's causal read-out (causal_output.cl) on the same
+ * device: its token rows, its vector width and vectors as far as they divide both Dk and Dv, its
+ * tokens per group and keys per pass; then halved (keys first) until a group fits `fit`. */
+static void readout_tiles_fit(const mhla_config *c, const mhla_tiles *fwd, const mhla_fit *fit, mhla_tiles *t)
+{
+    int64_t both = c->dk, r = c->dv;
+    while (r) { /* gcd(Dk, Dv) */
+        const int64_t x = both % r;
+        both = r, r = x;
+    }
+    t->bct_ve = mhla__pow2_divisor(both, fwd->out_ve);
+    t->bct_nv = mhla__pow2_divisor(both / t->bct_ve, fwd->out_nv);
+    t->bct_rt = fwd->out_rt;
+    t->bct_tq = fwd->tq / t->bct_rt * t->bct_rt;
+    t->bct_kt = (fwd->kt + t->bct_ve - 1) / t->bct_ve * t->bct_ve;
+    if (t->bct_tq < t->bct_rt)
+        t->bct_tq = t->bct_rt;
+    const int64_t dx = c->dk > c->dv ? c->dk : c->dv;
+    for (;;) {
+        const int wide = readout_wg(t, c->dk) > fit->wg || readout_wg(t, c->dv) > fit->wg;
+        if (readout_local(t, dx) > fit->local_bytes && t->bct_kt > t->bct_ve)
+            t->bct_kt = (t->bct_kt / 2 + t->bct_ve - 1) / t->bct_ve * t->bct_ve;
+        else if ((wide || readout_local(t, dx) > fit->local_bytes) && t->bct_tq > t->bct_rt)
+            t->bct_tq = t->bct_tq / 2 / t->bct_rt * t->bct_rt > t->bct_rt ? t->bct_tq / 2 / t->bct_rt * t->bct_rt
+                                                                          : t->bct_rt;
+        else if (wide && t->bct_nv > 1)
+            t->bct_nv /= 2;
+        else if (wide && t->bct_rt > 1)
+            t->bct_rt = t->bct_tq = t->bct_rt / 2;
+        else
+            break;
+    }
+}
+
+/* bc_dq, bc_dk, bc_dv (and bc_dmix_finish, bc_diag from the same program): built for tiles that fit
+ * the device; a built kernel that reports fewer work-items or more local memory than its tiles need
+ * (rusticl on llvmpipe) tightens the fit for another build, as the forward's causal read-out does. */
+static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const mhla_config *c = &plan->cfg;
+    cl_program prog = NULL;
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
+    static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
+    for (int attempt = 0;; ++attempt) {
+        readout_tiles_fit(c, &plan->causal->kern->tiling, &fit, &b->tiles);
+        MHLA_FAIL_IF(st, readout_wg(&b->tiles, c->dk) > fit.wg || readout_wg(&b->tiles, c->dv) > fit.wg ||
+                             readout_local(&b->tiles, c->dk > c->dv ? c->dk : c->dv) > fit.local_bytes,
+                     ctx, MHLA_ERR_UNSUPPORTED,
+                     "the causal backward's read-outs (dk = %lld, dv = %lld) do not fit %s (%zu work-items, %llu "
+                     "bytes of local memory usable)",
+                     (long long)c->dk, (long long)c->dv, ctx->device_name, fit.wg,
+                     (unsigned long long)fit.local_bytes);
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &prog));
+        int refit = 0;
+        for (int i = 0; i < 3; ++i) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, names[i], ks[i]));
+            const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
+            b->wg_bc_readout[i] = readout_wg(&b->tiles, dw);
+            const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], readout_local(&b->tiles, dx), &fit);
+            MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", names[i],
+                         ctx->device_name);
+            refit |= r;
+        }
+        if (!refit)
+            break;
+        for (int i = 0; i < 3; ++i) {
+            clReleaseKernel(*ks[i]);
+            *ks[i] = NULL;
+        }
+        MHLA_FAIL_IF(st, attempt == 7, ctx, MHLA_ERR_UNSUPPORTED,
+                     "the causal backward's read-outs do not fit %s even with %d-token groups", ctx->device_name,
+                     b->tiles.bct_tq);
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
+cleanup:
+    return st;
 }
 
 mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
@@ -46,13 +144,10 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     /* dMc below the diagonal: each sequence's <G_i, S_j> with the non-causal tiled product */
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
                                                            heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dq", &b->k_bc_dq));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dkv", &b->k_bc_dkv));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
+    MHLA_FORWARD_IF_ERROR(st, readout_kernels(plan, b));
     const size_t tok[3] = {(size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n), heads, 1};
-    mhla__local_size_3d(ctx, b->k_bc_dkv, tok, wg, b->lws_bc_token);
+    if (b->k_bc_scalars)
+        mhla__local_size_3d(ctx, b->k_bc_scalars, tok, wg, b->lws_bc_token);
     const size_t tile[3] = {(size_t)c->dk, heads, 1};
     mhla__local_size_3d(ctx, b->k_bc_grad, tile, wg, b->lws_bc_tile);
     if (c->normalizer == MHLA_NORMALIZER_PAPER) {
@@ -116,11 +211,13 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t 
     if (entries <= b->entries_cap && b->tab_host)
         goto tiles;
     const size_t slot = (size_t)plan->cfg.heads * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float);
-    cl_mem *slots[] = {&b->slots_s, &b->slots_p, &b->slots_g, &b->slots_ds};
-    static const char *const what[] = {"the chunk summaries S", "the prefixes P", "the gradient summaries G",
-                                       "the mixed gradient summaries dS"};
+    cl_mem *slots[] = {&b->slots_s, &b->slots_p, &b->slots_g, &b->slots_ds, &b->slots_gt, &b->slots_dst};
+    static const char *const what[] = {"the chunk summaries S",           "the prefixes P",
+                                       "the gradient summaries G",        "the mixed gradient summaries dS",
+                                       "the gradient summaries G^T",      "the mixed gradient summaries dS^T"};
+    const size_t nslots = sizeof slots / sizeof slots[0];
     /* The old buffers leave the count; the queue keeps them alive for work already enqueued. */
-    for (size_t i = 0; i < 4; ++i)
+    for (size_t i = 0; i < nslots; ++i)
         if (*slots[i]) {
             plan->workspace_bytes -= b->entries_cap * slot;
             clReleaseMemObject(*slots[i]);
@@ -135,7 +232,7 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t 
     b->entries_cap = 0;
     b->tab_host = mhla__malloc(entries * 8 * sizeof(int32_t));
     MHLA_FAIL_IF(st, !b->tab_host, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the chunk table");
-    for (size_t i = 0; i < 4; ++i)
+    for (size_t i = 0; i < nslots; ++i)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * slot, what[i], slots[i]));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * (size_t)plan->cfg.heads * sizeof(float),
                                                     "the diagonal terms of dMc", &b->diag));
@@ -152,8 +249,8 @@ cleanup:
     return st;
 }
 
-/* Arguments 0..9 of bc_scalars, bc_dq and bc_dkv: q, k, v, dO, Mc and its rows, the chunk table,
- * a slot buffer (P or dS) and the per-token normalizer terms. */
+/* Arguments 0..9 of bc_scalars, bc_dq, bc_dk and bc_dv: q, k, v, dO, Mc and its rows, the chunk
+ * table, a slot buffer (P^T, dS^T or dS) and the per-token normalizer terms. */
 static mhla_status token_args(mhla_context *ctx, cl_kernel kr, const cl_mem in[4], cl_mem mixing, cl_int lda,
                               cl_mem tab, cl_mem slots, cl_mem inv, cl_mem r)
 {
@@ -258,40 +355,43 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_SET_ARG(st, ctx, kr, 3, r);
     MHLA_SET_ARG(st, ctx, kr, 4, tab);
     MHLA_SET_ARG(st, ctx, kr, 5, b->slots_g);
-    MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 7, feps);
-    MHLA_SET_ARG(st, ctx, kr, 8, scale);
-    MHLA_SET_ARG(st, ctx, kr, 9, nent);
+    MHLA_SET_ARG(st, ctx, kr, 6, b->slots_gt);
+    MHLA_SET_ARG(st, ctx, kr, 7, plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 8, feps);
+    MHLA_SET_ARG(st, ctx, kr, 9, scale);
+    MHLA_SET_ARG(st, ctx, kr, 10, nent);
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_grad"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    kr = b->k_bc_suffix; /* dS_j = sum_{i>j} Mc[i,j] G_i */
-    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_g);
-    MHLA_SET_ARG(st, ctx, kr, 1, mixing);
-    MHLA_SET_ARG(st, ctx, kr, 2, mix_tab_suffix);
-    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_ds);
-    MHLA_SET_ARG(st, ctx, kr, 4, lda);
-    MHLA_SET_ARG(st, ctx, kr, 5, width);
-    MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_suffix (backward)"));
+    kr = b->k_bc_suffix; /* dS_j = sum_{i>j} Mc[i,j] G_i, for dv; the same of G^T, dS^T, for dk */
+    for (int pass = 0; pass < 2; ++pass) {
+        const cl_mem src = pass ? b->slots_gt : b->slots_g, dst = pass ? b->slots_dst : b->slots_ds;
+        MHLA_SET_ARG(st, ctx, kr, 0, src);
+        MHLA_SET_ARG(st, ctx, kr, 1, mixing);
+        MHLA_SET_ARG(st, ctx, kr, 2, mix_tab_suffix);
+        MHLA_SET_ARG(st, ctx, kr, 3, dst);
+        MHLA_SET_ARG(st, ctx, kr, 4, lda);
+        MHLA_SET_ARG(st, ctx, kr, 5, width);
+        MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_suffix (backward)"));
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    {
-        kr = b->k_bc_dq;
-        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_p, inv, r));
-        MHLA_SET_ARG(st, ctx, kr, 10, dq);
-        MHLA_SET_ARG(st, ctx, kr, 11, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 12, feps);
-        MHLA_SET_ARG(st, ctx, kr, 13, scale);
-        MHLA_SET_ARG(st, ctx, kr, 14, nent);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_dq"));
-        kr = b->k_bc_dkv;
-        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_ds, inv, r));
-        MHLA_SET_ARG(st, ctx, kr, 10, dk);
-        MHLA_SET_ARG(st, ctx, kr, 11, dv);
-        MHLA_SET_ARG(st, ctx, kr, 12, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 13, feps);
-        MHLA_SET_ARG(st, ctx, kr, 14, scale);
-        MHLA_SET_ARG(st, ctx, kr, 15, nent);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_dkv"));
+    { /* the tiled read-outs: dq from P^T, dk from dS^T, dv from dS */
+        const cl_int tiles_per_chunk = (cl_int)((ch + (size_t)b->tiles.bct_tq - 1) / (size_t)b->tiles.bct_tq);
+        const cl_kernel ks[3] = {b->k_bc_dq, b->k_bc_dk, b->k_bc_dv};
+        const cl_mem from[3] = {b->slots_p, b->slots_dst, b->slots_ds}, to[3] = {dq, dk, dv};
+        static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
+        for (int i = 0; i < 3; ++i) {
+            kr = ks[i];
+            MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, from[i], inv, r));
+            MHLA_SET_ARG(st, ctx, kr, 10, to[i]);
+            MHLA_SET_ARG(st, ctx, kr, 11, plan->grid);
+            MHLA_SET_ARG(st, ctx, kr, 12, feps);
+            MHLA_SET_ARG(st, ctx, kr, 13, scale);
+            MHLA_SET_ARG(st, ctx, kr, 14, tiles_per_chunk);
+            const size_t ext[3] = {b->wg_bc_readout[i], (size_t)heads, entries * (size_t)tiles_per_chunk};
+            const size_t loc[3] = {b->wg_bc_readout[i], 1, 1};
+            MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, names[i]));
+        }
     }
     if (dmixing) {
         const size_t dext[3] = {(size_t)heads, entries, 1}, dloc[3] = {1, 1, 1};
@@ -316,13 +416,13 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
             if (b->tab_host[kk * 8 + 2] == 0 && b->tab_host[kk * 8 + 4] > b->tab_host[longest * 8 + 4])
                 longest = kk;
         const cl_int covered = b->tab_host[longest * 8 + 4];
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_g, b->slots_s, longest * x, x, dmixing,
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_gt, b->slots_s, longest * x, x, dmixing,
                                                          covered, lda, 0));
         for (size_t kk = 0; kk < entries; ++kk) {
             if (b->tab_host[kk * 8 + 2] != 0 || kk == longest)
                 continue;
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_g, b->slots_s, kk * x, x, dmixing,
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_gt, b->slots_s, kk * x, x, dmixing,
                                                              b->tab_host[kk * 8 + 4], lda, 1));
         }
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));

@@ -264,6 +264,9 @@ typedef struct mhla_tiles {
     int splits, split_len;              /* non-causal: segments per block, tokens per segment */
     int bwd_vw, bwd_vk, bwd_vv, bwd_rt; /* non-causal backward (kernels/backward_readout.cl): vector
                                            width, its divisors of Dk and Dv, tokens per work-item */
+    int bct_rt, bct_ve, bct_nv;         /* causal backward read-outs (backward_causal_readout.cl):
+                                           BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
+    int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass (host/backward.c) */
 } mhla_tiles;
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program

@@ -238,6 +238,7 @@ enum {
     F_SOFTMAX = 1 << 11,
     F_PF = 1 << 12,
     F_BWD = 1 << 13,
+    F_BCT = 1 << 14,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -257,7 +258,7 @@ static const struct {
     [MHLA_KF_BACKWARD_READOUT] = {"backward_readout", F_SHAPE | F_BWD},
     [MHLA_KF_BACKWARD_MIXING] = {"backward_mixing", F_BWD},
     [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD},
-    [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD | F_BCT},
 };
 
 const char *mhla__kernel_file_name(mhla_kernel_file f) { return files[f].name; }
@@ -297,6 +298,9 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_BWD)
         mhla__opts_add(opts, "-DBWD_VW=%d -DBWD_VK=%d -DBWD_VV=%d -DBWD_RT=%d", t->bwd_vw, t->bwd_vk, t->bwd_vv,
                        t->bwd_rt);
+    if (r & F_BCT)
+        mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d", t->bct_rt, t->bct_ve,
+                       t->bct_nv, t->bct_tq, t->bct_kt);
 }
 
 mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,

@@ -1,7 +1,8 @@
 /* Backward of causal MHLA, chunk form (SPEC.md "Backward", "Causal MHLA"), over a table of chunks:
  * entry k = {first token, tokens, chunk index i in its sequence, entry of the sequence's chunk 0,
  * chunks of the sequence, batch element, -, -} (8 ints). Per (entry, head) a slot of Dk x (Dv+1)
- * floats holds S (with z as column Dv), the prefix P_i = sum_{j<i} Mc[i,j] S_j, the gradient
+ * floats holds S (with z as column Dv; stored transposed, as rows of Dk floats, as are P, dS^T and
+ * G^T; G and dS as rows of Dv+1), the prefix P_i = sum_{j<i} Mc[i,j] S_j, the gradient
  * summary G_i = sum_t q~_t [g_t | r_t]^T and dS_j = sum_{i>j} Mc[i,j] G_i (P and dS: causal_prefix.cl's
  * causal_prefix and causal_suffix over the slots of an entry, every head). With g_t = dO_t/den_t
  * and r_t = dL/dden_t (paper; 1 and 0 without a normalizer):
@@ -14,7 +15,7 @@
 #include "backward.h"
 
 /* global: (DK, H, entries). Row d of the chunk's S: k~_d [v | 1]^T summed over its tokens, the Dv
- * columns as vectors of BWD_VV. */
+ * columns as vectors of BWD_VV; stored as column d of S^T. */
 kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
                        global const int *restrict tab, global float *restrict S, const mhla_grid g_arg,
                        const float feature_eps, const int entries)
@@ -35,10 +36,15 @@ kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *r
             acc[j] += kd * LOADN(BWD_VV, j, vrow);
         z += kd;
     }
-    global float *dst = S + bc_slot(kk, h, g.heads) + d * SC;
-    for (int j = 0; j < BWD_NV; ++j)
-        VSTOREN(BWD_VV, acc[j], j, dst);
-    dst[DV] = z;
+    /* transposed (row e holds column e of S, row DV z): the layout the read-outs and dMc read */
+    global float *dst = S + bc_slot(kk, h, g.heads) + d;
+    for (int j = 0; j < BWD_NV; ++j) {
+        float l[BWD_VV];
+        VSTOREN(BWD_VV, acc[j], 0, l);
+        for (int e = 0; e < BWD_VV; ++e)
+            dst[(j * BWD_VV + e) * DK] = l[e];
+    }
+    dst[DV * DK] = z;
 }
 
 /* global: (C, H, entries), one token per work-item (paper normalizer): 1/den_t and
@@ -61,14 +67,16 @@ kernel void bc_scalars(global const STORE_T *restrict q, global const STORE_T *r
     global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
     for (int e = 0; e < DV; ++e)
         go[e] = LOADN(1, e, orow);
-    global const float *p = P + bc_slot(kk, h, g.heads);
+    global const float *p = P + bc_slot(kk, h, g.heads); /* P^T: row e over d, row DV zP */
     float den = 0.0f, od = 0.0f;
-    for (int d = 0; d < DK; ++d) {
-        float pg = 0.0f;
-        for (int e = 0; e < DV; ++e)
-            pg += p[d * SC + e] * go[e];
-        od += qt[d] * pg;
-        den += qt[d] * p[d * SC + DV];
+    for (int e = 0; e <= DV; ++e) {
+        float pq = 0.0f;
+        for (int d = 0; d < DK; ++d)
+            pq += p[e * DK + d] * qt[d];
+        if (e < DV)
+            od += go[e] * pq;
+        else
+            den += pq;
     }
     for (int u = t0; u <= t; ++u) {
         const float a = bc_dot_k(k, g, bh, u, feature_eps, qt);
@@ -80,11 +88,12 @@ kernel void bc_scalars(global const STORE_T *restrict q, global const STORE_T *r
     rs[(long)bh * g.n + t] = -od * inv * inv;
 }
 
-/* global: (DK, H, entries). Row d of the chunk's G: q~_d [g | r]^T summed over its tokens. */
+/* global: (DK, H, entries). Row d of the chunk's G: q~_d [g | r]^T summed over its tokens, into G
+ * and as column d of G^T (dS feeds dv, dS^T dk; dMc reads G^T with S^T). */
 kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *restrict dout,
                     global const float *restrict invs, global const float *restrict rs,
-                    global const int *restrict tab, global float *restrict G, const mhla_grid g_arg,
-                    const float feature_eps, const float scale, const int entries)
+                    global const int *restrict tab, global float *restrict G, global float *restrict GT,
+                    const mhla_grid g_arg, const float feature_eps, const float scale, const int entries)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     const int d = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
@@ -110,8 +119,13 @@ kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *rest
             acc[j] += w * LOADN(BWD_VV, j, orow);
         z += qd * r;
     }
-    global float *dst = G + bc_slot(kk, h, g.heads) + d * SC;
-    for (int j = 0; j < BWD_NV; ++j)
+    global float *dst = G + bc_slot(kk, h, g.heads) + d * SC, *dstt = GT + bc_slot(kk, h, g.heads) + d;
+    for (int j = 0; j < BWD_NV; ++j) {
+        float l[BWD_VV];
         VSTOREN(BWD_VV, acc[j], j, dst);
-    dst[DV] = z;
+        VSTOREN(BWD_VV, acc[j], 0, l);
+        for (int e = 0; e < BWD_VV; ++e)
+            dstt[(j * BWD_VV + e) * DK] = l[e];
+    }
+    dst[DV] = dstt[DV * DK] = z;
 }

@@ -16,118 +16,283 @@ void bc_norm(global const float *invs, global const float *rs, const long at, fl
 #endif
 }
 
-/* global: (C, H, entries), one token t per work-item; rows as vectors of BWD_VK / BWD_VV. */
-kernel void bc_dq(global const STORE_T *restrict q, global const STORE_T *restrict k,
-                  global const STORE_T *restrict v, global const STORE_T *restrict dout,
-                  global const float *restrict mix, const int lda, global const int *restrict tab,
-                  global const float *restrict P, global const float *restrict invs, global const float *restrict rs,
-                  global STORE_T *restrict dq, const mhla_grid g_arg, const float feature_eps, const float scale,
-                  const int entries)
+/* ---- the tiled read-outs: dq, dk and dv of a tile of BCT_TQ tokens of one chunk ----------------
+ * Each is the forward's causal read-out (causal_output.cl) with other operands: a prefix product
+ * of the tile's rows x_r with a slot, then the intra-chunk pairs through local memory BCT_KT tokens
+ * at a time: scores x_r . y_c (+ a bias), and each score times a vector w_c into the row's
+ * register tile of BCT_RT rows x BCT_VE * BCT_NV columns:
+ *   dq~_t: x = g_t,   slot P_i^T (+ r_t zP_i), y = v_s,  bias r_t, w = k~_s, pairs s <= t
+ *   dk~_s: x = v_s,   slot dS_j^T (+ dz_j),    y = g_t,  bias r_t, w = q~_t, pairs t >= s
+ *   dv_s:  x = k~_s,  slot dS_j,               y = q~_t,           w = g_t,  pairs t >= s
+ * with Mc[i,i] folded into each score. Masked pairs are skipped, never multiplied by zero. */
+#ifndef BCT_TQ
+#define BCT_TQ 32
+#endif
+#ifndef BCT_KT
+#define BCT_KT 32
+#endif
+#ifndef BCT_RT
+#define BCT_RT 4
+#endif
+#ifndef BCT_VE
+#define BCT_VE 4
+#endif
+#ifndef BCT_NV
+#define BCT_NV 1
+#endif
+#define BCT_COLS (BCT_VE * BCT_NV)
+#define BCT_KTV (BCT_KT / BCT_VE)
+#if BCT_KT % BCT_VE != 0 || BCT_TQ % BCT_RT != 0 || DK % BCT_COLS != 0 || DV % BCT_COLS != 0
+#error "BCT_KT must be a multiple of BCT_VE, BCT_TQ of BCT_RT, and Dk and Dv of BCT_VE * BCT_NV"
+#endif
+#define KIND_DQ 0
+#define KIND_DK 1
+#define KIND_DV 2
+
+/* g_t = dO_t / den_t: W lanes at column o of token t's row. */
+#define BCT_G(W, o, t)                                                                              \
+    (LOADN(W, 0, dout + row_offset(g, bh, (t), DV) + (o)) * bct_inv(invs, (long)bh * g.n + (t)))
+
+float bct_inv(global const float *invs, const long at)
 {
-    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int s = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (h >= g.heads || kk >= entries || s >= ENT(kk, 1))
-        return;
-    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), t = t0 + s, i = ENT(kk, 2);
-    const float mii = mix[(long)i * lda + i];
-    float inv, r, a0[DK];
-    bc_norm(invs, rs, (long)bh * g.n + t, &inv, &r);
-    global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
-    VEC(BWD_VV) gt[BWD_NV];
-    for (int j = 0; j < BWD_NV; ++j)
-        gt[j] = LOADN(BWD_VV, j, orow) * inv;
-    global const float *p = P + bc_slot(kk, h, g.heads);
-    for (int d = 0; d < DK; ++d) { /* P_i g_t + r_t zP_i */
-        VEC(BWD_VV) a = (VEC(BWD_VV))(0.0f);
-        for (int j = 0; j < BWD_NV; ++j)
-            a += VLOADN(BWD_VV, j, p + d * SC) * gt[j];
-        a0[d] = r * p[d * SC + DV] + BWD_HSUM(BWD_VV, a);
-    }
-    VEC(BWD_VK) acc[BWD_NK];
-    for (int j = 0; j < BWD_NK; ++j)
-        acc[j] = VLOADN(BWD_VK, j, a0);
-    for (int u = t0; u <= t; ++u) {
-        global const STORE_T *vrow = v + row_offset(g, bh, u, DV);
-        global const STORE_T *krow = k + row_offset(g, bh, u, DK);
-        VEC(BWD_VV) gv = (VEC(BWD_VV))(0.0f);
-        for (int j = 0; j < BWD_NV; ++j)
-            gv += LOADN(BWD_VV, j, vrow) * gt[j];
-        const float w = mii * (BWD_HSUM(BWD_VV, gv) + r);
-        for (int j = 0; j < BWD_NK; ++j)
-            acc[j] += w * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, krow), feature_eps);
-    }
-    global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
-    global STORE_T *dqrow = dq + row_offset(g, bh, t, DK);
-    for (int j = 0; j < BWD_NK; ++j)
-        STOREN(BWD_VK, acc[j] * scale * FEATURE_GRAD_V(BWD_VK, LOADN(BWD_VK, j, qrow)), j, dqrow);
+#if NORMALIZER == 0
+    return invs[at];
+#else
+    (void)invs, (void)at;
+    return 1.0f;
+#endif
 }
 
-/* global: (C, H, entries), one token s per work-item; rows as vectors of BWD_VK / BWD_VV. */
-kernel void bc_dkv(global const STORE_T *restrict q, global const STORE_T *restrict k,
-                   global const STORE_T *restrict v, global const STORE_T *restrict dout,
-                   global const float *restrict mix, const int lda, global const int *restrict tab,
-                   global const float *restrict dS, global const float *restrict invs, global const float *restrict rs,
-                   global STORE_T *restrict dk, global STORE_T *restrict dv, const mhla_grid g_arg,
-                   const float feature_eps, const float scale, const int entries)
+float bct_r(global const float *rs, const long at)
 {
-    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int s = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (h >= g.heads || kk >= entries || s >= ENT(kk, 1))
-        return;
-    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1), j0 = ENT(kk, 2), ts = t0 + s;
-    const float mjj = mix[(long)j0 * lda + j0];
-    float kt[DK], a0[DK];
-    VEC(BWD_VK) kv[BWD_NK], adk[BWD_NK];
-    VEC(BWD_VV) vt[BWD_NV], adv[BWD_NV];
-    global const STORE_T *krow = k + row_offset(g, bh, ts, DK);
-    global const STORE_T *vrow = v + row_offset(g, bh, ts, DV);
-    for (int j = 0; j < BWD_NK; ++j) {
-        kv[j] = FEATURE_V(BWD_VK, LOADN(BWD_VK, j, krow), feature_eps);
-        VSTOREN(BWD_VK, kv[j], j, kt);
-    }
-    for (int j = 0; j < BWD_NV; ++j) {
-        vt[j] = LOADN(BWD_VV, j, vrow);
-        adv[j] = (VEC(BWD_VV))(0.0f);
-    }
-    global const float *p = dS + bc_slot(kk, h, g.heads);
-    for (int d = 0; d < DK; ++d) { /* dS_j v_s + dz_j, and dS_j^T k~_s */
-        VEC(BWD_VV) a = (VEC(BWD_VV))(0.0f);
-        for (int j = 0; j < BWD_NV; ++j) {
-            const VEC(BWD_VV) row = VLOADN(BWD_VV, j, p + d * SC);
-            a += row * vt[j];
-            adv[j] += kt[d] * row;
+#if NORMALIZER == 0
+    return rs[at];
+#else
+    (void)rs, (void)at;
+    return 0.0f;
+#endif
+}
+
+/* The read-out of `kind` (a constant: each kernel below is this function specialized; its pointers
+ * are not restrict-qualified: inlining restrict parameters leaves llvm.experimental.noalias.scope.decl
+ * calls that Oclgrind cannot run). `slot`: P^T
+ * or dS^T as rows of Dk floats (SC of them), or dS as rows of SC floats (DK of them). Local arrays:
+ * xs[BCT_TQ * DX], ys[DX * BCT_KT] (transposed), sc[BCT_TQ * BCT_KT], cb[BCT_KT]. */
+__attribute__((always_inline)) inline void bct_readout(const int kind, global const STORE_T *q, global const STORE_T *k,
+                        global const STORE_T *v, global const STORE_T *dout,
+                        global const float *mix, const int lda, global const int *tab,
+                        global const float *slots, global const float *invs,
+                        global const float *rs, global STORE_T *out, const mhla_grid g,
+                        const float feature_eps, const float scale, const int tiles_per_chunk, local float *xs,
+                        local float *ys, local float *sc, local float *cb)
+{
+    const int DX = kind == KIND_DV ? DK : DV, DW = kind == KIND_DV ? DV : DK;
+    const int NE = DW / BCT_COLS, WG = NE * (BCT_TQ / BCT_RT);
+    const int lid = (int)get_local_id(0), et = lid % NE, r0 = (lid / NE) * BCT_RT;
+    const int kk = (int)get_group_id(2) / tiles_per_chunk, h = (int)get_group_id(1);
+    const int p0 = ((int)get_group_id(2) - kk * tiles_per_chunk) * BCT_TQ;
+    const int len = ENT(kk, 1);
+    if (p0 >= len)
+        return; /* the whole group: a tile past the end of a short chunk */
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), i = ENT(kk, 2), nq = min(BCT_TQ, len - p0);
+    const float mii = mix[(long)i * lda + i];
+    const int col0 = et * BCT_COLS;
+    global const float *slot = slots + bc_slot(kk, h, g.heads);
+
+    /* The prefix product first, before any barrier (as causal_output.cl: a register tile that stays
+     * in registers), from the rows in global memory: x_r times the slot (rows of DW columns), and
+     * the z row's term. Rows past the chunk's end repeat its last token and are not stored. */
+    VEC(BCT_VE) acc[BCT_RT][BCT_NV];
+    const int mstride = kind == KIND_DV ? SC : DK;
+    #pragma unroll
+    for (int r = 0; r < BCT_RT; ++r)
+        #pragma unroll
+        for (int j = 0; j < BCT_NV; ++j)
+            acc[r][j] = (VEC(BCT_VE))(0.0f);
+    for (int p0v = 0; p0v < DX; p0v += BCT_VE) {
+        float xr[BCT_RT][BCT_VE];
+        #pragma unroll
+        for (int r = 0; r < BCT_RT; ++r) {
+            const int t = t0 + p0 + min(r0 + r, nq - 1);
+            VEC(BCT_VE) val;
+            if (kind == KIND_DQ)
+                val = BCT_G(BCT_VE, p0v, t);
+            else if (kind == KIND_DK)
+                val = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + p0v);
+            else
+                val = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + p0v), feature_eps);
+            VSTOREN(BCT_VE, val, 0, xr[r]);
         }
-        a0[d] = p[d * SC + DV] + BWD_HSUM(BWD_VV, a);
-    }
-    for (int j = 0; j < BWD_NK; ++j)
-        adk[j] = VLOADN(BWD_VK, j, a0);
-    for (int u = ts; u < t0 + len; ++u) {
-        float inv, r;
-        bc_norm(invs, rs, (long)bh * g.n + u, &inv, &r);
-        global const STORE_T *orow = dout + row_offset(g, bh, u, DV);
-        global const STORE_T *qrow = q + row_offset(g, bh, u, DK);
-        VEC(BWD_VK) qv[BWD_NK], av = (VEC(BWD_VK))(0.0f);
-        VEC(BWD_VV) ov[BWD_NV], gv = (VEC(BWD_VV))(0.0f);
-        for (int j = 0; j < BWD_NV; ++j) {
-            ov[j] = LOADN(BWD_VV, j, orow);
-            gv += ov[j] * vt[j];
+        #pragma unroll
+        for (int pp = 0; pp < BCT_VE; ++pp) {
+            VEC(BCT_VE) mv[BCT_NV];
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j)
+                mv[j] = VLOADN(BCT_VE, 0, slot + (long)(p0v + pp) * mstride + col0 + j * BCT_VE);
+            #pragma unroll
+            for (int r = 0; r < BCT_RT; ++r)
+                #pragma unroll
+                for (int j = 0; j < BCT_NV; ++j)
+                    acc[r][j] += xr[r][pp] * mv[j];
         }
-        for (int j = 0; j < BWD_NK; ++j) {
-            qv[j] = scale * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qrow), feature_eps);
-            av += qv[j] * kv[j];
-        }
-        const float w = mjj * (BWD_HSUM(BWD_VV, gv) * inv + r), wa = mjj * BWD_HSUM(BWD_VK, av) * inv;
-        for (int j = 0; j < BWD_NK; ++j)
-            adk[j] += w * qv[j];
-        for (int j = 0; j < BWD_NV; ++j)
-            adv[j] += wa * ov[j];
     }
-    global STORE_T *dkrow = dk + row_offset(g, bh, ts, DK);
-    global STORE_T *dvrow = dv + row_offset(g, bh, ts, DV);
-    for (int j = 0; j < BWD_NK; ++j)
-        STOREN(BWD_VK, adk[j] * FEATURE_GRAD_V(BWD_VK, LOADN(BWD_VK, j, krow)), j, dkrow);
-    for (int j = 0; j < BWD_NV; ++j)
-        STOREN(BWD_VV, adv[j], j, dvrow);
+#if NORMALIZER == 0
+    if (kind != KIND_DV) { /* dq: r_t zP_i; dk: dz_j (the z row of P^T or dS^T) */
+        #pragma unroll
+        for (int r = 0; r < BCT_RT; ++r) {
+            const float w = kind == KIND_DQ ? bct_r(rs, (long)bh * g.n + t0 + p0 + min(r0 + r, nq - 1)) : 1.0f;
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j)
+                acc[r][j] += w * VLOADN(BCT_VE, 0, slot + (long)DV * DK + col0 + j * BCT_VE);
+        }
+    }
+#endif
+
+    /* The tile's rows x_r for the scores, zero past the chunk's end. */
+    for (int x = lid; x < BCT_TQ * (DX / BCT_VE); x += WG) {
+        const int r = x / (DX / BCT_VE), d0 = (x - r * (DX / BCT_VE)) * BCT_VE, t = t0 + p0 + r;
+        VEC(BCT_VE) val = (VEC(BCT_VE))(0.0f);
+        if (r < nq) {
+            if (kind == KIND_DQ)
+                val = BCT_G(BCT_VE, d0, t);
+            else if (kind == KIND_DK)
+                val = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + d0);
+            else
+                val = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + d0), feature_eps);
+        }
+        VSTOREN(BCT_VE, val, 0, xs + r * DX + d0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* The pairs inside the chunk: dq over tokens 0 .. p0 + nq - 1, dk and dv over p0 .. len - 1. */
+    const int cstart = kind == KIND_DQ ? 0 : p0, cend = kind == KIND_DQ ? p0 + nq : len;
+    for (int kb = cstart; kb < cend; kb += BCT_KT) {
+        const int nk = min(BCT_KT, cend - kb);
+        for (int x = lid; x < BCT_KT * (DX / BCT_VE); x += WG) {
+            const int c = x / (DX / BCT_VE), d0 = (x - c * (DX / BCT_VE)) * BCT_VE, t = t0 + kb + c;
+            float yd[BCT_VE];
+            VEC(BCT_VE) val = (VEC(BCT_VE))(0.0f);
+            if (c < nk) {
+                if (kind == KIND_DQ)
+                    val = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + d0);
+                else if (kind == KIND_DK)
+                    val = BCT_G(BCT_VE, d0, t);
+                else
+                    val = scale * FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, q + row_offset(g, bh, t, DK) + d0), feature_eps);
+            }
+            VSTOREN(BCT_VE, val, 0, yd);
+            #pragma unroll
+            for (int e = 0; e < BCT_VE; ++e)
+                ys[(d0 + e) * BCT_KT + c] = yd[e];
+        }
+        if (kind == KIND_DK)
+            for (int c = lid; c < BCT_KT; c += WG)
+                cb[c] = c < nk ? bct_r(rs, (long)bh * g.n + t0 + kb + c) : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* BCT_VE scores of a row at a time; vectors wholly masked (or past the tile) are not computed. */
+        for (int x = lid; x < BCT_TQ * BCT_KTV; x += WG) {
+            const int r = x / BCT_KTV, c0 = (x - r * BCT_KTV) * BCT_VE;
+            if (r >= nq || (kind == KIND_DQ ? kb + c0 > p0 + r : kb + c0 + BCT_VE - 1 < p0 + r))
+                continue;
+            VEC(BCT_VE) a = (VEC(BCT_VE))(0.0f);
+            for (int d = 0; d < DX; ++d)
+                a += xs[r * DX + d] * VLOADN(BCT_VE, 0, ys + d * BCT_KT + c0);
+#if NORMALIZER == 0
+            if (kind == KIND_DQ)
+                a += bct_r(rs, (long)bh * g.n + t0 + p0 + r);
+            else if (kind == KIND_DK)
+                a += VLOADN(BCT_VE, 0, cb + c0);
+#endif
+            VSTOREN(BCT_VE, mii * a, 0, sc + r * BCT_KT + c0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* Every pair of the pass visible to every row of the work-item: no tests in the loop (rows
+         * past the tile's end take scores never written, and are not stored). */
+        const int all = kind == KIND_DQ ? kb + nk - 1 <= p0 + r0 : kb >= p0 + r0 + BCT_RT - 1;
+        for (int c = 0; c < nk; ++c) {
+            const int t = t0 + kb + c;
+            VEC(BCT_VE) wv[BCT_NV];
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j) {
+                const int o = col0 + j * BCT_VE;
+                if (kind == KIND_DQ)
+                    wv[j] = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + o), feature_eps);
+                else if (kind == KIND_DK)
+                    wv[j] = scale * FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, q + row_offset(g, bh, t, DK) + o), feature_eps);
+                else
+                    wv[j] = BCT_G(BCT_VE, o, t);
+            }
+            if (all) {
+                #pragma unroll
+                for (int r = 0; r < BCT_RT; ++r) {
+                    const float a = sc[(r0 + r) * BCT_KT + c];
+                    #pragma unroll
+                    for (int j = 0; j < BCT_NV; ++j)
+                        acc[r][j] += a * wv[j];
+                }
+            } else {
+                #pragma unroll
+                for (int r = 0; r < BCT_RT; ++r) {
+                    const int row = p0 + r0 + r;
+                    if (r0 + r < nq && (kind == KIND_DQ ? kb + c <= row : kb + c >= row)) {
+                        const float a = sc[(r0 + r) * BCT_KT + c];
+                        #pragma unroll
+                        for (int j = 0; j < BCT_NV; ++j)
+                            acc[r][j] += a * wv[j];
+                    }
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* ys, cb and sc are overwritten next */
+    }
+
+    /* dq = scale phi'(q) dq~, dk = phi'(k) dk~, dv as it is. */
+    #pragma unroll
+    for (int r = 0; r < BCT_RT; ++r)
+        if (r0 + r < nq) {
+            const int t = t0 + p0 + r0 + r;
+            const long row = row_offset(g, bh, t, DW);
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j) {
+                const int o = col0 + j * BCT_VE;
+                VEC(BCT_VE) y = acc[r][j];
+                if (kind == KIND_DQ)
+                    y *= scale * FEATURE_GRAD_V(BCT_VE, LOADN(BCT_VE, 0, q + row + o));
+                else if (kind == KIND_DK)
+                    y *= FEATURE_GRAD_V(BCT_VE, LOADN(BCT_VE, 0, k + row + o));
+                STOREN(BCT_VE, y, 0, out + row + o);
+            }
+        }
+}
+
+#define BCT_ARGS                                                                                    \
+    global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v, \
+        global const STORE_T *restrict dout, global const float *restrict mix, const int lda,       \
+        global const int *restrict tab, global const float *restrict slots, global const float *restrict invs, \
+        global const float *restrict rs, global STORE_T *restrict out, const mhla_grid g_arg,       \
+        const float feature_eps, const float scale, const int tiles_per_chunk
+
+/* global: (work-items of a group, H, entries * tiles_per_chunk); local: (the group's work-items:
+ * Dw / (BCT_VE * BCT_NV) column tiles x BCT_TQ / BCT_RT token groups, host/backward_causal.c). */
+kernel void bc_dq(BCT_ARGS)
+{
+    local float xs[BCT_TQ * DV], ys[DV * BCT_KT], sc[BCT_TQ * BCT_KT], cb[BCT_KT];
+    bct_readout(KIND_DQ, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, g_arg, feature_eps, scale,
+                tiles_per_chunk, xs, ys, sc, cb);
+}
+
+kernel void bc_dk(BCT_ARGS)
+{
+    local float xs[BCT_TQ * DV], ys[DV * BCT_KT], sc[BCT_TQ * BCT_KT], cb[BCT_KT];
+    bct_readout(KIND_DK, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, g_arg, feature_eps, scale,
+                tiles_per_chunk, xs, ys, sc, cb);
+}
+
+kernel void bc_dv(BCT_ARGS)
+{
+    local float xs[BCT_TQ * DK], ys[DK * BCT_KT], sc[BCT_TQ * BCT_KT], cb[BCT_KT];
+    bct_readout(KIND_DV, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, g_arg, feature_eps, scale,
+                tiles_per_chunk, xs, ys, sc, cb);
 }
 
 /* global: (H, entries). diag[kk][h] = sum_{t in chunk, s <= t} (q~_t . k~_s)(g_t . v_s + r_t). */
