@@ -50,6 +50,10 @@ static void readout_tiles_fit(const mhla_config *c, const mhla_tiles *fwd, const
     t->bct_ve = mhla__pow2_divisor(both, fwd->out_ve);
     t->bct_nv = mhla__pow2_divisor(both / t->bct_ve, fwd->out_nv);
     t->bct_rt = fwd->out_rt;
+    /* S and G rows per work-item: as many as keep BCT_SR x Dv / BWD_VV accumulator vectors within
+     * half a register file (readout_tiles in host/backward.c: 16 of AVX-512's, 8 otherwise) */
+    const int budget = t->bwd_vw >= 16 ? 16 : 8, nv = (int)(c->dv / t->bwd_vv);
+    t->bct_sr = mhla__pow2_divisor(c->dk, nv >= budget ? 1 : budget / nv);
     t->bct_tq = fwd->tq / t->bct_rt * t->bct_rt;
     t->bct_kt = (fwd->kt + t->bct_ve - 1) / t->bct_ve * t->bct_ve;
     if (t->bct_tq < t->bct_rt)
@@ -128,6 +132,8 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     const mhla_config *c = &plan->cfg;
     const size_t wg = (size_t)b->tiles.wg, heads = (size_t)c->heads;
 
+    /* The read-outs first: their fit sets the tiles every program of the backward is built with. */
+    MHLA_FORWARD_IF_ERROR(st, readout_kernels(plan, b));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_summary", &b->k_bc_summary));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));
@@ -144,11 +150,10 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     /* dMc below the diagonal: each sequence's <G_i, S_j> with the non-causal tiled product */
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
                                                            heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
-    MHLA_FORWARD_IF_ERROR(st, readout_kernels(plan, b));
     const size_t tok[3] = {(size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n), heads, 1};
     if (b->k_bc_scalars)
         mhla__local_size_3d(ctx, b->k_bc_scalars, tok, wg, b->lws_bc_token);
-    const size_t tile[3] = {(size_t)c->dk, heads, 1};
+    const size_t tile[3] = {(size_t)(c->dk / b->tiles.bct_sr), heads, 1};
     mhla__local_size_3d(ctx, b->k_bc_grad, tile, wg, b->lws_bc_tile);
     if (c->normalizer == MHLA_NORMALIZER_PAPER) {
         const size_t bytes = (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float);
@@ -298,7 +303,8 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     const cl_int lda = (cl_int)c->mixing_rows, heads = (cl_int)c->heads, nent = (cl_int)entries;
     const size_t ch = (size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n);
     const size_t tok[3] = {ch, (size_t)heads, entries};
-    const size_t tile[3] = {(size_t)c->dk, (size_t)heads, entries}; /* bc_summary, bc_grad: a row each */
+    /* bc_summary, bc_grad: BCT_SR rows each */
+    const size_t tile[3] = {(size_t)(c->dk / b->tiles.bct_sr), (size_t)heads, entries};
     /* the mixtures: MIX_MR chunks x PRE_VE * MIX_NV floats of their entries' slots per work-item, the
      * tiles the fast dimension (kernels/causal_prefix.cl) */
     const cl_long width = (cl_long)heads * c->dk * (c->dv + 1);

@@ -267,6 +267,7 @@ typedef struct mhla_tiles {
     int bct_rt, bct_ve, bct_nv;         /* causal backward read-outs (backward_causal_readout.cl):
                                            BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
     int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass (host/backward.c) */
+    int bct_sr;                         /* BCT_SR rows of S or G per work-item (backward_causal.cl) */
 } mhla_tiles;
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program

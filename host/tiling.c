@@ -257,7 +257,7 @@ static const struct {
     [MHLA_KF_BACKWARD_SUMMARY] = {"backward_summary", F_SHAPE | F_BWD},
     [MHLA_KF_BACKWARD_READOUT] = {"backward_readout", F_SHAPE | F_BWD},
     [MHLA_KF_BACKWARD_MIXING] = {"backward_mixing", F_BWD},
-    [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD | F_BCT},
     [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD | F_BCT},
 };
 
@@ -299,8 +299,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DBWD_VW=%d -DBWD_VK=%d -DBWD_VV=%d -DBWD_RT=%d", t->bwd_vw, t->bwd_vk, t->bwd_vv,
                        t->bwd_rt);
     if (r & F_BCT)
-        mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d", t->bct_rt, t->bct_ve,
-                       t->bct_nv, t->bct_tq, t->bct_kt);
+        mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d -DBCT_SR=%d", t->bct_rt,
+                       t->bct_ve, t->bct_nv, t->bct_tq, t->bct_kt, t->bct_sr);
 }
 
 mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,

@@ -14,37 +14,62 @@
 #include "common.h"
 #include "backward.h"
 
-/* global: (DK, H, entries). Row d of the chunk's S: k~_d [v | 1]^T summed over its tokens, the Dv
- * columns as vectors of BWD_VV; stored as column d of S^T. */
+#ifndef BCT_SR
+#define BCT_SR 1
+#endif
+#if DK % BCT_SR != 0
+#error "BCT_SR must divide DK"
+#endif
+
+/* global: (DK / BCT_SR, H, entries). Rows d0 .. d0 + BCT_SR - 1 of the chunk's S: k~_d [v | 1]^T
+ * summed over its tokens (each v row loaded once for BCT_SR rows), the Dv columns as vectors of
+ * BWD_VV; stored as columns of S^T. */
 kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
                        global const int *restrict tab, global float *restrict S, const mhla_grid g_arg,
                        const float feature_eps, const int entries)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int d = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (d >= DK || h >= g.heads || kk >= entries)
+    const int d0 = (int)get_global_id(0) * BCT_SR, h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (d0 >= DK || h >= g.heads || kk >= entries)
         return;
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
-    VEC(BWD_VV) acc[BWD_NV];
-    for (int j = 0; j < BWD_NV; ++j)
-        acc[j] = (VEC(BWD_VV))(0.0f);
-    float z = 0.0f;
-    for (int s = 0; s < len; ++s) {
-        const float kd = feature(LOADN(1, d, k + row_offset(g, bh, t0 + s, DK)), feature_eps);
-        global const STORE_T *vrow = v + row_offset(g, bh, t0 + s, DV);
+    VEC(BWD_VV) acc[BCT_SR][BWD_NV];
+    float z[BCT_SR];
+    #pragma unroll
+    for (int i = 0; i < BCT_SR; ++i) {
+        z[i] = 0.0f;
+        #pragma unroll
         for (int j = 0; j < BWD_NV; ++j)
-            acc[j] += kd * LOADN(BWD_VV, j, vrow);
-        z += kd;
+            acc[i][j] = (VEC(BWD_VV))(0.0f);
+    }
+    for (int s = 0; s < len; ++s) {
+        global const STORE_T *krow = k + row_offset(g, bh, t0 + s, DK) + d0;
+        global const STORE_T *vrow = v + row_offset(g, bh, t0 + s, DV);
+        VEC(BWD_VV) vv[BWD_NV];
+        #pragma unroll
+        for (int j = 0; j < BWD_NV; ++j)
+            vv[j] = LOADN(BWD_VV, j, vrow);
+        #pragma unroll
+        for (int i = 0; i < BCT_SR; ++i) {
+            const float kd = feature(LOADN(1, i, krow), feature_eps);
+            #pragma unroll
+            for (int j = 0; j < BWD_NV; ++j)
+                acc[i][j] += kd * vv[j];
+            z[i] += kd;
+        }
     }
     /* transposed (row e holds column e of S, row DV z): the layout the read-outs and dMc read */
-    global float *dst = S + bc_slot(kk, h, g.heads) + d;
-    for (int j = 0; j < BWD_NV; ++j) {
-        float l[BWD_VV];
-        VSTOREN(BWD_VV, acc[j], 0, l);
-        for (int e = 0; e < BWD_VV; ++e)
-            dst[(j * BWD_VV + e) * DK] = l[e];
+    global float *dst = S + bc_slot(kk, h, g.heads) + d0;
+    #pragma unroll
+    for (int i = 0; i < BCT_SR; ++i) {
+        for (int j = 0; j < BWD_NV; ++j) {
+            float l[BWD_VV];
+            VSTOREN(BWD_VV, acc[i][j], 0, l);
+            for (int e = 0; e < BWD_VV; ++e)
+                dst[(j * BWD_VV + e) * DK + i] = l[e];
+        }
+        dst[DV * DK + i] = z[i];
     }
-    dst[DV * DK] = z;
 }
 
 /* global: (C, H, entries), one token per work-item (paper normalizer): 1/den_t and
@@ -88,44 +113,61 @@ kernel void bc_scalars(global const STORE_T *restrict q, global const STORE_T *r
     rs[(long)bh * g.n + t] = -od * inv * inv;
 }
 
-/* global: (DK, H, entries). Row d of the chunk's G: q~_d [g | r]^T summed over its tokens, into G
- * and as column d of G^T (dS feeds dv, dS^T dk; dMc reads G^T with S^T). */
+/* global: (DK / BCT_SR, H, entries). Rows d0 .. d0 + BCT_SR - 1 of the chunk's G: q~_d [g | r]^T
+ * summed over its tokens, into G and as columns of G^T (dS feeds dv, dS^T dk; dMc reads G^T with
+ * S^T). */
 kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *restrict dout,
                     global const float *restrict invs, global const float *restrict rs,
                     global const int *restrict tab, global float *restrict G, global float *restrict GT,
                     const mhla_grid g_arg, const float feature_eps, const float scale, const int entries)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int d = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (d >= DK || h >= g.heads || kk >= entries)
+    const int d0 = (int)get_global_id(0) * BCT_SR, h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (d0 >= DK || h >= g.heads || kk >= entries)
         return;
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
-    VEC(BWD_VV) acc[BWD_NV];
-    for (int j = 0; j < BWD_NV; ++j)
-        acc[j] = (VEC(BWD_VV))(0.0f);
-    float z = 0.0f;
+    VEC(BWD_VV) acc[BCT_SR][BWD_NV];
+    float z[BCT_SR];
+    #pragma unroll
+    for (int i = 0; i < BCT_SR; ++i) {
+        z[i] = 0.0f;
+        #pragma unroll
+        for (int j = 0; j < BWD_NV; ++j)
+            acc[i][j] = (VEC(BWD_VV))(0.0f);
+    }
     for (int s = 0; s < len; ++s) {
         const int t = t0 + s;
-        const float qd = scale * feature(LOADN(1, d, q + row_offset(g, bh, t, DK)), feature_eps);
 #if NORMALIZER == 0
         const float inv = invs[(long)bh * g.n + t], r = rs[(long)bh * g.n + t];
 #else
         const float inv = 1.0f, r = 0.0f;
         (void)invs, (void)rs;
 #endif
+        global const STORE_T *qrow = q + row_offset(g, bh, t, DK) + d0;
         global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
-        const float w = qd * inv;
+        VEC(BWD_VV) ov[BWD_NV];
+        #pragma unroll
         for (int j = 0; j < BWD_NV; ++j)
-            acc[j] += w * LOADN(BWD_VV, j, orow);
-        z += qd * r;
+            ov[j] = LOADN(BWD_VV, j, orow);
+        #pragma unroll
+        for (int i = 0; i < BCT_SR; ++i) {
+            const float qd = scale * feature(LOADN(1, i, qrow), feature_eps), w = qd * inv;
+            #pragma unroll
+            for (int j = 0; j < BWD_NV; ++j)
+                acc[i][j] += w * ov[j];
+            z[i] += qd * r;
+        }
     }
-    global float *dst = G + bc_slot(kk, h, g.heads) + d * SC, *dstt = GT + bc_slot(kk, h, g.heads) + d;
-    for (int j = 0; j < BWD_NV; ++j) {
-        float l[BWD_VV];
-        VSTOREN(BWD_VV, acc[j], j, dst);
-        VSTOREN(BWD_VV, acc[j], 0, l);
-        for (int e = 0; e < BWD_VV; ++e)
-            dstt[(j * BWD_VV + e) * DK] = l[e];
+    #pragma unroll
+    for (int i = 0; i < BCT_SR; ++i) {
+        global float *dst = G + bc_slot(kk, h, g.heads) + (d0 + i) * SC, *dstt = GT + bc_slot(kk, h, g.heads) + d0 + i;
+        for (int j = 0; j < BWD_NV; ++j) {
+            float l[BWD_VV];
+            VSTOREN(BWD_VV, acc[i][j], j, dst);
+            VSTOREN(BWD_VV, acc[i][j], 0, l);
+            for (int e = 0; e < BWD_VV; ++e)
+                dstt[(j * BWD_VV + e) * DK] = l[e];
+        }
+        dst[DV] = dstt[DV * DK] = z[i];
     }
-    dst[DV] = dstt[DV * DK] = z;
 }
