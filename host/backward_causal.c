@@ -9,8 +9,9 @@
 
 void mhla__backward_causal_destroy(mhla_bwd *b)
 {
-    cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_scalars, b->k_bc_grad, b->k_bc_dq,
-                           b->k_bc_dk,      b->k_bc_dv,     b->k_bc_diag,   b->k_bc_dmix_finish};
+    cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_transpose, b->k_bc_scalars,
+                           b->k_bc_grad,    b->k_bc_dq,     b->k_bc_dk,     b->k_bc_dv,        b->k_bc_diag,
+                           b->k_bc_dmix_finish};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -137,6 +138,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_summary", &b->k_bc_summary));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_transpose", &b->k_bc_transpose));
     if (c->normalizer == MHLA_NORMALIZER_PAPER)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_scalars", &b->k_bc_scalars));
     /* P_i and dS_j: the forward's register-tiled prefix kernel and its transposed twin, over rows
@@ -368,18 +370,22 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     MHLA_SET_ARG(st, ctx, kr, 10, nent);
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_grad"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    kr = b->k_bc_suffix; /* dS_j = sum_{i>j} Mc[i,j] G_i, for dv; the same of G^T, dS^T, for dk */
-    for (int pass = 0; pass < 2; ++pass) {
-        const cl_mem src = pass ? b->slots_gt : b->slots_g, dst = pass ? b->slots_dst : b->slots_ds;
-        MHLA_SET_ARG(st, ctx, kr, 0, src);
-        MHLA_SET_ARG(st, ctx, kr, 1, mixing);
-        MHLA_SET_ARG(st, ctx, kr, 2, mix_tab_suffix);
-        MHLA_SET_ARG(st, ctx, kr, 3, dst);
-        MHLA_SET_ARG(st, ctx, kr, 4, lda);
-        MHLA_SET_ARG(st, ctx, kr, 5, width);
-        MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_suffix (backward)"));
-    }
+    kr = b->k_bc_suffix; /* dS_j = sum_{i>j} Mc[i,j] G_i, for dv */
+    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_g);
+    MHLA_SET_ARG(st, ctx, kr, 1, mixing);
+    MHLA_SET_ARG(st, ctx, kr, 2, mix_tab_suffix);
+    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_ds);
+    MHLA_SET_ARG(st, ctx, kr, 4, lda);
+    MHLA_SET_ARG(st, ctx, kr, 5, width);
+    MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_suffix (backward)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    kr = b->k_bc_transpose; /* dS^T, for dk */
+    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_ds);
+    MHLA_SET_ARG(st, ctx, kr, 1, b->slots_dst);
+    MHLA_SET_ARG(st, ctx, kr, 2, heads);
+    MHLA_SET_ARG(st, ctx, kr, 3, nent);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_transpose"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     { /* the tiled read-outs: dq from P^T, dk from dS^T, dv from dS */
         const cl_int tiles_per_chunk = (cl_int)((ch + (size_t)b->tiles.bct_tq - 1) / (size_t)b->tiles.bct_tq);

@@ -171,3 +171,18 @@ kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *rest
         dst[DV] = dstt[DV * DK] = z[i];
     }
 }
+
+/* global: (DK / BCT_SR, H, entries). dS^T from dS, slot by slot: a copy, where a second suffix
+ * mixture of G^T would redo the quadratic sum over chunks. */
+kernel void bc_transpose(global const float *restrict src, global float *restrict dst, const int heads,
+                         const int entries)
+{
+    const int d0 = (int)get_global_id(0) * BCT_SR, h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (d0 >= DK || h >= heads || kk >= entries)
+        return;
+    global const float *s = src + bc_slot(kk, h, heads);
+    global float *t = dst + bc_slot(kk, h, heads);
+    for (int i = 0; i < BCT_SR; ++i)
+        for (int e = 0; e < SC; ++e)
+            t[e * DK + d0 + i] = s[(d0 + i) * SC + e];
+}
