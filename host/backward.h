@@ -33,7 +33,7 @@ typedef struct mhla_bwd {
      * Dk x (Dv+1) floats (S, P, G, dS), grown to the largest table a call has needed */
     cl_kernel k_bc_summary, k_bc_scalars, k_bc_grad, k_bc_dq, k_bc_dk, k_bc_dv, k_bc_diag, k_bc_dmix_finish;
     cl_kernel k_bc_prefix, k_bc_suffix; /* causal_prefix.cl's causal_prefix and causal_suffix */
-    cl_kernel k_bc_transpose;
+    cl_kernel k_bc_transpose, k_bc_from_forward;
     size_t lws_bc_token[3], lws_bc_tile[3], lws_bc_mix;
     size_t wg_bc_readout[3]; /* work-items of bc_dq, bc_dk and bc_dv's groups (their tiles) */
     cl_mem slots_s, slots_p, slots_g, slots_ds, slots_gt, slots_dst, diag; /* S^T, P^T, G, dS, G^T, dS^T */

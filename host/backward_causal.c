@@ -11,7 +11,7 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
 {
     cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_transpose, b->k_bc_scalars,
                            b->k_bc_grad,    b->k_bc_dq,     b->k_bc_dk,     b->k_bc_dv,        b->k_bc_diag,
-                           b->k_bc_dmix_finish};
+                           b->k_bc_dmix_finish, b->k_bc_from_forward};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -139,6 +139,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_summary", &b->k_bc_summary));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_transpose", &b->k_bc_transpose));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_from_forward", &b->k_bc_from_forward));
     if (c->normalizer == MHLA_NORMALIZER_PAPER)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_scalars", &b->k_bc_scalars));
     /* P_i and dS_j: the forward's register-tiled prefix kernel and its transposed twin, over rows
@@ -203,7 +204,8 @@ static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, 
             e[3] = (int32_t)base;
             e[4] = (int32_t)m;
             e[5] = cu ? 0 : (int32_t)s;
-            e[6] = e[7] = 0;
+            e[6] = cu ? 1 : (int32_t)plan->cfg.batch; /* batch elements in the forward's slots */
+            e[7] = 0;
         }
     }
     *tiles = nt;
@@ -324,27 +326,50 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     const cl_mem in[4] = {q, k, v, dout};
     cl_kernel kr;
 
-    kr = b->k_bc_summary;
-    MHLA_SET_ARG(st, ctx, kr, 0, k);
-    MHLA_SET_ARG(st, ctx, kr, 1, v);
-    MHLA_SET_ARG(st, ctx, kr, 2, tab);
-    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
-    MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 5, feps);
-    MHLA_SET_ARG(st, ctx, kr, 6, nent);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    kr = b->k_bc_prefix; /* P_i = sum_{j<i} Mc[i,j] S_j, every sum in the kernel (no CLBlast blocks) */
-    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_s);
-    MHLA_SET_ARG(st, ctx, kr, 1, mixing);
-    MHLA_SET_ARG(st, ctx, kr, 2, mix_tab);
-    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_p);
-    MHLA_SET_ARG(st, ctx, kr, 4, lda);
-    MHLA_SET_ARG(st, ctx, kr, 5, width);
-    MHLA_SET_ARG(st, ctx, kr, 6, no_gemm);
-    MHLA_SET_ARG(st, ctx, kr, 7, n_tiles);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_prefix (backward)"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    /* S and P: kept from the plan's last forward of these buffers (mhla_plan_save_for_backward; plain
+     * causal plans only), else recomputed */
+    const mhla_causal_plan *cp = plan->causal;
+    const int reuse = !cu_seqlens && plan->saved && plan->saved_in[0] == q && plan->saved_in[1] == k &&
+                      plan->saved_in[2] == v && plan->saved_in[3] == mixing && cp && cp->sums && cp->pref;
+    if (reuse) {
+        const size_t full[3] = {(size_t)c->dk, (size_t)heads, entries};
+        size_t floc[3];
+        mhla__local_size_3d(ctx, b->k_bc_from_forward, full, (size_t)b->tiles.wg, floc);
+        kr = b->k_bc_from_forward;
+        MHLA_SET_ARG(st, ctx, kr, 0, cp->sums);
+        MHLA_SET_ARG(st, ctx, kr, 1, cp->pref);
+        MHLA_SET_ARG(st, ctx, kr, 2, tab);
+        MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
+        MHLA_SET_ARG(st, ctx, kr, 4, b->slots_p);
+        MHLA_SET_ARG(st, ctx, kr, 5, heads);
+        MHLA_SET_ARG(st, ctx, kr, 6, nent);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, full, floc, num_wait, wait, NULL, "bc_from_forward"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    } else {
+        plan->saved = 0;
+        kr = b->k_bc_summary;
+        MHLA_SET_ARG(st, ctx, kr, 0, k);
+        MHLA_SET_ARG(st, ctx, kr, 1, v);
+        MHLA_SET_ARG(st, ctx, kr, 2, tab);
+        MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
+        MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 5, feps);
+        MHLA_SET_ARG(st, ctx, kr, 6, nent);
+        MHLA_FORWARD_IF_ERROR(st,
+                              mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        kr = b->k_bc_prefix; /* P_i = sum_{j<i} Mc[i,j] S_j, every sum in the kernel (no CLBlast blocks) */
+        MHLA_SET_ARG(st, ctx, kr, 0, b->slots_s);
+        MHLA_SET_ARG(st, ctx, kr, 1, mixing);
+        MHLA_SET_ARG(st, ctx, kr, 2, mix_tab);
+        MHLA_SET_ARG(st, ctx, kr, 3, b->slots_p);
+        MHLA_SET_ARG(st, ctx, kr, 4, lda);
+        MHLA_SET_ARG(st, ctx, kr, 5, width);
+        MHLA_SET_ARG(st, ctx, kr, 6, no_gemm);
+        MHLA_SET_ARG(st, ctx, kr, 7, n_tiles);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_prefix (backward)"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
     if (b->k_bc_scalars) {
         kr = b->k_bc_scalars;
         MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_p, inv, r));

@@ -13,6 +13,7 @@
  * Every sum runs in a fixed order: results are bit-identical run to run. */
 #include "common.h"
 #include "backward.h"
+#include "causal.h"
 
 #ifndef BCT_SR
 #define BCT_SR 1
@@ -185,4 +186,31 @@ kernel void bc_transpose(global const float *restrict src, global float *restric
     for (int i = 0; i < BCT_SR; ++i)
         for (int e = 0; e < SC; ++e)
             t[e * DK + d0 + i] = s[(d0 + i) * SC + e];
+}
+
+/* global: (DK, H, entries). The forward's chunk summaries and prefix mixtures of a plain causal plan
+ * (mhla_plan_save_for_backward: kernels/causal.h's slots, chunk i's slot holding every batch
+ * element's and head's S as rows of Dv and, with the paper normalizer, z) into S^T and P^T, row d
+ * of each per work-item; without a normalizer the z rows are 0 (the forward keeps no z; only the
+ * paper normalizer's terms read them). */
+kernel void bc_from_forward(global const float *restrict sums, global const float *restrict pref,
+                            global const int *restrict tab, global float *restrict S, global float *restrict P,
+                            const int heads, const int entries)
+{
+    const int d = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (d >= DK || h >= heads || kk >= entries)
+        return;
+    const int i = ENT(kk, 2), bhs = ENT(kk, 6) * heads, bh = ENT(kk, 5) * heads + h;
+    global const float *src[2] = {sums, pref};
+    global float *dst[2] = {S + bc_slot(kk, h, heads) + d, P + bc_slot(kk, h, heads) + d};
+    for (int x = 0; x < 2; ++x) {
+        global const float *row = src[x] + slot_s(i, bh, bhs) + (long)d * DV;
+        for (int e = 0; e < DV; ++e)
+            dst[x][e * DK] = row[e];
+#if ZCOL
+        dst[x][DV * DK] = src[x][slot_z(i, bh, bhs) + d];
+#else
+        dst[x][DV * DK] = 0.0f;
+#endif
+    }
 }

@@ -592,6 +592,88 @@ static void test_backward_saved_summaries(void **state)
     }
 }
 
+/* The causal mode's saved summaries (issue 22): after a forward with mhla_plan_save_for_backward,
+ * the backward of the same buffers copies the forward's chunk summaries and prefix mixtures
+ * instead of recomputing them (two batch elements, a partial last chunk, with and without the paper
+ * normalizer's key sums); its gradients within SPEC's tolerance of the reference. Proof that the
+ * copy is what ran: k's contents replaced behind the same buffer after the forward, the backward
+ * still differs from a recomputation with the new k (its S and P are the old k's); a forward of
+ * another k buffer makes the backward recompute (bit-identical to a recomputation). */
+static void test_backward_saved_summaries_causal(void **state)
+{
+    mhla_context *ctx = *state;
+    cl_command_queue queue = mhla_context_queue(ctx);
+    static const mhla_normalizer norms[2] = {MHLA_NORMALIZER_NONE, MHLA_NORMALIZER_PAPER};
+    for (int ni = 0; ni < 2; ++ni) {
+        mhla_config c = config_causal(2, 3, 77, 16, 8, 12);
+        c.normalizer = norms[ni];
+        c.mixing_rows = 5;
+        test_inputs in, other;
+        mhla_plan *plan = NULL;
+        bufs b;
+        cl_int err;
+        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 31, &in), MHLA_OK);
+        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 32, &other), MHLA_OK);
+        assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+        bufs_make(ctx, plan, &in, &b);
+        cl_context cl = mhla_context_cl_context(ctx);
+        cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, in.nv * 4, NULL, &err);
+        cl_mem k2 = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, other.nq * 4, other.k, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        double *ref[4];
+        const size_t n[4] = {in.nq, in.nq, in.nv, in.nm};
+        for (int j = 0; j < 4; ++j)
+            ref[j] = malloc(n[j] * sizeof(double));
+        assert_int_equal(mhla_reference_backward(&c, in.q, in.k, in.v, in.mix, in.v, ref[0], ref[1], ref[2], ref[3]),
+                         MHLA_OK);
+        const double tol = mhla_reference_backward_tolerance(MHLA_DTYPE_F32);
+        float *recomputed[4], *reused[4], *after_other[4], *stale[4], *fresh[4];
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, recomputed);
+        assert_int_equal(mhla_plan_save_for_backward(plan, 1), MHLA_OK);
+        assert_int_equal(mhla_forward(plan, b.q, b.k, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, reused);
+        assert_int_equal(mhla_forward(plan, b.q, k2, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, after_other);
+        /* the saved copy is used: forward of in.k, then b.k holds other.k */
+        assert_int_equal(mhla_forward(plan, b.q, b.k, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
+        assert_int_equal(clEnqueueWriteBuffer(queue, b.k, CL_TRUE, 0, in.nq * 4, other.k, 0, NULL, NULL), CL_SUCCESS);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, stale);
+        assert_int_equal(mhla_plan_save_for_backward(plan, 0), MHLA_OK);
+        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
+                         MHLA_OK);
+        read_grads(ctx, &b, &in, fresh);
+        for (int j = 0; j < 4; ++j) {
+            char what[96];
+            snprintf(what, sizeof what, "causal saved summaries, %s, gradient %d", mhla_normalizer_name(c.normalizer),
+                     j);
+            expect_within(reused[j], ref[j], n[j], tol, what);
+            assert_memory_equal(after_other[j], recomputed[j], n[j] * 4);
+            free(recomputed[j]), free(reused[j]), free(after_other[j]), free(ref[j]);
+        }
+        /* dv = dS^T k~ + ... reads k; dq reads P: from the old k, so it differs from the fresh one */
+        if (memcmp(stale[0], fresh[0], n[0] * 4) == 0)
+            fail_msg("causal saved summaries, %s: the backward after the forward recomputed them (dq the same "
+                     "with the old k's prefix mixtures as with the new k's)",
+                     mhla_normalizer_name(c.normalizer));
+        for (int j = 0; j < 4; ++j)
+            free(stale[j]), free(fresh[j]);
+        clReleaseMemObject(out);
+        clReleaseMemObject(k2);
+        bufs_free(&b);
+        mhla_plan_destroy(plan);
+        test_inputs_free(&in);
+        test_inputs_free(&other);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -605,6 +687,7 @@ int main(void)
         cmocka_unit_test(test_backward_deterministic),
         cmocka_unit_test(test_backward_waits_for_events),
         cmocka_unit_test(test_backward_saved_summaries),
+        cmocka_unit_test(test_backward_saved_summaries_causal),
     };
     return run_group("backward", tests, context_setup, context_teardown);
 }
