@@ -661,13 +661,15 @@ MHLA_API mhla_status mhla_backward_varlen_host(mhla_plan *plan, const void *q, c
 
 /*! mhla_plan_save_for_backward() :
  * With enable = 1, each mhla_forward() of a non-causal plan leaves its block summaries and their
- * mixtures (and the official normalizer's dots and denominators) in the plan's workspace, where
+ * mixtures (and the official normalizer's dots and denominators), and of a causal plan (not
+ * varlen) its chunk summaries and prefix mixtures, in the plan's workspace, where
  * they are anyway, for the next mhla_backward() with the same q, k, v and mixing buffers, which then
  * does not recompute them, as autograd keeps a forward's saved tensors for its backward (about a
  * sixth of the backward's time at N = 16384, M = 64). The caller promises that those buffers'
  * contents do not change between the two calls. Anything else run with the plan in between (a
  * forward or backward with other buffers, a host-pointer form) makes the next backward recompute.
- * 0, the default, always recomputes. Causal plans always recompute. No memory is added.
+ * 0, the default, always recomputes. Packed varlen plans always recompute. No memory is added
+ * (the causal backward copies the forward's slots into its own, which it has anyway).
  * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT for a NULL plan or an enable other than 0 and 1.
  * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_save_for_backward(mhla_plan *plan, int enable);
