@@ -30,6 +30,8 @@ typedef enum bench_op_id {
     /* mhla-bwd right after the forward of the same buffers, the forward's summaries kept
      * (mhla_plan_save_for_backward), as a training step runs them */
     BENCH_OP_MHLA_BWD_SAVED,
+    /* the same for mhla-causal-bwd: the forward's chunk summaries and prefix mixtures kept */
+    BENCH_OP_MHLA_CAUSAL_BWD_SAVED,
     BENCH_OP_COUNT
 } bench_op_id;
 

@@ -284,6 +284,19 @@ static mhla_status create_mhla_bwd_saved(bench_case *c, const bench_shape *s)
     return st;
 }
 
+/* mhla-causal-bwd-saved: the same for a causal plan (its chunk summaries and prefix mixtures). */
+static mhla_status create_causal_bwd_saved(bench_case *c, const bench_shape *s)
+{
+    mhla_status st = create_causal_bwd(c, s);
+    if (st == MHLA_OK)
+        st = mhla_plan_save_for_backward(c->plan, 1);
+    if (st == MHLA_OK)
+        st = mhla_forward(c->plan, c->in->q, c->in->k, c->in->v, c->mixing, c->in->out, 0, NULL, NULL);
+    if (st == MHLA_OK && clFinish(mhla_context_queue(c->ctx)) != CL_SUCCESS)
+        st = MHLA_ERR_OPENCL;
+    return st;
+}
+
 static mhla_status enqueue_backward(bench_case *c, cl_event *done)
 {
     return mhla_backward(c->plan, c->in->q, c->in->k, c->in->v, c->mixing, c->in->v, c->grads[0], c->grads[1],
@@ -338,6 +351,10 @@ static const bench_op ops[BENCH_OP_COUNT] = {
     [BENCH_OP_MHLA_CAUSAL_BWD] = {.name = "mhla-causal-bwd", .one_d_only = 1, .estimable = 1,
                                   .flops = causal_bwd_flops, .bytes = bwd_bytes, .create = create_causal_bwd,
                                   .enqueue = enqueue_backward, .destroy = destroy_plan},
+    [BENCH_OP_MHLA_CAUSAL_BWD_SAVED] = {.name = "mhla-causal-bwd-saved", .one_d_only = 1, .estimable = 1,
+                                        .flops = causal_bwd_flops, .bytes = bwd_bytes,
+                                        .create = create_causal_bwd_saved, .enqueue = enqueue_backward,
+                                        .destroy = destroy_plan},
 };
 
 const bench_op *bench_op_get(bench_op_id id) { return id < BENCH_OP_COUNT ? &ops[id] : NULL; }

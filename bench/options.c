@@ -24,9 +24,9 @@ static const char usage[] =
     "  --batch B         batch size (default 1)\n"
     "  --layout L        bnhd or bhnd (default bnhd)\n"
     "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm,mhla-bwd,linear-bwd,\n"
-    "                    mhla-causal-bwd,mhla-bwd-saved (default all; blas\n"
+    "                    mhla-causal-bwd,mhla-bwd-saved,mhla-causal-bwd-saved (default all; blas\n"
     "                    and sgemm only in a build with OpenBLAS, else their rows are skipped)\n"
-    "  --chunk LIST      causal chunk sizes C of the mhla-causal and decode rows (default 64)\n"
+    "  --chunk LIST      causal chunk sizes C of the mhla-causal(-bwd) and decode rows (default 64)\n"
     "  --decode-context LIST\n"
     "                    decode rows: tokens of context before the timed steps (default\n"
     "                    1024,8192,32768; the --n list when --n is given; 'none' for none)\n"
@@ -151,7 +151,7 @@ static int parse_ops(const char *arg, unsigned *ops, char *err, size_t err_size)
         const bench_op_id id = bench_op_find(tok);
         if (id == BENCH_OP_COUNT) {
             snprintf(err, err_size, "--ops: unknown op '%s' (mhla, linear, softmax, mhla-causal, decode, blas, sgemm, "
-                     "mhla-bwd, linear-bwd, mhla-causal-bwd, mhla-bwd-saved)",
+                     "mhla-bwd, linear-bwd, mhla-causal-bwd, mhla-bwd-saved, mhla-causal-bwd-saved)",
                      tok);
             return -1;
         }

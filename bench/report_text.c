@@ -109,7 +109,7 @@ static void write_decode(FILE *f, const bench_report *rep)
 void bench_write_table(FILE *f, const bench_report *rep)
 {
     print_header(f, rep);
-    fprintf(f, "%-16s %-7s %6s %5s %3s %4s %4s %9s %9s %9s %5s %8s %7s %6s %6s %6s %8s %7s %9s %7s %7s  %s\n",
+    fprintf(f, "%-21s %-7s %6s %5s %3s %4s %4s %9s %9s %9s %5s %8s %7s %6s %6s %6s %8s %7s %9s %7s %7s  %s\n",
             "op", "grid", "N", "M", "H", "Dk", "Dv", "median ms", "min ms", "max ms", "runs", "GFLOP/s", "GB/s",
             "%peak", "%bw", "%sgemm", "mhla/lin", "sm/mhla", "blas/mhla", "c/mhla", "bwd/fwd", "sum/mix/out %");
     int estimated = 0, causal = 0, decode = 0, unverified = 0;
@@ -123,7 +123,7 @@ void bench_write_table(FILE *f, const bench_report *rep)
         bench_blocks_label(r, blocks, sizeof blocks);
         unverified |= r->verify_failed;
         snprintf(name, sizeof name, "%s%s", r->verify_failed ? "!" : "", bench_op_get(r->op)->name);
-        fprintf(f, "%-16s %-7s %6lld %5s %3lld %4lld %4lld ", name, grid,
+        fprintf(f, "%-21s %-7s %6lld %5s %3lld %4lld %4lld ", name, grid,
                 (long long)bench_shape_n(&r->shape), blocks, (long long)r->shape.heads, (long long)r->shape.dk,
                 (long long)r->shape.dv);
         if (r->status == BENCH_STATUS_OK) {

@@ -106,7 +106,8 @@ void bench_fill_ratios(bench_row *rows, size_t count)
         const int self = r->status == BENCH_STATUS_ESTIMATED;
         const bench_op_id fwd = r->op == BENCH_OP_MHLA_BWD || r->op == BENCH_OP_MHLA_BWD_SAVED ? BENCH_OP_MHLA
                                 : r->op == BENCH_OP_LINEAR_BWD        ? BENCH_OP_LINEAR
-                                : r->op == BENCH_OP_MHLA_CAUSAL_BWD ? BENCH_OP_MHLA_CAUSAL
+                                : r->op == BENCH_OP_MHLA_CAUSAL_BWD || r->op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED
+                                    ? BENCH_OP_MHLA_CAUSAL
                                                                       : BENCH_OP_COUNT;
         const bench_row *f = fwd != BENCH_OP_COUNT ? find_timed(rows, count, fwd, r, 1) : NULL;
         if (f) {

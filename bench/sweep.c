@@ -32,7 +32,8 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
  * softmax and the causal chunk form. */
 static const bench_op_id shape_ops[] = {BENCH_OP_MHLA,           BENCH_OP_LINEAR,        BENCH_OP_BLAS,
                                         BENCH_OP_SOFTMAX,        BENCH_OP_MHLA_CAUSAL,   BENCH_OP_MHLA_BWD,
-                                        BENCH_OP_MHLA_BWD_SAVED, BENCH_OP_LINEAR_BWD,    BENCH_OP_MHLA_CAUSAL_BWD};
+                                        BENCH_OP_MHLA_BWD_SAVED, BENCH_OP_LINEAR_BWD,    BENCH_OP_MHLA_CAUSAL_BWD,
+                                        BENCH_OP_MHLA_CAUSAL_BWD_SAVED};
 
 /* The rows of one shape, written at rows[count...] when rows is not NULL: the mhla rows (one per M
  * of --m, or the rule's M), then linear, blas (one per M, as mhla), softmax, and on 1D shapes
@@ -47,7 +48,8 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
         /* on MHLA's block grid */
         const int blocked =
             op == BENCH_OP_MHLA || op == BENCH_OP_BLAS || op == BENCH_OP_MHLA_BWD || op == BENCH_OP_MHLA_BWD_SAVED;
-        const int chunked = op == BENCH_OP_MHLA_CAUSAL || op == BENCH_OP_MHLA_CAUSAL_BWD;
+        const int chunked =
+            op == BENCH_OP_MHLA_CAUSAL || op == BENCH_OP_MHLA_CAUSAL_BWD || op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED;
         const size_t variants = blocked && o->m_count ? o->m_count : chunked ? o->chunk_count : 1;
         for (size_t v = 0; v < variants; ++v, ++count) {
             init_row(rows, count, op, s);

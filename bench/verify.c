@@ -27,7 +27,7 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
     bench_shape v = *s;
     const int64_t n = bench_shape_n(s);
     const int bwd = op == BENCH_OP_MHLA_BWD || op == BENCH_OP_LINEAR_BWD || op == BENCH_OP_MHLA_CAUSAL_BWD ||
-                    op == BENCH_OP_MHLA_BWD_SAVED;
+                    op == BENCH_OP_MHLA_BWD_SAVED || op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED;
     const int64_t tokens = bwd ? VERIFY_BWD_TOKENS : VERIFY_TOKENS;
     switch (op) {
     case BENCH_OP_MHLA:
@@ -49,6 +49,7 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
         break;
     case BENCH_OP_MHLA_CAUSAL: /* the same chunk size; two chunks and a partial one at least */
     case BENCH_OP_MHLA_CAUSAL_BWD:
+    case BENCH_OP_MHLA_CAUSAL_BWD_SAVED:
         v.t = min64(n, max64(tokens, 2 * s->chunk + s->chunk / 2 + 1)), v.h = v.w = 1;
         bench_set_chunk(&v, s->chunk);
         break;
@@ -259,7 +260,9 @@ static mhla_status verify_backward(bench_case *c, bench_op_id id, const bench_op
     mhla_status st = MHLA_OK;
     cl_event done = NULL;
     cl_command_queue queue = mhla_context_queue(c->ctx);
-    const mhla_config cfg = id == BENCH_OP_MHLA_CAUSAL_BWD ? bench_causal_config(v) : bench_config(v);
+    const mhla_config cfg = id == BENCH_OP_MHLA_CAUSAL_BWD || id == BENCH_OP_MHLA_CAUSAL_BWD_SAVED
+                                ? bench_causal_config(v)
+                                : bench_config(v);
     if ((st = read_mixing(c->ctx, c->mixing, d)) != MHLA_OK)
         return st;
     const size_t n[4] = {d->nq, d->nq, d->nv, d->nm};
@@ -332,7 +335,7 @@ void bench_verify_op(mhla_context *ctx, const bench_options *o, const bench_op *
     c.ctx = ctx, c.in = &d.in;
     r->verify_n = bench_shape_n(&v);
     const int bwd = r->op == BENCH_OP_MHLA_BWD || r->op == BENCH_OP_LINEAR_BWD || r->op == BENCH_OP_MHLA_CAUSAL_BWD ||
-                    r->op == BENCH_OP_MHLA_BWD_SAVED;
+                    r->op == BENCH_OP_MHLA_BWD_SAVED || r->op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED;
     r->verify_tolerance = bwd ? mhla_reference_backward_tolerance(MHLA_DTYPE_F32)
                               : mhla_reference_tolerance(MHLA_DTYPE_F32, bench_shape_n(&v));
     if ((st = data_make(ctx, &v, o->seed + 0x5EED, &d)) == MHLA_OK && (st = op->create(&c, &v)) == MHLA_OK) {

@@ -728,9 +728,9 @@ static void test_verify_marks_failure(void **state)
     assert_non_null(out);
     bench_write_table(out, &rep);
     fclose(out);
-    assert_non_null(strstr(text, "\nmhla             1D"));  /* verified: no mark */
-    assert_non_null(strstr(text, "\n!linear          1D")); /* failed: marked */
-    assert_non_null(strstr(text, "\n!softmax         1D"));
+    assert_non_null(strstr(text, "\nmhla                  1D"));  /* verified: no mark */
+    assert_non_null(strstr(text, "\n!linear               1D")); /* failed: marked */
+    assert_non_null(strstr(text, "\n!softmax              1D"));
     assert_non_null(strstr(text, "! FAILED its check against the double reference"));
     free(text);
     write_report(&rep, path);
