@@ -269,12 +269,11 @@ static mhla_status create_causal_bwd(bench_case *c, const bench_shape *s)
     return st == MHLA_OK ? create_grads(c) : st;
 }
 
-/* mhla-bwd-saved: the plan keeps its forward's summaries, and one forward of the row's buffers runs
- * here (not timed): every timed backward then reuses them, as the backward of a training step
- * does right after its forward. */
-static mhla_status create_mhla_bwd_saved(bench_case *c, const bench_shape *s)
+/* The *-bwd-saved rows: the plan keeps its forward's summaries (mhla-causal: its chunk summaries and
+ * prefix mixtures), and one forward of the row's buffers runs here (not timed): every timed
+ * backward then reuses them, as the backward of a training step does right after its forward. */
+static mhla_status keep_forward(bench_case *c, mhla_status st)
 {
-    mhla_status st = create_mhla_bwd(c, s);
     if (st == MHLA_OK)
         st = mhla_plan_save_for_backward(c->plan, 1);
     if (st == MHLA_OK)
@@ -284,17 +283,14 @@ static mhla_status create_mhla_bwd_saved(bench_case *c, const bench_shape *s)
     return st;
 }
 
-/* mhla-causal-bwd-saved: the same for a causal plan (its chunk summaries and prefix mixtures). */
+static mhla_status create_mhla_bwd_saved(bench_case *c, const bench_shape *s)
+{
+    return keep_forward(c, create_mhla_bwd(c, s));
+}
+
 static mhla_status create_causal_bwd_saved(bench_case *c, const bench_shape *s)
 {
-    mhla_status st = create_causal_bwd(c, s);
-    if (st == MHLA_OK)
-        st = mhla_plan_save_for_backward(c->plan, 1);
-    if (st == MHLA_OK)
-        st = mhla_forward(c->plan, c->in->q, c->in->k, c->in->v, c->mixing, c->in->out, 0, NULL, NULL);
-    if (st == MHLA_OK && clFinish(mhla_context_queue(c->ctx)) != CL_SUCCESS)
-        st = MHLA_ERR_OPENCL;
-    return st;
+    return keep_forward(c, create_causal_bwd(c, s));
 }
 
 static mhla_status enqueue_backward(bench_case *c, cl_event *done)

@@ -133,28 +133,25 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
                  "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
                  "mhla_forward_varlen() with their cu_seqlens");
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
+    plan->saved = 0;
     if (plan->cfg.causal) {
-        plan->saved = 0;
-        MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));
         /* its chunk summaries and prefix mixtures stay in the plan's slots for the next backward
          * (host/backward_causal.c copies them into its own layout) */
-        goto saved;
-    }
-
-    plan->saved = 0;
-    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
-    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));
+    } else {
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
+        if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        }
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));
+        MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, out, done));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[3]));
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));
-    MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, out, done));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[3]));
-saved:
     if (plan->save_for_backward) { /* for the next mhla_backward() of these buffers */
         plan->saved = 1;
         plan->saved_in[0] = q, plan->saved_in[1] = k, plan->saved_in[2] = v, plan->saved_in[3] = mixing;

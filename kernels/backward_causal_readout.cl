@@ -3,19 +3,6 @@
 #include "common.h"
 #include "backward.h"
 
-/* 1/den_t and dL/dden_t of token t (1 and 0 without a normalizer). */
-void bc_norm(global const float *invs, global const float *rs, const long at, float *inv, float *r)
-{
-#if NORMALIZER == 0
-    *inv = invs[at];
-    *r = rs[at];
-#else
-    (void)invs, (void)rs, (void)at;
-    *inv = 1.0f;
-    *r = 0.0f;
-#endif
-}
-
 /* ---- the tiled read-outs: dq, dk and dv of a tile of BCT_TQ tokens of one chunk ----------------
  * Each is the forward's causal read-out (causal_output.cl) with other operands: a prefix product
  * of the tile's rows x_r with a slot, then the intra-chunk pairs through local memory BCT_KT tokens
@@ -53,6 +40,7 @@ void bc_norm(global const float *invs, global const float *rs, const long at, fl
 #define BCT_G(W, o, t)                                                                              \
     (LOADN(W, 0, dout + row_offset(g, bh, (t), DV) + (o)) * bct_inv(invs, (long)bh * g.n + (t)))
 
+/* 1/den_t and dL/dden_t of the token at `at` (1 and 0 without a normalizer). */
 float bct_inv(global const float *invs, const long at)
 {
 #if NORMALIZER == 0
@@ -309,8 +297,7 @@ kernel void bc_diag(global const STORE_T *restrict q, global const STORE_T *rest
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
     float acc = 0.0f;
     for (int t = t0; t < t0 + len; ++t) {
-        float inv, r;
-        bc_norm(invs, rs, (long)bh * g.n + t, &inv, &r);
+        const float inv = bct_inv(invs, (long)bh * g.n + t), r = bct_r(rs, (long)bh * g.n + t);
         global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
         global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
         VEC(BWD_VK) qv[BWD_NK];
