@@ -2029,7 +2029,12 @@ static void test_info(void **state)
     if (!strstr(r->out, uses))
         fail_msg("'mhla info' lacks '%s':\n%s", uses, r->out);
 
-    /* Two PoCL devices, the second picked by MHLA_DEVICE: its number read from the listing. */
+    /* Two PoCL devices, the second picked by MHLA_DEVICE: its number read from the listing. A
+     * machine without PoCL (a GPU machine running scripts/device_suite.py) has no such half. */
+    if (!strstr(r->out, ": pthread-")) {
+        printf("test_info: no PoCL device listed, so the POCL_DEVICES half is not run\n");
+        return;
+    }
     const char *two_plain[] = {"POCL_DEVICES=pthread pthread", "MHLA_DEVICE=", NULL};
     r = MHLA_ENV(two_plain, "info");
     expect_ok(r);

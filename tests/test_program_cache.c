@@ -139,7 +139,9 @@ static void test_fill_then_reuse(void **state)
     run_once();
     int tmp = 0;
     const int n = count_entries(&tmp);
-    assert_true(n >= 3); /* block_summary, mixing (or not), output: at least the stages built */
+    /* block summaries and output at least; the mixing is a program of ours only where the row does
+     * not take CLBlast's GEMM (the GPU row: 2 programs on NVIDIA's OpenCL) */
+    assert_true(n >= 2);
     assert_int_equal(tmp, 0);
     run_once();
     assert_int_equal(count_entries(&tmp), n); /* reused, nothing new */
@@ -204,7 +206,7 @@ static void test_program_folder_apart(void **state)
     setenv("MHLA_PROGRAM_CACHE_DIR", programs, 1);
     run_once();
     const int n = count_entries_in(programs, NULL);
-    assert_true(n >= 3);
+    assert_true(n >= 2); /* as in test_fill_then_reuse */
     assert_int_equal(count_entries_in(tuning, NULL), 0);
     run_once();
     assert_int_equal(count_entries_in(programs, NULL), n); /* reused */
