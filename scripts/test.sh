@@ -6,13 +6,18 @@
 #   instead, in build-asan/ (tests/sanitize/: the suppressions and runtime options).
 #   scripts/test.sh --mutations [ARGS]: the release step of tests/mutations/run.py (ARGS go to it):
 #   known defects put back one at a time, each must be caught by the cases named for it.
+#   scripts/test.sh --python [PYTEST ARGS]: only the Python suite (python/tests), which the plain
+#   command runs after meson's suites.
 set -euo pipefail
 # clang-14: the portability suite compiles every kernel specialization with its OpenCL front end.
 # libopenmpi-dev openmpi-bin: libmhla_mpi and the mpi suite (issue 15; meson -Dmpi=auto finds them).
 # libclang-rt-14-dev (libFuzzer, ASan, UBSan runtimes; only a Recommends of clang-14) and llvm-14
 # (llvm-symbolizer, for the reports' stacks): the fuzzers' short pass (tests/fuzz/).
+# python3-*: the Python package (python/, issue 23), built by meson-python into a virtual environment
+# of Debian's python3 (build/python-venv) and tested there with pytest.
 MHLA_EXTRA_PACKAGES="clang-14 libclang-rt-14-dev llvm-14 mesa-opencl-icd oclgrind qemu-user libopenmpi-dev openmpi-bin \
-${MHLA_EXTRA_PACKAGES:-}"
+python3-numpy python3-cffi python3-pyopencl python3-torch python3-pytest python3-mesonpy python3-sklearn python3-pip \
+python3-venv ${MHLA_EXTRA_PACKAGES:-}"
 sanitize=0
 if [ "${1:-}" = "--sanitize" ]; then
     sanitize=1
@@ -23,10 +28,18 @@ if [ "${1:-}" = "--mutations" ]; then
     mutations=1
     shift
 fi
+python_only=0
+if [ "${1:-}" = "--python" ]; then
+    python_only=1
+    shift
+fi
 nargs=$#
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 if [ "$mutations" = 1 ]; then
     exec python3 "$MHLA_ROOT/tests/mutations/run.py" "$@"
+fi
+if [ "$python_only" = 1 ]; then
+    exec "$MHLA_ROOT/scripts/python-suite.sh" "$@"
 fi
 
 rc=0
@@ -57,6 +70,10 @@ else
         meson test -C "$fuzz_dir" --no-rebuild --print-errorlogs --suite fuzz || rc=$?
         logs+=("$fuzz_dir/meson-logs/testlog.json")
     fi
+fi
+if [ "$nargs" = 0 ] && [ "$sanitize" = 0 ]; then
+    # The Python package, installed the README's way and tested with pytest (its own summary line).
+    "$MHLA_ROOT/scripts/python-suite.sh" || rc=$?
 fi
 python3 - "${logs[@]}" <<'PY'
 import json, re, sys

@@ -1,0 +1,302 @@
+"""mhla.Context: one OpenCL device (or a pyopencl queue), plans cached per configuration, and the
+forward and backward passes on NumPy arrays (through host memory) or pyopencl arrays (no host
+copy)."""
+import collections
+import threading
+
+import numpy as np
+
+from . import _config
+from ._config import Options, build, check_array, dtype_of
+from ._ffi import InvalidArgument, InvalidShape, check, ffi, lib
+
+# Plans kept per context: each holds its kernels and workspace; a training loop uses a handful.
+PLAN_CACHE = 32
+
+
+def _is_cl_array(x):
+    return hasattr(x, "base_data") and hasattr(x, "queue") and hasattr(x, "offset")
+
+
+def _bad(msg):
+    return InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, msg)
+
+
+class _Plan:
+    __slots__ = ("handle", "lock", "cfg")
+
+    def __init__(self, handle, cfg):
+        self.handle, self.cfg, self.lock = handle, cfg, threading.Lock()
+
+
+class Context:
+    """An OpenCL device for libmhla. `device`: None (MHLA_DEVICE, else the first GPU, else the first
+    device), "P:D", an index, or a name substring ("pthread", "NVIDIA"). Plans are created on first
+    use of a configuration and kept (the last 32); close() (or `with`) releases everything."""
+
+    def __init__(self, device=None, _handle=None, _queue=None):
+        self._plans = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._children = []  # decoders, closed before the context
+        self._queue = _queue  # the pyopencl queue of a wrapped context (keeps it alive)
+        if _handle is not None:
+            self._ctx = _handle
+            return
+        out = ffi.new("mhla_context **")
+        check(lib.mhla_context_create(device.encode() if device else ffi.NULL, out))
+        self._ctx = out[0]
+
+    @classmethod
+    def wrap(cls, queue):
+        """A context on an application's pyopencl CommandQueue: the library enqueues its work on that
+        queue (so it is ordered with the application's own) and forward/backward take and return
+        pyopencl arrays on it."""
+        if not hasattr(queue, "int_ptr") or not hasattr(queue, "context"):
+            raise _bad("Context.wrap takes a pyopencl.CommandQueue, not %s" % type(queue).__name__)
+        out = ffi.new("mhla_context **")
+        check(lib.mhla_context_wrap(ffi.cast("cl_context", queue.context.int_ptr),
+                                    ffi.cast("cl_command_queue", queue.int_ptr), out))
+        return cls(_handle=out[0], _queue=queue)
+
+    # ---- lifetime -----------------------------------------------------------------------------
+    def close(self):
+        with self._lock:
+            for child in self._children:
+                child.close()
+            self._children = []
+            for plan in self._plans.values():
+                lib.mhla_plan_destroy(plan.handle)
+            self._plans.clear()
+            if self._ctx is not None:
+                lib.mhla_context_destroy(self._ctx)
+                self._ctx = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if self._ctx is None:
+            raise _bad("this mhla.Context is closed")
+        return self._ctx
+
+    # ---- what it runs on ----------------------------------------------------------------------
+    @property
+    def device_name(self):
+        return ffi.string(lib.mhla_context_device_name(self._handle())).decode()
+
+    @property
+    def queue(self):
+        """The pyopencl queue of a wrapped context, else None."""
+        return self._queue
+
+    @property
+    def tuning(self):
+        buf = ffi.new("char[]", 4096)
+        check(lib.mhla_context_tuning(self._handle(), buf, 4096), self._ctx)
+        return ffi.string(buf).decode()
+
+    def set_tuning(self, spec):
+        """Overrides the tuning for plans created afterwards ("row=gpu", "wg=64,...", "" clears);
+        the plans cached so far are dropped so that the next call uses it."""
+        check(lib.mhla_context_set_tuning(self._handle(), (spec or "").encode()), self._ctx)
+        with self._lock:
+            for plan in self._plans.values():
+                lib.mhla_plan_destroy(plan.handle)
+            self._plans.clear()
+
+    # ---- plans ---------------------------------------------------------------------------------
+    def _plan(self, cfg, key, softmax):
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+            out = ffi.new("mhla_plan **")
+            create = lib.mhla_softmax_plan_create if softmax else lib.mhla_plan_create
+            check(create(self._handle(), cfg, out), self._ctx)
+            plan = _Plan(out[0], cfg)
+            self._plans[key] = plan
+            while len(self._plans) > PLAN_CACHE:
+                _, old = self._plans.popitem(last=False)
+                with old.lock:
+                    lib.mhla_plan_destroy(old.handle)
+            return plan
+
+    def plans(self):
+        """How many plans the context holds (one per configuration used, at most 32)."""
+        return len(self._plans)
+
+    # ---- forward ------------------------------------------------------------------------------
+    def forward(self, q, k, v, mixing=None, *, grid=None, blocks=None, normalizer=None,
+                feature_map=None, causal=False, chunk=None, cu_seqlens=None, dtype=None,
+                layout="bnhd", scale=None, eps=None, feature_eps=None, out=None):
+        """MHLA's output for q, k [B,N,H,Dk] and v [B,N,H,Dv] (layout "bnhd"; "bhnd" is [B,H,N,D]),
+        shaped like v. mixing: float32 M x M (M = the product of `blocks`), or R x R for causal=True
+        (R >= ceil(N / chunk)). Options default to the library's (SPEC.md): see help(mhla).
+        out: an array to write into (NumPy inputs: C-contiguous, v's shape and dtype), which saves
+        the first-touch page faults of a fresh output on every call (about 10% at N = 16384 on a
+        CPU device)."""
+        opts = Options(grid, blocks, normalizer, feature_map, causal, chunk, cu_seqlens, dtype,
+                       layout, scale, eps, feature_eps)
+        return self._forward(q, k, v, mixing, opts, out)
+
+    def softmax(self, q, k, v, *, grid=None, dtype=None, layout="bnhd", scale=None):
+        """Softmax attention over all N tokens (the baseline MHLA is measured against)."""
+        opts = Options(grid=grid, dtype=dtype, layout=layout, scale=scale, softmax=True)
+        return self._forward(q, k, v, None, opts)
+
+    def _forward(self, q, k, v, mixing, opts, out=None):
+        if _is_cl_array(q):
+            if out is not None:
+                raise _bad("out= is for NumPy arrays; the pyopencl path returns a new array")
+            return self._forward_cl(q, k, v, mixing, opts)
+        opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
+        shapes = [check_array(x, name, opts.dtype) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
+        mshape = None
+        if not opts.softmax:
+            mshape = check_array(mixing, "mixing", "f32", ndim=2)
+        cfg, key = build(opts, *shapes, mshape)
+        plan = self._plan(cfg, key, opts.softmax)
+        if out is None:
+            out = np.empty(shapes[2], dtype=_config.numpy_dtype(opts.dtype))
+        else:
+            if not isinstance(out, np.ndarray) or check_array(out, "out", opts.dtype) != shapes[2]:
+                raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE, "out must be an ndarray shaped like v, %s (got %s)"
+                                   % (shapes[2], getattr(out, "shape", type(out).__name__)))
+            if not out.flags.writeable or any(np.shares_memory(out, x) for x in (q, k, v, mixing) if x is not None):
+                raise _bad("out must be writable and share no memory with q, k, v or mixing")
+        fb = ffi.from_buffer
+        mix = fb("float[]", mixing) if mixing is not None else ffi.NULL
+        with plan.lock:
+            if opts.cu_seqlens is not None:
+                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+                st = lib.mhla_forward_varlen_host(plan.handle, fb(q), fb(k), fb(v), mix,
+                                                  fb("int32_t[]", cu), cu.size - 1, fb(out, require_writable=True))
+            else:
+                st = lib.mhla_forward_host(plan.handle, fb(q), fb(k), fb(v), mix, fb(out, require_writable=True))
+        check(st, self._ctx)
+        return out
+
+    # ---- backward -----------------------------------------------------------------------------
+    def backward(self, q, k, v, mixing, dout, *, grid=None, blocks=None, normalizer=None,
+                 feature_map=None, causal=False, chunk=None, cu_seqlens=None, dtype=None,
+                 layout="bnhd", scale=None, eps=None, feature_eps=None, dmixing=True):
+        """The gradients of forward()'s output against dout = dL/dO: (dq, dk, dv, dmixing), the first
+        three shaped and typed like q, k, v, dmixing float32 like mixing (summed over batch and heads;
+        None with dmixing=False, which skips that work)."""
+        opts = Options(grid, blocks, normalizer, feature_map, causal, chunk, cu_seqlens, dtype,
+                       layout, scale, eps, feature_eps)
+        if _is_cl_array(q):
+            return self._backward_cl(q, k, v, mixing, dout, opts, dmixing)
+        opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
+        shapes = [check_array(x, name, opts.dtype) for x, name in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))]
+        if shapes[3] != shapes[2]:
+            raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE,
+                               "dout has shape %s but the output is shaped like v, %s" % (shapes[3], shapes[2]))
+        mshape = check_array(mixing, "mixing", "f32", ndim=2)
+        cfg, key = build(opts, *shapes[:3], mshape)
+        plan = self._plan(cfg, key, False)
+        npd = _config.numpy_dtype(opts.dtype)
+        grads = [np.empty(s, dtype=npd) for s in shapes[:3]]
+        dmix = np.empty(mshape, dtype=np.float32) if dmixing else None
+        fb = ffi.from_buffer
+        w = [fb(g, require_writable=True) for g in grads]
+        dm = fb("float[]", dmix, require_writable=True) if dmix is not None else ffi.NULL
+        with plan.lock:
+            if opts.cu_seqlens is not None:
+                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+                st = lib.mhla_backward_varlen_host(plan.handle, fb(q), fb(k), fb(v), fb("float[]", mixing),
+                                                   fb("int32_t[]", cu), cu.size - 1, fb(dout), w[0], w[1], w[2], dm)
+            else:
+                st = lib.mhla_backward_host(plan.handle, fb(q), fb(k), fb(v), fb("float[]", mixing), fb(dout),
+                                            w[0], w[1], w[2], dm)
+        check(st, self._ctx)
+        return grads[0], grads[1], grads[2], dmix
+
+    # ---- pyopencl arrays: cl_mem in, cl_mem out, on the wrapped queue ---------------------------
+    def _cl_mem(self, x, what, waits):
+        if not _is_cl_array(x):
+            raise _bad("%s is a %s but q is a pyopencl array: pass every tensor as a pyopencl array"
+                       % (what, type(x).__name__))
+        if x.offset != 0:
+            raise _bad("%s starts %d bytes into its buffer (a view): libmhla takes whole buffers; "
+                       "pass a copy (x.copy()) or the base array" % (what, x.offset))
+        if x.context.int_ptr != int(ffi.cast("intptr_t", lib.mhla_context_cl_context(self._handle()))):
+            raise _bad("%s lives in another OpenCL context than this mhla.Context: create it with "
+                       "mhla.Context.wrap(queue) on the arrays' queue" % what)
+        waits.extend(e.int_ptr for e in getattr(x, "events", ()))
+        return ffi.cast("cl_mem", x.base_data.int_ptr)
+
+    def _cl_call(self, fn, args, outs):
+        """Runs an enqueue call with the inputs' events to wait for, and hands its done event to
+        every output array so that pyopencl orders what reads them after it."""
+        import pyopencl as cl
+
+        waits = args.pop()
+        wl = ffi.new("cl_event[]", [ffi.cast("cl_event", p) for p in waits]) if waits else ffi.NULL
+        done = ffi.new("cl_event *")
+        check(fn(*args, len(waits), wl, done), self._ctx)
+        event = cl.Event.from_int_ptr(int(ffi.cast("intptr_t", done[0])), retain=False)
+        for o in outs:
+            o.add_event(event)
+
+    def _cl_prepare(self, q, k, v, mixing, opts, extra=()):
+        import pyopencl.array as cla
+
+        if self._queue is None:
+            raise _bad("pyopencl arrays need a context made by mhla.Context.wrap(queue)")
+        opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
+        waits = []
+        named = [(q, "q"), (k, "k"), (v, "v")] + list(extra)
+        mems = [self._cl_mem(x, n, waits) for x, n in named]
+        shapes = [check_array(x, n, opts.dtype) for x, n in named]
+        mshape = None
+        mix = ffi.NULL
+        if not opts.softmax:
+            mix = self._cl_mem(mixing, "mixing", waits)
+            mshape = check_array(mixing, "mixing", "f32", ndim=2)
+        cfg, key = build(opts, *shapes[:3], mshape)
+        plan = self._plan(cfg, key, opts.softmax)
+        return cla, plan, mems, shapes, mix, mshape, waits
+
+    def _forward_cl(self, q, k, v, mixing, opts):
+        cla, plan, mems, shapes, mix, _, waits = self._cl_prepare(q, k, v, mixing, opts)
+        out = cla.empty(self._queue, shapes[2], _config.numpy_dtype(opts.dtype))
+        o = ffi.cast("cl_mem", out.base_data.int_ptr)
+        with plan.lock:
+            if opts.cu_seqlens is not None:
+                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+                self._cl_call(lib.mhla_forward_varlen, [plan.handle, *mems, mix, ffi.from_buffer("int32_t[]", cu),
+                                                         cu.size - 1, o, waits], [out])
+            else:
+                self._cl_call(lib.mhla_forward, [plan.handle, *mems, mix, o, waits], [out])
+        return out
+
+    def _backward_cl(self, q, k, v, mixing, dout, opts, want_dmixing):
+        cla, plan, mems, shapes, mix, mshape, waits = self._cl_prepare(q, k, v, mixing, opts, [(dout, "dout")])
+        if shapes[3] != shapes[2]:
+            raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE,
+                               "dout has shape %s but the output is shaped like v, %s" % (shapes[3], shapes[2]))
+        npd = _config.numpy_dtype(opts.dtype)
+        grads = [cla.empty(self._queue, s, npd) for s in shapes[:3]]
+        dmix = cla.empty(self._queue, mshape, np.float32) if want_dmixing else None
+        gm = [ffi.cast("cl_mem", g.base_data.int_ptr) for g in grads]
+        dm = ffi.cast("cl_mem", dmix.base_data.int_ptr) if dmix is not None else ffi.NULL
+        outs = grads + ([dmix] if dmix is not None else [])
+        with plan.lock:
+            if opts.cu_seqlens is not None:
+                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+                self._cl_call(lib.mhla_backward_varlen, [plan.handle, *mems[:3], mix, ffi.from_buffer("int32_t[]", cu),
+                                                          cu.size - 1, mems[3], *gm, dm, waits], outs)
+            else:
+                self._cl_call(lib.mhla_backward, [plan.handle, *mems[:3], mix, mems[3], *gm, dm, waits], outs)
+        return grads[0], grads[1], grads[2], dmix

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Python suite (python/tests): installs the package the README's way, `pip install
+# --no-build-isolation .` (meson-python builds the library into it), into a virtual environment of
+# Debian's python3 that sees the Debian packages (numpy, cffi, pyopencl, torch, pytest), then runs
+# pytest on the PoCL pthread device. Arguments go to pytest. Called by scripts/test.sh, which
+# installs the packages first.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${MHLA_BUILD_DIR:-$root/build}
+# Debian's interpreter: the python3-* packages are installed for it, whatever python3 is first on PATH.
+py=/usr/bin/python3
+venv=$build/python-venv
+[ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
+# A build folder of its own keeps the package's rebuild incremental (meson-python's builddir).
+"$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall \
+    --config-settings=builddir="$build/python-build" "$root" >"$build/python-install.log" 2>&1 ||
+    { cat "$build/python-install.log" >&2; echo "python: pip install failed" >&2; exit 1; }
+cache=$build/tests/cache/python
+rm -rf "$cache"
+mkdir -p "$cache"
+cd "$build"  # not the source tree: `import mhla` must find the installed package, not python/mhla
+MHLA_DEVICE=pthread MHLA_CACHE_DIR=$cache MHLA_PROGRAM_CACHE_DIR=$build/tests/programs \
+    "$venv/bin/python" -m pytest -p no:cacheprovider -ra -q "$root/python/tests" "$@"
