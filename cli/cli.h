@@ -56,6 +56,7 @@ int cli_mixing_init(const char *cmd, const char *label, mhla_init_kind kind, con
 
 int cmd_run(int argc, char **argv);
 int cmd_grad(int argc, char **argv);
+int cmd_diagnose(int argc, char **argv);
 int cmd_init_mixing(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);

@@ -122,7 +122,8 @@ static int parse_options(run_job *job, const char *grad_help, int argc, char **a
         return rc;
     static const int run_required[] = {O_Q, O_K, O_V, O_OUT, -1, -1, -1};
     static const int grad_required[] = {O_Q, O_K, O_V, O_DOUT, O_DQ, O_DK, O_DV};
-    const int *required = grad_help ? grad_required : run_required;
+    static const int diagnose_required[] = {O_Q, O_K, -1, -1, -1, -1, -1};
+    const int *required = !grad_help ? run_required : strcmp(cmd, "diagnose") == 0 ? diagnose_required : grad_required;
     for (size_t i = 0; i < 7 && required[i] >= 0; ++i)
         if (!o[required[i]].value)
             return cli_usage(cmd, "%s: missing %s %s", cmd, o[required[i]].name, o[required[i]].metavar);

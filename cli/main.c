@@ -19,6 +19,7 @@ static const char usage[] =
     "commands:\n"
     "  run          MHLA forward pass: --q Q.npy --k K.npy --v V.npy --out O.npy [options]\n"
     "  grad         its backward pass: ... --dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy\n"
+    "  diagnose     rank and entropy of softmax, linear and MHLA attention on your Q, K\n"
     "  init-mixing  write an initial M x M mixing matrix: --blocks ... --init KIND --out MC.npy\n"
     "  info         list the OpenCL platforms and devices, and which one is used\n"
     "  selftest     check every path on a device against the double reference\n"
@@ -174,11 +175,11 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } commands[] = {{"run", cmd_run}, {"grad", cmd_grad}, {"init-mixing", cmd_init_mixing}, {"info", cmd_info}, {"selftest", cmd_selftest}, {"tune", cmd_tune}};
+    } commands[] = {{"run", cmd_run}, {"grad", cmd_grad}, {"diagnose", cmd_diagnose}, {"init-mixing", cmd_init_mixing}, {"info", cmd_info}, {"selftest", cmd_selftest}, {"tune", cmd_tune}};
 
     int rc = -1;
     if (argc < 2) {
-        rc = cli_fail(CLI_USAGE, "missing command: run, grad, init-mixing, info, selftest or tune (see 'mhla --help')");
+        rc = cli_fail(CLI_USAGE, "missing command: run, grad, diagnose, init-mixing, info, selftest or tune (see 'mhla --help')");
     } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, stdout);
         rc = CLI_OK;
@@ -190,7 +191,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name) == 0)
             rc = commands[i].run(argc - 1, argv + 1);
     if (rc < 0)
-        rc = cli_fail(CLI_USAGE, "unknown command '%s' (expected run, grad, init-mixing, info, selftest or tune; see 'mhla --help')",
+        rc = cli_fail(CLI_USAGE, "unknown command '%s' (expected run, grad, diagnose, init-mixing, info, selftest or tune; see 'mhla --help')",
                       argv[1]);
     /* What was printed is part of the result: a full disk or a closed pipe is a failure. */
     if ((fflush(stdout) != 0 || ferror(stdout)) && rc == CLI_OK)

@@ -14,7 +14,9 @@ enum {
     O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
     O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_MPI,
     /* `mhla grad` only (cmd_grad.c); run's table leaves them unnamed, so that run refuses them. */
-    O_DOUT, O_DQ, O_DK, O_DV, O_DMIXING, O_COUNT
+    O_DOUT, O_DQ, O_DK, O_DV, O_DMIXING,
+    /* `mhla diagnose` only (cmd_diagnose.c), unnamed in run's and grad's tables. */
+    O_ROWS, O_NO_SAMPLE, O_SEED, O_RTOL, O_JSON, O_SVG, O_COUNT
 };
 
 #define RUN_CMD "run" /* the subcommand, for cli_usage() */
@@ -46,9 +48,10 @@ typedef struct run_job {
 
 /* ---- cmd_run.c, for cmd_grad.c and run_mpi.c ---- */
 
-/* Everything `run` does before the device: the options (grad_help: grad's help text and required
- * options, NULL for run's), the inputs, --grid/--blocks, the causal rules, the mixing matrix and
- * the configuration's check; messages name `command`. Returns 0 or the exit code. */
+/* Everything `run` does before the device: the options (grad_help: the help text of grad or
+ * diagnose, whose required options follow `command`; NULL for run's), the inputs, --grid/--blocks,
+ * the causal rules, the mixing matrix and the configuration's check; messages name `command`.
+ * Returns 0 or the exit code. */
 int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);
 /* run_prepare()'s first step alone: the options (run checks --mpi before reading any input). */
 int run_parse(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);

@@ -345,6 +345,16 @@ size_t mhla__dtype_size(mhla_dtype dtype);
 /* The config with defaults resolved (scale 0 -> the mode's default, mixing_rows 0 -> M). */
 void mhla__config_resolve(mhla_config *cfg);
 
+/* The double reference's elements (host/reference.c), shared with host/diagnose.c: phi(x), and the
+ * offset of element (batch b, token t, head h, column d) in a tensor of n tokens and dim columns. */
+double mhla__ref_feature(double x, mhla_feature_map fm, double feature_eps);
+size_t mhla__ref_offset(const mhla_config *c, int64_t n, int64_t b, int64_t t, int64_t h, int64_t d, int64_t dim);
+
+/* The eigenvalues of the symmetric n x n matrix a (row-major, overwritten), ascending, into w
+ * (host/spectrum.c): Householder reduction to tridiagonal form, then bisection with Sturm counts.
+ * Returns 0, or -1 when out of host memory. */
+int mhla__symmetric_eigenvalues(double *a, int64_t n, double *w);
+
 /* Mirror of kernels/common.h's mhla_grid, passed by value to every kernel. */
 typedef struct mhla_grid_args {
     cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh, run;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* phi(x) in double, NaN-propagating like the kernels. */
-static double feature(double x, mhla_feature_map fm, double feature_eps)
+double mhla__ref_feature(double x, mhla_feature_map fm, double feature_eps)
 {
     switch (fm) {
     case MHLA_FEATURE_NONE:
@@ -26,7 +26,7 @@ static double feature(double x, mhla_feature_map fm, double feature_eps)
 }
 
 /* Offset of element (batch, token, head, d) in a tensor of `dim` columns. */
-static size_t offset(const mhla_config *c, int64_t n, int64_t b, int64_t t, int64_t h, int64_t d, int64_t dim)
+size_t mhla__ref_offset(const mhla_config *c, int64_t n, int64_t b, int64_t t, int64_t h, int64_t d, int64_t dim)
 {
     if (c->layout == MHLA_LAYOUT_BHND)
         return (size_t)((((b * c->heads + h) * n) + t) * dim + d);
@@ -60,14 +60,14 @@ static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, i
     double *qt = mhla__calloc((size_t)Dk, sizeof *qt), *num = mhla__calloc((size_t)Dv, sizeof *num);
     MHLA_FAIL_IF(st, !S || !z || !P || !zP || !qt || !num, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_reference_forward: out of host memory");
-#define KT(s, d) feature(k[offset(c, n, b, t0 + (s), h, (d), Dk)], c->feature_map, feps)
+#define KT(s, d) mhla__ref_feature(k[mhla__ref_offset(c, n, b, t0 + (s), h, (d), Dk)], c->feature_map, feps)
     /* S_j = sum_{s in chunk j} k~_s v_s^T, z_j = sum k~_s. */
     for (int64_t s = 0; s < len; ++s)
         for (int64_t d = 0; d < Dk; ++d) {
             const double kd = KT(s, d);
             z[(s / C) * Dk + d] += kd;
             for (int64_t e = 0; e < Dv; ++e)
-                S[((s / C) * Dk + d) * Dv + e] += kd * v[offset(c, n, b, t0 + s, h, e, Dv)];
+                S[((s / C) * Dk + d) * Dv + e] += kd * v[mhla__ref_offset(c, n, b, t0 + s, h, e, Dv)];
         }
     for (int64_t i = 0; i < M; ++i) {
         /* P_i = sum_{j<i} Mc[i,j] S_j (and z likewise). */
@@ -85,7 +85,7 @@ static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, i
         for (int64_t t = i * C; t < end; ++t) {
             double den_inter = 0.0, den_intra = 0.0;
             for (int64_t d = 0; d < Dk; ++d) {
-                qt[d] = scale * feature(q[offset(c, n, b, t0 + t, h, d, Dk)], c->feature_map, feps);
+                qt[d] = scale * mhla__ref_feature(q[mhla__ref_offset(c, n, b, t0 + t, h, d, Dk)], c->feature_map, feps);
                 den_inter += qt[d] * zP[d];
             }
             for (int64_t e = 0; e < Dv; ++e) {
@@ -101,11 +101,11 @@ static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, i
                     a += qt[d] * KT(s, d);
                 den_intra += a;
                 for (int64_t e = 0; e < Dv; ++e)
-                    intra[e] += a * v[offset(c, n, b, t0 + s, h, e, Dv)];
+                    intra[e] += a * v[mhla__ref_offset(c, n, b, t0 + s, h, e, Dv)];
             }
             const double den = paper ? den_inter + mii * den_intra + c->eps : 1.0;
             for (int64_t e = 0; e < Dv; ++e)
-                out[offset(c, n, b, t0 + t, h, e, Dv)] = (num[e] + mii * intra[e]) / den;
+                out[mhla__ref_offset(c, n, b, t0 + t, h, e, Dv)] = (num[e] + mii * intra[e]) / den;
         }
     }
 #undef KT
@@ -189,10 +189,10 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
                 for (int64_t p = 0; p < Nb; ++p) {
                     const int64_t t = token_of(&cfg, &s, blk, p);
                     for (int64_t d = 0; d < Dk; ++d) {
-                        const double kd = feature(k[offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
+                        const double kd = mhla__ref_feature(k[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
                         double *row = S + (blk * Dk + d) * C;
                         for (int64_t e = 0; e < Dv; ++e)
-                            row[e] += kd * v[offset(&cfg, N, b, t, h, e, Dv)];
+                            row[e] += kd * v[mhla__ref_offset(&cfg, N, b, t, h, e, Dv)];
                         row[Dv] += kd;
                     }
                 }
@@ -210,7 +210,7 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
                     const int64_t t = token_of(&cfg, &s, blk, p);
                     double dot = 0.0;
                     for (int64_t d = 0; d < Dk; ++d) {
-                        const double qd = scale * feature(q[offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
+                        const double qd = scale * mhla__ref_feature(q[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
                         qt[(blk * Nb + p) * Dk + d] = qd;
                         dot += qd * S[(blk * Dk + d) * C + Dv];
                     }
@@ -235,7 +235,7 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
                         double num = 0.0;
                         for (int64_t d = 0; d < Dk; ++d)
                             num += qd[d] * Smix[(i * Dk + d) * C + e];
-                        out[offset(&cfg, N, b, t, h, e, Dv)] = num / den;
+                        out[mhla__ref_offset(&cfg, N, b, t, h, e, Dv)] = num / den;
                     }
                 }
         }
@@ -271,7 +271,7 @@ mhla_status mhla_reference_softmax(const mhla_config *cfg_in, const float *q, co
                 for (int64_t u = 0; u < N; ++u) {
                     double dot = 0.0;
                     for (int64_t d = 0; d < Dk; ++d)
-                        dot += (double)q[offset(&cfg, N, b, t, h, d, Dk)] * k[offset(&cfg, N, b, u, h, d, Dk)];
+                        dot += (double)q[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)] * k[mhla__ref_offset(&cfg, N, b, u, h, d, Dk)];
                     logit[u] = cfg.scale * dot;
                     mx = fmax(mx, logit[u]);
                 }
@@ -282,8 +282,8 @@ mhla_status mhla_reference_softmax(const mhla_config *cfg_in, const float *q, co
                 for (int64_t e = 0; e < Dv; ++e) {
                     double acc = 0.0;
                     for (int64_t u = 0; u < N; ++u)
-                        acc += logit[u] * v[offset(&cfg, N, b, u, h, e, Dv)];
-                    out[offset(&cfg, N, b, t, h, e, Dv)] = acc / sum;
+                        acc += logit[u] * v[mhla__ref_offset(&cfg, N, b, u, h, e, Dv)];
+                    out[mhla__ref_offset(&cfg, N, b, t, h, e, Dv)] = acc / sum;
                 }
             }
 cleanup:

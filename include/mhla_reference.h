@@ -85,6 +85,66 @@ MHLA_API double mhla_max_rel_err(const float *got, const double *ref, size_t n);
  * bf16: 1.6e-2, against the reference run on the same rounded inputs); 0 for an unknown dtype. */
 MHLA_API double mhla_reference_tolerance(mhla_dtype dtype, int64_t n);
 
+/* ---- Diagnosis: global context collapse (the paper's Sec. 3, Fig. 3) -------------------------- */
+
+/* The three attention matrices mhla_diagnose() compares, in its result arrays' order. */
+typedef enum mhla_attention_kind {
+    MHLA_ATTENTION_SOFTMAX = 0, /* softmax(q.k / sqrt(Dk)) over the keys (causal: s <= t) */
+    MHLA_ATTENTION_LINEAR = 1,  /* phi: q~.k~ over all keys (causal: s <= t), rows normalised: M = 1 */
+    MHLA_ATTENTION_MHLA = 2     /* Mc[b(t), b(s)] q~.k~ (causal: chunks, s <= t), rows normalised */
+} mhla_attention_kind;
+#define MHLA_ATTENTION_KINDS 3
+#define MHLA_DIAGNOSE_MAX_ROWS 1024 /* the default limit on materialised query rows */
+
+typedef struct mhla_diagnose_options {
+    int64_t max_rows; /* query rows materialised per head (1..65536): every row when N <= max_rows */
+    int sample;       /* N > max_rows: 1 = a uniform random sample of max_rows distinct query rows,
+                         0 = refuse (MHLA_ERR_INVALID_SHAPE naming N and the limit) */
+    uint32_t seed;    /* the sample's seed */
+    double rank_rtol; /* numerical rank: singular values above rank_rtol * the largest (in (0, 1)) */
+} mhla_diagnose_options;
+
+/*! mhla_diagnose_options_init() : max_rows MHLA_DIAGNOSE_MAX_ROWS, sample 1, seed 1, rank_rtol 1e-5.
+ * (1e-5 and not less: the singular values come from the eigenvalues of A A^T, accurate to about
+ * rows * 1e-16 of the largest, i.e. to ~3e-7 of the largest singular value at 1024 rows.) */
+MHLA_API void mhla_diagnose_options_init(mhla_diagnose_options *opt);
+
+typedef struct mhla_diagnose_result {
+    int64_t heads, n;  /* H and the tokens N */
+    int64_t rows;      /* query rows of each matrix: N, or max_rows sampled ones */
+    int sampled;       /* 1 when rows < N (a random sample of the queries) */
+    double rank_rtol;
+    /* Per head h and kind a, averaged over the batch: index h * MHLA_ATTENTION_KINDS + a. */
+    double *rank;      /* numerical rank */
+    double *entropy;   /* mean row entropy in nats: -sum_s p log p, p = |w| / sum |w| over the row's keys
+                          (w the kind's weights; rows whose weights are all zero are left out) */
+    double *sigma;     /* [h][a][rows]: the singular values, descending, averaged over the batch */
+    /* What rank cannot exceed (non-causal): softmax min(rows, N); linear min(rows, Dk); MHLA
+     * min(rows, sum over blocks of min(tokens in the block, Dk)). Causal: rows (the masked diagonal
+     * chunks can have full rank). */
+    int64_t rank_bound[MHLA_ATTENTION_KINDS];
+} mhla_diagnose_result;
+
+/*! mhla_diagnose() :
+ * Materialises, in double precision on the host, the effective attention matrix of softmax
+ * attention, linear attention and MHLA for q and k under `cfg` (its grid, blocks, feature map,
+ * feature_eps, scale, causal and chunk; the normalizer only scales rows, which changes neither the
+ * rank nor the normalised rows, so every normalizer gives the same diagnosis), and measures, per
+ * head (averaged over the batch), each matrix's singular values, numerical rank and mean row
+ * entropy (the paper's sparsity measure: lower is more focused). Softmax uses scale Dk^-0.5.
+ * q, k: float [B,N,H,Dk] (or BHND); mixing as mhla_forward() takes it (M x M, or causal R x R).
+ * Cost: O(rows^2 * N + rows^3) per head and kind (about a second per matrix at 1024 x 1024).
+ * `opt` NULL takes mhla_diagnose_options_init()'s. `out` is filled and owns its arrays (release
+ * with mhla_diagnose_result_free()); on failure it is zeroed.
+ * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT (NULL, bad option, a varlen config); the config's own
+ *         validation status; MHLA_ERR_INVALID_SHAPE when N > max_rows and sampling is off;
+ *         MHLA_ERR_OUT_OF_HOST_MEMORY. Thread-safe. */
+MHLA_API mhla_status mhla_diagnose(const mhla_config *cfg, const float *q, const float *k, const float *mixing,
+                                   const mhla_diagnose_options *opt, mhla_diagnose_result *out);
+
+/*! mhla_diagnose_result_free() : releases the result's arrays and zeroes it; NULL is ignored. */
+MHLA_API void mhla_diagnose_result_free(mhla_diagnose_result *res);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Self-test: qualify a device                                                                  */
 /* ------------------------------------------------------------------------------------------ */

@@ -19,5 +19,5 @@ cache=$build/tests/cache/python
 rm -rf "$cache"
 mkdir -p "$cache"
 cd "$build"  # not the source tree: `import mhla` must find the installed package, not python/mhla
-MHLA_DEVICE=pthread MHLA_CACHE_DIR=$cache MHLA_PROGRAM_CACHE_DIR=$build/tests/programs \
+MHLA_CLI=$build/cli/mhla MHLA_DEVICE=pthread MHLA_CACHE_DIR=$cache MHLA_PROGRAM_CACHE_DIR=$build/tests/programs \
     "$venv/bin/python" -m pytest -p no:cacheprovider -ra -q "$root/python/tests" "$@"

@@ -17,11 +17,11 @@ from ._decoder import Decoder
 from ._ffi import (BlasError, BufferTooSmall, BuildFailed, CapacityExceeded, ConfigMismatch, DeviceError,
                    DeviceNotFound, InvalidArgument, InvalidShape, MHLAError, MPIError, OpenCLError,
                    OutOfDeviceMemory, OutOfHostMemory, SequenceTooLong, Unsupported)
-from ._functions import (devices, from_bf16, init_mixing, max_rel_err, reference_backward, reference_forward,
+from ._functions import (devices, diagnose, from_bf16, init_mixing, max_rel_err, reference_backward, reference_forward,
                          to_bf16, tolerance, tune, version)
 
 __version__ = version()
-__all__ = ["Context", "Decoder", "devices", "init_mixing", "reference_forward", "reference_backward",
+__all__ = ["Context", "Decoder", "devices", "diagnose", "init_mixing", "reference_forward", "reference_backward",
            "max_rel_err", "tolerance", "tune", "to_bf16", "from_bf16", "version", "MHLAError",
            "InvalidArgument", "InvalidShape", "BufferTooSmall", "Unsupported", "DeviceError", "DeviceNotFound",
            "OutOfDeviceMemory", "OutOfHostMemory", "BuildFailed", "OpenCLError", "BlasError", "SequenceTooLong",

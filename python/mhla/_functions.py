@@ -190,3 +190,35 @@ def tune(ctx, *, dk=64, dv=None, n=4096, heads=8, blocks=16, candidates=None, ru
                                       % (best_ms, base, n, heads, blocks)).encode()), ctx._ctx)
         report["stored"] = True
     return report
+
+
+KINDS = ("softmax", "linear", "mhla")
+
+
+def diagnose(q, k, mixing, *, max_rows=1024, sample=True, seed=1, rank_rtol=1e-5, **options):
+    """The paper's diagnosis (mhla_diagnose): for softmax, linear attention and MHLA under Context.forward's
+    options (grid, blocks, feature_map, causal, chunk, scale, ...), per head (averaged over the batch):
+    numerical rank, mean row entropy (nats) and the singular values, materialised in float64 for up to
+    max_rows query rows (a random sample of them beyond, when sample=True). Returns a dict."""
+    opts = Options(**options)
+    opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
+    shapes = [check_array(x, n, opts.dtype) for x, n in ((q, "q"), (k, "k"))]
+    mshape = check_array(mixing, "mixing", "f32", ndim=2)
+    cfg, _ = build(opts, shapes[0], shapes[1], shapes[1], mshape)
+    o = ffi.new("mhla_diagnose_options *")
+    lib.mhla_diagnose_options_init(o)
+    o.max_rows, o.sample, o.seed, o.rank_rtol = int(max_rows), int(bool(sample)), int(seed), float(rank_rtol)
+    res = ffi.new("mhla_diagnose_result *")
+    fb = ffi.from_buffer
+    check(lib.mhla_diagnose(cfg, fb("float[]", _widened(q, opts.dtype)), fb("float[]", _widened(k, opts.dtype)),
+                            fb("float[]", mixing), o, res))
+    try:
+        h, r, kinds = res.heads, res.rows, len(KINDS)
+        rank = np.frombuffer(ffi.buffer(res.rank, h * kinds * 8), np.float64).reshape(h, kinds).copy()
+        entropy = np.frombuffer(ffi.buffer(res.entropy, h * kinds * 8), np.float64).reshape(h, kinds).copy()
+        sigma = np.frombuffer(ffi.buffer(res.sigma, h * kinds * r * 8), np.float64).reshape(h, kinds, r).copy()
+        return {"n": res.n, "rows": r, "sampled": bool(res.sampled), "rank_rtol": res.rank_rtol,
+                "kinds": KINDS, "rank": rank, "entropy": entropy, "sigma": sigma,
+                "rank_bound": tuple(res.rank_bound[i] for i in range(kinds))}
+    finally:
+        lib.mhla_diagnose_result_free(res)
