@@ -285,6 +285,15 @@ int stage_times_or_unusable(mhla_plan *plan, mhla_stage_times *t)
     return 0;
 }
 
+float *identity_mixing(int64_t m)
+{
+    float *mix = calloc((size_t)(m * m), sizeof *mix);
+    assert_non_null(mix);
+    for (int64_t i = 0; i < m; ++i)
+        mix[i * m + i] = 1.0f;
+    return mix;
+}
+
 double host_ms(void)
 {
     struct timespec ts;

@@ -176,4 +176,7 @@ mhla_config config_causal(int64_t batch, int64_t heads, int64_t n, int64_t chunk
 void slice_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst);
 void place_tokens(const mhla_config *cfg, int64_t N, int64_t D, const float *src, int64_t t0, int64_t n, float *dst);
 
+/* The m x m identity as a mixing matrix (each block, or chunk, sees only itself); malloc'd. */
+float *identity_mixing(int64_t m);
+
 #endif

@@ -49,14 +49,6 @@ static float *random_floats(size_t count, uint32_t seed)
     return x;
 }
 
-static float *identity(int64_t m)
-{
-    float *x = calloc((size_t)(m * m), sizeof *x);
-    assert_non_null(x);
-    for (int64_t i = 0; i < m; ++i)
-        x[i * m + i] = 1.0f;
-    return x;
-}
 
 #define AT(res, h, kind) ((h) * MHLA_ATTENTION_KINDS + (kind))
 
@@ -69,7 +61,7 @@ static void test_uniform_rows_closed_form(void **state)
     const int64_t n = 96, m = 4;
     mhla_config c = diag_config_1d(n, 2, 6, m);
     c.feature_map = MHLA_FEATURE_NONE;
-    float *q = filled((size_t)(n * 2 * 6), 0.5f), *k = filled((size_t)(n * 2 * 6), 0.25f), *mc = identity(m);
+    float *q = filled((size_t)(n * 2 * 6), 0.5f), *k = filled((size_t)(n * 2 * 6), 0.25f), *mc = identity_mixing(m);
     mhla_diagnose_result r;
     assert_int_equal(mhla_diagnose(&c, q, k, mc, NULL, &r), MHLA_OK);
     assert_int_equal(r.heads, 2), assert_int_equal(r.n, n), assert_int_equal(r.rows, n), assert_false(r.sampled);
@@ -165,7 +157,7 @@ static void test_sampling_and_limit(void **state)
     const int64_t n = 300;
     mhla_config c = diag_config_1d(n, 1, 4, 3);
     float *q = random_floats((size_t)(n * 4), 7), *k = random_floats((size_t)(n * 4), 8);
-    float *mc = identity(3);
+    float *mc = identity_mixing(3);
     mhla_diagnose_options o;
     mhla_diagnose_options_init(&o);
     assert_int_equal(o.max_rows, MHLA_DIAGNOSE_MAX_ROWS);
@@ -201,7 +193,7 @@ static void test_refusals(void **state)
 {
     (void)state;
     mhla_config c = diag_config_1d(32, 1, 4, 2);
-    float *q = random_floats(128, 1), *k = random_floats(128, 2), *mc = identity(2);
+    float *q = random_floats(128, 1), *k = random_floats(128, 2), *mc = identity_mixing(2);
     mhla_diagnose_options o;
     mhla_diagnose_options_init(&o);
     expect_refused(&c, NULL, k, mc, NULL, MHLA_ERR_INVALID_ARGUMENT, "must not be NULL");

@@ -209,14 +209,6 @@ static mhla_config grid_config(mhla_dtype dt, int64_t **pos)
     return c;
 }
 
-static float *identity(int64_t m)
-{
-    float *mix = calloc((size_t)(m * m), sizeof *mix);
-    assert_non_null(mix);
-    for (int64_t i = 0; i < m; ++i)
-        mix[i * m + i] = 1.0f;
-    return mix;
-}
 
 static void test_forward_rounds_to_nearest_even(void **state)
 {
@@ -225,7 +217,7 @@ static void test_forward_rounds_to_nearest_even(void **state)
         int64_t *pos;
         mhla_config c = grid_config((mhla_dtype)dt, &pos);
         inputs16 in = inputs_make(c.dtype, &c, pos);
-        float *mix = identity(6), *want = forward_products(&c, &in);
+        float *mix = identity_mixing(6), *want = forward_products(&c, &in);
         uint16_t *out = nan16(in.v.n);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
@@ -250,7 +242,7 @@ static mhla_config causal_config(mhla_dtype dt, int64_t n)
 /* The causal identity: 1 on the diagonal, 0 below it, NaN above (never read). */
 static float *causal_identity(int64_t r)
 {
-    float *mix = identity(r);
+    float *mix = identity_mixing(r);
     for (int64_t i = 0; i < r; ++i)
         for (int64_t j = i + 1; j < r; ++j)
             mix[i * r + j] = NAN;
@@ -390,7 +382,7 @@ static void test_backward_rounds_to_nearest_even(void **state)
         int64_t *gpos;
         mhla_config c = grid_config((mhla_dtype)dt, &gpos);
         inputs16 in = inputs_make(c.dtype, &c, gpos);
-        float *mix = identity(6);
+        float *mix = identity_mixing(6);
         expect_gradients(ctx, &c, &in, mix, grid_peer, "backward 2D");
         inputs_free(&in);
         free(gpos), free(mix);
