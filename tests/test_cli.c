@@ -387,7 +387,7 @@ static void test_help_and_version(void **state)
 
     r = MHLA("--help");
     expect_ok(r);
-    const char *top[] = {"usage: mhla", "run ", "init-mixing ", "info ", "exit codes"};
+    const char *top[] = {"usage: mhla", "run ", "diagnose ", "init-mixing ", "info ", "exit codes"};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; ++i)
         assert_non_null(strstr(r->out, top[i]));
     /* Every option of `run` is documented in its help. */
@@ -409,7 +409,7 @@ static void test_help_and_version(void **state)
     expect_ok(r);
     assert_non_null(strstr(r->out, "usage: mhla info"));
 
-    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, grad, init-mixing, info, selftest or tune; see 'mhla --help')");
+    expect_fail(MHLA("frob"), 2, "mhla: unknown command 'frob' (expected run, grad, diagnose, init-mixing, info, selftest or tune; see 'mhla --help')");
     const char *none[] = {NULL};
     expect_fail(finish(spawn(NULL, NULL, none)), 2, "missing command");
     /* A failed write of what was printed is a failure too. */
