@@ -14,12 +14,12 @@ void mhla__backward_destroy(mhla_bwd *b)
 {
     if (!b)
         return;
-    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_dq,           b->k_dkv,
-                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce, b->k_tsum};
+    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq, b->k_dkv,
+                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix, b->tsum, b->dmix_part};
+    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix, b->tsum, b->dmix_part, b->dz_partial};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -92,7 +92,8 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz", &b->k_official_dz));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_part", &b->k_official_dz));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_sum", &b->k_official_dz_sum));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_readout", &b->k_dq));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
@@ -107,8 +108,14 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
         mhla__local_size_3d(ctx, b->k_dq_official, tok, wg, b->lws_token);
     mhla__local_size_3d(ctx, b->k_dq, b->rows_ext, wg, b->lws_dq);
     mhla__local_size_3d(ctx, b->k_dkv, b->rows_ext, wg, b->lws_dkv);
-    const size_t zext[3] = {1, bh, m};
-    mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zcol);
+    /* The z columns' parts: 256 tokens each (a work-item's walk), at most 64 per block. */
+    const int64_t nb = plan->shape.nb;
+    b->dz_part_len = (cl_int)(nb <= 256 * 64 ? 256 : (nb + 63) / 64);
+    b->dz_parts = (cl_int)((nb + b->dz_part_len - 1) / b->dz_part_len);
+    const size_t zvec = (size_t)(c->dk / b->tiles.bwd_vk);
+    const size_t zext[3] = {zvec, bh, m * (size_t)b->dz_parts}, sext[3] = {zvec, bh, m};
+    mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zpart);
+    mhla__local_size_3d(ctx, b->k_official_dz_sum, sext, wg, b->lws_zsum);
     const size_t text[3] = {(size_t)c->dv, bh, m};
     mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
 
@@ -117,6 +124,8 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
                                                     "a transposed summary", &b->tsum));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m * sizeof(float), "Mc transposed", &b->mix_t));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, (size_t)b->dz_parts * m * bh * (size_t)c->dk * sizeof(float),
+                                                    "the z columns' parts", &b->dz_partial));
     if (c->normalizer != MHLA_NORMALIZER_NONE)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float), "the per-token dL/dden", &b->r));
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
@@ -126,23 +135,39 @@ cleanup:
     return st;
 }
 
-/* The z column of a summary-shaped buffer: sum_p w q~ (has_w), else 0 (bwd_official_dz). */
+/* The z column of a summary-shaped buffer: sum_p w q~ (has_w), else 0 (bwd_official_dz_part in
+ * parts of a block's tokens, then bwd_official_dz_sum). */
 static mhla_status z_column(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem w, cl_mem dst, cl_int has_w)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const float feps = plan->cfg.feature_eps, scale = plan->cfg.scale;
-    const size_t ext[3] = {1, (size_t)plan->shape.bh, (size_t)plan->shape.m};
-    cl_kernel kr = b->k_official_dz;
-    MHLA_SET_ARG(st, ctx, kr, 0, q);
-    MHLA_SET_ARG(st, ctx, kr, 1, w);
-    MHLA_SET_ARG(st, ctx, kr, 2, dst);
-    MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 4, feps);
-    MHLA_SET_ARG(st, ctx, kr, 5, scale);
-    MHLA_SET_ARG(st, ctx, kr, 6, has_w);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zcol, 0, NULL, NULL,
-                                           "clEnqueueNDRangeKernel(bwd_official_dz)"));
+    const size_t zvec = (size_t)(plan->cfg.dk / b->tiles.bwd_vk), bh = (size_t)plan->shape.bh,
+                 m = (size_t)plan->shape.m;
+    const cl_int parts = has_w ? b->dz_parts : 0;
+    if (has_w) {
+        const size_t ext[3] = {zvec, bh, m * (size_t)parts};
+        cl_kernel kr = b->k_official_dz;
+        MHLA_SET_ARG(st, ctx, kr, 0, q);
+        MHLA_SET_ARG(st, ctx, kr, 1, w);
+        MHLA_SET_ARG(st, ctx, kr, 2, b->dz_partial);
+        MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 4, feps);
+        MHLA_SET_ARG(st, ctx, kr, 5, scale);
+        MHLA_SET_ARG(st, ctx, kr, 6, parts);
+        MHLA_SET_ARG(st, ctx, kr, 7, b->dz_part_len);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zpart, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_official_dz_part)"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
+    const size_t ext[3] = {zvec, bh, m};
+    cl_kernel kr = b->k_official_dz_sum;
+    MHLA_SET_ARG(st, ctx, kr, 0, b->dz_partial);
+    MHLA_SET_ARG(st, ctx, kr, 1, dst);
+    MHLA_SET_ARG(st, ctx, kr, 2, plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 3, parts);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zsum, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_official_dz_sum)"));
 cleanup:
     return st;
 }

@@ -16,8 +16,11 @@ typedef struct mhla_bwd {
     mhla_tiles tiles;  /* the plan's, with the backward's bwd_* */
     /* non-causal plans (host/backward.c): kernels/backward_readout.cl's read-outs, the z columns
      * and transposed summaries, dMc in two steps (partial sums per chunk, then their sum) */
-    cl_kernel k_dq, k_dkv, k_dq_official, k_official_dz, k_tsum, k_transpose, k_dmixing, k_dmix_reduce;
-    size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zcol[3], lws_tsum[3];
+    cl_kernel k_dq, k_dkv, k_dq_official, k_official_dz, k_official_dz_sum, k_tsum, k_transpose, k_dmixing,
+        k_dmix_reduce;
+    size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3];
+    cl_mem dz_partial;       /* the z columns' parts: dz_parts x M x B*H x Dk floats */
+    cl_int dz_parts, dz_part_len; /* parts of at most dz_part_len tokens per block */
     size_t rows_ext[3]; /* the read-outs' extent: (ceil(Nb / BWD_RT), B*H, M) */
     cl_mem tsum; /* a transposed summary (S~^T, then dS^T), rows of B*H*Dv*(Dk+1) floats */
     cl_mem dmix_part; /* dMc's partial sums: dmix_chunks x M x M floats */

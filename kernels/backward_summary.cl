@@ -23,37 +23,51 @@ kernel void bwd_transpose_summary(global const float *restrict src, global float
         t[d] = s[(long)d * DV];
 }
 
-/* global: (1, B*H, M). sum_p w_{b,p} q~_{b,p} written over the z column of a summary row: the
- * official normalizer's dz_b with w = R = Mc^T r (the rows of the denominators that read block b's
- * queries) over dS; the paper normalizer's z column of G_i with w = r; 0 where has_w is 0 (the
- * summary kernel leaves sum phi(q) there, which no gradient has without the paper normalizer).
- * One work-item per (block, head) walks the block's q rows in token order, whole rows as vectors. */
-kernel void bwd_official_dz(global const STORE_T *restrict q, global const float *restrict rmix,
-                            global float *restrict dsum, const mhla_grid g_arg, const float feature_eps,
-                            const float scale, const int has_w)
+/* global: (DK / BWD_VK, B*H, M * parts). The z column of a summary row, sum_p w_{b,p} q~_{b,p}, in
+ * parts: the official normalizer's dz_b with w = R = Mc^T r (the rows of the denominators that read
+ * block b's queries) over dS; the paper normalizer's z column of G_i with w = r. Work-item
+ * (j, bh, blk * parts + part) sums vector j of the rows of tokens [part * part_len, +part_len) of
+ * the block, in token order, into its slot of `partial` ([parts][M][B*H][DK]); bwd_official_dz_sum
+ * adds the parts. Why parts: one work-item per (block, head) over all of a block's tokens ran the
+ * linear-attention backward (M = 1, 16384 tokens, 8 heads: eight work-items) at 72x its forward
+ * on an NVIDIA H200. */
+kernel void bwd_official_dz_part(global const STORE_T *restrict q, global const float *restrict rmix,
+                                 global float *restrict partial, const mhla_grid g_arg, const float feature_eps,
+                                 const float scale, const int parts, const int part_len)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int bh = (int)get_global_id(1), blk = (int)get_global_id(2);
-    if (get_global_id(0) != 0 || bh >= g.bh || blk >= g.m)
+    const int j = (int)get_global_id(0), bh = (int)get_global_id(1), bp = (int)get_global_id(2);
+    if (j >= DK / BWD_VK || bh >= g.bh || bp >= g.m * parts)
         return;
+    const int blk = bp / parts, part = bp % parts;
+    const int p0 = part * part_len, p1 = min(g.nb, p0 + part_len);
     global const STORE_T *qbase = q + row_base(g, bh, DK);
     const long qs = row_stride(g, DK), at0 = ((long)blk * g.bh + bh) * g.nb;
-    VEC(BWD_VK) acc[DK / BWD_VK];
-    #pragma unroll
-    for (int j = 0; j < DK / BWD_VK; ++j)
-        acc[j] = (VEC(BWD_VK))(0.0f);
-    token_walk w = walk_begin(g, blk, 0);
-    for (int p = 0; p < g.nb && has_w; ++p) {
-        const float wt = rmix[at0 + p] * scale;
-        global const STORE_T *row = qbase + w.t * qs;
-        #pragma unroll
-        for (int j = 0; j < DK / BWD_VK; ++j)
-            acc[j] += wt * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, row), feature_eps);
-        if (p + 1 < g.nb)
-            walk_next(g, &w);
+    VEC(BWD_VK) acc = (VEC(BWD_VK))(0.0f);
+    if (p0 < p1) {
+        token_walk w = walk_begin(g, blk, p0);
+        for (int p = p0; p < p1; ++p) {
+            const float wt = rmix[at0 + p] * scale;
+            acc += wt * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), feature_eps);
+            if (p + 1 < p1)
+                walk_next(g, &w);
+        }
     }
-    global float *z = dsum + summary_z_offset(g.bh, blk, bh);
-    #pragma unroll
-    for (int j = 0; j < DK / BWD_VK; ++j)
-        VSTOREN(BWD_VK, acc[j], j, z);
+    VSTOREN(BWD_VK, acc, j, partial + (((long)part * g.m + blk) * g.bh + bh) * DK);
+}
+
+/* global: (DK / BWD_VK, B*H, M). The parts' sums, added in part order (bit-identical run to run),
+ * written over the z column; parts = 0 writes 0 there (the summary kernel leaves sum phi(q) in it,
+ * which no gradient has without the paper normalizer). */
+kernel void bwd_official_dz_sum(global const float *restrict partial, global float *restrict dsum, const mhla_grid g_arg,
+                                const int parts)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int j = (int)get_global_id(0), bh = (int)get_global_id(1), blk = (int)get_global_id(2);
+    if (j >= DK / BWD_VK || bh >= g.bh || blk >= g.m)
+        return;
+    VEC(BWD_VK) acc = (VEC(BWD_VK))(0.0f);
+    for (int part = 0; part < parts; ++part)
+        acc += VLOADN(BWD_VK, j, partial + (((long)part * g.m + blk) * g.bh + bh) * DK);
+    VSTOREN(BWD_VK, acc, j, dsum + summary_z_offset(g.bh, blk, bh));
 }
