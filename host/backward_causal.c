@@ -121,6 +121,13 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
+    /* bc_diag's parts per (chunk, head): the row's dg_parts, at most a chunk's rows and one work-group */
+    {
+        const int64_t rows = c->chunk < plan->shape.n ? c->chunk : plan->shape.n;
+        int64_t parts = plan->causal->kern->tuning.dg_parts;
+        parts = parts < 1 ? 1 : parts > rows ? rows : parts;
+        b->tiles.bct_dg = (int)mhla__local_size(ctx, b->k_bc_diag, (size_t)parts);
+    }
 cleanup:
     return st;
 }
@@ -233,7 +240,7 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t 
             *slots[i] = NULL;
         }
     if (b->diag) {
-        plan->workspace_bytes -= b->entries_cap * (size_t)plan->cfg.heads * sizeof(float);
+        plan->workspace_bytes -= b->entries_cap * (size_t)plan->cfg.heads * (size_t)b->tiles.bct_dg * sizeof(float);
         clReleaseMemObject(b->diag);
         b->diag = NULL;
     }
@@ -243,7 +250,9 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t 
     MHLA_FAIL_IF(st, !b->tab_host, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the chunk table");
     for (size_t i = 0; i < nslots; ++i)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * slot, what[i], slots[i]));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * (size_t)plan->cfg.heads * sizeof(float),
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
+                                                    entries * (size_t)plan->cfg.heads * (size_t)b->tiles.bct_dg *
+                                                        sizeof(float),
                                                     "the diagonal terms of dMc", &b->diag));
     b->entries_cap = entries;
 tiles:
@@ -431,7 +440,8 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         }
     }
     if (dmixing) {
-        const size_t dext[3] = {(size_t)heads, entries, 1}, dloc[3] = {1, 1, 1};
+        const cl_int parts = (cl_int)b->tiles.bct_dg;
+        const size_t dext[3] = {(size_t)parts, (size_t)heads, entries}, dloc[3] = {(size_t)parts, 1, 1};
         kr = b->k_bc_diag;
         for (cl_uint i = 0; i < 4; ++i)
             MHLA_SET_ARG(st, ctx, kr, i, in[i]);
@@ -443,7 +453,8 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_SET_ARG(st, ctx, kr, 9, feps);
         MHLA_SET_ARG(st, ctx, kr, 10, scale);
         MHLA_SET_ARG(st, ctx, kr, 11, nent);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, dext, dloc, 0, NULL, NULL, "bc_diag"));
+        MHLA_SET_ARG(st, ctx, kr, 12, parts);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, dext, dloc, 0, NULL, NULL, "bc_diag"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         /* <G_i, S_j> per sequence (its entries are consecutive, from its chunk 0), summed over the
          * sequences in table order after the longest, whose product covers every row written */
@@ -474,6 +485,8 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_SET_ARG(st, ctx, kr, 4, covered);
         MHLA_SET_ARG(st, ctx, kr, 5, heads);
         MHLA_SET_ARG(st, ctx, kr, 6, nent);
+        const cl_int dparts = (cl_int)b->tiles.bct_dg;
+        MHLA_SET_ARG(st, ctx, kr, 7, dparts);
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, fext, floc, 0, NULL, NULL, "bc_dmix_finish"));
     }
 cleanup:

@@ -229,6 +229,8 @@ typedef struct mhla_tuning {
     int sm_bk;         /* softmax: keys per local-memory tile (shrunk to fit local memory) */
     int sm_vw;         /* softmax: vector width */
     int sm_rows;       /* softmax: 1 = each work-item copies whole tile rows, 0 = coalesced copy */
+    int dg_parts;      /* causal backward: bc_diag's work-items per (chunk, head), query rows interleaved
+                          (1 on CPUs: one walks the chunk; GPUs want a work-group of lanes) */
     char origin[160];  /* where the values came from: "built-in row 'cpu', MHLA_TUNING" */
 } mhla_tuning;
 
@@ -268,6 +270,7 @@ typedef struct mhla_tiles {
                                            BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
     int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass (host/backward.c) */
     int bct_sr;                         /* BCT_SR rows of S or G per work-item (backward_causal.cl) */
+    int bct_dg;                         /* bc_diag's parts per (chunk, head): dg_parts fitted */
 } mhla_tiles;
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program

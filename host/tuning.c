@@ -58,27 +58,27 @@ static const tuning_row rows[] = {
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0, .mix_kernel = 1,
       .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 0,
-      .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+      .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1}},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 16,
      {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 2, .sum_chunk = 128, .out_rt = 4, .out_ve = 16, .out_nv = 2,
       .out_dc = 8, .out_nt = 1, .wg = 64, .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1,
       .mix_mr = 8, .mix_ve = 16, .mix_nv = 2, .pre_mr = 8, .pre_nv = 2, .tq = 32, .kt = 32, .gemm_rows = 0,
-      .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
+      .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1, .dg_parts = 1}},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
      {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .sum_chunk = 128, .out_rt = 4, .out_ve = 16, .out_nv = 2,
       .out_dc = 8, .out_nt = 1, .wg = 64, .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1,
       .mix_mr = 4, .mix_ve = 16, .mix_nv = 2, .pre_mr = 4, .pre_nv = 2, .tq = 32, .kt = 32, .gemm_rows = 0,
-      .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1}},
+      .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1, .dg_parts = 1}},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, 0,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0, .mix_kernel = 0,
       .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 32,
-      .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+      .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32}},
     {"default", NULL, NULL, 0, 0,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0, .mix_kernel = 0,
       .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 32,
-      .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0}},
+      .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8}},
 };
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
 
@@ -110,7 +110,7 @@ static const tuning_field fields[] = {
     FIELD(mix_kernel, 0), FIELD(mix_mr, 1),     FIELD(mix_ve, 1),        FIELD(mix_nv, 1),
     FIELD(pre_mr, 1),     FIELD(pre_nv, 1),     FIELD(tq, 1),            FIELD(kt, 1),
     FIELD(gemm_rows, 0),  FIELD(sm_bq, 1),
-    FIELD(sm_bk, 1),      FIELD(sm_vw, 1),      FIELD(sm_rows, 0),
+    FIELD(sm_bk, 1),      FIELD(sm_vw, 1),      FIELD(sm_rows, 0),       FIELD(dg_parts, 1),
 };
 #undef FIELD
 #define FIELD_COUNT (sizeof fields / sizeof fields[0])
@@ -269,11 +269,11 @@ mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size)
              "%s: vec=%d sum_rd=%d,sum_ve=%d,sum_nv=%d,sum_chunk=%d out_rt=%d,out_ve=%d,out_nv=%d,out_dc=%d,"
              "out_nt=%d wg=%d groups_per_cu=%d split_min_len=%d pf=%d mix_kernel=%d,mix_mr=%d,mix_ve=%d,mix_nv=%d "
              "pre_mr=%d,pre_nv=%d tq=%d,kt=%d,gemm_rows=%d "
-             "sm_bq=%d,sm_bk=%d,sm_vw=%d,sm_rows=%d",
+             "sm_bq=%d,sm_bk=%d,sm_vw=%d,sm_rows=%d dg_parts=%d",
              t.origin, t.vec, t.sum_rd, t.sum_ve, t.sum_nv, t.sum_chunk, t.out_rt, t.out_ve, t.out_nv, t.out_dc,
              t.out_nt, t.wg, t.groups_per_cu, t.split_min_len, t.pf, t.mix_kernel, t.mix_mr, t.mix_ve, t.mix_nv,
              t.pre_mr, t.pre_nv, t.tq, t.kt, t.gemm_rows,
-             t.sm_bq, t.sm_bk, t.sm_vw, t.sm_rows);
+             t.sm_bq, t.sm_bk, t.sm_vw, t.sm_rows, t.dg_parts);
 cleanup:
     return st;
 }

@@ -283,20 +283,24 @@ kernel void bc_dv(BCT_ARGS)
                 tiles_per_chunk, xs, ys, sc, cb);
 }
 
-/* global: (H, entries). diag[kk][h] = sum_{t in chunk, s <= t} (q~_t . k~_s)(g_t . v_s + r_t). */
+/* global: (parts, H, entries); local: (parts, 1, 1). diag[kk][h][part] = the part's share of
+ * sum_{t in chunk, s <= t} (q~_t . k~_s)(g_t . v_s + r_t): query rows t0 + part, + parts, ...
+ * (interleaved, so that the parts' triangles are about equal). parts = 1 on CPUs (one work-item
+ * walks the chunk: the row's dg_parts); a GPU runs a work-group of parts lanes per (chunk, head)
+ * instead of a work-group of one. bc_dmix_finish adds the parts in order. */
 kernel void bc_diag(global const STORE_T *restrict q, global const STORE_T *restrict k,
                     global const STORE_T *restrict v, global const STORE_T *restrict dout,
                     global const int *restrict tab, global const float *restrict invs,
                     global const float *restrict rs, global float *restrict diag, const mhla_grid g_arg,
-                    const float feature_eps, const float scale, const int entries)
+                    const float feature_eps, const float scale, const int entries, const int parts)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int h = (int)get_global_id(0), kk = (int)get_global_id(1);
-    if (h >= g.heads || kk >= entries)
+    const int part = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (part >= parts || h >= g.heads || kk >= entries)
         return;
     const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
     float acc = 0.0f;
-    for (int t = t0; t < t0 + len; ++t) {
+    for (int t = t0 + part; t < t0 + len; t += parts) {
         const float inv = bct_inv(invs, (long)bh * g.n + t), r = bct_r(rs, (long)bh * g.n + t);
         global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
         global const STORE_T *orow = dout + row_offset(g, bh, t, DV);
@@ -318,7 +322,7 @@ kernel void bc_diag(global const STORE_T *restrict q, global const STORE_T *rest
             acc += BWD_HSUM(BWD_VK, a) * (BWD_HSUM(BWD_VV, b) + r);
         }
     }
-    diag[(long)kk * g.heads + h] = acc;
+    diag[((long)kk * g.heads + h) * parts + part] = acc;
 }
 
 /* global: (R, R). dMc of a causal plan, finished: below the diagonal, where the sequences' tiled
@@ -327,7 +331,7 @@ kernel void bc_diag(global const STORE_T *restrict q, global const STORE_T *rest
  * i of their heads' diagonal terms (bc_diag); 0 above it. */
 kernel void bc_dmix_finish(global const int *restrict tab, global const float *restrict diag,
                            global float *restrict dmix, const int R, const int covered, const int heads,
-                           const int entries)
+                           const int entries, const int parts)
 {
     const int j = (int)get_global_id(0), i = (int)get_global_id(1);
     if (j >= R || i >= R)
@@ -339,7 +343,8 @@ kernel void bc_dmix_finish(global const int *restrict tab, global const float *r
         for (int kk = 0; kk < entries; ++kk)
             if (ENT(kk, 2) == i)
                 for (int h = 0; h < heads; ++h)
-                    acc += diag[(long)kk * heads + h];
+                    for (int part = 0; part < parts; ++part)
+                        acc += diag[((long)kk * heads + h) * parts + part];
     }
     dmix[(long)i * R + j] = acc;
 }
