@@ -89,3 +89,17 @@ def test_no_dmixing(ctx, rng):
     mixing = mhla.init_mixing("paper", 4)
     dq, dk, dv, dm = ctx.backward(q, k, v, mixing, rand(rng, v.shape), blocks=4, dmixing=False)
     assert dm is None and np.all(np.isfinite(dq))
+
+
+@pytest.mark.parametrize("parts", [3, 16])
+def test_causal_diagonal_in_parts(rng, parts):
+    """dMc's diagonal with bc_diag split over `parts` work-items per (chunk, head) (the tuning field
+    dg_parts: 1 on CPU rows, 32 on the GPU row), against the reference."""
+    with mhla.Context() as c:
+        c.set_tuning("dg_parts=%d" % parts)
+        assert "dg_parts=%d" % parts in c.tuning
+        q, k, v = qkv(rng, n=45)
+        mixing = mhla.init_mixing("causal-uniform", 3)
+        dout = rand(rng, v.shape)
+        kw = dict(causal=True, chunk=16, normalizer="paper")
+        check(c.backward(q, k, v, mixing, dout, **kw), mhla.reference_backward(q, k, v, mixing, dout, **kw))
