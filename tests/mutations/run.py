@@ -68,8 +68,8 @@ MUTATIONS = [
               ("config", "test_batch_heads_limit", "batch * heads"),
               ("config", "test_element_count_limit", "overflows 64-bit sizes")]),
     Mutation("reference-nan-forward", "the double reference emits one NaN element (forward)",
-             [("host/reference.c", "out[offset(&cfg, N, b, t, h, e, Dv)] = num / den;",
-               "out[offset(&cfg, N, b, t, h, e, Dv)] = b + t + h + e == 0 ? NAN : num / den;", 1)],
+             [("host/reference.c", "out[mhla__ref_offset(&cfg, N, b, t, h, e, Dv)] = num / den;",
+               "out[mhla__ref_offset(&cfg, N, b, t, h, e, Dv)] = b + t + h + e == 0 ? NAN : num / den;", 1)],
              [("reference", "test_reference_matches_token_level", "[0] is nan"),
               ("forward", "test_modes_matrix", "reference[0] is nan")]),
     Mutation("reference-nan-dq", "the double reference emits one NaN element (dq)",
@@ -104,8 +104,8 @@ MUTATIONS = [
              [("backward", "test_backward_eps_non_causal", "paper relu-eps"),
               ("backward", "test_backward_eps_causal", "paper relu-eps")]),
     Mutation("backward-summary-drops-feature-eps", "the backward's summaries drop feature_eps",
-             [("kernels/backward_summary.cl", "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, row), feature_eps)",
-               "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, row), 0.0f)", 1)],
+             [("kernels/backward_summary.cl", "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), feature_eps)",
+               "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), 0.0f)", 1)],
              [("backward", "test_backward_eps_non_causal", "relu-eps")]),
 ]
 
