@@ -6,7 +6,9 @@ does not match the layout is refused, because a silent copy would hide a layout 
 passed as BHND has the same size) and cost the copy on every call."""
 import numpy as np
 
-from ._ffi import InvalidArgument, InvalidShape, ffi, lib
+from ._ffi import bad_shape as _shape_err
+from ._ffi import ffi, lib
+from ._ffi import invalid as _bad
 
 _DTYPES = {"f32": (lib.MHLA_DTYPE_F32, np.dtype(np.float32)),
            "f16": (lib.MHLA_DTYPE_F16, np.dtype(np.float16)),
@@ -18,14 +20,6 @@ _NORMALIZERS = {"paper": lib.MHLA_NORMALIZER_PAPER, "official": lib.MHLA_NORMALI
                 "none": lib.MHLA_NORMALIZER_NONE}
 _FEATURE_MAPS = {"none": lib.MHLA_FEATURE_NONE, "relu": lib.MHLA_FEATURE_RELU,
                  "relu-eps": lib.MHLA_FEATURE_RELU_EPS, "elu1": lib.MHLA_FEATURE_ELU1}
-
-
-def _bad(msg):
-    return InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, msg)
-
-
-def _shape_err(msg):
-    return InvalidShape(lib.MHLA_ERR_INVALID_SHAPE, msg)
 
 
 def _pick(table, value, what):
@@ -69,14 +63,18 @@ def check_array(x, what, dtype_name, ndim=None):
     return tuple(int(s) for s in x.shape)
 
 
-def _grid3(grid, n, what):
+def grid3(grid, n, what):
+    """An int or 1-3 extents as (T, H, W): (N,) -> (N, 1, 1), (H, W) -> (1, H, W); None -> (n, 1, 1)."""
     if grid is None:
         return (n, 1, 1)
     g = tuple(int(v) for v in (grid if isinstance(grid, (tuple, list)) else (grid,)))
-    if not 1 <= len(g) <= 3:
-        raise _shape_err("%s=%r must have 1 to 3 extents" % (what, grid))
-    g = {1: lambda: (g[0], 1, 1), 2: lambda: (1, g[0], g[1]), 3: lambda: g}[len(g)]()
-    return g
+    if len(g) == 1:
+        return (g[0], 1, 1)
+    if len(g) == 2:
+        return (1, g[0], g[1])
+    if len(g) == 3:
+        return g
+    raise _shape_err("%s=%r must have 1 to 3 extents" % (what, grid))
 
 
 class Options:
@@ -132,7 +130,7 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
         cfg.feature_eps = float(opts.feature_eps)
 
     if opts.causal:
-        if opts.grid is not None and _grid3(opts.grid, n, "grid")[1:] != (1, 1):
+        if opts.grid is not None and grid3(opts.grid, n, "grid")[1:] != (1, 1):
             raise _bad("grid=%r: the causal chunk form takes a 1D sequence" % (opts.grid,))
         if opts.blocks is not None:
             raise _bad("blocks=%r: the causal chunk form has chunks, not blocks (use chunk=)" % (opts.blocks,))
@@ -151,7 +149,7 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
         if opts.cu_seqlens is not None:
             raise _bad("cu_seqlens is given but causal=False: packed variable-length batches "
                        "are a causal mode")
-        t, hs, ws = _grid3(opts.grid, n, "grid")
+        t, hs, ws = grid3(opts.grid, n, "grid")
         if t * hs * ws != n:
             raise _shape_err("grid=%r has %d tokens but the arrays have N = %d" % (opts.grid, t * hs * ws, n))
         cfg.seq_t, cfg.seq_h, cfg.seq_w = t, hs, ws
@@ -169,7 +167,7 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
                 given = opts.grid if isinstance(opts.grid, (tuple, list)) else (opts.grid,)
                 if len(g) != len(given):
                     raise _bad("blocks=%r has %d extents but grid=%r has %d" % (blocks, len(g), opts.grid, len(given)))
-            bt, bh, bw = _grid3(g, n, "blocks")
+            bt, bh, bw = grid3(g, n, "blocks")
             cfg.block_t, cfg.block_h, cfg.block_w = bt, bh, bw
             m = bt * bh * bw
             if mixing_shape is not None and tuple(mixing_shape) != (m, m):
@@ -182,7 +180,23 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
     return cfg, key
 
 
-def cu_seqlens_array(cu, n):
+def prepare(opts, named, mixing):
+    """Everything forward, backward, the reference and the diagnosis check before the library:
+    the storage type (from the first array when opts.dtype is None), each array (dtype,
+    contiguity), a dout after q, k, v shaped like v, the mixing matrix (not for softmax), and the
+    configuration. named: [(array, name), ...] with q, k, v first. Returns (cfg, key, shapes,
+    mixing shape, cu_seqlens as int32 or None)."""
+    opts.dtype = dtype_of(opts.dtype, np.dtype(named[0][0].dtype))
+    shapes = [check_array(x, name, opts.dtype) for x, name in named]
+    if len(shapes) > 3 and shapes[3] != shapes[2]:
+        raise _shape_err("dout has shape %s but the output is shaped like v, %s" % (shapes[3], shapes[2]))
+    mshape = None if opts.softmax else check_array(mixing, "mixing", "f32", ndim=2)
+    cfg, key = build(opts, *shapes[:3], mshape)
+    cu = cu_seqlens_array(opts.cu_seqlens) if opts.cu_seqlens is not None else None
+    return cfg, key, shapes, mshape, cu
+
+
+def cu_seqlens_array(cu):
     """cu_seqlens as a C-contiguous int32 array (a list is converted: it is index data, not a tensor)."""
     if isinstance(cu, np.ndarray):
         if cu.dtype != np.int32:

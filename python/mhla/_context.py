@@ -7,8 +7,9 @@ import threading
 import numpy as np
 
 from . import _config
-from ._config import Options, build, check_array, dtype_of
-from ._ffi import InvalidArgument, InvalidShape, check, ffi, lib
+from ._config import Options, check_array, prepare
+from ._ffi import bad_shape, check, ffi, lib
+from ._ffi import invalid as _bad
 
 # Plans kept per context: each holds its kernels and workspace; a training loop uses a handful.
 PLAN_CACHE = 32
@@ -18,15 +19,11 @@ def _is_cl_array(x):
     return hasattr(x, "base_data") and hasattr(x, "queue") and hasattr(x, "offset")
 
 
-def _bad(msg):
-    return InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, msg)
-
-
 class _Plan:
-    __slots__ = ("handle", "lock", "cfg")
+    __slots__ = ("handle", "lock")
 
-    def __init__(self, handle, cfg):
-        self.handle, self.cfg, self.lock = handle, cfg, threading.Lock()
+    def __init__(self, handle):
+        self.handle, self.lock = handle, threading.Lock()
 
 
 class Context:
@@ -123,7 +120,7 @@ class Context:
             out = ffi.new("mhla_plan **")
             create = lib.mhla_softmax_plan_create if softmax else lib.mhla_plan_create
             check(create(self._handle(), cfg, out), self._ctx)
-            plan = _Plan(out[0], cfg)
+            plan = _Plan(out[0])
             self._plans[key] = plan
             while len(self._plans) > PLAN_CACHE:
                 _, old = self._plans.popitem(last=False)
@@ -159,26 +156,20 @@ class Context:
             if out is not None:
                 raise _bad("out= is for NumPy arrays; the pyopencl path returns a new array")
             return self._forward_cl(q, k, v, mixing, opts)
-        opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
-        shapes = [check_array(x, name, opts.dtype) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
-        mshape = None
-        if not opts.softmax:
-            mshape = check_array(mixing, "mixing", "f32", ndim=2)
-        cfg, key = build(opts, *shapes, mshape)
+        cfg, key, shapes, _, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v")], mixing)
         plan = self._plan(cfg, key, opts.softmax)
         if out is None:
             out = np.empty(shapes[2], dtype=_config.numpy_dtype(opts.dtype))
         else:
             if not isinstance(out, np.ndarray) or check_array(out, "out", opts.dtype) != shapes[2]:
-                raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE, "out must be an ndarray shaped like v, %s (got %s)"
-                                   % (shapes[2], getattr(out, "shape", type(out).__name__)))
+                raise bad_shape("out must be an ndarray shaped like v, %s (got %s)"
+                                % (shapes[2], getattr(out, "shape", type(out).__name__)))
             if not out.flags.writeable or any(np.shares_memory(out, x) for x in (q, k, v, mixing) if x is not None):
                 raise _bad("out must be writable and share no memory with q, k, v or mixing")
         fb = ffi.from_buffer
         mix = fb("float[]", mixing) if mixing is not None else ffi.NULL
         with plan.lock:
-            if opts.cu_seqlens is not None:
-                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+            if cu is not None:
                 st = lib.mhla_forward_varlen_host(plan.handle, fb(q), fb(k), fb(v), mix,
                                                   fb("int32_t[]", cu), cu.size - 1, fb(out, require_writable=True))
             else:
@@ -197,13 +188,7 @@ class Context:
                        layout, scale, eps, feature_eps)
         if _is_cl_array(q):
             return self._backward_cl(q, k, v, mixing, dout, opts, dmixing)
-        opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
-        shapes = [check_array(x, name, opts.dtype) for x, name in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))]
-        if shapes[3] != shapes[2]:
-            raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE,
-                               "dout has shape %s but the output is shaped like v, %s" % (shapes[3], shapes[2]))
-        mshape = check_array(mixing, "mixing", "f32", ndim=2)
-        cfg, key = build(opts, *shapes[:3], mshape)
+        cfg, key, shapes, mshape, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v"), (dout, "dout")], mixing)
         plan = self._plan(cfg, key, False)
         npd = _config.numpy_dtype(opts.dtype)
         grads = [np.empty(s, dtype=npd) for s in shapes[:3]]
@@ -212,8 +197,7 @@ class Context:
         w = [fb(g, require_writable=True) for g in grads]
         dm = fb("float[]", dmix, require_writable=True) if dmix is not None else ffi.NULL
         with plan.lock:
-            if opts.cu_seqlens is not None:
-                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+            if cu is not None:
                 st = lib.mhla_backward_varlen_host(plan.handle, fb(q), fb(k), fb(v), fb("float[]", mixing),
                                                    fb("int32_t[]", cu), cu.size - 1, fb(dout), w[0], w[1], w[2], dm)
             else:
@@ -254,27 +238,20 @@ class Context:
 
         if self._queue is None:
             raise _bad("pyopencl arrays need a context made by mhla.Context.wrap(queue)")
-        opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
         waits = []
         named = [(q, "q"), (k, "k"), (v, "v")] + list(extra)
         mems = [self._cl_mem(x, n, waits) for x, n in named]
-        shapes = [check_array(x, n, opts.dtype) for x, n in named]
-        mshape = None
-        mix = ffi.NULL
-        if not opts.softmax:
-            mix = self._cl_mem(mixing, "mixing", waits)
-            mshape = check_array(mixing, "mixing", "f32", ndim=2)
-        cfg, key = build(opts, *shapes[:3], mshape)
+        mix = ffi.NULL if opts.softmax else self._cl_mem(mixing, "mixing", waits)
+        cfg, key, shapes, mshape, cu = prepare(opts, named, mixing)
         plan = self._plan(cfg, key, opts.softmax)
-        return cla, plan, mems, shapes, mix, mshape, waits
+        return cla, plan, mems, shapes, mix, mshape, cu, waits
 
     def _forward_cl(self, q, k, v, mixing, opts):
-        cla, plan, mems, shapes, mix, _, waits = self._cl_prepare(q, k, v, mixing, opts)
+        cla, plan, mems, shapes, mix, _, cu, waits = self._cl_prepare(q, k, v, mixing, opts)
         out = cla.empty(self._queue, shapes[2], _config.numpy_dtype(opts.dtype))
         o = ffi.cast("cl_mem", out.base_data.int_ptr)
         with plan.lock:
-            if opts.cu_seqlens is not None:
-                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+            if cu is not None:
                 self._cl_call(lib.mhla_forward_varlen, [plan.handle, *mems, mix, ffi.from_buffer("int32_t[]", cu),
                                                          cu.size - 1, o, waits], [out])
             else:
@@ -282,10 +259,7 @@ class Context:
         return out
 
     def _backward_cl(self, q, k, v, mixing, dout, opts, want_dmixing):
-        cla, plan, mems, shapes, mix, mshape, waits = self._cl_prepare(q, k, v, mixing, opts, [(dout, "dout")])
-        if shapes[3] != shapes[2]:
-            raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE,
-                               "dout has shape %s but the output is shaped like v, %s" % (shapes[3], shapes[2]))
+        cla, plan, mems, shapes, mix, mshape, cu, waits = self._cl_prepare(q, k, v, mixing, opts, [(dout, "dout")])
         npd = _config.numpy_dtype(opts.dtype)
         grads = [cla.empty(self._queue, s, npd) for s in shapes[:3]]
         dmix = cla.empty(self._queue, mshape, np.float32) if want_dmixing else None
@@ -293,8 +267,7 @@ class Context:
         dm = ffi.cast("cl_mem", dmix.base_data.int_ptr) if dmix is not None else ffi.NULL
         outs = grads + ([dmix] if dmix is not None else [])
         with plan.lock:
-            if opts.cu_seqlens is not None:
-                cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+            if cu is not None:
                 self._cl_call(lib.mhla_backward_varlen, [plan.handle, *mems[:3], mix, ffi.from_buffer("int32_t[]", cu),
                                                           cu.size - 1, mems[3], *gm, dm, waits], outs)
             else:

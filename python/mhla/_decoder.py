@@ -3,7 +3,7 @@ arrays: step tokens one at a time, prefill a prompt, save and restore the state 
 import numpy as np
 
 from . import _config
-from ._ffi import InvalidArgument, InvalidShape, check, ffi, lib
+from ._ffi import bad_shape, check, ffi, invalid, lib
 
 
 class Decoder:
@@ -48,7 +48,7 @@ class Decoder:
 
     def _handle(self):
         if self._dec is None:
-            raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, "this mhla.Decoder is closed")
+            raise invalid("this mhla.Decoder is closed")
         return self._dec
 
     @property
@@ -75,12 +75,12 @@ class Decoder:
             nn = shape[1] if self.layout == "bnhd" else shape[2]
             want = (b, nn, h, d) if self.layout == "bnhd" else (b, h, nn, d)
             if shape != want or (n is not None and nn != n):
-                raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE, "%s has shape %s; this decoder takes %s (layout %s)"
+                raise bad_shape("%s has shape %s; this decoder takes %s (layout %s)"
                                    % (name, shape, want, self.layout))
             n = nn
         mshape = _config.check_array(mixing, "mixing", "f32", ndim=2)
         if mshape != (self._rows, self._rows):
-            raise InvalidShape(lib.MHLA_ERR_INVALID_SHAPE, "mixing has shape %s; this decoder's Mc is %d x %d"
+            raise bad_shape("mixing has shape %s; this decoder's Mc is %d x %d"
                                % (mshape, self._rows, self._rows))
         return n
 
@@ -110,6 +110,5 @@ class Decoder:
     def load_state(self, data):
         """Restores a state from state() of a decoder of the same configuration."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT,
-                                  "load_state takes bytes, not %s" % type(data).__name__)
+            raise invalid("load_state takes bytes, not %s" % type(data).__name__)
         check(lib.mhla_decoder_state_write(self._handle(), ffi.from_buffer(data), len(data)), self._ctx._ctx)

@@ -123,6 +123,16 @@ ERRORS = {
 }
 
 
+def invalid(message):
+    """InvalidArgument for a refusal the binding makes itself (a wrong dtype, a closed handle)."""
+    return InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, message)
+
+
+def bad_shape(message):
+    """InvalidShape for arrays whose shapes disagree with each other or with the layout."""
+    return InvalidShape(lib.MHLA_ERR_INVALID_SHAPE, message)
+
+
 def error(status, message):
     """The exception for a status (MHLAError for one this binding does not know)."""
     return ERRORS.get(status, MHLAError)(status, message)

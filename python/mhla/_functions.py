@@ -6,8 +6,8 @@ import time
 import numpy as np
 
 from . import _config
-from ._config import Options, build, check_array, dtype_of
-from ._ffi import InvalidArgument, check, ffi, lib
+from ._config import Options, dtype_of, grid3, prepare
+from ._ffi import check, ffi, invalid, lib
 
 
 def version():
@@ -38,10 +38,9 @@ def init_mixing(kind, blocks, param=None):
     "exp", "gaussian", "local", "paper", "causal-uniform") for a block grid (an int or 1-3 extents)."""
     k = ffi.new("mhla_init_kind *")
     check(lib.mhla_init_kind_parse(str(kind).encode(), k))
-    g = tuple(int(b) for b in (blocks if isinstance(blocks, (tuple, list)) else (blocks,)))
-    if not 1 <= len(g) <= 3:
-        raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, "blocks=%r must have 1 to 3 extents" % (blocks,))
-    bt, bh, bw = {1: (g[0], 1, 1), 2: (1,) + g, 3: g}[len(g)]
+    if blocks is None:
+        raise invalid("init_mixing needs blocks: an int or 1 to 3 extents")
+    bt, bh, bw = grid3(blocks, None, "blocks")
     m = bt * bh * bw
     out = np.empty((m, m), dtype=np.float32) if m > 0 else np.empty((0, 0), np.float32)
     p = ffi.new("double *", param) if param is not None else ffi.NULL
@@ -62,7 +61,7 @@ def from_bf16(x):
     """bfloat16 bit patterns (uint16) -> float32 (exact)."""
     x = np.asarray(x)
     if x.dtype != np.uint16:
-        raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, "from_bf16 takes uint16 bit patterns, not %s" % x.dtype)
+        raise invalid("from_bf16 takes uint16 bit patterns, not %s" % x.dtype)
     return (np.ascontiguousarray(x).astype(np.uint32) << 16).view(np.float32)
 
 
@@ -77,18 +76,14 @@ def reference_forward(q, k, v, mixing=None, *, softmax=False, **options):
     """The library's float64 reference (SPEC.md computed directly) for the same arguments as
     Context.forward (or softmax=True for Context.softmax); returns float64 shaped like v."""
     opts = Options(softmax=softmax, **options)
-    opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
-    shapes = [check_array(x, n, opts.dtype) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-    mshape = None if softmax else check_array(mixing, "mixing", "f32", ndim=2)
-    cfg, _ = build(opts, *shapes, mshape)
+    cfg, _, shapes, _, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v")], mixing)
     qf, kf, vf = (_widened(x, opts.dtype) for x in (q, k, v))
     out = np.empty(shapes[2], dtype=np.float64)
     fb = ffi.from_buffer
     o = fb("double[]", out, require_writable=True)
     if softmax:
         check(lib.mhla_reference_softmax(cfg, fb("float[]", qf), fb("float[]", kf), fb("float[]", vf), o))
-    elif opts.cu_seqlens is not None:
-        cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+    elif cu is not None:
         check(lib.mhla_reference_forward_varlen(cfg, fb("float[]", qf), fb("float[]", kf), fb("float[]", vf),
                                                 fb("float[]", mixing), fb("int32_t[]", cu), cu.size - 1, o))
     else:
@@ -101,17 +96,13 @@ def reference_backward(q, k, v, mixing, dout, **options):
     """The library's float64 reference gradients (dq, dk, dv, dmixing) for Context.backward's
     arguments (token-pair form: O(N^2) per head, for small sizes)."""
     opts = Options(**options)
-    opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
-    shapes = [check_array(x, n, opts.dtype) for x, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))]
-    mshape = check_array(mixing, "mixing", "f32", ndim=2)
-    cfg, _ = build(opts, *shapes[:3], mshape)
+    cfg, _, shapes, mshape, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v"), (dout, "dout")], mixing)
     f = [_widened(x, opts.dtype) for x in (q, k, v, dout)]
     grads = [np.empty(s, dtype=np.float64) for s in shapes[:3]] + [np.empty(mshape, dtype=np.float64)]
     fb = ffi.from_buffer
     g = [fb("double[]", x, require_writable=True) for x in grads]
     fl = [fb("float[]", x) for x in f]
-    if opts.cu_seqlens is not None:
-        cu = _config.cu_seqlens_array(opts.cu_seqlens, shapes[0][1])
+    if cu is not None:
         check(lib.mhla_reference_backward_varlen(cfg, fl[0], fl[1], fl[2], fb("float[]", mixing),
                                                  fb("int32_t[]", cu), cu.size - 1, fl[3], *g))
     else:
@@ -124,7 +115,7 @@ def max_rel_err(got, ref):
     g = np.ascontiguousarray(got, dtype=np.float32)
     r = np.ascontiguousarray(ref, dtype=np.float64)
     if g.size != r.size:
-        raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, "max_rel_err: %d values against %d" % (g.size, r.size))
+        raise invalid("max_rel_err: %d values against %d" % (g.size, r.size))
     return float(lib.mhla_max_rel_err(ffi.from_buffer("float[]", g), ffi.from_buffer("double[]", r), g.size))
 
 
@@ -173,7 +164,7 @@ def tune(ctx, *, dk=64, dv=None, n=4096, heads=8, blocks=16, candidates=None, ru
     try:
         base, err = median_ms("")
         if base is None:
-            raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT, "the device's own row fails its check: " + err)
+            raise invalid("the device's own row fails its check: " + err)
         report["own_ms"] = base
         best, best_ms = None, base
         for spec in (candidates if candidates is not None else ["row=" + r for r in ROWS]):
@@ -201,10 +192,7 @@ def diagnose(q, k, mixing, *, max_rows=1024, sample=True, seed=1, rank_rtol=1e-5
     numerical rank, mean row entropy (nats) and the singular values, materialised in float64 for up to
     max_rows query rows (a random sample of them beyond, when sample=True). Returns a dict."""
     opts = Options(**options)
-    opts.dtype = dtype_of(opts.dtype, np.dtype(q.dtype))
-    shapes = [check_array(x, n, opts.dtype) for x, n in ((q, "q"), (k, "k"))]
-    mshape = check_array(mixing, "mixing", "f32", ndim=2)
-    cfg, _ = build(opts, shapes[0], shapes[1], shapes[1], mshape)
+    cfg = prepare(opts, [(q, "q"), (k, "k"), (k, "k")], mixing)[0]  # A needs no v: k's shape stands in
     o = ffi.new("mhla_diagnose_options *")
     lib.mhla_diagnose_options_init(o)
     o.max_rows, o.sample, o.seed, o.rank_rtol = int(max_rows), int(bool(sample)), int(seed), float(rank_rtol)

@@ -12,7 +12,7 @@ import torch
 
 from . import _functions
 from ._context import Context
-from ._ffi import InvalidArgument, lib
+from ._ffi import invalid
 
 _default = None
 
@@ -30,9 +30,8 @@ _STORAGE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 def _host(t, what):
     if t.device.type != "cpu":
-        raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT,
-                              "%s is on %s: mhla.torch takes CPU tensors (they reach the OpenCL device "
-                              "through host memory; see help(mhla.torch))" % (what, t.device))
+        raise invalid("%s is on %s: mhla.torch takes CPU tensors (they reach the OpenCL device "
+                      "through host memory; see help(mhla.torch))" % (what, t.device))
     return t.detach().contiguous()
 
 
@@ -63,9 +62,8 @@ class MHLAFunction(torch.autograd.Function):
         reference = q.dtype == torch.float64
         dtype = "f32" if reference else _STORAGE.get(q.dtype)
         if dtype is None:
-            raise InvalidArgument(lib.MHLA_ERR_INVALID_ARGUMENT,
-                                  "q has dtype %s: mhla.torch takes float32, float16, bfloat16 "
-                                  "(or float64 for the reference path)" % q.dtype)
+            raise invalid("q has dtype %s: mhla.torch takes float32, float16, bfloat16 "
+                          "(or float64 for the reference path)" % q.dtype)
         cast = (lambda t: t.float()) if reference else (lambda t: t)
         qh, kh, vh = (cast(_host(t, n)) for t, n in ((q, "q"), (k, "k"), (v, "v")))
         mh = _host(mixing, "mixing").float()
