@@ -83,12 +83,14 @@ static int pick_rows(int64_t n, int64_t r, uint32_t seed, int64_t *rows)
 
 typedef struct diag_work {
     const mhla_config *cfg;
-    const mhla_shape *shape;
-    const float *q, *k, *mixing;
+    const float *mixing;
     int64_t n, r, dk;
     int64_t mix_rows; /* Mc's row stride: M, or the causal R */
     const int64_t *rows;
-    double *dots; /* [r][n] q~_t . k~_s (feature map and scale applied) */
+    double *qk;   /* [r + n][dk] one head's q rows, then its k rows, as stored */
+    double *qkf;  /* the same with the feature map (and scale on q) applied */
+    double *raw;  /* [r][n] q_t . k_s: softmax's logits before its scale */
+    double *dots; /* [r][n] q~_t . k~_s, shared by linear attention and MHLA */
     double *a;    /* [r][n] the kind's matrix */
     double *gram; /* [r][r] */
     double *eig;  /* [r] */
@@ -99,21 +101,15 @@ static int sees(const diag_work *w, int64_t t, int64_t s) { return !w->cfg->caus
 
 /* Row i of the kind's matrix into w->a (normalised by sum |weight|); returns the row's entropy, or
  * -1 for a row whose weights are all zero. */
-static double build_row(diag_work *w, mhla_attention_kind kind, int64_t b, int64_t h, int64_t i, const int64_t *blk)
+static double build_row(diag_work *w, mhla_attention_kind kind, int64_t i, const int64_t *blk)
 {
-    const mhla_config *c = w->cfg;
     const int64_t n = w->n, t = w->rows[i];
     double *row = w->a + i * n;
     if (kind == MHLA_ATTENTION_SOFTMAX) {
-        const double scale = 1.0 / sqrt((double)w->dk);
+        const double scale = 1.0 / sqrt((double)w->dk), *raw = w->raw + i * n;
         double top = -INFINITY;
         for (int64_t s = 0; s < n; ++s) {
-            double l = 0.0;
-            if (sees(w, t, s))
-                for (int64_t d = 0; d < w->dk; ++d)
-                    l += (double)w->q[mhla__ref_offset(c, n, b, t, h, d, w->dk)] *
-                         (double)w->k[mhla__ref_offset(c, n, b, s, h, d, w->dk)];
-            row[s] = sees(w, t, s) ? l * scale : -INFINITY;
+            row[s] = sees(w, t, s) ? raw[s] * scale : -INFINITY;
             top = fmax(top, row[s]);
         }
         for (int64_t s = 0; s < n; ++s)
@@ -141,6 +137,34 @@ static double build_row(diag_work *w, mhla_attention_kind kind, int64_t b, int64
             entropy -= p * log(p);
     }
     return entropy;
+}
+
+/* One (batch, head): its q rows and k rows gathered once, raw and with the feature map, then every
+ * row's products with every key, raw (softmax) and featured (linear attention, MHLA). */
+static void head_products(diag_work *w, const float *q, const float *k, int64_t b, int64_t h)
+{
+    const mhla_config *c = w->cfg;
+    const int64_t n = w->n, r = w->r, dk = w->dk;
+    for (int64_t i = 0; i < r + n; ++i) {
+        const int is_q = i < r;
+        const float *x = is_q ? q : k;
+        const int64_t t = is_q ? w->rows[i] : i - r;
+        for (int64_t d = 0; d < dk; ++d) {
+            const double v = x[mhla__ref_offset(c, n, b, t, h, d, dk)];
+            w->qk[i * dk + d] = v;
+            w->qkf[i * dk + d] = (is_q ? c->scale : 1.0) * mhla__ref_feature(v, c->feature_map, c->feature_eps);
+        }
+    }
+    for (int64_t i = 0; i < r; ++i)
+        for (int64_t s = 0; s < n; ++s) {
+            const double *qr = w->qk + i * dk, *kr = w->qk + (r + s) * dk;
+            const double *qf = w->qkf + i * dk, *kf = w->qkf + (r + s) * dk;
+            double raw = 0.0, dot = 0.0;
+            for (int64_t d = 0; d < dk; ++d)
+                raw += qr[d] * kr[d], dot += qf[d] * kf[d];
+            w->raw[i * n + s] = raw;
+            w->dots[i * n + s] = dot;
+        }
 }
 
 /* The singular values of w->a (r x n), descending, into sv; 0, or -1 when out of memory. */
@@ -224,11 +248,13 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
         goto cleanup;
     const int64_t r = n < opt.max_rows ? n : opt.max_rows;
 
-    w = (diag_work){.cfg = &cfg, .shape = &shape, .q = q, .k = k, .mixing = mixing, .n = n, .r = r, .dk = cfg.dk,
-                   .mix_rows = mix_rows};
+    w = (diag_work){.cfg = &cfg, .mixing = mixing, .n = n, .r = r, .dk = cfg.dk, .mix_rows = mix_rows};
     rows = mhla__malloc((size_t)r * sizeof *rows);
     blk = mhla__malloc((size_t)n * sizeof *blk);
     sv = mhla__malloc((size_t)r * sizeof *sv);
+    w.qk = mhla__malloc((size_t)((r + n) * cfg.dk) * sizeof *w.qk);
+    w.qkf = mhla__malloc((size_t)((r + n) * cfg.dk) * sizeof *w.qkf);
+    w.raw = mhla__malloc((size_t)(r * n) * sizeof *w.raw);
     w.dots = mhla__malloc((size_t)(r * n) * sizeof *w.dots);
     w.a = mhla__malloc((size_t)(r * n) * sizeof *w.a);
     w.gram = mhla__malloc((size_t)(r * r) * sizeof *w.gram);
@@ -236,7 +262,7 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
     out->rank = calloc((size_t)(H * K), sizeof *out->rank);
     out->entropy = calloc((size_t)(H * K), sizeof *out->entropy);
     out->sigma = calloc((size_t)(H * K * r), sizeof *out->sigma);
-    MHLA_FAIL_IF(st, !rows || !blk || !sv || !w.dots || !w.a || !w.gram || !w.eig || !out->rank || !out->entropy ||
+    MHLA_FAIL_IF(st, !rows || !blk || !sv || !w.qk || !w.qkf || !w.raw || !w.dots || !w.a || !w.gram || !w.eig || !out->rank || !out->entropy ||
                          !out->sigma,
                  NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_diagnose: out of host memory for %lld x %lld matrices", (long long)r, (long long)n);
@@ -248,22 +274,12 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
 
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
-            for (int64_t i = 0; i < r; ++i) /* q~_t . k~_s, shared by linear attention and MHLA */
-                for (int64_t s = 0; s < n; ++s) {
-                    double dot = 0.0;
-                    for (int64_t d = 0; d < cfg.dk; ++d)
-                        dot += cfg.scale *
-                               mhla__ref_feature(q[mhla__ref_offset(&cfg, n, b, rows[i], h, d, cfg.dk)],
-                                                 cfg.feature_map, cfg.feature_eps) *
-                               mhla__ref_feature(k[mhla__ref_offset(&cfg, n, b, s, h, d, cfg.dk)], cfg.feature_map,
-                                                 cfg.feature_eps);
-                    w.dots[i * n + s] = dot;
-                }
+            head_products(&w, q, k, b, h);
             for (int kind = 0; kind < K; ++kind) {
                 double entropy = 0.0;
                 int64_t counted = 0;
                 for (int64_t i = 0; i < r; ++i) {
-                    const double e = build_row(&w, (mhla_attention_kind)kind, b, h, i, blk);
+                    const double e = build_row(&w, (mhla_attention_kind)kind, i, blk);
                     if (e >= 0.0)
                         entropy += e, ++counted;
                 }
@@ -286,7 +302,7 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
     out->rank_bound[MHLA_ATTENTION_MHLA] = cfg.causal || r < shape.m * per_block ? r : shape.m * per_block;
 cleanup:
     mhla__free(rows), mhla__free(blk), mhla__free(sv);
-    mhla__free(w.dots), mhla__free(w.a), mhla__free(w.gram), mhla__free(w.eig);
+    mhla__free(w.qk), mhla__free(w.qkf), mhla__free(w.raw), mhla__free(w.dots), mhla__free(w.a), mhla__free(w.gram), mhla__free(w.eig);
     if (st != MHLA_OK && out)
         mhla_diagnose_result_free(out);
     return st;
