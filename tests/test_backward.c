@@ -532,63 +532,103 @@ static void read_grads(mhla_context *ctx, const bufs *b, const test_inputs *in, 
     }
 }
 
+/* What both saved-summary tests share: inputs, another k (in its own buffer), a plan, its
+ * buffers, an output, and the double reference of the gradients. */
+typedef struct saved_case {
+    test_inputs in, other;
+    mhla_plan *plan;
+    bufs b;
+    cl_mem out, k2;
+    double *ref[4];
+    size_t n[4];
+} saved_case;
+
+static void saved_case_make(mhla_context *ctx, const mhla_config *c, uint32_t seed, saved_case *s)
+{
+    cl_int err;
+    assert_int_equal(test_inputs_make(c, TEST_INIT_RANDOM, seed, &s->in), MHLA_OK);
+    assert_int_equal(test_inputs_make(c, TEST_INIT_RANDOM, seed + 1, &s->other), MHLA_OK);
+    assert_int_equal(mhla_plan_create(ctx, c, &s->plan), MHLA_OK);
+    bufs_make(ctx, s->plan, &s->in, &s->b);
+    cl_context cl = mhla_context_cl_context(ctx);
+    s->out = clCreateBuffer(cl, CL_MEM_READ_WRITE, s->in.nv * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    s->k2 = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, s->other.nq * 4, s->other.k, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    const size_t n[4] = {s->in.nq, s->in.nq, s->in.nv, s->in.nm};
+    for (int j = 0; j < 4; ++j) {
+        s->n[j] = n[j];
+        s->ref[j] = malloc(n[j] * sizeof(double));
+        assert_non_null(s->ref[j]);
+    }
+    assert_int_equal(mhla_reference_backward(c, s->in.q, s->in.k, s->in.v, s->in.mix, s->in.v, s->ref[0], s->ref[1],
+                                             s->ref[2], s->ref[3]),
+                     MHLA_OK);
+}
+
+static void saved_forward(saved_case *s, cl_mem k)
+{
+    assert_int_equal(mhla_forward(s->plan, s->b.q, k, s->b.v, s->b.mix, s->out, 0, NULL, NULL), MHLA_OK);
+}
+
+/* The backward of the case's own buffers, its gradients read into g. */
+static void saved_backward(mhla_context *ctx, saved_case *s, float *g[4])
+{
+    const bufs *b = &s->b;
+    assert_int_equal(mhla_backward(s->plan, b->q, b->k, b->v, b->mix, b->dout, b->dq, b->dk, b->dv, b->dmix, 0, NULL,
+                                   NULL),
+                     MHLA_OK);
+    read_grads(ctx, b, &s->in, g);
+}
+
+/* A backward that recomputes; then, saving, a forward of the same buffers and the backward that
+ * reuses its summaries; then a forward of another k and the backward of b.k, which must recompute. */
+static void saved_sequence(mhla_context *ctx, saved_case *s, float *recomputed[4], float *reused[4],
+                           float *after_other[4])
+{
+    saved_backward(ctx, s, recomputed);
+    assert_int_equal(mhla_plan_save_for_backward(s->plan, 1), MHLA_OK);
+    saved_forward(s, s->b.k);
+    saved_backward(ctx, s, reused);
+    saved_forward(s, s->k2);
+    saved_backward(ctx, s, after_other);
+}
+
+static void saved_case_free(saved_case *s)
+{
+    for (int j = 0; j < 4; ++j)
+        free(s->ref[j]);
+    clReleaseMemObject(s->out);
+    clReleaseMemObject(s->k2);
+    bufs_free(&s->b);
+    mhla_plan_destroy(s->plan);
+    test_inputs_free(&s->in);
+    test_inputs_free(&s->other);
+}
+
 static void test_backward_saved_summaries(void **state)
 {
     mhla_context *ctx = *state;
     static const mhla_normalizer norms[3] = {MHLA_NORMALIZER_PAPER, MHLA_NORMALIZER_OFFICIAL, MHLA_NORMALIZER_NONE};
     for (int ni = 0; ni < 3; ++ni) {
         mhla_config c = grid_config(2, 8, 12, norms[ni], MHLA_FEATURE_RELU_EPS);
-        test_inputs in, other;
-        mhla_plan *plan = NULL;
-        bufs b;
-        cl_int err;
-        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 21, &in), MHLA_OK);
-        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 22, &other), MHLA_OK);
-        assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
-        bufs_make(ctx, plan, &in, &b);
-        cl_context cl = mhla_context_cl_context(ctx);
-        cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, in.nv * 4, NULL, &err);
-        cl_mem k2 = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, other.nq * 4, other.k, &err);
-        assert_int_equal(err, CL_SUCCESS);
-        double *ref[4];
-        for (int j = 0; j < 4; ++j)
-            ref[j] = malloc((j < 2 ? in.nq : j == 2 ? in.nv : in.nm) * sizeof(double));
-        assert_int_equal(mhla_reference_backward(&c, in.q, in.k, in.v, in.mix, in.v, ref[0], ref[1], ref[2], ref[3]),
-                         MHLA_OK);
-        const size_t n[4] = {in.nq, in.nq, in.nv, in.nm};
+        saved_case s;
+        saved_case_make(ctx, &c, 21, &s);
         const double tol = mhla_reference_backward_tolerance(MHLA_DTYPE_F32);
-
         float *recomputed[4], *reused[4], *after_other[4];
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, recomputed);
-        assert_int_equal(mhla_plan_save_for_backward(plan, 1), MHLA_OK);
-        assert_int_equal(mhla_forward(plan, b.q, b.k, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, reused);
-        /* a forward of another k leaves that k's summaries: the backward of b.k must not use them */
-        assert_int_equal(mhla_forward(plan, b.q, k2, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, after_other);
+        saved_sequence(ctx, &s, recomputed, reused, after_other);
         for (int j = 0; j < 4; ++j) {
-            const double e = finite_rel_err(reused[j], ref[j], n[j], __func__);
+            const double e = finite_rel_err(reused[j], s.ref[j], s.n[j], __func__);
             if (!(e <= tol))
                 fail_msg("saved summaries, normalizer %d, gradient %d: max_rel_err %g > %g", (int)norms[ni], j, e, tol);
-            assert_memory_equal(reused[j], recomputed[j], n[j] * 4);
-            assert_memory_equal(after_other[j], recomputed[j], n[j] * 4);
-            free(recomputed[j]), free(reused[j]), free(after_other[j]), free(ref[j]);
+            assert_memory_equal(reused[j], recomputed[j], s.n[j] * 4);
+            assert_memory_equal(after_other[j], recomputed[j], s.n[j] * 4);
+            free(recomputed[j]), free(reused[j]), free(after_other[j]);
         }
         assert_int_equal(mhla_plan_save_for_backward(NULL, 1), MHLA_ERR_INVALID_ARGUMENT);
-        assert_int_equal(mhla_plan_save_for_backward(plan, 2), MHLA_ERR_INVALID_ARGUMENT);
+        assert_int_equal(mhla_plan_save_for_backward(s.plan, 2), MHLA_ERR_INVALID_ARGUMENT);
         assert_non_null(strstr(mhla_context_message(ctx), "enable is 2"));
-        clReleaseMemObject(out);
-        clReleaseMemObject(k2);
-        bufs_free(&b);
-        mhla_plan_destroy(plan);
-        test_inputs_free(&in);
-        test_inputs_free(&other);
+        saved_case_free(&s);
     }
 }
 
@@ -608,69 +648,34 @@ static void test_backward_saved_summaries_causal(void **state)
         mhla_config c = config_causal(2, 3, 77, 16, 8, 12);
         c.normalizer = norms[ni];
         c.mixing_rows = 5;
-        test_inputs in, other;
-        mhla_plan *plan = NULL;
-        bufs b;
-        cl_int err;
-        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 31, &in), MHLA_OK);
-        assert_int_equal(test_inputs_make(&c, TEST_INIT_RANDOM, 32, &other), MHLA_OK);
-        assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
-        bufs_make(ctx, plan, &in, &b);
-        cl_context cl = mhla_context_cl_context(ctx);
-        cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, in.nv * 4, NULL, &err);
-        cl_mem k2 = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, other.nq * 4, other.k, &err);
-        assert_int_equal(err, CL_SUCCESS);
-        double *ref[4];
-        const size_t n[4] = {in.nq, in.nq, in.nv, in.nm};
-        for (int j = 0; j < 4; ++j)
-            ref[j] = malloc(n[j] * sizeof(double));
-        assert_int_equal(mhla_reference_backward(&c, in.q, in.k, in.v, in.mix, in.v, ref[0], ref[1], ref[2], ref[3]),
-                         MHLA_OK);
+        saved_case s;
+        saved_case_make(ctx, &c, 31, &s);
         const double tol = mhla_reference_backward_tolerance(MHLA_DTYPE_F32);
         float *recomputed[4], *reused[4], *after_other[4], *stale[4], *fresh[4];
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, recomputed);
-        assert_int_equal(mhla_plan_save_for_backward(plan, 1), MHLA_OK);
-        assert_int_equal(mhla_forward(plan, b.q, b.k, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, reused);
-        assert_int_equal(mhla_forward(plan, b.q, k2, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, after_other);
+        saved_sequence(ctx, &s, recomputed, reused, after_other);
         /* the saved copy is used: forward of in.k, then b.k holds other.k */
-        assert_int_equal(mhla_forward(plan, b.q, b.k, b.v, b.mix, out, 0, NULL, NULL), MHLA_OK);
-        assert_int_equal(clEnqueueWriteBuffer(queue, b.k, CL_TRUE, 0, in.nq * 4, other.k, 0, NULL, NULL), CL_SUCCESS);
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, stale);
-        assert_int_equal(mhla_plan_save_for_backward(plan, 0), MHLA_OK);
-        assert_int_equal(mhla_backward(plan, b.q, b.k, b.v, b.mix, b.dout, b.dq, b.dk, b.dv, b.dmix, 0, NULL, NULL),
-                         MHLA_OK);
-        read_grads(ctx, &b, &in, fresh);
+        saved_forward(&s, s.b.k);
+        assert_int_equal(clEnqueueWriteBuffer(queue, s.b.k, CL_TRUE, 0, s.in.nq * 4, s.other.k, 0, NULL, NULL),
+                         CL_SUCCESS);
+        saved_backward(ctx, &s, stale);
+        assert_int_equal(mhla_plan_save_for_backward(s.plan, 0), MHLA_OK);
+        saved_backward(ctx, &s, fresh);
         for (int j = 0; j < 4; ++j) {
             char what[96];
             snprintf(what, sizeof what, "causal saved summaries, %s, gradient %d", mhla_normalizer_name(c.normalizer),
                      j);
-            expect_within(reused[j], ref[j], n[j], tol, what);
-            assert_memory_equal(after_other[j], recomputed[j], n[j] * 4);
-            free(recomputed[j]), free(reused[j]), free(after_other[j]), free(ref[j]);
+            expect_within(reused[j], s.ref[j], s.n[j], tol, what);
+            assert_memory_equal(after_other[j], recomputed[j], s.n[j] * 4);
+            free(recomputed[j]), free(reused[j]), free(after_other[j]);
         }
         /* dv = dS^T k~ + ... reads k; dq reads P: from the old k, so it differs from the fresh one */
-        if (memcmp(stale[0], fresh[0], n[0] * 4) == 0)
+        if (memcmp(stale[0], fresh[0], s.n[0] * 4) == 0)
             fail_msg("causal saved summaries, %s: the backward after the forward recomputed them (dq the same "
                      "with the old k's prefix mixtures as with the new k's)",
                      mhla_normalizer_name(c.normalizer));
         for (int j = 0; j < 4; ++j)
             free(stale[j]), free(fresh[j]);
-        clReleaseMemObject(out);
-        clReleaseMemObject(k2);
-        bufs_free(&b);
-        mhla_plan_destroy(plan);
-        test_inputs_free(&in);
-        test_inputs_free(&other);
+        saved_case_free(&s);
     }
 }
 
