@@ -49,11 +49,9 @@ int mhla__symmetric_eigenvalues(double *a, int64_t n, double *w)
             off[k + 1] = 0.0;
             continue;
         }
-        const double alpha = v[0] > 0.0 ? -sqrt(norm2) : sqrt(norm2);
+        const double alpha = v[0] > 0.0 ? -sqrt(norm2) : sqrt(norm2), x0 = v[0];
         v[0] -= alpha;
-        double vv = 0.0;
-        for (int64_t i = 0; i < m; ++i)
-            vv += v[i] * v[i];
+        const double vv = norm2 - x0 * x0 + v[0] * v[0]; /* |v|^2: only v[0] changed */
         off[k + 1] = alpha;
         if (vv == 0.0)
             continue;
