@@ -4,8 +4,9 @@
  * double reference (mhla_selftest_config) before it is timed; a wrong one is discarded. The search
  * is coordinate descent from the device's built-in row: one field at a time, each stage timed by
  * its own device time (mhla_plan_stage_times), a change kept only when it wins by more than the
- * noise margin; the whole forward is timed again against the built-in row at the end, alternately,
- * and the entry is stored only if it is faster. */
+ * noise margin; then a joint pass over the fields that only pay together (a stage's register tile
+ * rows x vectors x vector width x work-group size); the whole forward is timed again against the
+ * built-in row at the end, alternately, and the entry is stored only if it is faster. */
 #include "args.h"
 #include "cli.h"
 
@@ -22,7 +23,8 @@ static const char help[] =
     "\n"
     "Searches the tiles, vector widths, work-group sizes, block splits and the mixing GEMM (built-in\n"
     "kernel or CLBlast) of each stage, the causal score tiles and the softmax tiles for this device,\n"
-    "one field at a time from its built-in tuning row. Each candidate is checked against the double\n"
+    "one field at a time from its built-in tuning row, then jointly (each stage's register tile rows x\n"
+    "vectors x vector width x work-group size). Each candidate is checked against the double\n"
     "reference first (a wrong one is discarded), then timed (device time per stage, median of runs).\n"
     "The winners go to the device's tuning database (keyed by device, driver and library version),\n"
     "which every plan with the same head dimensions then uses; `mhla info` shows the entries.\n"
@@ -240,6 +242,10 @@ typedef struct tune_stage {
     int objective; /* index into measure()'s ms: 0 summary, 1 mixing, 2 output, 3 the whole run */
     int kind;      /* 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax (2048) */
     tune_field fields[7];
+    /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
+     * together (NULL: the stage has none). */
+    const char *rows_field, *nv_field, *ve_field;
+    int row_count, row_values[6];
 } tune_stage;
 
 /* What each stage may change, and the values tried (a value the device's caps turn into the
@@ -247,17 +253,23 @@ typedef struct tune_stage {
 static const tune_stage stages[] = {
     {"summary", 0, 0,
      {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 3, {32, 64, 128}}, {"pf", 2, {0, 1}},
-      {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {2, 4, 8, 16}}, {NULL, 0, {0}}}},
+      {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {2, 4, 8, 16}}, {NULL, 0, {0}}},
+     "sum_rd", "sum_nv", "sum_ve", 4, {2, 4, 8, 16}},
     {"output", 2, 0,
      {{"out_rt", 4, {2, 4, 6, 8}}, {"out_nv", 3, {1, 2, 4}}, {"out_dc", 3, {4, 8, 16}}, {"out_nt", 2, {0, 1}},
-      {NULL, 0, {0}}}},
-    {"mixing", 1, 0, {{"mix_kernel", 2, {1, 0}}, {"mix_mr", 3, {2, 4, 8}}, {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}}},
+      {"out_pre", 2, {0, 1}}, {"out_pf", 4, {0, 2, 4, 8}},
+      {NULL, 0, {0}}},
+     "out_rt", "out_nv", "out_ve", 6, {1, 2, 3, 4, 6, 8}},
+    {"mixing", 1, 0, {{"mix_kernel", 2, {1, 0}}, {"mix_mr", 3, {2, 4, 8}}, {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
+     "mix_mr", "mix_nv", "mix_ve", 3, {2, 4, 8}},
     {"causal", 3, 1,
      {{"tq", 3, {16, 32, 64}}, {"kt", 3, {16, 32, 64}}, {"gemm_rows", 2, {0, 32}}, {"pre_mr", 3, {2, 4, 8}},
-      {"pre_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}}},
+      {"pre_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
+     "pre_mr", "pre_nv", "mix_ve", 3, {2, 4, 8}},
     {"softmax", 3, 2,
      {{"sm_bq", 5, {32, 64, 128, 256, 512}}, {"sm_bk", 4, {16, 32, 64, 128}}, {"sm_vw", 3, {4, 8, 16}},
-      {"sm_rows", 2, {0, 1}}, {NULL, 0, {0}}}},
+      {"sm_rows", 2, {0, 1}}, {NULL, 0, {0}}},
+     NULL, NULL, NULL, 0, {0}},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])
 
@@ -276,12 +288,52 @@ static mhla_config stage_config(const tuner *t, const tune_shape *s, int kind)
     return c;
 }
 
+/* Times `trial` against the best so far (base: its times); keeps it in *best when it wins by more
+ * than the margin twice, the second time against a fresh baseline. */
+static void try_candidate(tuner *t, const tune_shape *s, const tune_stage *stage, const mhla_config *cfg, int obj,
+                          const tune_spec *trial, const char *label, tune_spec *best, double base[4], int *changed)
+{
+    const int softmax = stage->kind == 2;
+    double ms[4];
+    int wrong = 0;
+    ++t->candidates;
+    mhla_status st = measure(t, trial, cfg, softmax, ms, &wrong);
+    if (st != MHLA_OK || wrong) {
+        ++t->discarded;
+        printf("[%6.1f s] %lldx%lld %-7s %s: %s\n", elapsed_s(t), (long long)s->dk, (long long)s->dv, stage->name,
+               label, wrong ? "wrong against the reference: discarded" : mhla_status_name(st));
+        return;
+    }
+    int better = ms[obj] < base[obj] * (1.0 - MARGIN);
+    if (better) { /* a win within the machine's noise is common: it must win again, timed anew */
+        double again[4], base_again[4];
+        int w2 = 0;
+        if (measure(t, best, cfg, softmax, base_again, &w2) == MHLA_OK &&
+            measure(t, trial, cfg, softmax, again, &w2) == MHLA_OK && !w2) {
+            better = again[obj] < base_again[obj] * (1.0 - MARGIN);
+            ms[obj] = 0.5 * (ms[obj] + again[obj]);
+            if (!better) /* the first baseline was the outlier: later candidates race the fresh one */
+                memcpy(base, base_again, 4 * sizeof *base);
+        } else {
+            better = 0;
+        }
+    }
+    printf("[%6.1f s] %lldx%lld %-7s %s: %.3f ms%s (best so far %.3f)\n", elapsed_s(t), (long long)s->dk,
+           (long long)s->dv, stage->name, label, ms[obj], better ? " kept" : "", better ? ms[obj] : base[obj]);
+    fflush(stdout);
+    if (better) {
+        *best = *trial;
+        memcpy(base, ms, 4 * sizeof *base);
+        *changed = 1;
+    }
+}
+
 /* One stage's coordinate descent from *best (*changed set when it kept a change). Returns 0, 1 when
  * the budget ran out, or an exit code (negated) when the starting point itself fails. */
 static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, tune_spec *best, int *changed)
 {
     mhla_status st;
-    double base[4], ms[4];
+    double base[4];
     int wrong = 0;
     const int softmax = stage->kind == 2;
     const mhla_config cfg = stage_config(t, s, stage->kind);
@@ -307,38 +359,86 @@ static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, 
                 return 1;
             tune_spec trial = *best;
             spec_set(&trial, f->name, f->values[i]);
-            ++t->candidates;
-            st = measure(t, &trial, &cfg, softmax, ms, &wrong);
-            if (st != MHLA_OK || wrong) {
-                ++t->discarded;
-                printf("[%6.1f s] %lldx%lld %-7s %s=%d: %s\n", elapsed_s(t), (long long)s->dk, (long long)s->dv,
-                       stage->name, f->name, f->values[i],
-                       wrong ? "wrong against the reference: discarded" : mhla_status_name(st));
-                continue;
-            }
-            int better = ms[obj] < base[obj] * (1.0 - MARGIN);
-            if (better) { /* a win within the machine's noise is common: it must win again, timed anew */
-                double again[4], base_again[4];
-                int w2 = 0;
-                if (measure(t, best, &cfg, softmax, base_again, &w2) == MHLA_OK &&
-                    measure(t, &trial, &cfg, softmax, again, &w2) == MHLA_OK && !w2) {
-                    better = again[obj] < base_again[obj] * (1.0 - MARGIN);
-                    ms[obj] = 0.5 * (ms[obj] + again[obj]);
-                    if (!better) /* the first baseline was the outlier: later candidates race the fresh one */
-                        memcpy(base, base_again, sizeof base);
-                } else {
-                    better = 0;
+            char label[64];
+            snprintf(label, sizeof label, "%s=%d", f->name, f->values[i]);
+            try_candidate(t, s, stage, &cfg, obj, &trial, label, best, base, changed);
+        }
+    }
+    return 0;
+}
+
+/* The fields of mhla_context_tuning()'s text after its origin: two specs with the same text build
+ * the same kernels. */
+static const char *fields_of(const char *text)
+{
+    const char *p = strstr(text, ": vec=");
+    return p ? p + 2 : text;
+}
+
+#define JOINT_SEEN 160
+
+/* The joint pass of one stage: the register tile's rows x vectors (4 to 16 accumulator vectors:
+ * fewer starve the multiply-adds, more than 16 spill on every CPU and GPU we know) x its vector
+ * width (the current one, then half) x the work-group size (the current one, then twice), from
+ * the best so far; what the one-field pass cannot reach when a better tile needs two fields to
+ * move at once (4 x 2 from 8 x 1). Candidates with the same effective tiles as one already timed
+ * are skipped. Returns 0, 1 when the budget ran out, or a negated exit code. */
+static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, tune_spec *best, int *changed)
+{
+    if (!stage->rows_field)
+        return 0;
+    mhla_status st;
+    double base[4];
+    int wrong = 0;
+    const mhla_config cfg = stage_config(t, s, stage->kind);
+    char text[1024];
+    static char seen[JOINT_SEEN][1024];
+    int nseen = 0;
+    if (cli_now_ms() + 3e3 > t->deadline)
+        return 1;
+    if ((st = measure(t, best, &cfg, stage->kind == 2, base, &wrong)) != MHLA_OK || wrong)
+        return -cli_fail(wrong ? CLI_RUNTIME : cli_exit_code(st), "tune: %s: %s", stage->name,
+                         wrong ? "the best tiles so far fail the reference check" : mhla_context_message(t->ctx));
+    if ((st = effective(t, best, text, sizeof text)) != MHLA_OK)
+        return -cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t->ctx));
+    snprintf(seen[nseen++], sizeof seen[0], "%s", fields_of(text));
+    const int obj = t->stage_clock ? stage->objective : 3;
+    const int ve0 = field_in(text, stage->ve_field), wg0 = field_in(text, "wg");
+    printf("[%6.1f s] %lldx%lld %-7s joint pass (%s x %s x %s x wg): %.3f ms\n", elapsed_s(t), (long long)s->dk,
+           (long long)s->dv, stage->name, stage->rows_field, stage->nv_field, stage->ve_field, base[obj]);
+    static const int nv_values[] = {1, 2, 4, 8};
+    for (int vi = 0; vi < 2; ++vi) {
+        const int ve = vi ? ve0 / 2 : ve0;
+        if (ve < 1)
+            continue;
+        for (int wi = 0; wi < 2; ++wi) {
+            const int wg = wi ? wg0 * 2 : wg0;
+            for (int ri = 0; ri < stage->row_count; ++ri)
+                for (int ni = 0; ni < 4; ++ni) {
+                    const int rows = stage->row_values[ri], nv = nv_values[ni];
+                    if (rows * nv < 4 || rows * nv > 16)
+                        continue;
+                    tune_spec trial = *best;
+                    spec_set(&trial, stage->rows_field, rows);
+                    spec_set(&trial, stage->nv_field, nv);
+                    spec_set(&trial, stage->ve_field, ve);
+                    spec_set(&trial, "wg", wg);
+                    if (effective(t, &trial, text, sizeof text) != MHLA_OK)
+                        continue;
+                    int dup = 0;
+                    for (int k = 0; k < nseen && !dup; ++k)
+                        dup = strcmp(seen[k], fields_of(text)) == 0;
+                    if (dup)
+                        continue;
+                    if (nseen < JOINT_SEEN)
+                        snprintf(seen[nseen++], sizeof seen[0], "%s", fields_of(text));
+                    if (cli_now_ms() + 3e3 > t->deadline)
+                        return 1;
+                    char label[96];
+                    snprintf(label, sizeof label, "%s=%d,%s=%d,%s=%d,wg=%d", stage->rows_field, rows,
+                             stage->nv_field, nv, stage->ve_field, ve, wg);
+                    try_candidate(t, s, stage, &cfg, obj, &trial, label, best, base, changed);
                 }
-            }
-            printf("[%6.1f s] %lldx%lld %-7s %s=%d: %.3f ms%s (best so far %.3f)\n", elapsed_s(t), (long long)s->dk,
-                   (long long)s->dv, stage->name, f->name, f->values[i], ms[obj], better ? " kept" : "",
-                   better ? ms[obj] : base[obj]);
-            fflush(stdout);
-            if (better) {
-                *best = trial;
-                memcpy(base, ms, sizeof base);
-                *changed = 1;
-            }
         }
     }
     return 0;
@@ -375,10 +475,11 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
         return;
     static const char *const names[] = {"vec",        "sum_rd",    "sum_ve",        "sum_nv",        "sum_chunk",
                                         "out_rt",     "out_ve",    "out_nv",        "out_dc",        "out_nt",
+                                        "out_pre",    "out_pf",
                                         "wg",         "groups_per_cu",              "split_min_len", "pf",
                                         "mix_kernel", "mix_mr",    "mix_ve",        "mix_nv",        "pre_mr",
                                         "pre_nv",     "tq",        "kt",            "gemm_rows",     "sm_bq",
-                                        "sm_bk",      "sm_vw",     "sm_rows"};
+                                        "sm_bk",      "sm_vw",     "sm_rows",       "dg_parts"};
     mhla_device_info info;
     size_t index = 0, count = 0;
     memset(&info, 0, sizeof info);
@@ -390,11 +491,26 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
     }
     printf("/* %s, driver %s: mhla tune, %lldx%lld: %s */\n", mhla_context_device_name(t->ctx), info.driver_version,
            (long long)s->dk, (long long)s->dv, note);
-    printf("{\"tuned\", NULL, \"%s\", %s, 0,\n {", mhla_context_device_name(t->ctx),
+    printf("{\"tuned\", NULL, \"%s\", %s, 0, -1,\n {", mhla_context_device_name(t->ctx),
            info.is_gpu ? "CL_DEVICE_TYPE_GPU" : "CL_DEVICE_TYPE_CPU");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
         printf("%s.%s = %d", i == 0 ? "" : i % 8 ? ", " : ",\n  ", names[i], field_in(text, names[i]));
     printf("}},\n");
+}
+
+/* Runs one search (search_stage or joint_stage) over every stage in order until the budget runs
+ * out (*out_of_time); returns CLI_OK or the exit code of a stage whose starting point failed. */
+static int each_stage(tuner *t, const tune_shape *s,
+                      int (*search)(tuner *, const tune_shape *, const tune_stage *, tune_spec *, int *),
+                      tune_spec *best, int *changed, int *out_of_time)
+{
+    for (size_t k = 0; k < STAGE_COUNT && !*out_of_time; ++k) {
+        const int r = search(t, s, &stages[k], best, changed);
+        if (r < 0)
+            return -r;
+        *out_of_time = r == 1;
+    }
+    return CLI_OK;
 }
 
 /* "64x64@16384:64" (DV, M optional) into s. */
@@ -498,14 +614,13 @@ int cmd_tune(int argc, char **argv)
             changed = 0;
             if (pass > 0)
                 printf("[%6.1f s] pass %d\n", elapsed_s(&t), pass + 1);
-            for (size_t k = 0; k < STAGE_COUNT && !out_of_time; ++k) {
-                const int r = search_stage(&t, s, &stages[k], &best, &changed);
-                if (r < 0) {
-                    rc = -r;
-                    break;
-                }
-                out_of_time = r == 1;
-            }
+            rc = each_stage(&t, s, search_stage, &best, &changed, &out_of_time);
+        }
+        /* Then the joint pass over each stage's register tile, vector width and work-group size. */
+        if (!out_of_time && rc == CLI_OK) {
+            int changed = 0;
+            printf("[%6.1f s] joint pass\n", elapsed_s(&t));
+            rc = each_stage(&t, s, joint_stage, &best, &changed, &out_of_time);
         }
         if (rc != CLI_OK)
             break;

@@ -74,9 +74,11 @@ mhla_status mhla__context_read_device(mhla_context *ctx)
     lim->compute_units = cu ? cu : 1;
     lim->float_width = mhla__device_float_width(dev);
     ctx->device_name[sizeof ctx->device_name - 1] = '\0';
+    mhla__simd_of(ctx->device_name, lim->float_width, &lim->simd);
     ctx->vendor[sizeof ctx->vendor - 1] = '\0';
     ctx->driver_version[sizeof ctx->driver_version - 1] = '\0';
     ctx->platform_version[sizeof ctx->platform_version - 1] = '\0';
+    lim->native_prefetch = (lim->type & CL_DEVICE_TYPE_CPU) && strstr(ctx->platform_version, "PoCL") != NULL;
 cleanup:
     return st;
 }

@@ -83,6 +83,15 @@ const char *mhla__cl_error_name(cl_int err);
 
 /* ---- context ---------------------------------------------------------------------------- */
 
+/* The SIMD registers a CPU device's compiler targets (host/cpu_row.c): `width` floats each (at most
+ * the reported float width), `registers` of them, and the target's name ("haswell", or "reported"
+ * where the device's name does not say). */
+typedef struct mhla_simd {
+    int width;
+    int registers;
+    char target[24];
+} mhla_simd;
+
 /* Device limits read once per context; every launch respects them. */
 typedef struct mhla_device_limits {
     size_t max_work_group_size;
@@ -99,6 +108,11 @@ typedef struct mhla_device_limits {
      * or PREFERRED_ where that is wider): 16 on AVX-512 CPUs, 8 on AVX2, 4 on SSE/NEON, 1 on
      * most GPUs. Vector tiles never exceed it on CPUs (host/tuning.c). */
     int float_width;
+    /* PoCL's CPU device: kernels become native code, so clang's prefetch builtin is an
+     * instruction (kernels/output.cl, OUT_PF); elsewhere it may not translate. */
+    int native_prefetch;
+    /* What the device's compiler targets on CPUs (host/cpu_row.c): see mhla_simd. */
+    mhla_simd simd;
 } mhla_device_limits;
 
 typedef struct mhla_program_entry {
@@ -212,6 +226,10 @@ typedef struct mhla_tuning {
     int out_nv;        /* output: output vectors per token per work-item */
     int out_dc;        /* output: key dimensions loaded per step (vector width) */
     int out_nt;        /* output: 1 = streaming (non-temporal) stores of the output rows (CPUs) */
+    int out_pre;       /* read-outs: 1 = the tile's q~ rows mapped into a private array before the
+                          multiply-adds (CPUs: frees registers for accumulators), 0 = OUT_DC at a
+                          time inside the loop (GPUs: no per-thread array) */
+    int out_pf;        /* read-out: prefetch the q rows this many token groups ahead (CPUs), 0 none */
     int wg;            /* work-group size aimed at */
     int groups_per_cu; /* work-groups per compute unit before long blocks are split */
     int split_min_len; /* shortest block segment worth its own work-group */
@@ -234,6 +252,11 @@ typedef struct mhla_tuning {
     char origin[160];  /* where the values came from: "built-in row 'cpu', MHLA_TUNING" */
 } mhla_tuning;
 
+/* The SIMD target of a device named `device_name` reporting `reported_width` floats per register
+ * (host/cpu_row.c). */
+void mhla__simd_of(const char *device_name, int reported_width, mhla_simd *out);
+/* The register tiles and vector widths of the CPU row for the SIMD target s (host/cpu_row.c). */
+void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s);
 /* The row for ctx's device (vendor, name, type and float width), then the tuned entry for cfg's
  * head dimensions (`mhla tune`'s database; cfg may be NULL: none), then MHLA_TUNING, then the
  * context's own overrides (mhla_context_set_tuning), with the vector widths capped for the
@@ -255,6 +278,8 @@ typedef struct mhla_tiles {
     int sum_chunk;                      /* SUM_CHUNK: tokens per partial sum */
     int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
     int out_nt;                         /* OUT_NT: streaming stores of the output rows */
+    int out_pre;                        /* OUT_PRE: q~ mapped up front (kernels/tiles.h) */
+    int out_pf;                         /* OUT_PF: q rows prefetched that many token groups ahead */
     int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns; causal
                                            plans: causal_prefix.cl's rows and vectors (pre_mr, pre_nv) */
     int pre_ve;                         /* causal_prefix.cl: MIX_MR rows x (PRE_VE * MIX_NV) columns */

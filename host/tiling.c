@@ -62,6 +62,7 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, mhla_ti
     out->out_ve = mhla__pow2_divisor(cfg->dv, t->out_ve);
     out->out_nv = mhla__pow2_divisor(cfg->dv / out->out_ve, t->out_nv);
     out->out_dc = mhla__pow2_divisor(cfg->dk, t->out_dc);
+    out->out_pre = t->out_pre != 0;
     out->mix_mr = t->mix_mr;
     out->mix_ve = t->mix_ve;
     out->mix_nv = t->mix_nv;
@@ -74,6 +75,9 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
                          const mhla_tuning *t, mhla_tiles *out)
 {
     register_tiles(cfg, t, out);
+    /* clang's prefetch builtin only where the kernel becomes native code (PoCL's CPU device):
+     * Oclgrind aborts on the llvm.prefetch intrinsic, and rusticl's SPIR-V translator rejects it. */
+    out->out_pf = ctx->limits.native_prefetch ? t->out_pf : 0;
     /* Streaming stores write whole vectors of float; kernels/output.cl takes them only where the
      * output buffer's own address is aligned to one. */
     out->out_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
@@ -283,8 +287,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d", t->sum_rd, t->sum_ve, t->sum_nv,
                        t->sum_chunk);
     if (r & F_OUT)
-        mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d", t->out_rt, t->out_ve,
-                       t->out_nv, t->out_dc, t->out_nt);
+        mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d -DOUT_PRE=%d -DOUT_PF=%d",
+                       t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt, t->out_pre, t->out_pf);
     if (r & F_CAUSAL)
         mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d", t->tq, t->kt);
     if (r & F_MIX)

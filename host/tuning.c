@@ -16,25 +16,23 @@ typedef struct tuning_row {
     const char *device;  /* substring of CL_DEVICE_NAME, or NULL for any */
     cl_device_type type; /* 0 for any */
     int min_width;       /* the device's float width must be at least this (0: any) */
+    int registers;       /* CPU rows: register tiles derived (host/cpu_row.c) for this many vector
+                            registers, 0 for the device's own count; -1: the row's tiles as written */
     mhla_tuning t;
 } tuning_row;
 
 /* First match wins, so specific rows come before the defaults. Why these numbers:
  * - CPUs (PoCL, vendor CPU runtimes) compile explicit vectors straight to SIMD registers and
  *   barely vectorize scalar work-items, so each work-item row is one vector as wide as the
- *   device's registers (vec = 0: CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, 16 with AVX-512, 8 with
- *   AVX2). Wider vectors never help: without AVX-512 a float16 argument or return value changes
- *   the calling convention (clang warns, and PoCL prints the warning on stderr). Register tiles
- *   hold about 8 vectors of accumulators (summary: 8 key rows x 1 vector; output: 4 tokens x 2
- *   vectors) with 16 vector registers (AVX2); with 32 (AVX-512) the summary keeps 8 x 2 vectors
- *   (PoCL 3.1, 2-core EPYC, N=16384, M=64, H=8, D=64, best of 8: 11.7 -> 10.3 ms) and the mixing
- *   kernel 8 rows x 2 vectors. Larger read-out tiles measured no faster (4 x 2: 9.7 ms; 8 x 2:
- *   10.7; 4 x 4: 11.5; 6 x 2: 10.1). The summary prefetches its next chunk (pf, kernels/common.h)
- *   and folds its partial sums every 128 tokens (sum_chunk): each fold is a barrier, and CPU
- *   runtimes pass every work-item of the group through it (PoCL 3.1, 2-core EPYC, the summary
- *   loop alone on L2-resident rows: 119-149 GFLOP/s folding every 32 tokens, 143-175 every 128,
- *   155-175 never; the whole summary stage at N=16384, M=64 and 65536, M=128, paired runs: 2 to 12%
- *   faster, 5% in the median).
+ *   registers the compiler targets, and the register tiles are sized to how many there are:
+ *   both derived from the device (host/cpu_row.c: 16 floats x 32 registers with AVX-512, 8 x 16
+ *   with AVX2). Wider vectors never help: without AVX-512 a float16 argument or return value
+ *   changes the calling convention (clang warns, and PoCL prints the warning on stderr).
+ *   The summary prefetches its next chunk (pf, kernels/common.h) and folds its partial sums
+ *   every 128 tokens (sum_chunk): each fold is a barrier, and CPU runtimes pass every work-item
+ *   of the group through it (PoCL 3.1, 2-core EPYC, the summary loop alone on L2-resident rows:
+ *   119-149 GFLOP/s folding every 32 tokens, 143-175 every 128, 155-175 never; the whole summary
+ *   stage at N=16384, M=64 and 65536, M=128, paired runs: 2 to 12% faster, 5% in the median).
  *   Work-groups are tasks, so a few per core suffice. The mixing GEMM runs in kernels/mixing.cl:
  *   CLBlast's GEMMs stage tiles in local memory behind barriers, which CPU runtimes emulate in
  *   ordinary memory (PoCL 3.1, 2 cores, N=16384, M=64, H=8, D=64: CLBlast 18-37 ms vs 3-4 ms for
@@ -54,33 +52,58 @@ typedef struct tuning_row {
  *   (256 bits), like a GPU; it reports a float width of 1. See docs/devices.md for its figures.
  * - Anything else: GPU-like choices with smaller tiles. */
 static const tuning_row rows[] = {
-    {"llvmpipe", NULL, "llvmpipe", 0, 0,
+    {"llvmpipe", NULL, "llvmpipe", 0, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
-      .out_dc = 4, .out_nt = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0, .mix_kernel = 1,
-      .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 0,
-      .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1}},
-    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 16,
-     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 2, .sum_chunk = 128, .out_rt = 4, .out_ve = 16, .out_nv = 2,
-      .out_dc = 8, .out_nt = 1, .wg = 64, .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1,
-      .mix_mr = 8, .mix_ve = 16, .mix_nv = 2, .pre_mr = 8, .pre_nv = 2, .tq = 32, .kt = 32, .gemm_rows = 0,
-      .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1, .dg_parts = 1}},
-    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
-     {.vec = 0, .sum_rd = 8, .sum_ve = 16, .sum_nv = 1, .sum_chunk = 128, .out_rt = 4, .out_ve = 16, .out_nv = 2,
-      .out_dc = 8, .out_nt = 1, .wg = 64, .groups_per_cu = 8, .split_min_len = 256, .pf = 1, .mix_kernel = 1,
-      .mix_mr = 4, .mix_ve = 16, .mix_nv = 2, .pre_mr = 4, .pre_nv = 2, .tq = 32, .kt = 32, .gemm_rows = 0,
-      .sm_bq = 256, .sm_bk = 64, .sm_vw = 16, .sm_rows = 1, .dg_parts = 1}},
-    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, 0,
+      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
+      .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
+      .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1}},
+    /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
+     * the SIMD target (host/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
+     * the device's width) only by name. */
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, 0,
+     {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
+      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
+      .sm_rows = 1, .dg_parts = 1}},
+    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, 32,
+     {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
+      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
+      .sm_rows = 1, .dg_parts = 1}},
+    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
-      .out_dc = 4, .out_nt = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0, .mix_kernel = 0,
-      .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 32,
-      .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32}},
-    {"default", NULL, NULL, 0, 0,
+      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
+      .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
+      .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32}},
+    {"default", NULL, NULL, 0, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
-      .out_dc = 4, .out_nt = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0, .mix_kernel = 0,
-      .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, .gemm_rows = 32,
-      .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8}},
+      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
+      .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
+      .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8}},
 };
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
+
+/* Row r as the starting point of a tuning: CPU rows get their tiles for ctx's SIMD target (or,
+ * without a context, for 16-float registers capped later to the device's width). */
+static void row_start(const mhla_context *ctx, size_t r, const char *where, mhla_tuning *t)
+{
+    *t = rows[r].t;
+    char derived[64] = "";
+    if (rows[r].registers >= 0) {
+        mhla_simd s = {16, 16, "reported"};
+        if (ctx)
+            s = ctx->limits.simd;
+        if (rows[r].registers > 0)
+            s.registers = rows[r].registers;
+        mhla__cpu_row_fill(t, &s);
+        snprintf(derived, sizeof derived, "%d floats x %d registers: %s", s.width, s.registers, s.target);
+    }
+    /* "built-in row 'cpu' (MHLA_TUNING; 8 floats x 16 registers: haswell)" */
+    const char *sep = where && *derived ? "; " : "";
+    if (where || *derived)
+        snprintf(t->origin, sizeof t->origin, "built-in row '%s' (%s%s%s)", rows[r].name, where ? where : "", sep,
+                 derived);
+    else
+        snprintf(t->origin, sizeof t->origin, "built-in row '%s'", rows[r].name);
+}
 
 static int matches(const tuning_row *r, const mhla_context *ctx)
 {
@@ -105,7 +128,7 @@ static const tuning_field fields[] = {
     FIELD(vec, 0),        FIELD(sum_rd, 1),     FIELD(sum_ve, 1),        FIELD(sum_nv, 1),
     FIELD(sum_chunk, 1),
     FIELD(out_rt, 1),     FIELD(out_ve, 1),     FIELD(out_nv, 1),        FIELD(out_dc, 1),
-    FIELD(out_nt, 0),
+    FIELD(out_nt, 0),     FIELD(out_pre, 0),      FIELD(out_pf, 0),
     FIELD(wg, 1),         FIELD(groups_per_cu, 1), FIELD(split_min_len, 1), FIELD(pf, 0),
     FIELD(mix_kernel, 0), FIELD(mix_mr, 1),     FIELD(mix_ve, 1),        FIELD(mix_nv, 1),
     FIELD(pre_mr, 1),     FIELD(pre_nv, 1),     FIELD(tq, 1),            FIELD(kt, 1),
@@ -137,8 +160,7 @@ mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char 
                 ++r;
             MHLA_FAIL_IF(st, r == ROW_COUNT, ctx, MHLA_ERR_INVALID_ARGUMENT,
                          "%s: unknown row '%s' (rows: llvmpipe, cpu-wide, cpu, gpu, default)", where, value_text);
-            *t = rows[r].t;
-            snprintf(t->origin, sizeof t->origin, "built-in row '%s' (%s)", rows[r].name, where);
+            row_start(ctx, r, where, t);
             fields_set = 0;
         } else {
             size_t i = 0;
@@ -201,8 +223,7 @@ mhla_status mhla__tuning_lookup(mhla_context *ctx, const mhla_config *cfg, mhla_
     size_t r = 0;
     while (r + 1 < ROW_COUNT && !matches(&rows[r], ctx))
         ++r;
-    t = rows[r].t;
-    snprintf(t.origin, sizeof t.origin, "built-in row '%s'", rows[r].name);
+    row_start(ctx, r, NULL, &t);
     /* A tuned entry was checked and timed on this very device and driver: it comes before the
      * experiments' overrides, after the built-in row. One that no longer parses (written by a
      * later library version, edited by hand) is ignored rather than failing every plan. */
@@ -267,12 +288,13 @@ mhla_status mhla_context_tuning(mhla_context *ctx, char *buf, size_t size)
     MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, NULL, &t));
     snprintf(buf, size,
              "%s: vec=%d sum_rd=%d,sum_ve=%d,sum_nv=%d,sum_chunk=%d out_rt=%d,out_ve=%d,out_nv=%d,out_dc=%d,"
-             "out_nt=%d wg=%d groups_per_cu=%d split_min_len=%d pf=%d mix_kernel=%d,mix_mr=%d,mix_ve=%d,mix_nv=%d "
+             "out_nt=%d,out_pre=%d,out_pf=%d wg=%d groups_per_cu=%d split_min_len=%d pf=%d "
+             "mix_kernel=%d,mix_mr=%d,mix_ve=%d,mix_nv=%d "
              "pre_mr=%d,pre_nv=%d tq=%d,kt=%d,gemm_rows=%d "
              "sm_bq=%d,sm_bk=%d,sm_vw=%d,sm_rows=%d dg_parts=%d",
              t.origin, t.vec, t.sum_rd, t.sum_ve, t.sum_nv, t.sum_chunk, t.out_rt, t.out_ve, t.out_nv, t.out_dc,
-             t.out_nt, t.wg, t.groups_per_cu, t.split_min_len, t.pf, t.mix_kernel, t.mix_mr, t.mix_ve, t.mix_nv,
-             t.pre_mr, t.pre_nv, t.tq, t.kt, t.gemm_rows,
+             t.out_nt, t.out_pre, t.out_pf, t.wg, t.groups_per_cu, t.split_min_len, t.pf, t.mix_kernel, t.mix_mr,
+             t.mix_ve, t.mix_nv, t.pre_mr, t.pre_nv, t.tq, t.kt, t.gemm_rows,
              t.sm_bq, t.sm_bk, t.sm_vw, t.sm_rows, t.dg_parts);
 cleanup:
     return st;

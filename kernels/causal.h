@@ -32,14 +32,4 @@ long slot_z(const int slot, const int bh, const int bhs)
  * y = tokens in the chunk, z = chunk index i inside its sequence (the row of Mc),
  * w = summary slot of the sequence's chunk 0 (the chunk's own slot is w + z). */
 
-/* Sum of the W lanes of x (through a private array: valid for every width). */
-#define HSUM(W, x, out)                                                                             \
-    do {                                                                                            \
-        float hs_[W];                                                                               \
-        VSTOREN(W, (x), 0, hs_);                                                                    \
-        (out) = 0.0f;                                                                               \
-        for (int i_ = 0; i_ < (W); ++i_)                                                            \
-            (out) += hs_[i_];                                                                       \
-    } while (0)
-
 #endif /* MHLA_KERNELS_CAUSAL_H */

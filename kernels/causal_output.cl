@@ -76,11 +76,10 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
     /* q~ P_i: chunk 0 of a sequence has no prefix, and its P row is not read. */
     if (ch.z > 0) {
         global const STORE_T *qrow[OUT_RT];
-        VEC(OUT_DC) dz[OUT_RT]; /* q~ . zP in partial sums */
+        float dz[OUT_RT]; /* q~ . zP */
         #pragma unroll
         for (int r = 0; r < OUT_RT; ++r) {
             qrow[r] = qb + min(r0 + r, nq - 1) * kstride; /* rows past the last token repeat it */
-            dz[r] = (VEC(OUT_DC))(0.0f);
         }
         global const float *P = pref + slot_s(c, bh, g.bh) + et * OUT_COLS;
         global const float *zp = ZCOL ? pref + slot_z(c, bh, g.bh) : pref; /* none: read, not used */
@@ -88,7 +87,7 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
 #if ZCOL
         #pragma unroll
         for (int r = 0; r < OUT_RT; ++r)
-            HSUM(OUT_DC, dz[r], den_inter[r]);
+            den_inter[r] = dz[r];
 #endif
     }
 

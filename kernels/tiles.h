@@ -85,28 +85,80 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
 }
 #endif
 
-/* acc[r] += q~_r S and dsum[r] += q~_r * z (OUT_DC-wide partial sums of q~_r . z) for the OUT_RT
- * tokens whose q rows are qrow[r], with q~ = scale * phi(q). S has rows of DV floats, s pointing at
- * the work-item's OUT_NV vectors of OUT_VE columns in row 0. A macro, not a function: PoCL keeps
- * the tile in registers only when the loop is written inline (measured: a function took 1.5x). */
-#define READOUT_TILE(qrow, s, z, scale, feature_eps, acc, dsum)                                     \
-    for (int d0_ = 0; d0_ < DK; d0_ += OUT_DC) {                                                    \
-        float qt_[OUT_RT][OUT_DC];                                                                  \
-        const VEC(OUT_DC) zv_ = VLOADN(OUT_DC, 0, (z) + d0_);                                       \
-        _Pragma("unroll") for (int r_ = 0; r_ < OUT_RT; ++r_) {                                     \
-            const VEC(OUT_DC) x_ = LOADN(OUT_DC, 0, (qrow)[r_] + d0_);                              \
-            const VEC(OUT_DC) fx_ = (scale) * FEATURE_V(OUT_DC, x_, feature_eps);                    \
-            (dsum)[r_] += fx_ * zv_;                                                                \
-            VSTOREN(OUT_DC, fx_, 0, qt_[r_]);                                                       \
-        }                                                                                           \
-        _Pragma("unroll") for (int dd_ = 0; dd_ < OUT_DC; ++dd_) {                                  \
-            VEC(OUT_VE) sv_[OUT_NV];                                                                \
+/* Sum of the W lanes of x (through a private array: valid for every width). */
+#define HSUM(W, x, out)                                                                             \
+    do {                                                                                            \
+        float hs_[W];                                                                               \
+        VSTOREN(W, (x), 0, hs_);                                                                    \
+        (out) = 0.0f;                                                                               \
+        for (int i_ = 0; i_ < (W); ++i_)                                                            \
+            (out) += hs_[i_];                                                                       \
+    } while (0)
+
+/* acc[r] += q~_r S and dsum[r] = q~_r . z for the OUT_RT tokens whose q rows are qrow[r], with
+ * q~ = scale * phi(q). S has rows of DV floats, s pointing at the work-item's OUT_NV vectors of
+ * OUT_VE columns in row 0. q~ . z is summed in OUT_DC lanes over the row, then the lanes in order;
+ * every product enters acc in the order of d: both forms below give the same bits.
+ * OUT_PRE = 1 (CPU rows): every token's q~ row goes to a private array first, so that the
+ * multiply-add loop holds nothing but the accumulators, the S vectors and one broadcast (mapping
+ * q~ inside the loop keeps OUT_RT partial dot products and the map's temporaries live beside the
+ * accumulators: 16 vector registers on AVX2), and a tile across a whole row maps each q~ once.
+ * OUT_PRE = 0 (GPU rows): OUT_DC dimensions at a time inside the loop, a small array that stays
+ * in registers where a whole q~ row per thread would not. A macro, not a function: PoCL keeps the
+ * tile in registers only when the loop is written inline (measured: a function took 1.5x). */
+#ifndef OUT_PRE
+#define OUT_PRE 0
+#endif
+#define READOUT_MAP_(qrow, r_, d0_, z, scale, feature_eps, ds, qt)                                  \
+    do {                                                                                            \
+        const VEC(OUT_DC) x_ = LOADN(OUT_DC, 0, (qrow)[r_] + (d0_));                                \
+        const VEC(OUT_DC) fx_ = (scale) * FEATURE_V(OUT_DC, x_, feature_eps);                        \
+        (ds) += fx_ * VLOADN(OUT_DC, 0, (z) + (d0_));                                               \
+        VSTOREN(OUT_DC, fx_, 0, (qt));                                                              \
+    } while (0)
+#define READOUT_FMA_(s, d, qcol, acc)                                                               \
+    do {                                                                                            \
+        VEC(OUT_VE) sv_[OUT_NV];                                                                    \
+        _Pragma("unroll") for (int j_ = 0; j_ < OUT_NV; ++j_)                                       \
+            sv_[j_] = VLOADN(OUT_VE, 0, (s) + (long)(d) * DV + j_ * OUT_VE);                        \
+        _Pragma("unroll") for (int r_ = 0; r_ < OUT_RT; ++r_)                                       \
             _Pragma("unroll") for (int j_ = 0; j_ < OUT_NV; ++j_)                                   \
-                sv_[j_] = VLOADN(OUT_VE, 0, (s) + (long)(d0_ + dd_) * DV + j_ * OUT_VE);            \
-            _Pragma("unroll") for (int r_ = 0; r_ < OUT_RT; ++r_)                                   \
-                _Pragma("unroll") for (int j_ = 0; j_ < OUT_NV; ++j_)                               \
-                    (acc)[r_][j_] += qt_[r_][dd_] * sv_[j_];                                        \
+                (acc)[r_][j_] += qcol(r_) * sv_[j_];                                                \
+    } while (0)
+#if OUT_PRE
+#define READOUT_TILE(qrow, s, z, scale, feature_eps, acc, dsum)                                     \
+    do {                                                                                            \
+        float qt_[OUT_RT][DK];                                                                      \
+        _Pragma("unroll") for (int r_ = 0; r_ < OUT_RT; ++r_) {                                     \
+            VEC(OUT_DC) ds_ = (VEC(OUT_DC))(0.0f);                                                  \
+            for (int d0_ = 0; d0_ < DK; d0_ += OUT_DC)                                              \
+                READOUT_MAP_(qrow, r_, d0_, z, scale, feature_eps, ds_, qt_[r_] + d0_);             \
+            HSUM(OUT_DC, ds_, (dsum)[r_]);                                                          \
         }                                                                                           \
-    }
+        for (int d0_ = 0; d0_ < DK; d0_ += OUT_DC)                                                  \
+            _Pragma("unroll") for (int dd_ = 0; dd_ < OUT_DC; ++dd_) {                              \
+                const int d_ = d0_ + dd_;                                                           \
+                READOUT_FMA_(s, d_, READOUT_QPRE_, acc);                                            \
+            }                                                                                       \
+    } while (0)
+#define READOUT_QPRE_(r) qt_[r][d_]
+#else
+#define READOUT_TILE(qrow, s, z, scale, feature_eps, acc, dsum)                                     \
+    do {                                                                                            \
+        VEC(OUT_DC) ds_[OUT_RT];                                                                    \
+        _Pragma("unroll") for (int r_ = 0; r_ < OUT_RT; ++r_) ds_[r_] = (VEC(OUT_DC))(0.0f);        \
+        for (int d0_ = 0; d0_ < DK; d0_ += OUT_DC) {                                                \
+            float qt_[OUT_RT][OUT_DC];                                                              \
+            _Pragma("unroll") for (int r_ = 0; r_ < OUT_RT; ++r_)                                   \
+                READOUT_MAP_(qrow, r_, d0_, z, scale, feature_eps, ds_[r_], qt_[r_]);               \
+            _Pragma("unroll") for (int dd_ = 0; dd_ < OUT_DC; ++dd_) {                              \
+                const int d_ = d0_ + dd_;                                                           \
+                READOUT_FMA_(s, d_, READOUT_QDC_, acc);                                             \
+            }                                                                                       \
+        }                                                                                           \
+        _Pragma("unroll") for (int r_ = 0; r_ < OUT_RT; ++r_) HSUM(OUT_DC, ds_[r_], (dsum)[r_]);    \
+    } while (0)
+#define READOUT_QDC_(r) qt_[r][dd_]
+#endif
 
 #endif /* MHLA_KERNELS_TILES_H */

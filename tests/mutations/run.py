@@ -84,7 +84,7 @@ MUTATIONS = [
                "kl[d] = fmax(LOADN(1, qrow + d, k), 0.0f);", 1)],
              [("decoder", "test_decode_maps_and_eps", "relu-eps")]),
     Mutation("paper-drops-eps", "paper normalizer drops +eps",
-             [("kernels/output.cl", "inv = inv + eps;", "inv = inv;", 1)],
+             [("kernels/output.cl", "const float inv = dsum[r] + eps;", "const float inv = dsum[r];", 1)],
              [("forward", "test_modes_matrix", "paper/")]),
     Mutation("reference-relu-grad-at-zero", "the double reference's relu gradient at exactly 0 (`>` to `>=`)",
              [("host/reference_backward.c", "    case MHLA_FEATURE_RELU_EPS:\n        return x > 0.0 ? 1.0 : 0.0;",
