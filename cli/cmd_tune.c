@@ -19,7 +19,8 @@
 #include <time.h>
 
 static const char help[] =
-    "usage: mhla tune [--device SPEC] [--budget SECONDS] [--shapes LIST] [--heads H] [--export] [--dry-run]\n"
+    "usage: mhla tune [--device SPEC] [--budget SECONDS] [--shapes LIST] [--heads H] [--stages LIST]\n"
+    "                 [--export] [--dry-run]\n"
     "\n"
     "Searches the tiles, vector widths, work-group sizes, block splits and the mixing GEMM (built-in\n"
     "kernel or CLBlast) of each stage, the causal score tiles and the softmax tiles for this device,\n"
@@ -35,6 +36,8 @@ static const char help[] =
     "                    M from the paper's rule M^2 <= N with blocks of >= 256 tokens); the causal\n"
     "                    stage runs N/4 tokens in chunks of 64, softmax 2048 tokens\n"
     "  --heads H         heads of the timed problems (default 8)\n"
+    "  --stages LIST     only these stages, comma-separated: summary, output, mixing, causal, softmax\n"
+    "                    (default all)\n"
     "  --export          also print each entry as a row for host/tuning.c's built-in table\n"
     "  --dry-run         search and report, but store nothing\n";
 
@@ -63,6 +66,7 @@ typedef struct tuner {
     double t0, deadline;
     int stage_clock; /* the device's stage times are usable (else: the forward's host time) */
     int candidates, discarded;
+    unsigned stages; /* bit k: stages[k] is searched (--stages) */
 } tuner;
 
 /* ---- specs ----------------------------------------------------------------------------------- */
@@ -505,6 +509,8 @@ static int each_stage(tuner *t, const tune_shape *s,
                       tune_spec *best, int *changed, int *out_of_time)
 {
     for (size_t k = 0; k < STAGE_COUNT && !*out_of_time; ++k) {
+        if (!(t->stages >> k & 1u))
+            continue;
         const int r = search(t, s, &stages[k], best, changed);
         if (r < 0)
             return -r;
@@ -544,11 +550,12 @@ int cmd_tune(int argc, char **argv)
 {
     const char *cmd = "tune";
     int help_shown = 0, rc;
-    enum { O_DEVICE, O_BUDGET, O_SHAPES, O_HEADS, O_EXPORT, O_DRY, O_COUNT };
+    enum { O_DEVICE, O_BUDGET, O_SHAPES, O_HEADS, O_STAGES, O_EXPORT, O_DRY, O_COUNT };
     cli_option o[O_COUNT] = {
         [O_DEVICE] = {"--device", "SPEC", NULL},   [O_BUDGET] = {"--budget", "SECONDS", NULL},
         [O_SHAPES] = {"--shapes", "LIST", NULL},   [O_HEADS] = {"--heads", "H", NULL},
-        [O_EXPORT] = {"--export", NULL, NULL},     [O_DRY] = {"--dry-run", NULL, NULL},
+        [O_STAGES] = {"--stages", "LIST", NULL},   [O_EXPORT] = {"--export", NULL, NULL},
+        [O_DRY] = {"--dry-run", NULL, NULL},
     };
     if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, &help_shown)) != 0 || help_shown)
         return rc;
@@ -568,9 +575,25 @@ int cmd_tune(int argc, char **argv)
                              o[O_SHAPES].value, tok, MHLA_MAX_HEAD_DIM, MAX_SHAPES);
         ++nshapes;
     }
+    unsigned stage_mask = o[O_STAGES].value ? 0u : (1u << STAGE_COUNT) - 1u;
+    if (o[O_STAGES].value) {
+        snprintf(list, sizeof list, "%s", o[O_STAGES].value);
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+            size_t k = 0;
+            while (k < STAGE_COUNT && strcmp(stages[k].name, tok) != 0)
+                ++k;
+            if (k == STAGE_COUNT)
+                return cli_usage(cmd, "--stages %s: unknown stage '%s' (summary, output, mixing, causal, softmax)",
+                                 o[O_STAGES].value, tok);
+            stage_mask |= 1u << k;
+        }
+        if (!stage_mask)
+            return cli_usage(cmd, "--stages '%s' names no stage", o[O_STAGES].value);
+    }
     tuner t;
     memset(&t, 0, sizeof t);
     t.heads = heads;
+    t.stages = stage_mask;
     t.stage_clock = 1;
     mhla_status st = mhla_context_create(o[O_DEVICE].value, &t.ctx);
     if (st != MHLA_OK)

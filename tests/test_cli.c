@@ -2334,6 +2334,59 @@ static void test_tune(void **state)
 
 }
 
+/* The joint pass reaches a tile that one field at a time does not: the summary kernel spins for
+ * milliseconds unless its tile is 2 key rows x 4 vectors. The one-field pass never tries 2 rows (its
+ * values are 4, 8 and 16), and 4 vectors alone keep the spin; only the joint grid's (2, 4) is fast,
+ * so it must be kept there and the search end on it. --stages summary keeps the run short. */
+static void test_tune_joint(void **state)
+{
+    (void)state;
+    char cache[700], kernels[700];
+    snprintf(cache, sizeof cache, "MHLA_CACHE_DIR=%s", in_dir("cache"));
+    const char *plain[] = {cache, "MHLA_TUNING=", NULL};
+    expect_fail(MHLA_ENV(plain, "tune", "--stages", "summary,frob"), 2,
+                "--stages summary,frob: unknown stage 'frob' (summary, output, mixing, causal, softmax)");
+    const result *r = MHLA_ENV(plain, "info");
+    expect_ok(r);
+    const char *row = strstr(r->out, "tuning: built-in row '");
+    assert_non_null(row);
+    const int rd = field_value(row, "sum_rd"), nv = field_value(row, "sum_nv");
+    if (field_value(row, "vec") < 8 || rd == 2 || nv == 4) {
+        printf("test_tune_joint: skipped: the built-in row (%.*s) leaves no pair to move to\n",
+               (int)strcspn(row, "\n"), row);
+        test_skip();
+    }
+    const int a = 2, b = 4; /* 8 accumulator vectors: inside the joint grid's 4..16 */
+    char spin[640];
+    snprintf(spin, sizeof spin,
+             "#if !(SUM_RD == %d && SUM_NV == %d)\n"
+             "    if (get_global_id(0) == 0 && get_global_id(1) == 0 && get_global_id(2) == 0) {\n"
+             "        volatile int spin = 0;\n"
+             "        while (spin < 2000000)\n"
+             "            ++spin;\n"
+             "    }\n"
+             "#endif\n"
+             "    const int tile_id = (int)get_global_id(0);\n",
+             a, b);
+    snprintf(kernels, sizeof kernels, "MHLA_KERNEL_DIR=%s",
+             kernel_variant("slow-joint", "block_summary.cl", "    const int tile_id = (int)get_global_id(0);\n", spin));
+    const char *env[] = {cache, "MHLA_TUNING=", kernels, NULL};
+    r = MHLA_ENV(env, "tune", "--budget", "90", "--shapes", "64x64@512:2", "--heads", "2", "--stages", "summary",
+                 "--dry-run");
+    expect_ok(r);
+    char line[256], want[64], spec[512];
+    assert_null(strstr(r->out, " output ")); /* --stages summary: no other stage searched */
+    assert_non_null(strstr(r->out, " 64x64 summary joint pass ("));
+    snprintf(want, sizeof want, " 64x64 summary sum_rd=%d,sum_nv=%d,", a, b);
+    if (!strstr(line_after(r->out, want, line, sizeof line), " kept"))
+        fail_msg("the joint candidate sum_rd=%d,sum_nv=%d was not kept:\n%s", a, b, r->out);
+    /* It may end on a later candidate of the same tile (4 vectors asked as 8 where the row holds
+     * only 4, at twice the work-group size): still 2 rows, as nothing spinning can beat it. */
+    line_after(r->out, "tune: 64x64: ", spec, sizeof spec);
+    if (field_value(spec, "sum_rd") != a || field_value(spec, "sum_nv") < b)
+        fail_msg("the search ended on '%s', not the sum_rd=%d,sum_nv=%d tile:\n%s", spec, a, b, r->out);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -2387,6 +2440,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_info, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_selftest, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_tune, fresh_dir, tune_teardown),
+        cmocka_unit_test_setup_teardown(test_tune_joint, fresh_dir, drop_dir),
     };
     const int failed = run_group("cli", tests, NULL, NULL);
     scratch_remove(root);
