@@ -2164,6 +2164,26 @@ static const char *line_after(const char *text, const char *prefix, char *buf, s
     return buf;
 }
 
+/* A kernel folder `name` whose summary kernel spins for milliseconds (its first work-item, once
+ * per launch) where the preprocessor condition `cond` on its tile holds: a candidate that the
+ * tuner must find faster by far more than any noise. */
+static const char *slow_summary(const char *name, const char *cond)
+{
+    static const char anchor[] = "    const int tile_id = (int)get_global_id(0);\n";
+    char spin[512];
+    snprintf(spin, sizeof spin,
+             "#if %s\n"
+             "    if (get_global_id(0) == 0 && get_global_id(1) == 0 && get_global_id(2) == 0) {\n"
+             "        volatile int spin = 0;\n"
+             "        while (spin < 2000000)\n"
+             "            ++spin;\n"
+             "    }\n"
+             "#endif\n"
+             "%s",
+             cond, anchor);
+    return kernel_variant(name, "block_summary.cl", anchor, spin);
+}
+
 /* test_tune points this process's MHLA_CACHE_DIR at its folder to read the database back; the
  * teardown puts the variable back (a failed case included) and drops the folder. */
 static char saved_cache_dir[4096];
@@ -2207,19 +2227,9 @@ static void test_tune(void **state)
                (int)strcspn(row, "\n"), row);
         test_skip();
     }
-    char spin[512];
-    snprintf(spin, sizeof spin,
-             "#if SUM_RD == %d\n"
-             "    if (get_global_id(0) == 0 && get_global_id(1) == 0 && get_global_id(2) == 0) {\n"
-             "        volatile int spin = 0;\n"
-             "        while (spin < 2000000)\n"
-             "            ++spin;\n"
-             "    }\n"
-             "#endif\n"
-             "    const int tile_id = (int)get_global_id(0);\n",
-             builtin_rd);
-    snprintf(kernels, sizeof kernels, "MHLA_KERNEL_DIR=%s",
-             kernel_variant("slow", "block_summary.cl", "    const int tile_id = (int)get_global_id(0);\n", spin));
+    char cond[64];
+    snprintf(cond, sizeof cond, "SUM_RD == %d", builtin_rd);
+    snprintf(kernels, sizeof kernels, "MHLA_KERNEL_DIR=%s", slow_summary("slow", cond));
     const char *env[] = {cache, "MHLA_TUNING=", kernels, NULL};
     /* The budget counts compiles: the configurations the search times (M = 2) and checks (M = 4)
      * are built first, so that a short budget reaches the first candidate on a loaded machine. */
@@ -2357,19 +2367,9 @@ static void test_tune_joint(void **state)
         test_skip();
     }
     const int a = 2, b = 4; /* 8 accumulator vectors: inside the joint grid's 4..16 */
-    char spin[640];
-    snprintf(spin, sizeof spin,
-             "#if !(SUM_RD == %d && SUM_NV == %d)\n"
-             "    if (get_global_id(0) == 0 && get_global_id(1) == 0 && get_global_id(2) == 0) {\n"
-             "        volatile int spin = 0;\n"
-             "        while (spin < 2000000)\n"
-             "            ++spin;\n"
-             "    }\n"
-             "#endif\n"
-             "    const int tile_id = (int)get_global_id(0);\n",
-             a, b);
-    snprintf(kernels, sizeof kernels, "MHLA_KERNEL_DIR=%s",
-             kernel_variant("slow-joint", "block_summary.cl", "    const int tile_id = (int)get_global_id(0);\n", spin));
+    char cond[64];
+    snprintf(cond, sizeof cond, "!(SUM_RD == %d && SUM_NV == %d)", a, b);
+    snprintf(kernels, sizeof kernels, "MHLA_KERNEL_DIR=%s", slow_summary("slow-joint", cond));
     const char *env[] = {cache, "MHLA_TUNING=", kernels, NULL};
     r = MHLA_ENV(env, "tune", "--budget", "90", "--shapes", "64x64@512:2", "--heads", "2", "--stages", "summary",
                  "--dry-run");
