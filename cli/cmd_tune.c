@@ -495,7 +495,7 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
     }
     printf("/* %s, driver %s: mhla tune, %lldx%lld: %s */\n", mhla_context_device_name(t->ctx), info.driver_version,
            (long long)s->dk, (long long)s->dv, note);
-    printf("{\"tuned\", NULL, \"%s\", %s, 0, -1,\n {", mhla_context_device_name(t->ctx),
+    printf("{\"tuned\", NULL, \"%s\", %s, -1,\n {", mhla_context_device_name(t->ctx),
            info.is_gpu ? "CL_DEVICE_TYPE_GPU" : "CL_DEVICE_TYPE_CPU");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
         printf("%s.%s = %d", i == 0 ? "" : i % 8 ? ", " : ",\n  ", names[i], field_in(text, names[i]));

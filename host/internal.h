@@ -257,7 +257,7 @@ typedef struct mhla_tuning {
 void mhla__simd_of(const char *device_name, int reported_width, mhla_simd *out);
 /* The register tiles and vector widths of the CPU row for the SIMD target s (host/cpu_row.c). */
 void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s);
-/* The row for ctx's device (vendor, name, type and float width), then the tuned entry for cfg's
+/* The row for ctx's device (vendor, name and type; on CPUs derived from its SIMD target), then the tuned entry for cfg's
  * head dimensions (`mhla tune`'s database; cfg may be NULL: none), then MHLA_TUNING, then the
  * context's own overrides (mhla_context_set_tuning), with the vector widths capped for the
  * device. Fails only on a malformed override, naming it. */

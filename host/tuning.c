@@ -1,5 +1,6 @@
 /* Tuning knowledge as data: every per-device choice of every kernel, one row per kind of device,
- * looked up by vendor, device name, device type and the device's float width, ending at a default.
+ * looked up by vendor, device name and device type, ending at a default; CPU rows take their
+ * widths and register tiles from the device's SIMD target (host/cpu_row.c).
  * Overrides, in order: MHLA_TUNING (experiments), then the context's own
  * (mhla_context_set_tuning), both "name=value,..." with "row=NAME" to start from a named row.
  * host/tiling.c fits the result to a configuration and turns it into -D flags. */
@@ -15,7 +16,6 @@ typedef struct tuning_row {
     const char *vendor;  /* substring of CL_DEVICE_VENDOR, or NULL for any */
     const char *device;  /* substring of CL_DEVICE_NAME, or NULL for any */
     cl_device_type type; /* 0 for any */
-    int min_width;       /* the device's float width must be at least this (0: any) */
     int registers;       /* CPU rows: register tiles derived (host/cpu_row.c) for this many vector
                             registers, 0 for the device's own count; -1: the row's tiles as written */
     mhla_tuning t;
@@ -52,7 +52,7 @@ typedef struct tuning_row {
  *   (256 bits), like a GPU; it reports a float width of 1. See docs/devices.md for its figures.
  * - Anything else: GPU-like choices with smaller tiles. */
 static const tuning_row rows[] = {
-    {"llvmpipe", NULL, "llvmpipe", 0, 0, -1,
+    {"llvmpipe", NULL, "llvmpipe", 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
@@ -60,20 +60,20 @@ static const tuning_row rows[] = {
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
      * the SIMD target (host/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
      * the device's width) only by name. */
-    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, 0,
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
      {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
       .sm_rows = 1, .dg_parts = 1}},
-    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, 32,
+    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32,
      {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
       .sm_rows = 1, .dg_parts = 1}},
-    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, 0, -1,
+    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32}},
-    {"default", NULL, NULL, 0, 0, -1,
+    {"default", NULL, NULL, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
@@ -110,8 +110,6 @@ static int matches(const tuning_row *r, const mhla_context *ctx)
     if (r->vendor && !strstr(ctx->vendor, r->vendor))
         return 0;
     if (r->device && !strstr(ctx->device_name, r->device))
-        return 0;
-    if (r->min_width && ctx->limits.float_width < r->min_width)
         return 0;
     return r->type == 0 || (ctx->limits.type & r->type) != 0;
 }
