@@ -250,6 +250,8 @@ typedef struct tune_stage {
      * together (NULL: the stage has none). */
     const char *rows_field, *nv_field, *ve_field;
     int row_count, row_values[6];
+    int rows_in_dk, cols_in_dv; /* the tile's rows lie along Dk, its columns along Dv: larger ones are
+                                   cut down to a tile the grid holds already (host/tiling.c) */
 } tune_stage;
 
 /* What each stage may change, and the values tried (a value the device's caps turn into the
@@ -258,22 +260,22 @@ static const tune_stage stages[] = {
     {"summary", 0, 0,
      {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 3, {32, 64, 128}}, {"pf", 2, {0, 1}},
       {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {2, 4, 8, 16}}, {NULL, 0, {0}}},
-     "sum_rd", "sum_nv", "sum_ve", 4, {2, 4, 8, 16}},
+     "sum_rd", "sum_nv", "sum_ve", 4, {2, 4, 8, 16}, 1, 1},
     {"output", 2, 0,
      {{"out_rt", 4, {2, 4, 6, 8}}, {"out_nv", 3, {1, 2, 4}}, {"out_dc", 3, {4, 8, 16}}, {"out_nt", 2, {0, 1}},
       {"out_pre", 2, {0, 1}}, {"out_pf", 4, {0, 2, 4, 8}},
       {NULL, 0, {0}}},
-     "out_rt", "out_nv", "out_ve", 6, {1, 2, 3, 4, 6, 8}},
+     "out_rt", "out_nv", "out_ve", 6, {1, 2, 3, 4, 6, 8}, 0, 1},
     {"mixing", 1, 0, {{"mix_kernel", 2, {1, 0}}, {"mix_mr", 3, {2, 4, 8}}, {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
-     "mix_mr", "mix_nv", "mix_ve", 3, {2, 4, 8}},
+     "mix_mr", "mix_nv", "mix_ve", 3, {2, 4, 8}, 0, 0},
     {"causal", 3, 1,
      {{"tq", 3, {16, 32, 64}}, {"kt", 3, {16, 32, 64}}, {"gemm_rows", 2, {0, 32}}, {"pre_mr", 3, {2, 4, 8}},
       {"pre_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
-     "pre_mr", "pre_nv", "mix_ve", 3, {2, 4, 8}},
+     "pre_mr", "pre_nv", "mix_ve", 3, {2, 4, 8}, 0, 0},
     {"softmax", 3, 2,
      {{"sm_bq", 5, {32, 64, 128, 256, 512}}, {"sm_bk", 4, {16, 32, 64, 128}}, {"sm_vw", 3, {4, 8, 16}},
       {"sm_rows", 2, {0, 1}}, {NULL, 0, {0}}},
-     NULL, NULL, NULL, 0, {0}},
+     NULL, NULL, NULL, 0, {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])
 
@@ -385,8 +387,8 @@ static const char *fields_of(const char *text)
  * fewer starve the multiply-adds, more than 16 spill on every CPU and GPU we know) x its vector
  * width (the current one, then half) x the work-group size (the current one, then twice), from
  * the best so far; what the one-field pass cannot reach when a better tile needs two fields to
- * move at once (4 x 2 from 8 x 1). Candidates with the same effective tiles as one already timed
- * are skipped. Returns 0, 1 when the budget ran out, or a negated exit code. */
+ * move at once (4 x 2 from 8 x 1). Candidates with the same effective tuning as one already timed,
+ * or wider than the head dimensions (cut down to a tile of the grid), are skipped. Returns 0, 1 when the budget ran out, or a negated exit code. */
 static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, tune_spec *best, int *changed)
 {
     if (!stage->rows_field)
@@ -420,7 +422,8 @@ static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, t
             for (int ri = 0; ri < stage->row_count; ++ri)
                 for (int ni = 0; ni < 4; ++ni) {
                     const int rows = stage->row_values[ri], nv = nv_values[ni];
-                    if (rows * nv < 4 || rows * nv > 16)
+                    if (rows * nv < 4 || rows * nv > 16 || (stage->rows_in_dk && rows > s->dk) ||
+                        (stage->cols_in_dv && ve * nv > s->dv))
                         continue;
                     tune_spec trial = *best;
                     spec_set(&trial, stage->rows_field, rows);
