@@ -9,7 +9,7 @@
  * dmixing one after another, held to the backward's tolerance). The counts tried and survived are
  * printed per path. */
 #include "helpers.h"
-#include "testing.h"
+#include "core/testing.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

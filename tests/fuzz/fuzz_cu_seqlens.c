@@ -3,7 +3,7 @@
  * rule every varlen entry point applies (host/varlen.c, mhla__cu_seqlens_check). Accepted offsets
  * are checked against the rules of include/mhla.h, recomputed here in 128-bit arithmetic.
  * Input: int64 seq_t, int64 chunk, int64 mixing_rows, then int32 offsets (host byte order). */
-#include "causal.h"
+#include "config/config.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* libFuzzer harness: the tuning override parser (host/tuning.c, mhla__tuning_apply), which reads
  * MHLA_TUNING, mhla_context_set_tuning() and the tuning database's entries, on arbitrary text.
  * It must refuse with a message or leave every field within its documented range. */
-#include "internal.h"
+#include "tune/tune.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,0 +1,308 @@
+/* The non-causal stages of mhla_backward (SPEC.md "Backward"). The forward's summaries are
+ * recomputed with its own stages (nothing per token is kept between the passes); then dq with the
+ * per-token normalizer terms and the inputs of the gradient summaries
+ * G_i = sum_t q~_t [dO_t/den_t | dL/dden_t]^T in one read-out (kernels/backward_readout.cl), G by
+ * the forward's summary kernel, dS = Mc^T G through the forward's mixing GEMM, dk and dv in one
+ * more read-out, and dMc[i,b] = <G_i, S_b> reduced in a fixed order (kernels/backward_mixing.cl). */
+#include "backward/backward.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mhla__backward_destroy(mhla_bwd *b)
+{
+    if (!b)
+        return;
+    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq, b->k_dkv,
+                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix, b->tsum, b->dmix_part, b->dz_partial};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    for (size_t i = 0; i < sizeof b->stage / sizeof b->stage[0]; ++i)
+        if (b->stage[i])
+            clReleaseMemObject(b->stage[i]);
+    mhla__backward_causal_destroy(b);
+    mhla__free(b);
+}
+
+/* Tokens per work-item and vector widths of the read-outs (kernels/backward_readout.cl): the row's
+ * read-out width and tokens, with no more accumulator vectors per work-item than half a register
+ * file holds: 16 of AVX-512's 32 (on PoCL, N=16384, M=64, D=64, 4 tokens x 4 vectors ran the
+ * backward in 64 and 72 ms against 80 and 110 ms with 8; a noisy machine, two runs each), 8 of
+ * AVX2's 16, and 8 vectors (32 floats) on GPUs, whose rows have 4-wide vectors. */
+static void readout_tiles(const mhla_plan *plan, mhla_tiles *t)
+{
+    const mhla_config *c = &plan->cfg;
+    const mhla_tuning *tu = plan->causal ? &plan->causal->kern->tuning : &plan->tuning;
+    t->bwd_vw = tu->out_ve >= 1 ? mhla__pow2_divisor(16, tu->out_ve) : 1;
+    t->bwd_vk = mhla__pow2_divisor(c->dk, t->bwd_vw);
+    t->bwd_vv = mhla__pow2_divisor(c->dv, t->bwd_vw);
+    const int nk = (int)(c->dk / t->bwd_vk), nv = (int)(c->dv / t->bwd_vv), widest = nk > nv ? nk : nv;
+    const int budget = t->bwd_vw >= 16 ? 16 : 8;
+    const int fit = widest >= budget ? 1 : budget / widest;
+    t->bwd_rt = tu->out_rt < 1 ? 1 : tu->out_rt > fit ? fit : tu->out_rt;
+}
+
+/* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS), a
+ * transposed one, Mc^T, dMc's partial sums (one M x M per chunk of a summary row), and for the
+ * paper and official normalizers dL/dden_t, one float per token (the official normalizer also
+ * R = Mc^T r), as the forward's official normalizer keeps its dots. */
+static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_program prog = NULL;
+    const mhla_config *c = &plan->cfg;
+    const size_t m = (size_t)plan->shape.m, bh = (size_t)plan->shape.bh, n = (size_t)plan->shape.n;
+    const size_t summary_bytes = m * bh * (size_t)c->dk * (size_t)plan->shape.summary_cols * sizeof(float);
+    const size_t wg = (size_t)plan->tiles.wg;
+    const size_t scols = bh * (size_t)c->dk * (size_t)plan->shape.summary_cols, dcols = bh * (size_t)plan->shape.nb;
+    const size_t xmax = c->normalizer == MHLA_NORMALIZER_OFFICIAL && dcols > scols ? dcols : scols;
+
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_part", &b->k_official_dz));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_sum", &b->k_official_dz_sum));
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_readout", &b->k_dq));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
+    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_official", &b->k_dq_official));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m, xmax, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
+    const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
+    b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
+    b->rows_ext[1] = bh, b->rows_ext[2] = m;
+    if (b->k_dq_official)
+        mhla__local_size_3d(ctx, b->k_dq_official, tok, wg, b->lws_token);
+    mhla__local_size_3d(ctx, b->k_dq, b->rows_ext, wg, b->lws_dq);
+    mhla__local_size_3d(ctx, b->k_dkv, b->rows_ext, wg, b->lws_dkv);
+    /* The z columns' parts: 256 tokens each (a work-item's walk), at most 64 per block. */
+    const int64_t nb = plan->shape.nb;
+    b->dz_part_len = (cl_int)(nb <= 256 * 64 ? 256 : (nb + 63) / 64);
+    b->dz_parts = (cl_int)((nb + b->dz_part_len - 1) / b->dz_part_len);
+    const size_t zvec = (size_t)(c->dk / b->tiles.bwd_vk);
+    const size_t zext[3] = {zvec, bh, m * (size_t)b->dz_parts}, sext[3] = {zvec, bh, m};
+    mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zpart);
+    mhla__local_size_3d(ctx, b->k_official_dz_sum, sext, wg, b->lws_zsum);
+    const size_t text[3] = {(size_t)c->dv, bh, m};
+    mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
+
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the gradient summaries G", &b->grad));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the mixed gradient summaries dS", &b->dsum));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
+                                                    "a transposed summary", &b->tsum));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m * sizeof(float), "Mc transposed", &b->mix_t));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, (size_t)b->dz_parts * m * bh * (size_t)c->dk * sizeof(float),
+                                                    "the z columns' parts", &b->dz_partial));
+    if (c->normalizer != MHLA_NORMALIZER_NONE)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float), "the per-token dL/dden", &b->r));
+    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float),
+                                                        "the mixed normalizer gradients", &b->rmix));
+cleanup:
+    return st;
+}
+
+/* The z column of a summary-shaped buffer: sum_p w q~ (has_w), else 0 (bwd_official_dz_part in
+ * parts of a block's tokens, then bwd_official_dz_sum). */
+static mhla_status z_column(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem w, cl_mem dst, cl_int has_w)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const float feps = plan->cfg.feature_eps, scale = plan->cfg.scale;
+    const size_t zvec = (size_t)(plan->cfg.dk / b->tiles.bwd_vk), bh = (size_t)plan->shape.bh,
+                 m = (size_t)plan->shape.m;
+    const cl_int parts = has_w ? b->dz_parts : 0;
+    if (has_w) {
+        const size_t ext[3] = {zvec, bh, m * (size_t)parts};
+        cl_kernel kr = b->k_official_dz;
+        MHLA_SET_ARG(st, ctx, kr, 0, q);
+        MHLA_SET_ARG(st, ctx, kr, 1, w);
+        MHLA_SET_ARG(st, ctx, kr, 2, b->dz_partial);
+        MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 4, feps);
+        MHLA_SET_ARG(st, ctx, kr, 5, scale);
+        MHLA_SET_ARG(st, ctx, kr, 6, parts);
+        MHLA_SET_ARG(st, ctx, kr, 7, b->dz_part_len);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zpart, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_official_dz_part)"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
+    const size_t ext[3] = {zvec, bh, m};
+    cl_kernel kr = b->k_official_dz_sum;
+    MHLA_SET_ARG(st, ctx, kr, 0, b->dz_partial);
+    MHLA_SET_ARG(st, ctx, kr, 1, dst);
+    MHLA_SET_ARG(st, ctx, kr, 2, plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 3, parts);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zsum, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_official_dz_sum)"));
+cleanup:
+    return st;
+}
+
+/* tsum = the S part of `src` transposed (bwd_transpose_summary). */
+static mhla_status transpose_summary(mhla_plan *plan, mhla_bwd *b, cl_mem src)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const size_t ext[3] = {(size_t)plan->cfg.dv, (size_t)plan->shape.bh, (size_t)plan->shape.m};
+    MHLA_SET_ARG(st, ctx, b->k_tsum, 0, src);
+    MHLA_SET_ARG(st, ctx, b->k_tsum, 1, b->tsum);
+    MHLA_SET_ARG(st, ctx, b->k_tsum, 2, plan->grid);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_tsum, 3, ext, b->lws_tsum, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_transpose_summary)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_bwd *b = plan->bwd;
+    if (b) {
+        *out = b;
+        return MHLA_OK;
+    }
+    b = mhla__calloc(1, sizeof *b);
+    MHLA_FAIL_IF(st, !b, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating the backward pass");
+    b->cfg = plan->cfg;
+    b->tiles = plan->causal ? plan->causal->kern->tiling : plan->tiles;
+    readout_tiles(plan, &b->tiles);
+    if (plan->cfg.causal)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_causal_setup(plan, b));
+    else
+        MHLA_FORWARD_IF_ERROR(st, setup(plan, b));
+    plan->bwd = b;
+    plan->bwd_destroy = mhla__backward_destroy; /* the plan's layer below cannot name it */
+    *out = b;
+    b = NULL;
+cleanup:
+    mhla__backward_destroy(b);
+    return st;
+}
+
+mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                   cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                   const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const mhla_config *c = &plan->cfg;
+    const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
+    const int official = c->normalizer == MHLA_NORMALIZER_OFFICIAL;
+    const cl_int m = (cl_int)plan->shape.m;
+    const size_t scols = (size_t)plan->shape.bh * (size_t)c->dk * (size_t)plan->shape.summary_cols;
+    const size_t dcols = (size_t)plan->shape.bh * (size_t)plan->shape.nb;
+    const size_t tok[3] = {(size_t)plan->shape.nb, (size_t)plan->shape.bh, (size_t)m};
+    /* A slot no normalizer reads still needs a valid buffer. */
+    cl_mem r = b->r ? b->r : plan->mixed;
+    cl_mem den = official ? plan->den : plan->mixed;
+
+    /* The forward's summaries and their mixtures (and the official normalizer's dots and
+     * denominators): kept from the plan's last forward of these buffers when the caller asked for
+     * that (mhla_plan_save_for_backward), else recomputed with the forward's own stages. */
+    const int reuse = plan->saved && plan->saved_in[0] == q && plan->saved_in[1] == k && plan->saved_in[2] == v &&
+                      plan->saved_in[3] == mixing;
+    if (reuse) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        if (num_wait)
+            MHLA_CL_TRY(st, ctx, clEnqueueBarrierWithWaitList(ctx->queue, num_wait, wait, NULL),
+                        "clEnqueueBarrierWithWaitList");
+    } else {
+        plan->saved = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        if (official) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        }
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
+
+    /* dq, r_t and y_t = scale dO_t / den_t (into dv) from u_t = S~_i dO_t, in one read-out */
+    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed));
+    {
+        cl_kernel kr = b->k_dq;
+        MHLA_SET_ARG(st, ctx, kr, 0, q);
+        MHLA_SET_ARG(st, ctx, kr, 1, dout);
+        MHLA_SET_ARG(st, ctx, kr, 2, b->tsum);
+        MHLA_SET_ARG(st, ctx, kr, 3, plan->mixed);
+        MHLA_SET_ARG(st, ctx, kr, 4, den);
+        MHLA_SET_ARG(st, ctx, kr, 5, dq);
+        MHLA_SET_ARG(st, ctx, kr, 6, dv);
+        MHLA_SET_ARG(st, ctx, kr, 7, r);
+        MHLA_SET_ARG(st, ctx, kr, 8, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 9, feps);
+        MHLA_SET_ARG(st, ctx, kr, 10, scale);
+        MHLA_SET_ARG(st, ctx, kr, 11, eps);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dq, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_dq_readout)"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
+    /* G_i = sum_t phi(q_t) y_t^T with the forward's summary kernel, then its z column */
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue_to(plan, q, dv, b->grad, 0, NULL));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, r, b->grad, c->normalizer == MHLA_NORMALIZER_PAPER));
+    {
+        const cl_int lda = m;
+        const size_t ext[3] = {(size_t)m, (size_t)m, 1}, local[3] = {1, 1, 1};
+        MHLA_SET_ARG(st, ctx, b->k_transpose, 0, mixing);
+        MHLA_SET_ARG(st, ctx, b->k_transpose, 1, b->mix_t);
+        MHLA_SET_ARG(st, ctx, b->k_transpose, 2, m);
+        MHLA_SET_ARG(st, ctx, b->k_transpose, 3, lda);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_transpose, 2, ext, local, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_transpose)"));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, b->grad, b->dsum, scols));
+    if (official) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the GEMMs share a temporary buffer */
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, b->r, b->rmix, dcols));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, b->rmix, b->dsum, 1));
+        {
+            cl_kernel kr = b->k_dq_official; /* dq += scale phi'(q) R z_i */
+            MHLA_SET_ARG(st, ctx, kr, 0, q);
+            MHLA_SET_ARG(st, ctx, kr, 1, dq);
+            MHLA_SET_ARG(st, ctx, kr, 2, plan->summary);
+            MHLA_SET_ARG(st, ctx, kr, 3, b->rmix);
+            MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
+            MHLA_SET_ARG(st, ctx, kr, 5, scale);
+            MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
+                                                   "clEnqueueNDRangeKernel(bwd_dq_official)"));
+        }
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    /* dv = dS^T k~ and dk = phi'(k) (dS v + dz), in one read-out */
+    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, b->dsum));
+    {
+        cl_kernel kr = b->k_dkv;
+        MHLA_SET_ARG(st, ctx, kr, 0, k);
+        MHLA_SET_ARG(st, ctx, kr, 1, v);
+        MHLA_SET_ARG(st, ctx, kr, 2, b->dsum);
+        MHLA_SET_ARG(st, ctx, kr, 3, b->tsum);
+        MHLA_SET_ARG(st, ctx, kr, 4, dk);
+        MHLA_SET_ARG(st, ctx, kr, 5, dv);
+        MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 7, feps);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dkv, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
+    }
+    if (dmixing) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad, plan->summary, 0, scols, dmixing, m, m, 0));
+        if (official) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->r, plan->dots, 0, dcols, dmixing, m, m, 1));
+        }
+    }
+cleanup:
+    return st;
+}

@@ -1,0 +1,74 @@
+/* host/backward: mhla_backward's kernels and workspace, made on a plan's first call and kept with
+ * the plan (backward/backward.c non-causal, backward_causal.c the chunk form, dmixing.c what both
+ * share, backward_call.c the public calls). Depends on forward/ and what is below it. */
+#ifndef MHLA_BACKWARD_H
+#define MHLA_BACKWARD_H
+
+#include "forward/forward.h"
+
+/* dMc's tiles (kernels/backward_mixing.cl's BWD_TM): rows of (i, b) per work-item. */
+#define MHLA_BWD_TM 4
+
+/* Staging buffers of mhla_backward_host(), beside the forward's q, k, v and mixing ones. */
+enum { MHLA_BWD_DOUT, MHLA_BWD_DQ, MHLA_BWD_DK, MHLA_BWD_DV, MHLA_BWD_DMIX, MHLA_BWD_STAGES };
+
+typedef struct mhla_bwd {
+    mhla_config cfg;   /* the plan's, resolved */
+    mhla_tiles tiles;  /* the plan's, with the backward's bwd_* */
+    /* non-causal plans (backward/backward.c): kernels/backward_readout.cl's read-outs, the z columns
+     * and transposed summaries, dMc in two steps (partial sums per chunk, then their sum) */
+    cl_kernel k_dq, k_dkv, k_dq_official, k_official_dz, k_official_dz_sum, k_tsum, k_transpose, k_dmixing,
+        k_dmix_reduce;
+    size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3];
+    cl_mem dz_partial;       /* the z columns' parts: dz_parts x M x B*H x Dk floats */
+    cl_int dz_parts, dz_part_len; /* parts of at most dz_part_len tokens per block */
+    size_t rows_ext[3]; /* the read-outs' extent: (ceil(Nb / BWD_RT), B*H, M) */
+    cl_mem tsum; /* a transposed summary (S~^T, then dS^T), rows of B*H*Dv*(Dk+1) floats */
+    cl_mem dmix_part; /* dMc's partial sums: dmix_chunks x M x M floats */
+    size_t dmix_chunks, dmix_len; /* chunks of at most dmix_len floats of the summed rows */
+    cl_mem grad;  /* G_i, laid out as the block summaries */
+    cl_mem dsum;  /* dS_b = sum_i Mc[i,b] G_i */
+    cl_mem mix_t; /* Mc^T */
+    cl_mem inv, r; /* per token: 1/den_t (causal plans) and dL/dden_t (paper/official; non-causal
+                      plans keep it as [M][B*H][Nb]) */
+    cl_mem rmix;  /* official: R = Mc^T r */
+    cl_mem stage[MHLA_BWD_STAGES];
+    /* causal plans (backward/backward_causal.c): the chunk table and per-(chunk, head) slots of
+     * Dk x (Dv+1) floats (S, P, G, dS), grown to the largest table a call has needed */
+    cl_kernel k_bc_summary, k_bc_scalars, k_bc_grad, k_bc_dq, k_bc_dk, k_bc_dv, k_bc_diag, k_bc_dmix_finish;
+    cl_kernel k_bc_prefix, k_bc_suffix; /* causal_prefix.cl's causal_prefix and causal_suffix */
+    cl_kernel k_bc_transpose, k_bc_from_forward;
+    size_t lws_bc_token[3], lws_bc_tile[3], lws_bc_mix;
+    size_t wg_bc_readout[3]; /* work-items of bc_dq, bc_dk and bc_dv's groups (their tiles) */
+    cl_mem slots_s, slots_p, slots_g, slots_ds, slots_gt, slots_dst, diag; /* S^T, P^T, G, dS, G^T, dS^T */
+    size_t entries_cap; /* chunk-table entries the buffers hold */
+    int32_t *tab_host; /* the chunk table of the last call, copied into a buffer per call */
+    cl_int4 *mix_tiles;  /* its prefix tiles, then as many suffix tiles (causal_prefix.cl) */
+    size_t n_mix_tiles;
+} mhla_bwd;
+
+/* The plan's backward, made on first use (kernels built, workspace counted in the plan's). */
+mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out);
+/* A workspace buffer of the backward, counted in mhla_plan_workspace_size(). */
+mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out);
+/* dMc's kernels and partial sums (kernels/backward_mixing.cl) for products of up to `rows` rows of
+ * up to xmax floats; *prog receives the program. */
+mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog);
+/* out[i*ldo + b] (+)= sum_x a[off + i*x + ..] bm[off + b*x + ..] for i, b < m: dMc's fixed-order
+ * reduction. */
+mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate);
+/* Non-causal: the forward's summaries recomputed, then every stage of the backward. */
+mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                   cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                   const cl_event *wait);
+/* Causal plans (backward/backward_causal.c): setup, teardown, and the chunk form's backward over
+ * every batch element (cu_seqlens NULL) or over packed sequences. */
+mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b);
+void mhla__backward_causal_destroy(mhla_bwd *b);
+mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v,
+                                          cl_mem mixing, const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout,
+                                          cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                          const cl_event *wait);
+
+#endif /* MHLA_BACKWARD_H */

@@ -1,0 +1,64 @@
+/* What both backward forms share: a workspace buffer counted in the plan's, and dMc[i,b] = <A_i, B_b>
+ * in a fixed order (kernels/backward_mixing.cl: partial sums per chunk of the rows, then their sum). */
+#include "backward/backward.h"
+
+mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(plan->ctx, CL_MEM_READ_WRITE, bytes, what, out));
+    plan->workspace_bytes += bytes;
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &plan->cfg, &b->tiles, prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_part", &b->k_dmixing));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_reduce", &b->k_dmix_reduce));
+    /* Chunks of 1024 floats keep 2*rows rows of one in cache; at least `rows` floats each keep the
+     * partial sums within `rows` summed rows (chunks * rows^2 <= (xmax / rows + 1) * rows^2). */
+    b->dmix_len = mhla__round_up(rows > 1024 ? rows : 1024, 16);
+    b->dmix_chunks = (xmax + b->dmix_len - 1) / b->dmix_len;
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, b->dmix_chunks * rows * rows * sizeof(float),
+                                                    "the partial sums of dMc", &b->dmix_part));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const cl_long xl = (cl_long)x;
+    const cl_long len = (cl_long)b->dmix_len, offl = (cl_long)off;
+    const cl_int chunks = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
+    const size_t tiles = ((size_t)m + MHLA_BWD_TM - 1) / MHLA_BWD_TM;
+    const size_t extent[3] = {tiles, tiles, (size_t)chunks}, rext[3] = {(size_t)m, (size_t)m, 1};
+    size_t local[3], rlocal[3];
+    mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
+    mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 0, a);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 1, bm);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 2, b->dmix_part);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 3, xl);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 4, m);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 5, len);
+    MHLA_SET_ARG(st, ctx, b->k_dmixing, 6, offl);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 0, b->dmix_part);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 1, out);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 2, m);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 3, chunks);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 4, ldo);
+    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 5, accumulate);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmix_reduce, 2, rext, rlocal, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_dmixing_reduce)"));
+cleanup:
+    return st;
+}

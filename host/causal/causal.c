@@ -1,0 +1,308 @@
+/* The chunk form of causal MHLA (SPEC.md "Causal MHLA"): its kernels (causal_summary.cl,
+ * causal_prefix.cl, causal_output.cl, and decoder.cl for decoders), and one enqueue of the three
+ * stages over chunk tables (causal/chunk_tables.c). */
+#include "causal/causal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n)
+{
+    mhla_grid_args g;
+    memset(&g, 0, sizeof g);
+    g.n = (cl_int)n;
+    g.heads = (cl_int)c->cfg.heads;
+    g.seq_h = g.seq_w = g.pt = g.ph = g.pw = g.blk_h = g.blk_w = g.nb = g.m = 1;
+    g.bh = (cl_int)c->bh;
+    return g;
+}
+
+/* Register tiles of one chunk's summary: the work-items a chunk's summary takes. */
+static size_t summary_tiles(const mhla_causal *c)
+{
+    const mhla_tiles *t = &c->tiling;
+    return (size_t)(c->cfg.dk / t->sum_rd) * (size_t)(c->cfg.dv / (t->sum_ve * t->sum_nv));
+}
+
+static void release_kernels(mhla_causal *c)
+{
+    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix, &c->k_prefix_one, &c->k_output, &c->k_step};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) {
+        if (*kernels[i])
+            clReleaseKernel(*kernels[i]);
+        *kernels[i] = NULL;
+    }
+}
+
+void mhla__causal_destroy(mhla_causal *c)
+{
+    if (!c)
+        return;
+    release_kernels(c);
+    if (c->gemm_temp)
+        clReleaseMemObject(c->gemm_temp);
+    mhla__free(c);
+}
+
+/* The kernels for c->tiling. *refit is set when a built kernel reports less than its tiles need
+ * (work-items per group, local memory): *fit is then tightened for another try. */
+static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, int *refit)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_config *cfg = &c->cfg;
+    const mhla_tiles *t = &c->tiling;
+    cl_program prog = NULL;
+    const char *what = "causal_output";
+
+    *refit = 0;
+    /* The output kernel first: its tiles are the ones a device may refuse. It is built for exactly
+     * this many work-items per group. */
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_OUTPUT, cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
+    c->lws_output = (size_t)mhla__causal_output_wg(t, cfg->dv);
+    int r = mhla__fit_check(ctx, c->k_output, c->lws_output, mhla__causal_output_local(t, cfg->dk), fit);
+    if (r == 0 && with_step) {
+        /* The step kernel's arrays (q~, k~, numerators: a few KiB) cannot shrink: a device without
+         * room for them is refused below. */
+        what = "decoder_step";
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_DECODER, cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
+        mhla_fit step_fit = *fit;
+        r = mhla__fit_check(ctx, c->k_step, 1, (uint64_t)(2 * cfg->dk + cfg->dv + 1) * sizeof(float), &step_fit);
+        MHLA_FAIL_IF(st, r > 0, ctx, MHLA_ERR_UNSUPPORTED,
+                     "the decoder's step kernel (dk = %lld, dv = %lld) needs more local memory than %s has (%llu "
+                     "bytes)",
+                     (long long)cfg->dk, (long long)cfg->dv, ctx->device_name,
+                     (unsigned long long)ctx->limits.local_mem_bytes);
+        c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+    }
+    MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", what,
+                 ctx->device_name);
+    if (r > 0) {
+        *refit = 1;
+        goto cleanup;
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY, cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
+    /* One chunk per group (the kernel's barriers count the chunk's tokens). */
+    c->lws_summary = mhla__local_size(ctx, c->k_summary,
+                                      summary_tiles(c) < (size_t)t->wg ? summary_tiles(c) : (size_t)t->wg);
+    /* The prefix mixtures see slots as rows of floats: only their tiles specialize them. */
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
+    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)t->wg);
+    if (mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg) < c->lws_prefix)
+        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg);
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_causal *c = NULL;
+    mhla_fit fit;
+
+    *out = NULL;
+    c = mhla__calloc(1, sizeof *c);
+    MHLA_FAIL_IF(st, !c, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating the causal kernels");
+    c->ctx = ctx;
+    c->cfg = *cfg;
+    c->bh = cfg->batch * cfg->heads;
+    c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
+    c->slot_floats = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, cfg, &c->tuning));
+    /* A device may allow fewer work-items, or less local memory, for the built output kernel than
+     * for the device in general (rusticl on llvmpipe: 32 work-items, twice the arrays' bytes):
+     * smaller tiles and a rebuild, a few times at most (each try at least halves something). */
+    mhla__fit_init(ctx, &fit);
+    for (int attempt = 0;; ++attempt) {
+        int refit = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__tiles_causal(ctx, cfg, &c->tuning, &fit, &c->tiling));
+        MHLA_FORWARD_IF_ERROR(st, build_kernels(c, with_step, &fit, &refit));
+        if (!refit)
+            break;
+        release_kernels(c);
+        MHLA_FAIL_IF(st, attempt == 7, ctx, MHLA_ERR_UNSUPPORTED,
+                     "the causal output kernel does not fit %s (%zu work-items, %llu bytes of local memory usable) "
+                     "even with %d-token groups and %d-key passes",
+                     ctx->device_name, fit.wg, (unsigned long long)fit.local_bytes, c->tiling.tq, c->tiling.kt);
+    }
+    *out = c;
+    c = NULL;
+cleanup:
+    mhla__causal_destroy(c);
+    return st;
+}
+
+/* The prefix GEMMs of a run: CLBlast's temporary buffer sized for the largest, then one SGEMM
+ * per block, accumulating into the rows the kernel wrote. */
+mhla_status mhla__causal_gemm_reserve(mhla_causal *c, const mhla_chunk_tables *t, size_t *need_out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const size_t W = c->slot_floats, R = (size_t)c->cfg.mixing_rows;
+    size_t need = 0;
+    for (size_t g = 0; g < t->n_gemms; ++g) {
+        size_t bytes = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld_temp_bytes(ctx, t->gemms[g].rows, W, t->gemms[g].k, R, W, W, &bytes));
+        need = bytes > need ? bytes : need;
+    }
+    if (need > c->gemm_temp_bytes) {
+        cl_mem grown = NULL;
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, need,
+                                                      "the prefix GEMMs' temporary buffer", &grown));
+        if (c->gemm_temp)
+            clReleaseMemObject(c->gemm_temp); /* enqueued work keeps it alive until it has run */
+        c->gemm_temp = grown;
+        c->gemm_temp_bytes = need;
+    }
+    if (need_out)
+        *need_out = need;
+cleanup:
+    return st;
+}
+
+static mhla_status prefix_gemms(mhla_causal *c, const mhla_causal_run *run)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_chunk_tables *t = run->tables;
+    const size_t W = c->slot_floats, R = (size_t)c->cfg.mixing_rows;
+    size_t need = 0;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_gemm_reserve(c, t, &need));
+    for (size_t g = 0; g < t->n_gemms; ++g) {
+        const mhla_prefix_gemm *j = &t->gemms[g];
+        if (g > 0) /* they share the temporary buffer */
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld(ctx, j->rows, W, j->k, run->mixing, j->i0 * R, R, run->sums,
+                                                 j->slot_base * W, W, 1.0f, run->pref, j->prow * W, W,
+                                                 need ? c->gemm_temp : NULL, NULL));
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue_summaries(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait,
+                                           const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_chunk_tables *t = run->tables;
+    const mhla_grid_args grid = mhla__causal_grid(c, run->n);
+    const float feature_eps = c->cfg.feature_eps;
+    cl_kernel ks = c->k_summary;
+
+    /* 1. S_j of every chunk into its slot. */
+    {
+        const size_t local[3] = {c->lws_summary, 1, 1};
+        const size_t extent[3] = {summary_tiles(c), (size_t)c->bh, t->n_chunks};
+        MHLA_SET_ARG(st, ctx, ks, 0, run->k);
+        MHLA_SET_ARG(st, ctx, ks, 1, run->v);
+        MHLA_SET_ARG(st, ctx, ks, 2, run->chunks);
+        MHLA_SET_ARG(st, ctx, ks, 3, run->sums);
+        MHLA_SET_ARG(st, ctx, ks, 4, grid);
+        MHLA_SET_ARG(st, ctx, ks, 5, feature_eps);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 3, extent, local, num_wait, wait, NULL,
+                                               "clEnqueueNDRangeKernel(causal_summary)"));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[0]));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = c->ctx;
+    const mhla_config *cfg = &c->cfg;
+    const mhla_chunk_tables *t = run->tables;
+    const mhla_grid_args grid = mhla__causal_grid(c, run->n);
+    const cl_int rows_mc = (cl_int)cfg->mixing_rows, gemm_rows = (cl_int)c->tiling.gemm_rows;
+    const cl_long width = (cl_long)c->slot_floats;
+    const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
+    const int64_t span = t->max_len < 1 ? 1 : t->max_len;
+    const cl_int tiles_per_chunk = (cl_int)((span + c->tiling.tq - 1) / c->tiling.tq);
+    cl_kernel kp = c->k_prefix, ko = c->k_output;
+
+    /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
+     *    tiles), then CLBlast adds the earlier blocks. */
+    {
+        const size_t cols = (size_t)c->tiling.pre_ve * (size_t)c->tiling.mix_nv; /* of one work-item */
+        const cl_int n_tiles = (cl_int)t->n_tiles;
+        const size_t local[3] = {t->n_tiles < c->lws_prefix ? t->n_tiles : c->lws_prefix, 1, 1};
+        const size_t extent[3] = {t->n_tiles, (c->slot_floats + cols - 1) / cols, 1};
+        MHLA_SET_ARG(st, ctx, kp, 0, run->sums);
+        MHLA_SET_ARG(st, ctx, kp, 1, run->mixing);
+        MHLA_SET_ARG(st, ctx, kp, 2, run->tiles);
+        MHLA_SET_ARG(st, ctx, kp, 3, run->pref);
+        MHLA_SET_ARG(st, ctx, kp, 4, rows_mc);
+        MHLA_SET_ARG(st, ctx, kp, 5, width);
+        MHLA_SET_ARG(st, ctx, kp, 6, gemm_rows);
+        MHLA_SET_ARG(st, ctx, kp, 7, n_tiles);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kp, 2, extent, local, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(causal_prefix)"));
+    }
+    if (t->n_gemms > 0) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, prefix_gemms(c, run));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[1]));
+    /* 3. Every token's output. */
+    {
+        const size_t local[3] = {c->lws_output, 1, 1};
+        const size_t global[3] = {c->lws_output, (size_t)c->bh, t->n_chunks * (size_t)tiles_per_chunk};
+        MHLA_SET_ARG(st, ctx, ko, 0, run->q);
+        MHLA_SET_ARG(st, ctx, ko, 1, run->k);
+        MHLA_SET_ARG(st, ctx, ko, 2, run->v);
+        MHLA_SET_ARG(st, ctx, ko, 3, run->pref);
+        MHLA_SET_ARG(st, ctx, ko, 4, run->mixing);
+        MHLA_SET_ARG(st, ctx, ko, 5, run->chunks);
+        MHLA_SET_ARG(st, ctx, ko, 6, run->out);
+        MHLA_SET_ARG(st, ctx, ko, 7, grid);
+        MHLA_SET_ARG(st, ctx, ko, 8, rows_mc);
+        MHLA_SET_ARG(st, ctx, ko, 9, tiles_per_chunk);
+        MHLA_SET_ARG(st, ctx, ko, 10, feature_eps);
+        MHLA_SET_ARG(st, ctx, ko, 11, scale);
+        MHLA_SET_ARG(st, ctx, ko, 12, eps);
+        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ko, 3, NULL, global, local, 0, NULL, done),
+                    "clEnqueueNDRangeKernel(causal_output)");
+    }
+    if (run->marks)
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[2]));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue(mhla_causal *c, const mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                 cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_summaries(c, run, num_wait, wait));
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_rest(c, run, done));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__causal_enqueue_once(mhla_causal *c, mhla_causal_run *run, cl_uint num_wait, const cl_event *wait,
+                                      cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    run->chunks = run->tiles = NULL;
+    MHLA_FORWARD_IF_ERROR(st, mhla__chunk_tables_upload(c->ctx, run->tables, &run->chunks, &run->tiles));
+    MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(c, run, num_wait, wait, done));
+cleanup:
+    /* Enqueued kernels hold their own references to the tables. */
+    if (run->chunks)
+        clReleaseMemObject(run->chunks);
+    if (run->tiles)
+        clReleaseMemObject(run->tiles);
+    run->chunks = run->tiles = NULL;
+    return st;
+}

@@ -1,0 +1,237 @@
+/* Plan configurations: defaults, validation (every message names the field and its value),
+ * derived shapes and tensor sizes. Shared by plans, the reference and the CLI. */
+#include "config/config.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void mhla_config_init(mhla_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->batch = 1;
+    cfg->heads = 1;
+    cfg->seq_t = cfg->seq_h = cfg->seq_w = 1;
+    cfg->block_t = cfg->block_h = cfg->block_w = 1;
+    cfg->layout = MHLA_LAYOUT_BNHD;
+    cfg->feature_map = MHLA_FEATURE_RELU_EPS;
+    cfg->feature_eps = 1e-6f;
+    cfg->scale = 0.0f; /* resolved to 1 */
+    cfg->normalizer = MHLA_NORMALIZER_PAPER;
+    cfg->eps = 1e-6f;
+    cfg->dtype = MHLA_DTYPE_F32;
+    cfg->causal = 0;
+    cfg->chunk = 64;
+    cfg->mixing_rows = 0;
+}
+
+void mhla_config_init_causal(mhla_config *cfg)
+{
+    if (!cfg)
+        return;
+    mhla_config_init(cfg);
+    cfg->causal = 1;
+    cfg->feature_map = MHLA_FEATURE_RELU;
+    cfg->normalizer = MHLA_NORMALIZER_NONE;
+    cfg->scale = 0.0f; /* resolved to Dk^-0.5 */
+}
+
+size_t mhla__dtype_size(mhla_dtype dtype) { return dtype == MHLA_DTYPE_F32 ? 4 : 2; }
+
+#define CHECK MHLA_CHECK_MSG
+
+/* Multiplies non-negative sizes, reporting overflow past `limit`. */
+static int mul_ok(int64_t a, int64_t b, int64_t limit, int64_t *out)
+{
+    if (a != 0 && b > limit / a)
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, char *msg, size_t msg_size)
+{
+    mhla_shape sh;
+    memset(&sh, 0, sizeof sh);
+    CHECK(cfg != NULL, MHLA_ERR_INVALID_ARGUMENT, "config is NULL");
+    const struct {
+        const char *name;
+        int64_t value;
+    } sizes[] = {{"batch", cfg->batch},     {"heads", cfg->heads},     {"seq_t", cfg->seq_t},
+                 {"seq_h", cfg->seq_h},     {"seq_w", cfg->seq_w},     {"block_t", cfg->block_t},
+                 {"block_h", cfg->block_h}, {"block_w", cfg->block_w}, {"dk", cfg->dk},
+                 {"dv", cfg->dv}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
+        CHECK(sizes[i].value >= 1, MHLA_ERR_INVALID_SHAPE, "%s must be >= 1, got %lld", sizes[i].name,
+              (long long)sizes[i].value);
+    CHECK(cfg->layout == MHLA_LAYOUT_BNHD || cfg->layout == MHLA_LAYOUT_BHND, MHLA_ERR_INVALID_ARGUMENT,
+          "unknown layout %d (expected 0 = BNHD or 1 = BHND)", (int)cfg->layout);
+    CHECK(cfg->feature_map >= MHLA_FEATURE_NONE && cfg->feature_map <= MHLA_FEATURE_ELU1,
+          MHLA_ERR_INVALID_ARGUMENT, "unknown feature map %d (expected 0..3)", (int)cfg->feature_map);
+    CHECK(cfg->normalizer >= MHLA_NORMALIZER_PAPER && cfg->normalizer <= MHLA_NORMALIZER_NONE,
+          MHLA_ERR_INVALID_ARGUMENT, "unknown normalizer %d (expected 0..2)", (int)cfg->normalizer);
+    CHECK(cfg->dtype >= MHLA_DTYPE_F32 && cfg->dtype <= MHLA_DTYPE_BF16, MHLA_ERR_INVALID_ARGUMENT,
+          "unknown dtype %d (expected 0..2)", (int)cfg->dtype);
+    CHECK(cfg->causal == 0 || cfg->causal == 1, MHLA_ERR_INVALID_ARGUMENT, "causal must be 0 or 1, got %d",
+          cfg->causal);
+    CHECK(cfg->causal || cfg->varlen == 0, MHLA_ERR_INVALID_ARGUMENT,
+          "varlen = %d needs causal mode (variable-length batches are causal only)", cfg->varlen);
+    CHECK(isfinite(cfg->feature_eps) && cfg->feature_eps >= 0.0f, MHLA_ERR_INVALID_ARGUMENT,
+          "feature_eps must be finite and >= 0, got %g", (double)cfg->feature_eps);
+    CHECK(isfinite(cfg->eps) && cfg->eps >= 0.0f, MHLA_ERR_INVALID_ARGUMENT, "eps must be finite and >= 0, got %g",
+          (double)cfg->eps);
+    CHECK(isfinite(cfg->scale), MHLA_ERR_INVALID_ARGUMENT, "scale must be finite (0 = default), got %g",
+          (double)cfg->scale);
+    CHECK(cfg->dk <= MHLA_MAX_HEAD_DIM, MHLA_ERR_UNSUPPORTED, "dk = %lld exceeds the largest supported head dimension %d",
+          (long long)cfg->dk, MHLA_MAX_HEAD_DIM);
+    CHECK(cfg->dv <= MHLA_MAX_HEAD_DIM, MHLA_ERR_UNSUPPORTED, "dv = %lld exceeds the largest supported head dimension %d",
+          (long long)cfg->dv, MHLA_MAX_HEAD_DIM);
+
+    /* Token and block indices are 32-bit inside the kernels; element offsets are 64-bit. */
+    int64_t hw, n, bhw, m, bh, elems;
+    CHECK(mul_ok(cfg->seq_h, cfg->seq_w, INT_MAX, &hw) && mul_ok(hw, cfg->seq_t, INT_MAX, &n),
+          MHLA_ERR_INVALID_SHAPE, "token grid %lldx%lldx%lld has more than %d tokens", (long long)cfg->seq_t,
+          (long long)cfg->seq_h, (long long)cfg->seq_w, INT_MAX);
+    CHECK(mul_ok(cfg->batch, cfg->heads, INT_MAX, &bh), MHLA_ERR_INVALID_SHAPE,
+          "batch * heads = %lld * %lld exceeds %d", (long long)cfg->batch, (long long)cfg->heads, INT_MAX);
+    int64_t dmax = cfg->dk > cfg->dv ? cfg->dk : cfg->dv;
+    CHECK(mul_ok(bh, n, INT64_MAX / 8, &elems) && mul_ok(elems, dmax, INT64_MAX / 8, &elems),
+          MHLA_ERR_INVALID_SHAPE, "tensor of %lld x %lld x %lld elements overflows 64-bit sizes",
+          (long long)bh, (long long)n, (long long)dmax);
+
+    sh.n = n;
+    sh.bh = bh;
+    sh.summary_cols = cfg->dv + 1;
+    if (!cfg->causal) {
+        CHECK(cfg->seq_t % cfg->block_t == 0, MHLA_ERR_INVALID_SHAPE,
+              "token grid T = %lld is not divisible by block_t = %lld", (long long)cfg->seq_t,
+              (long long)cfg->block_t);
+        CHECK(cfg->seq_h % cfg->block_h == 0, MHLA_ERR_INVALID_SHAPE,
+              "token grid Hs = %lld is not divisible by block_h = %lld", (long long)cfg->seq_h,
+              (long long)cfg->block_h);
+        CHECK(cfg->seq_w % cfg->block_w == 0, MHLA_ERR_INVALID_SHAPE,
+              "token grid Ws = %lld is not divisible by block_w = %lld", (long long)cfg->seq_w,
+              (long long)cfg->block_w);
+        bhw = cfg->block_h * cfg->block_w;
+        m = bhw * cfg->block_t; /* <= n, so no overflow */
+        CHECK(cfg->mixing_rows == 0 || cfg->mixing_rows == m, MHLA_ERR_INVALID_SHAPE,
+              "mixing_rows = %lld must be 0 or M = %lld in non-causal mode", (long long)cfg->mixing_rows,
+              (long long)m);
+        sh.m = m;
+        sh.nb = n / m;
+        sh.pt = cfg->seq_t / cfg->block_t;
+        sh.ph = cfg->seq_h / cfg->block_h;
+        sh.pw = cfg->seq_w / cfg->block_w;
+    } else {
+        CHECK(cfg->seq_h == 1 && cfg->seq_w == 1, MHLA_ERR_INVALID_SHAPE,
+              "causal mode is 1D: the token grid must be (N,1,1), got %lldx%lldx%lld", (long long)cfg->seq_t,
+              (long long)cfg->seq_h, (long long)cfg->seq_w);
+        /* At most INT32_MAX: every ceil(tokens / chunk) (here, decoders, cu_seqlens) adds chunk - 1 to a
+         * token count, which a chunk near INT64_MAX overflowed (found by tests/fuzz/fuzz_cu_seqlens). */
+        CHECK(cfg->chunk >= 1, MHLA_ERR_INVALID_SHAPE, "chunk must be >= 1, got %lld", (long long)cfg->chunk);
+        CHECK(cfg->chunk <= INT32_MAX, MHLA_ERR_INVALID_SHAPE, "chunk must be <= %d, got %lld", INT32_MAX,
+              (long long)cfg->chunk);
+        CHECK(cfg->mixing_rows >= 0, MHLA_ERR_INVALID_SHAPE, "mixing_rows must be >= 0, got %lld",
+              (long long)cfg->mixing_rows);
+        CHECK(cfg->normalizer != MHLA_NORMALIZER_OFFICIAL, MHLA_ERR_UNSUPPORTED,
+              "the official normalizer is defined for block grids only; causal mode takes none or paper");
+        CHECK(cfg->varlen == 0 || cfg->varlen == 1, MHLA_ERR_INVALID_ARGUMENT, "varlen must be 0 or 1, got %d",
+              cfg->varlen);
+        CHECK(!cfg->varlen || cfg->batch == 1, MHLA_ERR_INVALID_SHAPE,
+              "varlen packs the sequences along the token axis: batch must be 1, got %lld", (long long)cfg->batch);
+        sh.m = (n + cfg->chunk - 1) / cfg->chunk;
+        sh.nb = cfg->chunk < n ? cfg->chunk : n;
+        sh.pt = sh.nb;
+        sh.ph = sh.pw = 1;
+        /* Packed sequences are checked one by one against C * rows(Mc) when a call names them. */
+        if (cfg->mixing_rows != 0 && !cfg->varlen)
+            CHECK(cfg->mixing_rows >= sh.m, MHLA_ERR_SEQUENCE_TOO_LONG,
+                  "sequence of %lld tokens is longer than chunk * rows(Mc) = %lld * %lld = %lld", (long long)n,
+                  (long long)cfg->chunk, (long long)cfg->mixing_rows, (long long)(cfg->chunk * cfg->mixing_rows));
+        CHECK(cfg->mixing_rows <= 1 << 20, MHLA_ERR_INVALID_SHAPE, "mixing_rows = %lld is implausibly large",
+              (long long)cfg->mixing_rows);
+    }
+    if (shape)
+        *shape = sh;
+    return MHLA_OK;
+}
+#undef CHECK
+
+mhla_status mhla_config_check(const mhla_config *cfg, char *msg, size_t msg_size)
+{
+    char local[512];
+    mhla_status st = mhla__config_validate(cfg, NULL, local, sizeof local);
+    if (st != MHLA_OK) {
+        mhla__fail(NULL, st, "%s", local);
+        if (msg && msg_size)
+            snprintf(msg, msg_size, "%s", local);
+    }
+    return st;
+}
+
+void mhla__config_resolve(mhla_config *cfg)
+{
+    if (cfg->scale == 0.0f)
+        cfg->scale = cfg->causal ? (float)(1.0 / sqrt((double)cfg->dk)) : 1.0f;
+    if (cfg->mixing_rows == 0) {
+        mhla_shape sh;
+        if (mhla__config_validate(cfg, &sh, NULL, 0) == MHLA_OK)
+            cfg->mixing_rows = sh.m;
+    }
+}
+
+size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor)
+{
+    mhla_shape sh;
+    if (mhla__config_validate(cfg, &sh, NULL, 0) != MHLA_OK)
+        return 0;
+    size_t rows = (size_t)sh.bh * (size_t)sh.n;
+    switch (tensor) {
+    case MHLA_TENSOR_Q:
+    case MHLA_TENSOR_K:
+        return rows * (size_t)cfg->dk;
+    case MHLA_TENSOR_V:
+    case MHLA_TENSOR_OUT:
+        return rows * (size_t)cfg->dv;
+    case MHLA_TENSOR_MIXING: {
+        size_t r = cfg->mixing_rows ? (size_t)cfg->mixing_rows : (size_t)sh.m;
+        return r * r;
+    }
+    }
+    return 0;
+}
+
+mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, mhla_shape *shape, char *msg,
+                                 size_t msg_size)
+{
+    if (!cfg) {
+        snprintf(msg, msg_size, "config is NULL");
+        return MHLA_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->causal) {
+        snprintf(msg, msg_size, "softmax attention plans are non-causal: causal must be 0, got %d", cfg->causal);
+        return cfg->causal == 1 ? MHLA_ERR_UNSUPPORTED : MHLA_ERR_INVALID_ARGUMENT;
+    }
+    /* What softmax attention does not use is reset to its defaults, so that it cannot fail
+     * validation: one block of all tokens, and the MHLA-only fields. */
+    mhla_config c, defaults;
+    mhla_config_init(&defaults);
+    c = *cfg;
+    c.block_t = c.block_h = c.block_w = 1;
+    c.mixing_rows = 0;
+    c.feature_map = defaults.feature_map;
+    c.feature_eps = defaults.feature_eps;
+    c.normalizer = defaults.normalizer;
+    c.eps = defaults.eps;
+    mhla_status st = mhla__config_validate(&c, shape, msg, msg_size);
+    if (st != MHLA_OK)
+        return st;
+    if (c.scale == 0.0f)
+        c.scale = (float)(1.0 / sqrt((double)c.dk));
+    mhla__config_resolve(&c);
+    *resolved = c;
+    return MHLA_OK;
+}

@@ -1,0 +1,41 @@
+/* host/config: configurations (validation, defaults, derived shapes), cu_seqlens rules, storage
+ * conversions, names of the enums and Mc initializers. Depends on core/ only. */
+#ifndef MHLA_CONFIG_H
+#define MHLA_CONFIG_H
+
+#include "core/core.h"
+
+/* Derived sizes of a valid configuration. */
+typedef struct mhla_shape {
+    int64_t n;          /* tokens per sequence */
+    int64_t m;          /* blocks (non-causal) */
+    int64_t nb;         /* tokens per block */
+    int64_t pt, ph, pw; /* block extent in tokens */
+    int64_t bh;         /* batch * heads */
+    int64_t summary_cols; /* Dv + 1: the value columns and the key-sum column z */
+} mhla_shape;
+
+/* Validates cfg (msg gets the reason) and fills the derived shape. */
+mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, char *msg, size_t msg_size);
+/* Bytes per stored element of a dtype. */
+size_t mhla__dtype_size(mhla_dtype dtype);
+/* The config with defaults resolved (scale 0 -> the mode's default, mixing_rows 0 -> M). */
+void mhla__config_resolve(mhla_config *cfg);
+
+/* cu_seqlens rules (mhla.h, "Variable-length causal batches"): S >= 1 offsets starting at 0,
+ * non-decreasing, ending at total, each sequence at most chunk * rows tokens. msg names the index
+ * and the values. Used by mhla_forward_varlen() and the reference. */
+mhla_status mhla__cu_seqlens_check(const int32_t *cu, size_t num_seqs, int64_t total, int64_t chunk, int64_t rows,
+                                   char *msg, size_t msg_size);
+
+/* The softmax baseline's configuration (block grid, feature map and normalizer ignored, scale 0 ->
+ * Dk^-0.5), config/config.c. */
+mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, mhla_shape *shape, char *msg,
+                                 size_t msg_size);
+
+/* Mirror of kernels/common.h's mhla_grid, passed by value to every kernel. */
+typedef struct mhla_grid_args {
+    cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh, run;
+} mhla_grid_args;
+
+#endif /* MHLA_CONFIG_H */

@@ -1,0 +1,304 @@
+/* host/core: what every layer above stands on. Contexts (devices, limits, locks), the failure
+ * record, host allocations, program builds and their on-disk cache, kernel launches within the
+ * device's limits, CLBlast calls, and the argument checks every public call shares.
+ * Depends on nothing of host/ (the layers: docs/architecture.md). Nothing here is public;
+ * include/mhla.h is the API. */
+#ifndef MHLA_CORE_H
+#define MHLA_CORE_H
+
+#include "mhla.h"
+
+#include "core/lock.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MHLA_MESSAGE_MAX 16384 /* room for a kernel build log of a few hundred lines */
+
+/* ---- host allocations and device buffers (core/alloc.c) ------------------------------------ */
+
+/* Every malloc, calloc, realloc and free of host/ goes through these, and every clCreateBuffer
+ * through mhla__cl_create_buffer: they count live allocations and carry the tests' fault
+ * injection (core/testing.h). mhla__free only frees what these allocated. */
+void *mhla__malloc(size_t size);
+void *mhla__calloc(size_t count, size_t size);
+void *mhla__realloc(void *p, size_t size);
+void mhla__free(void *p);
+cl_mem mhla__cl_create_buffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr, cl_int *err);
+
+/* ---- error recording ------------------------------------------------------------------- */
+
+/* Records a failure on `ctx` (may be NULL) and on this thread; returns `status`. */
+mhla_status mhla__fail(mhla_context *ctx, mhla_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Records a failed OpenCL call: the call, its error name and code, and where it was made. */
+mhla_status mhla__fail_cl(mhla_context *ctx, cl_int err, const char *what, const char *file, int line);
+/* Records a failed CLBlast call the same way (CLBlast reuses OpenCL's codes where they exist). */
+mhla_status mhla__fail_blas(mhla_context *ctx, int err, const char *what, const char *file, int line);
+/* Records err as ctx's mhla_context_cl_error() (ctx may be NULL). */
+void mhla__set_cl_error(mhla_context *ctx, cl_int err);
+/* The status an OpenCL error code becomes. */
+mhla_status mhla__status_of_cl(cl_int err);
+/* "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR" for codes without a name. */
+const char *mhla__cl_error_name(cl_int err);
+
+/* Checks take the status variable, record the failure and jump to the function's `cleanup:`. */
+#define MHLA_FAIL_IF(st, cond, ctx, code, ...)                                                      \
+    do {                                                                                            \
+        if (cond) {                                                                                 \
+            (st) = mhla__fail((ctx), (code), __VA_ARGS__);                                          \
+            goto cleanup;                                                                           \
+        }                                                                                           \
+    } while (0)
+
+#define MHLA_CL_TRY(st, ctx, expr, what)                                                            \
+    do {                                                                                            \
+        cl_int mhla_cl_err_ = (expr);                                                               \
+        if (mhla_cl_err_ != CL_SUCCESS) {                                                           \
+            (st) = mhla__fail_cl((ctx), mhla_cl_err_, (what), __FILE__, __LINE__);                  \
+            goto cleanup;                                                                           \
+        }                                                                                           \
+    } while (0)
+
+/* For validators that own nothing and record nothing (config, cu_seqlens): on failure formats the
+ * reason into the caller's (msg, msg_size) when given and returns `code` at once. */
+#define MHLA_CHECK_MSG(cond, code, ...)                                                             \
+    do {                                                                                            \
+        if (!(cond)) {                                                                              \
+            if (msg && msg_size)                                                                    \
+                snprintf(msg, msg_size, __VA_ARGS__);                                               \
+            return (code);                                                                          \
+        }                                                                                           \
+    } while (0)
+
+/* Propagates a status already recorded by a callee. */
+#define MHLA_FORWARD_IF_ERROR(st, expr)                                                             \
+    do {                                                                                            \
+        (st) = (expr);                                                                              \
+        if ((st) != MHLA_OK)                                                                        \
+            goto cleanup;                                                                           \
+    } while (0)
+
+/* ---- context ---------------------------------------------------------------------------- */
+
+/* The SIMD registers a CPU device's compiler targets (core/simd.c): `width` floats each (at most
+ * the reported float width), `registers` of them, and the target's name ("haswell", or "reported"
+ * where the device's name does not say). */
+typedef struct mhla_simd {
+    int width;
+    int registers;
+    char target[24];
+} mhla_simd;
+
+/* Device limits read once per context; every launch respects them. */
+typedef struct mhla_device_limits {
+    size_t max_work_group_size;
+    size_t max_work_item_sizes[3];
+    uint64_t local_mem_bytes;
+    uint64_t max_alloc_bytes;
+    uint64_t global_mem_bytes;
+    int opencl_c_major; /* from CL_DEVICE_OPENCL_C_VERSION */
+    int opencl_c_minor;
+    int has_fp16;
+    unsigned compute_units;
+    cl_device_type type;
+    /* Floats in one SIMD register as the device reports them (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT,
+     * or PREFERRED_ where that is wider): 16 on AVX-512 CPUs, 8 on AVX2, 4 on SSE/NEON, 1 on
+     * most GPUs. Vector tiles never exceed it on CPUs (tune/tuning.c). */
+    int float_width;
+    /* PoCL's CPU device: kernels become native code, so clang's prefetch builtin is an
+     * instruction (kernels/output.cl, OUT_PF); elsewhere it may not translate. */
+    int native_prefetch;
+    /* What the device's compiler targets on CPUs (core/simd.c): see mhla_simd. */
+    mhla_simd simd;
+} mhla_device_limits;
+
+typedef struct mhla_program_entry {
+    struct mhla_program_entry *next;
+    char *key; /* kernel file name, NUL, build options: what the program was built from */
+    uint64_t source_hash;
+    cl_program program;
+} mhla_program_entry;
+
+struct mhla_context {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl;
+    cl_command_queue queue;
+    int out_of_order; /* the wrapped queue runs out of order: stages need barriers */
+    int profiling;    /* the queue records profiling information: stage markers are enqueued */
+    mhla_device_limits limits;
+    char device_name[256];
+    char vendor[256];
+    char driver_version[256];
+    char platform_version[256];
+    /* Threads may share a context, each with its own plans and decoders (include/mhla.h): `lock`
+     * guards what they share, programs and tuned_db; message_lock guards the failure record. */
+    mhla_mutex lock;
+    mhla_mutex message_lock;
+    mhla_program_entry *programs; /* built programs, shared by the context's plans */
+    char *tuning; /* mhla_context_set_tuning()'s overrides (validated), or NULL */
+    char *tuned_db;   /* the device's tuning database (tune/tuning_db.c), read on first use, or NULL */
+    int tuned_loaded; /* tuned_db has been read (it may be NULL: no database) */
+    atomic_int used_blas; /* CLBlast has built programs for this context (core/blas.c) */
+    cl_int last_cl_error;
+    char message[MHLA_MESSAGE_MAX];
+};
+
+/* Fills ctx->limits and the name fields from ctx->device. */
+mhla_status mhla__context_read_device(mhla_context *ctx);
+
+/* ---- programs ----------------------------------------------------------------------------- */
+
+/* Options assembled in one place (STYLE): "-D..." flags of a plan, appended to `buf`. */
+typedef struct mhla_build_opts {
+    char text[1024];
+    size_t len;
+} mhla_build_opts;
+void mhla__opts_init(mhla_build_opts *opts);
+void mhla__opts_add(mhla_build_opts *opts, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The source of kernels/<name>.cl: embedded at build time, or read from $MHLA_KERNEL_DIR when
+ * that development switch is set. *out is malloc'd and freed by the caller. */
+mhla_status mhla__kernel_source(mhla_context *ctx, const char *name, char **out);
+
+/* Builds kernels/<name>.cl with `opts` (or returns the context's cached program). The program
+ * stays owned by the context. A failed build returns MHLA_ERR_BUILD_FAILED with the log. */
+mhla_status mhla__program_get(mhla_context *ctx, const char *name, const mhla_build_opts *opts,
+                              cl_program *out);
+
+/* Creates kernel `kernel_name` from a program; the caller releases it. */
+mhla_status mhla__kernel_create(mhla_context *ctx, cl_program program, const char *kernel_name,
+                                cl_kernel *out);
+
+/* Embedded sources, generated by scripts/cl2c.py (kernels/registry.c, generated). */
+typedef struct mhla_embedded_kernel {
+    const char *name;
+    const char *source;
+} mhla_embedded_kernel;
+extern const mhla_embedded_kernel mhla__embedded_kernels[];
+extern const size_t mhla__embedded_kernel_count;
+
+/* ---- launches ----------------------------------------------------------------------------- */
+
+/* Local size for a 1D-tiled launch: `want` clamped to the kernel's and the device's limits. */
+size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want);
+/* Local size for a 3D launch over `extent`: up to `want` work-items, filling dimension 0 first,
+ * within CL_KERNEL_WORK_GROUP_SIZE and the device's per-dimension limits. */
+void mhla__local_size_3d(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want, size_t local[3]);
+/* Enqueues `kernel` over `extent` rounded up to `local` (kernels guard the excess work-items). */
+mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t extent[3],
+                         const size_t local[3], cl_uint num_wait, const cl_event *wait, cl_event *done,
+                         const char *what);
+/* Rounds x up to a multiple of m (m > 0). */
+static inline size_t mhla__round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+/* Sets kernel argument `index` and records a failure naming the kernel and argument. */
+#define MHLA_SET_ARG(st, ctx, kernel, index, value)                                                 \
+    MHLA_CL_TRY(st, ctx, clSetKernelArg((kernel), (index), sizeof(value), &(value)),                \
+                "clSetKernelArg(" #kernel ", " #index ")")
+/* Orders the next stage after the previous one on an out-of-order queue; a no-op otherwise. */
+mhla_status mhla__stage_barrier(mhla_context *ctx);
+/* On a profiling queue, replaces *mark with a marker event after everything enqueued so far. */
+mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark);
+
+/* The SIMD target of a device named `device_name` reporting `reported_width` floats per register
+ * (core/simd.c). */
+void mhla__simd_of(const char *device_name, int reported_width, mhla_simd *out);
+
+/* Creates a device buffer of `bytes`, checked against the device's limits first; `what` names it
+ * in the message. */
+mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
+                                cl_mem *out);
+
+
+/* Argument checks shared by every entry point that takes device buffers (core/checks.c); `fn`
+ * names the public call in messages. A buffer: not NULL, of ctx's cl_context, >= need bytes.
+ * shape(obj, t, ...) describes what needs them; it runs only for the message of a buffer that is
+ * too small, so that per-token calls format no strings. */
+typedef void (*mhla_shape_fn)(const void *obj, mhla_tensor t, char *buf, size_t size);
+mhla_status mhla__check_mem(mhla_context *ctx, const char *fn, mhla_tensor t, cl_mem buf, size_t need,
+                            mhla_shape_fn shape, const void *obj);
+/* mhla__check_mem for a buffer named `name` whose shape `what` describes (the backward's). */
+mhla_status mhla__check_mem_named(mhla_context *ctx, const char *fn, const char *name, cl_mem buf, size_t need,
+                                  const char *what);
+/* bufs indexed by mhla_tensor: out aliasing no input (mixing only when with_mixing), and a
+ * consistent wait list. */
+mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem bufs[5], int with_mixing,
+                             cl_uint num_wait, const cl_event *wait);
+/* "q", "k", "v", "out", "mixing". */
+const char *mhla__tensor_name(mhla_tensor t);
+/* MHLA_POISON_OUTPUTS=1 (tests): fills a host call's staging output with NaN before its run. */
+mhla_status mhla__poison_output(mhla_context *ctx, cl_mem buf, size_t bytes);
+
+/* ---- CLBlast (core/blas.c) --------------------------------------------------------------- */
+
+/* Called by mhla_context_destroy(): when ctx was the last live context that used CLBlast,
+ * empties CLBlast's program cache. */
+void mhla__blas_release(mhla_context *ctx);
+/* CLBlast's row-major C[m x n] = A[m x k] * B[k x n] + beta * C on the context's queue, with
+ * leading dimensions lda, ldb, ldc. */
+mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda,
+                           cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
+                           cl_mem temp, cl_event *ev);
+mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                                      size_t ldc, size_t *bytes);
+
+
+/* Formats into a fixed buffer, never overflowing; returns buf. */
+char *mhla__fmt(char *buf, size_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ---- devices (core/devices.c) ------------------------------------------------------------ */
+
+/* Device enumeration shared by context creation, mhla_device_list() and the CLI's `info`. */
+
+
+typedef struct mhla_device_ref {
+    cl_platform_id platform;
+    cl_device_id device;
+    int platform_index;
+    int device_index;
+    size_t index; /* position in the list of all devices */
+} mhla_device_ref;
+
+/* Every device of every platform, in spec order; *out is malloc'd (NULL when there are none). */
+mhla_status mhla__devices(mhla_device_ref **out, size_t *count);
+/* Index of the default device: the first GPU, else the first device. */
+size_t mhla__device_default(const mhla_device_ref *refs, size_t count);
+/* Resolves a device spec ("P:D", "N", a name substring); NULL or "" reads MHLA_DEVICE, and when
+ * that is unset or empty takes the default. The message names where the spec came from. */
+mhla_status mhla__device_select(const char *spec, mhla_device_ref *out);
+/* "<platform name> <device name>". */
+void mhla__device_label(const mhla_device_ref *ref, char *buf, size_t size);
+/* Floats per SIMD register as the device reports them (mhla_device_info.float_width), >= 1. */
+int mhla__device_float_width(cl_device_id dev);
+/* Whether the device lists `ext` among its extensions. */
+int mhla__device_has_extension(cl_device_id dev, const char *ext);
+
+/* ---- the program cache on disk (core/program_cache.c) --------------------------------- */
+
+
+
+/* The cache folder, or 0 when the cache is off or has no place ($MHLA_CACHE_DIR=off). */
+int mhla__cache_dir(char *buf, size_t size);
+/* A built program for kernels/<name>.cl with these options, or NULL (then compile from source).
+ * `options` keys the entry; `full_options` are passed to clBuildProgram. */
+cl_program mhla__cache_load(mhla_context *ctx, const char *name, uint64_t source_hash, const char *options,
+                            const char *full_options);
+/* Keeps a freshly built program's binary; failures are ignored. */
+void mhla__cache_store(mhla_context *ctx, const char *name, uint64_t source_hash, const char *options,
+                       cl_program program);
+
+#endif /* MHLA_CORE_H */

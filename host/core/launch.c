@@ -1,0 +1,101 @@
+/* Launching kernels within the device's limits, ordering stages, creating checked buffers. */
+#include "core/core.h"
+
+mhla_status mhla__stage_barrier(mhla_context *ctx)
+{
+    mhla_status st = MHLA_OK;
+    if (ctx->out_of_order)
+        MHLA_CL_TRY(st, ctx, clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL),
+                    "clEnqueueBarrierWithWaitList");
+cleanup:
+    return st;
+}
+
+static size_t kernel_wg_limit(mhla_context *ctx, cl_kernel kernel)
+{
+    size_t kwg = 0;
+    if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) !=
+            CL_SUCCESS ||
+        kwg == 0)
+        kwg = 1;
+    return kwg < ctx->limits.max_work_group_size ? kwg : ctx->limits.max_work_group_size;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark)
+{
+    mhla_status st = MHLA_OK;
+    if (!ctx->profiling)
+        return MHLA_OK;
+    if (*mark)
+        clReleaseEvent(*mark);
+    *mark = NULL;
+    /* With no wait list a marker completes after every command enqueued before it (in or out of
+     * order), so its end time is the end of the stage before it. */
+    MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, mark), "clEnqueueMarkerWithWaitList");
+cleanup:
+    return st;
+}
+
+size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want)
+{
+    size_t lim = kernel_wg_limit(ctx, kernel);
+    if (ctx->limits.max_work_item_sizes[0])
+        lim = min_size(lim, ctx->limits.max_work_item_sizes[0]);
+    const size_t ls = min_size(want, lim);
+    return ls ? ls : 1;
+}
+
+void mhla__local_size_3d(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want, size_t local[3])
+{
+    size_t total = min_size(want, kernel_wg_limit(ctx, kernel));
+    if (total == 0)
+        total = 1;
+    for (int i = 0; i < 3; ++i) {
+        size_t l = min_size(extent[i] ? extent[i] : 1, total);
+        if (ctx->limits.max_work_item_sizes[i])
+            l = min_size(l, ctx->limits.max_work_item_sizes[i]);
+        local[i] = l ? l : 1;
+        total /= local[i];
+        if (total == 0)
+            total = 1;
+    }
+}
+
+mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t extent[3],
+                         const size_t local[3], cl_uint num_wait, const cl_event *wait, cl_event *done,
+                         const char *what)
+{
+    mhla_status st = MHLA_OK;
+    size_t global[3];
+    for (cl_uint i = 0; i < dims; ++i)
+        global[i] = mhla__round_up(extent[i], local[i]);
+    MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, num_wait, wait, done),
+                what);
+cleanup:
+    return st;
+}
+
+mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
+                                cl_mem *out)
+{
+    mhla_status st = MHLA_OK;
+    cl_int err = CL_SUCCESS;
+    *out = NULL;
+    if (bytes == 0)
+        bytes = 4; /* OpenCL rejects empty buffers; an unused workspace slot stays valid */
+    MHLA_FAIL_IF(st, bytes > ctx->limits.max_alloc_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
+                 "%s needs %zu bytes, more than the device's largest allocation "
+                 "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu bytes) on %s",
+                 what, bytes, (unsigned long long)ctx->limits.max_alloc_bytes, ctx->device_name);
+    *out = mhla__cl_create_buffer(ctx->cl, flags, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        mhla__set_cl_error(ctx, err);
+        MHLA_FAIL_IF(st, 1, ctx, mhla__status_of_cl(err), "clCreateBuffer for %s (%zu bytes) failed: %s (%d)",
+                     what, bytes, mhla__cl_error_name(err), (int)err);
+    }
+cleanup:
+    return st;
+}

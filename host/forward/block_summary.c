@@ -1,0 +1,77 @@
+/* Stage 1 host side: kernels/block_summary.cl (S_b and z_b per block). Decides how long blocks
+ * are split into segments so that the device has enough work-groups, and owns the segments'
+ * partial summaries. */
+#include "forward/forward.h"
+
+/* Work-items of one block segment: its register tiles. */
+static size_t summary_tiles(const mhla_plan *plan)
+{
+    const mhla_tiles *t = &plan->tiles;
+    return (size_t)((plan->cfg.dk / t->sum_rd) * (plan->cfg.dv / (t->sum_ve * t->sum_nv)));
+}
+
+mhla_status mhla__block_summary_setup(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    cl_program prog = NULL;
+    mhla_context *ctx = plan->ctx;
+    const mhla_tiles *t = &plan->tiles;
+
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "block_summary", &plan->k_summary));
+    const size_t extent[3] = {summary_tiles(plan), 1, 1};
+    mhla__local_size_3d(ctx, plan->k_summary, extent, (size_t)t->wg, plan->lws_summary);
+    if (t->splits > 1) {
+        const size_t row = (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float);
+        const size_t bytes = row * (size_t)plan->shape.m * (size_t)t->splits;
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "summary_reduce", &plan->k_reduce));
+        plan->lws_reduce = mhla__local_size(ctx, plan->k_reduce, (size_t)t->wg);
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, "the block segments' summaries",
+                                                      &plan->partial));
+        plan->workspace_bytes += bytes;
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
+                                        const cl_event *wait)
+{
+    return mhla__block_summary_enqueue_to(plan, k, v, plan->summary, num_wait, wait);
+}
+
+mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                           const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_kernel kern = plan->k_summary;
+    const float feature_eps = plan->cfg.feature_eps;
+    const cl_int splits = plan->tiles.splits, split_len = plan->tiles.split_len;
+    cl_mem dst = splits > 1 ? plan->partial : out;
+    const size_t extent[3] = {summary_tiles(plan), (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
+
+    MHLA_SET_ARG(st, ctx, kern, 0, k);
+    MHLA_SET_ARG(st, ctx, kern, 1, v);
+    MHLA_SET_ARG(st, ctx, kern, 2, dst);
+    MHLA_SET_ARG(st, ctx, kern, 3, plan->grid);
+    MHLA_SET_ARG(st, ctx, kern, 4, feature_eps);
+    MHLA_SET_ARG(st, ctx, kern, 5, splits);
+    MHLA_SET_ARG(st, ctx, kern, 6, split_len);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_summary, num_wait, wait, NULL,
+                                           "clEnqueueNDRangeKernel(block_summary)"));
+    if (splits > 1) {
+        const size_t row = (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1);
+        const size_t rextent[3] = {(row + 3) / 4, (size_t)plan->shape.m, 1};
+        const size_t rlocal[3] = {plan->lws_reduce, 1, 1};
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_SET_ARG(st, ctx, plan->k_reduce, 0, plan->partial);
+        MHLA_SET_ARG(st, ctx, plan->k_reduce, 1, out);
+        MHLA_SET_ARG(st, ctx, plan->k_reduce, 2, plan->grid);
+        MHLA_SET_ARG(st, ctx, plan->k_reduce, 3, splits);
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_reduce, 2, rextent, rlocal, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(summary_reduce)"));
+    }
+cleanup:
+    return st;
+}

@@ -1,0 +1,120 @@
+/* host/forward: plans (non-causal, causal, softmax baseline) and mhla_forward through their stages:
+ * block summaries, mixing, output; varlen batches; the host-memory calls. Depends on core/,
+ * config/, tune/ and causal/. The backward and the shards build on it (backward/, shard/) and
+ * hand it their teardown where the plan must run it. */
+#ifndef MHLA_FORWARD_H
+#define MHLA_FORWARD_H
+
+#include "causal/causal.h"
+
+struct mhla_plan {
+    mhla_context *ctx;
+    int softmax;     /* a softmax-attention baseline plan (mhla_softmax_plan_create) */
+    mhla_config cfg; /* resolved */
+    mhla_shape shape;
+    mhla_grid_args grid;
+    mhla_tuning tuning; /* the device's row after overrides (tiles: what this plan made of it) */
+    mhla_tiles tiles;
+    cl_kernel k_summary;
+    cl_kernel k_reduce; /* splits > 1 only */
+    cl_kernel k_official_dots; /* official normalizer only */
+    cl_kernel k_output;
+    cl_kernel k_mixing; /* tuning.mix_kernel only */
+    cl_kernel k_softmax; /* softmax plans only */
+    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_reduce, lws_dots, lws_softmax;
+    /* workspace: summaries are M rows of B*H*Dk*(Dv+1) floats (kernels/common.h) */
+    cl_mem partial; /* splits > 1: M*splits rows of segment summaries */
+    cl_mem summary; /* S_b and z_b */
+    cl_mem mixed;   /* S~_i and z~_i */
+    cl_mem dots;    /* official: [M][B*H][Nb] q~_{b,p} . z_b */
+    cl_mem den;     /* official: [M][B*H][Nb] mixed denominators */
+    cl_mem gemm_temp;
+    size_t gemm_temp_bytes;
+    size_t workspace_bytes;
+    /* mhla_forward_host staging, allocated on first use */
+    cl_mem stage[5];
+    /* profiling queues: markers at the start and after each stage of the last forward */
+    cl_event marks[4];
+    struct mhla_causal_plan *causal; /* causal plans: kernels and workspace (forward/causal_plan.c) */
+    struct mhla_shard *shard;        /* shard plans: the whole sequence and the exchange (shard/) */
+    struct mhla_bwd *bwd;            /* mhla_backward's kernels and workspace, made on first use */
+    void (*bwd_destroy)(struct mhla_bwd *bwd); /* set with bwd by backward/ (a layer above this one) */
+    /* mhla_plan_save_for_backward(): summary, mixed (dots, den) hold what the last mhla_forward()
+     * computed from saved_in (q, k, v, mixing) while `saved` is 1; every other writer clears it */
+    int save_for_backward, saved;
+    cl_mem saved_in[4];
+};
+
+/* A shard plan's view of the whole sequence (shard/shard.c). The plan's cfg and shape are the
+ * shard's own; tiles come from the whole configuration, so that every block is summed, mixed and
+ * read out exactly as mhla_forward() on the whole sequence would. */
+typedef struct mhla_shard {
+    mhla_config global; /* resolved */
+    mhla_shape gshape;
+    int64_t offset, count, blocks, token_offset, tokens;
+    size_t sum_floats, dots_floats, row_floats; /* one block's exchange row: summary, then dots */
+    cl_mem gathered, gathered_dots; /* non-causal: every block's rows, as the host gathered them */
+    cl_mem mc_rows;                 /* non-causal: the shard's rows of Mc */
+    int32_t *cu;                    /* varlen: a copy of the packed batch's cu_seqlens (num_seqs + 1) */
+    size_t num_seqs;
+} mhla_shard;
+
+/* mhla_plan_create() after plan->ctx, plan->cfg (unresolved) and plan->shard are set. */
+mhla_status mhla__plan_setup(mhla_plan *plan);
+
+/* Fills plan->grid from plan->cfg and plan->shape. */
+void mhla__plan_fill_grid(mhla_plan *plan);
+
+/* Stages of the non-causal forward, each in the file of forward/ named after it. */
+mhla_status mhla__block_summary_setup(mhla_plan *plan);
+mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
+                                        const cl_event *wait);
+/* The same into `out` (summary-sized) instead of plan->summary: the backward's gradient summaries. */
+mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                           const cl_event *wait);
+mhla_status mhla__mixing_setup(mhla_plan *plan);
+mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
+/* c[M x x] = a[M x M] * b[M x x] with the plan's mixing GEMM (kernel or CLBlast; x one of the
+ * forward's two widths, whose temporary buffer the plan holds). */
+mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, cl_mem b, cl_mem c, size_t x);
+mhla_status mhla__output_setup(mhla_plan *plan);
+/* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */
+mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
+mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done);
+/* The softmax baseline's one kernel (forward/softmax.c). */
+mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                  const cl_event *wait, cl_event *done);
+/* On a profiling queue, marks[0] of the plan: a marker that waits for the caller's events, the
+ * start of mhla_plan_stage_times()' span (forward/call_checks.c, with the checks below). */
+mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl_event *wait);
+/* mhla__check_mem for one of the plan's tensors. */
+mhla_status mhla__plan_check_mem(mhla_plan *plan, const char *fn, mhla_tensor t, cl_mem buf);
+/* Both, for the plan's tensors. */
+mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bufs[5], cl_uint num_wait,
+                                const cl_event *wait);
+/* "[B,N,H,D] = [1,4096,8,64] f32": what plan (an mhla_plan) needs for tensor t, for messages. */
+void mhla__plan_tensor_shape(const void *plan, mhla_tensor t, char *buf, size_t size);
+/* mhla_forward_host() and mhla_forward_varlen_host() (cu_seqlens != NULL): stage, run, read back
+ * (forward/host_call.c). */
+mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, const void *k, const void *v,
+                               const float *mixing, void *out, const int32_t *cu_seqlens, size_t num_seqs);
+
+/* A causal plan's part: kernels, workspace (grown on demand by varlen calls) and, for a plan of
+ * fixed-length sequences, the chunk tables built once. */
+typedef struct mhla_causal_plan {
+    mhla_causal *kern;
+    cl_mem sums, pref;
+    size_t slots; /* chunks the workspace holds */
+    mhla_chunk_tables tables;
+    cl_mem chunks, tiles;
+} mhla_causal_plan;
+
+mhla_status mhla__causal_plan_setup(mhla_plan *plan);
+void mhla__causal_plan_destroy(mhla_causal_plan *cp);
+/* Grows the workspace to hold `slots` chunks (varlen calls). */
+mhla_status mhla__causal_plan_reserve(mhla_plan *plan, size_t slots);
+/* mhla_forward() of a causal (not varlen) plan, after the buffer checks. */
+mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing, cl_mem out,
+                                 cl_uint num_wait, const cl_event *wait, cl_event *done);
+
+#endif /* MHLA_FORWARD_H */

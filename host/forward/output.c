@@ -1,0 +1,69 @@
+/* Stage 3 host side: kernels/output.cl, the per-token read-out with the normalizer fused, and the
+ * official normalizer's per-token dot products that the mixing stage mixes. */
+#include "forward/forward.h"
+
+mhla_status mhla__output_setup(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    cl_program prog = NULL;
+    const mhla_tiles *t = &plan->tiles;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, &plan->cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", &plan->k_output));
+    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), 1,
+                              (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt)};
+    mhla__local_size_3d(plan->ctx, plan->k_output, extent, (size_t)t->wg, plan->lws_output);
+    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "official_dots", &plan->k_official_dots));
+        plan->lws_dots = mhla__local_size(plan->ctx, plan->k_official_dots, (size_t)t->wg);
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_kernel kern = plan->k_official_dots;
+    const float feature_eps = plan->cfg.feature_eps, scale = plan->cfg.scale;
+    const size_t local[3] = {plan->lws_dots, 1, 1};
+    const size_t extent[3] = {(size_t)plan->shape.n, (size_t)plan->shape.bh, 1};
+
+    MHLA_SET_ARG(st, ctx, kern, 0, q);
+    MHLA_SET_ARG(st, ctx, kern, 1, plan->summary);
+    MHLA_SET_ARG(st, ctx, kern, 2, plan->dots);
+    MHLA_SET_ARG(st, ctx, kern, 3, plan->grid);
+    MHLA_SET_ARG(st, ctx, kern, 4, feature_eps);
+    MHLA_SET_ARG(st, ctx, kern, 5, scale);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 2, extent, local, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(official_dots)"));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_kernel kern = plan->k_output;
+    const float feature_eps = plan->cfg.feature_eps, scale = plan->cfg.scale, eps = plan->cfg.eps;
+    /* The kernel reads `den` only for the official normalizer; any valid buffer fills the slot. */
+    cl_mem den = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL ? plan->den : plan->mixed;
+    const mhla_tiles *t = &plan->tiles;
+    const size_t groups = (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt);
+    const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), (size_t)plan->shape.bh,
+                              (size_t)plan->shape.m * groups};
+
+    MHLA_SET_ARG(st, ctx, kern, 0, q);
+    MHLA_SET_ARG(st, ctx, kern, 1, plan->mixed);
+    MHLA_SET_ARG(st, ctx, kern, 2, den);
+    MHLA_SET_ARG(st, ctx, kern, 3, out);
+    MHLA_SET_ARG(st, ctx, kern, 4, plan->grid);
+    MHLA_SET_ARG(st, ctx, kern, 5, feature_eps);
+    MHLA_SET_ARG(st, ctx, kern, 6, scale);
+    MHLA_SET_ARG(st, ctx, kern, 7, eps);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_output, 0, NULL, done,
+                                           "clEnqueueNDRangeKernel(block_output)"));
+cleanup:
+    return st;
+}

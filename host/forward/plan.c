@@ -1,0 +1,193 @@
+/* Plans: a validated configuration, its kernels specialized once with -D, and its workspace. */
+#include "forward/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mhla__plan_fill_grid(mhla_plan *plan)
+{
+    const mhla_config *c = &plan->cfg;
+    const mhla_shape *s = &plan->shape;
+    mhla_grid_args *g = &plan->grid;
+    g->n = (cl_int)s->n;
+    g->heads = (cl_int)c->heads;
+    g->seq_h = (cl_int)c->seq_h;
+    g->seq_w = (cl_int)c->seq_w;
+    g->pt = (cl_int)s->pt;
+    g->ph = (cl_int)s->ph;
+    g->pw = (cl_int)s->pw;
+    g->blk_h = (cl_int)c->block_h;
+    g->blk_w = (cl_int)c->block_w;
+    g->nb = (cl_int)s->nb;
+    g->m = (cl_int)s->m;
+    g->bh = (cl_int)s->bh;
+    /* A block's positions are consecutive tokens along w; along whole rows when the block spans
+     * the image's width; along whole frames when it also spans the height (all of a 1D block). */
+    g->run = (cl_int)s->pw;
+    if (s->pw == c->seq_w) {
+        g->run *= (cl_int)s->ph;
+        if (s->ph == c->seq_h)
+            g->run *= (cl_int)s->pt;
+    }
+}
+
+static mhla_status create_workspace(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const size_t summary_bytes = (size_t)plan->shape.m * (size_t)plan->shape.bh * (size_t)plan->cfg.dk *
+                                 (size_t)plan->shape.summary_cols * sizeof(float);
+    const size_t dots_bytes = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL
+                                  ? (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float)
+                                  : 0;
+    size_t total = 2 * summary_bytes + 2 * dots_bytes;
+    MHLA_FAIL_IF(st, total > ctx->limits.global_mem_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
+                 "the plan's workspace needs %zu bytes, more than the device's %llu bytes of global memory (%s)",
+                 total, (unsigned long long)ctx->limits.global_mem_bytes, ctx->device_name);
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, summary_bytes, "the block summaries",
+                                                  &plan->summary));
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, summary_bytes, "the mixed summaries",
+                                                  &plan->mixed));
+    if (dots_bytes) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,
+                                                      "the official normalizer's dot products", &plan->dots));
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,
+                                                      "the official normalizer's denominators", &plan->den));
+    }
+    plan->workspace_bytes += total;
+cleanup:
+    return st;
+}
+
+mhla_status mhla__plan_setup(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    char msg[512];
+    mhla__config_resolve(&plan->cfg);
+    st = mhla__config_validate(&plan->cfg, &plan->shape, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
+    mhla__plan_fill_grid(plan);
+    if (plan->cfg.causal) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
+    } else {
+        /* A shard takes the whole sequence's tiles (block splits included): its blocks are then
+         * summed in the same order as on one device. */
+        const mhla_config *tcfg = plan->shard ? &plan->shard->global : &plan->cfg;
+        const mhla_shape *tshape = plan->shard ? &plan->shard->gshape : &plan->shape;
+        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, tcfg, &plan->tuning));
+        mhla__tiles_forward(ctx, tcfg, tshape, &plan->tuning, &plan->tiles);
+        MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
+        plan->workspace_bytes += plan->gemm_temp_bytes;
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_plan *plan = NULL;
+    char msg[512];
+
+    MHLA_FAIL_IF(st, !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create: out is NULL");
+    *out = NULL;
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_create: context is NULL");
+    st = mhla__config_validate(cfg, NULL, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
+    plan = mhla__calloc(1, sizeof *plan);
+    MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
+    plan->ctx = ctx;
+    plan->cfg = *cfg;
+    MHLA_FORWARD_IF_ERROR(st, mhla__plan_setup(plan));
+    *out = plan;
+    plan = NULL;
+cleanup:
+    mhla_plan_destroy(plan);
+    return st;
+}
+
+/* A shard plan's view of the whole sequence: the plan owns it. */
+static void shard_free(mhla_shard *shard)
+{
+    if (!shard)
+        return;
+    cl_mem mems[] = {shard->gathered, shard->gathered_dots, shard->mc_rows};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    mhla__free(shard->cu);
+    mhla__free(shard);
+}
+
+void mhla_plan_destroy(mhla_plan *plan)
+{
+    if (!plan)
+        return;
+    cl_kernel kernels[] = {plan->k_summary, plan->k_reduce, plan->k_official_dots, plan->k_output, plan->k_mixing,
+                           plan->k_softmax};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    cl_mem mems[] = {plan->partial, plan->summary, plan->mixed, plan->dots, plan->den, plan->gemm_temp};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    for (size_t i = 0; i < sizeof plan->stage / sizeof plan->stage[0]; ++i)
+        if (plan->stage[i])
+            clReleaseMemObject(plan->stage[i]);
+    for (size_t i = 0; i < sizeof plan->marks / sizeof plan->marks[0]; ++i)
+        if (plan->marks[i])
+            clReleaseEvent(plan->marks[i]);
+    mhla__causal_plan_destroy(plan->causal);
+    shard_free(plan->shard);
+    if (plan->bwd)
+        plan->bwd_destroy(plan->bwd);
+    mhla__free(plan);
+}
+
+size_t mhla_plan_workspace_size(const mhla_plan *plan) { return plan ? plan->workspace_bytes : 0; }
+
+mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_tuning: plan is NULL");
+    MHLA_FAIL_IF(st, !buf || size == 0, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
+                 "mhla_plan_tuning: buf is NULL or size 0");
+    const mhla_tiles *t = plan->causal ? &plan->causal->kern->tiling : &plan->tiles;
+    const mhla_tuning *tu = plan->causal ? &plan->causal->kern->tuning : &plan->tuning;
+    if (plan->softmax)
+        snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", tu->origin, t->sm_vw, t->sm_bk,
+                 t->sm_bq, t->sm_rows ? ", row copies" : "");
+    else if (plan->causal)
+        snprintf(buf, size,
+                 "%s; summary %dx(%dx%d) in sums of %d tokens, output %dx(%dx%d) dc %d in groups of %d tokens, %d keys "
+                 "per pass; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
+                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->out_rt, t->out_ve, t->out_nv, t->out_dc,
+                 t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
+    else
+        snprintf(buf, size,
+                 "%s; summary %dx(%dx%d) in sums of %d tokens%s, %d segment(s) per block; output %dx(%dx%d) dc %d%s; "
+                 "%s",
+                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->pf ? " prefetched" : "", t->splits,
+                 t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt ? ", streaming stores" : "",
+                 tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast");
+cleanup:
+    return st;
+}
+
+const mhla_config *mhla_plan_config(const mhla_plan *plan) { return plan ? &plan->cfg : NULL; }
+
+size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor)
+{
+    if (!plan || (plan->softmax && tensor == MHLA_TENSOR_MIXING))
+        return 0;
+    if (plan->shard && (tensor == MHLA_TENSOR_MIXING || plan->shard->count == 0)) /* the whole Mc; no tokens */
+        return tensor == MHLA_TENSOR_MIXING ? mhla_config_tensor_elems(&plan->shard->global, tensor) * sizeof(float)
+                                            : 0;
+    size_t elems = mhla_config_tensor_elems(&plan->cfg, tensor);
+    return elems * (tensor == MHLA_TENSOR_MIXING ? sizeof(float) : mhla__dtype_size(plan->cfg.dtype));
+}

@@ -1,0 +1,95 @@
+/* The softmax-attention baseline, host side: kernels/softmax.cl behind an mhla_plan that
+ * mhla_forward() runs like an MHLA plan. Its tile comes from the tuning table (host/tuning.c, sm_*)
+ * and is shrunk until the key/value tiles fit the device's local memory (host/tiling.c). */
+#include "forward/forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The kernel for the plan's tile: built, then checked against what the device reports for it
+ * (local memory, work-group size); a tile that does not fit is shrunk and the kernel rebuilt. */
+static mhla_status build_kernel(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_program prog = NULL;
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->cfg, &plan->tuning));
+    for (int attempt = 0;; ++attempt) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__tiles_softmax(ctx, &plan->cfg, &plan->tuning, &fit, &plan->tiles));
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_SOFTMAX, &plan->cfg, &plan->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "softmax_attention", &plan->k_softmax));
+        const int refit = mhla__fit_check(ctx, plan->k_softmax, 1, mhla__softmax_local(&plan->cfg, &plan->tiles), &fit);
+        MHLA_FAIL_IF(st, refit < 0, ctx, MHLA_ERR_OPENCL,
+                     "clGetKernelWorkGroupInfo(softmax_attention) failed on %s", ctx->device_name);
+        if (!refit)
+            break;
+        clReleaseKernel(plan->k_softmax);
+        plan->k_softmax = NULL;
+        MHLA_FAIL_IF(st, attempt == 3, ctx, MHLA_ERR_UNSUPPORTED,
+                     "the softmax kernel (Dk = %lld, Dv = %lld) does not fit %s's local memory (%llu bytes) even "
+                     "after shrinking its key tile to %d",
+                     (long long)plan->cfg.dk, (long long)plan->cfg.dv, ctx->device_name,
+                     (unsigned long long)ctx->limits.local_mem_bytes, plan->tiles.sm_bk);
+    }
+cleanup:
+    return st;
+}
+
+mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_plan *plan = NULL;
+    char msg[512];
+
+    MHLA_FAIL_IF(st, !out, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_softmax_plan_create: out is NULL");
+    *out = NULL;
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_softmax_plan_create: context is NULL");
+    plan = mhla__calloc(1, sizeof *plan);
+    MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
+    plan->ctx = ctx;
+    plan->softmax = 1;
+    st = mhla__softmax_config(cfg, &plan->cfg, &plan->shape, msg, sizeof msg);
+    MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
+    mhla__plan_fill_grid(plan);
+    MHLA_FORWARD_IF_ERROR(st, build_kernel(plan));
+    /* No more query rows per group than the sequence has (rounded to the kernel's preferred multiple):
+     * the rows past its end would compute scores for nothing. */
+    size_t multiple = 1;
+    if (clGetKernelWorkGroupInfo(plan->k_softmax, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                                 sizeof multiple, &multiple, NULL) != CL_SUCCESS ||
+        multiple == 0)
+        multiple = 1;
+    const size_t rows = mhla__round_up((size_t)plan->shape.n, multiple);
+    const size_t want = (size_t)plan->tiles.sm_bq < rows ? (size_t)plan->tiles.sm_bq : rows;
+    plan->lws_softmax = mhla__local_size(ctx, plan->k_softmax, want);
+    *out = plan;
+    plan = NULL;
+cleanup:
+    mhla_plan_destroy(plan);
+    return st;
+}
+
+mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                  const cl_event *wait, cl_event *done)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_kernel kern = plan->k_softmax;
+    const float scale = plan->cfg.scale;
+    const size_t local[2] = {plan->lws_softmax, 1};
+    const size_t global[2] = {mhla__round_up((size_t)plan->shape.n, local[0]), (size_t)plan->shape.bh};
+
+    MHLA_SET_ARG(st, ctx, kern, 0, q);
+    MHLA_SET_ARG(st, ctx, kern, 1, k);
+    MHLA_SET_ARG(st, ctx, kern, 2, v);
+    MHLA_SET_ARG(st, ctx, kern, 3, out);
+    MHLA_SET_ARG(st, ctx, kern, 4, plan->grid);
+    MHLA_SET_ARG(st, ctx, kern, 5, scale);
+    MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kern, 2, NULL, global, local, num_wait, wait, done),
+                "clEnqueueNDRangeKernel(softmax_attention)");
+cleanup:
+    return st;
+}

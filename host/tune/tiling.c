@@ -1,0 +1,315 @@
+/* From the tuning row to the tiles one configuration is built with: register tiles cut down to
+ * divide its head dimensions, block splits, causal score tiles and softmax key tiles fitted to the
+ * device's work-group and local-memory limits (and to what a built kernel reports, which can be
+ * less), and the one function that turns tiles into -D flags, per kernel file. */
+#include "tune/tune.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- limits ---------------------------------------------------------------------------------- */
+
+/* Local memory an implementation may keep for itself beyond the kernel's arrays (arguments,
+ * alignment); what a kernel really takes is checked after it is built. */
+#define LOCAL_RESERVE 1024u
+
+void mhla__fit_init(const mhla_context *ctx, mhla_fit *fit)
+{
+    size_t wg = ctx->limits.max_work_group_size;
+    if (ctx->limits.max_work_item_sizes[0] && ctx->limits.max_work_item_sizes[0] < wg)
+        wg = ctx->limits.max_work_item_sizes[0];
+    fit->wg = wg ? wg : 1;
+    const uint64_t have = ctx->limits.local_mem_bytes;
+    fit->local_bytes = have > 2 * LOCAL_RESERVE ? have - LOCAL_RESERVE : have / 2;
+}
+
+int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_t want_local, mhla_fit *fit)
+{
+    size_t kwg = 0;
+    cl_ulong klocal = 0;
+    if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) !=
+            CL_SUCCESS ||
+        clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof klocal, &klocal, NULL) !=
+            CL_SUCCESS)
+        return -1;
+    int refit = 0;
+    if (kwg < want_wg) {
+        fit->wg = kwg ? kwg : 1;
+        refit = 1;
+    }
+    /* The kernel takes more than its arrays (rusticl on llvmpipe reports twice their size): keep
+     * the same proportion below the device's size. */
+    if (klocal > ctx->limits.local_mem_bytes && want_local > 0) {
+        const uint64_t scaled = (uint64_t)((double)fit->local_bytes * (double)want_local / (double)klocal);
+        fit->local_bytes = scaled < fit->local_bytes ? scaled : fit->local_bytes - 1;
+        refit = 1;
+    }
+    return refit;
+}
+
+/* ---- tiles ----------------------------------------------------------------------------------- */
+
+/* Register tiles shared by the non-causal and causal kernels: the tuning's widths and counts cut
+ * down to divide Dk and Dv. */
+static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, mhla_tiles *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sum_rd = mhla__pow2_divisor(cfg->dk, t->sum_rd);
+    out->sum_ve = mhla__pow2_divisor(cfg->dv, t->sum_ve);
+    out->sum_nv = mhla__pow2_divisor(cfg->dv / out->sum_ve, t->sum_nv);
+    out->sum_chunk = t->sum_chunk;
+    out->out_rt = t->out_rt;
+    out->out_ve = mhla__pow2_divisor(cfg->dv, t->out_ve);
+    out->out_nv = mhla__pow2_divisor(cfg->dv / out->out_ve, t->out_nv);
+    out->out_dc = mhla__pow2_divisor(cfg->dk, t->out_dc);
+    out->out_pre = t->out_pre != 0;
+    out->mix_mr = t->mix_mr;
+    out->mix_ve = t->mix_ve;
+    out->mix_nv = t->mix_nv;
+    out->wg = t->wg;
+    out->pf = t->pf != 0;
+    out->splits = out->split_len = 1;
+}
+
+void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
+                         const mhla_tuning *t, mhla_tiles *out)
+{
+    register_tiles(cfg, t, out);
+    /* clang's prefetch builtin only where the kernel becomes native code (PoCL's CPU device):
+     * Oclgrind aborts on the llvm.prefetch intrinsic, and rusticl's SPIR-V translator rejects it. */
+    out->out_pf = ctx->limits.native_prefetch ? t->out_pf : 0;
+    /* Streaming stores write whole vectors of float; kernels/output.cl takes them only where the
+     * output buffer's own address is aligned to one. */
+    out->out_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
+    /* Segments per block: enough work-groups for every compute unit several times over, but no
+     * segment shorter than the tuning's minimum (a short segment costs more to reduce than it
+     * saves). */
+    const int64_t nb = shape->nb, groups = shape->m * shape->bh;
+    const int64_t want = (int64_t)t->groups_per_cu * ctx->limits.compute_units;
+    int64_t splits = 1;
+    if (groups < want) {
+        splits = (want + groups - 1) / groups;
+        const int64_t most = nb / t->split_min_len;
+        if (splits > most)
+            splits = most > 1 ? most : 1;
+    }
+    out->split_len = (int)((nb + splits - 1) / splits);
+    out->splits = (int)((nb + out->split_len - 1) / out->split_len);
+}
+
+int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv)
+{
+    return (int)(dv / (t->out_ve * t->out_nv)) * (t->tq / t->out_rt);
+}
+
+uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk)
+{
+    /* qs[TQ*DK] + kt[DK*KT] + sc[TQ*KT] floats (kernels/causal_output.cl) */
+    return ((uint64_t)t->tq * (uint64_t)dk + (uint64_t)dk * (uint64_t)t->kt + (uint64_t)t->tq * (uint64_t)t->kt) *
+           sizeof(float);
+}
+
+static int round_down_to(int x, int m) { return x < m ? m : x / m * m; }
+
+/* One step towards fitting the causal output kernel in the limits: fewer tokens per group, then
+ * wider column tiles (fewer work-items); for local memory fewer keys per pass, fewer tokens, then
+ * narrower vectors (keys pass in whole vectors). Returns 0 when nothing is left to shrink. */
+static int causal_shrink(const mhla_config *cfg, const mhla_fit *fit, mhla_tiles *t)
+{
+    const int64_t dk = cfg->dk, dv = cfg->dv;
+    if ((size_t)mhla__causal_output_wg(t, dv) > fit->wg) {
+        if (t->tq > t->out_rt) {
+            t->tq = round_down_to(t->tq / 2, t->out_rt);
+            return 1;
+        }
+        if (dv / t->out_ve > t->out_nv) {
+            const int64_t vecs = dv / t->out_ve; /* column vectors of a row */
+            int nv = t->out_nv + 1;
+            while (vecs % nv != 0)
+                ++nv;
+            t->out_nv = nv;
+            return 1;
+        }
+        return 0;
+    }
+    if (mhla__causal_output_local(t, dk) > fit->local_bytes) {
+        if (t->kt > t->out_ve && (t->kt >= t->tq || t->tq <= t->out_rt)) {
+            t->kt = round_down_to(t->kt / 2, t->out_ve);
+            return 1;
+        }
+        if (t->tq > t->out_rt) {
+            t->tq = round_down_to(t->tq / 2, t->out_rt);
+            return 1;
+        }
+        if (t->out_ve > 1) { /* same columns per work-item, in narrower vectors */
+            t->out_ve /= 2;
+            t->out_nv *= 2;
+            return 1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
+mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
+                               mhla_tiles *out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_tiles x;
+    register_tiles(cfg, t, &x);
+    x.mix_mr = t->pre_mr, x.mix_nv = t->pre_nv; /* causal plans run the prefix kernel, not mixing.cl */
+    const int64_t zcol = cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0;
+    const int64_t width = cfg->batch * cfg->heads * cfg->dk * (cfg->dv + zcol); /* floats of a slot */
+    x.pre_ve = mhla__pow2_divisor(width, t->mix_ve);
+    /* Prefix tiles must not straddle GEMM blocks; a group's tokens are whole register tiles; keys
+     * pass in whole score vectors. */
+    x.gemm_rows = t->gemm_rows / x.mix_mr * x.mix_mr;
+    x.tq = round_down_to(t->tq, x.out_rt);
+    x.kt = (t->kt + x.out_ve - 1) / x.out_ve * x.out_ve;
+    /* CLBlast's GEMM kernels are built for work-groups of 64 and more (a device allowing 16 fails
+     * them with CL_INVALID_WORK_GROUP_SIZE): there the prefix kernel sums every earlier chunk. */
+    if (fit->wg < 64)
+        x.gemm_rows = 0;
+    while (causal_shrink(cfg, fit, &x))
+        ;
+    MHLA_FAIL_IF(st, (size_t)mhla__causal_output_wg(&x, cfg->dv) > fit->wg, ctx, MHLA_ERR_UNSUPPORTED,
+                 "the causal output kernel needs groups of %d work-items for dv = %lld; %s allows %zu",
+                 mhla__causal_output_wg(&x, cfg->dv), (long long)cfg->dv, ctx->device_name, fit->wg);
+    MHLA_FAIL_IF(st, mhla__causal_output_local(&x, cfg->dk) > fit->local_bytes, ctx, MHLA_ERR_UNSUPPORTED,
+                 "the causal output kernel needs %llu bytes of local memory for dk = %lld even with the smallest "
+                 "tiles; %s has %llu (%llu usable)",
+                 (unsigned long long)mhla__causal_output_local(&x, cfg->dk), (long long)cfg->dk, ctx->device_name,
+                 (unsigned long long)ctx->limits.local_mem_bytes, (unsigned long long)fit->local_bytes);
+    *out = x;
+cleanup:
+    return st;
+}
+
+uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t)
+{
+    /* kt[DK*BK] + vt[BK*DVP] + bias[BK] floats (kernels/softmax.cl) */
+    const uint64_t dvp = (uint64_t)mhla__round_up((size_t)cfg->dv, (size_t)t->sm_vw);
+    return sizeof(float) * (uint64_t)t->sm_bk * ((uint64_t)cfg->dk + dvp + 1);
+}
+
+mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
+                                mhla_tiles *out)
+{
+    mhla_status st = MHLA_OK;
+    mhla_tiles x;
+    memset(&x, 0, sizeof x);
+    x.sm_vw = t->sm_vw; /* a power of two in 1..16 (mhla__tuning_lookup) */
+    x.sm_bq = t->sm_bq;
+    x.sm_bk = round_down_to(t->sm_bk, x.sm_vw);
+    x.sm_rows = t->sm_rows != 0;
+    x.wg = t->wg;
+    x.splits = x.split_len = 1;
+    /* Half the keys (still a multiple of the width), then narrower vectors, until the tiles fit. */
+    while (mhla__softmax_local(cfg, &x) > fit->local_bytes && (x.sm_bk > x.sm_vw || x.sm_vw > 1)) {
+        if (x.sm_bk > x.sm_vw)
+            x.sm_bk = round_down_to(x.sm_bk / 2, x.sm_vw);
+        else
+            x.sm_vw = x.sm_bk = x.sm_vw / 2;
+    }
+    MHLA_FAIL_IF(st, mhla__softmax_local(cfg, &x) > fit->local_bytes, ctx, MHLA_ERR_UNSUPPORTED,
+                 "softmax attention with Dk = %lld, Dv = %lld needs %llu bytes of local memory even with a one-key "
+                 "tile; %s has %llu (%llu usable)",
+                 (long long)cfg->dk, (long long)cfg->dv, (unsigned long long)mhla__softmax_local(cfg, &x),
+                 ctx->device_name, (unsigned long long)ctx->limits.local_mem_bytes,
+                 (unsigned long long)fit->local_bytes);
+    *out = x;
+cleanup:
+    return st;
+}
+
+/* ---- -D flags ---------------------------------------------------------------------------------- */
+
+/* What each kernel file reads: DK, DV, layout, feature map, normalizer, storage type, and its
+ * tiles. block_summary.cl has no normalizer (it always writes z), mixing.cl and causal_prefix.cl
+ * see rows of floats only. */
+enum {
+    F_DK = 1 << 0,
+    F_DV = 1 << 1,
+    F_LAYOUT = 1 << 2,
+    F_FEATURE = 1 << 3,
+    F_NORM = 1 << 4,
+    F_DTYPE = 1 << 5,
+    F_SUM = 1 << 6,
+    F_OUT = 1 << 7,
+    F_MIX = 1 << 8,
+    F_PRE = 1 << 9,
+    F_CAUSAL = 1 << 10,
+    F_SOFTMAX = 1 << 11,
+    F_PF = 1 << 12,
+    F_BWD = 1 << 13,
+    F_BCT = 1 << 14,
+};
+#define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
+
+static const struct {
+    const char *name;
+    unsigned reads;
+} files[] = {
+    [MHLA_KF_BLOCK_SUMMARY] = {"block_summary", F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM | F_PF},
+    [MHLA_KF_OUTPUT] = {"output", F_SHAPE | F_OUT},
+    [MHLA_KF_MIXING] = {"mixing", F_MIX},
+    [MHLA_KF_CAUSAL_SUMMARY] = {"causal_summary", F_SHAPE | F_SUM},
+    [MHLA_KF_CAUSAL_PREFIX] = {"causal_prefix", F_PRE},
+    [MHLA_KF_CAUSAL_OUTPUT] = {"causal_output", F_SHAPE | F_OUT | F_CAUSAL},
+    [MHLA_KF_DECODER] = {"decoder", F_SHAPE},
+    [MHLA_KF_SOFTMAX] = {"softmax", F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX},
+    [MHLA_KF_BACKWARD_SUMMARY] = {"backward_summary", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_READOUT] = {"backward_readout", F_SHAPE | F_BWD},
+    [MHLA_KF_BACKWARD_MIXING] = {"backward_mixing", F_BWD},
+    [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD | F_BCT},
+    [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD | F_BCT},
+};
+
+
+void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t, mhla_build_opts *opts)
+{
+    const unsigned r = files[f].reads;
+    mhla__opts_init(opts);
+    if (r & F_DK)
+        mhla__opts_add(opts, "-DDK=%lld", (long long)c->dk);
+    if (r & F_DV)
+        mhla__opts_add(opts, "-DDV=%lld", (long long)c->dv);
+    if (r & F_LAYOUT)
+        mhla__opts_add(opts, "-DLAYOUT_BHND=%d", c->layout == MHLA_LAYOUT_BHND);
+    if (r & F_FEATURE)
+        mhla__opts_add(opts, "-DFEATURE_MAP=%d", (int)c->feature_map);
+    if (r & F_NORM)
+        mhla__opts_add(opts, "-DNORMALIZER=%d", (int)c->normalizer);
+    if (r & F_DTYPE)
+        mhla__opts_add(opts, "-DDTYPE=%d", (int)c->dtype);
+    if (r & F_SUM)
+        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d", t->sum_rd, t->sum_ve, t->sum_nv,
+                       t->sum_chunk);
+    if (r & F_OUT)
+        mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d -DOUT_PRE=%d -DOUT_PF=%d",
+                       t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt, t->out_pre, t->out_pf);
+    if (r & F_CAUSAL)
+        mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d", t->tq, t->kt);
+    if (r & F_MIX)
+        mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_VE=%d -DMIX_NV=%d", t->mix_mr, t->mix_ve, t->mix_nv);
+    if (r & F_PRE)
+        mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_NV=%d -DPRE_VE=%d", t->mix_mr, t->mix_nv, t->pre_ve);
+    if (r & F_PF)
+        mhla__opts_add(opts, "-DPREFETCH=%d", t->pf);
+    if (r & F_SOFTMAX)
+        mhla__opts_add(opts, "-DVW=%d -DBK=%d -DCOPY_ROWS=%d", t->sm_vw, t->sm_bk, t->sm_rows);
+    if (r & F_BWD)
+        mhla__opts_add(opts, "-DBWD_VW=%d -DBWD_VK=%d -DBWD_VV=%d -DBWD_RT=%d", t->bwd_vw, t->bwd_vk, t->bwd_vv,
+                       t->bwd_rt);
+    if (r & F_BCT)
+        mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d -DBCT_SR=%d", t->bct_rt,
+                       t->bct_ve, t->bct_nv, t->bct_tq, t->bct_kt, t->bct_sr);
+}
+
+mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,
+                              cl_program *out)
+{
+    mhla_build_opts opts;
+    mhla__build_options(f, c, t, &opts);
+    return mhla__program_get(ctx, files[f].name, &opts, out);
+}

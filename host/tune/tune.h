@@ -1,0 +1,166 @@
+/* host/tune: per-device choices as data (the tuning rows, `mhla tune`'s database, the CPU row
+ * derived from the SIMD target) and the tiling that fits them to a configuration and turns them
+ * into -D flags, the backward's tiles included. Depends on core/ and config/. */
+#ifndef MHLA_TUNE_H
+#define MHLA_TUNE_H
+
+#include "config/config.h"
+
+
+/* Per-device choices (tune/tuning.c): one row of the tuning table after overrides. Vector widths
+ * are upper bounds: a plan takes the largest power of two not above them that divides its head
+ * dimension, and never more than the device's float width allows (mhla__tuning_lookup). */
+/* Every tuning field once: X(name, smallest valid value, separator before it in the printed form).
+ * The struct, MHLA_TUNING's parser and mhla_context_tuning()'s printer (tune/tuning_rows.c) and
+ * `mhla tune`'s export all expand it, so a new field cannot be left out of one of them. */
+#define MHLA_TUNING_FIELDS(X)                                                                       \
+    X(vec, 0, "")           /* widest vector: 0 = the device's float width (mhla_device_limits) */  \
+    X(sum_rd, 1, " ")       /* summary: key rows per work-item (one vector) */                      \
+    X(sum_ve, 1, ",")       /* summary: vector width along the value columns */                     \
+    X(sum_nv, 1, ",")       /* summary: value vectors per work-item */                              \
+    X(sum_chunk, 1, ",")    /* summary: tokens summed before folding into the total (SUM_CHUNK) */  \
+    X(out_rt, 1, " ")       /* output: tokens per work-item */                                      \
+    X(out_ve, 1, ",")       /* output: vector width along the output columns */                     \
+    X(out_nv, 1, ",")       /* output: output vectors per token per work-item */                    \
+    X(out_dc, 1, ",")       /* output: key dimensions loaded per step (vector width) */             \
+    X(out_nt, 0, ",")       /* output: 1 = streaming (non-temporal) stores of the output rows */    \
+    X(out_pre, 0, ",")      /* read-outs: 1 = the tile's q~ rows mapped into a private array before \
+                               the multiply-adds (CPUs: frees registers for accumulators), 0 =      \
+                               OUT_DC at a time inside the loop (GPUs: no per-thread array) */      \
+    X(out_pf, 0, ",")       /* read-out: prefetch q rows this many token groups ahead, 0 none */    \
+    X(wg, 1, " ")           /* work-group size aimed at */                                          \
+    X(groups_per_cu, 1, " ") /* work-groups per compute unit before long blocks are split */        \
+    X(split_min_len, 1, " ") /* shortest block segment worth its own work-group */                  \
+    X(pf, 0, " ")           /* summary: 1 = a group's first work-item loads the next chunk's lines */ \
+    X(mix_kernel, 0, " ")   /* mixing: 1 = kernels/mixing.cl, 0 = CLBlast SGEMM */                  \
+    X(mix_mr, 1, ",")       /* mixing kernel and causal prefix: rows per work-item */               \
+    X(mix_ve, 1, ",")       /* mixing kernel and causal prefix: vector width along the columns */   \
+    X(mix_nv, 1, ",")       /* mixing kernel and causal prefix: vectors per row per work-item */    \
+    X(pre_mr, 1, " ")       /* causal prefix: rows of P per work-item (each S_j read serves them) */ \
+    X(pre_nv, 1, ",")       /* causal prefix: vectors per row per work-item */                      \
+    X(tq, 1, " ")           /* causal output: tokens per work-group (score tiles) */                \
+    X(kt, 1, ",")           /* causal output: keys per pass through local memory */                 \
+    X(gemm_rows, 0, ",")    /* causal prefix: earlier blocks of this many chunks go to CLBlast */   \
+    X(sm_bq, 1, " ")        /* softmax: query rows per work-group */                                \
+    X(sm_bk, 1, ",")        /* softmax: keys per local-memory tile (shrunk to fit local memory) */  \
+    X(sm_vw, 1, ",")        /* softmax: vector width */                                             \
+    X(sm_rows, 0, ",")      /* softmax: 1 = whole tile rows per work-item, 0 = coalesced copy */    \
+    X(dg_parts, 1, " ")     /* causal backward: bc_diag's work-items per (chunk, head), query rows  \
+                               interleaved (1 on CPUs: one walks the chunk; GPUs want a work-group  \
+                               of lanes) */
+
+#define MHLA_TUNING_MEMBER(name, min, sep) int name;
+typedef struct mhla_tuning {
+    MHLA_TUNING_FIELDS(MHLA_TUNING_MEMBER)
+    int vec_forced;   /* vec was set by an override: honoured up to 16 even past the device's width */
+    char origin[160]; /* where the values came from: "built-in row 'cpu', MHLA_TUNING" */
+} mhla_tuning;
+#undef MHLA_TUNING_MEMBER
+
+/* The SIMD target of a device named `device_name` reporting `reported_width` floats per register
+ * (tune/cpu_row.c). */
+/* The register tiles and vector widths of the CPU row for the SIMD target s (tune/cpu_row.c). */
+void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s);
+/* The row for ctx's device (vendor, name and type; on CPUs derived from its SIMD target), then the
+ * tuned entry for cfg's
+ * head dimensions (`mhla tune`'s database; cfg may be NULL: none), then MHLA_TUNING, then the
+ * context's own overrides (mhla_context_set_tuning), with the vector widths capped for the
+ * device. Fails only on a malformed override, naming it. */
+mhla_status mhla__tuning_lookup(mhla_context *ctx, const mhla_config *cfg, mhla_tuning *out);
+/* The built-in row for ctx's device (first match by vendor, name and type; tune/tuning_rows.c). */
+void mhla__tuning_row(const mhla_context *ctx, mhla_tuning *t);
+/* Whether spec parses (applied to a scratch copy of a row); `where` names it in messages. */
+mhla_status mhla__tuning_validate(mhla_context *ctx, const char *where, const char *spec);
+/* "ORIGIN: vec=16 sum_rd=8,sum_ve=16,...": every field, as mhla_context_tuning() prints it. */
+void mhla__tuning_print(const mhla_tuning *t, char *buf, size_t size);
+/* The tuning database's spec for (dk, dv) on ctx's device into spec; 1 when there is one. */
+int mhla__tuned_entry(mhla_context *ctx, int64_t dk, int64_t dv, char *spec, size_t size);
+/* Applies "name=value,..." (and "row=NAME", which restarts from that built-in row) to *t; `where`
+ * names the source in messages ("MHLA_TUNING"). ctx may be NULL (validation only). */
+mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char *spec, mhla_tuning *t);
+/* Largest power of two <= cap dividing n. */
+int mhla__pow2_divisor(int64_t n, int cap);
+
+/* The tiles a plan or decoder builds its kernels with (tune/tiling.c): the tuning fitted to the
+ * configuration's sizes and the device's limits. Every field is a -D flag of some kernel file,
+ * except wg, splits and split_len (launch shape). */
+typedef struct mhla_tiles {
+    int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
+    int sum_chunk;                      /* SUM_CHUNK: tokens per partial sum */
+    int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
+    int out_nt;                         /* OUT_NT: streaming stores of the output rows */
+    int out_pre;                        /* OUT_PRE: q~ mapped up front (kernels/tiles.h) */
+    int out_pf;                         /* OUT_PF: q rows prefetched that many token groups ahead */
+    int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns; causal
+                                           plans: causal_prefix.cl's rows and vectors (pre_mr, pre_nv) */
+    int pre_ve;                         /* causal_prefix.cl: MIX_MR rows x (PRE_VE * MIX_NV) columns */
+    int tq, kt;                         /* causal_output.cl: CAUSAL_TQ tokens, CAUSAL_KT keys per pass */
+    int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */
+    int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group */
+    int wg;                             /* work-group size aimed at */
+    int pf;                             /* PREFETCH: software prefetch in the summary */
+    int splits, split_len;              /* non-causal: segments per block, tokens per segment */
+    int bwd_vw, bwd_vk, bwd_vv, bwd_rt; /* non-causal backward (kernels/backward_readout.cl): vector
+                                           width, its divisors of Dk and Dv, tokens per work-item */
+    int bct_rt, bct_ve, bct_nv;         /* causal backward read-outs (backward_causal_readout.cl):
+                                           BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
+    int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass (backward/backward_causal.c) */
+    int bct_sr;                         /* BCT_SR rows of S or G per work-item (backward_causal.cl) */
+    int bct_dg;                         /* bc_diag's parts per (chunk, head): dg_parts fitted */
+} mhla_tiles;
+
+/* The kernel files, for their -D flags (each reads only some of the configuration, so a program
+ * is not rebuilt for a value it never sees). */
+typedef enum mhla_kernel_file {
+    MHLA_KF_BLOCK_SUMMARY,
+    MHLA_KF_OUTPUT,
+    MHLA_KF_MIXING,
+    MHLA_KF_CAUSAL_SUMMARY,
+    MHLA_KF_CAUSAL_PREFIX,
+    MHLA_KF_CAUSAL_OUTPUT,
+    MHLA_KF_DECODER,
+    MHLA_KF_SOFTMAX,
+    MHLA_KF_BACKWARD_SUMMARY,
+    MHLA_KF_BACKWARD_READOUT,
+    MHLA_KF_BACKWARD_MIXING,
+    MHLA_KF_BACKWARD_CAUSAL,
+    MHLA_KF_BACKWARD_CAUSAL_READOUT,
+} mhla_kernel_file;
+
+/* The one place specialization flags are assembled (they key the program cache). */
+void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t, mhla_build_opts *opts);
+/* mhla__program_get for a kernel file with its flags. */
+mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,
+                              cl_program *out);
+
+/* Device limits a fit must respect: work-items per group and local-memory bytes. They start at
+ * the device's (local memory less a reserve for what implementations keep for themselves) and
+ * shrink when a built kernel reports less (CL_KERNEL_WORK_GROUP_SIZE, CL_KERNEL_LOCAL_MEM_SIZE). */
+typedef struct mhla_fit {
+    size_t wg;
+    uint64_t local_bytes;
+} mhla_fit;
+void mhla__fit_init(const mhla_context *ctx, mhla_fit *fit);
+/* After building a kernel that needs `want_wg` work-items per group and `want_local` bytes of
+ * local memory (predicted from its tiles): tightens *fit to what the kernel reports and returns 1
+ * when it does not fit (rebuild with smaller tiles), 0 when it does, -1 on a failed query. */
+int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_t want_local, mhla_fit *fit);
+
+/* Non-causal plans: register tiles, mixing tiles and block splits. */
+void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
+                         const mhla_tuning *t, mhla_tiles *out);
+/* Causal plans and decoders: register tiles, prefix tiles and score tiles within *fit
+ * (MHLA_ERR_UNSUPPORTED, naming the sizes, when even the smallest do not fit). */
+mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
+                               mhla_tiles *out);
+/* Work-items of one causal output group: the kernel is built for exactly this many. */
+int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv);
+/* Local memory the causal output kernel's arrays take. */
+uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
+/* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */
+mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
+                                mhla_tiles *out);
+/* Local memory the softmax kernel's arrays take. */
+uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t);
+
+#endif /* MHLA_TUNE_H */

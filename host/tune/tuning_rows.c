@@ -1,0 +1,195 @@
+/* The built-in tuning rows (one per kind of device, first match wins, ending at a default) and the
+ * "name=value,..." parser and printer of the tuning fields (one list: MHLA_TUNING_FIELDS). */
+#include "tune/tune.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tuning_row {
+    const char *name;    /* for row=NAME and for messages */
+    const char *vendor;  /* substring of CL_DEVICE_VENDOR, or NULL for any */
+    const char *device;  /* substring of CL_DEVICE_NAME, or NULL for any */
+    cl_device_type type; /* 0 for any */
+    int registers;       /* CPU rows: register tiles derived (host/cpu_row.c) for this many vector
+                            registers, 0 for the device's own count; -1: the row's tiles as written */
+    mhla_tuning t;
+} tuning_row;
+
+/* First match wins, so specific rows come before the defaults. Why these numbers:
+ * - CPUs (PoCL, vendor CPU runtimes) compile explicit vectors straight to SIMD registers and
+ *   barely vectorize scalar work-items, so each work-item row is one vector as wide as the
+ *   registers the compiler targets, and the register tiles are sized to how many there are:
+ *   both derived from the device (host/cpu_row.c: 16 floats x 32 registers with AVX-512, 8 x 16
+ *   with AVX2). Wider vectors never help: without AVX-512 a float16 argument or return value
+ *   changes the calling convention (clang warns, and PoCL prints the warning on stderr).
+ *   The summary prefetches its next chunk (pf, kernels/common.h) and folds its partial sums
+ *   every 128 tokens (sum_chunk): each fold is a barrier, and CPU runtimes pass every work-item
+ *   of the group through it (PoCL 3.1, 2-core EPYC, the summary loop alone on L2-resident rows:
+ *   119-149 GFLOP/s folding every 32 tokens, 143-175 every 128, 155-175 never; the whole summary
+ *   stage at N=16384, M=64 and 65536, M=128, paired runs: 2 to 12% faster, 5% in the median).
+ *   Work-groups are tasks, so a few per core suffice. The mixing GEMM runs in kernels/mixing.cl:
+ *   CLBlast's GEMMs stage tiles in local memory behind barriers, which CPU runtimes emulate in
+ *   ordinary memory (PoCL 3.1, 2 cores, N=16384, M=64, H=8, D=64: CLBlast 18-37 ms vs 3-4 ms for
+ *   the kernel, measured in the same runs); likewise the causal prefix sums every earlier chunk
+ *   itself (gemm_rows 0).
+ *   Softmax (kernels/softmax.cl): whole registers along keys and values, tiles copied row by row
+ *   (contiguous, vectorized), 256 query rows per group to amortize the copy. PoCL 3.1, 2 cores,
+ *   N=2048, H=8, D=64, process CPU time, best of 5: sm_bq 64/128/256/512 -> 205/196/165/155 ms;
+ *   sm_bk 32/64/128 -> 204/165/210 ms; float4/8/16 -> 275/175/165 ms; coalesced copy 188 ms
+ *   against rows' 165.
+ * - GPUs want many light work-items: float4 columns, smaller register tiles, enough work-groups
+ *   to fill every compute unit several times, CLBlast's tuned GEMM for the mixing and for the
+ *   causal prefix blocks of 32 chunks. Softmax: float4 loads from local memory, 16-key tiles so
+ *   that the private score row stays in registers (the layout of llama.cpp's OpenCL flash
+ *   attention), coalesced tile copies. Not yet measured on a GPU (docs/devices.md).
+ * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
+ *   (256 bits), like a GPU; it reports a float width of 1. See docs/devices.md for its figures.
+ * - Anything else: GPU-like choices with smaller tiles. */
+static const tuning_row rows[] = {
+    {"llvmpipe", NULL, "llvmpipe", 0, -1,
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
+      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
+      .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
+      .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1}},
+    /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
+     * the SIMD target (host/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
+     * the device's width) only by name. */
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
+     {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
+      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
+      .sm_rows = 1, .dg_parts = 1}},
+    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32,
+     {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
+      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
+      .sm_rows = 1, .dg_parts = 1}},
+    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
+      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
+      .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
+      .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32}},
+    {"default", NULL, NULL, 0, -1,
+     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
+      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
+      .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
+      .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8}},
+};
+#define ROW_COUNT (sizeof rows / sizeof rows[0])
+
+/* Row r as the starting point of a tuning: CPU rows get their tiles for ctx's SIMD target (or,
+ * without a context, for 16-float registers capped later to the device's width). */
+static void row_start(const mhla_context *ctx, size_t r, const char *where, mhla_tuning *t)
+{
+    *t = rows[r].t;
+    char derived[64] = "";
+    if (rows[r].registers >= 0) {
+        mhla_simd s = {16, 16, "reported"};
+        if (ctx)
+            s = ctx->limits.simd;
+        if (rows[r].registers > 0)
+            s.registers = rows[r].registers;
+        mhla__cpu_row_fill(t, &s);
+        snprintf(derived, sizeof derived, "%d floats x %d registers: %s", s.width, s.registers, s.target);
+    }
+    /* "built-in row 'cpu' (MHLA_TUNING; 8 floats x 16 registers: haswell)" */
+    const char *sep = where && *derived ? "; " : "";
+    if (where || *derived)
+        snprintf(t->origin, sizeof t->origin, "built-in row '%s' (%s%s%s)", rows[r].name, where ? where : "", sep,
+                 derived);
+    else
+        snprintf(t->origin, sizeof t->origin, "built-in row '%s'", rows[r].name);
+}
+
+static int matches(const tuning_row *r, const mhla_context *ctx)
+{
+    if (r->vendor && !strstr(ctx->vendor, r->vendor))
+        return 0;
+    if (r->device && !strstr(ctx->device_name, r->device))
+        return 0;
+    return r->type == 0 || (ctx->limits.type & r->type) != 0;
+}
+
+/* The fields MHLA_TUNING may set (MHLA_TUNING_FIELDS, tune/tune.h), with their smallest valid
+ * value (0 for switches and "the device's choice"). */
+typedef struct tuning_field {
+    const char *name;
+    size_t offset;
+    int min;
+    const char *sep; /* before it in the printed form */
+} tuning_field;
+#define FIELD(name, min, sep) {#name, offsetof(mhla_tuning, name), min, sep},
+static const tuning_field fields[] = {MHLA_TUNING_FIELDS(FIELD)};
+#undef FIELD
+#define FIELD_COUNT (sizeof fields / sizeof fields[0])
+
+static void append_origin(mhla_tuning *t, const char *what)
+{
+    const size_t len = strlen(t->origin);
+    snprintf(t->origin + len, sizeof t->origin - len, "%s%s", len ? ", " : "", what);
+}
+
+mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char *spec, mhla_tuning *t)
+{
+    mhla_status st = MHLA_OK;
+    const char *p = spec;
+    int fields_set = 0;
+    while (*p) {
+        char name[32], value_text[32];
+        int used = 0;
+        MHLA_FAIL_IF(st, sscanf(p, "%31[a-z_]=%31[^,]%n", name, value_text, &used) != 2, ctx,
+                     MHLA_ERR_INVALID_ARGUMENT, "%s='%s': expected name=value[,name=value...] at '%s'", where, spec, p);
+        if (strcmp(name, "row") == 0) {
+            size_t r = 0;
+            while (r < ROW_COUNT && strcmp(rows[r].name, value_text) != 0)
+                ++r;
+            MHLA_FAIL_IF(st, r == ROW_COUNT, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                         "%s: unknown row '%s' (rows: llvmpipe, cpu-wide, cpu, gpu, default)", where, value_text);
+            row_start(ctx, r, where, t);
+            fields_set = 0;
+        } else {
+            size_t i = 0;
+            while (i < FIELD_COUNT && strcmp(fields[i].name, name) != 0)
+                ++i;
+            MHLA_FAIL_IF(st, i == FIELD_COUNT, ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: unknown field '%s'", where, name);
+            char *end = NULL;
+            const long value = strtol(value_text, &end, 10);
+            MHLA_FAIL_IF(st, !end || *end || end == value_text, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                         "%s: %s=%s is not an integer", where, name, value_text);
+            MHLA_FAIL_IF(st, value < fields[i].min || value > 1 << 20, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                         "%s: %s=%ld is out of range (%d..%d)", where, name, value, fields[i].min, 1 << 20);
+            *(int *)((char *)t + fields[i].offset) = (int)value;
+            if (strcmp(name, "vec") == 0)
+                t->vec_forced = value > 0;
+            if (!fields_set++)
+                append_origin(t, where);
+        }
+        p += used;
+        if (*p == ',')
+            ++p;
+    }
+cleanup:
+    return st;
+}
+
+void mhla__tuning_row(const mhla_context *ctx, mhla_tuning *t)
+{
+    size_t r = 0;
+    while (r + 1 < ROW_COUNT && !matches(&rows[r], ctx))
+        ++r;
+    row_start(ctx, r, NULL, t);
+}
+
+mhla_status mhla__tuning_validate(mhla_context *ctx, const char *where, const char *spec)
+{
+    mhla_tuning scratch = rows[0].t; /* the same parser, on a copy */
+    return mhla__tuning_apply(ctx, where, spec, &scratch);
+}
+
+void mhla__tuning_print(const mhla_tuning *t, char *buf, size_t size)
+{
+    size_t len = (size_t)snprintf(buf, size, "%s: ", t->origin);
+    for (size_t i = 0; i < FIELD_COUNT && len < size; ++i)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s=%d", i ? fields[i].sep : "", fields[i].name,
+                                *(const int *)((const char *)t + fields[i].offset));
+}
