@@ -106,7 +106,7 @@ static int print_timings(void)
 
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
-/* Which stage a tuning field belongs to (host/tuning.c's fields, by prefix). */
+/* Which stage a tuning field belongs to (host/tune/tuning_rows.c's fields, by prefix). */
 static const char *stage_of(const char *field)
 {
     static const struct {
@@ -220,7 +220,7 @@ int cmd_info(int argc, char **argv)
     else
         printf(" (the default; MHLA_DEVICE is not set)\n");
     free(infos);
-    /* The tuning its plans start from (host/tuning.c, after MHLA_TUNING). */
+    /* The tuning its plans start from (host/tune/tuning.c, after MHLA_TUNING). */
     mhla_context *ctx = NULL;
     char tuning[1024];
     if ((st = mhla_context_create(NULL, &ctx)) != MHLA_OK)

@@ -38,7 +38,7 @@ static const char help[] =
     "  --heads H         heads of the timed problems (default 8)\n"
     "  --stages LIST     only these stages, comma-separated: summary, output, mixing, causal, softmax\n"
     "                    (default all)\n"
-    "  --export          also print each entry as a row for host/tuning.c's built-in table\n"
+    "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
     "  --dry-run         search and report, but store nothing\n";
 
 #define MAX_SHAPES 8
@@ -251,7 +251,7 @@ typedef struct tune_stage {
     const char *rows_field, *nv_field, *ve_field;
     int row_count, row_values[6];
     int rows_in_dk, cols_in_dv; /* the tile's rows lie along Dk, its columns along Dv: larger ones are
-                                   cut down to a tile the grid holds already (host/tiling.c) */
+                                   cut down to a tile the grid holds already (host/tune/tiling.c) */
 } tune_stage;
 
 /* What each stage may change, and the values tried (a value the device's caps turn into the
@@ -473,20 +473,13 @@ static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best,
     return st;
 }
 
-/* The entry as a row of host/tuning.c's table, every field written out. */
+/* The entry as a row of host/tune/tuning_rows.c's table, every field written out. */
 static void print_export(tuner *t, const char *device_spec, const tune_shape *s, const tune_spec *best,
                          const char *note)
 {
     char text[1024];
     if (effective(t, best, text, sizeof text) != MHLA_OK)
         return;
-    static const char *const names[] = {"vec",        "sum_rd",    "sum_ve",        "sum_nv",        "sum_chunk",
-                                        "out_rt",     "out_ve",    "out_nv",        "out_dc",        "out_nt",
-                                        "out_pre",    "out_pf",
-                                        "wg",         "groups_per_cu",              "split_min_len", "pf",
-                                        "mix_kernel", "mix_mr",    "mix_ve",        "mix_nv",        "pre_mr",
-                                        "pre_nv",     "tq",        "kt",            "gemm_rows",     "sm_bq",
-                                        "sm_bk",      "sm_vw",     "sm_rows",       "dg_parts"};
     mhla_device_info info;
     size_t index = 0, count = 0;
     memset(&info, 0, sizeof info);
@@ -500,8 +493,17 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
            (long long)s->dk, (long long)s->dv, note);
     printf("{\"tuned\", NULL, \"%s\", %s, -1,\n {", mhla_context_device_name(t->ctx),
            info.is_gpu ? "CL_DEVICE_TYPE_GPU" : "CL_DEVICE_TYPE_CPU");
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
-        printf("%s.%s = %d", i == 0 ? "" : i % 8 ? ", " : ",\n  ", names[i], field_in(text, names[i]));
+    /* Every field as mhla_context_tuning() prints them ("ORIGIN: vec=16 sum_rd=8,sum_ve=16,..."),
+     * in its order: the library's one list, not a copy of it here. */
+    const char *p = strstr(text, ": vec=");
+    p = p ? p + 2 : text + strlen(text);
+    char name[32];
+    int value = 0, used = 0;
+    for (int i = 0; sscanf(p, "%31[a-z_]=%d%n", name, &value, &used) == 2; ++i) {
+        printf("%s.%s = %d", i == 0 ? "" : i % 8 ? ", " : ",\n  ", name, value);
+        p += used;
+        p += *p == ' ' || *p == ',';
+    }
     printf("}},\n");
 }
 

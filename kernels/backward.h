@@ -2,7 +2,7 @@
 #ifndef MHLA_KERNELS_BACKWARD_H
 #define MHLA_KERNELS_BACKWARD_H
 
-/* The backward kernels' vectors (host/backward.c sets them from the device's row): the vector width,
+/* The backward kernels' vectors (host/backward/backward.c sets them from the device's row): the vector width,
  * the widths that divide Dk and Dv, and tokens per work-item. The defaults are a build without the
  * host's flags (the kernels' syntax check), as wide as the default DK and DV allow. */
 #ifndef BWD_VW

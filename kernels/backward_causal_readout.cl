@@ -261,7 +261,7 @@ __attribute__((always_inline)) inline void bct_readout(const int kind, global co
         const float feature_eps, const float scale, const int tiles_per_chunk
 
 /* global: (work-items of a group, H, entries * tiles_per_chunk); local: (the group's work-items:
- * Dw / (BCT_VE * BCT_NV) column tiles x BCT_TQ / BCT_RT token groups, host/backward_causal.c). */
+ * Dw / (BCT_VE * BCT_NV) column tiles x BCT_TQ / BCT_RT token groups, host/backward/backward_causal.c). */
 kernel void bc_dq(BCT_ARGS)
 {
     local float xs[BCT_TQ * DV], ys[DV * BCT_KT], sc[BCT_TQ * BCT_KT], cb[BCT_KT];

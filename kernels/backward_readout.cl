@@ -6,7 +6,7 @@
  * work-item keeps BWD_RT tokens' whole gradient rows in registers (BWD_RT x Dk/BWD_VK vectors), so
  * the per-token terms (den_t, r_t, phi', the z columns) are applied before anything is stored: one
  * pass over the tokens per gradient, no per-token finishing pass. BWD_RT, BWD_VK and BWD_VV are the
- * host's (host/backward.c: at most 16 accumulator vectors). */
+ * host's (host/backward/backward.c: at most 16 accumulator vectors). */
 #include "common.h"
 #include "backward.h"
 

@@ -28,7 +28,7 @@ long slot_z(const int slot, const int bh, const int bhs)
     return (long)slot * slot_len(bhs) + (long)bhs * DK * DV + (long)bh * DK;
 }
 
-/* A chunk, as host/causal.c lays it out (int4): x = first token in the q/k/v/out tensors,
+/* A chunk, as host/causal/chunk_tables.c lays it out (int4): x = first token in the q/k/v/out tensors,
  * y = tokens in the chunk, z = chunk index i inside its sequence (the row of Mc),
  * w = summary slot of the sequence's chunk 0 (the chunk's own slot is w + z). */
 

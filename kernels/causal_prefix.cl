@@ -3,7 +3,7 @@
  * lower triangle of Mc and only earlier chunks' summaries are read, so nothing from a later chunk
  * (not even a NaN through a zero weight) reaches an earlier one. With blocks of gemm_rows chunks,
  * causal_prefix sums only the chunks of a row's own block; the host adds the earlier blocks with
- * CLBlast SGEMMs (host/causal.c). Slots are rows of `width` floats; the sums run over j in order,
+ * CLBlast SGEMMs (host/causal/causal.c). Slots are rows of `width` floats; the sums run over j in order,
  * so results do not depend on the launch. */
 #include "causal.h"
 
@@ -22,7 +22,7 @@
 #define ONE_NV (MIX_MR * MIX_NV > 16 ? 16 : MIX_MR * MIX_NV)
 #define ONE_COLS (PRE_VE * ONE_NV)
 
-/* A tile of consecutive chunks of one sequence (int4, laid out by host/causal.c):
+/* A tile of consecutive chunks of one sequence (int4, laid out by host/causal/chunk_tables.c):
  * x = first row of P written, y = rows (<= MIX_MR), z = chunk index i of the first row,
  * w = summary slot of the sequence's chunk 0. Row x + r is P_{z + r}. Tiles do not straddle the
  * blocks of gemm_rows chunks (0: one block, everything summed here).
@@ -136,7 +136,7 @@ kernel void causal_prefix_one(global const float *restrict sums, global const fl
     }
 }
 
-/* The backward's suffix mixtures dS_j = sum_{i>j} Mc[i,j] G_i (host/backward_causal.c), the
+/* The backward's suffix mixtures dS_j = sum_{i>j} Mc[i,j] G_i (host/backward/backward_causal.c), the
  * transposed triangle of causal_prefix, on rows of `width` floats. Tiles as causal_prefix's, but
  * x = chunks of the tile's sequence: row j reads its sequence's chunks i in (j, x), the triangle
  * inside the tile first, then the chunks after the tile, which every row reads (rows past the tile

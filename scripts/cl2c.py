@@ -2,7 +2,7 @@
 """Embeds an OpenCL kernel file in C: inlines its local #includes and escapes it into a string.
 
     cl2c.py KERNEL.cl OUT.c NAME          -> const char mhla_cl_NAME[] = "...";
-    cl2c.py --registry OUT.c NAME...      -> the table host/program.c looks kernels up in
+    cl2c.py --registry OUT.c NAME...      -> the table host/core/program.c looks kernels up in
 """
 import os
 import re

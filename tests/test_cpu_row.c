@@ -1,6 +1,6 @@
-/* The CPU row's derivation (host/cpu_row.c), without a device: the SIMD target read from the
+/* The CPU row's derivation (host/tune/cpu_row.c), without a device: the SIMD target read from the
  * device name (PoCL's "<driver>-<llvm cpu>-<model>") or from the reported width, and the register
- * tiles sized to it. Compiled together with host/cpu_row.c: the functions are internal. */
+ * tiles sized to it. Compiled together with host/tune/cpu_row.c: the functions are internal. */
 #include "tune/tune.h"
 
 #include <setjmp.h>

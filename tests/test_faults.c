@@ -1,4 +1,4 @@
-/* Fault injection (host/testing.h): for k = 1, 2, ... the k-th host allocation, then the k-th
+/* Fault injection (host/core/testing.h): for k = 1, 2, ... the k-th host allocation, then the k-th
  * clCreateBuffer, of a call fails, until the call completes. Every failure must return the named
  * status of the fault, explain itself, free everything it allocated (live allocations and the
  * cl_context's reference count as before), and leave the caller's output (a sentinel) and a

@@ -1,4 +1,4 @@
-/* host/convert.c: float16 and bfloat16 <-> float32. Every float16 survives a round trip; narrowing is checked on
+/* host/config/convert.c: float16 and bfloat16 <-> float32. Every float16 survives a round trip; narrowing is checked on
  * hand-picked boundaries (ties to even, overflow, subnormals) and, on a million pseudo-random
  * floats, against the definition: no float16 is nearer, and a tie goes to the even one. */
 #include <mhla.h>

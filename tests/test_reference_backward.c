@@ -1,5 +1,5 @@
-/* The backward reference (host/reference_backward.c) against central finite differences of the
- * double forward (host/reference.c) in every mode, and at M = 1 against plain linear-attention
+/* The backward reference (host/verify/reference_backward.c) against central finite differences of the
+ * double forward (host/verify/reference.c) in every mode, and at M = 1 against plain linear-attention
  * gradients written here in matrix form. No device. */
 #include "helpers.h"
 

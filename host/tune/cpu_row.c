@@ -9,19 +9,13 @@
 
 /* Register tiles for `registers` vector registers of `width` floats: half of the registers hold
  * accumulators, the rest the loaded vectors, broadcasts and addresses (with 16 registers, 12
- * accumulators spilled in every stage on PoCL 3.1 for haswell; with 8 they do not).
+ * accumulators spill in every stage).
  * - Summary (k~ v^T): SUM_RD key rows x 2 vectors: 4 x 2 with 16 registers, 8 x 2 with 32.
  * - Read-out (q~ S): as many vectors as make 64 columns, up to the accumulators (q~ is mapped once
  *   per column tile and per token, so one tile across a D = 64 row maps it once), and the tokens
  *   that fill the rest: 1 x 8 with 8-float registers (16 of them), 4 x 4 with 16-float (32).
  * - Mixing and the causal prefix: rows x 2 vectors, 4 x 2 and 8 x 2.
- * Measured on PoCL 3.1 (2-core AMD EPYC, N = 4096, M = 16, H = 8, D = 64, mhla-bench medians, one
- * run each, haswell target through scripts/as-avx2): the former fixed row (summary 8 x 1, read-out
- * 4 x 2) 54-62 GFLOP/s; summary 4 x 2 and read-out 2 x 4 76-80; read-out 3 x 4, 4 x 2, 6 x 2 and
- * 5 x 2 62-72. With the q rows prefetched (kernels/output.cl), read-out 1 x 8 against 2 x 4, three
- * alternated rounds, forward minima: N = 16384 25.3-28.5 against 30.2-36.1 ms, N = 4096 6.0-6.9
- * against 6.2-6.4 (and `mhla tune`'s joint pass chose it). AVX-512 (skylake-avx512 target):
- * read-out 4 x 4 108 GFLOP/s against 83-95 for 4 x 2. bench/README.md "AVX2 and AVX-512 rows". */
+ * The tiles each replaced, and by how much: docs/devices.md "The measurements behind the rows". */
 void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
 {
     const int acc = s->registers >= 32 ? 16 : 8;

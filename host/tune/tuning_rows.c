@@ -12,40 +12,33 @@ typedef struct tuning_row {
     const char *vendor;  /* substring of CL_DEVICE_VENDOR, or NULL for any */
     const char *device;  /* substring of CL_DEVICE_NAME, or NULL for any */
     cl_device_type type; /* 0 for any */
-    int registers;       /* CPU rows: register tiles derived (host/cpu_row.c) for this many vector
+    int registers;       /* CPU rows: register tiles derived (tune/cpu_row.c) for this many vector
                             registers, 0 for the device's own count; -1: the row's tiles as written */
     mhla_tuning t;
 } tuning_row;
 
-/* First match wins, so specific rows come before the defaults. Why these numbers:
+/* First match wins, so specific rows come before the defaults. Why these choices (the measurements
+ * behind them: docs/devices.md "The measurements behind the rows"):
  * - CPUs (PoCL, vendor CPU runtimes) compile explicit vectors straight to SIMD registers and
  *   barely vectorize scalar work-items, so each work-item row is one vector as wide as the
  *   registers the compiler targets, and the register tiles are sized to how many there are:
- *   both derived from the device (host/cpu_row.c: 16 floats x 32 registers with AVX-512, 8 x 16
- *   with AVX2). Wider vectors never help: without AVX-512 a float16 argument or return value
- *   changes the calling convention (clang warns, and PoCL prints the warning on stderr).
- *   The summary prefetches its next chunk (pf, kernels/common.h) and folds its partial sums
- *   every 128 tokens (sum_chunk): each fold is a barrier, and CPU runtimes pass every work-item
- *   of the group through it (PoCL 3.1, 2-core EPYC, the summary loop alone on L2-resident rows:
- *   119-149 GFLOP/s folding every 32 tokens, 143-175 every 128, 155-175 never; the whole summary
- *   stage at N=16384, M=64 and 65536, M=128, paired runs: 2 to 12% faster, 5% in the median).
- *   Work-groups are tasks, so a few per core suffice. The mixing GEMM runs in kernels/mixing.cl:
- *   CLBlast's GEMMs stage tiles in local memory behind barriers, which CPU runtimes emulate in
- *   ordinary memory (PoCL 3.1, 2 cores, N=16384, M=64, H=8, D=64: CLBlast 18-37 ms vs 3-4 ms for
- *   the kernel, measured in the same runs); likewise the causal prefix sums every earlier chunk
- *   itself (gemm_rows 0).
- *   Softmax (kernels/softmax.cl): whole registers along keys and values, tiles copied row by row
- *   (contiguous, vectorized), 256 query rows per group to amortize the copy. PoCL 3.1, 2 cores,
- *   N=2048, H=8, D=64, process CPU time, best of 5: sm_bq 64/128/256/512 -> 205/196/165/155 ms;
- *   sm_bk 32/64/128 -> 204/165/210 ms; float4/8/16 -> 275/175/165 ms; coalesced copy 188 ms
- *   against rows' 165.
+ *   both derived from the device (tune/cpu_row.c). Wider vectors never help: without AVX-512 a
+ *   float16 argument or return value changes the calling convention (clang warns, and PoCL
+ *   prints the warning on stderr). The summary prefetches its next chunk (pf, kernels/common.h)
+ *   and folds its partial sums every 128 tokens (sum_chunk): each fold is a barrier, and CPU
+ *   runtimes pass every work-item of the group through it. Work-groups are tasks, so a few per
+ *   core suffice. The mixing GEMM runs in kernels/mixing.cl: CLBlast's GEMMs stage tiles in local
+ *   memory behind barriers, which CPU runtimes emulate in ordinary memory; likewise the causal
+ *   prefix sums every earlier chunk itself (gemm_rows 0). Softmax (kernels/softmax.cl): whole
+ *   registers along keys and values, tiles copied row by row (contiguous, vectorized), 256 query
+ *   rows per group to amortize the copy.
  * - GPUs want many light work-items: float4 columns, smaller register tiles, enough work-groups
  *   to fill every compute unit several times, CLBlast's tuned GEMM for the mixing and for the
  *   causal prefix blocks of 32 chunks. Softmax: float4 loads from local memory, 16-key tiles so
  *   that the private score row stays in registers (the layout of llama.cpp's OpenCL flash
- *   attention), coalesced tile copies. Not yet measured on a GPU (docs/devices.md).
+ *   attention), coalesced tile copies.
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
- *   (256 bits), like a GPU; it reports a float width of 1. See docs/devices.md for its figures.
+ *   (256 bits), like a GPU; it reports a float width of 1.
  * - Anything else: GPU-like choices with smaller tiles. */
 static const tuning_row rows[] = {
     {"llvmpipe", NULL, "llvmpipe", 0, -1,
@@ -54,7 +47,7 @@ static const tuning_row rows[] = {
       .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1}},
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
-     * the SIMD target (host/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
+     * the SIMD target (tune/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
      * the device's width) only by name. */
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
      {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,

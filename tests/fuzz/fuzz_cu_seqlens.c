@@ -1,6 +1,6 @@
 /* libFuzzer harness: packed variable-length batches. A causal varlen configuration (total
  * tokens, chunk, mixing_rows) goes through mhla_config_check(), then cu_seqlens through the
- * rule every varlen entry point applies (host/varlen.c, mhla__cu_seqlens_check). Accepted offsets
+ * rule every varlen entry point applies (host/config/cu_seqlens.c, mhla__cu_seqlens_check). Accepted offsets
  * are checked against the rules of include/mhla.h, recomputed here in 128-bit arithmetic.
  * Input: int64 seq_t, int64 chunk, int64 mixing_rows, then int32 offsets (host byte order). */
 #include "config/config.h"

@@ -1,4 +1,4 @@
-/* libFuzzer harness: the tuning override parser (host/tuning.c, mhla__tuning_apply), which reads
+/* libFuzzer harness: the tuning override parser (host/tune/tuning_rows.c, mhla__tuning_apply), which reads
  * MHLA_TUNING, mhla_context_set_tuning() and the tuning database's entries, on arbitrary text.
  * It must refuse with a message or leave every field within its documented range. */
 #include "tune/tune.h"
