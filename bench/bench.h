@@ -1,7 +1,7 @@
 /* mhla-bench: the types its units share (options, shapes, rows, device, peak, report) and the
- * functions each unit offers. One unit per concern: options.c, ops.c (decode.c: the decode op;
- * blas.c: the host ops blas and sgemm), sweep.c, timing.c, peak.c, device.c, json.c,
- * report_json.c, report_text.c (table and CSV), plot.c, compare.c. */
+ * functions each unit offers. One unit per concern: shape.c, ops.c (decode.c: the decode op;
+ * blas.c: the host ops blas and sgemm), options.c, sweep.c, verify.c, rows.c, timing.c, peak.c,
+ * device.c, json.c, report_json.c, report_text.c (table and CSV), plot.c, compare.c. */
 #ifndef MHLA_BENCH_H
 #define MHLA_BENCH_H
 
@@ -53,6 +53,24 @@ int64_t bench_shape_n(const bench_shape *s);
 /* Blocks, or chunks ceil(N/C) for the causal ops. */
 int64_t bench_shape_m(const bench_shape *s);
 int bench_shape_is_2d(const bench_shape *s);
+/* The M of the paper's rule for a 1D length or an image (see shape.c): fills the block grid of `s`
+ * from its token grid. */
+void bench_default_blocks(bench_shape *s);
+/* A block grid of M blocks for the token grid of `s` (1D: M divides N; 2D: bh x bw = M, as square
+ * as possible, dividing the sides). Returns 0 when there is none. */
+int bench_blocks_for_m(bench_shape *s, int64_t m);
+/* Gives a causal row's shape its chunk size C and chunk count ceil(N/C) (in bt). */
+void bench_set_chunk(bench_shape *s, int64_t chunk);
+/* The configuration of the MHLA rows (mhla_config_init(): the library's defaults) for the shape's
+ * sizes and block grid. */
+mhla_config bench_config(const bench_shape *s);
+/* A causal configuration (mhla_config_init_causal()) for the shape's sizes and chunk. */
+mhla_config bench_causal_config(const bench_shape *s);
+/* A device buffer holding the bt*bh*bw square mixing matrix of `kind` (mhla_mixing_init()). */
+mhla_status bench_mixing_create(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
+                                cl_mem *out);
+/* Uniform values in [-1, 1), deterministic in seed (the rows' random inputs). */
+void bench_fill_random(float *x, size_t n, uint64_t seed);
 
 /* Device buffers shared by the ops of one shape: q, k, v filled with random data, and out. */
 typedef struct bench_inputs {
@@ -117,22 +135,6 @@ typedef struct bench_op {
 const bench_op *bench_op_get(bench_op_id id);
 /* BENCH_OP_COUNT for an unknown name. */
 bench_op_id bench_op_find(const char *name);
-/* The M of the paper's rule for a 1D length or an image (see ops.c): fills the block grid of `s`
- * from its token grid. */
-void bench_default_blocks(bench_shape *s);
-/* A block grid of M blocks for the token grid of `s` (1D: M divides N; 2D: bh x bw = M, as square
- * as possible, dividing the sides). Returns 0 when there is none. */
-int bench_blocks_for_m(bench_shape *s, int64_t m);
-/* Gives a causal row's shape its chunk size C and chunk count ceil(N/C) (in bt). */
-void bench_set_chunk(bench_shape *s, int64_t chunk);
-/* The configuration of the MHLA rows (mhla_config_init(): the library's defaults) for the shape's
- * sizes and block grid. */
-mhla_config bench_config(const bench_shape *s);
-/* A causal configuration (mhla_config_init_causal()) for the shape's sizes and chunk. */
-mhla_config bench_causal_config(const bench_shape *s);
-/* A device buffer holding the bt*bh*bw square mixing matrix of `kind` (mhla_mixing_init()). */
-mhla_status bench_mixing_create(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
-                                cl_mem *out);
 
 /* The decode op (decode.c): its hooks, and the tokens of context it steps from (the row's N). */
 mhla_status bench_decode_create(bench_case *c, const bench_shape *s);
@@ -342,8 +344,9 @@ typedef struct bench_job {
 
 /* Runs the job `warmup` times, then as many times as fill about target_ms (within [min_iters,
  * max_iters]; a prepare hook's wall time counts against target_ms with the run's) and reports
- * device time from OpenCL profiling events (a host job: wall time; queue unused, may be NULL). Returns MHLA_OK; the status of a failing hook (err is
- * then "": the hook's own channel explains it); or MHLA_ERR_OPENCL with the reason in err. */
+ * device time from OpenCL profiling events (a host job: wall time; queue unused, may be NULL).
+ * Returns MHLA_OK; the status of a failing hook (err is then "": the hook's own channel explains
+ * it); or MHLA_ERR_OPENCL with the reason in err. */
 mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
                        int max_iters, bench_timing *out, char *err, size_t err_size);
 /* Median of n values (sorts them). */
@@ -367,8 +370,6 @@ mhla_status bench_peak_measure(mhla_context *ctx, const bench_device *dev, doubl
  * Returns 1 when it is not to run. */
 int bench_estimate_instead(const bench_options *o, const bench_peak *peak, const bench_row *done, size_t n_done,
                            double budget_s, bench_row *r);
-/* Uniform values in [-1, 1), deterministic in seed (the rows' random inputs). */
-void bench_fill_random(float *x, size_t n, uint64_t seed);
 /* Runs every row of the options' sweep; rows are malloc'd into the report. */
 int bench_sweep_run(mhla_context *ctx, const bench_options *o, bench_report *rep);
 

@@ -111,15 +111,6 @@ static size_t plan_rows(const bench_options *o, bench_row *rows)
     return count;
 }
 
-void bench_fill_random(float *x, size_t n, uint64_t seed)
-{
-    uint64_t s = 0x9E3779B97F4A7C15ULL ^ seed;
-    for (size_t i = 0; i < n; ++i) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (float)((s >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
-    }
-}
-
 static void release_inputs(bench_inputs *in)
 {
     cl_mem *mems[] = {&in->q, &in->k, &in->v, &in->out};

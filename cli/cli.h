@@ -1,4 +1,5 @@
-/* The `mhla` command: exit codes, the one-line error report, and the subcommands' entry points. */
+/* The `mhla` command: exit codes, the one-line error report and the signal guard (cli.c), the
+ * mixing initializer (cmd_init_mixing.c), and the subcommands' entry points (main.c calls them). */
 #ifndef MHLA_CLI_H
 #define MHLA_CLI_H
 

@@ -1,5 +1,7 @@
-/* `mhla run`'s job, shared by cmd_run.c (options, inputs, the forward pass on the device, --check,
- * the output) and run_causal.c (the rules of the causal options, --cu-seqlens, the decoder). */
+/* `mhla run`'s job and the files that work on it, lowest first: run_causal.c (the rules of the
+ * causal options, --cu-seqlens), run_common.c (options, inputs, grids, mixing, context, output:
+ * what run, grad and diagnose share), then run_recurrent.c (the decoder) and run_mpi.c (--mpi),
+ * which cmd_run.c (the forward pass on the device, --check) calls. */
 #ifndef MHLA_CLI_RUN_H
 #define MHLA_CLI_RUN_H
 
@@ -21,9 +23,9 @@ enum {
 
 #define RUN_CMD "run" /* the subcommand, for cli_usage() */
 
-/* Everything one run holds; released by cmd_run.c's job_free(). */
+/* Everything one run holds; released by run_job_free(). */
 typedef struct run_job {
-    const char *command;  /* "run" or "grad": what usage messages point at (set by run_parse()) */
+    const char *command;  /* "run", "grad" or "diagnose": what usage messages point at (set by run_parse()) */
     cli_option o[O_COUNT];
     mhla_config cfg;
     npy_array in[3];      /* q, k, v as read; float16 data is widened into `f32` */
@@ -43,18 +45,18 @@ typedef struct run_job {
     cl_mem buf[5]; /* indexed by mhla_tensor */
     float *result;
     double check_err; /* --check: max_rel_err of result against the reference */
-    int headers_only; /* --mpi: read_inputs() reads the headers; run_mpi.c reads each rank's range */
+    int headers_only; /* --mpi: run_read_inputs() reads the headers; run_mpi.c reads each rank's range */
 } run_job;
 
-/* ---- cmd_run.c, for cmd_grad.c and run_mpi.c ---- */
+/* ---- run_common.c, for cmd_run.c, cmd_grad.c, cmd_diagnose.c, run_recurrent.c and run_mpi.c ---- */
 
-/* Everything `run` does before the device: the options (grad_help: the help text of grad or
- * diagnose, whose required options follow `command`; NULL for run's), the inputs, --grid/--blocks,
- * the causal rules, the mixing matrix and the configuration's check; messages name `command`.
- * Returns 0 or the exit code. */
-int run_prepare(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);
+/* Everything `run` does before the device: the options (help: the command's help text, printed
+ * for --help; the required options follow `command`: RUN_CMD, "grad" or "diagnose"), the inputs,
+ * --grid/--blocks, the causal rules, the mixing matrix and the configuration's check; messages
+ * name `command`. Returns 0 or the exit code. */
+int run_prepare(run_job *job, const char *command, const char *help, int argc, char **argv, int *help_shown);
 /* run_prepare()'s first step alone: the options (run checks --mpi before reading any input). */
-int run_parse(run_job *job, const char *command, const char *grad_help, int argc, char **argv, int *help_shown);
+int run_parse(run_job *job, const char *command, const char *help, int argc, char **argv, int *help_shown);
 /* Reads --q/--k/--v (headers only with job->headers_only), validates them, fills the config. */
 int run_read_inputs(run_job *job);
 /* --grid/--blocks, the causal shape, the mixing matrix and the library's config check. */
@@ -68,8 +70,6 @@ void run_model_options(cli_option o[O_COUNT]);
 /* Releases what a job holds (an open output is aborted). */
 void run_job_free(run_job *job);
 
-/* ---- cmd_run.c, for run_causal.c ---- */
-
 /* Creates job->ctx on --device (or the default device). Returns 0 or the exit code. */
 int run_open_context(run_job *job);
 
@@ -79,7 +79,7 @@ int run_device_fail(const run_job *job, mhla_status st, const char *what);
 /* Sorts R run times (ms) and prints "time_ms median <m> min <a> max <b>". */
 void run_print_times(double *ms, size_t count);
 
-/* ---- run_causal.c ---- */
+/* ---- run_causal.c, for run_common.c ---- */
 
 /* The causal options' rules once the configuration holds the parsed options (the normalizer).
  * Returns 0 or CLI_USAGE. */
@@ -93,11 +93,13 @@ int causal_shape(run_job *job);
 /* --mixing in causal mode: rows must cover the longest sequence; the error names both numbers. */
 int causal_mixing_covers(const run_job *job, int64_t rows);
 
+/* ---- run_recurrent.c, for cmd_run.c ---- */
+
 /* --recurrent: the decoder, token by token (per packed sequence, reset in between), into
  * job->result; --repeat times each run's whole token loop. Returns 0 or the exit code. */
 int causal_run_recurrent(run_job *job);
 
-/* ---- run_mpi.c (builds with MPI only) ---- */
+/* ---- run_mpi.c (builds with MPI only), for cmd_run.c ---- */
 
 /* `mhla run --mpi`: each rank reads its token range, runs its shard, rank 0 writes the output. */
 int run_mpi(run_job *job);
