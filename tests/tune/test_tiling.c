@@ -1,0 +1,642 @@
+/* The tiling fit (host/tune/tiling.c) without a device: fake contexts with chosen limits (work-group
+ * size, local memory, float width, CPU or GPU), the tuning the built-in rows give them, and the tiles
+ * every plan kind takes: exact tiles for the CPU and GPU rows at D = 64, the rules every fit keeps
+ * over a sweep of devices and head dimensions, the refusals, and the -D flags each kernel file gets.
+ * Linked with the library's objects (its mhla__ functions are hidden in libmhla.so); no OpenCL call. */
+#include "tune/tune.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* ---- fake devices ------------------------------------------------------------------------------ */
+
+typedef struct fake_device {
+    const char *name;
+    cl_device_type type;
+    int float_width; /* as reported (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT) */
+    int native_prefetch;
+} fake_device;
+
+static const fake_device haswell = {"pthread-haswell-AMD EPYC 7B13", CL_DEVICE_TYPE_CPU, 16, 1};
+static const fake_device avx512 = {"pthread-skylake-avx512-Intel(R) Xeon(R)", CL_DEVICE_TYPE_CPU, 16, 1};
+static const fake_device gpu = {"Test GPU", CL_DEVICE_TYPE_GPU, 1, 0};
+static const fake_device llvmpipe = {"llvmpipe (LLVM 15.0.7, 256 bits)", CL_DEVICE_TYPE_CPU, 1, 0};
+
+static const fake_device sweep_devices[] = {
+    {"pthread-haswell-AMD EPYC 7B13", CL_DEVICE_TYPE_CPU, 16, 1}, /* target narrower than the report */
+    {"pthread-skylake-avx512-Intel(R) Xeon(R)", CL_DEVICE_TYPE_CPU, 16, 1},
+    {"pthread-nehalem-Intel(R) Core(TM)2", CL_DEVICE_TYPE_CPU, 4, 1},
+    {"pthread-cortex-a76-ARM", CL_DEVICE_TYPE_CPU, 4, 1},
+    {"Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz", CL_DEVICE_TYPE_CPU, 8, 0}, /* a vendor runtime */
+    {"Some CPU runtime", CL_DEVICE_TYPE_CPU, 1, 0},
+    {"llvmpipe (LLVM 15.0.7, 256 bits)", CL_DEVICE_TYPE_CPU, 1, 0},
+    {"Test GPU", CL_DEVICE_TYPE_GPU, 1, 0},
+    {"Test GPU reporting float8", CL_DEVICE_TYPE_GPU, 8, 0},
+    {"Test accelerator", CL_DEVICE_TYPE_ACCELERATOR, 4, 0}, /* the default row */
+};
+
+/* A context as mhla__context_read_device() would fill it, with no OpenCL objects. */
+static mhla_context *fake_context(const fake_device *d, size_t wg, uint64_t local)
+{
+    mhla_context *ctx = calloc(1, sizeof *ctx);
+    assert_non_null(ctx);
+    mhla__mutex_init(&ctx->lock);
+    mhla__mutex_init(&ctx->message_lock);
+    snprintf(ctx->device_name, sizeof ctx->device_name, "%s", d->name);
+    snprintf(ctx->vendor, sizeof ctx->vendor, "Test vendor");
+    snprintf(ctx->driver_version, sizeof ctx->driver_version, "1.0");
+    snprintf(ctx->platform_version, sizeof ctx->platform_version, "OpenCL 3.0 test");
+    mhla_device_limits *lim = &ctx->limits;
+    lim->max_work_group_size = wg;
+    lim->max_work_item_sizes[0] = lim->max_work_item_sizes[1] = lim->max_work_item_sizes[2] = wg;
+    lim->local_mem_bytes = local;
+    lim->max_alloc_bytes = lim->global_mem_bytes = (uint64_t)1 << 32;
+    lim->opencl_c_major = 1, lim->opencl_c_minor = 2;
+    lim->compute_units = 16;
+    lim->type = d->type;
+    lim->float_width = d->float_width;
+    lim->native_prefetch = d->native_prefetch;
+    mhla__simd_of(ctx->device_name, lim->float_width, &lim->simd);
+    return ctx;
+}
+
+static void free_context(mhla_context *ctx)
+{
+    mhla__mutex_destroy(&ctx->lock);
+    mhla__mutex_destroy(&ctx->message_lock);
+    mhla__free(ctx->tuned_db); /* NULL: MHLA_CACHE_DIR=off (main) */
+    free(ctx);
+}
+
+static mhla_config causal_config(int64_t dk, int64_t dv)
+{
+    mhla_config cfg;
+    mhla_config_init_causal(&cfg);
+    cfg.heads = 8;
+    cfg.seq_t = 4096;
+    cfg.dk = dk, cfg.dv = dv;
+    return cfg;
+}
+
+/* The device's tuning as every plan looks it up: its built-in row, widths capped to the device. */
+static mhla_tuning lookup(mhla_context *ctx, const mhla_config *cfg)
+{
+    mhla_tuning t;
+    assert_int_equal(mhla__tuning_lookup(ctx, cfg, &t), MHLA_OK);
+    return t;
+}
+
+static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/* ---- mhla__fit_init ---------------------------------------------------------------------------- */
+
+static void test_fit_init(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t max_wg, item0;
+        uint64_t local;
+        size_t wg;
+        uint64_t usable;
+    } cases[] = {
+        {1024, 1024, 65536, 1024, 65536 - 1024}, /* 1 KiB kept for what implementations add */
+        {1024, 256, 32768, 256, 32768 - 1024},   /* the first dimension's limit is lower */
+        {256, 0, 32768, 256, 32768 - 1024},      /* a dimension limit of 0 is no limit */
+        {4096, 4096, 2049, 4096, 2049 - 1024},
+        {64, 64, 2048, 64, 1024}, /* too little to keep 1 KiB back: half of it */
+        {0, 0, 1000, 1, 500},     /* a device reporting 0 work-items still gets one */
+        {16, 16, 0, 16, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        mhla_context *ctx = fake_context(&gpu, cases[i].max_wg, cases[i].local);
+        ctx->limits.max_work_item_sizes[0] = cases[i].item0;
+        mhla_fit fit;
+        memset(&fit, 0x5a, sizeof fit);
+        mhla__fit_init(ctx, &fit);
+        if (fit.wg != cases[i].wg || fit.local_bytes != cases[i].usable)
+            fail_msg("case %zu: fit %zu work-items, %llu bytes; expected %zu, %llu", i, fit.wg,
+                     (unsigned long long)fit.local_bytes, cases[i].wg, (unsigned long long)cases[i].usable);
+        free_context(ctx);
+    }
+}
+
+/* ---- exact tiles at D = 64 ---------------------------------------------------------------------- */
+
+typedef struct causal_expect {
+    int out_rt, out_ve, out_nv, tq, kt, gemm_rows, mix_mr, mix_nv, pre_ve;
+    int wg;          /* mhla__causal_output_wg */
+    uint64_t local; /* mhla__causal_output_local */
+} causal_expect;
+
+static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64_t dk, int64_t dv,
+                          const causal_expect *e)
+{
+    mhla_context *ctx = fake_context(d, wg, local);
+    const mhla_config cfg = causal_config(dk, dv);
+    const mhla_tuning t = lookup(ctx, &cfg);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    mhla_tiles x;
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    const int got[] = {x.out_rt, x.out_ve, x.out_nv, x.tq, x.kt, x.gemm_rows, x.mix_mr, x.mix_nv, x.pre_ve,
+                       mhla__causal_output_wg(&x, dv)};
+    const int want[] = {e->out_rt, e->out_ve, e->out_nv, e->tq, e->kt, e->gemm_rows, e->mix_mr, e->mix_nv,
+                        e->pre_ve, e->wg};
+    static const char *const names[] = {"out_rt", "out_ve", "out_nv", "tq", "kt", "gemm_rows", "mix_mr", "mix_nv",
+                                        "pre_ve", "output work-items"};
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
+        if (got[i] != want[i])
+            fail_msg("%s, %zu work-items, %llu bytes, D = %lldx%lld: %s = %d, expected %d", d->name, wg,
+                     (unsigned long long)local, (long long)dk, (long long)dv, names[i], got[i], want[i]);
+    assert_int_equal(mhla__causal_output_local(&x, dk), e->local);
+    free_context(ctx);
+}
+
+static void expect_softmax(const fake_device *d, uint64_t local, int vw, int bk, int bq, int rows,
+                           uint64_t bytes)
+{
+    mhla_context *ctx = fake_context(d, 1024, local);
+    const mhla_config cfg = causal_config(64, 64);
+    const mhla_tuning t = lookup(ctx, &cfg);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    mhla_tiles x;
+    assert_int_equal(mhla__tiles_softmax(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    if (x.sm_vw != vw || x.sm_bk != bk || x.sm_bq != bq || x.sm_rows != rows)
+        fail_msg("%s, %llu bytes: softmax VW %d BK %d BQ %d rows %d; expected %d %d %d %d", d->name,
+                 (unsigned long long)local, x.sm_vw, x.sm_bk, x.sm_bq, x.sm_rows, vw, bk, bq, rows);
+    assert_int_equal(mhla__softmax_local(&cfg, &x), bytes);
+    free_context(ctx);
+}
+
+/* The CPU row on an AVX2 target (PoCL compiling for haswell on a host reporting 16 floats): 8-float
+ * vectors, summary 4 rows x 2 vectors, read-out 1 token x 8 vectors (a 64-wide row), prefix 4 x 2.
+ * The output group is 64 / 64 column tiles x 32 tokens; its arrays (32x64 + 64x32 + 32x32 floats)
+ * take 20 KiB; with less, keys per pass halve first. Softmax keys halve until 64 x 129 floats fit. */
+static void test_cpu_row_d64(void **state)
+{
+    (void)state;
+    mhla_context *ctx = fake_context(&haswell, 4096, 65536);
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
+    const mhla_tuning t = lookup(ctx, &cfg);
+    assert_int_equal(t.vec, 8);
+    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
+    mhla_tiles x;
+    mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+    const int got[] = {x.sum_rd, x.sum_ve, x.sum_nv, x.sum_chunk, x.out_rt, x.out_ve, x.out_nv, x.out_dc, x.out_pre,
+                       x.out_pf, x.out_nt, x.mix_mr, x.mix_ve, x.mix_nv, x.wg, x.pf};
+    const int want[] = {4, 8, 2, 128, 1, 8, 8, 8, 1, 4, 1, 4, 8, 2, 64, 1};
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
+        if (got[i] != want[i])
+            fail_msg("forward tile field %zu (sum_rd, sum_ve, sum_nv, sum_chunk, out_rt, out_ve, out_nv, out_dc, "
+                     "out_pre, out_pf, out_nt, mix_mr, mix_ve, mix_nv, wg, pf) = %d, expected %d",
+                     i, got[i], want[i]);
+    free_context(ctx);
+
+    const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480};
+    expect_causal(&haswell, 4096, 65536, 64, 64, &full);
+    expect_causal(&haswell, 4096, 32768, 64, 64, &full); /* llvmpipe's 32 KiB: still fits */
+    const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4};
+    expect_causal(&haswell, 4096, 16384, 64, 64, &keys16);
+    /* AVX-512: 16-float vectors, 32 registers: read-out 4 tokens x 4 vectors, summary and prefix 8 x 2. */
+    const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480};
+    expect_causal(&avx512, 4096, 65536, 64, 64, &wide);
+
+    expect_softmax(&haswell, 65536, 8, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
+    expect_softmax(&haswell, 32768, 8, 32, 256, 1, 4 * 32 * (64 + 64 + 1));
+    expect_softmax(&avx512, 65536, 16, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
+}
+
+/* The GPU row: float4 everywhere, 4 x 4 register tiles, CLBlast's prefix GEMMs over blocks of 32
+ * chunks; the output group is 16 column vectors x 8 token tiles = 128 work-items, halving its tokens
+ * under a lower limit, then widening its column tiles once the tokens are one register tile. */
+static void test_gpu_row_d64(void **state)
+{
+    (void)state;
+    mhla_context *ctx = fake_context(&gpu, 256, 65536);
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
+    const mhla_tuning t = lookup(ctx, &cfg);
+    assert_int_equal(t.vec, 4);
+    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
+    mhla_tiles x;
+    mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+    const int got[] = {x.sum_rd, x.sum_ve, x.sum_nv, x.sum_chunk, x.out_rt, x.out_ve, x.out_nv, x.out_dc, x.out_pre,
+                       x.out_pf, x.out_nt, x.mix_mr, x.mix_ve, x.mix_nv, x.wg, x.pf};
+    const int want[] = {4, 4, 1, 32, 4, 4, 1, 4, 0, 0, 0, 4, 4, 1, 128, 0};
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
+        if (got[i] != want[i])
+            fail_msg("forward tile field %zu (sum_rd, sum_ve, sum_nv, sum_chunk, out_rt, out_ve, out_nv, out_dc, "
+                     "out_pre, out_pf, out_nt, mix_mr, mix_ve, mix_nv, wg, pf) = %d, expected %d",
+                     i, got[i], want[i]);
+    free_context(ctx);
+
+    const causal_expect g256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480};
+    expect_causal(&gpu, 256, 65536, 64, 64, &g256);
+    const causal_expect g64 = {4, 4, 1, 16, 32, 32, 4, 1, 4, 64, (16 * 64 + 64 * 32 + 16 * 32) * 4};
+    expect_causal(&gpu, 64, 65536, 64, 64, &g64);
+    /* Under 64 work-items CLBlast's GEMMs cannot run: the prefix kernel sums every chunk. */
+    const causal_expect g16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4};
+    expect_causal(&gpu, 16, 65536, 64, 64, &g16);
+    const causal_expect g8 = {4, 4, 2, 4, 32, 0, 4, 1, 4, 8, (4 * 64 + 64 * 32 + 4 * 32) * 4};
+    expect_causal(&gpu, 8, 65536, 64, 64, &g8);
+    /* llvmpipe: the GPU-like row of its own, with the prefix summed in the kernel. */
+    const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480};
+    expect_causal(&llvmpipe, 1024, 32768, 64, 64, &lp);
+
+    expect_softmax(&gpu, 65536, 4, 16, 64, 0, 4 * 16 * (64 + 64 + 1));
+    expect_softmax(&llvmpipe, 32768, 4, 16, 64, 0, 4 * 16 * (64 + 64 + 1));
+
+    /* rusticl's built output kernel allows 32 work-items (mhla__fit_check tightens the fit): tokens
+     * halve to 8 per group. */
+    ctx = fake_context(&llvmpipe, 1024, 32768);
+    const mhla_config c64 = causal_config(64, 64);
+    const mhla_tuning tl = lookup(ctx, &c64);
+    const mhla_fit tight = {32, 32768 - 1024};
+    assert_int_equal(mhla__tiles_causal(ctx, &c64, &tl, &tight, &x), MHLA_OK);
+    assert_int_equal(x.tq, 8);
+    assert_int_equal(mhla__causal_output_wg(&x, 64), 32);
+    free_context(ctx);
+}
+
+/* The prefix kernel's vector divides a slot's width, B*H*Dk*(Dv + z column): the paper normalizer
+ * adds the column. */
+static void test_prefix_width(void **state)
+{
+    (void)state;
+    mhla_context *ctx = fake_context(&haswell, 4096, 65536);
+    mhla_config cfg = causal_config(3, 4);
+    cfg.heads = 1;
+    const mhla_tuning t = lookup(ctx, &cfg);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    mhla_tiles x;
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    assert_int_equal(x.pre_ve, 4); /* 3 x 4 = 12 floats */
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    assert_int_equal(x.pre_ve, 1); /* 3 x 5 = 15 floats */
+    cfg.dv = 5;
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    assert_int_equal(x.pre_ve, 2); /* 3 x 6 = 18 floats */
+    free_context(ctx);
+}
+
+/* ---- block splits (non-causal) ------------------------------------------------------------------ */
+
+static void test_forward_splits(void **state)
+{
+    (void)state;
+    mhla_context *ctx = fake_context(&haswell, 4096, 65536); /* 16 compute units */
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.dk = cfg.dv = 64;
+    const mhla_tuning t = lookup(ctx, &cfg); /* 8 groups per unit, segments of 256 tokens or more */
+    assert_int_equal(t.groups_per_cu, 8);
+    assert_int_equal(t.split_min_len, 256);
+    static const struct {
+        int64_t m, bh, nb;
+        int splits, split_len;
+    } cases[] = {
+        {4, 8, 4096, 4, 1024}, /* 32 groups for 128 wanted: 4 segments each */
+        {4, 8, 512, 2, 256},   /* no segment under 256 tokens */
+        {4, 8, 200, 1, 200},   /* a block shorter than one segment stays whole */
+        {16, 8, 4096, 1, 4096}, /* enough groups already */
+        {1, 43, 1000, 3, 334},
+        {1, 1, 1030, 4, 258}, /* 128 wanted, 4 allowed; the last segment 256 tokens */
+        {1, 26, 1001, 3, 334},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const mhla_shape shape = {.n = cases[i].m * cases[i].nb, .m = cases[i].m, .nb = cases[i].nb,
+                                  .pt = cases[i].nb, .ph = 1, .pw = 1, .bh = cases[i].bh, .summary_cols = 65};
+        mhla_tiles x;
+        mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+        if (x.splits != cases[i].splits || x.split_len != cases[i].split_len)
+            fail_msg("M = %lld, B*H = %lld, %lld tokens per block: %d segments of %d; expected %d of %d",
+                     (long long)cases[i].m, (long long)cases[i].bh, (long long)cases[i].nb, x.splits, x.split_len,
+                     cases[i].splits, cases[i].split_len);
+    }
+    /* Streaming stores only for f32 output rows; prefetch only where kernels become native code. */
+    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
+    mhla_tiles x;
+    cfg.dtype = MHLA_DTYPE_F16;
+    mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+    assert_int_equal(x.out_nt, 0);
+    assert_int_equal(x.out_pf, 4);
+    ctx->limits.native_prefetch = 0;
+    mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+    assert_int_equal(x.out_pf, 0);
+    free_context(ctx);
+}
+
+/* ---- rules every fit keeps ---------------------------------------------------------------------- */
+
+#define CHECK_RULE(cond)                                                                            \
+    do {                                                                                            \
+        if (!(cond))                                                                                \
+            fail_msg("%s, %zu work-items, %llu bytes of local memory, Dk = %lld, Dv = %lld: %s", d->name, wg, \
+                     (unsigned long long)local, (long long)dk, (long long)dv, #cond);               \
+    } while (0)
+
+/* Every device of the list, under several limits, for head dimensions powers of two or not: the
+ * tiles divide what they tile, vectors are powers of two within the device's width (on CPUs within
+ * its SIMD target's), and the causal output and softmax kernels fit the work-group and local memory
+ * limits. */
+static void test_sweep(void **state)
+{
+    (void)state;
+    static const size_t wgs[] = {4096, 1024, 256, 64, 32, 16, 8, 1};
+    static const uint64_t locals[] = {65536, 32768, 16384, 4096};
+    static const int64_t dims[][2] = {{64, 64}, {128, 128}, {32, 48}, {48, 32}, {24, 40}, {16, 256},
+                                      {256, 256}, {3, 5}, {1, 1}, {96, 80}, {7, 64}, {64, 12}};
+    size_t fits = 0;
+    for (size_t di = 0; di < sizeof sweep_devices / sizeof sweep_devices[0]; ++di)
+        for (size_t wi = 0; wi < sizeof wgs / sizeof wgs[0]; ++wi)
+            for (size_t li = 0; li < sizeof locals / sizeof locals[0]; ++li)
+                for (size_t hi = 0; hi < sizeof dims / sizeof dims[0]; ++hi) {
+                    const fake_device *d = &sweep_devices[di];
+                    const size_t wg = wgs[wi];
+                    const uint64_t local = locals[li];
+                    const int64_t dk = dims[hi][0], dv = dims[hi][1];
+                    mhla_context *ctx = fake_context(d, wg, local);
+                    mhla_config cfg = causal_config(dk, dv);
+                    cfg.normalizer = hi % 2 ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+                    const mhla_tuning t = lookup(ctx, &cfg);
+                    mhla_fit fit;
+                    mhla__fit_init(ctx, &fit);
+                    CHECK_RULE(fit.wg >= 1 && fit.wg <= wg);
+                    CHECK_RULE(fit.local_bytes < local || local == 0);
+
+                    /* Vector widths: powers of two, at most the float width (float4 where it is less),
+                     * and on a CPU row at most what its SIMD target holds. */
+                    const int cap = d->float_width > 4 ? d->float_width : 4;
+                    const int widths[] = {t.sum_rd, t.sum_ve, t.out_ve, t.out_dc, t.mix_ve, t.sm_vw};
+                    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i) {
+                        CHECK_RULE(is_pow2(widths[i]) && widths[i] <= cap && widths[i] <= 16);
+                        if (d->type == CL_DEVICE_TYPE_CPU && !strstr(d->name, "llvmpipe"))
+                            CHECK_RULE(widths[i] <= ctx->limits.simd.width && widths[i] <= d->float_width);
+                    }
+
+                    mhla_tiles x;
+                    const mhla_status cs = mhla__tiles_causal(ctx, &cfg, &t, &fit, &x);
+                    /* The smallest output tiles: one register tile of tokens, one key, scalars. */
+                    const uint64_t least = (uint64_t)(t.out_rt * dk + dk + t.out_rt) * sizeof(float);
+                    CHECK_RULE(cs == (least <= fit.local_bytes ? MHLA_OK : MHLA_ERR_UNSUPPORTED));
+                    if (cs == MHLA_OK) {
+                        ++fits;
+                        CHECK_RULE(is_pow2(x.sum_rd) && dk % x.sum_rd == 0);
+                        CHECK_RULE(is_pow2(x.sum_ve) && dv % (x.sum_ve * x.sum_nv) == 0);
+                        CHECK_RULE(is_pow2(x.out_ve) && dv % (x.out_ve * x.out_nv) == 0);
+                        CHECK_RULE(is_pow2(x.out_dc) && dk % x.out_dc == 0);
+                        CHECK_RULE(x.out_ve <= t.out_ve && x.sum_ve <= t.sum_ve && x.out_dc <= t.out_dc);
+                        CHECK_RULE(x.out_rt == t.out_rt && x.tq >= x.out_rt && x.tq % x.out_rt == 0);
+                        CHECK_RULE(x.kt >= 1 && x.kt % x.out_ve == 0);
+                        CHECK_RULE(x.mix_mr == t.pre_mr && x.mix_nv == t.pre_nv);
+                        const int64_t width = cfg.batch * cfg.heads * dk * (dv + (hi % 2));
+                        CHECK_RULE(is_pow2(x.pre_ve) && x.pre_ve <= t.mix_ve && width % x.pre_ve == 0);
+                        CHECK_RULE(x.gemm_rows >= 0 && x.gemm_rows % x.mix_mr == 0 && x.gemm_rows <= t.gemm_rows);
+                        CHECK_RULE(fit.wg >= 64 || x.gemm_rows == 0);
+                        const int owg = mhla__causal_output_wg(&x, dv);
+                        CHECK_RULE(owg == (int)(dv / (x.out_ve * x.out_nv)) * (x.tq / x.out_rt));
+                        CHECK_RULE(owg >= 1 && (size_t)owg <= fit.wg);
+                        const uint64_t ol = mhla__causal_output_local(&x, dk);
+                        CHECK_RULE(ol == (uint64_t)(x.tq * dk + dk * x.kt + x.tq * x.kt) * sizeof(float));
+                        CHECK_RULE(ol <= fit.local_bytes);
+                        CHECK_RULE(x.tq <= t.tq && x.kt <= (t.kt + x.out_ve - 1) / x.out_ve * x.out_ve);
+                    }
+
+                    const mhla_status ss = mhla__tiles_softmax(ctx, &cfg, &t, &fit, &x);
+                    const uint64_t least_sm = (uint64_t)(dk + dv + 1) * sizeof(float); /* one key, scalars */
+                    CHECK_RULE(ss == (least_sm <= fit.local_bytes ? MHLA_OK : MHLA_ERR_UNSUPPORTED));
+                    if (ss == MHLA_OK) {
+                        CHECK_RULE(is_pow2(x.sm_vw) && x.sm_vw <= t.sm_vw);
+                        CHECK_RULE(x.sm_bk >= x.sm_vw && x.sm_bk % x.sm_vw == 0 && x.sm_bk <= t.sm_bk);
+                        const uint64_t dvp = (uint64_t)((dv + x.sm_vw - 1) / x.sm_vw * x.sm_vw);
+                        const uint64_t sl = mhla__softmax_local(&cfg, &x);
+                        CHECK_RULE(sl == sizeof(float) * (uint64_t)x.sm_bk * ((uint64_t)dk + dvp + 1));
+                        CHECK_RULE(sl <= fit.local_bytes);
+                        CHECK_RULE(x.sm_bq == t.sm_bq && x.sm_rows == (t.sm_rows != 0));
+                    }
+
+                    /* Non-causal: register tiles as the causal ones, segments covering each block. */
+                    mhla_config ncfg = cfg;
+                    ncfg.causal = 0;
+                    const int64_t nb = 64 * (int64_t)(hi + 1) * (int64_t)(wi + 1);
+                    const mhla_shape shape = {.n = 4 * nb, .m = 4, .nb = nb, .pt = nb, .ph = 1, .pw = 1,
+                                              .bh = 8, .summary_cols = dv + 1};
+                    mhla_tiles f;
+                    mhla__tiles_forward(ctx, &ncfg, &shape, &t, &f);
+                    CHECK_RULE(dk % f.sum_rd == 0 && dv % (f.sum_ve * f.sum_nv) == 0);
+                    CHECK_RULE(dv % (f.out_ve * f.out_nv) == 0 && dk % f.out_dc == 0);
+                    CHECK_RULE(f.splits >= 1 && (int64_t)f.splits * f.split_len >= nb);
+                    CHECK_RULE((int64_t)(f.splits - 1) * f.split_len < nb);
+                    CHECK_RULE(f.splits == 1 || f.split_len >= t.split_min_len);
+                    free_context(ctx);
+                }
+    assert_true(fits > 0);
+}
+
+/* ---- refusals ------------------------------------------------------------------------------------ */
+
+static void assert_contains(const char *text, const char *part)
+{
+    if (!strstr(text, part))
+        fail_msg("'%s' does not say '%s'", text, part);
+}
+
+/* Too little local memory for even the smallest tiles: MHLA_ERR_UNSUPPORTED naming the sizes; one
+ * byte more and the smallest tiles are taken. */
+static void test_too_small(void **state)
+{
+    (void)state;
+    /* The CPU row's smallest output tiles at Dk = 64: one token, one key, scalars: 64 + 64 + 1
+     * floats = 516 bytes. A 1032-byte device keeps half back: exactly 516 usable. */
+    mhla_context *ctx = fake_context(&haswell, 4096, 1032);
+    const mhla_config cfg = causal_config(64, 64);
+    const mhla_tuning t = lookup(ctx, &cfg);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    assert_int_equal(fit.local_bytes, 516);
+    mhla_tiles x;
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    assert_int_equal(x.tq, 1);
+    assert_int_equal(x.kt, 1);
+    assert_int_equal(x.out_ve, 1);
+    assert_int_equal(x.out_nv, 64); /* the same 64 columns per work-item, as scalars */
+    assert_int_equal(mhla__causal_output_local(&x, 64), 516);
+    free_context(ctx);
+
+    ctx = fake_context(&haswell, 4096, 1030);
+    mhla__fit_init(ctx, &fit);
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_ERR_UNSUPPORTED);
+    assert_contains(ctx->message, "needs 516 bytes of local memory for dk = 64");
+    assert_contains(ctx->message, "pthread-haswell-AMD EPYC 7B13 has 1030 (515 usable)");
+    assert_contains(mhla_last_message(), "dk = 64");
+
+    /* Softmax with Dk = Dv = 256 needs 256 + 256 + 1 floats for one key. */
+    const mhla_config big = causal_config(256, 256);
+    assert_int_equal(mhla__tiles_softmax(ctx, &big, &t, &fit, &x), MHLA_ERR_UNSUPPORTED);
+    assert_contains(ctx->message, "Dk = 256, Dv = 256 needs 2052 bytes of local memory even with a one-key tile");
+    assert_contains(ctx->message, "has 1030 (515 usable)");
+    const mhla_fit just = {4096, 2052};
+    assert_int_equal(mhla__tiles_softmax(ctx, &big, &t, &just, &x), MHLA_OK);
+    assert_int_equal(x.sm_bk, 1);
+    assert_int_equal(x.sm_vw, 1);
+
+    /* A fit of no work-items at all (a kernel reporting 0) cannot hold any output group. */
+    const mhla_fit none = {0, 65536};
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &none, &x), MHLA_ERR_UNSUPPORTED);
+    assert_contains(ctx->message, "needs groups of 1 work-items for dv = 64; pthread-haswell-AMD EPYC 7B13 allows 0");
+    free_context(ctx);
+}
+
+/* ---- -D flags ------------------------------------------------------------------------------------- */
+
+/* The tiles of test_cpu_row_d64's device for a causal D = 64 configuration. */
+static void cpu_causal_tiles(mhla_config *cfg, mhla_tiles *x)
+{
+    mhla_context *ctx = fake_context(&haswell, 4096, 65536);
+    *cfg = causal_config(64, 64);
+    const mhla_tuning t = lookup(ctx, cfg);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    assert_int_equal(mhla__tiles_causal(ctx, cfg, &t, &fit, x), MHLA_OK);
+    mhla_tiles sm;
+    assert_int_equal(mhla__tiles_softmax(ctx, cfg, &t, &fit, &sm), MHLA_OK);
+    x->sm_vw = sm.sm_vw, x->sm_bk = sm.sm_bk, x->sm_rows = sm.sm_rows;
+    free_context(ctx);
+}
+
+static void test_build_options(void **state)
+{
+    (void)state;
+    mhla_config cfg;
+    mhla_tiles x;
+    cpu_causal_tiles(&cfg, &x);
+    static const struct {
+        mhla_kernel_file f;
+        const char *flags;
+    } cases[] = {
+        {MHLA_KF_CAUSAL_OUTPUT, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
+                                "-DOUT_RT=1 -DOUT_VE=8 -DOUT_NV=8 -DOUT_DC=8 -DOUT_NT=0 -DOUT_PRE=1 -DOUT_PF=0 "
+                                "-DCAUSAL_TQ=32 -DCAUSAL_KT=32"},
+        {MHLA_KF_CAUSAL_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
+                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=128"},
+        /* rows of floats: nothing of the configuration, so one program serves every head size */
+        {MHLA_KF_CAUSAL_PREFIX, "-DMIX_MR=4 -DMIX_NV=2 -DPRE_VE=8"},
+        {MHLA_KF_MIXING, "-DMIX_MR=4 -DMIX_VE=8 -DMIX_NV=2"},
+        /* the summary always writes z: no normalizer */
+        {MHLA_KF_BLOCK_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DDTYPE=0 "
+                                "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=128 -DPREFETCH=1"},
+        {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0"},
+        /* softmax: no feature map, no normalizer */
+        {MHLA_KF_SOFTMAX, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DDTYPE=0 -DVW=8 -DBK=64 -DCOPY_ROWS=1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        mhla_build_opts opts;
+        mhla__build_options(cases[i].f, &cfg, &x, &opts);
+        if (strcmp(opts.text, cases[i].flags) != 0 || opts.len != strlen(cases[i].flags))
+            fail_msg("kernel file %d: '%s', expected '%s'", (int)cases[i].f, opts.text, cases[i].flags);
+    }
+}
+
+/* Whether `word` occurs in `text` as a whole identifier. */
+static int has_word(const char *text, const char *word)
+{
+    const size_t n = strlen(word);
+    for (const char *p = strstr(text, word); p; p = strstr(p + 1, word)) {
+        const int before = p > text && (p[-1] == '_' || (p[-1] >= 'A' && p[-1] <= 'Z') ||
+                                         (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= '0' && p[-1] <= '9'));
+        const char a = p[n];
+        const int after = a == '_' || (a >= 'A' && a <= 'Z') || (a >= 'a' && a <= 'z') || (a >= '0' && a <= '9');
+        if (!before && !after)
+            return 1;
+    }
+    return 0;
+}
+
+/* Flags a file gets without reading them, known: causal_output.cl shares output.cl's OUT_ group but
+ * has no streaming stores or prefetch (mhla__tiles_causal leaves both 0, checked below, so they never
+ * split its programs); backward_causal.cl and backward_causal_readout.cl share the BCT_ group, each
+ * reading part of it (the backward's tiles vary them: a needless rebuild at worst). */
+static const char *const unread[] = {"causal_output:OUT_NT", "causal_output:OUT_PF", "backward_causal:BCT_RT",
+                                     "backward_causal:BCT_VE", "backward_causal:BCT_NV", "backward_causal:BCT_TQ",
+                                     "backward_causal:BCT_KT", "backward_causal_readout:BCT_SR"};
+
+static int known_unread(const char *file, const char *macro)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s:%s", file, macro);
+    for (size_t i = 0; i < sizeof unread / sizeof unread[0]; ++i)
+        if (strcmp(unread[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+/* Every -D flag a kernel file gets is a macro its source (includes inlined) reads: a flag it never
+ * reads would only make the program cache build it again for nothing. */
+static void test_flags_are_read(void **state)
+{
+    (void)state;
+    static const char *const names[] = {
+        [MHLA_KF_BLOCK_SUMMARY] = "block_summary", [MHLA_KF_OUTPUT] = "output", [MHLA_KF_MIXING] = "mixing",
+        [MHLA_KF_CAUSAL_SUMMARY] = "causal_summary", [MHLA_KF_CAUSAL_PREFIX] = "causal_prefix",
+        [MHLA_KF_CAUSAL_OUTPUT] = "causal_output", [MHLA_KF_DECODER] = "decoder", [MHLA_KF_SOFTMAX] = "softmax",
+        [MHLA_KF_BACKWARD_SUMMARY] = "backward_summary", [MHLA_KF_BACKWARD_READOUT] = "backward_readout",
+        [MHLA_KF_BACKWARD_MIXING] = "backward_mixing", [MHLA_KF_BACKWARD_CAUSAL] = "backward_causal",
+        [MHLA_KF_BACKWARD_CAUSAL_READOUT] = "backward_causal_readout",
+    };
+    mhla_config cfg;
+    mhla_tiles x;
+    cpu_causal_tiles(&cfg, &x);
+    assert_int_equal(x.out_nt, 0); /* the causal tiles' unread flags are constant */
+    assert_int_equal(x.out_pf, 0);
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; ++f) {
+        const char *source = NULL;
+        for (size_t k = 0; k < mhla__embedded_kernel_count; ++k)
+            if (strcmp(mhla__embedded_kernels[k].name, names[f]) == 0)
+                source = mhla__embedded_kernels[k].source;
+        if (!source)
+            fail_msg("no embedded kernels/%s.cl", names[f]);
+        mhla_build_opts opts;
+        mhla__build_options((mhla_kernel_file)f, &cfg, &x, &opts);
+        assert_true(opts.len > 0);
+        char macro[64];
+        for (const char *p = strstr(opts.text, "-D"); p; p = strstr(p + 2, "-D")) {
+            size_t n = 0;
+            while (p[2 + n] != '=' && p[2 + n] && n + 1 < sizeof macro) {
+                macro[n] = p[2 + n];
+                ++n;
+            }
+            macro[n] = '\0';
+            if (!has_word(source, macro) && !known_unread(names[f], macro))
+                fail_msg("kernels/%s.cl gets -D%s but never reads it", names[f], macro);
+            if (known_unread(names[f], macro) && has_word(source, macro))
+                fail_msg("kernels/%s.cl now reads %s: take it off the list of unread flags", names[f], macro);
+        }
+    }
+}
+
+int main(void)
+{
+    /* The built-in rows only: no tuning database on disk, no MHLA_TUNING from the caller. */
+    setenv("MHLA_CACHE_DIR", "off", 1);
+    unsetenv("MHLA_TUNING");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fit_init),       cmocka_unit_test(test_cpu_row_d64),
+        cmocka_unit_test(test_gpu_row_d64),    cmocka_unit_test(test_prefix_width),
+        cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_too_small),      cmocka_unit_test(test_build_options),
+        cmocka_unit_test(test_flags_are_read),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
