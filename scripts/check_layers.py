@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that host/ depends only downward (docs/architecture.md).
+"""Checks that host/ depends only downward, and that cli/, bench/ and mpi/ have no circles.
 
     scripts/check_layers.py [--build DIR] [--graph]
 
@@ -11,6 +11,8 @@ of the layers below it, never one above or beside it. Checked two ways:
     above or beside it, and no two files may call each other, directly or around a circle.
 --graph also prints every file -> file edge the objects show. Exit status 0 when clean, 1 with
 one line per violation on stderr, 2 on a usage error (no objects found, nm missing).
+With --build, the programs' folders (FLAT: cli/, bench/, mpi/) are checked for circles between
+their files the same way (they have no layers of their own; they use the library's public API).
 """
 import argparse
 import collections
@@ -24,6 +26,7 @@ import sys
 LAYERS = [("core",), ("config",), ("tune",), ("causal",), ("forward",), ("backward", "shard"), ("verify",)]
 RANK = {name: i for i, group in enumerate(LAYERS) for name in group}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAT = ("cli", "bench", "mpi")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -52,6 +55,21 @@ def check_includes(errors):
         errors.append(f"{os.path.relpath(path, ROOT)}: a file outside the layers")
 
 
+def nm_symbols(obj, defined, used, key):
+    try:
+        out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit(f"check_layers: nm {obj}: {e}")
+    defined.setdefault(key, set())
+    used.setdefault(key, set())
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "TDBRC":
+            defined[key].add(parts[2])
+        elif len(parts) == 2 and parts[0] == "U":
+            used[key].add(parts[1])
+
+
 def object_symbols(build):
     objs = sorted(glob.glob(os.path.join(build, "host", "*libmhla*.p", "*.c.o")))
     if not objs:
@@ -62,19 +80,28 @@ def object_symbols(build):
         layer, _, stem = name.partition("_")
         if layer not in RANK:  # the generated kernel sources
             continue
-        try:
-            out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
-        except (OSError, subprocess.CalledProcessError) as e:
-            sys.exit(f"check_layers: nm {obj}: {e}")
-        key = f"{layer}/{stem}.c"
-        defined[key], used[key] = set(), set()
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[1] in "TDBRC":
-                defined[key].add(parts[2])
-            elif len(parts) == 2 and parts[0] == "U":
-                used[key].add(parts[1])
+        nm_symbols(obj, defined, used, f"{layer}/{stem}.c")
     return defined, used
+
+
+def check_flat(build, errors):
+    """Circles between the files of each program folder (every target's objects of that folder)."""
+    checked = 0
+    for folder in FLAT:
+        defined, used = {}, {}
+        for obj in sorted(glob.glob(os.path.join(build, folder, "*.p", "*.c.o"))):
+            name = os.path.basename(obj)[:-len(".c.o")]
+            if name.startswith("meson-generated"):
+                continue
+            nm_symbols(obj, defined, used, f"{folder}/{name}.c")
+        owner = {sym: f for f, syms in defined.items() for sym in syms}
+        edges = collections.defaultdict(set)
+        for f, syms in used.items():
+            edges[f] |= {owner[s] for s in syms if s in owner and owner[s] != f}
+        for comp in circles(edges):
+            errors.append("files calling each other around a circle: " + " <-> ".join(comp))
+        checked += len(defined)
+    return checked
 
 
 def circles(edges):
@@ -148,6 +175,7 @@ def main():
     if args.build:
         n_edges, n_files = check_calls(args.build, errors, args.graph)
         summary += f" and calls ({n_files} files, {n_edges} file -> file edges)"
+        summary += f"; {check_flat(args.build, errors)} files of {', '.join(f + '/' for f in FLAT)} for circles"
     for e in errors:
         print(e, file=sys.stderr)
     layers = " < ".join("/".join(g) for g in LAYERS)

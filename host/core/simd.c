@@ -1,5 +1,5 @@
 /* Which SIMD registers a CPU device's compiler targets (how wide, how many), from the device's name
- * and reported float width. No device calls here, so that tests/test_cpu_row.c runs it without
+ * and reported float width. No device calls here, so that tests/tune/test_cpu_row.c runs it without
  * OpenCL. */
 #include "core/core.h"
 

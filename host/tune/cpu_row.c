@@ -1,7 +1,7 @@
 /* The CPU tuning row derived from the device: the register tiles of every stage sized to the SIMD
  * registers the device's compiler targets (core/simd.c). No device calls here:
  * everything comes from what the context read (name, type, reported float width), so that the
- * unit test (tests/test_cpu_row.c) runs it without OpenCL. */
+ * unit test (tests/tune/test_cpu_row.c) runs it without OpenCL. */
 #include "tune/tune.h"
 
 #include <stdio.h>
