@@ -16,6 +16,19 @@ static double block_distance(int64_t i, int64_t j, int64_t bh, int64_t bw)
     return sqrt((it - jt) * (it - jt) + (ih - jh) * (ih - jh) + (iw - jw) * (iw - jw));
 }
 
+/* Scales each of the m lines of w (line a: w[a * stride + b * step], b < m) to sum to 1: rows with
+ * (stride, step) = (m, 1), columns with (1, m). */
+static void normalize(double *w, int64_t m, int64_t stride, int64_t step)
+{
+    for (int64_t a = 0; a < m; ++a) {
+        double sum = 0.0;
+        for (int64_t b = 0; b < m; ++b)
+            sum += w[a * stride + b * step];
+        for (int64_t b = 0; b < m; ++b)
+            w[a * stride + b * step] /= sum;
+    }
+}
+
 mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t bt, int64_t bh, int64_t bw, float *out,
                              size_t out_count)
 {
@@ -91,25 +104,12 @@ mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t b
             w[i * m + j] = x;
         }
     }
-    if (kind == MHLA_INIT_PAPER) { /* rows sum to 1 */
-        for (int64_t i = 0; i < m; ++i) {
-            double sum = 0.0;
-            for (int64_t j = 0; j < m; ++j)
-                sum += w[i * m + j];
-            for (int64_t j = 0; j < m; ++j)
-                w[i * m + j] /= sum;
-        }
-    } else if (kind != MHLA_INIT_GAUSSIAN && kind != MHLA_INIT_CAUSAL_UNIFORM) {
+    if (kind == MHLA_INIT_PAPER) /* rows sum to 1 */
+        normalize(w, m, m, 1);
+    else if (kind != MHLA_INIT_GAUSSIAN && kind != MHLA_INIT_CAUSAL_UNIFORM)
         /* columns sum to 1: the released 1x1 convolution's weight normalization; each column
          * holds its own diagonal entry (distance 0), so no sum is zero */
-        for (int64_t j = 0; j < m; ++j) {
-            double sum = 0.0;
-            for (int64_t i = 0; i < m; ++i)
-                sum += w[i * m + j];
-            for (int64_t i = 0; i < m; ++i)
-                w[i * m + j] /= sum;
-        }
-    }
+        normalize(w, m, 1, m);
     for (int64_t i = 0; i < m * m; ++i)
         out[i] = (float)w[i];
 cleanup:
