@@ -47,6 +47,28 @@ int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_
     return refit;
 }
 
+mhla_status mhla__fit_build(mhla_context *ctx, const mhla_fit_loop *loop)
+{
+    mhla_status st = MHLA_OK;
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    for (int tried = 1;; ++tried) {
+        int refit = 0;
+        MHLA_FORWARD_IF_ERROR(st, loop->attempt(loop->arg, &fit, &refit));
+        if (!refit)
+            break;
+        loop->release(loop->arg);
+        if (tried == loop->tries) {
+            char why[512];
+            loop->why(loop->arg, &fit, why, sizeof why);
+            st = mhla__fail(ctx, MHLA_ERR_UNSUPPORTED, "%s", why);
+            goto cleanup;
+        }
+    }
+cleanup:
+    return st;
+}
+
 /* ---- tiles ----------------------------------------------------------------------------------- */
 
 /* Register tiles shared by the non-causal and causal kernels: the tuning's widths and counts cut

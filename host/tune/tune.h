@@ -146,6 +146,21 @@ void mhla__fit_init(const mhla_context *ctx, mhla_fit *fit);
  * when it does not fit (rebuild with smaller tiles), 0 when it does, -1 on a failed query. */
 int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_t want_local, mhla_fit *fit);
 
+/* Kernels whose tiles must fit what the device reports once they are built (it may allow fewer
+ * work-items or less local memory than it claims: rusticl on llvmpipe). attempt() chooses tiles
+ * within *fit, builds, checks with mhla__fit_check (tightening *fit) and sets *refit when they do
+ * not fit; release() then drops that try's kernels. Each try at least halves something, so
+ * `tries` is small; past it, why() says what did not fit (MHLA_ERR_UNSUPPORTED). */
+typedef struct mhla_fit_loop {
+    mhla_status (*attempt)(void *arg, mhla_fit *fit, int *refit);
+    void (*release)(void *arg);
+    void (*why)(void *arg, const mhla_fit *fit, char *buf, size_t size);
+    void *arg;
+    int tries;
+} mhla_fit_loop;
+/* Runs loop's tries from the device's limits (mhla__fit_init) until one fits. */
+mhla_status mhla__fit_build(mhla_context *ctx, const mhla_fit_loop *loop);
+
 /* Non-causal plans: register tiles, mixing tiles and block splits. */
 void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
                          const mhla_tuning *t, mhla_tiles *out);
