@@ -318,6 +318,13 @@ int mhla__device_has_extension(cl_device_id dev, const char *ext);
 
 
 
+/* FNV-1a of n bytes, continuing from h (start from MHLA_FNV1A_SEED). The seed is not FNV's
+ * standard offset basis (14695981039346656037: this one lost its last digit), but program-cache
+ * entry names and tuning-database file names are made of it: changing it would orphan every file
+ * already on disk, so it stays. */
+#define MHLA_FNV1A_SEED 1469598103934665603ULL
+uint64_t mhla__fnv1a(uint64_t h, const void *data, size_t n);
+
 /* The cache folder, or 0 when the cache is off or has no place ($MHLA_CACHE_DIR=off). */
 int mhla__cache_dir(char *buf, size_t size);
 /* A built program for kernels/<name>.cl with these options, or NULL (then compile from source).
