@@ -109,23 +109,30 @@ typedef struct mhla_tiles {
     int bct_dg;                         /* bc_diag's parts per (chunk, head): dg_parts fitted */
 } mhla_tiles;
 
+/* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
+ * F_* bits of tune/tiling.c, expanded there only). The enum below and tiling.c's table come from
+ * it, and kernels/meson.build embeds the files it names (it reads the lines that start with "KF("
+ * out of this header), so a new kernel file is one line here. */
+#define MHLA_KERNEL_FILES(KF)                                                                      \
+    KF(BLOCK_SUMMARY, block_summary, F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM | F_PF)  \
+    KF(OUTPUT, output, F_SHAPE | F_OUT)                                                            \
+    KF(MIXING, mixing, F_MIX)                                                                      \
+    KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM)                                            \
+    KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
+    KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL)                                   \
+    KF(DECODER, decoder, F_SHAPE)                                                                  \
+    KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
+    KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
+    KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD)                                        \
+    KF(BACKWARD_MIXING, backward_mixing, F_BWD)                                                    \
+    KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT)                                  \
+    KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT)
+
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program
  * is not rebuilt for a value it never sees). */
-typedef enum mhla_kernel_file {
-    MHLA_KF_BLOCK_SUMMARY,
-    MHLA_KF_OUTPUT,
-    MHLA_KF_MIXING,
-    MHLA_KF_CAUSAL_SUMMARY,
-    MHLA_KF_CAUSAL_PREFIX,
-    MHLA_KF_CAUSAL_OUTPUT,
-    MHLA_KF_DECODER,
-    MHLA_KF_SOFTMAX,
-    MHLA_KF_BACKWARD_SUMMARY,
-    MHLA_KF_BACKWARD_READOUT,
-    MHLA_KF_BACKWARD_MIXING,
-    MHLA_KF_BACKWARD_CAUSAL,
-    MHLA_KF_BACKWARD_CAUSAL_READOUT,
-} mhla_kernel_file;
+#define MHLA_KF_ENUMERATOR(id, file, reads) MHLA_KF_##id,
+typedef enum mhla_kernel_file { MHLA_KERNEL_FILES(MHLA_KF_ENUMERATOR) } mhla_kernel_file;
+#undef MHLA_KF_ENUMERATOR
 
 /* The one place specialization flags are assembled (they key the program cache). */
 void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t, mhla_build_opts *opts);
