@@ -98,6 +98,25 @@ mhla_status mhla_backward_varlen(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, 
     return run(plan, "mhla_backward_varlen", bufs, cu_seqlens, num_seqs, num_wait, wait, done);
 }
 
+/* The device call of a host convenience, on the staged buffers. */
+typedef struct host_run {
+    mhla_plan *plan;
+    const char *fn;
+    cl_mem *const *slot; /* per buffer, its staging buffer; NULL: dmixing not wanted */
+    const int32_t *cu_seqlens;
+    size_t num_seqs;
+} host_run;
+
+static mhla_status run_staged(void *arg)
+{
+    const host_run *r = arg;
+    cl_mem dev[N_BUFS];
+    for (int i = 0; i < N_BUFS; ++i)
+        dev[i] = r->slot[i] ? *r->slot[i] : NULL;
+    r->plan->saved = 0; /* the forward's staging buffers have new contents */
+    return run(r->plan, r->fn, dev, r->cu_seqlens, r->num_seqs, 0, NULL, NULL);
+}
+
 /* Both host conveniences: stage the inputs (the forward's staging buffers for q, k, v and mixing),
  * run, read every gradient back. Blocking. */
 static mhla_status run_host(mhla_plan *plan, const char *fn, const void *const in[5], void *const out[4],
@@ -106,8 +125,9 @@ static mhla_status run_host(mhla_plan *plan, const char *fn, const void *const i
     mhla_status st = MHLA_OK;
     mhla_context *ctx = NULL;
     mhla_bwd *b = NULL;
-    int enqueued = 0;
-    cl_mem dev[N_BUFS] = {NULL};
+    cl_mem *slot[N_BUFS] = {NULL};
+    mhla_staged bufs[N_BUFS];
+    size_t n = 0;
 
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
     ctx = plan->ctx;
@@ -124,35 +144,16 @@ static mhla_status run_host(mhla_plan *plan, const char *fn, const void *const i
     for (int i = 0; i < N_BUFS; ++i) {
         if (i == OUT_DMIXING && !out[3])
             continue;
-        cl_mem *slot = i < IN_DOUT ? &plan->stage[forward_stage[i]] : &b->stage[i - IN_DOUT];
-        if (!*slot) {
-            char what[64];
-            snprintf(what, sizeof what, "the host-copy buffer for %s", buf_names[i]);
-            MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, i <= IN_DOUT ? CL_MEM_READ_ONLY : CL_MEM_READ_WRITE,
-                                                          buf_bytes(plan, i), what, slot));
-        }
-        dev[i] = *slot;
+        const int input = i <= IN_DOUT;
+        slot[i] = i < IN_DOUT ? &plan->stage[forward_stage[i]] : &b->stage[i - IN_DOUT];
+        bufs[n++] = (mhla_staged){buf_names[i], input ? in[i] : NULL, input ? NULL : out[i - OUT_DQ],
+                                  buf_bytes(plan, i), input ? CL_MEM_READ_ONLY : CL_MEM_READ_WRITE, slot[i], NULL, 0};
     }
-    enqueued = 1;
-    plan->saved = 0; /* the forward's staging buffers get new contents */
-    for (int i = 0; i <= IN_DOUT; ++i)
-        MHLA_CL_TRY(st, ctx, clEnqueueWriteBuffer(ctx->queue, dev[i], CL_FALSE, 0, buf_bytes(plan, i), in[i], 0,
-                                                  NULL, NULL),
-                    "clEnqueueWriteBuffer (host input)");
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, run(plan, fn, dev, cu_seqlens, num_seqs, 0, NULL, NULL));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    for (int i = OUT_DQ; i < N_BUFS; ++i)
-        if (dev[i])
-            MHLA_CL_TRY(st, ctx, clEnqueueReadBuffer(ctx->queue, dev[i], CL_FALSE, 0, buf_bytes(plan, i),
-                                                     out[i - OUT_DQ], 0, NULL, NULL),
-                        "clEnqueueReadBuffer (host gradient)");
-    MHLA_CL_TRY(st, ctx, clFinish(ctx->queue), "clFinish");
-    enqueued = 0;
+    host_run r = {plan, fn, slot, cu_seqlens, num_seqs};
+    const mhla_stage_ops ops = {run_staged, &r, "clEnqueueWriteBuffer (host input)",
+                                "clEnqueueReadBuffer (host gradient)"};
+    st = mhla__host_stage(ctx, bufs, n, &ops);
 cleanup:
-    /* Non-blocking copies may still use the caller's arrays: never return before they are done. */
-    if (enqueued)
-        clFinish(ctx->queue);
     return st;
 }
 

@@ -76,6 +76,61 @@ static void readout_tiles_fit(const mhla_config *c, const mhla_tiles *fwd, const
     }
 }
 
+/* mhla__fit_build's steps for the read-outs: the plan, its backward, and the program built. */
+typedef struct readout_try {
+    mhla_plan *plan;
+    mhla_bwd *b;
+    cl_program prog;
+} readout_try;
+
+static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
+{
+    mhla_status st = MHLA_OK;
+    readout_try *rt = arg;
+    mhla_context *ctx = rt->plan->ctx;
+    const mhla_config *c = &rt->plan->cfg;
+    mhla_bwd *b = rt->b;
+    cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
+    static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
+    readout_tiles_fit(c, &rt->plan->causal->kern->tiling, fit, &b->tiles);
+    MHLA_FAIL_IF(st, readout_wg(&b->tiles, c->dk) > fit->wg || readout_wg(&b->tiles, c->dv) > fit->wg ||
+                         readout_local(&b->tiles, c->dk > c->dv ? c->dk : c->dv) > fit->local_bytes,
+                 ctx, MHLA_ERR_UNSUPPORTED,
+                 "the causal backward's read-outs (dk = %lld, dv = %lld) do not fit %s (%zu work-items, %llu "
+                 "bytes of local memory usable)",
+                 (long long)c->dk, (long long)c->dv, ctx->device_name, fit->wg, (unsigned long long)fit->local_bytes);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &rt->prog));
+    for (int i = 0; i < 3; ++i) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, rt->prog, names[i], ks[i]));
+        const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
+        b->wg_bc_readout[i] = readout_wg(&b->tiles, dw);
+        const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], readout_local(&b->tiles, dx), fit);
+        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", names[i],
+                     ctx->device_name);
+        *refit |= r;
+    }
+cleanup:
+    return st;
+}
+
+static void readout_release(void *arg)
+{
+    mhla_bwd *b = ((readout_try *)arg)->b;
+    cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
+    for (int i = 0; i < 3; ++i) {
+        clReleaseKernel(*ks[i]);
+        *ks[i] = NULL;
+    }
+}
+
+static void readout_why(void *arg, const mhla_fit *fit, char *buf, size_t size)
+{
+    const readout_try *rt = arg;
+    (void)fit;
+    snprintf(buf, size, "the causal backward's read-outs do not fit %s even with %d-token groups",
+             rt->plan->ctx->device_name, rt->b->tiles.bct_tq);
+}
+
 /* bc_dq, bc_dk, bc_dv (and bc_dmix_finish, bc_diag from the same program): built for tiles that fit
  * the device; a built kernel that reports fewer work-items or more local memory than its tiles need
  * (rusticl on llvmpipe) tightens the fit for another build, as the forward's causal read-out does. */
@@ -84,41 +139,10 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const mhla_config *c = &plan->cfg;
-    cl_program prog = NULL;
-    mhla_fit fit;
-    mhla__fit_init(ctx, &fit);
-    cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
-    static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
-    for (int attempt = 0;; ++attempt) {
-        readout_tiles_fit(c, &plan->causal->kern->tiling, &fit, &b->tiles);
-        MHLA_FAIL_IF(st, readout_wg(&b->tiles, c->dk) > fit.wg || readout_wg(&b->tiles, c->dv) > fit.wg ||
-                             readout_local(&b->tiles, c->dk > c->dv ? c->dk : c->dv) > fit.local_bytes,
-                     ctx, MHLA_ERR_UNSUPPORTED,
-                     "the causal backward's read-outs (dk = %lld, dv = %lld) do not fit %s (%zu work-items, %llu "
-                     "bytes of local memory usable)",
-                     (long long)c->dk, (long long)c->dv, ctx->device_name, fit.wg,
-                     (unsigned long long)fit.local_bytes);
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &prog));
-        int refit = 0;
-        for (int i = 0; i < 3; ++i) {
-            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, names[i], ks[i]));
-            const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
-            b->wg_bc_readout[i] = readout_wg(&b->tiles, dw);
-            const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], readout_local(&b->tiles, dx), &fit);
-            MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", names[i],
-                         ctx->device_name);
-            refit |= r;
-        }
-        if (!refit)
-            break;
-        for (int i = 0; i < 3; ++i) {
-            clReleaseKernel(*ks[i]);
-            *ks[i] = NULL;
-        }
-        MHLA_FAIL_IF(st, attempt == 7, ctx, MHLA_ERR_UNSUPPORTED,
-                     "the causal backward's read-outs do not fit %s even with %d-token groups", ctx->device_name,
-                     b->tiles.bct_tq);
-    }
+    readout_try rt = {plan, b, NULL};
+    const mhla_fit_loop loop = {readout_attempt, readout_release, readout_why, &rt, 8};
+    MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
+    cl_program prog = rt.prog;
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
     /* bc_diag's parts per (chunk, head): the row's dg_parts, at most a chunk's rows and one work-group */

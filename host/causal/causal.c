@@ -3,6 +3,7 @@
  * stages over chunk tables (causal/chunk_tables.c). */
 #include "causal/causal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,11 +100,37 @@ cleanup:
     return st;
 }
 
+/* mhla__fit_build's steps for the causal kernels. */
+typedef struct causal_try {
+    mhla_causal *c;
+    int with_step;
+} causal_try;
+
+static mhla_status attempt(void *arg, mhla_fit *fit, int *refit)
+{
+    mhla_status st = MHLA_OK;
+    causal_try *t = arg;
+    MHLA_FORWARD_IF_ERROR(st, mhla__tiles_causal(t->c->ctx, &t->c->cfg, &t->c->tuning, fit, &t->c->tiling));
+    MHLA_FORWARD_IF_ERROR(st, build_kernels(t->c, t->with_step, fit, refit));
+cleanup:
+    return st;
+}
+
+static void release_try(void *arg) { release_kernels(((causal_try *)arg)->c); }
+
+static void why_not(void *arg, const mhla_fit *fit, char *buf, size_t size)
+{
+    const mhla_causal *c = ((const causal_try *)arg)->c;
+    snprintf(buf, size,
+             "the causal output kernel does not fit %s (%zu work-items, %llu bytes of local memory usable) even "
+             "with %d-token groups and %d-key passes",
+             c->ctx->device_name, fit->wg, (unsigned long long)fit->local_bytes, c->tiling.tq, c->tiling.kt);
+}
+
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
 {
     mhla_status st = MHLA_OK;
     mhla_causal *c = NULL;
-    mhla_fit fit;
 
     *out = NULL;
     c = mhla__calloc(1, sizeof *c);
@@ -117,19 +144,9 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     /* A device may allow fewer work-items, or less local memory, for the built output kernel than
      * for the device in general (rusticl on llvmpipe: 32 work-items, twice the arrays' bytes):
      * smaller tiles and a rebuild, a few times at most (each try at least halves something). */
-    mhla__fit_init(ctx, &fit);
-    for (int attempt = 0;; ++attempt) {
-        int refit = 0;
-        MHLA_FORWARD_IF_ERROR(st, mhla__tiles_causal(ctx, cfg, &c->tuning, &fit, &c->tiling));
-        MHLA_FORWARD_IF_ERROR(st, build_kernels(c, with_step, &fit, &refit));
-        if (!refit)
-            break;
-        release_kernels(c);
-        MHLA_FAIL_IF(st, attempt == 7, ctx, MHLA_ERR_UNSUPPORTED,
-                     "the causal output kernel does not fit %s (%zu work-items, %llu bytes of local memory usable) "
-                     "even with %d-token groups and %d-key passes",
-                     ctx->device_name, fit.wg, (unsigned long long)fit.local_bytes, c->tiling.tq, c->tiling.kt);
-    }
+    causal_try t = {c, with_step};
+    const mhla_fit_loop loop = {attempt, release_try, why_not, &t, 8};
+    MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
     *out = c;
     c = NULL;
 cleanup:

@@ -344,63 +344,56 @@ cleanup:
     return st;
 }
 
+/* The device call of a host call: n steps or one prefill on the staging buffers. */
+typedef struct host_run {
+    mhla_decoder *dec;
+    int64_t n;
+    int prefill;
+} host_run;
+
+static mhla_status run_staged(void *arg)
+{
+    mhla_status st = MHLA_OK;
+    const host_run *r = arg;
+    mhla_decoder *dec = r->dec;
+    if (r->prefill) {
+        MHLA_FORWARD_IF_ERROR(st, prefill_enqueue(dec, dec->stage, r->n, 0, NULL, NULL));
+    } else {
+        for (int64_t u = 0; u < r->n; ++u) {
+            if (u > 0)
+                MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(dec->ctx));
+            MHLA_FORWARD_IF_ERROR(st, step_enqueue(dec, dec->stage, r->n, u, 0, NULL, NULL));
+        }
+    }
+cleanup:
+    return st;
+}
+
 /* Host calls: copy the inputs into the decoder's staging buffers (grown to n tokens), run n steps
  * or one prefill, read the output back. */
 static mhla_status host_call(mhla_decoder *dec, const char *fn, const void *q, const void *k, const void *v,
                              const float *mixing, void *out, int64_t n, int prefill)
 {
     mhla_status st = MHLA_OK;
-    mhla_context *ctx = NULL;
-    int enqueued = 0;
 
     MHLA_FAIL_IF(st, !dec, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: decoder is NULL", fn);
-    ctx = dec->ctx;
     const void *inputs[] = {q, k, v, NULL, mixing};
     for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
-        MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], ctx, MHLA_ERR_INVALID_ARGUMENT,
+        MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], dec->ctx, MHLA_ERR_INVALID_ARGUMENT,
                      "%s: %s pointer is NULL", fn, mhla__tensor_name((mhla_tensor)t));
     MHLA_FORWARD_IF_ERROR(st, check_room(dec, fn, n));
+    mhla_staged bufs[5];
     for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t) {
-        const size_t bytes = mhla_decoder_tensor_bytes(dec, (mhla_tensor)t, n);
-        if (dec->stage[t] && dec->stage_bytes[t] >= bytes)
-            continue;
-        char what[64];
-        snprintf(what, sizeof what, "the host-copy buffer for %s", mhla__tensor_name((mhla_tensor)t));
-        if (dec->stage[t])
-            clReleaseMemObject(dec->stage[t]);
-        dec->stage[t] = NULL;
-        dec->stage_bytes[t] = 0;
-        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, what, &dec->stage[t]));
-        dec->stage_bytes[t] = bytes;
+        const int is_out = t == MHLA_TENSOR_OUT;
+        bufs[t] = (mhla_staged){mhla__tensor_name((mhla_tensor)t), inputs[t], is_out ? out : NULL,
+                                mhla_decoder_tensor_bytes(dec, (mhla_tensor)t, n), CL_MEM_READ_WRITE, &dec->stage[t],
+                                &dec->stage_bytes[t], is_out};
     }
-    enqueued = 1;
-    MHLA_FORWARD_IF_ERROR(st, mhla__poison_output(ctx, dec->stage[MHLA_TENSOR_OUT], dec->stage_bytes[MHLA_TENSOR_OUT]));
-    for (int t = MHLA_TENSOR_Q; t <= MHLA_TENSOR_MIXING; ++t)
-        if (t != MHLA_TENSOR_OUT)
-            MHLA_CL_TRY(st, ctx,
-                        clEnqueueWriteBuffer(ctx->queue, dec->stage[t], CL_FALSE, 0,
-                                             mhla_decoder_tensor_bytes(dec, (mhla_tensor)t, n), inputs[t], 0, NULL,
-                                             NULL),
-                        "clEnqueueWriteBuffer (decoder host input)");
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    if (prefill) {
-        MHLA_FORWARD_IF_ERROR(st, prefill_enqueue(dec, dec->stage, n, 0, NULL, NULL));
-    } else {
-        for (int64_t u = 0; u < n; ++u) {
-            if (u > 0)
-                MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-            MHLA_FORWARD_IF_ERROR(st, step_enqueue(dec, dec->stage, n, u, 0, NULL, NULL));
-        }
-    }
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_CL_TRY(st, ctx,
-                clEnqueueReadBuffer(ctx->queue, dec->stage[MHLA_TENSOR_OUT], CL_TRUE, 0,
-                                    mhla_decoder_tensor_bytes(dec, MHLA_TENSOR_OUT, n), out, 0, NULL, NULL),
-                "clEnqueueReadBuffer (decoder host output)");
+    host_run r = {dec, n, prefill};
+    const mhla_stage_ops ops = {run_staged, &r, "clEnqueueWriteBuffer (decoder host input)",
+                                "clEnqueueReadBuffer (decoder host output)"};
+    st = mhla__host_stage(dec->ctx, bufs, 5, &ops);
 cleanup:
-    /* Non-blocking writes may still read the caller's arrays: never return before they are done. */
-    if (st != MHLA_OK && enqueued)
-        clFinish(ctx->queue);
     return st;
 }
 

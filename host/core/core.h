@@ -239,6 +239,33 @@ const char *mhla__tensor_name(mhla_tensor t);
 /* MHLA_POISON_OUTPUTS=1 (tests): fills a host call's staging output with NaN before its run. */
 mhla_status mhla__poison_output(mhla_context *ctx, cl_mem buf, size_t bytes);
 
+/* ---- host-pointer calls (core/stage.c) ----------------------------------------------------- */
+
+/* One buffer of a host-pointer call. `*mem` is the caller's cached device buffer: made on first
+ * use (and, with mem_bytes, made anew when smaller than `bytes`), kept after the call. */
+typedef struct mhla_staged {
+    const char *name;     /* "q", "dq": "the host-copy buffer for q" in messages */
+    const void *in;       /* copied in before the run, or NULL */
+    void *out;            /* read back after the run, or NULL */
+    size_t bytes;         /* copied each way; a buffer made now has this size */
+    cl_mem_flags flags;   /* of a buffer made now */
+    cl_mem *mem;          /* the caller's cached buffer */
+    size_t *mem_bytes;    /* its size, for buffers that grow with the call (decoders); NULL: fixed */
+    int poison;           /* MHLA_POISON_OUTPUTS fills the whole buffer with NaN before the run */
+} mhla_staged;
+
+typedef struct mhla_stage_ops {
+    mhla_status (*run)(void *arg); /* enqueues the device call on the staged buffers */
+    void *arg;
+    const char *write_what; /* the copies' names in messages: "clEnqueueWriteBuffer (host input)" */
+    const char *read_what;
+} mhla_stage_ops;
+
+/* Makes or reuses bufs' device buffers, poisons, writes the inputs, runs ops->run between stage
+ * barriers and reads the outputs back; blocking. On failure after the first copy, waits for the
+ * queue so that no copy still uses the caller's arrays. */
+mhla_status mhla__host_stage(mhla_context *ctx, mhla_staged *bufs, size_t n, const mhla_stage_ops *ops);
+
 /* ---- CLBlast (core/blas.c) --------------------------------------------------------------- */
 
 /* Called by mhla_context_destroy(): when ctx was the last live context that used CLBlast,
@@ -290,6 +317,13 @@ int mhla__device_has_extension(cl_device_id dev, const char *ext);
 /* ---- the program cache on disk (core/program_cache.c) --------------------------------- */
 
 
+
+/* FNV-1a of n bytes, continuing from h (start from MHLA_FNV1A_SEED). The seed is not FNV's
+ * standard offset basis (14695981039346656037: this one lost its last digit), but program-cache
+ * entry names and tuning-database file names are made of it: changing it would orphan every file
+ * already on disk, so it stays. */
+#define MHLA_FNV1A_SEED 1469598103934665603ULL
+uint64_t mhla__fnv1a(uint64_t h, const void *data, size_t n);
 
 /* The cache folder, or 0 when the cache is off or has no place ($MHLA_CACHE_DIR=off). */
 int mhla__cache_dir(char *buf, size_t size);

@@ -29,16 +29,6 @@ void mhla__opts_add(mhla_build_opts *opts, const char *fmt, ...)
         opts->len = sizeof opts->text - 1;
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; ++s) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
 static mhla_status read_file(mhla_context *ctx, const char *path, char **out)
 {
     mhla_status st = MHLA_OK;
@@ -170,7 +160,7 @@ mhla_status mhla__program_get(mhla_context *ctx, const char *name, const mhla_bu
 
     *out = NULL;
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_source(ctx, name, &source));
-    uint64_t hash = fnv1a(source);
+    uint64_t hash = mhla__fnv1a(MHLA_FNV1A_SEED, source, strlen(source)); /* no terminator */
     /* Held through the build: a second thread wanting the same program waits for it instead of
      * building it again, and the list never sees half an entry. */
     mhla__lock(&ctx->lock);

@@ -18,7 +18,7 @@
 #define CACHE_FORMAT_VERSION 1u
 static const char cache_magic[8] = {'M', 'H', 'L', 'A', 'C', 'L', 'B', 'N'};
 
-static uint64_t fnv1a_bytes(uint64_t h, const void *data, size_t n)
+uint64_t mhla__fnv1a(uint64_t h, const void *data, size_t n)
 {
     const unsigned char *p = data;
     for (size_t i = 0; i < n; ++i) {
@@ -93,11 +93,11 @@ static int entry_path(const mhla_context *ctx, const char *name, uint64_t source
         return 0;
     const char *fields[4];
     key_fields(ctx, options, fields);
-    uint64_t h = fnv1a_bytes(1469598103934665603ULL, &source_hash, sizeof source_hash);
+    uint64_t h = mhla__fnv1a(MHLA_FNV1A_SEED, &source_hash, sizeof source_hash);
     const uint32_t version = CACHE_FORMAT_VERSION;
-    h = fnv1a_bytes(h, &version, sizeof version);
+    h = mhla__fnv1a(h, &version, sizeof version);
     for (int i = 0; i < 4; ++i)
-        h = fnv1a_bytes(h, fields[i], strlen(fields[i]) + 1);
+        h = mhla__fnv1a(h, fields[i], strlen(fields[i]) + 1);
     return snprintf(buf, size, "%s/%s-%016llx.bin", dir, name, (unsigned long long)h) < (int)size;
 }
 
@@ -138,7 +138,7 @@ void mhla__cache_store(mhla_context *ctx, const char *name, uint64_t source_hash
     if (!f)
         goto cleanup;
     fd = -1;
-    const uint64_t bytes = size, sum = fnv1a_bytes(1469598103934665603ULL, binary, size);
+    const uint64_t bytes = size, sum = mhla__fnv1a(MHLA_FNV1A_SEED, binary, size);
     ok = write_all(f, cache_magic, sizeof cache_magic) && write_all(f, &version, sizeof version) &&
          write_all(f, &source_hash, sizeof source_hash);
     for (int i = 0; i < 4 && ok; ++i) {
@@ -192,7 +192,7 @@ static unsigned char *load_entry(const mhla_context *ctx, const char *path, uint
         goto cleanup;
     binary = mhla__malloc((size_t)bytes);
     if (!binary || !read_all(f, binary, (size_t)bytes) || !read_all(f, &sum, sizeof sum) ||
-        sum != fnv1a_bytes(1469598103934665603ULL, binary, (size_t)bytes) || fgetc(f) != EOF)
+        sum != mhla__fnv1a(MHLA_FNV1A_SEED, binary, (size_t)bytes) || fgetc(f) != EOF)
         goto cleanup;
     *size = (size_t)bytes;
     ok = 1;

@@ -9,33 +9,38 @@
 
 /* The kernel for the plan's tile: built, then checked against what the device reports for it
  * (local memory, work-group size); a tile that does not fit is shrunk and the kernel rebuilt. */
-static mhla_status build_kernel(mhla_plan *plan)
+static mhla_status attempt(void *arg, mhla_fit *fit, int *refit)
 {
     mhla_status st = MHLA_OK;
+    mhla_plan *plan = arg;
     mhla_context *ctx = plan->ctx;
     cl_program prog = NULL;
-    mhla_fit fit;
-    mhla__fit_init(ctx, &fit);
-    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->cfg, &plan->tuning));
-    for (int attempt = 0;; ++attempt) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__tiles_softmax(ctx, &plan->cfg, &plan->tuning, &fit, &plan->tiles));
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_SOFTMAX, &plan->cfg, &plan->tiles, &prog));
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "softmax_attention", &plan->k_softmax));
-        const int refit = mhla__fit_check(ctx, plan->k_softmax, 1, mhla__softmax_local(&plan->cfg, &plan->tiles), &fit);
-        MHLA_FAIL_IF(st, refit < 0, ctx, MHLA_ERR_OPENCL,
-                     "clGetKernelWorkGroupInfo(softmax_attention) failed on %s", ctx->device_name);
-        if (!refit)
-            break;
-        clReleaseKernel(plan->k_softmax);
-        plan->k_softmax = NULL;
-        MHLA_FAIL_IF(st, attempt == 3, ctx, MHLA_ERR_UNSUPPORTED,
-                     "the softmax kernel (Dk = %lld, Dv = %lld) does not fit %s's local memory (%llu bytes) even "
-                     "after shrinking its key tile to %d",
-                     (long long)plan->cfg.dk, (long long)plan->cfg.dv, ctx->device_name,
-                     (unsigned long long)ctx->limits.local_mem_bytes, plan->tiles.sm_bk);
-    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__tiles_softmax(ctx, &plan->cfg, &plan->tuning, fit, &plan->tiles));
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_SOFTMAX, &plan->cfg, &plan->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "softmax_attention", &plan->k_softmax));
+    *refit = mhla__fit_check(ctx, plan->k_softmax, 1, mhla__softmax_local(&plan->cfg, &plan->tiles), fit);
+    MHLA_FAIL_IF(st, *refit < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(softmax_attention) failed on %s",
+                 ctx->device_name);
 cleanup:
     return st;
+}
+
+static void release_try(void *arg)
+{
+    mhla_plan *plan = arg;
+    clReleaseKernel(plan->k_softmax);
+    plan->k_softmax = NULL;
+}
+
+static void why_not(void *arg, const mhla_fit *fit, char *buf, size_t size)
+{
+    const mhla_plan *plan = arg;
+    (void)fit;
+    snprintf(buf, size,
+             "the softmax kernel (Dk = %lld, Dv = %lld) does not fit %s's local memory (%llu bytes) even after "
+             "shrinking its key tile to %d",
+             (long long)plan->cfg.dk, (long long)plan->cfg.dv, plan->ctx->device_name,
+             (unsigned long long)plan->ctx->limits.local_mem_bytes, plan->tiles.sm_bk);
 }
 
 mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out)
@@ -54,7 +59,9 @@ mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, 
     st = mhla__softmax_config(cfg, &plan->cfg, &plan->shape, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
     mhla__plan_fill_grid(plan);
-    MHLA_FORWARD_IF_ERROR(st, build_kernel(plan));
+    MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->cfg, &plan->tuning));
+    const mhla_fit_loop loop = {attempt, release_try, why_not, plan, 4};
+    MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
     /* No more query rows per group than the sequence has (rounded to the kernel's preferred multiple):
      * the rows past its end would compute scores for nothing. */
     size_t multiple = 1;

@@ -47,6 +47,28 @@ int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_
     return refit;
 }
 
+mhla_status mhla__fit_build(mhla_context *ctx, const mhla_fit_loop *loop)
+{
+    mhla_status st = MHLA_OK;
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    for (int tried = 1;; ++tried) {
+        int refit = 0;
+        MHLA_FORWARD_IF_ERROR(st, loop->attempt(loop->arg, &fit, &refit));
+        if (!refit)
+            break;
+        loop->release(loop->arg);
+        if (tried == loop->tries) {
+            char why[512];
+            loop->why(loop->arg, &fit, why, sizeof why);
+            st = mhla__fail(ctx, MHLA_ERR_UNSUPPORTED, "%s", why);
+            goto cleanup;
+        }
+    }
+cleanup:
+    return st;
+}
+
 /* ---- tiles ----------------------------------------------------------------------------------- */
 
 /* Register tiles shared by the non-causal and causal kernels: the tuning's widths and counts cut
@@ -246,25 +268,12 @@ enum {
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
+#define FILE_ROW(id, file, reads_) [MHLA_KF_##id] = {#file, reads_},
 static const struct {
     const char *name;
     unsigned reads;
-} files[] = {
-    [MHLA_KF_BLOCK_SUMMARY] = {"block_summary", F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM | F_PF},
-    [MHLA_KF_OUTPUT] = {"output", F_SHAPE | F_OUT},
-    [MHLA_KF_MIXING] = {"mixing", F_MIX},
-    [MHLA_KF_CAUSAL_SUMMARY] = {"causal_summary", F_SHAPE | F_SUM},
-    [MHLA_KF_CAUSAL_PREFIX] = {"causal_prefix", F_PRE},
-    [MHLA_KF_CAUSAL_OUTPUT] = {"causal_output", F_SHAPE | F_OUT | F_CAUSAL},
-    [MHLA_KF_DECODER] = {"decoder", F_SHAPE},
-    [MHLA_KF_SOFTMAX] = {"softmax", F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX},
-    [MHLA_KF_BACKWARD_SUMMARY] = {"backward_summary", F_SHAPE | F_BWD},
-    [MHLA_KF_BACKWARD_READOUT] = {"backward_readout", F_SHAPE | F_BWD},
-    [MHLA_KF_BACKWARD_MIXING] = {"backward_mixing", F_BWD},
-    [MHLA_KF_BACKWARD_CAUSAL] = {"backward_causal", F_SHAPE | F_BWD | F_BCT},
-    [MHLA_KF_BACKWARD_CAUSAL_READOUT] = {"backward_causal_readout", F_SHAPE | F_BWD | F_BCT},
-};
-
+} files[] = {MHLA_KERNEL_FILES(FILE_ROW)};
+#undef FILE_ROW
 
 void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t, mhla_build_opts *opts)
 {

@@ -109,23 +109,30 @@ typedef struct mhla_tiles {
     int bct_dg;                         /* bc_diag's parts per (chunk, head): dg_parts fitted */
 } mhla_tiles;
 
+/* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
+ * F_* bits of tune/tiling.c, expanded there only). The enum below and tiling.c's table come from
+ * it, and kernels/meson.build embeds the files it names (it reads the lines that start with "KF("
+ * out of this header), so a new kernel file is one line here. */
+#define MHLA_KERNEL_FILES(KF)                                                                      \
+    KF(BLOCK_SUMMARY, block_summary, F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM | F_PF)  \
+    KF(OUTPUT, output, F_SHAPE | F_OUT)                                                            \
+    KF(MIXING, mixing, F_MIX)                                                                      \
+    KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM)                                            \
+    KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
+    KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL)                                   \
+    KF(DECODER, decoder, F_SHAPE)                                                                  \
+    KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
+    KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
+    KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD)                                        \
+    KF(BACKWARD_MIXING, backward_mixing, F_BWD)                                                    \
+    KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT)                                  \
+    KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT)
+
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program
  * is not rebuilt for a value it never sees). */
-typedef enum mhla_kernel_file {
-    MHLA_KF_BLOCK_SUMMARY,
-    MHLA_KF_OUTPUT,
-    MHLA_KF_MIXING,
-    MHLA_KF_CAUSAL_SUMMARY,
-    MHLA_KF_CAUSAL_PREFIX,
-    MHLA_KF_CAUSAL_OUTPUT,
-    MHLA_KF_DECODER,
-    MHLA_KF_SOFTMAX,
-    MHLA_KF_BACKWARD_SUMMARY,
-    MHLA_KF_BACKWARD_READOUT,
-    MHLA_KF_BACKWARD_MIXING,
-    MHLA_KF_BACKWARD_CAUSAL,
-    MHLA_KF_BACKWARD_CAUSAL_READOUT,
-} mhla_kernel_file;
+#define MHLA_KF_ENUMERATOR(id, file, reads) MHLA_KF_##id,
+typedef enum mhla_kernel_file { MHLA_KERNEL_FILES(MHLA_KF_ENUMERATOR) } mhla_kernel_file;
+#undef MHLA_KF_ENUMERATOR
 
 /* The one place specialization flags are assembled (they key the program cache). */
 void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t, mhla_build_opts *opts);
@@ -145,6 +152,21 @@ void mhla__fit_init(const mhla_context *ctx, mhla_fit *fit);
  * local memory (predicted from its tiles): tightens *fit to what the kernel reports and returns 1
  * when it does not fit (rebuild with smaller tiles), 0 when it does, -1 on a failed query. */
 int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_t want_local, mhla_fit *fit);
+
+/* Kernels whose tiles must fit what the device reports once they are built (it may allow fewer
+ * work-items or less local memory than it claims: rusticl on llvmpipe). attempt() chooses tiles
+ * within *fit, builds, checks with mhla__fit_check (tightening *fit) and sets *refit when they do
+ * not fit; release() then drops that try's kernels. Each try at least halves something, so
+ * `tries` is small; past it, why() says what did not fit (MHLA_ERR_UNSUPPORTED). */
+typedef struct mhla_fit_loop {
+    mhla_status (*attempt)(void *arg, mhla_fit *fit, int *refit);
+    void (*release)(void *arg);
+    void (*why)(void *arg, const mhla_fit *fit, char *buf, size_t size);
+    void *arg;
+    int tries;
+} mhla_fit_loop;
+/* Runs loop's tries from the device's limits (mhla__fit_init) until one fits. */
+mhla_status mhla__fit_build(mhla_context *ctx, const mhla_fit_loop *loop);
 
 /* Non-causal plans: register tiles, mixing tiles and block splits. */
 void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,

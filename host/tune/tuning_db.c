@@ -23,15 +23,6 @@
 
 #define DB_LINE_MAX 2048
 
-static uint64_t fnv1a(uint64_t h, const char *s)
-{
-    for (; *s; ++s) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return h * 1099511628211ULL; /* the terminator, so that ("ab", "c") and ("a", "bc") differ */
-}
-
 /* The header lines that key a database, in order. */
 static void header_fields(const mhla_context *ctx, const char *fields[4])
 {
@@ -49,9 +40,9 @@ static int db_path(const mhla_context *ctx, char *buf, size_t size)
         return 0;
     const char *fields[4];
     header_fields(ctx, fields);
-    uint64_t h = 1469598103934665603ULL;
-    for (int i = 0; i < 4; ++i)
-        h = fnv1a(h, fields[i]);
+    uint64_t h = MHLA_FNV1A_SEED;
+    for (int i = 0; i < 4; ++i) /* with the terminator, so that ("ab", "c") and ("a", "bc") differ */
+        h = mhla__fnv1a(h, fields[i], strlen(fields[i]) + 1);
     return snprintf(buf, size, "%s/tuning-%016llx.txt", dir, (unsigned long long)h) < (int)size;
 }
 
