@@ -68,7 +68,8 @@ MHLA_API const char *mhla_version_string(void);
     X(ERR_SEQUENCE_TOO_LONG, 11, "the sequence is longer than the mixing matrix covers")             \
     X(ERR_CAPACITY_EXCEEDED, 12, "a decoder was stepped past its capacity")                          \
     X(ERR_CONFIG_MISMATCH, 13, "ranks of a sharded run disagree on the configuration or the shards")  \
-    X(ERR_MPI, 14, "an MPI call failed (MPI's error string is in the message)")
+    X(ERR_MPI, 14, "an MPI call failed (MPI's error string is in the message)")                      \
+    X(ERR_IO, 15, "a file could not be created, written or renamed (the message names it and why)")
 
 typedef enum mhla_status {
 #define MHLA_STATUS_ENUM_(name, value, text) MHLA_##name = value,
@@ -262,8 +263,9 @@ MHLA_API mhla_status mhla_tuning_db_get(mhla_context *ctx, int64_t dk, int64_t d
  * mhla_context_set_tuning() validates it; `comment` (may be NULL, one line) says where it came
  * from. The file is rewritten through a temporary and a rename, so readers never see half of it.
  * Plans created on ctx afterwards use the entry.
- * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT naming a bad value, or the file that could not be
- *         written; MHLA_ERR_UNSUPPORTED when there is no cache folder.
+ * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT naming a bad value; MHLA_ERR_IO naming the folder or
+ *         file that could not be created, written or renamed, and why; MHLA_ERR_UNSUPPORTED when
+ *         there is no cache folder.
  * Thread-safety: shares the context; not concurrently with another mhla_tuning_db_put() for the same
  * device, from any context or process (one of the two entries may be lost). */
 MHLA_API mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const char *spec,

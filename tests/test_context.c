@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -42,6 +44,7 @@ static void test_version_and_status_names(void **state)
         {MHLA_ERR_CAPACITY_EXCEEDED, 12, "MHLA_ERR_CAPACITY_EXCEEDED"},
         {MHLA_ERR_CONFIG_MISMATCH, 13, "MHLA_ERR_CONFIG_MISMATCH"},
         {MHLA_ERR_MPI, 14, "MHLA_ERR_MPI"},
+        {MHLA_ERR_IO, 15, "MHLA_ERR_IO"},
     };
     const size_t n = sizeof table / sizeof table[0];
 #define COUNT_ENTRY(name, value, text) +1
@@ -448,6 +451,29 @@ static void test_tuning_db(void **state)
     mhla_plan_destroy(plan);
     mhla_context_destroy(other);
     mhla_context_destroy(ctx);
+    /* disk failures are I/O failures naming the path: a database path that is a folder (the rename
+     * fails, the temporary is removed), a cache folder under a plain file (the folder cannot be made) */
+    ctx = test_context();
+    assert_int_equal(mhla_tuning_db_path(ctx, path, sizeof path), MHLA_OK);
+    assert_int_equal(remove(path), 0);
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_int_equal(mhla_tuning_db_put(ctx, 8, 8, "sum_rd=2", NULL), MHLA_ERR_IO);
+    assert_non_null(strstr(mhla_context_message(ctx), "cannot rename"));
+    assert_non_null(strstr(mhla_context_message(ctx), path));
+    assert_int_equal(rmdir(path), 0); /* empty: the temporary did not stay beside it either */
+    mhla_context_destroy(ctx);
+    char plain[4200], under[4300];
+    snprintf(plain, sizeof plain, "%s/plain", dir);
+    f = fopen(plain, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(under, sizeof under, "%s/cache", plain);
+    setenv("MHLA_CACHE_DIR", under, 1);
+    ctx = test_context();
+    assert_int_equal(mhla_tuning_db_put(ctx, 8, 8, "sum_rd=2", NULL), MHLA_ERR_IO);
+    assert_non_null(strstr(mhla_context_message(ctx), "cannot create the folder"));
+    mhla_context_destroy(ctx);
+    assert_int_equal(remove(plain), 0);
     /* no cache folder: no database, said so */
     setenv("MHLA_CACHE_DIR", "off", 1);
     ctx = test_context();

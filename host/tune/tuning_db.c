@@ -187,12 +187,12 @@ mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const 
     MHLA_FORWARD_IF_ERROR(st, mhla__tuning_apply(ctx, "mhla_tuning_db_put", spec, &scratch));
     MHLA_FORWARD_IF_ERROR(st, mhla_tuning_db_path(ctx, path, sizeof path));
     MHLA_FAIL_IF(st, !mhla__cache_dir(dir, sizeof dir) || (mkdir(dir, 0755) != 0 && errno != EEXIST), ctx,
-                 MHLA_ERR_INVALID_ARGUMENT, "mhla_tuning_db_put: cannot create the folder %s: %s", dir,
+                 MHLA_ERR_IO, "mhla_tuning_db_put: cannot create the folder %s: %s", dir,
                  strerror(errno));
     MHLA_FAIL_IF(st, snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp, ctx,
                  MHLA_ERR_INVALID_ARGUMENT, "mhla_tuning_db_put: the path %s is too long", path);
     fd = mkstemp(tmp);
-    MHLA_FAIL_IF(st, fd < 0, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_tuning_db_put: cannot create %s: %s", tmp,
+    MHLA_FAIL_IF(st, fd < 0, ctx, MHLA_ERR_IO, "mhla_tuning_db_put: cannot create %s: %s", tmp,
                  strerror(errno));
     f = fdopen(fd, "w");
     MHLA_FAIL_IF(st, !f, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "mhla_tuning_db_put: fdopen: %s", strerror(errno));
@@ -215,13 +215,13 @@ mhla_status mhla_tuning_db_put(mhla_context *ctx, int64_t dk, int64_t dv, const 
     }
     fprintf(f, "entry %lld %lld %s%s%s\n", (long long)dk, (long long)dv, spec, comment && *comment ? " # " : "",
             comment ? comment : "");
-    MHLA_FAIL_IF(st, fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0, ctx, MHLA_ERR_INVALID_ARGUMENT,
+    MHLA_FAIL_IF(st, fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0, ctx, MHLA_ERR_IO,
                  "mhla_tuning_db_put: writing %s failed: %s", tmp, strerror(errno));
     const int closed = fclose(f);
     f = NULL;
-    MHLA_FAIL_IF(st, closed != 0, ctx, MHLA_ERR_INVALID_ARGUMENT, "mhla_tuning_db_put: closing %s failed: %s", tmp,
+    MHLA_FAIL_IF(st, closed != 0, ctx, MHLA_ERR_IO, "mhla_tuning_db_put: closing %s failed: %s", tmp,
                  strerror(errno));
-    MHLA_FAIL_IF(st, rename(tmp, path) != 0, ctx, MHLA_ERR_INVALID_ARGUMENT,
+    MHLA_FAIL_IF(st, rename(tmp, path) != 0, ctx, MHLA_ERR_IO,
                  "mhla_tuning_db_put: cannot rename %s to %s: %s", tmp, path, strerror(errno));
     tmp[0] = '\0';
     /* This context sees the new entry from its next plan on. */

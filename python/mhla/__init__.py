@@ -15,7 +15,7 @@ feature_eps. pyopencl arrays work through mhla.Context.wrap(queue); PyTorch thro
 from ._context import Context
 from ._decoder import Decoder
 from ._ffi import (BlasError, BufferTooSmall, BuildFailed, CapacityExceeded, ConfigMismatch, DeviceError,
-                   DeviceNotFound, InvalidArgument, InvalidShape, MHLAError, MPIError, OpenCLError,
+                   DeviceNotFound, FileError, InvalidArgument, InvalidShape, MHLAError, MPIError, OpenCLError,
                    OutOfDeviceMemory, OutOfHostMemory, SequenceTooLong, Unsupported)
 from ._functions import (devices, diagnose, from_bf16, init_mixing, max_rel_err, reference_backward, reference_forward,
                          to_bf16, tolerance, tune, version)
@@ -25,4 +25,4 @@ __all__ = ["Context", "Decoder", "devices", "diagnose", "init_mixing", "referenc
            "max_rel_err", "tolerance", "tune", "to_bf16", "from_bf16", "version", "MHLAError",
            "InvalidArgument", "InvalidShape", "BufferTooSmall", "Unsupported", "DeviceError", "DeviceNotFound",
            "OutOfDeviceMemory", "OutOfHostMemory", "BuildFailed", "OpenCLError", "BlasError", "SequenceTooLong",
-           "CapacityExceeded", "ConfigMismatch", "MPIError"]
+           "CapacityExceeded", "ConfigMismatch", "MPIError", "FileError"]

@@ -105,6 +105,10 @@ class MPIError(MHLAError):
     """MHLA_ERR_MPI."""
 
 
+class FileError(MHLAError, OSError):
+    """MHLA_ERR_IO: a file could not be created, written or renamed (the message names it)."""
+
+
 ERRORS = {
     lib.MHLA_ERR_INVALID_ARGUMENT: InvalidArgument,
     lib.MHLA_ERR_INVALID_SHAPE: InvalidShape,
@@ -120,6 +124,7 @@ ERRORS = {
     lib.MHLA_ERR_CAPACITY_EXCEEDED: CapacityExceeded,
     lib.MHLA_ERR_CONFIG_MISMATCH: ConfigMismatch,
     lib.MHLA_ERR_MPI: MPIError,
+    lib.MHLA_ERR_IO: FileError,
 }
 
 

@@ -24,7 +24,8 @@ def test_status_classes_map_one_to_one():
         "MHLA_ERR_OUT_OF_HOST_MEMORY": mhla.OutOfHostMemory, "MHLA_ERR_BUILD_FAILED": mhla.BuildFailed,
         "MHLA_ERR_OPENCL": mhla.OpenCLError, "MHLA_ERR_BLAS": mhla.BlasError,
         "MHLA_ERR_SEQUENCE_TOO_LONG": mhla.SequenceTooLong, "MHLA_ERR_CAPACITY_EXCEEDED": mhla.CapacityExceeded,
-        "MHLA_ERR_CONFIG_MISMATCH": mhla.ConfigMismatch, "MHLA_ERR_MPI": mhla.MPIError}
+        "MHLA_ERR_CONFIG_MISMATCH": mhla.ConfigMismatch, "MHLA_ERR_MPI": mhla.MPIError,
+        "MHLA_ERR_IO": mhla.FileError}
     for name, cls in names.items():
         code = getattr(lib, name)
         e = _ffi.error(code, "the message")
