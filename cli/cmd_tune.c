@@ -486,7 +486,7 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
                                         "wg",         "groups_per_cu",              "split_min_len", "pf",
                                         "mix_kernel", "mix_mr",    "mix_ve",        "mix_nv",        "pre_mr",
                                         "pre_nv",     "tq",        "kt",            "gemm_rows",     "sm_bq",
-                                        "sm_bk",      "sm_vw",     "sm_rows",       "dg_parts"};
+                                        "sm_bk",      "sm_vw",     "sm_rows",       "dg_parts",      "bwd_acc"};
     mhla_device_info info;
     size_t index = 0, count = 0;
     memset(&info, 0, sizeof info);

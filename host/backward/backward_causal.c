@@ -23,61 +23,8 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
     mhla__free(b->mix_tiles);
 }
 
-/* Local-memory bytes of a tiled read-out whose rows are dx wide (kernels/backward_causal_readout.cl:
- * xs, ys, sc and cb). */
-static uint64_t readout_local(const mhla_tiles *t, int64_t dx)
-{
-    return ((uint64_t)t->bct_tq * (uint64_t)dx + (uint64_t)dx * (uint64_t)t->bct_kt +
-            (uint64_t)t->bct_tq * (uint64_t)t->bct_kt + (uint64_t)t->bct_kt) *
-           sizeof(float);
-}
-
-/* Work-items of a tiled read-out's group: column tiles of its dw-wide output x token groups. */
-static size_t readout_wg(const mhla_tiles *t, int64_t dw)
-{
-    return (size_t)(dw / (t->bct_ve * t->bct_nv)) * (size_t)(t->bct_tq / t->bct_rt);
-}
-
-/* The tiled read-outs' tiles, from the forward's causal read-out (causal_output.cl) on the same
- * device: its token rows, its vector width and vectors as far as they divide both Dk and Dv, its
- * tokens per group and keys per pass; then halved (keys first) until a group fits `fit`. */
-static void readout_tiles_fit(const mhla_config *c, const mhla_tiles *fwd, const mhla_fit *fit, mhla_tiles *t)
-{
-    int64_t both = c->dk, r = c->dv;
-    while (r) { /* gcd(Dk, Dv) */
-        const int64_t x = both % r;
-        both = r, r = x;
-    }
-    t->bct_ve = mhla__pow2_divisor(both, fwd->out_ve);
-    t->bct_nv = mhla__pow2_divisor(both / t->bct_ve, fwd->out_nv);
-    t->bct_rt = fwd->out_rt;
-    /* S and G rows per work-item: as many as keep BCT_SR x Dv / BWD_VV accumulator vectors within
-     * half a register file (readout_tiles in host/backward.c: 16 of AVX-512's, 8 otherwise) */
-    const int budget = t->bwd_vw >= 16 ? 16 : 8, nv = (int)(c->dv / t->bwd_vv);
-    t->bct_sr = mhla__pow2_divisor(c->dk, nv >= budget ? 1 : budget / nv);
-    t->bct_tq = fwd->tq / t->bct_rt * t->bct_rt;
-    t->bct_kt = (fwd->kt + t->bct_ve - 1) / t->bct_ve * t->bct_ve;
-    if (t->bct_tq < t->bct_rt)
-        t->bct_tq = t->bct_rt;
-    const int64_t dx = c->dk > c->dv ? c->dk : c->dv;
-    for (;;) {
-        const int wide = readout_wg(t, c->dk) > fit->wg || readout_wg(t, c->dv) > fit->wg;
-        if (readout_local(t, dx) > fit->local_bytes && t->bct_kt > t->bct_ve)
-            t->bct_kt = (t->bct_kt / 2 + t->bct_ve - 1) / t->bct_ve * t->bct_ve;
-        else if ((wide || readout_local(t, dx) > fit->local_bytes) && t->bct_tq > t->bct_rt)
-            t->bct_tq = t->bct_tq / 2 / t->bct_rt * t->bct_rt > t->bct_rt ? t->bct_tq / 2 / t->bct_rt * t->bct_rt
-                                                                          : t->bct_rt;
-        else if (wide && t->bct_nv > 1)
-            t->bct_nv /= 2;
-        else if (wide && t->bct_rt > 1)
-            t->bct_rt = t->bct_tq = t->bct_rt / 2;
-        else
-            break;
-    }
-}
-
 /* bc_dq, bc_dk, bc_dv (and bc_dmix_finish, bc_diag from the same program): built for tiles that fit
- * the device; a built kernel that reports fewer work-items or more local memory than its tiles need
+ * the device (tune/tiling.c); a built kernel that reports fewer work-items or more local memory than its tiles need
  * (rusticl on llvmpipe) tightens the fit for another build, as the forward's causal read-out does. */
 static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
 {
@@ -90,21 +37,15 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
     cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
     static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
     for (int attempt = 0;; ++attempt) {
-        readout_tiles_fit(c, &plan->causal->kern->tiling, &fit, &b->tiles);
-        MHLA_FAIL_IF(st, readout_wg(&b->tiles, c->dk) > fit.wg || readout_wg(&b->tiles, c->dv) > fit.wg ||
-                             readout_local(&b->tiles, c->dk > c->dv ? c->dk : c->dv) > fit.local_bytes,
-                     ctx, MHLA_ERR_UNSUPPORTED,
-                     "the causal backward's read-outs (dk = %lld, dv = %lld) do not fit %s (%zu work-items, %llu "
-                     "bytes of local memory usable)",
-                     (long long)c->dk, (long long)c->dv, ctx->device_name, fit.wg,
-                     (unsigned long long)fit.local_bytes);
+        MHLA_FORWARD_IF_ERROR(st, mhla__tiles_backward_causal(ctx, c, &plan->causal->kern->tuning, &fit, &b->tiles));
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &prog));
         int refit = 0;
         for (int i = 0; i < 3; ++i) {
             MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, names[i], ks[i]));
             const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
-            b->wg_bc_readout[i] = readout_wg(&b->tiles, dw);
-            const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], readout_local(&b->tiles, dx), &fit);
+            b->wg_bc_readout[i] = mhla__bc_readout_wg(&b->tiles, dw);
+            const int r =
+                mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], mhla__bc_readout_local(&b->tiles, dx), &fit);
             MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", names[i],
                          ctx->device_name);
             refit |= r;
