@@ -30,24 +30,6 @@ void mhla__backward_destroy(mhla_bwd *b)
     mhla__free(b);
 }
 
-/* Tokens per work-item and vector widths of the read-outs (kernels/backward_readout.cl): the row's
- * read-out width and tokens, with no more accumulator vectors per work-item than half a register
- * file holds: 16 of AVX-512's 32 (on PoCL, N=16384, M=64, D=64, 4 tokens x 4 vectors ran the
- * backward in 64 and 72 ms against 80 and 110 ms with 8; a noisy machine, two runs each), 8 of
- * AVX2's 16, and 8 vectors (32 floats) on GPUs, whose rows have 4-wide vectors. */
-static void readout_tiles(const mhla_plan *plan, mhla_tiles *t)
-{
-    const mhla_config *c = &plan->cfg;
-    const mhla_tuning *tu = plan->causal ? &plan->causal->kern->tuning : &plan->tuning;
-    t->bwd_vw = tu->out_ve >= 1 ? mhla__pow2_divisor(16, tu->out_ve) : 1;
-    t->bwd_vk = mhla__pow2_divisor(c->dk, t->bwd_vw);
-    t->bwd_vv = mhla__pow2_divisor(c->dv, t->bwd_vw);
-    const int nk = (int)(c->dk / t->bwd_vk), nv = (int)(c->dv / t->bwd_vv), widest = nk > nv ? nk : nv;
-    const int budget = t->bwd_vw >= 16 ? 16 : 8;
-    const int fit = widest >= budget ? 1 : budget / widest;
-    t->bwd_rt = tu->out_rt < 1 ? 1 : tu->out_rt > fit ? fit : tu->out_rt;
-}
-
 /* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS), a
  * transposed one, Mc^T, dMc's partial sums (one M x M per chunk of a summary row), and for the
  * paper and official normalizers dL/dden_t, one float per token (the official normalizer also
@@ -173,8 +155,9 @@ mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
     b = mhla__calloc(1, sizeof *b);
     MHLA_FAIL_IF(st, !b, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating the backward pass");
     b->cfg = plan->cfg;
+    /* the forward's tiles, with the backward's read-outs (tune/tiling.c) */
     b->tiles = plan->causal ? plan->causal->kern->tiling : plan->tiles;
-    readout_tiles(plan, &b->tiles);
+    mhla__tiles_backward(&plan->cfg, plan->causal ? &plan->causal->kern->tuning : &plan->tuning, &b->tiles);
     if (plan->cfg.causal)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_causal_setup(plan, b));
     else

@@ -12,6 +12,20 @@
 /* Staging buffers of mhla_backward_host(), beside the forward's q, k, v and mixing ones. */
 enum { MHLA_BWD_DOUT, MHLA_BWD_DQ, MHLA_BWD_DK, MHLA_BWD_DV, MHLA_BWD_DMIX, MHLA_BWD_STAGES };
 
+/* One entry of the causal backward's chunk table, one chunk of a batch element or packed sequence:
+ * kernels/backward_causal*.cl read the table as rows of 8 ints in this order (ENT(k, f)). */
+typedef struct mhla_bc_entry {
+    cl_int first_token;  /* the chunk's first token in the tensors' rows */
+    cl_int tokens;       /* its tokens: C, fewer for a sequence's last */
+    cl_int chunk;        /* its index i in its sequence */
+    cl_int first_entry;  /* the entry of its sequence's chunk 0 */
+    cl_int chunks;       /* chunks of its sequence */
+    cl_int batch;        /* its batch element (0 for packed sequences) */
+    cl_int slot_batch;   /* batch elements in the forward's slots (1 for packed sequences) */
+    cl_int unused;       /* rows of 8 */
+} mhla_bc_entry;
+_Static_assert(sizeof(mhla_bc_entry) == 8 * sizeof(cl_int), "the kernels read rows of 8 ints");
+
 typedef struct mhla_bwd {
     mhla_config cfg;   /* the plan's, resolved */
     mhla_tiles tiles;  /* the plan's, with the backward's bwd_* */
@@ -42,7 +56,7 @@ typedef struct mhla_bwd {
     size_t wg_bc_readout[3]; /* work-items of bc_dq, bc_dk and bc_dv's groups (their tiles) */
     cl_mem slots_s, slots_p, slots_g, slots_ds, slots_gt, slots_dst, diag; /* S^T, P^T, G, dS, G^T, dS^T */
     size_t entries_cap; /* chunk-table entries the buffers hold */
-    int32_t *tab_host; /* the chunk table of the last call, copied into a buffer per call */
+    mhla_bc_entry *table; /* the chunk table of the last call, copied into a buffer per call */
     cl_int4 *mix_tiles;  /* its prefix tiles, then as many suffix tiles (causal_prefix.cl) */
     size_t n_mix_tiles;
 } mhla_bwd;

@@ -19,61 +19,8 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
-    mhla__free(b->tab_host);
+    mhla__free(b->table);
     mhla__free(b->mix_tiles);
-}
-
-/* Local-memory bytes of a tiled read-out whose rows are dx wide (kernels/backward_causal_readout.cl:
- * xs, ys, sc and cb). */
-static uint64_t readout_local(const mhla_tiles *t, int64_t dx)
-{
-    return ((uint64_t)t->bct_tq * (uint64_t)dx + (uint64_t)dx * (uint64_t)t->bct_kt +
-            (uint64_t)t->bct_tq * (uint64_t)t->bct_kt + (uint64_t)t->bct_kt) *
-           sizeof(float);
-}
-
-/* Work-items of a tiled read-out's group: column tiles of its dw-wide output x token groups. */
-static size_t readout_wg(const mhla_tiles *t, int64_t dw)
-{
-    return (size_t)(dw / (t->bct_ve * t->bct_nv)) * (size_t)(t->bct_tq / t->bct_rt);
-}
-
-/* The tiled read-outs' tiles, from the forward's causal read-out (causal_output.cl) on the same
- * device: its token rows, its vector width and vectors as far as they divide both Dk and Dv, its
- * tokens per group and keys per pass; then halved (keys first) until a group fits `fit`. */
-static void readout_tiles_fit(const mhla_config *c, const mhla_tiles *fwd, const mhla_fit *fit, mhla_tiles *t)
-{
-    int64_t both = c->dk, r = c->dv;
-    while (r) { /* gcd(Dk, Dv) */
-        const int64_t x = both % r;
-        both = r, r = x;
-    }
-    t->bct_ve = mhla__pow2_divisor(both, fwd->out_ve);
-    t->bct_nv = mhla__pow2_divisor(both / t->bct_ve, fwd->out_nv);
-    t->bct_rt = fwd->out_rt;
-    /* S and G rows per work-item: as many as keep BCT_SR x Dv / BWD_VV accumulator vectors within
-     * half a register file (readout_tiles in host/backward.c: 16 of AVX-512's, 8 otherwise) */
-    const int budget = t->bwd_vw >= 16 ? 16 : 8, nv = (int)(c->dv / t->bwd_vv);
-    t->bct_sr = mhla__pow2_divisor(c->dk, nv >= budget ? 1 : budget / nv);
-    t->bct_tq = fwd->tq / t->bct_rt * t->bct_rt;
-    t->bct_kt = (fwd->kt + t->bct_ve - 1) / t->bct_ve * t->bct_ve;
-    if (t->bct_tq < t->bct_rt)
-        t->bct_tq = t->bct_rt;
-    const int64_t dx = c->dk > c->dv ? c->dk : c->dv;
-    for (;;) {
-        const int wide = readout_wg(t, c->dk) > fit->wg || readout_wg(t, c->dv) > fit->wg;
-        if (readout_local(t, dx) > fit->local_bytes && t->bct_kt > t->bct_ve)
-            t->bct_kt = (t->bct_kt / 2 + t->bct_ve - 1) / t->bct_ve * t->bct_ve;
-        else if ((wide || readout_local(t, dx) > fit->local_bytes) && t->bct_tq > t->bct_rt)
-            t->bct_tq = t->bct_tq / 2 / t->bct_rt * t->bct_rt > t->bct_rt ? t->bct_tq / 2 / t->bct_rt * t->bct_rt
-                                                                          : t->bct_rt;
-        else if (wide && t->bct_nv > 1)
-            t->bct_nv /= 2;
-        else if (wide && t->bct_rt > 1)
-            t->bct_rt = t->bct_tq = t->bct_rt / 2;
-        else
-            break;
-    }
 }
 
 /* mhla__fit_build's steps for the read-outs: the plan, its backward, and the program built. */
@@ -92,19 +39,13 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
     mhla_bwd *b = rt->b;
     cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
     static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
-    readout_tiles_fit(c, &rt->plan->causal->kern->tiling, fit, &b->tiles);
-    MHLA_FAIL_IF(st, readout_wg(&b->tiles, c->dk) > fit->wg || readout_wg(&b->tiles, c->dv) > fit->wg ||
-                         readout_local(&b->tiles, c->dk > c->dv ? c->dk : c->dv) > fit->local_bytes,
-                 ctx, MHLA_ERR_UNSUPPORTED,
-                 "the causal backward's read-outs (dk = %lld, dv = %lld) do not fit %s (%zu work-items, %llu "
-                 "bytes of local memory usable)",
-                 (long long)c->dk, (long long)c->dv, ctx->device_name, fit->wg, (unsigned long long)fit->local_bytes);
+    MHLA_FORWARD_IF_ERROR(st, mhla__tiles_backward_causal(ctx, c, &rt->plan->causal->kern->tuning, fit, &b->tiles));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &rt->prog));
     for (int i = 0; i < 3; ++i) {
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, rt->prog, names[i], ks[i]));
         const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
-        b->wg_bc_readout[i] = readout_wg(&b->tiles, dw);
-        const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], readout_local(&b->tiles, dx), fit);
+        b->wg_bc_readout[i] = mhla__bc_readout_wg(&b->tiles, dw);
+        const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], mhla__bc_readout_local(&b->tiles, dx), fit);
         MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", names[i],
                      ctx->device_name);
         *refit |= r;
@@ -132,7 +73,7 @@ static void readout_why(void *arg, const mhla_fit *fit, char *buf, size_t size)
 }
 
 /* bc_dq, bc_dk, bc_dv (and bc_dmix_finish, bc_diag from the same program): built for tiles that fit
- * the device; a built kernel that reports fewer work-items or more local memory than its tiles need
+ * the device (tune/tiling.c); a built kernel that reports fewer work-items or more local memory than its tiles need
  * (rusticl on llvmpipe) tightens the fit for another build, as the forward's causal read-out does. */
 static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
 {
@@ -198,7 +139,7 @@ cleanup:
     return st;
 }
 
-/* The chunk table of one call into b->tab_host, and the mixtures' tiles into b->mix_tiles: runs of
+/* The chunk table of one call into b->table, and the mixtures' tiles into b->mix_tiles: runs of
  * up to mix_mr consecutive chunks of one sequence, starting at multiples of mix_mr as the forward's;
  * the prefix tile {first entry, rows, i, entry of chunk 0} and the suffix tile {chunks of the
  * sequence, rows, i, entry of chunk 0}. Returns the entries, *tiles the tiles; `write` 0 counts them
@@ -228,15 +169,15 @@ static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, 
             }
             if (!write)
                 continue;
-            int32_t *e = b->tab_host + k * 8;
-            e[0] = (int32_t)(t0 + i * C);
-            e[1] = (int32_t)(len - i * C < C ? len - i * C : C);
-            e[2] = (int32_t)i;
-            e[3] = (int32_t)base;
-            e[4] = (int32_t)m;
-            e[5] = cu ? 0 : (int32_t)s;
-            e[6] = cu ? 1 : (int32_t)plan->cfg.batch; /* batch elements in the forward's slots */
-            e[7] = 0;
+            mhla_bc_entry *e = &b->table[k];
+            e->first_token = (cl_int)(t0 + i * C);
+            e->tokens = (cl_int)(len - i * C < C ? len - i * C : C);
+            e->chunk = (cl_int)i;
+            e->first_entry = (cl_int)base;
+            e->chunks = (cl_int)m;
+            e->batch = cu ? 0 : (cl_int)s;
+            e->slot_batch = cu ? 1 : (cl_int)plan->cfg.batch;
+            e->unused = 0;
         }
     }
     *tiles = nt;
@@ -248,7 +189,7 @@ static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, 
 static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t tiles)
 {
     mhla_status st = MHLA_OK;
-    if (entries <= b->entries_cap && b->tab_host)
+    if (entries <= b->entries_cap && b->table)
         goto tiles;
     const size_t slot = (size_t)plan->cfg.heads * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float);
     cl_mem *slots[] = {&b->slots_s, &b->slots_p, &b->slots_g, &b->slots_ds, &b->slots_gt, &b->slots_dst};
@@ -268,10 +209,10 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t 
         clReleaseMemObject(b->diag);
         b->diag = NULL;
     }
-    mhla__free(b->tab_host);
+    mhla__free(b->table);
     b->entries_cap = 0;
-    b->tab_host = mhla__malloc(entries * 8 * sizeof(int32_t));
-    MHLA_FAIL_IF(st, !b->tab_host, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the chunk table");
+    b->table = mhla__malloc(entries * sizeof *b->table);
+    MHLA_FAIL_IF(st, !b->table, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the chunk table");
     for (size_t i = 0; i < nslots; ++i)
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * slot, what[i], slots[i]));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
@@ -291,20 +232,318 @@ cleanup:
     return st;
 }
 
-/* Arguments 0..9 of bc_scalars, bc_dq, bc_dk and bc_dv: q, k, v, dO, Mc and its rows, the chunk
- * table, a slot buffer (P^T, dS^T or dS) and the per-token normalizer terms. */
-static mhla_status token_args(mhla_context *ctx, cl_kernel kr, const cl_mem in[4], cl_mem mixing, cl_int lda,
-                              cl_mem tab, cl_mem slots, cl_mem inv, cl_mem r)
+/* One call of the causal backward, as every stage below reads it: the plan and its backward, the
+ * caller's buffers, the chunk table's size and device copies, and the launch shapes stages share. */
+typedef struct bc_call {
+    mhla_plan *plan;
+    mhla_bwd *b;
+    cl_mem in[4]; /* q, k, v, dO */
+    cl_mem mixing;
+    cl_mem inv, r;                    /* per token 1/den and dL/dden (b->diag where no normalizer reads them) */
+    cl_mem tab, pre_tiles, suf_tiles; /* the chunk table, the prefix and the suffix mixtures' tiles */
+    size_t entries, ntiles;
+    cl_int lda, heads, nent;
+    float feps, scale, eps;
+    size_t tokens;           /* a chunk's: C, or N when shorter */
+    size_t tile[3];          /* bc_summary, bc_grad, bc_transpose: (Dk / BCT_SR, H, entries) */
+    cl_long width;           /* floats of an entry's slots, every head */
+    size_t mext[3], mloc[3]; /* the mixtures' launch */
+} bc_call;
+
+/* The table, counted, then written into buffers grown for it (x->entries 0: every packed sequence
+ * empty). It goes to the device as the forward's chunk tables do: buffers made from the host copies
+ * (no queue command, so nothing here waits for the caller's events), released once the call is
+ * enqueued (the runtime keeps them until the kernels that use them are done). */
+static mhla_status table(bc_call *x, const int32_t *cu, size_t num_seqs)
 {
     mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    mhla_bwd *b = x->b;
+    x->entries = fill_table(x->plan, b, cu, num_seqs, 0, &x->ntiles);
+    if (x->entries == 0)
+        goto cleanup;
+    MHLA_FORWARD_IF_ERROR(st, reserve(x->plan, b, x->entries, x->ntiles));
+    fill_table(x->plan, b, cu, num_seqs, 1, &x->ntiles);
+    cl_int err = CL_SUCCESS;
+    x->tab = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, x->entries * sizeof *b->table,
+                                    b->table, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the chunk table)");
+    x->pre_tiles = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                          x->ntiles * sizeof(cl_int4), b->mix_tiles, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the prefix tiles)");
+    x->suf_tiles = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                          x->ntiles * sizeof(cl_int4), b->mix_tiles + x->ntiles, &err);
+    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the suffix tiles)");
+cleanup:
+    return st;
+}
+
+/* The launch shapes of a table of x->entries chunks in x->ntiles mixture tiles. */
+static void shapes(bc_call *x)
+{
+    const mhla_config *c = &x->plan->cfg;
+    const mhla_bwd *b = x->b;
+    x->nent = (cl_int)x->entries;
+    x->tokens = (size_t)(c->chunk < x->plan->shape.n ? c->chunk : x->plan->shape.n);
+    x->tile[0] = (size_t)(c->dk / b->tiles.bct_sr), x->tile[1] = (size_t)x->heads, x->tile[2] = x->entries;
+    /* the mixtures: MIX_MR chunks x PRE_VE * MIX_NV floats of their entries' slots per work-item, the
+     * tiles the fast dimension (kernels/causal_prefix.cl) */
+    x->width = (cl_long)x->heads * c->dk * (c->dv + 1);
+    const size_t cols = (size_t)b->tiles.pre_ve * (size_t)b->tiles.mix_nv;
+    x->mext[0] = x->ntiles, x->mext[1] = ((size_t)x->width + cols - 1) / cols, x->mext[2] = 1;
+    x->mloc[0] = x->ntiles < b->lws_bc_mix ? x->ntiles : b->lws_bc_mix, x->mloc[1] = x->mloc[2] = 1;
+}
+
+/* S and P from the plan's last forward of these buffers (mhla_plan_save_for_backward). */
+static mhla_status from_forward(const bc_call *x, cl_uint num_wait, const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const mhla_causal_plan *cp = x->plan->causal;
+    const size_t full[3] = {(size_t)x->plan->cfg.dk, (size_t)x->heads, x->entries};
+    size_t floc[3];
+    mhla__local_size_3d(ctx, x->b->k_bc_from_forward, full, (size_t)x->b->tiles.wg, floc);
+    cl_kernel kr = x->b->k_bc_from_forward;
+    MHLA_SET_ARG(st, ctx, kr, 0, cp->sums);
+    MHLA_SET_ARG(st, ctx, kr, 1, cp->pref);
+    MHLA_SET_ARG(st, ctx, kr, 2, x->tab);
+    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_s);
+    MHLA_SET_ARG(st, ctx, kr, 4, x->b->slots_p);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->heads);
+    MHLA_SET_ARG(st, ctx, kr, 6, x->nent);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, full, floc, num_wait, wait, NULL, "bc_from_forward"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* The chunk summaries S_j, recomputed (bc_summary). */
+static mhla_status summaries(const bc_call *x, cl_uint num_wait, const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    cl_kernel kr = x->b->k_bc_summary;
+    MHLA_SET_ARG(st, ctx, kr, 0, x->in[1]);
+    MHLA_SET_ARG(st, ctx, kr, 1, x->in[2]);
+    MHLA_SET_ARG(st, ctx, kr, 2, x->tab);
+    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_s);
+    MHLA_SET_ARG(st, ctx, kr, 4, x->plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->feps);
+    MHLA_SET_ARG(st, ctx, kr, 6, x->nent);
+    MHLA_FORWARD_IF_ERROR(st,
+                          mhla__launch(ctx, kr, 3, x->tile, x->b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* P_i = sum_{j<i} Mc[i,j] S_j, every sum in the kernel (no CLBlast blocks). */
+static mhla_status prefix_mixtures(const bc_call *x)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const cl_int n_tiles = (cl_int)x->ntiles, no_gemm = 0;
+    cl_kernel kr = x->b->k_bc_prefix;
+    MHLA_SET_ARG(st, ctx, kr, 0, x->b->slots_s);
+    MHLA_SET_ARG(st, ctx, kr, 1, x->mixing);
+    MHLA_SET_ARG(st, ctx, kr, 2, x->pre_tiles);
+    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_p);
+    MHLA_SET_ARG(st, ctx, kr, 4, x->lda);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->width);
+    MHLA_SET_ARG(st, ctx, kr, 6, no_gemm);
+    MHLA_SET_ARG(st, ctx, kr, 7, n_tiles);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL, "causal_prefix (backward)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* Arguments 0..9 of bc_scalars, bc_dq, bc_dk and bc_dv: q, k, v, dO, Mc and its rows, the chunk
+ * table, a slot buffer (P^T, dS^T or dS) and the per-token normalizer terms. */
+static mhla_status token_args(const bc_call *x, cl_kernel kr, cl_mem slots)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
     for (cl_uint i = 0; i < 4; ++i)
-        MHLA_SET_ARG(st, ctx, kr, i, in[i]);
-    MHLA_SET_ARG(st, ctx, kr, 4, mixing);
-    MHLA_SET_ARG(st, ctx, kr, 5, lda);
-    MHLA_SET_ARG(st, ctx, kr, 6, tab);
+        MHLA_SET_ARG(st, ctx, kr, i, x->in[i]);
+    MHLA_SET_ARG(st, ctx, kr, 4, x->mixing);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->lda);
+    MHLA_SET_ARG(st, ctx, kr, 6, x->tab);
     MHLA_SET_ARG(st, ctx, kr, 7, slots);
-    MHLA_SET_ARG(st, ctx, kr, 8, inv);
-    MHLA_SET_ARG(st, ctx, kr, 9, r);
+    MHLA_SET_ARG(st, ctx, kr, 8, x->inv);
+    MHLA_SET_ARG(st, ctx, kr, 9, x->r);
+cleanup:
+    return st;
+}
+
+/* The paper normalizer's per-token 1/den_t and dL/dden_t (bc_scalars, from P). */
+static mhla_status scalars(const bc_call *x)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const size_t tok[3] = {x->tokens, (size_t)x->heads, x->entries};
+    cl_kernel kr = x->b->k_bc_scalars;
+    MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, x->b->slots_p));
+    MHLA_SET_ARG(st, ctx, kr, 10, x->plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 11, x->feps);
+    MHLA_SET_ARG(st, ctx, kr, 12, x->scale);
+    MHLA_SET_ARG(st, ctx, kr, 13, x->eps);
+    MHLA_SET_ARG(st, ctx, kr, 14, x->nent);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, x->b->lws_bc_token, 0, NULL, NULL, "bc_scalars"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* The gradient summaries G_i and G_i^T (bc_grad). */
+static mhla_status gradient_summaries(const bc_call *x)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    cl_kernel kr = x->b->k_bc_grad;
+    MHLA_SET_ARG(st, ctx, kr, 0, x->in[0]);
+    MHLA_SET_ARG(st, ctx, kr, 1, x->in[3]);
+    MHLA_SET_ARG(st, ctx, kr, 2, x->inv);
+    MHLA_SET_ARG(st, ctx, kr, 3, x->r);
+    MHLA_SET_ARG(st, ctx, kr, 4, x->tab);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->b->slots_g);
+    MHLA_SET_ARG(st, ctx, kr, 6, x->b->slots_gt);
+    MHLA_SET_ARG(st, ctx, kr, 7, x->plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 8, x->feps);
+    MHLA_SET_ARG(st, ctx, kr, 9, x->scale);
+    MHLA_SET_ARG(st, ctx, kr, 10, x->nent);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, x->tile, x->b->lws_bc_tile, 0, NULL, NULL, "bc_grad"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* dS_j = sum_{i>j} Mc[i,j] G_i for dv (causal_suffix), and dS^T for dk (bc_transpose). */
+static mhla_status suffix_mixtures(const bc_call *x)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const cl_int n_tiles = (cl_int)x->ntiles;
+    cl_kernel kr = x->b->k_bc_suffix;
+    MHLA_SET_ARG(st, ctx, kr, 0, x->b->slots_g);
+    MHLA_SET_ARG(st, ctx, kr, 1, x->mixing);
+    MHLA_SET_ARG(st, ctx, kr, 2, x->suf_tiles);
+    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_ds);
+    MHLA_SET_ARG(st, ctx, kr, 4, x->lda);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->width);
+    MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL, "causal_suffix (backward)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    kr = x->b->k_bc_transpose;
+    MHLA_SET_ARG(st, ctx, kr, 0, x->b->slots_ds);
+    MHLA_SET_ARG(st, ctx, kr, 1, x->b->slots_dst);
+    MHLA_SET_ARG(st, ctx, kr, 2, x->heads);
+    MHLA_SET_ARG(st, ctx, kr, 3, x->nent);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, x->tile, x->b->lws_bc_tile, 0, NULL, NULL, "bc_transpose"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* The tiled read-outs: dq from P^T, dk from dS^T, dv from dS. */
+static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const mhla_bwd *b = x->b;
+    const cl_int tiles_per_chunk = (cl_int)((x->tokens + (size_t)b->tiles.bct_tq - 1) / (size_t)b->tiles.bct_tq);
+    const cl_kernel ks[3] = {b->k_bc_dq, b->k_bc_dk, b->k_bc_dv};
+    const cl_mem from[3] = {b->slots_p, b->slots_dst, b->slots_ds}, to[3] = {dq, dk, dv};
+    static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
+    for (int i = 0; i < 3; ++i) {
+        cl_kernel kr = ks[i];
+        MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, from[i]));
+        MHLA_SET_ARG(st, ctx, kr, 10, to[i]);
+        MHLA_SET_ARG(st, ctx, kr, 11, x->plan->grid);
+        MHLA_SET_ARG(st, ctx, kr, 12, x->feps);
+        MHLA_SET_ARG(st, ctx, kr, 13, x->scale);
+        MHLA_SET_ARG(st, ctx, kr, 14, tiles_per_chunk);
+        const size_t ext[3] = {b->wg_bc_readout[i], (size_t)x->heads, x->entries * (size_t)tiles_per_chunk};
+        const size_t loc[3] = {b->wg_bc_readout[i], 1, 1};
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, names[i]));
+    }
+cleanup:
+    return st;
+}
+
+/* dMc's diagonal terms, in bc_dg parts per (chunk, head) (bc_diag). */
+static mhla_status dmc_diagonal(const bc_call *x)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const cl_int parts = (cl_int)x->b->tiles.bct_dg;
+    const size_t dext[3] = {(size_t)parts, (size_t)x->heads, x->entries}, dloc[3] = {(size_t)parts, 1, 1};
+    cl_kernel kr = x->b->k_bc_diag;
+    for (cl_uint i = 0; i < 4; ++i)
+        MHLA_SET_ARG(st, ctx, kr, i, x->in[i]);
+    MHLA_SET_ARG(st, ctx, kr, 4, x->tab);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->inv);
+    MHLA_SET_ARG(st, ctx, kr, 6, x->r);
+    MHLA_SET_ARG(st, ctx, kr, 7, x->b->diag);
+    MHLA_SET_ARG(st, ctx, kr, 8, x->plan->grid);
+    MHLA_SET_ARG(st, ctx, kr, 9, x->feps);
+    MHLA_SET_ARG(st, ctx, kr, 10, x->scale);
+    MHLA_SET_ARG(st, ctx, kr, 11, x->nent);
+    MHLA_SET_ARG(st, ctx, kr, 12, parts);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, dext, dloc, 0, NULL, NULL, "bc_diag"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* dMc below the diagonal: <G_i, S_j> per sequence (its entries are consecutive, from its chunk 0),
+ * summed over the sequences in table order after the longest, whose product covers every row
+ * written; *covered receives its chunks. */
+static mhla_status dmc_products(const bc_call *x, cl_mem dmixing, cl_int *covered)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const mhla_config *c = &x->plan->cfg;
+    const mhla_bc_entry *tab = x->b->table;
+    const size_t len = (size_t)x->heads * (size_t)c->dk * (size_t)(c->dv + 1);
+    size_t longest = 0;
+    for (size_t kk = 0; kk < x->entries; ++kk)
+        if (tab[kk].chunk == 0 && tab[kk].chunks > tab[longest].chunks)
+            longest = kk;
+    *covered = tab[longest].chunks;
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(x->plan, x->b, x->b->slots_gt, x->b->slots_s, longest * len, len,
+                                                     dmixing, *covered, x->lda, 0));
+    for (size_t kk = 0; kk < x->entries; ++kk) {
+        if (tab[kk].chunk != 0 || kk == longest)
+            continue;
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(x->plan, x->b, x->b->slots_gt, x->b->slots_s, kk * len, len,
+                                                         dmixing, tab[kk].chunks, x->lda, 1));
+    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* dMc's diagonal added to the rows the products covered (bc_dmix_finish). */
+static mhla_status dmc_finish(const bc_call *x, cl_mem dmixing, cl_int covered)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const size_t fext[3] = {(size_t)x->lda, (size_t)x->lda, 1};
+    size_t floc[3];
+    mhla__local_size_3d(ctx, x->b->k_bc_dmix_finish, fext, (size_t)x->b->tiles.wg, floc);
+    const cl_int dparts = (cl_int)x->b->tiles.bct_dg;
+    cl_kernel kr = x->b->k_bc_dmix_finish;
+    MHLA_SET_ARG(st, ctx, kr, 0, x->tab);
+    MHLA_SET_ARG(st, ctx, kr, 1, x->b->diag);
+    MHLA_SET_ARG(st, ctx, kr, 2, dmixing);
+    MHLA_SET_ARG(st, ctx, kr, 3, x->lda);
+    MHLA_SET_ARG(st, ctx, kr, 4, covered);
+    MHLA_SET_ARG(st, ctx, kr, 5, x->heads);
+    MHLA_SET_ARG(st, ctx, kr, 6, x->nent);
+    MHLA_SET_ARG(st, ctx, kr, 7, dparts);
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, fext, floc, 0, NULL, NULL, "bc_dmix_finish"));
 cleanup:
     return st;
 }
@@ -318,207 +557,53 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
     mhla_context *ctx = plan->ctx;
     const mhla_config *c = &plan->cfg;
     char msg[512];
-    cl_mem tab = NULL, mix_tab = NULL, mix_tab_suffix = NULL;
+    bc_call x = {.plan = plan,
+                 .b = b,
+                 .in = {q, k, v, dout},
+                 .mixing = mixing,
+                 .lda = (cl_int)c->mixing_rows,
+                 .heads = (cl_int)c->heads,
+                 .feps = c->feature_eps,
+                 .scale = c->scale,
+                 .eps = c->eps};
     if (cu_seqlens) {
         st = mhla__cu_seqlens_check(cu_seqlens, num_seqs, plan->shape.n, c->chunk, c->mixing_rows, msg, sizeof msg);
         MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "mhla_backward_varlen: %s", msg);
     }
-    size_t ntiles = 0;
-    const size_t entries = fill_table(plan, b, cu_seqlens, num_seqs, 0, &ntiles);
-    if (entries == 0) /* every packed sequence empty: nothing to differentiate */
+    MHLA_FORWARD_IF_ERROR(st, table(&x, cu_seqlens, num_seqs));
+    if (x.entries == 0) /* every packed sequence empty: nothing to differentiate */
         goto cleanup;
-    MHLA_FORWARD_IF_ERROR(st, reserve(plan, b, entries, ntiles));
-    fill_table(plan, b, cu_seqlens, num_seqs, 1, &ntiles);
-    /* The table goes to the device as the forward's chunk tables do: a buffer made from the host
-     * copy (no queue command, so nothing here waits for the caller's events), released once
-     * enqueued (the runtime keeps it until the kernels that use it are done). */
-    cl_int err = CL_SUCCESS;
-    tab = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, entries * 8 * sizeof(int32_t),
-                         b->tab_host, &err);
-    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the chunk table)");
-    const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
-    const cl_int lda = (cl_int)c->mixing_rows, heads = (cl_int)c->heads, nent = (cl_int)entries;
-    const size_t ch = (size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n);
-    const size_t tok[3] = {ch, (size_t)heads, entries};
-    /* bc_summary, bc_grad: BCT_SR rows each */
-    const size_t tile[3] = {(size_t)(c->dk / b->tiles.bct_sr), (size_t)heads, entries};
-    /* the mixtures: MIX_MR chunks x PRE_VE * MIX_NV floats of their entries' slots per work-item, the
-     * tiles the fast dimension (kernels/causal_prefix.cl) */
-    const cl_long width = (cl_long)heads * c->dk * (c->dv + 1);
-    const cl_int n_tiles = (cl_int)ntiles, no_gemm = 0;
-    const size_t cols = (size_t)b->tiles.pre_ve * (size_t)b->tiles.mix_nv;
-    const size_t mext[3] = {ntiles, ((size_t)width + cols - 1) / cols, 1};
-    const size_t mloc[3] = {ntiles < b->lws_bc_mix ? ntiles : b->lws_bc_mix, 1, 1};
-    mix_tab = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, ntiles * sizeof(cl_int4),
-                                     b->mix_tiles, &err);
-    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the prefix tiles)");
-    mix_tab_suffix = mhla__cl_create_buffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                            ntiles * sizeof(cl_int4), b->mix_tiles + ntiles, &err);
-    MHLA_CL_TRY(st, ctx, err, "clCreateBuffer (the suffix tiles)");
-    cl_mem inv = b->inv ? b->inv : b->diag, r = b->r ? b->r : b->diag; /* unread without a normalizer */
-    const cl_mem in[4] = {q, k, v, dout};
-    cl_kernel kr;
+    shapes(&x);
+    x.inv = b->inv ? b->inv : b->diag, x.r = b->r ? b->r : b->diag; /* unread without a normalizer */
 
     /* S and P: kept from the plan's last forward of these buffers (mhla_plan_save_for_backward; plain
      * causal plans only), else recomputed */
     const mhla_causal_plan *cp = plan->causal;
-    const int reuse = !cu_seqlens && plan->saved && plan->saved_in[0] == q && plan->saved_in[1] == k &&
-                      plan->saved_in[2] == v && plan->saved_in[3] == mixing && cp && cp->sums && cp->pref;
-    if (reuse) {
-        const size_t full[3] = {(size_t)c->dk, (size_t)heads, entries};
-        size_t floc[3];
-        mhla__local_size_3d(ctx, b->k_bc_from_forward, full, (size_t)b->tiles.wg, floc);
-        kr = b->k_bc_from_forward;
-        MHLA_SET_ARG(st, ctx, kr, 0, cp->sums);
-        MHLA_SET_ARG(st, ctx, kr, 1, cp->pref);
-        MHLA_SET_ARG(st, ctx, kr, 2, tab);
-        MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
-        MHLA_SET_ARG(st, ctx, kr, 4, b->slots_p);
-        MHLA_SET_ARG(st, ctx, kr, 5, heads);
-        MHLA_SET_ARG(st, ctx, kr, 6, nent);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, full, floc, num_wait, wait, NULL, "bc_from_forward"));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (!cu_seqlens && plan->saved && plan->saved_in[0] == q && plan->saved_in[1] == k && plan->saved_in[2] == v &&
+        plan->saved_in[3] == mixing && cp && cp->sums && cp->pref) {
+        MHLA_FORWARD_IF_ERROR(st, from_forward(&x, num_wait, wait));
     } else {
         plan->saved = 0;
-        kr = b->k_bc_summary;
-        MHLA_SET_ARG(st, ctx, kr, 0, k);
-        MHLA_SET_ARG(st, ctx, kr, 1, v);
-        MHLA_SET_ARG(st, ctx, kr, 2, tab);
-        MHLA_SET_ARG(st, ctx, kr, 3, b->slots_s);
-        MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 5, feps);
-        MHLA_SET_ARG(st, ctx, kr, 6, nent);
-        MHLA_FORWARD_IF_ERROR(st,
-                              mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        kr = b->k_bc_prefix; /* P_i = sum_{j<i} Mc[i,j] S_j, every sum in the kernel (no CLBlast blocks) */
-        MHLA_SET_ARG(st, ctx, kr, 0, b->slots_s);
-        MHLA_SET_ARG(st, ctx, kr, 1, mixing);
-        MHLA_SET_ARG(st, ctx, kr, 2, mix_tab);
-        MHLA_SET_ARG(st, ctx, kr, 3, b->slots_p);
-        MHLA_SET_ARG(st, ctx, kr, 4, lda);
-        MHLA_SET_ARG(st, ctx, kr, 5, width);
-        MHLA_SET_ARG(st, ctx, kr, 6, no_gemm);
-        MHLA_SET_ARG(st, ctx, kr, 7, n_tiles);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_prefix (backward)"));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, summaries(&x, num_wait, wait));
+        MHLA_FORWARD_IF_ERROR(st, prefix_mixtures(&x));
     }
-    if (b->k_bc_scalars) {
-        kr = b->k_bc_scalars;
-        MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, b->slots_p, inv, r));
-        MHLA_SET_ARG(st, ctx, kr, 10, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 11, feps);
-        MHLA_SET_ARG(st, ctx, kr, 12, scale);
-        MHLA_SET_ARG(st, ctx, kr, 13, eps);
-        MHLA_SET_ARG(st, ctx, kr, 14, nent);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_scalars"));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    }
-    kr = b->k_bc_grad;
-    MHLA_SET_ARG(st, ctx, kr, 0, q);
-    MHLA_SET_ARG(st, ctx, kr, 1, dout);
-    MHLA_SET_ARG(st, ctx, kr, 2, inv);
-    MHLA_SET_ARG(st, ctx, kr, 3, r);
-    MHLA_SET_ARG(st, ctx, kr, 4, tab);
-    MHLA_SET_ARG(st, ctx, kr, 5, b->slots_g);
-    MHLA_SET_ARG(st, ctx, kr, 6, b->slots_gt);
-    MHLA_SET_ARG(st, ctx, kr, 7, plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 8, feps);
-    MHLA_SET_ARG(st, ctx, kr, 9, scale);
-    MHLA_SET_ARG(st, ctx, kr, 10, nent);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_grad"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    kr = b->k_bc_suffix; /* dS_j = sum_{i>j} Mc[i,j] G_i, for dv */
-    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_g);
-    MHLA_SET_ARG(st, ctx, kr, 1, mixing);
-    MHLA_SET_ARG(st, ctx, kr, 2, mix_tab_suffix);
-    MHLA_SET_ARG(st, ctx, kr, 3, b->slots_ds);
-    MHLA_SET_ARG(st, ctx, kr, 4, lda);
-    MHLA_SET_ARG(st, ctx, kr, 5, width);
-    MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, mext, mloc, 0, NULL, NULL, "causal_suffix (backward)"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    kr = b->k_bc_transpose; /* dS^T, for dk */
-    MHLA_SET_ARG(st, ctx, kr, 0, b->slots_ds);
-    MHLA_SET_ARG(st, ctx, kr, 1, b->slots_dst);
-    MHLA_SET_ARG(st, ctx, kr, 2, heads);
-    MHLA_SET_ARG(st, ctx, kr, 3, nent);
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tile, b->lws_bc_tile, 0, NULL, NULL, "bc_transpose"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    { /* the tiled read-outs: dq from P^T, dk from dS^T, dv from dS */
-        const cl_int tiles_per_chunk = (cl_int)((ch + (size_t)b->tiles.bct_tq - 1) / (size_t)b->tiles.bct_tq);
-        const cl_kernel ks[3] = {b->k_bc_dq, b->k_bc_dk, b->k_bc_dv};
-        const cl_mem from[3] = {b->slots_p, b->slots_dst, b->slots_ds}, to[3] = {dq, dk, dv};
-        static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
-        for (int i = 0; i < 3; ++i) {
-            kr = ks[i];
-            MHLA_FORWARD_IF_ERROR(st, token_args(ctx, kr, in, mixing, lda, tab, from[i], inv, r));
-            MHLA_SET_ARG(st, ctx, kr, 10, to[i]);
-            MHLA_SET_ARG(st, ctx, kr, 11, plan->grid);
-            MHLA_SET_ARG(st, ctx, kr, 12, feps);
-            MHLA_SET_ARG(st, ctx, kr, 13, scale);
-            MHLA_SET_ARG(st, ctx, kr, 14, tiles_per_chunk);
-            const size_t ext[3] = {b->wg_bc_readout[i], (size_t)heads, entries * (size_t)tiles_per_chunk};
-            const size_t loc[3] = {b->wg_bc_readout[i], 1, 1};
-            MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, names[i]));
-        }
-    }
+    if (b->k_bc_scalars)
+        MHLA_FORWARD_IF_ERROR(st, scalars(&x));
+    MHLA_FORWARD_IF_ERROR(st, gradient_summaries(&x));
+    MHLA_FORWARD_IF_ERROR(st, suffix_mixtures(&x));
+    MHLA_FORWARD_IF_ERROR(st, readouts(&x, dq, dk, dv));
     if (dmixing) {
-        const cl_int parts = (cl_int)b->tiles.bct_dg;
-        const size_t dext[3] = {(size_t)parts, (size_t)heads, entries}, dloc[3] = {(size_t)parts, 1, 1};
-        kr = b->k_bc_diag;
-        for (cl_uint i = 0; i < 4; ++i)
-            MHLA_SET_ARG(st, ctx, kr, i, in[i]);
-        MHLA_SET_ARG(st, ctx, kr, 4, tab);
-        MHLA_SET_ARG(st, ctx, kr, 5, inv);
-        MHLA_SET_ARG(st, ctx, kr, 6, r);
-        MHLA_SET_ARG(st, ctx, kr, 7, b->diag);
-        MHLA_SET_ARG(st, ctx, kr, 8, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 9, feps);
-        MHLA_SET_ARG(st, ctx, kr, 10, scale);
-        MHLA_SET_ARG(st, ctx, kr, 11, nent);
-        MHLA_SET_ARG(st, ctx, kr, 12, parts);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, dext, dloc, 0, NULL, NULL, "bc_diag"));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        /* <G_i, S_j> per sequence (its entries are consecutive, from its chunk 0), summed over the
-         * sequences in table order after the longest, whose product covers every row written */
-        const size_t x = heads * (size_t)c->dk * (size_t)(c->dv + 1);
-        size_t longest = 0;
-        for (size_t kk = 0; kk < entries; ++kk)
-            if (b->tab_host[kk * 8 + 2] == 0 && b->tab_host[kk * 8 + 4] > b->tab_host[longest * 8 + 4])
-                longest = kk;
-        const cl_int covered = b->tab_host[longest * 8 + 4];
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_gt, b->slots_s, longest * x, x, dmixing,
-                                                         covered, lda, 0));
-        for (size_t kk = 0; kk < entries; ++kk) {
-            if (b->tab_host[kk * 8 + 2] != 0 || kk == longest)
-                continue;
-            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->slots_gt, b->slots_s, kk * x, x, dmixing,
-                                                             b->tab_host[kk * 8 + 4], lda, 1));
-        }
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        const size_t fext[3] = {(size_t)lda, (size_t)lda, 1};
-        size_t floc[3];
-        mhla__local_size_3d(ctx, b->k_bc_dmix_finish, fext, (size_t)b->tiles.wg, floc);
-        kr = b->k_bc_dmix_finish;
-        MHLA_SET_ARG(st, ctx, kr, 0, tab);
-        MHLA_SET_ARG(st, ctx, kr, 1, b->diag);
-        MHLA_SET_ARG(st, ctx, kr, 2, dmixing);
-        MHLA_SET_ARG(st, ctx, kr, 3, lda);
-        MHLA_SET_ARG(st, ctx, kr, 4, covered);
-        MHLA_SET_ARG(st, ctx, kr, 5, heads);
-        MHLA_SET_ARG(st, ctx, kr, 6, nent);
-        const cl_int dparts = (cl_int)b->tiles.bct_dg;
-        MHLA_SET_ARG(st, ctx, kr, 7, dparts);
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, fext, floc, 0, NULL, NULL, "bc_dmix_finish"));
+        cl_int covered = 0;
+        MHLA_FORWARD_IF_ERROR(st, dmc_diagonal(&x));
+        MHLA_FORWARD_IF_ERROR(st, dmc_products(&x, dmixing, &covered));
+        MHLA_FORWARD_IF_ERROR(st, dmc_finish(&x, dmixing, covered));
     }
 cleanup:
-    if (tab)
-        clReleaseMemObject(tab);
-    if (mix_tab)
-        clReleaseMemObject(mix_tab);
-    if (mix_tab_suffix)
-        clReleaseMemObject(mix_tab_suffix);
+    if (x.tab)
+        clReleaseMemObject(x.tab);
+    if (x.pre_tiles)
+        clReleaseMemObject(x.pre_tiles);
+    if (x.suf_tiles)
+        clReleaseMemObject(x.suf_tiles);
     return st;
 }

@@ -15,6 +15,9 @@
  *   per column tile and per token, so one tile across a D = 64 row maps it once), and the tokens
  *   that fill the rest: 1 x 8 with 8-float registers (16 of them), 4 x 4 with 16-float (32).
  * - Mixing and the causal prefix: rows x 2 vectors, 4 x 2 and 8 x 2.
+ * - The backward's read-outs (bwd_acc): 16 accumulators with 16-float registers, 8 with narrower
+ *   ones whatever their count: the backward was timed with AVX-512's 32 and AVX2's 16 only, not
+ *   with NEON's or 'cpu-wide''s 32 at 4 or 8 floats.
  * The tiles each replaced, and by how much: docs/devices.md "The measurements behind the rows". */
 void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
 {
@@ -28,4 +31,5 @@ void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
     t->out_rt = acc / t->out_nv;
     t->mix_nv = 2, t->mix_mr = acc / 2;
     t->pre_nv = 2, t->pre_mr = acc / 2;
+    t->bwd_acc = s->width >= 16 ? 16 : 8;
 }

@@ -1,7 +1,8 @@
 /* From the tuning row to the tiles one configuration is built with: register tiles cut down to
- * divide its head dimensions, block splits, causal score tiles and softmax key tiles fitted to the
- * device's work-group and local-memory limits (and to what a built kernel reports, which can be
- * less), and the one function that turns tiles into -D flags, per kernel file. */
+ * divide its head dimensions, block splits, causal score tiles, softmax key tiles and the causal
+ * backward's read-out tiles fitted to the device's work-group and local-memory limits (and to what
+ * a built kernel reports, which can be less), and the one function that turns tiles into -D flags,
+ * per kernel file. */
 #include "tune/tune.h"
 
 #include <stdio.h>
@@ -238,6 +239,81 @@ mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const
                  "tile; %s has %llu (%llu usable)",
                  (long long)cfg->dk, (long long)cfg->dv, (unsigned long long)mhla__softmax_local(cfg, &x),
                  ctx->device_name, (unsigned long long)ctx->limits.local_mem_bytes,
+                 (unsigned long long)fit->local_bytes);
+    *out = x;
+cleanup:
+    return st;
+}
+
+void mhla__tiles_backward(const mhla_config *cfg, const mhla_tuning *t, mhla_tiles *out)
+{
+    /* the forward read-out's width, up to float16 (OpenCL's widest vector) */
+    out->bwd_vw = t->out_ve >= 1 ? mhla__pow2_divisor(16, t->out_ve) : 1;
+    out->bwd_vk = mhla__pow2_divisor(cfg->dk, out->bwd_vw);
+    out->bwd_vv = mhla__pow2_divisor(cfg->dv, out->bwd_vw);
+    const int nk = (int)(cfg->dk / out->bwd_vk), nv = (int)(cfg->dv / out->bwd_vv), widest = nk > nv ? nk : nv;
+    const int fit = widest >= t->bwd_acc ? 1 : t->bwd_acc / widest;
+    out->bwd_rt = t->out_rt < 1 ? 1 : t->out_rt > fit ? fit : t->out_rt;
+}
+
+size_t mhla__bc_readout_wg(const mhla_tiles *t, int64_t dw)
+{
+    /* column tiles of the dw-wide output x token groups */
+    return (size_t)(dw / (t->bct_ve * t->bct_nv)) * (size_t)(t->bct_tq / t->bct_rt);
+}
+
+uint64_t mhla__bc_readout_local(const mhla_tiles *t, int64_t dx)
+{
+    /* xs[TQ*DX] + ys[DX*KT] + sc[TQ*KT] + cb[KT] floats (kernels/backward_causal_readout.cl) */
+    return ((uint64_t)t->bct_tq * (uint64_t)dx + (uint64_t)dx * (uint64_t)t->bct_kt +
+            (uint64_t)t->bct_tq * (uint64_t)t->bct_kt + (uint64_t)t->bct_kt) *
+           sizeof(float);
+}
+
+/* The tiled read-outs start from the forward's causal read-out (causal_output.cl) on the same
+ * device: its token rows, its vector width and vectors as far as they divide both Dk and Dv, its
+ * tokens per group and keys per pass; then halve keys, tokens, vectors and token rows, in that
+ * order, until a group fits. */
+mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t,
+                                        const mhla_fit *fit, mhla_tiles *out)
+{
+    mhla_status st = MHLA_OK;
+    int64_t both = cfg->dk, r = cfg->dv;
+    while (r) { /* gcd(Dk, Dv) */
+        const int64_t rem = both % r;
+        both = r, r = rem;
+    }
+    mhla_tiles x = *out;
+    x.bct_ve = mhla__pow2_divisor(both, x.out_ve);
+    x.bct_nv = mhla__pow2_divisor(both / x.bct_ve, x.out_nv);
+    x.bct_rt = x.out_rt;
+    /* S and G rows per work-item: as many as keep BCT_SR x Dv / BWD_VV accumulator vectors within
+     * the row's bwd_acc */
+    const int nv = (int)(cfg->dv / x.bwd_vv);
+    x.bct_sr = mhla__pow2_divisor(cfg->dk, nv >= t->bwd_acc ? 1 : t->bwd_acc / nv);
+    x.bct_tq = round_down_to(x.tq, x.bct_rt);
+    x.bct_kt = (x.kt + x.bct_ve - 1) / x.bct_ve * x.bct_ve;
+    const int64_t dx = cfg->dk > cfg->dv ? cfg->dk : cfg->dv;
+    for (;;) {
+        const int wide = mhla__bc_readout_wg(&x, cfg->dk) > fit->wg || mhla__bc_readout_wg(&x, cfg->dv) > fit->wg;
+        const int deep = mhla__bc_readout_local(&x, dx) > fit->local_bytes;
+        if (deep && x.bct_kt > x.bct_ve)
+            x.bct_kt = (x.bct_kt / 2 + x.bct_ve - 1) / x.bct_ve * x.bct_ve;
+        else if ((wide || deep) && x.bct_tq > x.bct_rt)
+            x.bct_tq = round_down_to(x.bct_tq / 2, x.bct_rt);
+        else if (wide && x.bct_nv > 1)
+            x.bct_nv /= 2;
+        else if (wide && x.bct_rt > 1)
+            x.bct_rt = x.bct_tq = x.bct_rt / 2;
+        else
+            break;
+    }
+    MHLA_FAIL_IF(st, mhla__bc_readout_wg(&x, cfg->dk) > fit->wg || mhla__bc_readout_wg(&x, cfg->dv) > fit->wg ||
+                         mhla__bc_readout_local(&x, dx) > fit->local_bytes,
+                 ctx, MHLA_ERR_UNSUPPORTED,
+                 "the causal backward's read-outs (dk = %lld, dv = %lld) do not fit %s (%zu work-items, %llu "
+                 "bytes of local memory usable)",
+                 (long long)cfg->dk, (long long)cfg->dv, ctx->device_name, fit->wg,
                  (unsigned long long)fit->local_bytes);
     *out = x;
 cleanup:

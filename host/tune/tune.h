@@ -47,7 +47,9 @@
     X(sm_rows, 0, ",")      /* softmax: 1 = whole tile rows per work-item, 0 = coalesced copy */    \
     X(dg_parts, 1, " ")     /* causal backward: bc_diag's work-items per (chunk, head), query rows  \
                                interleaved (1 on CPUs: one walks the chunk; GPUs want a work-group  \
-                               of lanes) */
+                               of lanes) */                                                         \
+    X(bwd_acc, 1, ",")      /* backward read-outs: accumulator vectors per work-item, half a        \
+                               register file; bounds their tokens and the causal form's S/G rows */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -104,7 +106,7 @@ typedef struct mhla_tiles {
                                            width, its divisors of Dk and Dv, tokens per work-item */
     int bct_rt, bct_ve, bct_nv;         /* causal backward read-outs (backward_causal_readout.cl):
                                            BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
-    int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass (backward/backward_causal.c) */
+    int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass */
     int bct_sr;                         /* BCT_SR rows of S or G per work-item (backward_causal.cl) */
     int bct_dg;                         /* bc_diag's parts per (chunk, head): dg_parts fitted */
 } mhla_tiles;
@@ -184,5 +186,17 @@ mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const
                                 mhla_tiles *out);
 /* Local memory the softmax kernel's arrays take. */
 uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t);
+/* The backward's read-outs (kernels/backward_readout.cl, and the causal form's other kernels):
+ * bwd_* over the plan's tiles in *out, vector widths and tokens per work-item within t->bwd_acc. */
+void mhla__tiles_backward(const mhla_config *cfg, const mhla_tuning *t, mhla_tiles *out);
+/* The causal backward's tiled read-outs (kernels/backward_causal_readout.cl): bct_* (all but
+ * bct_dg) from the causal tiles and bwd_* already in *out, cut down until a group fits *fit
+ * (MHLA_ERR_UNSUPPORTED, naming the sizes, when even the smallest do not). */
+mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t,
+                                        const mhla_fit *fit, mhla_tiles *out);
+/* Work-items of one causal backward read-out group writing dw-wide rows (bc_dq, bc_dk: Dk; bc_dv: Dv). */
+size_t mhla__bc_readout_wg(const mhla_tiles *t, int64_t dw);
+/* Local memory of a causal backward read-out reading dx-wide rows (xs, ys, sc and cb). */
+uint64_t mhla__bc_readout_local(const mhla_tiles *t, int64_t dx);
 
 #endif /* MHLA_TUNE_H */

@@ -36,7 +36,8 @@ typedef struct tuning_row {
  *   to fill every compute unit several times, CLBlast's tuned GEMM for the mixing and for the
  *   causal prefix blocks of 32 chunks. Softmax: float4 loads from local memory, 16-key tiles so
  *   that the private score row stays in registers (the layout of llama.cpp's OpenCL flash
- *   attention), coalesced tile copies.
+ *   attention), coalesced tile copies; the backward's read-outs keep 8 accumulator vectors
+ *   (bwd_acc: 32 floats) per work-item.
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
  *   (256 bits), like a GPU; it reports a float width of 1.
  * - Anything else: GPU-like choices with smaller tiles. */
@@ -45,7 +46,8 @@ static const tuning_row rows[] = {
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
-      .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1}},
+      .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1,
+      .bwd_acc = 8}},
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
      * the SIMD target (tune/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
      * the device's width) only by name. */
@@ -61,12 +63,14 @@ static const tuning_row rows[] = {
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
-      .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32}},
+      .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32,
+      .bwd_acc = 8}},
     {"default", NULL, NULL, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
-      .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8}},
+      .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8,
+      .bwd_acc = 8}},
 };
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
 

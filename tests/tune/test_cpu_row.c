@@ -75,6 +75,9 @@ static void test_row_fits_registers(void **state)
                 fail_msg("%s (%d registers): stage %zu holds %d accumulators (%d x %d)", s->target, s->registers, k,
                          acc, tiles[k][0], tiles[k][1]);
         }
+        if (t.bwd_acc * 4 < s->registers || t.bwd_acc * 2 > s->registers)
+            fail_msg("%s (%d registers): the backward's read-outs hold %d accumulators", s->target, s->registers,
+                     t.bwd_acc);
         assert_int_equal(t.vec, s->width);
         assert_int_equal(t.vec_forced, 0);
         assert_int_equal(t.sum_ve, s->width);
@@ -89,9 +92,9 @@ static void test_row_fits_registers(void **state)
     mhla_tuning t;
     memset(&t, 0, sizeof t);
     mhla__cpu_row_fill(&t, &targets[0]);
-    assert_true(t.sum_rd == 4 && t.sum_nv == 2 && t.out_rt == 1 && t.out_nv == 8 && t.mix_mr == 4);
+    assert_true(t.sum_rd == 4 && t.sum_nv == 2 && t.out_rt == 1 && t.out_nv == 8 && t.mix_mr == 4 && t.bwd_acc == 8);
     mhla__cpu_row_fill(&t, &targets[1]);
-    assert_true(t.sum_rd == 8 && t.sum_nv == 2 && t.out_rt == 4 && t.out_nv == 4 && t.mix_mr == 8);
+    assert_true(t.sum_rd == 8 && t.sum_nv == 2 && t.out_rt == 4 && t.out_nv == 4 && t.mix_mr == 8 && t.bwd_acc == 16);
 }
 
 int main(void)
