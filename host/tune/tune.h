@@ -11,8 +11,8 @@
  * are upper bounds: a plan takes the largest power of two not above them that divides its head
  * dimension, and never more than the device's float width allows (mhla__tuning_lookup). */
 /* Every tuning field once: X(name, smallest valid value, separator before it in the printed form).
- * The struct, MHLA_TUNING's parser and mhla_context_tuning()'s printer (tune/tuning_rows.c) and
- * `mhla tune`'s export all expand it, so a new field cannot be left out of one of them. */
+ * The struct, MHLA_TUNING's parser and mhla_context_tuning()'s printer (tune/tuning_rows.c) expand
+ * it, and `mhla tune --export` writes what the printer prints: a new field is one line here. */
 #define MHLA_TUNING_FIELDS(X)                                                                       \
     X(vec, 0, "")           /* widest vector: 0 = the device's float width (mhla_device_limits) */  \
     X(sum_rd, 1, " ")       /* summary: key rows per work-item (one vector) */                      \
