@@ -133,13 +133,12 @@ typedef struct mhla_grid {
 
 /* Software prefetch for CPU runtimes (-DPREFETCH=1, the CPU tuning rows): loads one element of
  * every 64-byte line of n rows of `dim` elements, `stride` apart, into a volatile sink. A group's
- * first work-item calls it for what the group reads next (block_summary.cl; measured on PoCL 3.1,
- * 2 cores, N=16384, M=64, H=8, D=64, best of 10: the summary 11.7 -> 10.3 ms; the same for the
- * output kernel's q rows was slower, 9.8 -> 10.7 ms). PoCL's prefetch() is a no-op, and in
+ * first work-item calls it for what the group reads next (block_summary.cl; faster for the
+ * summary, slower for the output's q rows: docs/devices.md). PoCL's prefetch() is a no-op, and in
  * [B,N,H,D] tensors one head's rows lie H*D elements apart (2 KB for H = 8, D = 64), a stride the
  * hardware prefetchers do not follow across pages, so the group's own loads would meet the memory
  * latency one line at a time; here they go out together. clang's __builtin_prefetch in their place
- * (non-blocking) measured no faster, in the summary or for the output's q rows (bench/README.md). */
+ * (non-blocking) was no faster, in the summary or for the output's q rows (bench/README.md). */
 #ifndef PREFETCH
 #define PREFETCH 0
 #endif

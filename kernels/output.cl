@@ -6,11 +6,9 @@
 
 /* Output rows written with streaming stores (-DOUT_NT=1, CPU rows, float storage): each output
  * line is written once and not read again here, and a normal store first reads the line from
- * memory (write-allocate), a third of the stage's traffic.
- * Measured on PoCL 3.1, 2-core EPYC, H=8, D=64, mhla-bench alternately: N=65536, M=128 forward
- * 100-102 -> 84-87 ms (the output stage 54 -> 38 ms), N=16384, M=64 21-25 -> 21 ms. The causal
- * read-out (causal_output.cl), whose time goes to its scores, measured the same with them
- * (N=16384: 55-70 ms either way; 65536: 383-413) and keeps plain stores. */
+ * memory (write-allocate), a third of the stage's traffic. The causal read-out (causal_output.cl),
+ * whose time goes to its scores, gains nothing from them and keeps plain stores (the figures:
+ * docs/devices.md "The measurements behind the rows"). */
 #ifndef OUT_NT
 #define OUT_NT 0
 #endif
@@ -76,10 +74,8 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
             walk_next(g, &w);
     }
 #if OUT_PF > 0 && defined(__clang__)
-    /* The q rows OUT_PF token groups ahead, for the work-item that will read them. Measured (PoCL
-     * 3.1, 2-core AMD EPYC, N = 4096, M = 16, H = 8, D = 64, forward minima of 10 runs, three
-     * alternated rounds): haswell 6.4-7.1 -> 5.8-6.0 ms, skylake-avx512 4.8-5.0 -> 4.6 ms. Each
-     * work-item's first loads of its own rows otherwise meet the memory latency while nothing else
+    /* The q rows OUT_PF token groups ahead, for the work-item that will read them (docs/devices.md
+     * has the figures). Each work-item's first loads of its own rows otherwise meet the memory latency while nothing else
      * is in flight (perf: a quarter of the read-out's samples on them); [B,N,H,D] rows are H*D
      * apart, a stride the hardware prefetchers do not follow. 1D blocks only, whose tokens are
      * consecutive, and never past the block. */

@@ -105,7 +105,7 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
  * accumulators: 16 vector registers on AVX2), and a tile across a whole row maps each q~ once.
  * OUT_PRE = 0 (GPU rows): OUT_DC dimensions at a time inside the loop, a small array that stays
  * in registers where a whole q~ row per thread would not. A macro, not a function: PoCL keeps the
- * tile in registers only when the loop is written inline (measured: a function took 1.5x). */
+ * tile in registers only when the loop is written inline (a function took 1.5x the time). */
 #ifndef OUT_PRE
 #define OUT_PRE 0
 #endif
