@@ -104,24 +104,15 @@ static mhla_status z_column(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem w, cl
     if (has_w) {
         const size_t ext[3] = {zvec, bh, m * (size_t)parts};
         cl_kernel kr = b->k_official_dz;
-        MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, w);
-        MHLA_SET_ARG(st, ctx, kr, 2, b->dz_partial);
-        MHLA_SET_ARG(st, ctx, kr, 3, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 4, feps);
-        MHLA_SET_ARG(st, ctx, kr, 5, scale);
-        MHLA_SET_ARG(st, ctx, kr, 6, parts);
-        MHLA_SET_ARG(st, ctx, kr, 7, b->dz_part_len);
+        MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(w), MHLA_ARG(b->dz_partial), MHLA_ARG(plan->grid),
+                      MHLA_ARG(feps), MHLA_ARG(scale), MHLA_ARG(parts), MHLA_ARG(b->dz_part_len));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zpart, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_official_dz_part)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     const size_t ext[3] = {zvec, bh, m};
     cl_kernel kr = b->k_official_dz_sum;
-    MHLA_SET_ARG(st, ctx, kr, 0, b->dz_partial);
-    MHLA_SET_ARG(st, ctx, kr, 1, dst);
-    MHLA_SET_ARG(st, ctx, kr, 2, plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 3, parts);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(b->dz_partial), MHLA_ARG(dst), MHLA_ARG(plan->grid), MHLA_ARG(parts));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zsum, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_official_dz_sum)"));
 cleanup:
@@ -134,9 +125,7 @@ static mhla_status transpose_summary(mhla_plan *plan, mhla_bwd *b, cl_mem src)
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const size_t ext[3] = {(size_t)plan->cfg.dv, (size_t)plan->shape.bh, (size_t)plan->shape.m};
-    MHLA_SET_ARG(st, ctx, b->k_tsum, 0, src);
-    MHLA_SET_ARG(st, ctx, b->k_tsum, 1, b->tsum);
-    MHLA_SET_ARG(st, ctx, b->k_tsum, 2, plan->grid);
+    MHLA_SET_ARGS(st, ctx, b->k_tsum, 0, MHLA_ARG(src), MHLA_ARG(b->tsum), MHLA_ARG(plan->grid));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_tsum, 3, ext, b->lws_tsum, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_transpose_summary)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
@@ -214,18 +203,9 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed));
     {
         cl_kernel kr = b->k_dq;
-        MHLA_SET_ARG(st, ctx, kr, 0, q);
-        MHLA_SET_ARG(st, ctx, kr, 1, dout);
-        MHLA_SET_ARG(st, ctx, kr, 2, b->tsum);
-        MHLA_SET_ARG(st, ctx, kr, 3, plan->mixed);
-        MHLA_SET_ARG(st, ctx, kr, 4, den);
-        MHLA_SET_ARG(st, ctx, kr, 5, dq);
-        MHLA_SET_ARG(st, ctx, kr, 6, dv);
-        MHLA_SET_ARG(st, ctx, kr, 7, r);
-        MHLA_SET_ARG(st, ctx, kr, 8, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 9, feps);
-        MHLA_SET_ARG(st, ctx, kr, 10, scale);
-        MHLA_SET_ARG(st, ctx, kr, 11, eps);
+        MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(b->tsum), MHLA_ARG(plan->mixed),
+                      MHLA_ARG(den), MHLA_ARG(dq), MHLA_ARG(dv), MHLA_ARG(r), MHLA_ARG(plan->grid), MHLA_ARG(feps),
+                      MHLA_ARG(scale), MHLA_ARG(eps));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dq, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_dq_readout)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
@@ -237,10 +217,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     {
         const cl_int lda = m;
         const size_t ext[3] = {(size_t)m, (size_t)m, 1}, local[3] = {1, 1, 1};
-        MHLA_SET_ARG(st, ctx, b->k_transpose, 0, mixing);
-        MHLA_SET_ARG(st, ctx, b->k_transpose, 1, b->mix_t);
-        MHLA_SET_ARG(st, ctx, b->k_transpose, 2, m);
-        MHLA_SET_ARG(st, ctx, b->k_transpose, 3, lda);
+        MHLA_SET_ARGS(st, ctx, b->k_transpose, 0, MHLA_ARG(mixing), MHLA_ARG(b->mix_t), MHLA_ARG(m), MHLA_ARG(lda));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_transpose, 2, ext, local, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_transpose)"));
     }
@@ -253,12 +230,8 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, b->rmix, b->dsum, 1));
         {
             cl_kernel kr = b->k_dq_official; /* dq += scale phi'(q) R z_i */
-            MHLA_SET_ARG(st, ctx, kr, 0, q);
-            MHLA_SET_ARG(st, ctx, kr, 1, dq);
-            MHLA_SET_ARG(st, ctx, kr, 2, plan->summary);
-            MHLA_SET_ARG(st, ctx, kr, 3, b->rmix);
-            MHLA_SET_ARG(st, ctx, kr, 4, plan->grid);
-            MHLA_SET_ARG(st, ctx, kr, 5, scale);
+            MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(dq), MHLA_ARG(plan->summary), MHLA_ARG(b->rmix),
+                          MHLA_ARG(plan->grid), MHLA_ARG(scale));
             MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
                                                    "clEnqueueNDRangeKernel(bwd_dq_official)"));
         }
@@ -268,14 +241,8 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, b->dsum));
     {
         cl_kernel kr = b->k_dkv;
-        MHLA_SET_ARG(st, ctx, kr, 0, k);
-        MHLA_SET_ARG(st, ctx, kr, 1, v);
-        MHLA_SET_ARG(st, ctx, kr, 2, b->dsum);
-        MHLA_SET_ARG(st, ctx, kr, 3, b->tsum);
-        MHLA_SET_ARG(st, ctx, kr, 4, dk);
-        MHLA_SET_ARG(st, ctx, kr, 5, dv);
-        MHLA_SET_ARG(st, ctx, kr, 6, plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 7, feps);
+        MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(b->dsum), MHLA_ARG(b->tsum), MHLA_ARG(dk),
+                      MHLA_ARG(dv), MHLA_ARG(plan->grid), MHLA_ARG(feps));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dkv, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
     }

@@ -304,13 +304,8 @@ static mhla_status from_forward(const bc_call *x, cl_uint num_wait, const cl_eve
     size_t floc[3];
     mhla__local_size_3d(ctx, x->b->k_bc_from_forward, full, (size_t)x->b->tiles.wg, floc);
     cl_kernel kr = x->b->k_bc_from_forward;
-    MHLA_SET_ARG(st, ctx, kr, 0, cp->sums);
-    MHLA_SET_ARG(st, ctx, kr, 1, cp->pref);
-    MHLA_SET_ARG(st, ctx, kr, 2, x->tab);
-    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_s);
-    MHLA_SET_ARG(st, ctx, kr, 4, x->b->slots_p);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->heads);
-    MHLA_SET_ARG(st, ctx, kr, 6, x->nent);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(cp->sums), MHLA_ARG(cp->pref), MHLA_ARG(x->tab), MHLA_ARG(x->b->slots_s),
+                  MHLA_ARG(x->b->slots_p), MHLA_ARG(x->heads), MHLA_ARG(x->nent));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, full, floc, num_wait, wait, NULL, "bc_from_forward"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
@@ -323,13 +318,8 @@ static mhla_status summaries(const bc_call *x, cl_uint num_wait, const cl_event 
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
     cl_kernel kr = x->b->k_bc_summary;
-    MHLA_SET_ARG(st, ctx, kr, 0, x->in[1]);
-    MHLA_SET_ARG(st, ctx, kr, 1, x->in[2]);
-    MHLA_SET_ARG(st, ctx, kr, 2, x->tab);
-    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_s);
-    MHLA_SET_ARG(st, ctx, kr, 4, x->plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->feps);
-    MHLA_SET_ARG(st, ctx, kr, 6, x->nent);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[1]), MHLA_ARG(x->in[2]), MHLA_ARG(x->tab), MHLA_ARG(x->b->slots_s),
+                  MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->nent));
     MHLA_FORWARD_IF_ERROR(st,
                           mhla__launch(ctx, kr, 3, x->tile, x->b->lws_bc_tile, num_wait, wait, NULL, "bc_summary"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
@@ -344,14 +334,8 @@ static mhla_status prefix_mixtures(const bc_call *x)
     mhla_context *ctx = x->plan->ctx;
     const cl_int n_tiles = (cl_int)x->ntiles, no_gemm = 0;
     cl_kernel kr = x->b->k_bc_prefix;
-    MHLA_SET_ARG(st, ctx, kr, 0, x->b->slots_s);
-    MHLA_SET_ARG(st, ctx, kr, 1, x->mixing);
-    MHLA_SET_ARG(st, ctx, kr, 2, x->pre_tiles);
-    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_p);
-    MHLA_SET_ARG(st, ctx, kr, 4, x->lda);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->width);
-    MHLA_SET_ARG(st, ctx, kr, 6, no_gemm);
-    MHLA_SET_ARG(st, ctx, kr, 7, n_tiles);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->slots_s), MHLA_ARG(x->mixing), MHLA_ARG(x->pre_tiles),
+                  MHLA_ARG(x->b->slots_p), MHLA_ARG(x->lda), MHLA_ARG(x->width), MHLA_ARG(no_gemm), MHLA_ARG(n_tiles));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL, "causal_prefix (backward)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
@@ -364,14 +348,9 @@ static mhla_status token_args(const bc_call *x, cl_kernel kr, cl_mem slots)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
-    for (cl_uint i = 0; i < 4; ++i)
-        MHLA_SET_ARG(st, ctx, kr, i, x->in[i]);
-    MHLA_SET_ARG(st, ctx, kr, 4, x->mixing);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->lda);
-    MHLA_SET_ARG(st, ctx, kr, 6, x->tab);
-    MHLA_SET_ARG(st, ctx, kr, 7, slots);
-    MHLA_SET_ARG(st, ctx, kr, 8, x->inv);
-    MHLA_SET_ARG(st, ctx, kr, 9, x->r);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[0]), MHLA_ARG(x->in[1]), MHLA_ARG(x->in[2]), MHLA_ARG(x->in[3]),
+                  MHLA_ARG(x->mixing), MHLA_ARG(x->lda), MHLA_ARG(x->tab), MHLA_ARG(slots), MHLA_ARG(x->inv),
+                  MHLA_ARG(x->r));
 cleanup:
     return st;
 }
@@ -384,11 +363,8 @@ static mhla_status scalars(const bc_call *x)
     const size_t tok[3] = {x->tokens, (size_t)x->heads, x->entries};
     cl_kernel kr = x->b->k_bc_scalars;
     MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, x->b->slots_p));
-    MHLA_SET_ARG(st, ctx, kr, 10, x->plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 11, x->feps);
-    MHLA_SET_ARG(st, ctx, kr, 12, x->scale);
-    MHLA_SET_ARG(st, ctx, kr, 13, x->eps);
-    MHLA_SET_ARG(st, ctx, kr, 14, x->nent);
+    MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale), MHLA_ARG(x->eps),
+                  MHLA_ARG(x->nent));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, x->b->lws_bc_token, 0, NULL, NULL, "bc_scalars"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
@@ -401,17 +377,9 @@ static mhla_status gradient_summaries(const bc_call *x)
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
     cl_kernel kr = x->b->k_bc_grad;
-    MHLA_SET_ARG(st, ctx, kr, 0, x->in[0]);
-    MHLA_SET_ARG(st, ctx, kr, 1, x->in[3]);
-    MHLA_SET_ARG(st, ctx, kr, 2, x->inv);
-    MHLA_SET_ARG(st, ctx, kr, 3, x->r);
-    MHLA_SET_ARG(st, ctx, kr, 4, x->tab);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->b->slots_g);
-    MHLA_SET_ARG(st, ctx, kr, 6, x->b->slots_gt);
-    MHLA_SET_ARG(st, ctx, kr, 7, x->plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 8, x->feps);
-    MHLA_SET_ARG(st, ctx, kr, 9, x->scale);
-    MHLA_SET_ARG(st, ctx, kr, 10, x->nent);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[0]), MHLA_ARG(x->in[3]), MHLA_ARG(x->inv), MHLA_ARG(x->r),
+                  MHLA_ARG(x->tab), MHLA_ARG(x->b->slots_g), MHLA_ARG(x->b->slots_gt), MHLA_ARG(x->plan->grid),
+                  MHLA_ARG(x->feps), MHLA_ARG(x->scale), MHLA_ARG(x->nent));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, x->tile, x->b->lws_bc_tile, 0, NULL, NULL, "bc_grad"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
@@ -425,20 +393,13 @@ static mhla_status suffix_mixtures(const bc_call *x)
     mhla_context *ctx = x->plan->ctx;
     const cl_int n_tiles = (cl_int)x->ntiles;
     cl_kernel kr = x->b->k_bc_suffix;
-    MHLA_SET_ARG(st, ctx, kr, 0, x->b->slots_g);
-    MHLA_SET_ARG(st, ctx, kr, 1, x->mixing);
-    MHLA_SET_ARG(st, ctx, kr, 2, x->suf_tiles);
-    MHLA_SET_ARG(st, ctx, kr, 3, x->b->slots_ds);
-    MHLA_SET_ARG(st, ctx, kr, 4, x->lda);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->width);
-    MHLA_SET_ARG(st, ctx, kr, 6, n_tiles);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->slots_g), MHLA_ARG(x->mixing), MHLA_ARG(x->suf_tiles),
+                  MHLA_ARG(x->b->slots_ds), MHLA_ARG(x->lda), MHLA_ARG(x->width), MHLA_ARG(n_tiles));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL, "causal_suffix (backward)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     kr = x->b->k_bc_transpose;
-    MHLA_SET_ARG(st, ctx, kr, 0, x->b->slots_ds);
-    MHLA_SET_ARG(st, ctx, kr, 1, x->b->slots_dst);
-    MHLA_SET_ARG(st, ctx, kr, 2, x->heads);
-    MHLA_SET_ARG(st, ctx, kr, 3, x->nent);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->slots_ds), MHLA_ARG(x->b->slots_dst), MHLA_ARG(x->heads),
+                  MHLA_ARG(x->nent));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, x->tile, x->b->lws_bc_tile, 0, NULL, NULL, "bc_transpose"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
@@ -458,11 +419,8 @@ static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv)
     for (int i = 0; i < 3; ++i) {
         cl_kernel kr = ks[i];
         MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, from[i]));
-        MHLA_SET_ARG(st, ctx, kr, 10, to[i]);
-        MHLA_SET_ARG(st, ctx, kr, 11, x->plan->grid);
-        MHLA_SET_ARG(st, ctx, kr, 12, x->feps);
-        MHLA_SET_ARG(st, ctx, kr, 13, x->scale);
-        MHLA_SET_ARG(st, ctx, kr, 14, tiles_per_chunk);
+        MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(to[i]), MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale),
+                      MHLA_ARG(tiles_per_chunk));
         const size_t ext[3] = {b->wg_bc_readout[i], (size_t)x->heads, x->entries * (size_t)tiles_per_chunk};
         const size_t loc[3] = {b->wg_bc_readout[i], 1, 1};
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, names[i]));
@@ -479,17 +437,9 @@ static mhla_status dmc_diagonal(const bc_call *x)
     const cl_int parts = (cl_int)x->b->tiles.bct_dg;
     const size_t dext[3] = {(size_t)parts, (size_t)x->heads, x->entries}, dloc[3] = {(size_t)parts, 1, 1};
     cl_kernel kr = x->b->k_bc_diag;
-    for (cl_uint i = 0; i < 4; ++i)
-        MHLA_SET_ARG(st, ctx, kr, i, x->in[i]);
-    MHLA_SET_ARG(st, ctx, kr, 4, x->tab);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->inv);
-    MHLA_SET_ARG(st, ctx, kr, 6, x->r);
-    MHLA_SET_ARG(st, ctx, kr, 7, x->b->diag);
-    MHLA_SET_ARG(st, ctx, kr, 8, x->plan->grid);
-    MHLA_SET_ARG(st, ctx, kr, 9, x->feps);
-    MHLA_SET_ARG(st, ctx, kr, 10, x->scale);
-    MHLA_SET_ARG(st, ctx, kr, 11, x->nent);
-    MHLA_SET_ARG(st, ctx, kr, 12, parts);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[0]), MHLA_ARG(x->in[1]), MHLA_ARG(x->in[2]), MHLA_ARG(x->in[3]),
+                  MHLA_ARG(x->tab), MHLA_ARG(x->inv), MHLA_ARG(x->r), MHLA_ARG(x->b->diag), MHLA_ARG(x->plan->grid),
+                  MHLA_ARG(x->feps), MHLA_ARG(x->scale), MHLA_ARG(x->nent), MHLA_ARG(parts));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, dext, dloc, 0, NULL, NULL, "bc_diag"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
@@ -535,14 +485,8 @@ static mhla_status dmc_finish(const bc_call *x, cl_mem dmixing, cl_int covered)
     mhla__local_size_3d(ctx, x->b->k_bc_dmix_finish, fext, (size_t)x->b->tiles.wg, floc);
     const cl_int dparts = (cl_int)x->b->tiles.bct_dg;
     cl_kernel kr = x->b->k_bc_dmix_finish;
-    MHLA_SET_ARG(st, ctx, kr, 0, x->tab);
-    MHLA_SET_ARG(st, ctx, kr, 1, x->b->diag);
-    MHLA_SET_ARG(st, ctx, kr, 2, dmixing);
-    MHLA_SET_ARG(st, ctx, kr, 3, x->lda);
-    MHLA_SET_ARG(st, ctx, kr, 4, covered);
-    MHLA_SET_ARG(st, ctx, kr, 5, x->heads);
-    MHLA_SET_ARG(st, ctx, kr, 6, x->nent);
-    MHLA_SET_ARG(st, ctx, kr, 7, dparts);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->tab), MHLA_ARG(x->b->diag), MHLA_ARG(dmixing), MHLA_ARG(x->lda),
+                  MHLA_ARG(covered), MHLA_ARG(x->heads), MHLA_ARG(x->nent), MHLA_ARG(dparts));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, fext, floc, 0, NULL, NULL, "bc_dmix_finish"));
 cleanup:
     return st;

@@ -41,22 +41,13 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
     size_t local[3], rlocal[3];
     mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
     mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 0, a);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 1, bm);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 2, b->dmix_part);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 3, xl);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 4, m);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 5, len);
-    MHLA_SET_ARG(st, ctx, b->k_dmixing, 6, offl);
+    MHLA_SET_ARGS(st, ctx, b->k_dmixing, 0, MHLA_ARG(a), MHLA_ARG(bm), MHLA_ARG(b->dmix_part), MHLA_ARG(xl),
+                  MHLA_ARG(m), MHLA_ARG(len), MHLA_ARG(offl));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 0, b->dmix_part);
-    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 1, out);
-    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 2, m);
-    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 3, chunks);
-    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 4, ldo);
-    MHLA_SET_ARG(st, ctx, b->k_dmix_reduce, 5, accumulate);
+    MHLA_SET_ARGS(st, ctx, b->k_dmix_reduce, 0, MHLA_ARG(b->dmix_part), MHLA_ARG(out), MHLA_ARG(m), MHLA_ARG(chunks),
+                  MHLA_ARG(ldo), MHLA_ARG(accumulate));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmix_reduce, 2, rext, rlocal, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing_reduce)"));
 cleanup:

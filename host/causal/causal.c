@@ -216,12 +216,8 @@ mhla_status mhla__causal_enqueue_summaries(mhla_causal *c, const mhla_causal_run
     {
         const size_t local[3] = {c->lws_summary, 1, 1};
         const size_t extent[3] = {summary_tiles(c), (size_t)c->bh, t->n_chunks};
-        MHLA_SET_ARG(st, ctx, ks, 0, run->k);
-        MHLA_SET_ARG(st, ctx, ks, 1, run->v);
-        MHLA_SET_ARG(st, ctx, ks, 2, run->chunks);
-        MHLA_SET_ARG(st, ctx, ks, 3, run->sums);
-        MHLA_SET_ARG(st, ctx, ks, 4, grid);
-        MHLA_SET_ARG(st, ctx, ks, 5, feature_eps);
+        MHLA_SET_ARGS(st, ctx, ks, 0, MHLA_ARG(run->k), MHLA_ARG(run->v), MHLA_ARG(run->chunks), MHLA_ARG(run->sums),
+                      MHLA_ARG(grid), MHLA_ARG(feature_eps));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 3, extent, local, num_wait, wait, NULL,
                                                "clEnqueueNDRangeKernel(causal_summary)"));
     }
@@ -253,14 +249,8 @@ mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run
         const cl_int n_tiles = (cl_int)t->n_tiles;
         const size_t local[3] = {t->n_tiles < c->lws_prefix ? t->n_tiles : c->lws_prefix, 1, 1};
         const size_t extent[3] = {t->n_tiles, (c->slot_floats + cols - 1) / cols, 1};
-        MHLA_SET_ARG(st, ctx, kp, 0, run->sums);
-        MHLA_SET_ARG(st, ctx, kp, 1, run->mixing);
-        MHLA_SET_ARG(st, ctx, kp, 2, run->tiles);
-        MHLA_SET_ARG(st, ctx, kp, 3, run->pref);
-        MHLA_SET_ARG(st, ctx, kp, 4, rows_mc);
-        MHLA_SET_ARG(st, ctx, kp, 5, width);
-        MHLA_SET_ARG(st, ctx, kp, 6, gemm_rows);
-        MHLA_SET_ARG(st, ctx, kp, 7, n_tiles);
+        MHLA_SET_ARGS(st, ctx, kp, 0, MHLA_ARG(run->sums), MHLA_ARG(run->mixing), MHLA_ARG(run->tiles),
+                      MHLA_ARG(run->pref), MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(gemm_rows), MHLA_ARG(n_tiles));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kp, 2, extent, local, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(causal_prefix)"));
     }
@@ -275,19 +265,10 @@ mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run
     {
         const size_t local[3] = {c->lws_output, 1, 1};
         const size_t global[3] = {c->lws_output, (size_t)c->bh, t->n_chunks * (size_t)tiles_per_chunk};
-        MHLA_SET_ARG(st, ctx, ko, 0, run->q);
-        MHLA_SET_ARG(st, ctx, ko, 1, run->k);
-        MHLA_SET_ARG(st, ctx, ko, 2, run->v);
-        MHLA_SET_ARG(st, ctx, ko, 3, run->pref);
-        MHLA_SET_ARG(st, ctx, ko, 4, run->mixing);
-        MHLA_SET_ARG(st, ctx, ko, 5, run->chunks);
-        MHLA_SET_ARG(st, ctx, ko, 6, run->out);
-        MHLA_SET_ARG(st, ctx, ko, 7, grid);
-        MHLA_SET_ARG(st, ctx, ko, 8, rows_mc);
-        MHLA_SET_ARG(st, ctx, ko, 9, tiles_per_chunk);
-        MHLA_SET_ARG(st, ctx, ko, 10, feature_eps);
-        MHLA_SET_ARG(st, ctx, ko, 11, scale);
-        MHLA_SET_ARG(st, ctx, ko, 12, eps);
+        MHLA_SET_ARGS(st, ctx, ko, 0, MHLA_ARG(run->q), MHLA_ARG(run->k), MHLA_ARG(run->v), MHLA_ARG(run->pref),
+                      MHLA_ARG(run->mixing), MHLA_ARG(run->chunks), MHLA_ARG(run->out), MHLA_ARG(grid),
+                      MHLA_ARG(rows_mc), MHLA_ARG(tiles_per_chunk), MHLA_ARG(feature_eps), MHLA_ARG(scale),
+                      MHLA_ARG(eps));
         MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ko, 3, NULL, global, local, 0, NULL, done),
                     "clEnqueueNDRangeKernel(causal_output)");
     }

@@ -181,12 +181,8 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
         const size_t cols = (size_t)c->tiling.pre_ve * (vecs > 16 ? 16 : vecs);
         const size_t local = c->lws_prefix, global = mhla__round_up((c->slot_floats + cols - 1) / cols, local);
         const cl_long width = (cl_long)c->slot_floats;
-        MHLA_SET_ARG(st, ctx, kp, 0, dec->sums);
-        MHLA_SET_ARG(st, ctx, kp, 1, mixing);
-        MHLA_SET_ARG(st, ctx, kp, 2, dec->prefix);
-        MHLA_SET_ARG(st, ctx, kp, 3, rows_mc);
-        MHLA_SET_ARG(st, ctx, kp, 4, width);
-        MHLA_SET_ARG(st, ctx, kp, 5, chunk);
+        MHLA_SET_ARGS(st, ctx, kp, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix), MHLA_ARG(rows_mc),
+                      MHLA_ARG(width), MHLA_ARG(chunk));
         MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kp, 1, NULL, &global, &local, num_wait, wait, NULL),
                     "clEnqueueNDRangeKernel(causal_prefix_one)");
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
@@ -195,21 +191,10 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
     cl_kernel ks = c->k_step;
     const size_t local[2] = {c->lws_step, 1};
     const size_t global[2] = {c->lws_step, (size_t)c->bh};
-    MHLA_SET_ARG(st, ctx, ks, 0, bufs[MHLA_TENSOR_Q]);
-    MHLA_SET_ARG(st, ctx, ks, 1, bufs[MHLA_TENSOR_K]);
-    MHLA_SET_ARG(st, ctx, ks, 2, bufs[MHLA_TENSOR_V]);
-    MHLA_SET_ARG(st, ctx, ks, 3, mixing);
-    MHLA_SET_ARG(st, ctx, ks, 4, dec->sums);
-    MHLA_SET_ARG(st, ctx, ks, 5, dec->prefix);
-    MHLA_SET_ARG(st, ctx, ks, 6, bufs[MHLA_TENSOR_OUT]);
-    MHLA_SET_ARG(st, ctx, ks, 7, grid);
-    MHLA_SET_ARG(st, ctx, ks, 8, token);
-    MHLA_SET_ARG(st, ctx, ks, 9, chunk);
-    MHLA_SET_ARG(st, ctx, ks, 10, rows_mc);
-    MHLA_SET_ARG(st, ctx, ks, 11, fresh);
-    MHLA_SET_ARG(st, ctx, ks, 12, feature_eps);
-    MHLA_SET_ARG(st, ctx, ks, 13, scale);
-    MHLA_SET_ARG(st, ctx, ks, 14, eps);
+    MHLA_SET_ARGS(st, ctx, ks, 0, MHLA_ARG(bufs[MHLA_TENSOR_Q]), MHLA_ARG(bufs[MHLA_TENSOR_K]),
+                  MHLA_ARG(bufs[MHLA_TENSOR_V]), MHLA_ARG(mixing), MHLA_ARG(dec->sums), MHLA_ARG(dec->prefix),
+                  MHLA_ARG(bufs[MHLA_TENSOR_OUT]), MHLA_ARG(grid), MHLA_ARG(token), MHLA_ARG(chunk), MHLA_ARG(rows_mc),
+                  MHLA_ARG(fresh), MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps));
     MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ks, 2, NULL, global, local, num_wait, wait, done),
                 "clEnqueueNDRangeKernel(decoder_step)");
     dec->position += 1;

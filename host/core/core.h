@@ -201,10 +201,30 @@ mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, cons
                          const char *what);
 /* Rounds x up to a multiple of m (m > 0). */
 static inline size_t mhla__round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-/* Sets kernel argument `index` and records a failure naming the kernel and argument. */
-#define MHLA_SET_ARG(st, ctx, kernel, index, value)                                                 \
-    MHLA_CL_TRY(st, ctx, clSetKernelArg((kernel), (index), sizeof(value), &(value)),                \
-                "clSetKernelArg(" #kernel ", " #index ")")
+/* One kernel argument: a value's size and address, as clSetKernelArg takes them. */
+typedef struct mhla_arg {
+    size_t size;
+    const void *value;
+} mhla_arg;
+/* The argument an lvalue x makes: clSetKernelArg copies sizeof(x) bytes from &x. */
+#define MHLA_ARG(x) ((mhla_arg){sizeof(x), &(x)})
+/* Sets `kernel`'s arguments first, first + 1, ... to args[0..n); a failure records
+ * "clSetKernelArg(<kernel_name>, <index>)" at file:line, the caller's. */
+mhla_status mhla__set_args(mhla_context *ctx, cl_kernel kernel, const char *kernel_name, cl_uint first, size_t n,
+                           const mhla_arg *args, const char *file, int line);
+/* Sets a launch's arguments from `first` on as one list of MHLA_ARG()s; jumps to cleanup on
+ * failure, as MHLA_CL_TRY does, leaving st alone on success. */
+#define MHLA_SET_ARGS(st, ctx, kernel, first, ...)                                                  \
+    do {                                                                                            \
+        const mhla_arg mhla_args_[] = {__VA_ARGS__};                                                \
+        mhla_status mhla_args_st_ = mhla__set_args((ctx), (kernel), #kernel, (first),               \
+                                                   sizeof mhla_args_ / sizeof mhla_args_[0],        \
+                                                   mhla_args_, __FILE__, __LINE__);                 \
+        if (mhla_args_st_ != MHLA_OK) {                                                             \
+            (st) = mhla_args_st_;                                                                   \
+            goto cleanup;                                                                           \
+        }                                                                                           \
+    } while (0)
 /* Orders the next stage after the previous one on an out-of-order queue; a no-op otherwise. */
 mhla_status mhla__stage_barrier(mhla_context *ctx);
 /* On a profiling queue, replaces *mark with a marker event after everything enqueued so far. */

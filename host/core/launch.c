@@ -77,6 +77,23 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__set_args(mhla_context *ctx, cl_kernel kernel, const char *kernel_name, cl_uint first, size_t n,
+                           const mhla_arg *args, const char *file, int line)
+{
+    for (size_t i = 0; i < n; ++i) {
+        const cl_uint index = first + (cl_uint)i;
+        const cl_int err = clSetKernelArg(kernel, index, args[i].size, args[i].value);
+        if (err != CL_SUCCESS) {
+            /* the kernel as the caller spelled it and the argument's place in its signature: enough to
+             * find which value the device refused */
+            char what[192];
+            snprintf(what, sizeof what, "clSetKernelArg(%s, %u)", kernel_name, (unsigned)index);
+            return mhla__fail_cl(ctx, err, what, file, line);
+        }
+    }
+    return MHLA_OK;
+}
+
 mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t bytes, const char *what,
                                 cl_mem *out)
 {

@@ -51,13 +51,8 @@ mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, 
     cl_mem dst = splits > 1 ? plan->partial : out;
     const size_t extent[3] = {summary_tiles(plan), (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
 
-    MHLA_SET_ARG(st, ctx, kern, 0, k);
-    MHLA_SET_ARG(st, ctx, kern, 1, v);
-    MHLA_SET_ARG(st, ctx, kern, 2, dst);
-    MHLA_SET_ARG(st, ctx, kern, 3, plan->grid);
-    MHLA_SET_ARG(st, ctx, kern, 4, feature_eps);
-    MHLA_SET_ARG(st, ctx, kern, 5, splits);
-    MHLA_SET_ARG(st, ctx, kern, 6, split_len);
+    MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(dst), MHLA_ARG(plan->grid),
+                  MHLA_ARG(feature_eps), MHLA_ARG(splits), MHLA_ARG(split_len));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_summary, num_wait, wait, NULL,
                                            "clEnqueueNDRangeKernel(block_summary)"));
     if (splits > 1) {
@@ -65,10 +60,8 @@ mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, 
         const size_t rextent[3] = {(row + 3) / 4, (size_t)plan->shape.m, 1};
         const size_t rlocal[3] = {plan->lws_reduce, 1, 1};
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_SET_ARG(st, ctx, plan->k_reduce, 0, plan->partial);
-        MHLA_SET_ARG(st, ctx, plan->k_reduce, 1, out);
-        MHLA_SET_ARG(st, ctx, plan->k_reduce, 2, plan->grid);
-        MHLA_SET_ARG(st, ctx, plan->k_reduce, 3, splits);
+        MHLA_SET_ARGS(st, ctx, plan->k_reduce, 0, MHLA_ARG(plan->partial), MHLA_ARG(out), MHLA_ARG(plan->grid),
+                      MHLA_ARG(splits));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_reduce, 2, rextent, rlocal, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(summary_reduce)"));
     }

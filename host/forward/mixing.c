@@ -57,13 +57,8 @@ static mhla_status mix(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem 
         return mhla__sgemm_ld(ctx, rows, x, k, a, 0, k, b, 0, x, 0.0f, c, 0, x, plan->gemm_temp, NULL);
     const size_t cols = (size_t)plan->tiles.mix_nv * (size_t)plan->tiles.mix_ve, mr = (size_t)plan->tiles.mix_mr;
     const size_t extent[3] = {(x + cols - 1) / cols, (rows + mr - 1) / mr, 1};
-    MHLA_SET_ARG(st, ctx, plan->k_mixing, 0, a);
-    MHLA_SET_ARG(st, ctx, plan->k_mixing, 1, kk);
-    MHLA_SET_ARG(st, ctx, plan->k_mixing, 2, b);
-    MHLA_SET_ARG(st, ctx, plan->k_mixing, 3, c);
-    MHLA_SET_ARG(st, ctx, plan->k_mixing, 4, m);
-    MHLA_SET_ARG(st, ctx, plan->k_mixing, 5, kk);
-    MHLA_SET_ARG(st, ctx, plan->k_mixing, 6, xl);
+    MHLA_SET_ARGS(st, ctx, plan->k_mixing, 0, MHLA_ARG(a), MHLA_ARG(kk), MHLA_ARG(b), MHLA_ARG(c), MHLA_ARG(m),
+                  MHLA_ARG(kk), MHLA_ARG(xl));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_mixing, 2, extent, plan->lws_mixing, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(mixing_gemm)"));
 cleanup:

@@ -29,12 +29,8 @@ mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q)
     const size_t local[3] = {plan->lws_dots, 1, 1};
     const size_t extent[3] = {(size_t)plan->shape.n, (size_t)plan->shape.bh, 1};
 
-    MHLA_SET_ARG(st, ctx, kern, 0, q);
-    MHLA_SET_ARG(st, ctx, kern, 1, plan->summary);
-    MHLA_SET_ARG(st, ctx, kern, 2, plan->dots);
-    MHLA_SET_ARG(st, ctx, kern, 3, plan->grid);
-    MHLA_SET_ARG(st, ctx, kern, 4, feature_eps);
-    MHLA_SET_ARG(st, ctx, kern, 5, scale);
+    MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(plan->summary), MHLA_ARG(plan->dots), MHLA_ARG(plan->grid),
+                  MHLA_ARG(feature_eps), MHLA_ARG(scale));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 2, extent, local, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(official_dots)"));
 cleanup:
@@ -54,14 +50,8 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event
     const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), (size_t)plan->shape.bh,
                               (size_t)plan->shape.m * groups};
 
-    MHLA_SET_ARG(st, ctx, kern, 0, q);
-    MHLA_SET_ARG(st, ctx, kern, 1, plan->mixed);
-    MHLA_SET_ARG(st, ctx, kern, 2, den);
-    MHLA_SET_ARG(st, ctx, kern, 3, out);
-    MHLA_SET_ARG(st, ctx, kern, 4, plan->grid);
-    MHLA_SET_ARG(st, ctx, kern, 5, feature_eps);
-    MHLA_SET_ARG(st, ctx, kern, 6, scale);
-    MHLA_SET_ARG(st, ctx, kern, 7, eps);
+    MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(plan->mixed), MHLA_ARG(den), MHLA_ARG(out),
+                  MHLA_ARG(plan->grid), MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_output, 0, NULL, done,
                                            "clEnqueueNDRangeKernel(block_output)"));
 cleanup:

@@ -89,12 +89,8 @@ mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
     const size_t local[2] = {plan->lws_softmax, 1};
     const size_t global[2] = {mhla__round_up((size_t)plan->shape.n, local[0]), (size_t)plan->shape.bh};
 
-    MHLA_SET_ARG(st, ctx, kern, 0, q);
-    MHLA_SET_ARG(st, ctx, kern, 1, k);
-    MHLA_SET_ARG(st, ctx, kern, 2, v);
-    MHLA_SET_ARG(st, ctx, kern, 3, out);
-    MHLA_SET_ARG(st, ctx, kern, 4, plan->grid);
-    MHLA_SET_ARG(st, ctx, kern, 5, scale);
+    MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(out), MHLA_ARG(plan->grid),
+                  MHLA_ARG(scale));
     MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kern, 2, NULL, global, local, num_wait, wait, done),
                 "clEnqueueNDRangeKernel(softmax_attention)");
 cleanup:
