@@ -75,10 +75,10 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
     }
 #if OUT_PF > 0 && defined(__clang__)
     /* The q rows OUT_PF token groups ahead, for the work-item that will read them (docs/devices.md
-     * has the figures). Each work-item's first loads of its own rows otherwise meet the memory latency while nothing else
-     * is in flight (perf: a quarter of the read-out's samples on them); [B,N,H,D] rows are H*D
-     * apart, a stride the hardware prefetchers do not follow. 1D blocks only, whose tokens are
-     * consecutive, and never past the block. */
+     * has the figures). Each work-item's first loads of its own rows otherwise meet the memory
+     * latency while nothing else is in flight (perf: a quarter of the read-out's samples on them);
+     * [B,N,H,D] rows are H*D apart, a stride the hardware prefetchers do not follow. 1D blocks
+     * only, whose tokens are consecutive, and never past the block. */
     if (g.run == g.nb && p0 + (OUT_PF + 1) * OUT_RT <= g.nb)
         for (int r = 0; r < OUT_RT; ++r)
             for (int d = 0; d < DK; d += 64 / (int)sizeof(STORE_T))
