@@ -341,6 +341,7 @@ enum {
     F_PF = 1 << 12,
     F_BWD = 1 << 13,
     F_BCT = 1 << 14,
+    F_BNT = 1 << 15,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -386,6 +387,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_BWD)
         mhla__opts_add(opts, "-DBWD_VW=%d -DBWD_VK=%d -DBWD_VV=%d -DBWD_RT=%d", t->bwd_vw, t->bwd_vk, t->bwd_vv,
                        t->bwd_rt);
+    if (r & F_BNT)
+        mhla__opts_add(opts, "-DBWD_NT=%d -DBWD_PF=%d", t->out_nt, t->out_pf);
     if (r & F_BCT)
         mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d -DBCT_SR=%d", t->bct_rt,
                        t->bct_ve, t->bct_nv, t->bct_tq, t->bct_kt, t->bct_sr);

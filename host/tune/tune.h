@@ -125,7 +125,7 @@ typedef struct mhla_tiles {
     KF(DECODER, decoder, F_SHAPE)                                                                  \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
-    KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD)                                        \
+    KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD | F_BNT)                                \
     KF(BACKWARD_MIXING, backward_mixing, F_BWD)                                                    \
     KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT)                                  \
     KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT)
