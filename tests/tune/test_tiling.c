@@ -175,6 +175,30 @@ static void expect_softmax(const fake_device *d, uint64_t local, int vw, int bk,
     free_context(ctx);
 }
 
+/* The forward's tiles of `d` (max_wg work-items) at D = 64, N = 4096, M = 4, vector width `vec`:
+ * sum_rd, sum_ve, sum_nv, sum_chunk, out_rt, out_ve, out_nv, out_dc, out_pre, out_pf, out_nt,
+ * mix_mr, mix_ve, mix_nv, wg, pf as `want`. */
+static void expect_forward(const fake_device *d, size_t max_wg, int vec, const int want[16])
+{
+    mhla_context *ctx = fake_context(d, max_wg, 65536);
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
+    const mhla_tuning t = lookup(ctx, &cfg);
+    assert_int_equal(t.vec, vec);
+    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
+    mhla_tiles x;
+    mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+    const int got[] = {x.sum_rd, x.sum_ve, x.sum_nv, x.sum_chunk, x.out_rt, x.out_ve, x.out_nv, x.out_dc, x.out_pre,
+                       x.out_pf, x.out_nt, x.mix_mr, x.mix_ve, x.mix_nv, x.wg, x.pf};
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
+        if (got[i] != want[i])
+            fail_msg("%s: forward tile field %zu (sum_rd, sum_ve, sum_nv, sum_chunk, out_rt, out_ve, out_nv, "
+                     "out_dc, out_pre, out_pf, out_nt, mix_mr, mix_ve, mix_nv, wg, pf) = %d, expected %d",
+                     d->name, i, got[i], want[i]);
+    free_context(ctx);
+}
+
 /* The CPU row on an AVX2 target (PoCL compiling for haswell on a host reporting 16 floats): 8-float
  * vectors, summary 4 rows x 2 vectors, read-out 1 token x 8 vectors (a 64-wide row), prefix 4 x 2.
  * The output group is 64 / 64 column tiles x 32 tokens; its arrays (32x64 + 64x32 + 32x32 floats)
@@ -182,24 +206,8 @@ static void expect_softmax(const fake_device *d, uint64_t local, int vw, int bk,
 static void test_cpu_row_d64(void **state)
 {
     (void)state;
-    mhla_context *ctx = fake_context(&haswell, 4096, 65536);
-    mhla_config cfg;
-    mhla_config_init(&cfg);
-    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
-    const mhla_tuning t = lookup(ctx, &cfg);
-    assert_int_equal(t.vec, 8);
-    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
-    mhla_tiles x;
-    mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
-    const int got[] = {x.sum_rd, x.sum_ve, x.sum_nv, x.sum_chunk, x.out_rt, x.out_ve, x.out_nv, x.out_dc, x.out_pre,
-                       x.out_pf, x.out_nt, x.mix_mr, x.mix_ve, x.mix_nv, x.wg, x.pf};
-    const int want[] = {4, 8, 2, 128, 1, 8, 8, 8, 1, 4, 1, 4, 8, 2, 64, 1};
-    for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
-        if (got[i] != want[i])
-            fail_msg("forward tile field %zu (sum_rd, sum_ve, sum_nv, sum_chunk, out_rt, out_ve, out_nv, out_dc, "
-                     "out_pre, out_pf, out_nt, mix_mr, mix_ve, mix_nv, wg, pf) = %d, expected %d",
-                     i, got[i], want[i]);
-    free_context(ctx);
+    static const int forward[16] = {4, 8, 2, 128, 1, 8, 8, 8, 1, 4, 1, 4, 8, 2, 64, 1};
+    expect_forward(&haswell, 4096, 8, forward);
 
     const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480};
     expect_causal(&haswell, 4096, 65536, 64, 64, &full);
@@ -221,24 +229,8 @@ static void test_cpu_row_d64(void **state)
 static void test_gpu_row_d64(void **state)
 {
     (void)state;
-    mhla_context *ctx = fake_context(&gpu, 256, 65536);
-    mhla_config cfg;
-    mhla_config_init(&cfg);
-    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
-    const mhla_tuning t = lookup(ctx, &cfg);
-    assert_int_equal(t.vec, 4);
-    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
-    mhla_tiles x;
-    mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
-    const int got[] = {x.sum_rd, x.sum_ve, x.sum_nv, x.sum_chunk, x.out_rt, x.out_ve, x.out_nv, x.out_dc, x.out_pre,
-                       x.out_pf, x.out_nt, x.mix_mr, x.mix_ve, x.mix_nv, x.wg, x.pf};
-    const int want[] = {4, 4, 1, 32, 4, 4, 1, 4, 0, 0, 0, 4, 4, 1, 128, 0};
-    for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
-        if (got[i] != want[i])
-            fail_msg("forward tile field %zu (sum_rd, sum_ve, sum_nv, sum_chunk, out_rt, out_ve, out_nv, out_dc, "
-                     "out_pre, out_pf, out_nt, mix_mr, mix_ve, mix_nv, wg, pf) = %d, expected %d",
-                     i, got[i], want[i]);
-    free_context(ctx);
+    static const int forward[16] = {4, 4, 1, 32, 4, 4, 1, 4, 0, 0, 0, 4, 4, 1, 128, 0};
+    expect_forward(&gpu, 256, 4, forward);
 
     const causal_expect g256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480};
     expect_causal(&gpu, 256, 65536, 64, 64, &g256);
@@ -258,10 +250,11 @@ static void test_gpu_row_d64(void **state)
 
     /* rusticl's built output kernel allows 32 work-items (mhla__fit_check tightens the fit): tokens
      * halve to 8 per group. */
-    ctx = fake_context(&llvmpipe, 1024, 32768);
+    mhla_context *ctx = fake_context(&llvmpipe, 1024, 32768);
     const mhla_config c64 = causal_config(64, 64);
     const mhla_tuning tl = lookup(ctx, &c64);
     const mhla_fit tight = {32, 32768 - 1024};
+    mhla_tiles x;
     assert_int_equal(mhla__tiles_causal(ctx, &c64, &tl, &tight, &x), MHLA_OK);
     assert_int_equal(x.tq, 8);
     assert_int_equal(mhla__causal_output_wg(&x, 64), 32);
