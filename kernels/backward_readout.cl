@@ -11,52 +11,18 @@
 #include "backward.h"
 
 /* -DBWD_NT=1 (CPU rows, with the forward's streaming stores: the tuning's out_nt): the gradient
- * rows (dq, dk, dv, and y, which the summary kernel reads back much later) are written once, so
- * streaming stores skip reading each line before writing it (write-allocate), as kernels/output.cl
- * does; only where the buffer lies on the vector's size (a CL_MEM_USE_HOST_PTR buffer may not). */
+ * rows (dq, dk, dv, and y, which the summary kernel reads back much later) are written once, as
+ * output.cl's rows are; -DBWD_PF=N (the tuning's out_pf): the input rows of the tokens N groups
+ * ahead are prefetched, as output.cl prefetches q (kernels/stream.h). */
 #ifndef BWD_NT
 #define BWD_NT 0
 #endif
-#if BWD_NT && DTYPE == 0 && defined(__clang__)
-#define BWD_NT_OK(buf, W) (((uintptr_t)(buf) & (uintptr_t)((W) * sizeof(float) - 1)) == 0)
-#define BWD_STORE(W, x, j, p, nt)                                                                   \
-    do {                                                                                            \
-        if (nt)                                                                                     \
-            __builtin_nontemporal_store((x), (global VEC(W) *)(p) + (j));                            \
-        else                                                                                        \
-            STOREN(W, (x), (j), (p));                                                               \
-    } while (0)
-#else
-#define BWD_NT_OK(buf, W) 0
-#define BWD_STORE(W, x, j, p, nt) STOREN(W, (x), (j), (p))
-#endif
-/* x86 streaming stores are weakly ordered: drained before whatever signals the kernel's end. */
-#if BWD_NT && DTYPE == 0 && defined(__clang__) && defined(__SSE__)
-#define BWD_NT_FENCE() __builtin_ia32_sfence()
-#else
-#define BWD_NT_FENCE() ((void)0)
-#endif
-
-/* -DBWD_PF=N (CPU rows where clang's prefetch is an instruction: the tuning's out_pf): the input
- * rows of the tokens N groups ahead, for the work-item that will read them, as kernels/output.cl
- * does for q: each work-item's first loads of its own rows would otherwise meet the memory latency
- * with nothing else in flight ([B,N,H,D] rows lie H*D apart, a stride the hardware prefetchers do
- * not follow). 1D blocks only, whose tokens are consecutive, and never past the block. */
 #ifndef BWD_PF
 #define BWD_PF 0
 #endif
-#if BWD_PF > 0 && defined(__clang__)
-#define BWD_PREFETCH(g, p0, base, stride, n)                                                        \
-    do {                                                                                            \
-        if ((g).run == (g).nb && (p0) + (BWD_PF + 1) * BWD_RT <= (g).nb)                            \
-            for (int r_ = 0; r_ < BWD_RT; ++r_)                                                     \
-                for (int d_ = 0; d_ < (n); d_ += 64 / (int)sizeof(STORE_T))                         \
-                    __builtin_prefetch((const global void *)((base) + (long)(BWD_PF * BWD_RT + r_) * (stride) + d_), \
-                                       0, 3);                                                       \
-    } while (0)
-#else
-#define BWD_PREFETCH(g, p0, base, stride, n) ((void)0)
-#endif
+#define STREAM_NT BWD_NT
+#define STREAM_PF BWD_PF
+#include "stream.h"
 
 /* The transposed summary of (blk, bh): Dv rows of Dk floats (bwd_transpose_summary's layout). */
 global const float *bwd_tsum_rows(global const float *tsum, const mhla_grid g, const int blk, const int bh)
@@ -122,12 +88,12 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
     int tok[BWD_RT];
     VEC(BWD_VK) acc[BWD_RT][BWD_NK];
     bwd_tokens(g, blk, p0, tok);
-    BWD_PREFETCH(g, p0, dout + ob + tok[0] * os, os, DV);
-    BWD_PREFETCH(g, p0, q + qb + tok[0] * qs, qs, DK);
+    PREFETCH_AHEAD(g, p0, BWD_RT, dout + ob + tok[0] * os, os, DV);
+    PREFETCH_AHEAD(g, p0, BWD_RT, q + qb + tok[0] * qs, qs, DK);
     BWD_TILE_ZERO(acc, BWD_VK, BWD_NK);
     BWD_ROWS_PRODUCT(acc, st, DK, DV, BWD_VK, BWD_NK, LOADN(1, i_, dout + ob + tok[r_] * os));
     const long at = ((long)blk * g.bh + bh) * g.nb + p0;
-    const int nt_q = BWD_NT_OK(dq, BWD_VK), nt_y = BWD_NT_OK(y, BWD_VV);
+    const int nt_q = NT_OK(dq, BWD_VK), nt_y = NT_OK(y, BWD_VV);
     for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r) {
         global const STORE_T *qrow = q + qb + tok[r] * qs;
         float inv = 1.0f, rr = 0.0f;
@@ -157,15 +123,15 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
 #if NORMALIZER == 0
             d += rr * VLOADN(BWD_VK, j, zt);
 #endif
-            BWD_STORE(BWD_VK, scale * FEATURE_GRAD_V(BWD_VK, x) * d, j, dqrow, nt_q);
+            NT_STOREN(BWD_VK, scale * FEATURE_GRAD_V(BWD_VK, x) * d, j, dqrow, nt_q);
         }
         global const STORE_T *orow = dout + ob + tok[r] * os;
         global STORE_T *yrow = y + ob + tok[r] * os;
         const float wt = scale * inv;
         for (int j = 0; j < BWD_NV; ++j)
-            BWD_STORE(BWD_VV, LOADN(BWD_VV, j, orow) * wt, j, yrow, nt_y);
+            NT_STOREN(BWD_VV, LOADN(BWD_VV, j, orow) * wt, j, yrow, nt_y);
     }
-    BWD_NT_FENCE();
+    NT_FENCE();
     (void)den, (void)r_out, (void)eps, (void)at, (void)zt, (void)nt_q, (void)nt_y;
 }
 
@@ -206,10 +172,10 @@ kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE
     const long kb = row_base(g, bh, DK), vb = row_base(g, bh, DV), ks = row_stride(g, DK), vs = row_stride(g, DV);
     int tok[BWD_RT];
     bwd_tokens(g, blk, p0, tok);
-    const int nt_k = BWD_NT_OK(dk, BWD_VK), nt_v = BWD_NT_OK(dv, BWD_VV);
+    const int nt_k = NT_OK(dk, BWD_VK), nt_v = NT_OK(dv, BWD_VV);
     (void)nt_k, (void)nt_v;
-    BWD_PREFETCH(g, p0, k + kb + tok[0] * ks, ks, DK);
-    BWD_PREFETCH(g, p0, v + vb + tok[0] * vs, vs, DV);
+    PREFETCH_AHEAD(g, p0, BWD_RT, k + kb + tok[0] * ks, ks, DK);
+    PREFETCH_AHEAD(g, p0, BWD_RT, v + vb + tok[0] * vs, vs, DV);
     {
         VEC(BWD_VV) acc[BWD_RT][BWD_NV];
         global const float *s = dsum + summary_s_offset(g.bh, blk, bh, 0);
@@ -218,7 +184,7 @@ kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE
         for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r)
             #pragma unroll
             for (int j = 0; j < BWD_NV; ++j)
-                BWD_STORE(BWD_VV, acc[r][j], j, dv + vb + tok[r] * vs, nt_v);
+                NT_STOREN(BWD_VV, acc[r][j], j, dv + vb + tok[r] * vs, nt_v);
     }
     {
         VEC(BWD_VK) acc[BWD_RT][BWD_NK];
@@ -231,10 +197,10 @@ kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE
             #pragma unroll
             for (int j = 0; j < BWD_NK; ++j) {
                 const VEC(BWD_VK) x = LOADN(BWD_VK, j, krow);
-                BWD_STORE(BWD_VK, (acc[r][j] + VLOADN(BWD_VK, j, dz)) * FEATURE_GRAD_V(BWD_VK, x), j,
+                NT_STOREN(BWD_VK, (acc[r][j] + VLOADN(BWD_VK, j, dz)) * FEATURE_GRAD_V(BWD_VK, x), j,
                           dk + kb + tok[r] * ks, nt_k);
             }
         }
     }
-    BWD_NT_FENCE();
+    NT_FENCE();
 }

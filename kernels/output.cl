@@ -6,37 +6,18 @@
 
 /* Output rows written with streaming stores (-DOUT_NT=1, CPU rows, float storage): each output
  * line is written once and not read again here, and a normal store first reads the line from
- * memory (write-allocate), a third of the stage's traffic. The causal read-out (causal_output.cl),
- * whose time goes to its scores, gains nothing from them and keeps plain stores (the figures:
- * docs/devices.md "The measurements behind the rows"). */
+ * memory, a third of the stage's traffic. The causal read-out (causal_output.cl), whose time goes
+ * to its scores, gains nothing from them and keeps plain stores (the figures: docs/devices.md
+ * "The measurements behind the rows"). The q rows are prefetched OUT_PF token groups ahead. */
 #ifndef OUT_NT
 #define OUT_NT 0
 #endif
 #ifndef OUT_PF
-#define OUT_PF 0 /* q rows prefetched this many token groups ahead (CPU rows; clang's builtin) */
+#define OUT_PF 0
 #endif
-/* They write whole vectors, which must lie on their own size. Every output vector starts a
- * multiple of OUT_VE floats into the buffer, so the buffer's own address decides, checked here
- * rather than by the device's base alignment: a buffer made with CL_MEM_USE_HOST_PTR starts
- * wherever the caller's memory does (PoCL uses that memory as it is; a misaligned one made the
- * streaming store fault). */
-#if OUT_NT && defined(__clang__)
-#define OUT_NT_OK(buf) (((uintptr_t)(buf) & (uintptr_t)(OUT_VE * sizeof(float) - 1)) == 0)
-#define OUT_STORE(x, p, nt)                                                                         \
-    do {                                                                                            \
-        if (nt)                                                                                     \
-            __builtin_nontemporal_store((x), (global VEC(OUT_VE) *)(p));                             \
-        else                                                                                        \
-            STOREN(OUT_VE, (x), 0, (p));                                                            \
-    } while (0)
-#else
-#define OUT_NT_OK(buf) 0
-#define OUT_STORE(x, p, nt)                                                                         \
-    do {                                                                                            \
-        (void)(nt);                                                                                 \
-        STOREN(OUT_VE, (x), 0, (p));                                                                \
-    } while (0)
-#endif
+#define STREAM_NT OUT_NT
+#define STREAM_PF OUT_PF
+#include "stream.h"
 
 /* global: (OUT_NE rounded up, B*H, M*ceil(Nb/OUT_RT)): heads before token groups, so that the groups
  * a core runs one after another read neighbouring parts of the same q rows ([B,N,H,D]). Work-item
@@ -73,20 +54,10 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
         if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
             walk_next(g, &w);
     }
-#if OUT_PF > 0 && defined(__clang__)
-    /* The q rows OUT_PF token groups ahead, for the work-item that will read them (docs/devices.md
-     * has the figures). Each work-item's first loads of its own rows otherwise meet the memory
-     * latency while nothing else is in flight (perf: a quarter of the read-out's samples on them);
-     * [B,N,H,D] rows are H*D apart, a stride the hardware prefetchers do not follow. 1D blocks
-     * only, whose tokens are consecutive, and never past the block. */
-    if (g.run == g.nb && p0 + (OUT_PF + 1) * OUT_RT <= g.nb)
-        for (int r = 0; r < OUT_RT; ++r)
-            for (int d = 0; d < DK; d += 64 / (int)sizeof(STORE_T))
-                __builtin_prefetch((const global void *)(qrow[0] + (long)(OUT_PF * OUT_RT + r) * row_stride(g, DK) + d),
-                                   0, 3);
-#endif
+    /* perf: a quarter of the read-out's samples were on the first loads of its q rows before */
+    PREFETCH_AHEAD(g, p0, OUT_RT, qrow[0], row_stride(g, DK), DK);
     READOUT_TILE(qrow, s, z, scale, feature_eps, acc, dsum);
-    const int nt = OUT_NT_OK(out);
+    const int nt = NT_OK(out, OUT_VE);
     for (int r = 0; r < OUT_RT && p0 + r < g.nb; ++r) {
 #if NORMALIZER == 0
         const float inv = dsum[r] + eps;
@@ -97,17 +68,13 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
         #pragma unroll
         for (int j = 0; j < OUT_NV; ++j) {
 #if NORMALIZER == 2
-            OUT_STORE(acc[r][j], orow + j * OUT_VE, nt);
+            NT_STOREN(OUT_VE, acc[r][j], 0, orow + j * OUT_VE, nt);
 #else
-            OUT_STORE(acc[r][j] / inv, orow + j * OUT_VE, nt);
+            NT_STOREN(OUT_VE, acc[r][j] / inv, 0, orow + j * OUT_VE, nt);
 #endif
         }
     }
-#if OUT_NT && defined(__clang__) && defined(__SSE__)
-    /* x86 streaming stores are weakly ordered: drained before whatever signals the kernel's end
-     * (one per work-item, as work-items may run on any thread; it costs 2-3% of the stage) */
-    __builtin_ia32_sfence();
-#endif
+    NT_FENCE(); /* kernels/stream.h; it costs 2-3% of the stage */
 }
 
 /* global: (M*Nb rounded up, B*H). dots[b][bh][p] = q~_{b,p} . z_b, mixed afterwards by the
