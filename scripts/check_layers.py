@@ -147,9 +147,8 @@ def circles(edges):
 def check_calls(build, errors, graph):
     defined, used = object_symbols(build)
     owner = {sym: f for f, syms in defined.items() for sym in syms}
-    edges = collections.defaultdict(set)
+    edges = {f: set() for f in used}  # every file, those that call no other too
     for f, syms in used.items():
-        edges[f]
         for sym in sorted(syms):
             g = owner.get(sym)
             if g and g != f:
