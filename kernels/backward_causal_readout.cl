@@ -61,6 +61,86 @@ float bct_r(global const float *rs, const long at)
 #endif
 }
 
+/* acc = x_r times the slot (`slot`: P^T or dS^T as rows of Dk floats, SC of them, or dS as rows
+ * of SC floats, DK of them) for rows r0 .. r0 + BCT_RT - 1 of the nq tokens from t1, columns col0 ..
+ * col0 + BCT_COLS - 1, from the rows in global memory; plus the z row's term (dq: r_t zP_i, dk:
+ * dz_j). Rows past the end repeat the last token and are not stored. */
+__attribute__((always_inline)) inline void bct_prefix(const int kind, global const STORE_T *k, global const STORE_T *v, global const STORE_T *dout, global const float *slot,
+                        global const float *invs, global const float *rs, const mhla_grid g, const int bh,
+                        const int t1, const int nq, const int r0, const int col0, const float feature_eps,
+                        VEC(BCT_VE) (*acc)[BCT_NV])
+{
+    const int DX = kind == KIND_DV ? DK : DV;
+    const int mstride = kind == KIND_DV ? SC : DK;
+    #pragma unroll
+    for (int r = 0; r < BCT_RT; ++r)
+        #pragma unroll
+        for (int j = 0; j < BCT_NV; ++j)
+            acc[r][j] = (VEC(BCT_VE))(0.0f);
+    for (int p0v = 0; p0v < DX; p0v += BCT_VE) {
+        float xr[BCT_RT][BCT_VE];
+        #pragma unroll
+        for (int r = 0; r < BCT_RT; ++r) {
+            const int t = t1 + min(r0 + r, nq - 1);
+            VEC(BCT_VE) val;
+            if (kind == KIND_DQ)
+                val = BCT_G(BCT_VE, p0v, t);
+            else if (kind == KIND_DK)
+                val = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + p0v);
+            else
+                val = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + p0v), feature_eps);
+            VSTOREN(BCT_VE, val, 0, xr[r]);
+        }
+        #pragma unroll
+        for (int pp = 0; pp < BCT_VE; ++pp) {
+            VEC(BCT_VE) mv[BCT_NV];
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j)
+                mv[j] = VLOADN(BCT_VE, 0, slot + (long)(p0v + pp) * mstride + col0 + j * BCT_VE);
+            #pragma unroll
+            for (int r = 0; r < BCT_RT; ++r)
+                #pragma unroll
+                for (int j = 0; j < BCT_NV; ++j)
+                    acc[r][j] += xr[r][pp] * mv[j];
+        }
+    }
+#if NORMALIZER == 0
+    if (kind != KIND_DV) { /* dq: r_t zP_i; dk: dz_j (the z row of P^T or dS^T) */
+        #pragma unroll
+        for (int r = 0; r < BCT_RT; ++r) {
+            const float w = kind == KIND_DQ ? bct_r(rs, (long)bh * g.n + t1 + min(r0 + r, nq - 1)) : 1.0f;
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j)
+                acc[r][j] += w * VLOADN(BCT_VE, 0, slot + (long)DV * DK + col0 + j * BCT_VE);
+        }
+    }
+#endif
+}
+
+/* Rows r0 .. of the nq tokens from t1 out of acc: dq = scale phi'(q) dq~, dk = phi'(k) dk~, dv as
+ * it is. */
+__attribute__((always_inline)) inline void bct_store(const int kind, global const STORE_T *q, global const STORE_T *k,
+                       global STORE_T *out, const mhla_grid g, const int bh, const int t1, const int nq,
+                       const int r0, const int col0, const float scale, VEC(BCT_VE) (*acc)[BCT_NV])
+{
+    const int DW = kind == KIND_DV ? DV : DK;
+    #pragma unroll
+    for (int r = 0; r < BCT_RT; ++r)
+        if (r0 + r < nq) {
+            const long row = row_offset(g, bh, t1 + r0 + r, DW);
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j) {
+                const int o = col0 + j * BCT_VE;
+                VEC(BCT_VE) y = acc[r][j];
+                if (kind == KIND_DQ)
+                    y *= scale * FEATURE_GRAD_V(BCT_VE, LOADN(BCT_VE, 0, q + row + o));
+                else if (kind == KIND_DK)
+                    y *= FEATURE_GRAD_V(BCT_VE, LOADN(BCT_VE, 0, k + row + o));
+                STOREN(BCT_VE, y, 0, out + row + o);
+            }
+        }
+}
+
 /* The read-out of `kind` (a constant: each kernel below is this function specialized; its pointers
  * are not restrict-qualified: inlining restrict parameters leaves llvm.experimental.noalias.scope.decl
  * calls that Oclgrind cannot run). `slot`: P^T
@@ -88,53 +168,9 @@ __attribute__((always_inline)) inline void bct_readout(const int kind, global co
     global const float *slot = slots + bc_slot(kk, h, g.heads);
 
     /* The prefix product first, before any barrier (as causal_output.cl: a register tile that stays
-     * in registers), from the rows in global memory: x_r times the slot (rows of DW columns), and
-     * the z row's term. Rows past the chunk's end repeat its last token and are not stored. */
+     * in registers). */
     VEC(BCT_VE) acc[BCT_RT][BCT_NV];
-    const int mstride = kind == KIND_DV ? SC : DK;
-    #pragma unroll
-    for (int r = 0; r < BCT_RT; ++r)
-        #pragma unroll
-        for (int j = 0; j < BCT_NV; ++j)
-            acc[r][j] = (VEC(BCT_VE))(0.0f);
-    for (int p0v = 0; p0v < DX; p0v += BCT_VE) {
-        float xr[BCT_RT][BCT_VE];
-        #pragma unroll
-        for (int r = 0; r < BCT_RT; ++r) {
-            const int t = t0 + p0 + min(r0 + r, nq - 1);
-            VEC(BCT_VE) val;
-            if (kind == KIND_DQ)
-                val = BCT_G(BCT_VE, p0v, t);
-            else if (kind == KIND_DK)
-                val = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + p0v);
-            else
-                val = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + p0v), feature_eps);
-            VSTOREN(BCT_VE, val, 0, xr[r]);
-        }
-        #pragma unroll
-        for (int pp = 0; pp < BCT_VE; ++pp) {
-            VEC(BCT_VE) mv[BCT_NV];
-            #pragma unroll
-            for (int j = 0; j < BCT_NV; ++j)
-                mv[j] = VLOADN(BCT_VE, 0, slot + (long)(p0v + pp) * mstride + col0 + j * BCT_VE);
-            #pragma unroll
-            for (int r = 0; r < BCT_RT; ++r)
-                #pragma unroll
-                for (int j = 0; j < BCT_NV; ++j)
-                    acc[r][j] += xr[r][pp] * mv[j];
-        }
-    }
-#if NORMALIZER == 0
-    if (kind != KIND_DV) { /* dq: r_t zP_i; dk: dz_j (the z row of P^T or dS^T) */
-        #pragma unroll
-        for (int r = 0; r < BCT_RT; ++r) {
-            const float w = kind == KIND_DQ ? bct_r(rs, (long)bh * g.n + t0 + p0 + min(r0 + r, nq - 1)) : 1.0f;
-            #pragma unroll
-            for (int j = 0; j < BCT_NV; ++j)
-                acc[r][j] += w * VLOADN(BCT_VE, 0, slot + (long)DV * DK + col0 + j * BCT_VE);
-        }
-    }
-#endif
+    bct_prefix(kind, k, v, dout, slot, invs, rs, g, bh, t0 + p0, nq, r0, col0, feature_eps, acc);
 
     /* The tile's rows x_r for the scores, zero past the chunk's end. */
     for (int x = lid; x < BCT_TQ * (DX / BCT_VE); x += WG) {
@@ -234,23 +270,7 @@ __attribute__((always_inline)) inline void bct_readout(const int kind, global co
         barrier(CLK_LOCAL_MEM_FENCE); /* ys, cb and sc are overwritten next */
     }
 
-    /* dq = scale phi'(q) dq~, dk = phi'(k) dk~, dv as it is. */
-    #pragma unroll
-    for (int r = 0; r < BCT_RT; ++r)
-        if (r0 + r < nq) {
-            const int t = t0 + p0 + r0 + r;
-            const long row = row_offset(g, bh, t, DW);
-            #pragma unroll
-            for (int j = 0; j < BCT_NV; ++j) {
-                const int o = col0 + j * BCT_VE;
-                VEC(BCT_VE) y = acc[r][j];
-                if (kind == KIND_DQ)
-                    y *= scale * FEATURE_GRAD_V(BCT_VE, LOADN(BCT_VE, 0, q + row + o));
-                else if (kind == KIND_DK)
-                    y *= FEATURE_GRAD_V(BCT_VE, LOADN(BCT_VE, 0, k + row + o));
-                STOREN(BCT_VE, y, 0, out + row + o);
-            }
-        }
+    bct_store(kind, q, k, out, g, bh, t0 + p0, nq, r0, col0, scale, acc);
 }
 
 #define BCT_ARGS                                                                                    \
@@ -282,6 +302,200 @@ kernel void bc_dv(BCT_ARGS)
     bct_readout(KIND_DV, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, g_arg, feature_eps, scale,
                 tiles_per_chunk, xs, ys, sc, cb);
 }
+
+/* ---- the fused read-out: dq, dk, dv and dMc's diagonal term of a whole chunk in one group -------
+ * The three read-outs above each compute a score matrix of their own, and bc_diag both again: for
+ * a chunk of len <= BCT_FC tokens the group here computes A'[t][s] = g_t . v_s + r_t and
+ * B[t][s] = q~_t . k~_s once each (s <= t), into local memory, and reads them out three ways:
+ *   dq~_t = g_t P^T + r_t zP + Mc[i,i] sum_{s<=t} A'[t][s] k~_s   (rows of A')
+ *   dk~_s = v_s dS^T + dz    + Mc[i,i] sum_{t>=s} A'[t][s] q~_t   (columns of A')
+ *   dv_s  = k~_s dS          + Mc[i,i] sum_{t>=s} B[t][s] g_t     (columns of B)
+ * and diag = sum_{s<=t} B[t][s] A'[t][s], the chunk's share of dMc[i,i] (bc_diag's, with one
+ * part). Each work-item owns BCT_RT rows x BCT_COLS columns of every output in turn; the scores in
+ * BCT_RT x BCT_VE tiles. BCT_FC: the chunk rounded up to BCT_VE and BCT_RT (host/tune/tiling.c: 0
+ * when the group does not fit the device, and the three kernels above run instead). */
+#if defined(BCT_FC) && BCT_FC > 0
+#define BCF_DX (DK > DV ? DK : DV)
+#define BCF_NE (BCF_DX / BCT_COLS)
+#define BCF_WG (BCF_NE * (BCT_FC / BCT_RT))
+#define BCF_CV (BCT_FC / BCT_VE)
+#if BCT_FC % BCT_VE != 0 || BCT_FC % BCT_RT != 0
+#error "BCT_FC must be a multiple of BCT_VE and BCT_RT"
+#endif
+
+/* xs = the rows x_t (DX floats each) and yt = the rows y_s transposed (DX x BCT_FC), zero past
+ * len: kind KIND_DQ stages g and v (for A'), any other q~ and k~ (for B). */
+__attribute__((always_inline)) inline void bcf_stage(const int kind, global const STORE_T *q, global const STORE_T *k,
+                       global const STORE_T *v, global const STORE_T *dout, global const float *invs,
+                       const mhla_grid g, const int bh, const int t0, const int len, const float feature_eps,
+                       const float scale, local float *xs, local float *yt)
+{
+    const int DX = kind == KIND_DQ ? DV : DK, lid = (int)get_local_id(0);
+    for (int x = lid; x < BCT_FC * (DX / BCT_VE); x += BCF_WG) {
+        const int r = x / (DX / BCT_VE), d0 = (x - r * (DX / BCT_VE)) * BCT_VE, t = t0 + r;
+        VEC(BCT_VE) xv = (VEC(BCT_VE))(0.0f), yv = (VEC(BCT_VE))(0.0f);
+        if (r < len) {
+            if (kind == KIND_DQ) {
+                xv = BCT_G(BCT_VE, d0, t);
+                yv = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + d0);
+            } else {
+                xv = scale * FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, q + row_offset(g, bh, t, DK) + d0), feature_eps);
+                yv = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + d0), feature_eps);
+            }
+        }
+        VSTOREN(BCT_VE, xv, 0, xs + r * DX + d0);
+        float yd[BCT_VE];
+        VSTOREN(BCT_VE, yv, 0, yd);
+        #pragma unroll
+        for (int e = 0; e < BCT_VE; ++e)
+            yt[(d0 + e) * BCT_FC + r] = yd[e];
+    }
+}
+
+/* The scores of the staged rows into sc (BCT_RT rows x BCT_VE columns per step; tiles wholly above
+ * the diagonal or past len are not computed). kind KIND_DQ: A' (+ r_t from cb); any other: B, and
+ * returns this work-item's share of sum B A' over the pairs s <= t < len, read from sc before B
+ * overwrites it (each step reads and writes its own tile only). */
+__attribute__((always_inline)) inline float bcf_scores(const int kind, const int len, local const float *xs,
+                                                       local const float *yt, local const float *cb, local float *sc)
+{
+    const int DX = kind == KIND_DQ ? DV : DK;
+    float part = 0.0f;
+    for (int x = (int)get_local_id(0); x < (BCT_FC / BCT_RT) * BCF_CV; x += BCF_WG) {
+        const int rr = (x / BCF_CV) * BCT_RT, c0 = (x - (x / BCF_CV) * BCF_CV) * BCT_VE;
+        if (rr >= len || c0 >= len || c0 > rr + BCT_RT - 1)
+            continue;
+        VEC(BCT_VE) a[BCT_RT];
+        #pragma unroll
+        for (int r = 0; r < BCT_RT; ++r)
+            a[r] = (VEC(BCT_VE))(0.0f);
+        for (int d = 0; d < DX; ++d) {
+            const VEC(BCT_VE) y = VLOADN(BCT_VE, 0, yt + d * BCT_FC + c0);
+            #pragma unroll
+            for (int r = 0; r < BCT_RT; ++r)
+                a[r] += xs[(rr + r) * DX + d] * y;
+        }
+        #pragma unroll
+        for (int r = 0; r < BCT_RT; ++r) {
+            local float *row = sc + (rr + r) * BCT_FC + c0;
+            if (kind == KIND_DQ) {
+#if NORMALIZER == 0
+                a[r] += cb[rr + r];
+#endif
+            } else {
+                float b[BCT_VE], ap[BCT_VE];
+                VSTOREN(BCT_VE, a[r], 0, b);
+                VSTOREN(BCT_VE, VLOADN(BCT_VE, 0, row), 0, ap);
+                #pragma unroll
+                for (int e = 0; e < BCT_VE; ++e)
+                    if (c0 + e <= rr + r && rr + r < len)
+                        part += b[e] * ap[e];
+            }
+            VSTOREN(BCT_VE, a[r], 0, row);
+        }
+    }
+    (void)cb;
+    return part;
+}
+
+/* acc += Mc[i,i] sum over the pairs of the work-item's rows r0 .. of the scores in sc times w (a
+ * row of BCT_COLS columns from col0): rows of sc for dq (s <= t), columns for dk and dv (t >= s). */
+__attribute__((always_inline)) inline void bcf_products(const int kind, global const STORE_T *q, global const STORE_T *k,
+                         global const STORE_T *dout, global const float *invs, const mhla_grid g,
+                         const int bh, const int t0, const int len, const int r0, const int col0,
+                         const float mii, const float feature_eps, const float scale, local const float *sc,
+                         VEC(BCT_VE) (*acc)[BCT_NV])
+{
+    const int first = kind == KIND_DQ ? 0 : r0, last = kind == KIND_DQ ? min(r0 + BCT_RT, len) : len;
+    for (int c = first; c < last; ++c) {
+        const int t = t0 + c;
+        VEC(BCT_VE) wv[BCT_NV];
+        #pragma unroll
+        for (int j = 0; j < BCT_NV; ++j) {
+            const int o = col0 + j * BCT_VE;
+            if (kind == KIND_DQ)
+                wv[j] = mii * FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + o), feature_eps);
+            else if (kind == KIND_DK)
+                wv[j] = (mii * scale) *
+                        FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, q + row_offset(g, bh, t, DK) + o), feature_eps);
+            else
+                wv[j] = mii * BCT_G(BCT_VE, o, t);
+        }
+        /* every row of the work-item on the visible side of c: no tests in the loop */
+        const int all = kind == KIND_DQ ? c <= r0 : c >= r0 + BCT_RT - 1;
+        #pragma unroll
+        for (int r = 0; r < BCT_RT; ++r) {
+            if (!all && (kind == KIND_DQ ? c > r0 + r : c < r0 + r))
+                continue;
+            const float a = kind == KIND_DQ ? sc[(r0 + r) * BCT_FC + c] : sc[c * BCT_FC + r0 + r];
+            #pragma unroll
+            for (int j = 0; j < BCT_NV; ++j)
+                acc[r][j] += a * wv[j];
+        }
+    }
+}
+
+/* global: (BCF_WG, H, entries); local: (BCF_WG, 1, 1). Arguments 0..9 as the three read-outs'
+ * (slots_p: P^T), then dS^T, dS and the outputs; diag: one float per (entry, head), written when
+ * want_diag. */
+kernel void bc_dqkv(global const STORE_T *restrict q, global const STORE_T *restrict k,
+                    global const STORE_T *restrict v, global const STORE_T *restrict dout,
+                    global const float *restrict mix, const int lda, global const int *restrict tab,
+                    global const float *restrict slots_p, global const float *restrict invs,
+                    global const float *restrict rs, global const float *restrict slots_dst,
+                    global const float *restrict slots_ds, global STORE_T *restrict dq, global STORE_T *restrict dk,
+                    global STORE_T *restrict dv, global float *restrict diag, const mhla_grid g_arg,
+                    const float feature_eps, const float scale, const int want_diag)
+{
+    local float xs[BCT_FC * BCF_DX], yt[BCF_DX * BCT_FC], sc[BCT_FC * BCT_FC], cb[BCT_FC], dg[BCF_WG];
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int lid = (int)get_local_id(0), col0 = (lid % BCF_NE) * BCT_COLS, r0 = (lid / BCF_NE) * BCT_RT;
+    const int kk = (int)get_group_id(2), h = (int)get_group_id(1);
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1), i = ENT(kk, 2);
+    const float mii = mix[(long)i * lda + i];
+    const long so = bc_slot(kk, h, g.heads);
+    const int rows = r0 < len; /* this work-item has rows of the chunk */
+    VEC(BCT_VE) acc[BCT_RT][BCT_NV];
+
+    /* A' = g v^T + r */
+    bcf_stage(KIND_DQ, q, k, v, dout, invs, g, bh, t0, len, feature_eps, scale, xs, yt);
+    for (int c = lid; c < BCT_FC; c += BCF_WG)
+        cb[c] = c < len ? bct_r(rs, (long)bh * g.n + t0 + c) : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bcf_scores(KIND_DQ, len, xs, yt, cb, sc);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* dq from the rows of A', dk from its columns */
+    if (rows && col0 < DK) {
+        bct_prefix(KIND_DQ, k, v, dout, slots_p + so, invs, rs, g, bh, t0, len, r0, col0, feature_eps, acc);
+        bcf_products(KIND_DQ, q, k, dout, invs, g, bh, t0, len, r0, col0, mii, feature_eps, scale, sc, acc);
+        bct_store(KIND_DQ, q, k, dq, g, bh, t0, len, r0, col0, scale, acc);
+        bct_prefix(KIND_DK, k, v, dout, slots_dst + so, invs, rs, g, bh, t0, len, r0, col0, feature_eps, acc);
+        bcf_products(KIND_DK, q, k, dout, invs, g, bh, t0, len, r0, col0, mii, feature_eps, scale, sc, acc);
+        bct_store(KIND_DK, q, k, dk, g, bh, t0, len, r0, col0, scale, acc);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* B = q~ k~^T over A', and the diagonal term */
+    bcf_stage(KIND_DK, q, k, v, dout, invs, g, bh, t0, len, feature_eps, scale, xs, yt);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    dg[lid] = bcf_scores(KIND_DK, len, xs, yt, cb, sc);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* dv from the columns of B */
+    if (rows && col0 < DV) {
+        bct_prefix(KIND_DV, k, v, dout, slots_ds + so, invs, rs, g, bh, t0, len, r0, col0, feature_eps, acc);
+        bcf_products(KIND_DV, q, k, dout, invs, g, bh, t0, len, r0, col0, mii, feature_eps, scale, sc, acc);
+        bct_store(KIND_DV, q, k, dv, g, bh, t0, len, r0, col0, scale, acc);
+    }
+    if (want_diag && lid == 0) { /* the work-items' shares in order: the same sum on every run */
+        float sum = 0.0f;
+        for (int w = 0; w < BCF_WG; ++w)
+            sum += dg[w];
+        diag[(long)kk * g.heads + h] = sum;
+    }
+}
+#endif
 
 /* global: (parts, H, entries); local: (parts, 1, 1). diag[kk][h][part] = the part's share of
  * sum_{t in chunk, s <= t} (q~_t . k~_s)(g_t . v_s + r_t): query rows t0 + part, + parts, ...

@@ -21,16 +21,23 @@ kernel void bwd_transpose(global const float *restrict src, global float *restri
 
 /* global: (ceil(rows/BWD_TM), ceil(rows/BWD_TM), chunks). part[(c*rows + i)*rows + b] = sum of
  * a[i][x] * bm[b][x] over chunk c's x (rows of x floats from `off`), lanes added last in lane order. Rows past
- * the last repeat it (their sums are not stored), so every work-item runs the same loop. */
+ * the last repeat it (their sums are not stored), so every work-item runs the same loop. `lower`
+ * (the causal form, whose dMc is lower triangular): tiles with no pair b < i store zeros instead. */
 kernel void bwd_dmixing_part(global const float *restrict a_arg, global const float *restrict bm_arg,
                              global float *restrict part, const long x, const int rows, const long len,
-                             const long off)
+                             const long off, const int lower)
 {
     global const float *a = a_arg + off, *bm = bm_arg + off; /* a causal plan's sequence: its first slot */
     const int b0 = (int)get_global_id(0) * BWD_TM, i0 = (int)get_global_id(1) * BWD_TM, c = (int)get_global_id(2);
     const long x0 = (long)c * len, x1 = min(x0 + len, x);
     if (b0 >= rows || i0 >= rows || x0 >= x) /* the launch is rounded up to whole groups */
         return;
+    if (lower && b0 >= i0 + BWD_TM) {
+        for (int r = 0; r < BWD_TM && i0 + r < rows; ++r)
+            for (int s = 0; s < BWD_TM && b0 + s < rows; ++s)
+                part[((long)c * rows + i0 + r) * rows + b0 + s] = 0.0f;
+        return;
+    }
     global const float *ar[BWD_TM], *br[BWD_TM];
     VEC(BWD_VW) acc[BWD_TM][BWD_TM];
     #pragma unroll

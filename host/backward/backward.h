@@ -54,6 +54,8 @@ typedef struct mhla_bwd {
     cl_kernel k_bc_transpose, k_bc_from_forward;
     size_t lws_bc_token[3], lws_bc_tile[3], lws_bc_mix;
     size_t wg_bc_readout[3]; /* work-items of bc_dq, bc_dk and bc_dv's groups (their tiles) */
+    cl_kernel k_bc_dqkv;     /* the fused read-out (tiles.bct_fc > 0), in place of the three and bc_diag */
+    size_t wg_bc_fused;      /* its group's work-items */
     cl_mem slots_s, slots_p, slots_g, slots_ds, slots_gt, slots_dst, diag; /* S^T, P^T, G, dS, G^T, dS^T */
     size_t entries_cap; /* chunk-table entries the buffers hold */
     mhla_bc_entry *table; /* the chunk table of the last call, copied into a buffer per call */
@@ -69,9 +71,9 @@ mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *wha
  * up to xmax floats; *prog receives the program. */
 mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog);
 /* out[i*ldo + b] (+)= sum_x a[off + i*x + ..] bm[off + b*x + ..] for i, b < m: dMc's fixed-order
- * reduction. */
+ * reduction; `lower`: only the pairs b < i are needed (others may read as 0). */
 mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate);
+                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate, cl_int lower);
 /* Non-causal: the forward's summaries recomputed, then every stage of the backward. */
 mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                    cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,

@@ -11,7 +11,7 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
 {
     cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_transpose, b->k_bc_scalars,
                            b->k_bc_grad,    b->k_bc_dq,     b->k_bc_dk,     b->k_bc_dv,        b->k_bc_diag,
-                           b->k_bc_dmix_finish, b->k_bc_from_forward};
+                           b->k_bc_dmix_finish, b->k_bc_from_forward, b->k_bc_dqkv};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -41,6 +41,16 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
     static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
     MHLA_FORWARD_IF_ERROR(st, mhla__tiles_backward_causal(ctx, c, &rt->plan->causal->kern->tuning, fit, &b->tiles));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &rt->prog));
+    if (b->tiles.bct_fc > 0) { /* one group per chunk; a device that cannot hold it refits to the three */
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, rt->prog, "bc_dqkv", &b->k_bc_dqkv));
+        b->wg_bc_fused = mhla__bc_fused_wg(&b->tiles, c->dk, c->dv);
+        const int r = mhla__fit_check(ctx, b->k_bc_dqkv, b->wg_bc_fused,
+                                      mhla__bc_fused_local(&b->tiles, c->dk, c->dv), fit);
+        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(bc_dqkv) failed on %s",
+                     ctx->device_name);
+        *refit |= r;
+        goto cleanup;
+    }
     for (int i = 0; i < 3; ++i) {
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, rt->prog, names[i], ks[i]));
         const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
@@ -57,9 +67,10 @@ cleanup:
 static void readout_release(void *arg)
 {
     mhla_bwd *b = ((readout_try *)arg)->b;
-    cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
-    for (int i = 0; i < 3; ++i) {
-        clReleaseKernel(*ks[i]);
+    cl_kernel *ks[4] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv, &b->k_bc_dqkv};
+    for (int i = 0; i < 4; ++i) {
+        if (*ks[i])
+            clReleaseKernel(*ks[i]);
         *ks[i] = NULL;
     }
 }
@@ -86,8 +97,11 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
     cl_program prog = rt.prog;
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
-    /* bc_diag's parts per (chunk, head): the row's dg_parts, at most a chunk's rows and one work-group */
-    {
+    /* bc_diag's parts per (chunk, head): the row's dg_parts, at most a chunk's rows and one work-group;
+     * one where bc_dqkv writes the diagonal terms */
+    if (b->k_bc_dqkv) {
+        b->tiles.bct_dg = 1;
+    } else {
         const int64_t rows = c->chunk < plan->shape.n ? c->chunk : plan->shape.n;
         int64_t parts = plan->causal->kern->tuning.dg_parts;
         parts = parts < 1 ? 1 : parts > rows ? rows : parts;
@@ -406,6 +420,23 @@ cleanup:
     return st;
 }
 
+/* The fused read-out (bc_dqkv): dq, dk, dv and, when dMc is asked for, its diagonal terms. */
+static mhla_status readout_fused(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv, cl_int want_diag)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const mhla_bwd *b = x->b;
+    cl_kernel kr = b->k_bc_dqkv;
+    MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, b->slots_p));
+    MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(b->slots_dst), MHLA_ARG(b->slots_ds), MHLA_ARG(dq), MHLA_ARG(dk), MHLA_ARG(dv), MHLA_ARG(b->diag), MHLA_ARG(x->plan->grid),
+                  MHLA_ARG(x->feps), MHLA_ARG(x->scale), MHLA_ARG(want_diag));
+    const size_t ext[3] = {b->wg_bc_fused, (size_t)x->heads, x->entries}, loc[3] = {b->wg_bc_fused, 1, 1};
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, "bc_dqkv"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
 /* The tiled read-outs: dq from P^T, dk from dS^T, dv from dS. */
 static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv)
 {
@@ -462,13 +493,13 @@ static mhla_status dmc_products(const bc_call *x, cl_mem dmixing, cl_int *covere
             longest = kk;
     *covered = tab[longest].chunks;
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(x->plan, x->b, x->b->slots_gt, x->b->slots_s, longest * len, len,
-                                                     dmixing, *covered, x->lda, 0));
+                                                     dmixing, *covered, x->lda, 0, 1));
     for (size_t kk = 0; kk < x->entries; ++kk) {
         if (tab[kk].chunk != 0 || kk == longest)
             continue;
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(x->plan, x->b, x->b->slots_gt, x->b->slots_s, kk * len, len,
-                                                         dmixing, tab[kk].chunks, x->lda, 1));
+                                                         dmixing, tab[kk].chunks, x->lda, 1, 1));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
@@ -535,10 +566,14 @@ mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q
         MHLA_FORWARD_IF_ERROR(st, scalars(&x));
     MHLA_FORWARD_IF_ERROR(st, gradient_summaries(&x));
     MHLA_FORWARD_IF_ERROR(st, suffix_mixtures(&x));
-    MHLA_FORWARD_IF_ERROR(st, readouts(&x, dq, dk, dv));
+    if (b->k_bc_dqkv)
+        MHLA_FORWARD_IF_ERROR(st, readout_fused(&x, dq, dk, dv, dmixing != NULL));
+    else
+        MHLA_FORWARD_IF_ERROR(st, readouts(&x, dq, dk, dv));
     if (dmixing) {
         cl_int covered = 0;
-        MHLA_FORWARD_IF_ERROR(st, dmc_diagonal(&x));
+        if (!b->k_bc_dqkv)
+            MHLA_FORWARD_IF_ERROR(st, dmc_diagonal(&x));
         MHLA_FORWARD_IF_ERROR(st, dmc_products(&x, dmixing, &covered));
         MHLA_FORWARD_IF_ERROR(st, dmc_finish(&x, dmixing, covered));
     }

@@ -29,7 +29,7 @@ cleanup:
 }
 
 mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate)
+                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate, cl_int lower)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -42,7 +42,7 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
     mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
     mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
     MHLA_SET_ARGS(st, ctx, b->k_dmixing, 0, MHLA_ARG(a), MHLA_ARG(bm), MHLA_ARG(b->dmix_part), MHLA_ARG(xl),
-                  MHLA_ARG(m), MHLA_ARG(len), MHLA_ARG(offl));
+                  MHLA_ARG(m), MHLA_ARG(len), MHLA_ARG(offl), MHLA_ARG(lower));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));

@@ -270,6 +270,20 @@ uint64_t mhla__bc_readout_local(const mhla_tiles *t, int64_t dx)
            sizeof(float);
 }
 
+size_t mhla__bc_fused_wg(const mhla_tiles *t, int64_t dk, int64_t dv)
+{
+    /* column tiles of the wider output x row groups of the chunk */
+    const int64_t dx = dk > dv ? dk : dv;
+    return (size_t)(dx / (t->bct_ve * t->bct_nv)) * (size_t)(t->bct_fc / t->bct_rt);
+}
+
+uint64_t mhla__bc_fused_local(const mhla_tiles *t, int64_t dk, int64_t dv)
+{
+    /* xs[FC*DX] + yt[DX*FC] + sc[FC*FC] + cb[FC] + dg[work-items] floats (bc_dqkv) */
+    const uint64_t fc = (uint64_t)t->bct_fc, dx = (uint64_t)(dk > dv ? dk : dv);
+    return (2 * fc * dx + fc * fc + fc + (uint64_t)mhla__bc_fused_wg(t, dk, dv)) * sizeof(float);
+}
+
 /* The tiled read-outs start from the forward's causal read-out (causal_output.cl) on the same
  * device: its token rows, its vector width and vectors as far as they divide both Dk and Dv, its
  * tokens per group and keys per pass; then halve keys, tokens, vectors and token rows, in that
@@ -315,6 +329,15 @@ mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cf
                  "bytes of local memory usable)",
                  (long long)cfg->dk, (long long)cfg->dv, ctx->device_name, fit->wg,
                  (unsigned long long)fit->local_bytes);
+    /* bc_dqkv where the row asks for it and a whole chunk's group fits; else the three read-outs */
+    x.bct_fc = 0;
+    if (t->bct_fuse) {
+        const int64_t step = x.bct_ve > x.bct_rt ? x.bct_ve : x.bct_rt;
+        x.bct_fc = (int)((cfg->chunk + step - 1) / step * step);
+        if (mhla__bc_fused_wg(&x, cfg->dk, cfg->dv) > fit->wg ||
+            mhla__bc_fused_local(&x, cfg->dk, cfg->dv) > fit->local_bytes)
+            x.bct_fc = 0;
+    }
     *out = x;
 cleanup:
     return st;
@@ -342,6 +365,7 @@ enum {
     F_BWD = 1 << 13,
     F_BCT = 1 << 14,
     F_BNT = 1 << 15,
+    F_BCF = 1 << 16,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -392,6 +416,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_BCT)
         mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d -DBCT_SR=%d", t->bct_rt,
                        t->bct_ve, t->bct_nv, t->bct_tq, t->bct_kt, t->bct_sr);
+    if (r & F_BCF)
+        mhla__opts_add(opts, "-DBCT_FC=%d", t->bct_fc);
 }
 
 mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,

@@ -49,7 +49,10 @@
                                interleaved (1 on CPUs: one walks the chunk; GPUs want a work-group  \
                                of lanes) */                                                         \
     X(bwd_acc, 1, ",")      /* backward read-outs: accumulator vectors per work-item, half a        \
-                               register file; bounds their tokens and the causal form's S/G rows */
+                               register file; bounds their tokens and the causal form's S/G rows */ \
+    X(bct_fuse, 0, ",")     /* causal backward: 1 = one group per (chunk, head) computes the scores \
+                               once for dq, dk, dv and dMc's diagonal (bc_dqkv) where a chunk fits  \
+                               its local memory, 0 = three read-outs and bc_diag */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -109,6 +112,8 @@ typedef struct mhla_tiles {
     int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass */
     int bct_sr;                         /* BCT_SR rows of S or G per work-item (backward_causal.cl) */
     int bct_dg;                         /* bc_diag's parts per (chunk, head): dg_parts fitted */
+    int bct_fc;                         /* BCT_FC: bc_dqkv's chunk (the chunk rounded up to BCT_VE and
+                                           BCT_RT), 0 where bct_fuse is off or the group does not fit */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
@@ -128,7 +133,7 @@ typedef struct mhla_tiles {
     KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD | F_BNT)                                \
     KF(BACKWARD_MIXING, backward_mixing, F_BWD)                                                    \
     KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT)                                  \
-    KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT)
+    KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT | F_BCF)
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program
  * is not rebuilt for a value it never sees). */
@@ -198,5 +203,8 @@ mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cf
 size_t mhla__bc_readout_wg(const mhla_tiles *t, int64_t dw);
 /* Local memory of a causal backward read-out reading dx-wide rows (xs, ys, sc and cb). */
 uint64_t mhla__bc_readout_local(const mhla_tiles *t, int64_t dx);
+/* Work-items and local bytes of bc_dqkv's group (t->bct_fc tokens) for head dimensions dk, dv. */
+size_t mhla__bc_fused_wg(const mhla_tiles *t, int64_t dk, int64_t dv);
+uint64_t mhla__bc_fused_local(const mhla_tiles *t, int64_t dk, int64_t dv);
 
 #endif /* MHLA_TUNE_H */

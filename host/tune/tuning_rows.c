@@ -32,6 +32,10 @@ typedef struct tuning_row {
  *   prefix sums every earlier chunk itself (gemm_rows 0). Softmax (kernels/softmax.cl): whole
  *   registers along keys and values, tiles copied row by row (contiguous, vectorized), 256 query
  *   rows per group to amortize the copy.
+ *   The causal backward's read-outs run fused (bct_fuse): one group per (chunk, head) computes the
+ *   two score matrices once for dq, dk, dv and dMc's diagonal, a chunk's rows and scores held in
+ *   the runtime's large local memory (PoCL: 1 MiB); the three read-outs and bc_diag computed them
+ *   five times. GPU rows keep those (a chunk of 64 needs 48 KiB, unmeasured on a GPU).
  * - GPUs want many light work-items: float4 columns, smaller register tiles, enough work-groups
  *   to fill every compute unit several times, CLBlast's tuned GEMM for the mixing and for the
  *   causal prefix blocks of 32 chunks. Softmax: float4 loads from local memory, 16-key tiles so
@@ -54,11 +58,11 @@ static const tuning_row rows[] = {
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
      {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
-      .sm_rows = 1, .dg_parts = 1}},
+      .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1}},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32,
      {.sum_chunk = 128, .out_dc = 8, .out_nt = 1, .out_pre = 1, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64,
-      .sm_rows = 1, .dg_parts = 1}},
+      .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1}},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
