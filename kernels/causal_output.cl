@@ -122,16 +122,26 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
                 kt[(d0 + i) * CAUSAL_KT + s] = kd[i];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* OUT_VE scores of one row at a time, vectors along the keys; vectors wholly masked (or
-         * past the group's last token) are never read, so not computed. */
-        for (int x = lid; x < CAUSAL_TQ * KTV; x += OUT_WG) {
-            const int r = x / KTV, s0 = (x - r * KTV) * OUT_VE;
-            if (r >= nq || kb + s0 > p0 + r)
+        /* OUT_RT rows x OUT_VE keys of scores at a time (each key vector loaded serves OUT_RT
+         * rows); tiles wholly masked (or past the group's last token) are never read, so not
+         * computed. */
+        for (int x = lid; x < OUT_TG * KTV; x += OUT_WG) {
+            const int rr = (x / KTV) * OUT_RT, s0 = (x - (x / KTV) * KTV) * OUT_VE;
+            if (rr >= nq || kb + s0 > p0 + rr + OUT_RT - 1)
                 continue;
-            VEC(OUT_VE) acc = (VEC(OUT_VE))(0.0f);
-            for (int d = 0; d < DK; ++d)
-                acc += qs[r * DK + d] * VLOADN(OUT_VE, 0, kt + d * CAUSAL_KT + s0);
-            VSTOREN(OUT_VE, acc, 0, sc + r * CAUSAL_KT + s0);
+            VEC(OUT_VE) st[OUT_RT];
+            #pragma unroll
+            for (int r = 0; r < OUT_RT; ++r)
+                st[r] = (VEC(OUT_VE))(0.0f);
+            for (int d = 0; d < DK; ++d) {
+                const VEC(OUT_VE) kv = VLOADN(OUT_VE, 0, kt + d * CAUSAL_KT + s0);
+                #pragma unroll
+                for (int r = 0; r < OUT_RT; ++r)
+                    st[r] += qs[(rr + r) * DK + d] * kv;
+            }
+            #pragma unroll
+            for (int r = 0; r < OUT_RT; ++r)
+                VSTOREN(OUT_VE, st[r], 0, sc + (rr + r) * CAUSAL_KT + s0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + nk - 1 <= p0 + r0) { /* every key of the pass is visible to every row */
