@@ -26,7 +26,7 @@ static const char usage[] =
     "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm,mhla-bwd,linear-bwd,\n"
     "                    mhla-causal-bwd,mhla-bwd-saved,mhla-causal-bwd-saved (default all; blas\n"
     "                    and sgemm only in a build with OpenBLAS, else their rows are skipped)\n"
-    "  --chunk LIST      causal chunk sizes C of the mhla-causal(-bwd) and decode rows (default 64)\n"
+    "  --chunk LIST      causal chunk sizes C of the mhla-causal(-bwd) and decode rows (default 128)\n"
     "  --decode-context LIST\n"
     "                    decode rows: tokens of context before the timed steps (default\n"
     "                    1024,8192,32768; the --n list when --n is given; 'none' for none)\n"

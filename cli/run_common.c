@@ -71,9 +71,10 @@ static int parse_options(run_job *job, const char *help, int argc, char **argv, 
         return cli_usage(cmd, "--mixing and --init: give one (a matrix, or how to make one)");
 
     mhla_config *cfg = &job->cfg;
-    if (o[O_CAUSAL].value)
+    if (o[O_CAUSAL].value) {
         mhla_config_init_causal(cfg);
-    else
+        cfg->chunk = CLI_DEFAULT_CHUNK;
+    } else
         mhla_config_init(cfg);
     if ((rc = PARSE_ENUM(job, O_LAYOUT, mhla_layout_parse, cfg->layout)) != 0 ||
         (rc = PARSE_ENUM(job, O_FEATURE_MAP, mhla_feature_map_parse, cfg->feature_map)) != 0 ||
@@ -272,8 +273,9 @@ static int load_mixing(run_job *job)
         rc = cli_fail(CLI_USAGE, "%s %s: dtype %s, expected float32", opt->name, opt->value, npy_dtype_name(mc.dtype));
     else if (cfg->causal && (mc.ndim != 2 || mc.shape[0] != mc.shape[1]))
         rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected a square matrix of at least (%lld, %lld) for the %lld "
-                                 "chunks of %lld tokens",
-                      opt->name, opt->value, shape, (long long)m, (long long)m, (long long)m, (long long)cfg->chunk);
+                                 "chunk%s of %lld tokens",
+                      opt->name, opt->value, shape, (long long)m, (long long)m, (long long)m, m == 1 ? "" : "s",
+                      (long long)cfg->chunk);
     else if (!cfg->causal && (mc.ndim != 2 || mc.shape[0] != m || mc.shape[1] != m))
         rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected (%lld, %lld) for the %lld blocks of --blocks %s", opt->name,
                       opt->value, shape, (long long)m, (long long)m, (long long)m, job->o[O_BLOCKS].value);

@@ -492,11 +492,11 @@ static void test_options(void **state)
     assert_int_equal(o.ops & ~host_bits, ((1u << BENCH_OP_COUNT) - 1) & ~host_bits); /* every device op */
     assert_int_equal(bench_options_parse(2, quick, &o, stdout, err, sizeof err), 0);
     assert_int_equal(o.ops & host_bits, bench_blas_available() ? host_bits : 0u);
-    /* Causal options: chunk sizes (64 by default) and decode contexts (1k, 8k, 32k by default, the
+    /* Causal options: chunk sizes (128 by default) and decode contexts (1k, 8k, 32k by default, the
      * --n list when only --n is given, their own list when given, none). */
     char *defaults[] = {"mhla-bench"};
     assert_int_equal(bench_options_parse(1, defaults, &o, stdout, err, sizeof err), 0);
-    ASSERT_SIZES(o.chunk, o.chunk_count, 64);
+    ASSERT_SIZES(o.chunk, o.chunk_count, 128); /* BENCH_DEFAULT_CHUNK */
     ASSERT_SIZES(o.decode_ctx, o.decode_ctx_count, 1024, 8192, 32768);
     assert_int_equal(bench_options_parse(2, quick, &o, stdout, err, sizeof err), 0);
     ASSERT_SIZES(o.decode_ctx, o.decode_ctx_count, 1024, 8192, 32768);

@@ -820,17 +820,18 @@ static void expect_checked(const result *r, int64_t n)
         fail_msg("printed max_rel_err %g", e);
 }
 
-/* The chunk form: N not a multiple of C, N < C, C = 16 and the default 64, both layouts. */
+/* The chunk form: N not a multiple of C, N < C, C = 16, 64 and run's default 128, both layouts. */
 static void test_run_causal_chunk(void **state)
 {
     (void)state;
     const struct {
         int64_t b, n;
-        const char *chunk; /* NULL: the default, 64 */
+        const char *chunk; /* NULL: run's default, 128 (cli/run.h CLI_DEFAULT_CHUNK; the library's is 64) */
         mhla_layout layout;
     } cases[] = {
         {2, 100, "16", MHLA_LAYOUT_BNHD}, /* 7 chunks, the last of 4 tokens */
         {2, 40, NULL, MHLA_LAYOUT_BNHD},  /* N < C: one partial chunk */
+        {1, 200, NULL, MHLA_LAYOUT_BNHD}, /* 2 chunks of the default size, the last of 72 tokens */
         {1, 130, "64", MHLA_LAYOUT_BNHD}, /* 3 chunks, the last of 2 tokens */
         {2, 100, "16", MHLA_LAYOUT_BHND},
     };
@@ -844,7 +845,7 @@ static void test_run_causal_chunk(void **state)
         char line[64];
         snprintf(line, sizeof line, "max_rel_err %.3g\n", printed_error(r));
         assert_string_equal(r->out, line); /* the only line */
-        const int64_t c = cases[i].chunk ? atoi(cases[i].chunk) : 64, m = (t.n + c - 1) / c;
+        const int64_t c = cases[i].chunk ? atoi(cases[i].chunk) : 128, m = (t.n + c - 1) / c; /* run's default */
         mhla_config cfg = causal_config_for(&t, c, m);
         float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, m);
         const double e = causal_error(&t, &cfg, mc, NULL, 0, "o.npy");
@@ -898,7 +899,7 @@ static void test_run_causal_recurrent(void **state)
     /* --repeat times the whole token loop: a timing line first, then the check; the output is
      * still the chunk form's after several runs (the decoder is reset between them). */
     tensors t = make_inputs(1, 70, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
-    const result *r = run_causal("rec.npy", ARGS("--recurrent", "--repeat", "3", "--check"));
+    const result *r = run_causal("rec.npy", ARGS("--chunk", "64", "--recurrent", "--repeat", "3", "--check"));
     expect_ok(r);
     double med = -1, lo = -1, hi = -1;
     if (sscanf(timing_line(r->out), "time_ms median %lf min %lf max %lf\n", &med, &lo, &hi) != 3)
@@ -972,9 +973,11 @@ static void test_run_causal_packed(void **state)
             const char *file = f ? "cu64.npy" : "cu32.npy";
             const int32_t *cu = f ? cu64_as32 : cu32;
             const size_t seqs = f ? 6 : 5;
-            expect_checked(run_causal("chunk.npy", ARGS("--cu-seqlens", file, "--layout", layout, "--check")), 300);
-            expect_checked(run_causal("rec.npy", ARGS("--cu-seqlens", file, "--layout", layout, "--recurrent",
-                                                      "--check")),
+            expect_checked(run_causal("chunk.npy", ARGS("--chunk", "64", "--cu-seqlens", file, "--layout", layout,
+                                                        "--check")),
+                           300);
+            expect_checked(run_causal("rec.npy", ARGS("--chunk", "64", "--cu-seqlens", file, "--layout", layout,
+                                                      "--recurrent", "--check")),
                            300);
             const double e_chunk = causal_error(&t, &cfg, mc, cu, seqs, "chunk.npy");
             const double e_rec = causal_error(&t, &cfg, mc, cu, seqs, "rec.npy");
@@ -984,7 +987,8 @@ static void test_run_causal_packed(void **state)
                          d);
         }
         if (l == 0) { /* --repeat on a packed batch: a timing line, then the check */
-            const result *r = run_causal("chunk.npy", ARGS("--cu-seqlens", "cu32.npy", "--repeat", "2", "--check"));
+            const result *r =
+                run_causal("chunk.npy", ARGS("--chunk", "64", "--cu-seqlens", "cu32.npy", "--repeat", "2", "--check"));
             expect_ok(r);
             (void)timing_line(r->out);
             assert_true(printed_error(r) <= 1e-5);
@@ -1004,8 +1008,8 @@ static void test_run_causal_packed(void **state)
     /* float16 files in BHND: f16 storage, the decoder's per-sequence gather of 2-byte elements. */
     tensors t = make_inputs(1, 493, 2, 8, 4, MHLA_LAYOUT_BHND, 1, -1.0f);
     const double tol = mhla_reference_tolerance(MHLA_DTYPE_F16, 300);
-    expect_ok(run_causal("chunk.npy", ARGS("--cu-seqlens", "cu32.npy", "--layout", "bhnd")));
-    expect_ok(run_causal("rec.npy", ARGS("--cu-seqlens", "cu32.npy", "--layout", "bhnd", "--recurrent")));
+    expect_ok(run_causal("chunk.npy", ARGS("--chunk", "64", "--cu-seqlens", "cu32.npy", "--layout", "bhnd")));
+    expect_ok(run_causal("rec.npy", ARGS("--chunk", "64", "--cu-seqlens", "cu32.npy", "--layout", "bhnd", "--recurrent")));
     mhla_config cfg = causal_config_for(&t, 64, 5);
     cfg.varlen = 1;
     float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 5);
@@ -1333,7 +1337,7 @@ static void test_run_causal_errors(void **state)
         {{"--causal", "--chunk", "16", "--mixing", "mc6.npy"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
         {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--recurrent"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
         {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--cu-seqlens", "cu_long.npy"}, "--mixing mc6.npy: sequence 1 of --cu-seqlens cu_long.npy (cu_seqlens[1] = 3 .. cu_seqlens[2] = 100) has 97 tokens, longer than chunk * rows(Mc) = 16 * 6 = 96"},
-        {{"--causal", "--mixing", "rect.npy"}, "--mixing rect.npy: shape (7, 8), expected a square matrix of at least (2, 2) for the 2 chunks of 64 tokens"},
+        {{"--causal", "--mixing", "rect.npy"}, "--mixing rect.npy: shape (7, 8), expected a square matrix of at least (1, 1) for the 1 chunk of 128 tokens"},
         {{"--causal", "--cu-seqlens", "cu_start.npy"}, "--cu-seqlens cu_start.npy: cu_seqlens[0] must be 0, got 2"},
         {{"--causal", "--cu-seqlens", "cu_dec.npy"}, "--cu-seqlens cu_dec.npy: offsets must not decrease: cu_seqlens[2] = 50 < cu_seqlens[1] = 60"},
         {{"--causal", "--cu-seqlens", "cu_neg.npy", "--recurrent"}, "--cu-seqlens cu_neg.npy: offsets must not decrease: cu_seqlens[1] = -5 < cu_seqlens[0] = 0"},
