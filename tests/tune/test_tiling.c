@@ -261,6 +261,58 @@ static void test_gpu_row_d64(void **state)
     free_context(ctx);
 }
 
+/* The causal backward's tiles of `d` with `local` bytes and chunk C: BCT_FC (0: the three
+ * read-outs and bc_diag) and, when fused, bc_dqkv's work-items and local bytes. */
+static void expect_fused(const fake_device *d, uint64_t local, int64_t chunk, const char *tuning, int fc, size_t wg,
+                         uint64_t bytes)
+{
+    mhla_context *ctx = fake_context(d, 1024, local);
+    mhla_config cfg = causal_config(64, 64);
+    cfg.chunk = chunk;
+    mhla_tuning t = lookup(ctx, &cfg);
+    if (tuning)
+        assert_int_equal(mhla__tuning_apply(ctx, "test", tuning, &t), MHLA_OK);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    mhla_tiles x;
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    mhla__tiles_backward(&cfg, &t, &x);
+    assert_int_equal(mhla__tiles_backward_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    if (x.bct_fc != fc)
+        fail_msg("%s, %llu bytes, C = %lld%s%s: BCT_FC %d, expected %d", d->name, (unsigned long long)local,
+                 (long long)chunk, tuning ? ", " : "", tuning ? tuning : "", x.bct_fc, fc);
+    if (fc) {
+        if (mhla__bc_fused_wg(&x, 64, 64) != wg)
+            fail_msg("%s, C = %lld: bc_dqkv %zu work-items (BCT_RT %d, BCT_VE %d, BCT_NV %d), expected %zu", d->name,
+                     (long long)chunk, mhla__bc_fused_wg(&x, 64, 64), x.bct_rt, x.bct_ve, x.bct_nv, wg);
+        assert_int_equal(mhla__bc_fused_local(&x, 64, 64), bytes);
+        assert_true(bytes <= fit.local_bytes && wg <= fit.wg);
+    }
+    free_context(ctx);
+}
+
+/* bc_dqkv (bct_fuse): on CPU rows where a chunk's group fits local memory. AVX-512: 4 rows x 64
+ * columns per work-item, 16 for a chunk of 64, (2*64*64 + 64*64 + 64 + 16) floats; the chunk rounded
+ * up to 16-float vectors; a chunk too large for the local memory, the GPU row, and bct_fuse=0 keep
+ * the three read-outs. */
+static void test_fused_backward(void **state)
+{
+    (void)state;
+    const uint64_t mib = 1u << 20;
+    expect_fused(&avx512, mib, 64, NULL, 64, 16, (2 * 64 * 64 + 64 * 64 + 64 + 16) * 4);
+    expect_fused(&avx512, mib, 100, NULL, 112, 28, (2 * 112 * 64 + 112 * 112 + 112 + 28) * 4);
+    expect_fused(&avx512, mib, 128, NULL, 128, 32, (2 * 128 * 64 + 128 * 128 + 128 + 32) * 4);
+    expect_fused(&avx512, 32768, 64, NULL, 0, 0, 0);      /* llvmpipe-sized local memory */
+    expect_fused(&avx512, mib, 1024, NULL, 0, 0, 0);      /* 4.5 MiB for one chunk */
+    expect_fused(&avx512, mib, 64, "bct_fuse=0", 0, 0, 0);
+    expect_fused(&gpu, 65536, 64, NULL, 0, 0, 0);         /* the GPU row: unmeasured there */
+    /* AVX2 (8-float vectors): one token x 8 vectors per work-item, 64 of them for a chunk of 64. */
+    expect_fused(&haswell, mib, 64, NULL, 64, 64, (2 * 64 * 64 + 64 * 64 + 64 + 64) * 4);
+    /* rusticl with fusion asked for (backward_rusticl_fused): its float4 tiles, 16 column tiles x 4
+     * row groups for a chunk of 16. */
+    expect_fused(&llvmpipe, 32768, 16, "bct_fuse=1", 16, 64, (2 * 16 * 64 + 16 * 16 + 16 + 64) * 4);
+}
+
 /* The prefix kernel's vector divides a slot's width, B*H*Dk*(Dv + z column): the paper normalizer
  * adds the column. */
 static void test_prefix_width(void **state)
@@ -626,7 +678,8 @@ int main(void)
     unsetenv("MHLA_TUNING");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_init),       cmocka_unit_test(test_cpu_row_d64),
-        cmocka_unit_test(test_gpu_row_d64),    cmocka_unit_test(test_prefix_width),
+        cmocka_unit_test(test_gpu_row_d64),
+        cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_prefix_width),
         cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_too_small),      cmocka_unit_test(test_build_options),
         cmocka_unit_test(test_flags_are_read),
