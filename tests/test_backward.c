@@ -312,6 +312,15 @@ static void test_backward_causal(void **state)
             snprintf(name, sizeof name, "causal %s %s", mhla_normalizer_name(c.normalizer), mhla_dtype_name(c.dtype));
             expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(91 + ti + ni * 7));
         }
+    /* The production tiles: D = 64 in chunks of 64 and 128 (the CPU rows' fused read-out with a
+     * whole row of columns per work-item), the last chunk partial. */
+    for (int ci = 0; ci < 2; ++ci) {
+        c = config_causal(1, 2, ci ? 300 : 150, ci ? 128 : 64, 64, 64);
+        c.normalizer = ci ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        snprintf(name, sizeof name, "causal %s 64x64 N=%lld C=%lld", mhla_normalizer_name(c.normalizer),
+                 (long long)c.seq_t, (long long)c.chunk);
+        expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(110 + ci));
+    }
     static const int32_t cu[] = {0, 21, 21, 50, 59};
     for (int ni = 0; ni < 2; ++ni) {
         c = config_causal(1, 2, 59, 8, 8, 8);
