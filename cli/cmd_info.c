@@ -113,7 +113,8 @@ static const char *stage_of(const char *field)
         const char *prefix, *stage;
     } map[] = {{"sum_", "summary"}, {"wg", "summary"}, {"groups_per_cu", "summary"}, {"split_min_len", "summary"},
                {"pf", "summary"},   {"out_", "output"}, {"mix_", "mixing"},       {"tq", "causal"},
-               {"kt", "causal"},    {"gemm_rows", "causal"}, {"pre_", "causal"}, {"sm_", "softmax"}, {"vec", "every stage"}};
+               {"kt", "causal"},    {"gemm_rows", "causal"}, {"pre_", "causal"}, {"sm_", "softmax"},
+               {"bct_", "backward"}, {"dg_parts", "backward"}, {"bwd_", "backward"}, {"vec", "every stage"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; ++i)
         if (strncmp(field, map[i].prefix, strlen(map[i].prefix)) == 0)
             return map[i].stage;
@@ -140,7 +141,8 @@ static void print_tuned(mhla_context *ctx)
         return;
     }
     printf("tuned entries (%s), used by plans with these head dims before MHLA_TUNING:\n", path);
-    static const char *const stages[] = {"summary", "output", "mixing", "causal", "softmax", "every stage"};
+    static const char *const stages[] = {"summary", "output", "mixing", "causal", "softmax", "backward",
+                                         "every stage"};
     for (size_t i = 0; i < count; ++i) {
         if (mhla_tuning_db_get(ctx, dims[2 * i], dims[2 * i + 1], spec, sizeof spec, note, sizeof note) != MHLA_OK)
             continue;

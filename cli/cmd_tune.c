@@ -1,14 +1,17 @@
 /* `mhla tune`: searches the tuning fields of each stage for the device and a few shapes, in the way
  * CLBlast's tuners and Triton's autotune do, and stores the winners in the device's tuning database
  * (mhla_tuning_db_put), which plans then use by themselves. Every candidate is checked against the
- * double reference (mhla_selftest_config) before it is timed; a wrong one is discarded. The search
+ * double reference before it is timed (mhla_selftest_config; the causal backward's fields, which no
+ * forward reads, on the backward itself: tune_backward.c); a wrong one is discarded. The search
  * is coordinate descent from the device's built-in row: one field at a time, each stage timed by
  * its own device time (mhla_plan_stage_times), a change kept only when it wins by more than the
  * noise margin; then a joint pass over the fields that only pay together (a stage's register tile
- * rows x vectors x vector width x work-group size); the whole forward is timed again against the
- * built-in row at the end, alternately, and the entry is stored only if it is faster. */
+ * rows x vectors x vector width x work-group size); the whole forward (and the causal backward,
+ * when a backward field changed) is timed again against the built-in row at the end, alternately,
+ * and the entry is stored only if it is faster without slowing the other down. */
 #include "args.h"
 #include "cli.h"
+#include "tune_backward.h"
 
 #include <mhla_reference.h>
 
@@ -23,21 +26,24 @@ static const char help[] =
     "                 [--export] [--dry-run]\n"
     "\n"
     "Searches the tiles, vector widths, work-group sizes, block splits and the mixing GEMM (built-in\n"
-    "kernel or CLBlast) of each stage, the causal score tiles and the softmax tiles for this device,\n"
+    "kernel or CLBlast) of each stage, the causal score tiles, the softmax tiles and the causal\n"
+    "backward's kernels (fused or not, bc_diag's work-items, read-out accumulators) for this device,\n"
     "one field at a time from its built-in tuning row, then jointly (each stage's register tile rows x\n"
     "vectors x vector width x work-group size). Each candidate is checked against the double\n"
     "reference first (a wrong one is discarded), then timed (device time per stage, median of runs).\n"
-    "The winners go to the device's tuning database (keyed by device, driver and library version),\n"
-    "which every plan with the same head dimensions then uses; `mhla info` shows the entries.\n"
+    "The winner is timed again against the built-in row over the whole forward (and the causal\n"
+    "backward, when it changed a backward field) and kept only if faster. It goes to the device's\n"
+    "tuning database (keyed by device, driver and library version), which every plan with the same\n"
+    "head dimensions then uses; `mhla info` shows the entries.\n"
     "\n"
     "  --device SPEC     the device, as MHLA_DEVICE\n"
     "  --budget SECONDS  time for the whole search, first compiles included (default 120)\n"
     "  --shapes LIST     comma-separated DK[xDV]@N[:M] (default 64x64@16384: Dk = Dv = 64, N = 16384,\n"
     "                    M from the paper's rule M^2 <= N with blocks of >= 256 tokens); the causal\n"
-    "                    stage runs N/4 tokens in chunks of 64, softmax 2048 tokens\n"
+    "                    and backward stages run N/4 tokens in chunks of 64, softmax 2048 tokens\n"
     "  --heads H         heads of the timed problems (default 8)\n"
-    "  --stages LIST     only these stages, comma-separated: summary, output, mixing, causal, softmax\n"
-    "                    (default all)\n"
+    "  --stages LIST     only these stages, comma-separated: summary, output, mixing, causal, softmax,\n"
+    "                    backward (the causal backward; default all)\n"
     "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
     "  --dry-run         search and report, but store nothing\n";
 
@@ -131,11 +137,11 @@ static double median(double *v, int n)
 }
 
 /* A small problem with the same head dimensions and tiles: what every candidate must get right. */
-static mhla_config small_config(const mhla_config *big, int softmax)
+static mhla_config small_config(const mhla_config *big, int kind)
 {
     mhla_config c = *big;
     c.batch = 1, c.heads = 2;
-    if (softmax || big->causal) {
+    if (kind == 2 || big->causal) {
         c.seq_t = big->causal ? 150 : 70; /* partial chunks of 64 */
         c.mixing_rows = 0;
     } else {
@@ -147,20 +153,17 @@ static mhla_config small_config(const mhla_config *big, int softmax)
 /* Random device inputs for cfg (mixing: M x M, or the causal rows, uniform in [0.05, 1)). */
 static mhla_status make_buffers(mhla_context *ctx, const mhla_config *cfg, cl_mem b[5])
 {
-    const size_t sizes[5] = {mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q), mhla_config_tensor_elems(cfg, MHLA_TENSOR_K),
-                             mhla_config_tensor_elems(cfg, MHLA_TENSOR_V), mhla_config_tensor_elems(cfg, MHLA_TENSOR_OUT),
-                             mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING)};
+    const size_t sizes[5] = {
+        mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q), mhla_config_tensor_elems(cfg, MHLA_TENSOR_K),
+        mhla_config_tensor_elems(cfg, MHLA_TENSOR_V), mhla_config_tensor_elems(cfg, MHLA_TENSOR_OUT),
+        mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING)};
     size_t most = 0;
     for (int i = 0; i < 5; ++i)
         most = sizes[i] > most ? sizes[i] : most;
     float *host = malloc(most * sizeof *host);
     if (!host)
         return MHLA_ERR_OUT_OF_HOST_MEMORY;
-    uint64_t s = 0x243F6A8885A308D3ULL;
-    for (size_t i = 0; i < most; ++i) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        host[i] = 0.05f + 0.95f * (float)((s >> 40) & 0xFFFFFF) / 16777216.0f;
-    }
+    tune_fill(host, most, 0x243F6A8885A308D3ULL);
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < 5 && err == CL_SUCCESS; ++i)
         b[i] = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
@@ -169,13 +172,17 @@ static mhla_status make_buffers(mhla_context *ctx, const mhla_config *cfg, cl_me
     return err == CL_SUCCESS ? MHLA_OK : MHLA_ERR_OUT_OF_DEVICE_MEMORY;
 }
 
-/* Checks `spec` on a small problem, then times it on cfg: ms[0..2] the stages' medians (NaN without
- * stage times), ms[3] the forward's. *wrong is set for a candidate that fails the check. */
-static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *cfg, int softmax, double ms[4],
+/* Checks `spec` on a small problem, then times it on cfg. kind: 0 the forward, 1 the causal forward,
+ * 2 softmax, 3 the causal backward (of the causal cfg). ms[0..2]: the forward stages' medians (NaN
+ * without stage times, and for kinds 2 and 3), ms[3] the whole run's. *wrong is set for a
+ * candidate that fails the check. */
+static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *cfg, int kind, double ms[4],
                            int *wrong)
 {
+    const int softmax = kind == 2, backward = kind == 3;
     mhla_status st = MHLA_OK;
     mhla_plan *plan = NULL;
+    tune_backward *bwd = NULL;
     cl_mem b[5] = {NULL, NULL, NULL, NULL, NULL};
     double runs[4][RUNS];
     char s[1024];
@@ -183,44 +190,56 @@ static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *c
     spec_text(spec, 1, s, sizeof s);
     if ((st = mhla_context_set_tuning(t->ctx, s)) != MHLA_OK)
         return st;
-    const mhla_config small = small_config(cfg, softmax);
+    const mhla_config small = small_config(cfg, kind);
     mhla_selftest_result r;
-    if ((st = mhla_selftest_config(t->ctx, &small, softmax, 7, &r)) != MHLA_OK)
+    int passed = 0;
+    if (backward)
+        st = tune_backward_check(t->ctx, &small, &passed);
+    else if ((st = mhla_selftest_config(t->ctx, &small, softmax, 7, &r)) == MHLA_OK)
+        passed = r.passed;
+    if (st != MHLA_OK)
         return st;
-    if (!r.passed) {
+    if (!passed) {
         *wrong = 1;
         return MHLA_OK;
     }
-    st = softmax ? mhla_softmax_plan_create(t->ctx, cfg, &plan) : mhla_plan_create(t->ctx, cfg, &plan);
+    if (backward)
+        st = tune_backward_open(t->ctx, cfg, &bwd);
+    else if ((st = softmax ? mhla_softmax_plan_create(t->ctx, cfg, &plan) : mhla_plan_create(t->ctx, cfg, &plan)) ==
+             MHLA_OK)
+        st = make_buffers(t->ctx, cfg, b);
     if (st != MHLA_OK)
-        goto cleanup;
-    if ((st = make_buffers(t->ctx, cfg, b)) != MHLA_OK)
         goto cleanup;
     cl_command_queue queue = mhla_context_queue(t->ctx);
     int runs_wanted = RUNS;
-    for (int i = -1; i < runs_wanted && st == MHLA_OK; ++i) { /* run -1: the warm-up */
-        cl_event done = NULL;
-        clFinish(queue);
-        const double w0 = cli_now_ms();
-        st = mhla_forward(plan, b[0], b[1], b[2], b[4], b[3], 0, NULL, &done);
-        if (st == MHLA_OK && clWaitForEvents(1, &done) != CL_SUCCESS)
-            st = MHLA_ERR_OPENCL;
-        const double wall = cli_now_ms() - w0;
-        if (done)
-            clReleaseEvent(done);
+    for (int i = -1; i < runs_wanted && st == MHLA_OK; ++i) { /* run -1: the warm-up (a backward: its workspace) */
+        double wall = 0;
+        if (backward) {
+            st = tune_backward_run(bwd, &wall);
+        } else {
+            cl_event done = NULL;
+            clFinish(queue);
+            const double w0 = cli_now_ms();
+            st = mhla_forward(plan, b[0], b[1], b[2], b[4], b[3], 0, NULL, &done);
+            if (st == MHLA_OK && clWaitForEvents(1, &done) != CL_SUCCESS)
+                st = MHLA_ERR_OPENCL;
+            wall = cli_now_ms() - w0;
+            if (done)
+                clReleaseEvent(done);
+        }
         if (i < 0 && wall > SLOW_MS)
             runs_wanted = 3;
         if (st != MHLA_OK || i < 0)
             continue;
         mhla_stage_times times;
-        if (!softmax && t->stage_clock && mhla_plan_stage_times(plan, &times) == MHLA_OK) {
+        if (kind < 2 && t->stage_clock && mhla_plan_stage_times(plan, &times) == MHLA_OK) {
             runs[0][i] = times.summary_ms, runs[1][i] = times.mixing_ms, runs[2][i] = times.output_ms;
             runs[3][i] = times.total_ms;
         } else {
-            if (!softmax)
+            if (kind < 2)
                 t->stage_clock = 0; /* rusticl 22.3: no usable timestamps, the forward's host time */
             runs[0][i] = runs[1][i] = runs[2][i] = NAN;
-            runs[3][i] = wall;
+            runs[3][i] = wall; /* softmax and the backward have no stage times: the wall time */
         }
     }
     for (int k = 0; k < 4 && st == MHLA_OK; ++k)
@@ -230,6 +249,7 @@ cleanup:
         if (b[i])
             clReleaseMemObject(b[i]);
     mhla_plan_destroy(plan);
+    tune_backward_close(bwd);
     return st;
 }
 
@@ -244,7 +264,8 @@ typedef struct tune_field {
 typedef struct tune_stage {
     const char *name;
     int objective; /* index into measure()'s ms: 0 summary, 1 mixing, 2 output, 3 the whole run */
-    int kind;      /* 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax (2048) */
+    int kind;      /* measure()'s: 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax
+                      (2048), 3 the causal backward (1's problem) */
     tune_field fields[7];
     /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
      * together (NULL: the stage has none). */
@@ -276,13 +297,18 @@ static const tune_stage stages[] = {
      {{"sm_bq", 5, {32, 64, 128, 256, 512}}, {"sm_bk", 4, {16, 32, 64, 128}}, {"sm_vw", 3, {4, 8, 16}},
       {"sm_rows", 2, {0, 1}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
+    /* The fields only the backward reads: the fused group per (chunk, head) or three read-outs and
+     * bc_diag, bc_diag's work-items, and the read-outs' accumulator vectors. */
+    {"backward", 3, 3,
+     {{"bct_fuse", 2, {0, 1}}, {"dg_parts", 3, {1, 8, 32}}, {"bwd_acc", 3, {4, 8, 16}}, {NULL, 0, {0}}},
+     NULL, NULL, NULL, 0, {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])
 
 static mhla_config stage_config(const tuner *t, const tune_shape *s, int kind)
 {
     mhla_config c;
-    if (kind == 1) {
+    if (kind == 1 || kind == 3) { /* the backward's problem is the causal forward's */
         mhla_config_init_causal(&c);
         c.seq_t = s->n / 4 > 256 ? s->n / 4 : 256;
     } else {
@@ -299,11 +325,10 @@ static mhla_config stage_config(const tuner *t, const tune_shape *s, int kind)
 static void try_candidate(tuner *t, const tune_shape *s, const tune_stage *stage, const mhla_config *cfg, int obj,
                           const tune_spec *trial, const char *label, tune_spec *best, double base[4], int *changed)
 {
-    const int softmax = stage->kind == 2;
     double ms[4];
     int wrong = 0;
     ++t->candidates;
-    mhla_status st = measure(t, trial, cfg, softmax, ms, &wrong);
+    mhla_status st = measure(t, trial, cfg, stage->kind, ms, &wrong);
     if (st != MHLA_OK || wrong) {
         ++t->discarded;
         printf("[%6.1f s] %lldx%lld %-7s %s: %s\n", elapsed_s(t), (long long)s->dk, (long long)s->dv, stage->name,
@@ -314,8 +339,8 @@ static void try_candidate(tuner *t, const tune_shape *s, const tune_stage *stage
     if (better) { /* a win within the machine's noise is common: it must win again, timed anew */
         double again[4], base_again[4];
         int w2 = 0;
-        if (measure(t, best, cfg, softmax, base_again, &w2) == MHLA_OK &&
-            measure(t, trial, cfg, softmax, again, &w2) == MHLA_OK && !w2) {
+        if (measure(t, best, cfg, stage->kind, base_again, &w2) == MHLA_OK &&
+            measure(t, trial, cfg, stage->kind, again, &w2) == MHLA_OK && !w2) {
             better = again[obj] < base_again[obj] * (1.0 - MARGIN);
             ms[obj] = 0.5 * (ms[obj] + again[obj]);
             if (!better) /* the first baseline was the outlier: later candidates race the fresh one */
@@ -341,12 +366,11 @@ static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, 
     mhla_status st;
     double base[4];
     int wrong = 0;
-    const int softmax = stage->kind == 2;
     const mhla_config cfg = stage_config(t, s, stage->kind);
     char text[1024];
     if (cli_now_ms() + 3e3 > t->deadline)
         return 1;
-    if ((st = measure(t, best, &cfg, softmax, base, &wrong)) != MHLA_OK)
+    if ((st = measure(t, best, &cfg, stage->kind, base, &wrong)) != MHLA_OK)
         return -cli_fail(cli_exit_code(st), "tune: %s: %s", stage->name, mhla_context_message(t->ctx));
     if (wrong)
         return -cli_fail(CLI_RUNTIME, "tune: %s: the starting tiles fail the reference check on %s (run mhla selftest)",
@@ -388,7 +412,8 @@ static const char *fields_of(const char *text)
  * width (the current one, then half) x the work-group size (the current one, then twice), from
  * the best so far; what the one-field pass cannot reach when a better tile needs two fields to
  * move at once (4 x 2 from 8 x 1). Candidates with the same effective tuning as one already timed,
- * or wider than the head dimensions (cut down to a tile of the grid), are skipped. Returns 0, 1 when the budget ran out, or a negated exit code. */
+ * or wider than the head dimensions (cut down to a tile of the grid), are skipped. Returns 0, 1 when
+ * the budget ran out, or a negated exit code. */
 static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, tune_spec *best, int *changed)
 {
     if (!stage->rows_field)
@@ -402,7 +427,7 @@ static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, t
     int nseen = 0;
     if (cli_now_ms() + 3e3 > t->deadline)
         return 1;
-    if ((st = measure(t, best, &cfg, stage->kind == 2, base, &wrong)) != MHLA_OK || wrong)
+    if ((st = measure(t, best, &cfg, stage->kind, base, &wrong)) != MHLA_OK || wrong)
         return -cli_fail(wrong ? CLI_RUNTIME : cli_exit_code(st), "tune: %s: %s", stage->name,
                          wrong ? "the best tiles so far fail the reference check" : mhla_context_message(t->ctx));
     if ((st = effective(t, best, text, sizeof text)) != MHLA_OK)
@@ -451,26 +476,61 @@ static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, t
     return 0;
 }
 
-/* The forward of shape s with the built-in row and with `best`, timed alternately; medians. */
-static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best, double *builtin_ms, double *tuned_ms)
+/* Whether `spec` sets a field of a causal-backward stage (kind 3): no forward reads one, so the
+ * forward's timing cannot tell whether it pays. */
+static int sets_backward_field(const tune_spec *spec)
+{
+    for (size_t k = 0; k < STAGE_COUNT; ++k)
+        for (const tune_field *f = stages[k].fields; stages[k].kind == 3 && f->name; ++f)
+            for (int i = 0; i < spec->count; ++i)
+                if (strcmp(spec->name[i], f->name) == 0)
+                    return 1;
+    return 0;
+}
+
+/* The forward of shape s with the built-in row and with `best`, timed alternately, medians into
+ * fwd[0] (built-in) and fwd[1] (best); with `backward`, the causal backward's too into bwd[]. */
+static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best, int backward, double fwd[2],
+                           double bwd[2])
 {
     mhla_status st = MHLA_OK;
     tune_spec row = *best;
     row.count = 0;
-    double a[CONFIRM_ROUNDS], b[CONFIRM_ROUNDS], ms[4];
+    double times[2][2][CONFIRM_ROUNDS], ms[4]; /* [forward, backward][built-in, best][round] */
     int wrong = 0;
-    const mhla_config cfg = stage_config(t, s, 0);
-    for (int r = 0; r < CONFIRM_ROUNDS && st == MHLA_OK; ++r) {
-        if ((st = measure(t, &row, &cfg, 0, ms, &wrong)) == MHLA_OK)
-            a[r] = ms[3];
-        if (st == MHLA_OK && (st = measure(t, best, &cfg, 0, ms, &wrong)) == MHLA_OK)
-            b[r] = wrong ? INFINITY : ms[3];
-    }
-    if (st == MHLA_OK) {
-        *builtin_ms = median(a, CONFIRM_ROUNDS);
-        *tuned_ms = median(b, CONFIRM_ROUNDS);
-    }
+    const mhla_config cfg[2] = {stage_config(t, s, 0), stage_config(t, s, 3)};
+    for (int r = 0; r < CONFIRM_ROUNDS && st == MHLA_OK; ++r)
+        for (int which = 0; which < 1 + !!backward && st == MHLA_OK; ++which)
+            for (int tuned = 0; tuned < 2 && st == MHLA_OK; ++tuned)
+                if ((st = measure(t, tuned ? best : &row, &cfg[which], which ? 3 : 0, ms, &wrong)) == MHLA_OK)
+                    times[which][tuned][r] = wrong ? INFINITY : ms[3];
+    for (int which = 0; which < 1 + !!backward && st == MHLA_OK; ++which)
+        for (int tuned = 0; tuned < 2; ++tuned)
+            (which ? bwd : fwd)[tuned] = median(times[which][tuned], CONFIRM_ROUNDS);
     return st;
+}
+
+/* Why the confirmed timings (fwd[], bwd[]: built-in, tuned; bwd only when `backward`) do not earn
+ * the entry its place, or NULL to store it: faster over the forward, or over the causal backward
+ * when a backward field changed, and the other not slower by more than the margin (a training
+ * step runs both, and a loss within the noise is none). */
+static const char *not_stored_why(const double fwd[2], const double bwd[2], int backward, char *buf, size_t size)
+{
+    const int fwd_faster = fwd[1] < fwd[0], fwd_ok = fwd[1] <= fwd[0] * (1.0 + MARGIN);
+    if (!backward)
+        return fwd_faster ? NULL : "not faster over the whole forward";
+    const int bwd_faster = bwd[1] < bwd[0], bwd_ok = bwd[1] <= bwd[0] * (1.0 + MARGIN);
+    if ((fwd_faster && bwd_ok) || (bwd_faster && fwd_ok))
+        return NULL;
+    if (!fwd_faster && !bwd_faster)
+        return "faster over neither the forward nor the causal backward";
+    if (fwd_faster)
+        snprintf(buf, size, "the forward is faster, but the causal backward %.1f%% slower (more than %.0f%%)",
+                 100.0 * (bwd[1] - bwd[0]) / bwd[0], MARGIN * 100);
+    else
+        snprintf(buf, size, "the causal backward is faster, but the forward %.1f%% slower (more than %.0f%%)",
+                 100.0 * (fwd[1] - fwd[0]) / fwd[0], MARGIN * 100);
+    return buf;
 }
 
 /* The entry as a row of host/tune/tuning_rows.c's table, every field written out. */
@@ -588,7 +648,8 @@ int cmd_tune(int argc, char **argv)
             while (k < STAGE_COUNT && strcmp(stages[k].name, tok) != 0)
                 ++k;
             if (k == STAGE_COUNT)
-                return cli_usage(cmd, "--stages %s: unknown stage '%s' (summary, output, mixing, causal, softmax)",
+                return cli_usage(cmd,
+                                 "--stages %s: unknown stage '%s' (summary, output, mixing, causal, softmax, backward)",
                                  o[O_STAGES].value, tok);
             stage_mask |= 1u << k;
         }
@@ -602,8 +663,9 @@ int cmd_tune(int argc, char **argv)
     t.stage_clock = 1;
     mhla_status st = mhla_context_create(o[O_DEVICE].value, &t.ctx);
     if (st != MHLA_OK)
-        return o[O_DEVICE].value ? cli_fail(cli_exit_code(st), "--device %s: %s", o[O_DEVICE].value, mhla_last_message())
-                                 : cli_fail(cli_exit_code(st), "tune: %s", mhla_last_message());
+        return o[O_DEVICE].value
+                   ? cli_fail(cli_exit_code(st), "--device %s: %s", o[O_DEVICE].value, mhla_last_message())
+                   : cli_fail(cli_exit_code(st), "tune: %s", mhla_last_message());
     char db[4200] = "(no cache folder: nothing is stored)", text[1024];
     mhla_tuning_db_path(t.ctx, db, sizeof db);
     tune_spec start;
@@ -634,8 +696,9 @@ int cmd_tune(int argc, char **argv)
         tune_shape *s = &shapes[i];
         tune_spec best = start;
         int out_of_time = 0;
-        printf("shape %lldx%lld: N=%lld M=%lld (causal: N=%lld, chunks of 64; softmax: N=2048)\n", (long long)s->dk,
-               (long long)s->dv, (long long)s->n, (long long)s->m, (long long)(s->n / 4 > 256 ? s->n / 4 : 256));
+        printf("shape %lldx%lld: N=%lld M=%lld (causal and backward: N=%lld, chunks of 64; softmax: N=2048)\n",
+               (long long)s->dk, (long long)s->dv, (long long)s->n, (long long)s->m,
+               (long long)(s->n / 4 > 256 ? s->n / 4 : 256));
         /* Passes over every stage while the last one changed something (a stage's best can move
          * once another stage's changed), at most three, within the budget. */
         for (int pass = 0, changed = 1; pass < 3 && changed && !out_of_time && rc == CLI_OK; ++pass) {
@@ -656,28 +719,36 @@ int cmd_tune(int argc, char **argv)
             printf("[%6.1f s] budget reached: the search stops here\n", elapsed_s(&t));
         char spec[1024], note[512];
         spec_text(&best, 0, spec, sizeof spec);
-        double builtin = 0, tuned = 0;
+        double fwd[2] = {0, 0}, bwd[2] = {0, 0};
         if (!best.count) {
             printf("tune: %lldx%lld: nothing beats the built-in row by %.0f%%: nothing stored\n", (long long)s->dk,
                    (long long)s->dv, MARGIN * 100);
             continue;
         }
-        if ((st = confirm(&t, s, &best, &builtin, &tuned)) != MHLA_OK) {
+        const int backward = sets_backward_field(&best);
+        if ((st = confirm(&t, s, &best, backward, fwd, bwd)) != MHLA_OK) {
             rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
             break;
         }
         const time_t now = time(NULL);
-        char day[16];
+        char day[16], why_buf[160];
         strftime(day, sizeof day, "%Y-%m-%d", gmtime(&now));
-        snprintf(note, sizeof note, "tuned %s, N=%lld M=%lld H=%lld: forward %.3f -> %.3f ms", day, (long long)s->n,
-                 (long long)s->m, (long long)heads, builtin, tuned);
-        printf("tune: %lldx%lld: %s\n      forward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of %d "
-               "alternate runs)\n",
-               (long long)s->dk, (long long)s->dv, spec, builtin, tuned, 100.0 * (tuned - builtin) / builtin,
+        int len = snprintf(note, sizeof note, "tuned %s, N=%lld M=%lld H=%lld: forward %.3f -> %.3f ms", day,
+                           (long long)s->n, (long long)s->m, (long long)heads, fwd[0], fwd[1]);
+        if (backward && len > 0 && (size_t)len < sizeof note)
+            snprintf(note + len, sizeof note - (size_t)len, ", causal backward %.3f -> %.3f ms", bwd[0], bwd[1]);
+        printf("tune: %lldx%lld: %s\n      forward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of "
+               "%d alternate runs)\n",
+               (long long)s->dk, (long long)s->dv, spec, fwd[0], fwd[1], 100.0 * (fwd[1] - fwd[0]) / fwd[0],
                CONFIRM_ROUNDS);
-        if (!(tuned < builtin)) {
-            printf("tune: %lldx%lld: not faster over the whole forward: nothing stored\n", (long long)s->dk,
-                   (long long)s->dv);
+        if (backward)
+            printf("      backward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of %d alternate "
+                   "runs; causal, N=%lld)\n",
+                   bwd[0], bwd[1], 100.0 * (bwd[1] - bwd[0]) / bwd[0], CONFIRM_ROUNDS,
+                   (long long)stage_config(&t, s, 3).seq_t);
+        const char *why = not_stored_why(fwd, bwd, backward, why_buf, sizeof why_buf);
+        if (why) {
+            printf("tune: %lldx%lld: %s: nothing stored\n", (long long)s->dk, (long long)s->dv, why);
             continue;
         }
         if (o[O_EXPORT].value)

@@ -2209,7 +2209,8 @@ static int tune_teardown(void **state)
  * stored, read back through the library (mhla_tuning_db_list/_get), listed by `mhla info`, applied
  * by a plan of those head dimensions ("tuned entry 16x8", its sum_rd in the tiles), `mhla run` with
  * it still matches the reference, and the --export row holds every field of the stored entry. Bad
- * shapes and a set MHLA_TUNING are usage errors. */
+ * shapes and a set MHLA_TUNING are usage errors. The backward stage alone (on every device: before
+ * the skip) checks each candidate on the causal backward and times it: none may be wrong. */
 static void test_tune(void **state)
 {
     (void)state;
@@ -2220,7 +2221,23 @@ static void test_tune(void **state)
     expect_fail(MHLA_ENV(plain, "tune", "--budget", "1"), 2, "--budget");
     const char *tuning[] = {cache, "MHLA_TUNING=sum_rd=2", NULL};
     expect_fail(MHLA_ENV(tuning, "tune", "--budget", "5"), 2, "tune: MHLA_TUNING is set (sum_rd=2)");
-    const result *r = MHLA_ENV(plain, "info");
+    /* The causal backward's stage: its fields' candidates checked against the reference and timed.
+     * The budget counts compiles: a first run that stops after its starting point builds the
+     * kernels every candidate shares, so that the second reaches a candidate on a cold cache. */
+    expect_ok(MHLA_ENV(plain, "tune", "--stages", "backward", "--budget", "5", "--shapes", "16x8@512:2", "--heads",
+                       "2", "--dry-run"));
+    const result *r = MHLA_ENV(plain, "tune", "--stages", "backward", "--budget", "10", "--shapes", "16x8@512:2",
+                               "--heads", "2", "--dry-run");
+    expect_ok(r);
+    char bline[256];
+    assert_non_null(strstr(r->out, "shape 16x8: N=512 M=2 (causal and backward: N=256,"));
+    assert_non_null(strstr(r->out, " 16x8 backward start: "));
+    if (!strstr(line_after(r->out, " 16x8 backward bct_fuse=", bline, sizeof bline), " ms"))
+        fail_msg("no timed bct_fuse candidate in the backward stage:\n%s", r->out);
+    if (strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 summary ") ||
+        strstr(r->out, " 16x8 causal "))
+        fail_msg("--stages backward: a wrong candidate, or another stage searched:\n%s", r->out);
+    r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");
     assert_non_null(row);
@@ -2359,7 +2376,7 @@ static void test_tune_joint(void **state)
     snprintf(cache, sizeof cache, "MHLA_CACHE_DIR=%s", in_dir("cache"));
     const char *plain[] = {cache, "MHLA_TUNING=", NULL};
     expect_fail(MHLA_ENV(plain, "tune", "--stages", "summary,frob"), 2,
-                "--stages summary,frob: unknown stage 'frob' (summary, output, mixing, causal, softmax)");
+                "--stages summary,frob: unknown stage 'frob' (summary, output, mixing, causal, softmax, backward)");
     const result *r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");
