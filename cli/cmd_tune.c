@@ -476,16 +476,23 @@ static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, t
     return 0;
 }
 
-/* Whether `spec` sets a field of a causal-backward stage (kind 3): no forward reads one, so the
- * forward's timing cannot tell whether it pays. */
-static int sets_backward_field(const tune_spec *spec)
+/* Whether field `name` belongs to a causal-backward stage (kind 3): no forward reads one. */
+static int is_backward_field(const char *name)
 {
     for (size_t k = 0; k < STAGE_COUNT; ++k)
         for (const tune_field *f = stages[k].fields; stages[k].kind == 3 && f->name; ++f)
-            for (int i = 0; i < spec->count; ++i)
-                if (strcmp(spec->name[i], f->name) == 0)
-                    return 1;
+            if (strcmp(name, f->name) == 0)
+                return 1;
     return 0;
+}
+
+/* How many of `spec`'s fields are backward fields (want 1) or forward ones (want 0). */
+static int count_fields(const tune_spec *spec, int want)
+{
+    int n = 0;
+    for (int i = 0; i < spec->count; ++i)
+        n += is_backward_field(spec->name[i]) == want;
+    return n;
 }
 
 /* The forward of shape s with the built-in row and with `best`, timed alternately, medians into
@@ -513,13 +520,17 @@ static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best,
 /* Why the confirmed timings (fwd[], bwd[]: built-in, tuned; bwd only when `backward`) do not earn
  * the entry its place, or NULL to store it: faster over the forward, or over the causal backward
  * when a backward field changed, and the other not slower by more than the margin (a training
- * step runs both, and a loss within the noise is none). */
-static const char *not_stored_why(const double fwd[2], const double bwd[2], int backward, char *buf, size_t size)
+ * step runs both, and a loss within the noise is none). An entry of backward fields alone must be
+ * faster over the backward: its forward builds the same kernels, and any difference is noise. */
+static const char *not_stored_why(const double fwd[2], const double bwd[2], int backward, int forward_fields,
+                                  char *buf, size_t size)
 {
     const int fwd_faster = fwd[1] < fwd[0], fwd_ok = fwd[1] <= fwd[0] * (1.0 + MARGIN);
     if (!backward)
         return fwd_faster ? NULL : "not faster over the whole forward";
     const int bwd_faster = bwd[1] < bwd[0], bwd_ok = bwd[1] <= bwd[0] * (1.0 + MARGIN);
+    if (!forward_fields)
+        return bwd_faster ? NULL : "backward fields only, and not faster over the causal backward";
     if ((fwd_faster && bwd_ok) || (bwd_faster && fwd_ok))
         return NULL;
     if (!fwd_faster && !bwd_faster)
@@ -725,7 +736,7 @@ int cmd_tune(int argc, char **argv)
                    (long long)s->dv, MARGIN * 100);
             continue;
         }
-        const int backward = sets_backward_field(&best);
+        const int backward = count_fields(&best, 1) > 0;
         if ((st = confirm(&t, s, &best, backward, fwd, bwd)) != MHLA_OK) {
             rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
             break;
@@ -746,7 +757,7 @@ int cmd_tune(int argc, char **argv)
                    "runs; causal, N=%lld)\n",
                    bwd[0], bwd[1], 100.0 * (bwd[1] - bwd[0]) / bwd[0], CONFIRM_ROUNDS,
                    (long long)stage_config(&t, s, 3).seq_t);
-        const char *why = not_stored_why(fwd, bwd, backward, why_buf, sizeof why_buf);
+        const char *why = not_stored_why(fwd, bwd, backward, count_fields(&best, 0) > 0, why_buf, sizeof why_buf);
         if (why) {
             printf("tune: %lldx%lld: %s: nothing stored\n", (long long)s->dk, (long long)s->dv, why);
             continue;
