@@ -65,10 +65,11 @@ float bct_r(global const float *rs, const long at)
  * of SC floats, DK of them) for rows r0 .. r0 + BCT_RT - 1 of the nq tokens from t1, columns col0 ..
  * col0 + BCT_COLS - 1, from the rows in global memory; plus the z row's term (dq: r_t zP_i, dk:
  * dz_j). Rows past the end repeat the last token and are not stored. */
-__attribute__((always_inline)) inline void bct_prefix(const int kind, global const STORE_T *k, global const STORE_T *v, global const STORE_T *dout, global const float *slot,
-                        global const float *invs, global const float *rs, const mhla_grid g, const int bh,
-                        const int t1, const int nq, const int r0, const int col0, const float feature_eps,
-                        VEC(BCT_VE) (*acc)[BCT_NV])
+__attribute__((always_inline)) inline void
+bct_prefix(const int kind, global const STORE_T *k, global const STORE_T *v, global const STORE_T *dout,
+           global const float *slot, global const float *invs, global const float *rs, const mhla_grid g,
+           const int bh, const int t1, const int nq, const int r0, const int col0, const float feature_eps,
+           VEC(BCT_VE) (*acc)[BCT_NV])
 {
     const int DX = kind == KIND_DV ? DK : DV;
     const int mstride = kind == KIND_DV ? SC : DK;
@@ -400,11 +401,11 @@ __attribute__((always_inline)) inline float bcf_scores(const int kind, const int
 
 /* acc += Mc[i,i] sum over the pairs of the work-item's rows r0 .. of the scores in sc times w (a
  * row of BCT_COLS columns from col0): rows of sc for dq (s <= t), columns for dk and dv (t >= s). */
-__attribute__((always_inline)) inline void bcf_products(const int kind, global const STORE_T *q, global const STORE_T *k,
-                         global const STORE_T *dout, global const float *invs, const mhla_grid g,
-                         const int bh, const int t0, const int len, const int r0, const int col0,
-                         const float mii, const float feature_eps, const float scale, local const float *sc,
-                         VEC(BCT_VE) (*acc)[BCT_NV])
+__attribute__((always_inline)) inline void
+bcf_products(const int kind, global const STORE_T *q, global const STORE_T *k, global const STORE_T *dout,
+             global const float *invs, const mhla_grid g, const int bh, const int t0, const int len, const int r0,
+             const int col0, const float mii, const float feature_eps, const float scale, local const float *sc,
+             VEC(BCT_VE) (*acc)[BCT_NV])
 {
     const int first = kind == KIND_DQ ? 0 : r0, last = kind == KIND_DQ ? min(r0 + BCT_RT, len) : len;
     for (int c = first; c < last; ++c) {

@@ -247,7 +247,8 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
                                                "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
     }
     if (dmixing) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad, plan->summary, 0, scols, dmixing, m, m, 0, 0));
+        MHLA_FORWARD_IF_ERROR(st,
+                              mhla__backward_dmixing(plan, b, b->grad, plan->summary, 0, scols, dmixing, m, m, 0, 0));
         if (official) {
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
             MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->r, plan->dots, 0, dcols, dmixing, m, m, 1, 0));

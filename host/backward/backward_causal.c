@@ -428,8 +428,9 @@ static mhla_status readout_fused(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem 
     const mhla_bwd *b = x->b;
     cl_kernel kr = b->k_bc_dqkv;
     MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, b->slots_p));
-    MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(b->slots_dst), MHLA_ARG(b->slots_ds), MHLA_ARG(dq), MHLA_ARG(dk), MHLA_ARG(dv), MHLA_ARG(b->diag), MHLA_ARG(x->plan->grid),
-                  MHLA_ARG(x->feps), MHLA_ARG(x->scale), MHLA_ARG(want_diag));
+    MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(b->slots_dst), MHLA_ARG(b->slots_ds), MHLA_ARG(dq), MHLA_ARG(dk),
+                  MHLA_ARG(dv), MHLA_ARG(b->diag), MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale),
+                  MHLA_ARG(want_diag));
     const size_t ext[3] = {b->wg_bc_fused, (size_t)x->heads, x->entries}, loc[3] = {b->wg_bc_fused, 1, 1};
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, "bc_dqkv"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
