@@ -23,10 +23,13 @@
 #if CAUSAL_TQ % OUT_RT != 0
 #error "CAUSAL_TQ must be a multiple of OUT_RT"
 #endif
-/* Score rows per work-item step: the register tile's rows on CPU rows (OUT_PRE: each key vector
- * loaded then serves OUT_RT rows, 8.5 -> 6.6 ms for the stage at N = 4096 on PoCL), one on GPU rows
- * (every work-item of the group busy; unmeasured there otherwise). */
-#if OUT_PRE
+/* Score rows per work-item step (the row's sc_rows): the register tile's rows on CPU rows (each
+ * key vector loaded then serves OUT_RT rows, 8.5 -> 6.6 ms for the stage at N = 4096 on PoCL), one
+ * on GPU rows (every work-item of the group busy; unmeasured there otherwise). */
+#ifndef CAUSAL_SRT
+#define CAUSAL_SRT 0
+#endif
+#if CAUSAL_SRT
 #define SCORE_RT OUT_RT
 #else
 #define SCORE_RT 1

@@ -189,6 +189,7 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
     x.gemm_rows = t->gemm_rows / x.mix_mr * x.mix_mr;
     x.tq = round_down_to(t->tq, x.out_rt);
     x.kt = (t->kt + x.out_ve - 1) / x.out_ve * x.out_ve;
+    x.sc_rows = t->sc_rows != 0;
     /* CLBlast's GEMM kernels are built for work-groups of 64 and more (a device allowing 16 fails
      * them with CL_INVALID_WORK_GROUP_SIZE): there the prefix kernel sums every earlier chunk. */
     if (fit->wg < 64)
@@ -399,7 +400,7 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d -DOUT_PRE=%d -DOUT_PF=%d",
                        t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt, t->out_pre, t->out_pf);
     if (r & F_CAUSAL)
-        mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d", t->tq, t->kt);
+        mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d -DCAUSAL_SRT=%d", t->tq, t->kt, t->sc_rows);
     if (r & F_MIX)
         mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_VE=%d -DMIX_NV=%d", t->mix_mr, t->mix_ve, t->mix_nv);
     if (r & F_PRE)

@@ -40,6 +40,9 @@
     X(pre_nv, 1, ",")       /* causal prefix: vectors per row per work-item */                      \
     X(tq, 1, " ")           /* causal output: tokens per work-group (score tiles) */                \
     X(kt, 1, ",")           /* causal output: keys per pass through local memory */                 \
+    X(sc_rows, 0, ",")      /* causal output: 1 = scores a register tile's OUT_RT rows per step     \
+                               (each key vector loaded serves them: CPUs), 0 = one row (GPUs:       \
+                               every work-item of the group busy) */                                \
     X(gemm_rows, 0, ",")    /* causal prefix: earlier blocks of this many chunks go to CLBlast */   \
     X(sm_bq, 1, " ")        /* softmax: query rows per work-group */                                \
     X(sm_bk, 1, ",")        /* softmax: keys per local-memory tile (shrunk to fit local memory) */  \
@@ -100,6 +103,7 @@ typedef struct mhla_tiles {
                                            plans: causal_prefix.cl's rows and vectors (pre_mr, pre_nv) */
     int pre_ve;                         /* causal_prefix.cl: MIX_MR rows x (PRE_VE * MIX_NV) columns */
     int tq, kt;                         /* causal_output.cl: CAUSAL_TQ tokens, CAUSAL_KT keys per pass */
+    int sc_rows;                        /* causal_output.cl: CAUSAL_SRT, scores in OUT_RT-row steps */
     int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */
     int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group */
     int wg;                             /* work-group size aimed at */
