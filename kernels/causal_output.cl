@@ -18,7 +18,14 @@
 #endif
 #define OUT_TG (CAUSAL_TQ / OUT_RT)       /* token groups */
 #define OUT_WG (OUT_NE * OUT_TG)          /* work-items per group: the host launches exactly this */
-#define DKV (DK / OUT_DC)                 /* vectors per q or k row */
+/* The q~ and k~ rows are staged into local memory in vectors of the output's width where it
+ * divides Dk (the read-out's OUT_DC can be narrower: 4 on CPU rows), else OUT_DC. */
+#if DK % OUT_VE == 0 && OUT_VE > OUT_DC
+#define ST_W OUT_VE
+#else
+#define ST_W OUT_DC
+#endif
+#define DKV (DK / ST_W)                   /* vectors per q or k row */
 #define KTV (CAUSAL_KT / OUT_VE)          /* score vectors per row of a key pass */
 #if CAUSAL_TQ % OUT_RT != 0
 #error "CAUSAL_TQ must be a multiple of OUT_RT"
@@ -104,13 +111,13 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
 
     /* q~ of the group's tokens, for the scores. */
     for (int x = lid; x < CAUSAL_TQ * DKV; x += OUT_WG) {
-        const int r = x / DKV, d0 = (x - r * DKV) * OUT_DC;
-        VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
+        const int r = x / DKV, d0 = (x - r * DKV) * ST_W;
+        VEC(ST_W) val = (VEC(ST_W))(0.0f);
         if (r < nq) {
-            const VEC(OUT_DC) raw = LOADN(OUT_DC, 0, qb + r * kstride + d0);
-            val = scale * FEATURE_V(OUT_DC, raw, feature_eps);
+            const VEC(ST_W) raw = LOADN(ST_W, 0, qb + r * kstride + d0);
+            val = scale * FEATURE_V(ST_W, raw, feature_eps);
         }
-        VSTOREN(OUT_DC, val, 0, qs + r * DK + d0);
+        VSTOREN(ST_W, val, 0, qs + r * DK + d0);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -120,16 +127,16 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
     for (int kb = 0; kb < kend; kb += CAUSAL_KT) {
         const int nk = min(CAUSAL_KT, kend - kb);
         for (int x = lid; x < CAUSAL_KT * DKV; x += OUT_WG) {
-            const int s = x / DKV, d0 = (x - s * DKV) * OUT_DC;
-            float kd[OUT_DC];
-            VEC(OUT_DC) val = (VEC(OUT_DC))(0.0f);
+            const int s = x / DKV, d0 = (x - s * DKV) * ST_W;
+            float kd[ST_W];
+            VEC(ST_W) val = (VEC(ST_W))(0.0f);
             if (s < nk) {
-                const VEC(OUT_DC) raw = LOADN(OUT_DC, 0, kb0 + (kb + s) * kstride + d0);
-                val = FEATURE_V(OUT_DC, raw, feature_eps);
+                const VEC(ST_W) raw = LOADN(ST_W, 0, kb0 + (kb + s) * kstride + d0);
+                val = FEATURE_V(ST_W, raw, feature_eps);
             }
-            VSTOREN(OUT_DC, val, 0, kd);
+            VSTOREN(ST_W, val, 0, kd);
             #pragma unroll
-            for (int i = 0; i < OUT_DC; ++i)
+            for (int i = 0; i < ST_W; ++i)
                 kt[(d0 + i) * CAUSAL_KT + s] = kd[i];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
