@@ -330,11 +330,14 @@ mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cf
                  "bytes of local memory usable)",
                  (long long)cfg->dk, (long long)cfg->dv, ctx->device_name, fit->wg,
                  (unsigned long long)fit->local_bytes);
-    /* bc_dqkv where the row asks for it and a whole chunk's group fits; else the three read-outs */
+    /* bc_dqkv where the row asks for it and a whole chunk's group fits; else the three read-outs. A
+     * chunk holds at most the sequence's tokens (the whole packed batch's, varlen): a chunk longer
+     * than them needs no group sized for it. */
     x.bct_fc = 0;
     if (t->bct_fuse) {
-        const int64_t step = x.bct_ve > x.bct_rt ? x.bct_ve : x.bct_rt;
-        x.bct_fc = (int)((cfg->chunk + step - 1) / step * step);
+        const int64_t step = x.bct_ve > x.bct_rt ? x.bct_ve : x.bct_rt, n = cfg->seq_t * cfg->seq_h * cfg->seq_w;
+        const int64_t tokens = cfg->chunk < n ? cfg->chunk : n;
+        x.bct_fc = (int)((tokens + step - 1) / step * step);
         if (mhla__bc_fused_wg(&x, cfg->dk, cfg->dv) > fit->wg ||
             mhla__bc_fused_local(&x, cfg->dk, cfg->dv) > fit->local_bytes)
             x.bct_fc = 0;

@@ -263,11 +263,12 @@ static void test_gpu_row_d64(void **state)
 
 /* The causal backward's tiles of `d` with `local` bytes and chunk C: BCT_FC (0: the three
  * read-outs and bc_diag) and, when fused, bc_dqkv's work-items and local bytes. */
-static void expect_fused(const fake_device *d, uint64_t local, int64_t chunk, const char *tuning, int fc, size_t wg,
-                         uint64_t bytes)
+static void expect_fused_n(const fake_device *d, uint64_t local, int64_t n, int64_t chunk, const char *tuning, int fc,
+                           size_t wg, uint64_t bytes)
 {
     mhla_context *ctx = fake_context(d, 1024, local);
     mhla_config cfg = causal_config(64, 64);
+    cfg.seq_t = n;
     cfg.chunk = chunk;
     mhla_tuning t = lookup(ctx, &cfg);
     if (tuning)
@@ -291,6 +292,12 @@ static void expect_fused(const fake_device *d, uint64_t local, int64_t chunk, co
     free_context(ctx);
 }
 
+static void expect_fused(const fake_device *d, uint64_t local, int64_t chunk, const char *tuning, int fc, size_t wg,
+                         uint64_t bytes)
+{
+    expect_fused_n(d, local, 4096, chunk, tuning, fc, wg, bytes);
+}
+
 /* bc_dqkv (bct_fuse): on CPU rows where a chunk's group fits local memory. AVX-512: 4 rows x 64
  * columns per work-item, 16 for a chunk of 64, (2*64*64 + 64*64 + 64 + 16) floats; the chunk rounded
  * up to 16-float vectors; a chunk too large for the local memory, the GPU row, and bct_fuse=0 keep
@@ -304,6 +311,8 @@ static void test_fused_backward(void **state)
     expect_fused(&avx512, mib, 128, NULL, 128, 32, (2 * 128 * 64 + 128 * 128 + 128 + 32) * 4);
     expect_fused(&avx512, 32768, 64, NULL, 0, 0, 0);      /* llvmpipe-sized local memory */
     expect_fused(&avx512, mib, 1024, NULL, 0, 0, 0);      /* 4.5 MiB for one chunk */
+    /* ... unless the sequence is shorter than the chunk: 100 tokens take a group of 112 */
+    expect_fused_n(&avx512, mib, 100, 1024, NULL, 112, 28, (2 * 112 * 64 + 112 * 112 + 112 + 28) * 4);
     expect_fused(&avx512, mib, 64, "bct_fuse=0", 0, 0, 0);
     expect_fused(&gpu, 65536, 64, NULL, 0, 0, 0);         /* the GPU row: unmeasured there */
     /* AVX2 (8-float vectors): one token x 8 vectors per work-item, 64 of them for a chunk of 64. */
