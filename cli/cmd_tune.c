@@ -279,7 +279,7 @@ typedef struct tune_stage {
  * current one measures the same and is not kept). */
 static const tune_stage stages[] = {
     {"summary", 0, 0,
-     {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 3, {32, 64, 128}}, {"pf", 2, {0, 1}},
+     {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}}, {"pf", 2, {0, 1}},
       {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {2, 4, 8, 16}}, {NULL, 0, {0}}},
      "sum_rd", "sum_nv", "sum_ve", 4, {2, 4, 8, 16}, 1, 1},
     {"output", 2, 0,

@@ -10,7 +10,13 @@
  * a core runs one after another read neighbouring parts of the same token rows ([B,N,H,D]).
  * Work-item (row tile, column tile) of segment
  * `split` of block `blk` accumulates a SUM_RD x SUM_COLS register tile over the segment's tokens;
- * the column-tile-0 work-items also sum the keys. Writes row blk*splits + split of `dst`. */
+ * the column-tile-0 work-items also sum the keys. Writes row blk*splits + split of `dst`.
+ * Row tiles vary fastest: CPU runtimes run a group's work-items one after another, and then the
+ * SUM_ND that follow each other read the same value columns of the chunk (SUM_COLS floats of each
+ * v row, from L1) and walk the key rows a line at a time; with column tiles fastest, every work-item
+ * read other value columns than the last, and a chunk's k and v lines (64 KB at 128 tokens) did not
+ * stay in L1 (summary 5-8% faster on AVX2: bench/README.md "The summary's tile order"). On GPUs
+ * the two orders coalesce alike (a warp reads a whole k row or a whole v row). */
 kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
                           const mhla_grid g_arg, const float feature_eps, const int splits, const int split_len)
 {
@@ -22,8 +28,8 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
     const int tile = active ? tile_id : 0;
     const int bs = (int)get_global_id(2);
     const int bh = (int)get_global_id(1);
-    const int et = tile % SUM_NE;
-    const int d0 = (tile / SUM_NE) * SUM_RD;
+    const int d0 = (tile % SUM_ND) * SUM_RD;
+    const int et = tile / SUM_ND;
     const int blk = bs / splits;
     const int p_begin = (bs - blk * splits) * split_len;
     const int p_end = min(p_begin + split_len, g.nb);

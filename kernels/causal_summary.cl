@@ -6,7 +6,8 @@
 
 /* global: (SUM_ND*SUM_NE rounded up, B*H, chunks): heads before chunks, as block_summary.cl.
  * Work-item (row tile, column tile) of a chunk accumulates a SUM_RD x SUM_COLS register tile over
- * the chunk's tokens (consecutive in the tensors); the column-tile-0 work-items also sum the keys. */
+ * the chunk's tokens (consecutive in the tensors); the column-tile-0 work-items also sum the keys.
+ * Row tiles vary fastest, as in block_summary.cl (why: there). */
 kernel void causal_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
                            global const int4 *restrict chunks, global float *restrict sums,
                            const mhla_grid g_arg, const float feature_eps)
@@ -19,8 +20,8 @@ kernel void causal_summary(global const STORE_T *restrict k, global const STORE_
     const int tile = active ? tile_id : 0;
     const int4 ch = chunks[get_global_id(2)];
     const int bh = (int)get_global_id(1);
-    const int et = tile % SUM_NE;
-    const int d0 = (tile / SUM_NE) * SUM_RD;
+    const int d0 = (tile % SUM_ND) * SUM_RD;
+    const int et = tile / SUM_ND;
 
     VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
     VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);

@@ -19,7 +19,7 @@
 #ifndef SUM_CHUNK
 /* Tokens summed before folding into the total (the tuning's sum_chunk): a sum of n tokens in chunks
  * of C has float error ~ n/C + C. On CPUs each fold is also a pass of the group's work-items through
- * the barrier below it (block_summary.cl), so their rows take 128 (host/tune/tuning_rows.c). */
+ * the barrier below it (block_summary.cl), so their rows take 256 (host/tune/tuning_rows.c). */
 #define SUM_CHUNK 32
 #endif
 #define SUM_COLS (SUM_VE * SUM_NV)

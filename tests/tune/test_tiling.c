@@ -206,7 +206,7 @@ static void expect_forward(const fake_device *d, size_t max_wg, int vec, const i
 static void test_cpu_row_d64(void **state)
 {
     (void)state;
-    static const int forward[16] = {4, 8, 2, 128, 1, 8, 8, 4, 0, 4, 1, 4, 8, 2, 64, 1};
+    static const int forward[16] = {4, 8, 2, 256, 1, 8, 8, 4, 0, 4, 1, 4, 8, 2, 64, 1};
     expect_forward(&haswell, 4096, 8, forward);
 
     const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480};
@@ -584,13 +584,13 @@ static void test_build_options(void **state)
                                 "-DOUT_RT=1 -DOUT_VE=8 -DOUT_NV=8 -DOUT_DC=4 -DOUT_NT=0 -DOUT_PRE=0 -DOUT_PF=0 "
                                 "-DCAUSAL_TQ=32 -DCAUSAL_KT=32 -DCAUSAL_SRT=1"},
         {MHLA_KF_CAUSAL_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
-                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=128"},
+                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256"},
         /* rows of floats: nothing of the configuration, so one program serves every head size */
         {MHLA_KF_CAUSAL_PREFIX, "-DMIX_MR=4 -DMIX_NV=2 -DPRE_VE=8"},
         {MHLA_KF_MIXING, "-DMIX_MR=4 -DMIX_VE=8 -DMIX_NV=2"},
         /* the summary always writes z: no normalizer */
         {MHLA_KF_BLOCK_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DDTYPE=0 "
-                                "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=128 -DPREFETCH=1"},
+                                "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DPREFETCH=1"},
         {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0"},
         /* softmax: no feature map, no normalizer */
         {MHLA_KF_SOFTMAX, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DDTYPE=0 -DVW=8 -DBK=64 -DCOPY_ROWS=1"},
