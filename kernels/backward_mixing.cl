@@ -20,9 +20,11 @@ kernel void bwd_transpose(global const float *restrict src, global float *restri
 }
 
 /* global: (ceil(rows/BWD_TM), ceil(rows/BWD_TM), chunks). part[(c*rows + i)*rows + b] = sum of
- * a[i][x] * bm[b][x] over chunk c's x (rows of x floats from `off`), lanes added last in lane order. Rows past
- * the last repeat it (their sums are not stored), so every work-item runs the same loop. `lower`
- * (the causal form, whose dMc is lower triangular): tiles with no pair b < i store zeros instead. */
+ * a[i][x] * bm[b][x] over chunk c's x (rows of x floats from `off`), lanes added last as a tree of
+ * halves (BWD_HSUM: a chunk is short, and 16 lanes added one after another took a fifth of this
+ * kernel's time on AVX-512). Rows past the last repeat it (their sums are not stored), so every
+ * work-item runs the same loop. `lower` (the causal form, whose dMc is lower triangular): tiles with
+ * no pair b < i store zeros instead. */
 kernel void bwd_dmixing_part(global const float *restrict a_arg, global const float *restrict bm_arg,
                              global float *restrict part, const long x, const int rows, const long len,
                              const long off, const int lower)
@@ -64,11 +66,7 @@ kernel void bwd_dmixing_part(global const float *restrict a_arg, global const fl
     }
     for (int r = 0; r < BWD_TM && i0 + r < rows; ++r)
         for (int s = 0; s < BWD_TM && b0 + s < rows; ++s) {
-            float l[BWD_VW];
-            VSTOREN(BWD_VW, acc[r][s], 0, l);
-            float sum = 0.0f;
-            for (int u = 0; u < BWD_VW; ++u)
-                sum += l[u];
+            float sum = BWD_HSUM(BWD_VW, acc[r][s]);
             for (long j = x0 + (long)nvec * BWD_VW; j < x1; ++j)
                 sum += ar[r][j - x0] * br[s][j - x0];
             part[((long)c * rows + i0 + r) * rows + b0 + s] = sum;
