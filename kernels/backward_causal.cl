@@ -22,6 +22,28 @@
 #error "BCT_SR must divide DK"
 #endif
 
+/* Rows d0 .. d0 + BCT_SR - 1 of a slot's summary (acc: its Dv columns, z: its last column) as
+ * columns of the transposed slot at dst (its row e at dst + e * DK): for each e the BCT_SR floats
+ * are neighbours, so they go out together; storing row by row (each lane e to its own row) made
+ * the compiler scatter every vector (AVX-512's scatter, microcoded: about a quarter of bc_grad). */
+void bc_store_columns(global float *dst, VEC(BWD_VV) acc[BCT_SR][BWD_NV], const float z[BCT_SR])
+{
+    for (int j = 0; j < BWD_NV; ++j) {
+        float l[BCT_SR][BWD_VV];
+        #pragma unroll
+        for (int i = 0; i < BCT_SR; ++i)
+            VSTOREN(BWD_VV, acc[i][j], 0, l[i]);
+        for (int e = 0; e < BWD_VV; ++e) {
+            float col[BCT_SR];
+            #pragma unroll
+            for (int i = 0; i < BCT_SR; ++i)
+                col[i] = l[i][e];
+            VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, col), 0, dst + (long)(j * BWD_VV + e) * DK);
+        }
+    }
+    VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, z), 0, dst + (long)DV * DK);
+}
+
 /* global: (DK / BCT_SR, H, entries). Rows d0 .. d0 + BCT_SR - 1 of the chunk's S: k~_d [v | 1]^T
  * summed over its tokens (each v row loaded once for BCT_SR rows), the Dv columns as vectors of
  * BWD_VV; stored as columns of S^T. */
@@ -60,17 +82,7 @@ kernel void bc_summary(global const STORE_T *restrict k, global const STORE_T *r
         }
     }
     /* transposed (row e holds column e of S, row DV z): the layout the read-outs and dMc read */
-    global float *dst = S + bc_slot(kk, h, g.heads) + d0;
-    #pragma unroll
-    for (int i = 0; i < BCT_SR; ++i) {
-        for (int j = 0; j < BWD_NV; ++j) {
-            float l[BWD_VV];
-            VSTOREN(BWD_VV, acc[i][j], 0, l);
-            for (int e = 0; e < BWD_VV; ++e)
-                dst[(j * BWD_VV + e) * DK + i] = l[e];
-        }
-        dst[DV * DK + i] = z[i];
-    }
+    bc_store_columns(S + bc_slot(kk, h, g.heads) + d0, acc, z);
 }
 
 /* global: (C, H, entries), one token per work-item (paper normalizer): 1/den_t and
@@ -161,16 +173,12 @@ kernel void bc_grad(global const STORE_T *restrict q, global const STORE_T *rest
     }
     #pragma unroll
     for (int i = 0; i < BCT_SR; ++i) {
-        global float *dst = G + bc_slot(kk, h, g.heads) + (d0 + i) * SC, *dstt = GT + bc_slot(kk, h, g.heads) + d0 + i;
-        for (int j = 0; j < BWD_NV; ++j) {
-            float l[BWD_VV];
+        global float *dst = G + bc_slot(kk, h, g.heads) + (d0 + i) * SC;
+        for (int j = 0; j < BWD_NV; ++j)
             VSTOREN(BWD_VV, acc[i][j], j, dst);
-            VSTOREN(BWD_VV, acc[i][j], 0, l);
-            for (int e = 0; e < BWD_VV; ++e)
-                dstt[(j * BWD_VV + e) * DK] = l[e];
-        }
-        dst[DV] = dstt[DV * DK] = z[i];
+        dst[DV] = z[i];
     }
+    bc_store_columns(GT + bc_slot(kk, h, g.heads) + d0, acc, z);
 }
 
 /* global: (DK / BCT_SR, H, entries). dS^T from dS, slot by slot: a copy, where a second suffix
