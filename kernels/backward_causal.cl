@@ -189,36 +189,52 @@ kernel void bc_transpose(global const float *restrict src, global float *restric
     const int d0 = (int)get_global_id(0) * BCT_SR, h = (int)get_global_id(1), kk = (int)get_global_id(2);
     if (d0 >= DK || h >= heads || kk >= entries)
         return;
-    global const float *s = src + bc_slot(kk, h, heads);
-    global float *t = dst + bc_slot(kk, h, heads);
-    for (int i = 0; i < BCT_SR; ++i)
-        for (int e = 0; e < SC; ++e)
-            t[e * DK + d0 + i] = s[(d0 + i) * SC + e];
+    global const float *s = src + bc_slot(kk, h, heads) + d0 * SC;
+    global float *t = dst + bc_slot(kk, h, heads) + d0;
+    /* a column of BCT_SR neighbours at a time (bc_store_columns says why) */
+    for (int e = 0; e < SC; ++e) {
+        float col[BCT_SR];
+        #pragma unroll
+        for (int i = 0; i < BCT_SR; ++i)
+            col[i] = s[i * SC + e];
+        VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, col), 0, t + (long)e * DK);
+    }
 }
 
-/* global: (DK, H, entries). The forward's chunk summaries and prefix mixtures of a plain causal plan
- * (mhla_plan_save_for_backward: kernels/causal.h's slots, chunk i's slot holding every batch
- * element's and head's S as rows of Dv and, with the paper normalizer, z) into S^T and P^T, row d
- * of each per work-item; without a normalizer the z rows are 0 (the forward keeps no z; only the
- * paper normalizer's terms read them). */
+/* global: (DK / BCT_SR, H, entries). The forward's chunk summaries and prefix mixtures of a plain
+ * causal plan (mhla_plan_save_for_backward: kernels/causal.h's slots, chunk i's slot holding every
+ * batch element's and head's S as rows of Dv and, with the paper normalizer, z) into S^T and P^T,
+ * rows d0 .. d0 + BCT_SR - 1 of each per work-item, written a column of neighbours at a time
+ * (bc_store_columns says why); without a normalizer the z rows are 0 (the forward keeps no z; only
+ * the paper normalizer's terms read them). */
 kernel void bc_from_forward(global const float *restrict sums, global const float *restrict pref,
                             global const int *restrict tab, global float *restrict S, global float *restrict P,
                             const int heads, const int entries)
 {
-    const int d = (int)get_global_id(0), h = (int)get_global_id(1), kk = (int)get_global_id(2);
-    if (d >= DK || h >= heads || kk >= entries)
+    const int d0 = (int)get_global_id(0) * BCT_SR, h = (int)get_global_id(1), kk = (int)get_global_id(2);
+    if (d0 >= DK || h >= heads || kk >= entries)
         return;
     const int i = ENT(kk, 2), bhs = ENT(kk, 6) * heads, bh = ENT(kk, 5) * heads + h;
     global const float *src[2] = {sums, pref};
-    global float *dst[2] = {S + bc_slot(kk, h, heads) + d, P + bc_slot(kk, h, heads) + d};
+    global float *dst[2] = {S + bc_slot(kk, h, heads) + d0, P + bc_slot(kk, h, heads) + d0};
     for (int x = 0; x < 2; ++x) {
-        global const float *row = src[x] + slot_s(i, bh, bhs) + (long)d * DV;
-        for (int e = 0; e < DV; ++e)
-            dst[x][e * DK] = row[e];
+        global const float *rows = src[x] + slot_s(i, bh, bhs) + (long)d0 * DV;
+        for (int e = 0; e < DV; ++e) {
+            float col[BCT_SR];
+            #pragma unroll
+            for (int r = 0; r < BCT_SR; ++r)
+                col[r] = rows[r * DV + e];
+            VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, col), 0, dst[x] + (long)e * DK);
+        }
+        float z[BCT_SR];
+        #pragma unroll
+        for (int r = 0; r < BCT_SR; ++r) {
 #if ZCOL
-        dst[x][DV * DK] = src[x][slot_z(i, bh, bhs) + d];
+            z[r] = src[x][slot_z(i, bh, bhs) + d0 + r];
 #else
-        dst[x][DV * DK] = 0.0f;
+            z[r] = 0.0f;
 #endif
+        }
+        VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, z), 0, dst[x] + (long)DV * DK);
     }
 }

@@ -314,13 +314,12 @@ static mhla_status from_forward(const bc_call *x, cl_uint num_wait, const cl_eve
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
     const mhla_causal_plan *cp = x->plan->causal;
-    const size_t full[3] = {(size_t)x->plan->cfg.dk, (size_t)x->heads, x->entries};
-    size_t floc[3];
-    mhla__local_size_3d(ctx, x->b->k_bc_from_forward, full, (size_t)x->b->tiles.wg, floc);
+    size_t floc[3]; /* over x->tile, as bc_summary: Dk / BCT_SR rows per (head, chunk) */
+    mhla__local_size_3d(ctx, x->b->k_bc_from_forward, x->tile, (size_t)x->b->tiles.wg, floc);
     cl_kernel kr = x->b->k_bc_from_forward;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(cp->sums), MHLA_ARG(cp->pref), MHLA_ARG(x->tab), MHLA_ARG(x->b->slots_s),
                   MHLA_ARG(x->b->slots_p), MHLA_ARG(x->heads), MHLA_ARG(x->nent));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, full, floc, num_wait, wait, NULL, "bc_from_forward"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, x->tile, floc, num_wait, wait, NULL, "bc_from_forward"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
     return st;
