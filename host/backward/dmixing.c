@@ -19,8 +19,13 @@ mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t ro
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_part", &b->k_dmixing));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_reduce", &b->k_dmix_reduce));
     /* Chunks of 1024 floats keep 2*rows rows of one in cache; at least `rows` floats each keep the
-     * partial sums within `rows` summed rows (chunks * rows^2 <= (xmax / rows + 1) * rows^2). */
-    b->dmix_len = mhla__round_up(rows > 1024 ? rows : 1024, 16);
+     * partial sums within `rows` summed rows (chunks * rows^2 <= (xmax / rows + 1) * rows^2). From
+     * 128 rows (a causal plan's chunks at long N), 4096 floats: (rows/4)^2 >= 1024 work-items per
+     * chunk still, and a fourth of the tiles' start-up, lane sums and partial sums (the causal
+     * backward's dMc ~20% faster at N = 16384, C = 64: 256 rows; bench/README.md issue 22, third
+     * session). */
+    const size_t floor_len = rows >= 128 ? 4096 : 1024;
+    b->dmix_len = mhla__round_up(rows > floor_len ? rows : floor_len, 16);
     b->dmix_chunks = (xmax + b->dmix_len - 1) / b->dmix_len;
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, b->dmix_chunks * rows * rows * sizeof(float),
                                                     "the partial sums of dMc", &b->dmix_part));
