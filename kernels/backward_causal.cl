@@ -44,6 +44,19 @@ void bc_store_columns(global float *dst, VEC(BWD_VV) acc[BCT_SR][BWD_NV], const 
     VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, z), 0, dst + (long)DV * DK);
 }
 
+/* The same for rows already in memory: columns 0 .. n - 1 of the BCT_SR rows at src (ld floats
+ * apart) into rows 0 .. n - 1 of the transposed slot at dst. */
+void bc_rows_to_columns(global float *dst, global const float *src, const int ld, const int n)
+{
+    for (int e = 0; e < n; ++e) {
+        float col[BCT_SR];
+        #pragma unroll
+        for (int i = 0; i < BCT_SR; ++i)
+            col[i] = src[i * ld + e];
+        VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, col), 0, dst + (long)e * DK);
+    }
+}
+
 /* global: (DK / BCT_SR, H, entries). Rows d0 .. d0 + BCT_SR - 1 of the chunk's S: k~_d [v | 1]^T
  * summed over its tokens (each v row loaded once for BCT_SR rows), the Dv columns as vectors of
  * BWD_VV; stored as columns of S^T. */
@@ -189,16 +202,8 @@ kernel void bc_transpose(global const float *restrict src, global float *restric
     const int d0 = (int)get_global_id(0) * BCT_SR, h = (int)get_global_id(1), kk = (int)get_global_id(2);
     if (d0 >= DK || h >= heads || kk >= entries)
         return;
-    global const float *s = src + bc_slot(kk, h, heads) + d0 * SC;
-    global float *t = dst + bc_slot(kk, h, heads) + d0;
     /* a column of BCT_SR neighbours at a time (bc_store_columns says why) */
-    for (int e = 0; e < SC; ++e) {
-        float col[BCT_SR];
-        #pragma unroll
-        for (int i = 0; i < BCT_SR; ++i)
-            col[i] = s[i * SC + e];
-        VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, col), 0, t + (long)e * DK);
-    }
+    bc_rows_to_columns(dst + bc_slot(kk, h, heads) + d0, src + bc_slot(kk, h, heads) + d0 * SC, SC, SC);
 }
 
 /* global: (DK / BCT_SR, H, entries). The forward's chunk summaries and prefix mixtures of a plain
@@ -218,14 +223,7 @@ kernel void bc_from_forward(global const float *restrict sums, global const floa
     global const float *src[2] = {sums, pref};
     global float *dst[2] = {S + bc_slot(kk, h, heads) + d0, P + bc_slot(kk, h, heads) + d0};
     for (int x = 0; x < 2; ++x) {
-        global const float *rows = src[x] + slot_s(i, bh, bhs) + (long)d0 * DV;
-        for (int e = 0; e < DV; ++e) {
-            float col[BCT_SR];
-            #pragma unroll
-            for (int r = 0; r < BCT_SR; ++r)
-                col[r] = rows[r * DV + e];
-            VSTOREN(BCT_SR, VLOADN(BCT_SR, 0, col), 0, dst[x] + (long)e * DK);
-        }
+        bc_rows_to_columns(dst[x], src[x] + slot_s(i, bh, bhs) + (long)d0 * DV, DV, DV);
         float z[BCT_SR];
         #pragma unroll
         for (int r = 0; r < BCT_SR; ++r) {
