@@ -66,15 +66,15 @@ void bwd_tokens(const mhla_grid g, const int blk, const int p0, int *tok)
     }
 
 /* global: (ceil(Nb / BWD_RT), B*H, M). From dO: u = S~_i dO_t over the transposed mixed summaries,
- * then per token 1/den_t and r_t (r_t kept in r_out at ((i*BH + bh)*Nb + p), the official
- * normalizer's dots layout, so that the mixing GEMM can carry it back), dq_t (the official
- * normalizer's R z_i term is added by bwd_dq_official once R is known) and y_t = scale dO_t / den_t
- * (into `y`, a tensor shaped like dO: the caller's dv, written over later), from which the forward's
- * summary kernel makes the gradient summaries G_i = sum_t phi(q_t) y_t^T. Without a normalizer
- * den_t = 1 and r_t = 0. */
+ * then per token 1/den_t and r_t, dq_t (the official normalizer's R z_i term is added by
+ * bwd_dq_official once R is known), and the gradient summaries' per-token weights w_t = scale/den_t
+ * and r_t, kept at ((i*BH + bh)*Nb + p) (the official normalizer's dots layout, so that the mixing
+ * GEMM can carry r back), from which the forward's summary kernel, weighted, makes
+ * G_i = sum_t phi(q_t) [w_t dO_t | scale r_t]^T from q and dO in place (block_summary_weighted).
+ * Without a normalizer den_t = 1 and r_t = 0. */
 kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_T *restrict dout,
                            global const float *restrict tsum, global const float *restrict mixed,
-                           global const float *restrict den, global STORE_T *restrict dq, global STORE_T *restrict y,
+                           global const float *restrict den, global STORE_T *restrict dq, global float *restrict w_out,
                            global float *restrict r_out, const mhla_grid g_arg,
                            const float feature_eps, const float scale, const float eps)
 {
@@ -93,11 +93,10 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
     BWD_TILE_ZERO(acc, BWD_VK, BWD_NK);
     BWD_ROWS_PRODUCT(acc, st, DK, DV, BWD_VK, BWD_NK, LOADN(1, i_, dout + ob + tok[r_] * os));
     const long at = ((long)blk * g.bh + bh) * g.nb + p0;
-    const int nt_q = NT_OK(dq, BWD_VK), nt_y = NT_OK(y, BWD_VV);
+    const int nt_q = NT_OK(dq, BWD_VK);
     for (int r = 0; r < BWD_RT && p0 + r < g.nb; ++r) {
         global const STORE_T *qrow = q + qb + tok[r] * qs;
         float inv = 1.0f, rr = 0.0f;
-        (void)rr;
 #if NORMALIZER != 2
         VEC(BWD_VK) dnv = (VEC(BWD_VK))(0.0f), odv = (VEC(BWD_VK))(0.0f);
         #pragma unroll
@@ -113,8 +112,9 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
 #endif
         inv = 1.0f / (dn + eps);
         rr = -od * inv * inv;
-        r_out[at + r] = rr;
 #endif
+        w_out[at + r] = scale * inv;
+        r_out[at + r] = rr;
         global STORE_T *dqrow = dq + qb + tok[r] * qs;
         #pragma unroll
         for (int j = 0; j < BWD_NK; ++j) {
@@ -125,14 +125,9 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
 #endif
             NT_STOREN(BWD_VK, scale * FEATURE_GRAD_V(BWD_VK, x) * d, j, dqrow, nt_q);
         }
-        global const STORE_T *orow = dout + ob + tok[r] * os;
-        global STORE_T *yrow = y + ob + tok[r] * os;
-        const float wt = scale * inv;
-        for (int j = 0; j < BWD_NV; ++j)
-            NT_STOREN(BWD_VV, LOADN(BWD_VV, j, orow) * wt, j, yrow, nt_y);
     }
     NT_FENCE();
-    (void)den, (void)r_out, (void)eps, (void)at, (void)zt, (void)nt_q, (void)nt_y;
+    (void)den, (void)eps, (void)zt, (void)nt_q;
 }
 
 /* global: (Nb, B*H, M), one token per work-item; official normalizer only. dq += scale phi'(q) R z_i

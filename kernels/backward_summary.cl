@@ -1,7 +1,7 @@
-/* Backward of non-causal MHLA, the per-block stage (SPEC.md "Backward"): the z columns of the
- * gradient summaries G_i = sum_{t in i} q~_t [dO_t / den_t | dL/dden_t]^T, whose S part the
- * forward's summary kernel computes in its layout (kernels/common.h) so that the mixing GEMM, the
- * forward's, carries them back to the blocks' dS_b; and summaries transposed for the read-outs.
+/* Backward of non-causal MHLA, the per-block stage (SPEC.md "Backward"): the official normalizer's
+ * z column of dS (the gradient summaries G_i = sum_{t in i} q~_t [dO_t / den_t | dL/dden_t]^T come
+ * from the forward's summary kernel, weighted: kernels/block_summary.cl); and summaries transposed
+ * for the read-outs.
  * Sums run in token order: results are bit-identical run to run. */
 #include "common.h"
 #include "backward.h"
@@ -25,7 +25,7 @@ kernel void bwd_transpose_summary(global const float *restrict src, global float
 
 /* global: (DK / BWD_VK, B*H, M * parts). The z column of a summary row, sum_p w_{b,p} q~_{b,p}, in
  * parts: the official normalizer's dz_b with w = R = Mc^T r (the rows of the denominators that read
- * block b's queries) over dS; the paper normalizer's z column of G_i with w = r. Work-item
+ * block b's queries) over dS. Work-item
  * (j, bh, blk * parts + part) sums vector j of the rows of tokens [part * part_len, +part_len) of
  * the block, in token order, into its slot of `partial` ([parts][M][B*H][DK]); bwd_official_dz_sum
  * adds the parts. Why parts: one work-item per (block, head) over all of a block's tokens ran the
@@ -57,8 +57,7 @@ kernel void bwd_official_dz_part(global const STORE_T *restrict q, global const 
 }
 
 /* global: (DK / BWD_VK, B*H, M). The parts' sums, added in part order (bit-identical run to run),
- * written over the z column; parts = 0 writes 0 there (the summary kernel leaves sum phi(q) in it,
- * which no gradient has without the paper normalizer). */
+ * written over the z column. */
 kernel void bwd_official_dz_sum(global const float *restrict partial, global float *restrict dsum, const mhla_grid g_arg,
                                 const int parts)
 {

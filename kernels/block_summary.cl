@@ -17,10 +17,10 @@
  * read other value columns than the last, and a chunk's k and v lines (64 KB at 128 tokens) did not
  * stay in L1 (summary 5-8% faster on AVX2: bench/README.md "The summary's tile order"). On GPUs
  * the two orders coalesce alike (a warp reads a whole k row or a whole v row). */
-kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
-                          const mhla_grid g_arg, const float feature_eps, const int splits, const int split_len)
+void block_summary_body(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
+                        const mhla_grid g, const float feature_eps, const int splits, const int split_len,
+                        const int weighted, global const float *w, global const float *wz, const float zscale)
 {
-    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     /* Padding work-items (tile past the last) compute on a valid tile and store nothing: every
      * work-item of the group must reach the same barriers. */
     const int tile_id = (int)get_global_id(0);
@@ -33,6 +33,7 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
     const int blk = bs / splits;
     const int p_begin = (bs - blk * splits) * split_len;
     const int p_end = min(p_begin + split_len, g.nb);
+    const long at = ((long)blk * g.bh + bh) * g.nb; /* the weights' row: [M][B*H][Nb] */
 
     VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
     VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
@@ -60,7 +61,8 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
             const int len = min(g.run - p0 % g.run, p1 - p0);
             const int t0 = token_of(g, blk, p0);
             summary_tile_run(kbase + t0 * kstride, vbase + t0 * vstride, kstride, vstride, len, feature_eps, part,
-                             &zpart);
+                             &zpart, weighted, weighted ? w + at + p0 : w,
+                             weighted ? wz + at + p0 : wz, zscale);
             p0 += len;
         }
         SUM_TILE_ADD(acc, part);
@@ -79,6 +81,26 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
             VSTOREN(SUM_VE, acc[r][j], 0, dst + summary_s_offset(g.bh, bs, bh, d0 + r) + et * SUM_COLS + j * SUM_VE);
     if (et == 0)
         VSTOREN(SUM_RD, z, 0, dst + summary_z_offset(g.bh, bs, bh) + d0);
+}
+
+kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
+                          const mhla_grid g_arg, const float feature_eps, const int splits, const int split_len)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    block_summary_body(k, v, dst, g, feature_eps, splits, split_len, 0, (global const float *)0,
+                       (global const float *)0, 0.0f);
+}
+
+/* The same with per-token weights (summary_tile_run's `weighted` form, [M][B*H][Nb] as the
+ * backward's per-token r): the backward's gradient summaries G_i = sum q~ [w dO | zscale wz]^T with
+ * k = q, v = dO, w = scale/den and wz = r (zscale = 0 where no normalizer reads G's z column). */
+kernel void block_summary_weighted(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                                   global float *restrict dst, const mhla_grid g_arg, const float feature_eps,
+                                   const int splits, const int split_len, global const float *restrict w,
+                                   global const float *restrict wz, const float zscale)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    block_summary_body(k, v, dst, g, feature_eps, splits, split_len, 1, w, wz, zscale);
 }
 
 /* global: (ceil(row_len/4), M). summary[blk] = sum over s of partial[blk*splits + s], in order. */

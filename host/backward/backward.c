@@ -1,9 +1,10 @@
 /* The non-causal stages of mhla_backward (SPEC.md "Backward"). The forward's summaries are
  * recomputed with its own stages (nothing per token is kept between the passes); then dq with the
- * per-token normalizer terms and the inputs of the gradient summaries
- * G_i = sum_t q~_t [dO_t/den_t | dL/dden_t]^T in one read-out (kernels/backward_readout.cl), G by
- * the forward's summary kernel, dS = Mc^T G through the forward's mixing GEMM, dk and dv in one
- * more read-out, and dMc[i,b] = <G_i, S_b> reduced in a fixed order (kernels/backward_mixing.cl). */
+ * per-token normalizer terms and the weights of the gradient summaries
+ * G_i = sum_t q~_t [scale dO_t/den_t | scale dL/dden_t]^T in one read-out
+ * (kernels/backward_readout.cl), G by the forward's summary kernel weighted (from q and dO in place,
+ * its z column too), dS = Mc^T G through the forward's mixing GEMM, dk and dv in one more read-out,
+ * and dMc[i,b] = <G_i, S_b> reduced in a fixed order (kernels/backward_mixing.cl). */
 #include "backward/backward.h"
 
 #include <stdio.h>
@@ -15,7 +16,8 @@ void mhla__backward_destroy(mhla_bwd *b)
     if (!b)
         return;
     cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq, b->k_dkv,
-                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum};
+                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum,
+                       b->k_gsum};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -31,9 +33,9 @@ void mhla__backward_destroy(mhla_bwd *b)
 }
 
 /* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS), a
- * transposed one, Mc^T, dMc's partial sums (one M x M per chunk of a summary row), and for the
- * paper and official normalizers dL/dden_t, one float per token (the official normalizer also
- * R = Mc^T r), as the forward's official normalizer keeps its dots. */
+ * transposed one, Mc^T, dMc's partial sums (one M x M per chunk of a summary row), and two floats
+ * per token, G's weights scale/den_t and dL/dden_t, as the forward's official normalizer keeps its
+ * dots (the official normalizer also R = Mc^T r and the parts of dS's z column). */
 static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
 {
     mhla_status st = MHLA_OK;
@@ -53,6 +55,7 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_readout", &b->k_dq));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, &b->k_gsum));
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_official", &b->k_dq_official));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m, xmax, &prog));
@@ -80,39 +83,40 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
                                                     "a transposed summary", &b->tsum));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m * sizeof(float), "Mc transposed", &b->mix_t));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, (size_t)b->dz_parts * m * bh * (size_t)c->dk * sizeof(float),
-                                                    "the z columns' parts", &b->dz_partial));
-    if (c->normalizer != MHLA_NORMALIZER_NONE)
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float), "the per-token dL/dden", &b->r));
-    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
+    const size_t per_token = dcols * m * sizeof(float);
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the per-token scale/den", &b->inv));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the per-token dL/dden", &b->r));
+    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL) {
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float),
                                                         "the mixed normalizer gradients", &b->rmix));
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
+                                                        (size_t)b->dz_parts * m * bh * (size_t)c->dk * sizeof(float),
+                                                        "the z column's parts", &b->dz_partial));
+    }
 cleanup:
     return st;
 }
 
-/* The z column of a summary-shaped buffer: sum_p w q~ (has_w), else 0 (bwd_official_dz_part in
- * parts of a block's tokens, then bwd_official_dz_sum). */
-static mhla_status z_column(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem w, cl_mem dst, cl_int has_w)
+/* The official normalizer's dz_b, the z column of dS: sum_p R q~ over the block's tokens
+ * (bwd_official_dz_part in parts of a block's tokens, then bwd_official_dz_sum). */
+static mhla_status official_dz(mhla_plan *plan, mhla_bwd *b, cl_mem q)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const float feps = plan->cfg.feature_eps, scale = plan->cfg.scale;
     const size_t zvec = (size_t)(plan->cfg.dk / b->tiles.bwd_vk), bh = (size_t)plan->shape.bh,
                  m = (size_t)plan->shape.m;
-    const cl_int parts = has_w ? b->dz_parts : 0;
-    if (has_w) {
-        const size_t ext[3] = {zvec, bh, m * (size_t)parts};
-        cl_kernel kr = b->k_official_dz;
-        MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(w), MHLA_ARG(b->dz_partial), MHLA_ARG(plan->grid),
-                      MHLA_ARG(feps), MHLA_ARG(scale), MHLA_ARG(parts), MHLA_ARG(b->dz_part_len));
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zpart, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_official_dz_part)"));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    }
+    const cl_int parts = b->dz_parts;
+    const size_t pext[3] = {zvec, bh, m * (size_t)parts};
+    cl_kernel kr = b->k_official_dz;
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(b->rmix), MHLA_ARG(b->dz_partial), MHLA_ARG(plan->grid),
+                  MHLA_ARG(feps), MHLA_ARG(scale), MHLA_ARG(parts), MHLA_ARG(b->dz_part_len));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, pext, b->lws_zpart, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_official_dz_part)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     const size_t ext[3] = {zvec, bh, m};
-    cl_kernel kr = b->k_official_dz_sum;
-    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(b->dz_partial), MHLA_ARG(dst), MHLA_ARG(plan->grid), MHLA_ARG(parts));
+    kr = b->k_official_dz_sum;
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(b->dz_partial), MHLA_ARG(b->dsum), MHLA_ARG(plan->grid), MHLA_ARG(parts));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zsum, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_official_dz_sum)"));
 cleanup:
@@ -174,7 +178,6 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     const size_t dcols = (size_t)plan->shape.bh * (size_t)plan->shape.nb;
     const size_t tok[3] = {(size_t)plan->shape.nb, (size_t)plan->shape.bh, (size_t)m};
     /* A slot no normalizer reads still needs a valid buffer. */
-    cl_mem r = b->r ? b->r : plan->mixed;
     cl_mem den = official ? plan->den : plan->mixed;
 
     /* The forward's summaries and their mixtures (and the official normalizer's dots and
@@ -199,21 +202,23 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
 
-    /* dq, r_t and y_t = scale dO_t / den_t (into dv) from u_t = S~_i dO_t, in one read-out */
+    /* dq, r_t and G's weights scale/den_t from u_t = S~_i dO_t, in one read-out */
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed));
     {
         cl_kernel kr = b->k_dq;
         MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(b->tsum), MHLA_ARG(plan->mixed),
-                      MHLA_ARG(den), MHLA_ARG(dq), MHLA_ARG(dv), MHLA_ARG(r), MHLA_ARG(plan->grid), MHLA_ARG(feps),
-                      MHLA_ARG(scale), MHLA_ARG(eps));
+                      MHLA_ARG(den), MHLA_ARG(dq), MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid),
+                      MHLA_ARG(feps), MHLA_ARG(scale), MHLA_ARG(eps));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dq, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_dq_readout)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
-    /* G_i = sum_t phi(q_t) y_t^T with the forward's summary kernel, then its z column */
-    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue_to(plan, q, dv, b->grad, 0, NULL));
+    /* G_i = sum_t phi(q_t) [scale dO_t / den_t | scale r_t]^T with the forward's summary kernel,
+     * weighted; G's z column is read by the paper normalizer only (0 otherwise) */
+    const float zscale = c->normalizer == MHLA_NORMALIZER_PAPER ? scale : 0.0f;
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_enqueue(plan, b->k_gsum, q, dout, b->inv, b->r, zscale,
+                                                                   b->grad));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, r, b->grad, c->normalizer == MHLA_NORMALIZER_PAPER));
     {
         const cl_int lda = m;
         const size_t ext[3] = {(size_t)m, (size_t)m, 1}, local[3] = {1, 1, 1};
@@ -227,7 +232,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the GEMMs share a temporary buffer */
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, b->r, b->rmix, dcols));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_FORWARD_IF_ERROR(st, z_column(plan, b, q, b->rmix, b->dsum, 1));
+        MHLA_FORWARD_IF_ERROR(st, official_dz(plan, b, q));
         {
             cl_kernel kr = b->k_dq_official; /* dq += scale phi'(q) R z_i */
             MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(dq), MHLA_ARG(plan->summary), MHLA_ARG(b->rmix),

@@ -32,9 +32,9 @@ typedef struct mhla_bwd {
     /* non-causal plans (backward/backward.c): kernels/backward_readout.cl's read-outs, the z columns
      * and transposed summaries, dMc in two steps (partial sums per chunk, then their sum) */
     cl_kernel k_dq, k_dkv, k_dq_official, k_official_dz, k_official_dz_sum, k_tsum, k_transpose, k_dmixing,
-        k_dmix_reduce;
+        k_dmix_reduce, k_gsum; /* k_gsum: block_summary_weighted, the gradient summaries G */
     size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3];
-    cl_mem dz_partial;       /* the z columns' parts: dz_parts x M x B*H x Dk floats */
+    cl_mem dz_partial;       /* official: dS's z column's parts, dz_parts x M x B*H x Dk floats */
     cl_int dz_parts, dz_part_len; /* parts of at most dz_part_len tokens per block */
     size_t rows_ext[3]; /* the read-outs' extent: (ceil(Nb / BWD_RT), B*H, M) */
     cl_mem tsum; /* a transposed summary (S~^T, then dS^T), rows of B*H*Dv*(Dk+1) floats */
@@ -43,8 +43,8 @@ typedef struct mhla_bwd {
     cl_mem grad;  /* G_i, laid out as the block summaries */
     cl_mem dsum;  /* dS_b = sum_i Mc[i,b] G_i */
     cl_mem mix_t; /* Mc^T */
-    cl_mem inv, r; /* per token: 1/den_t (causal plans) and dL/dden_t (paper/official; non-causal
-                      plans keep it as [M][B*H][Nb]) */
+    cl_mem inv, r; /* per token: 1/den_t (causal plans; non-causal plans: scale/den_t, G's weights) and
+                      dL/dden_t (causal: paper/official; non-causal plans keep both as [M][B*H][Nb]) */
     cl_mem rmix;  /* official: R = Mc^T r */
     cl_mem stage[MHLA_BWD_STAGES];
     /* causal plans (backward/backward_causal.c): the chunk table and per-(chunk, head) slots of

@@ -34,18 +34,13 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
-                                        const cl_event *wait)
-{
-    return mhla__block_summary_enqueue_to(plan, k, v, plan->summary, num_wait, wait);
-}
-
-mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
-                                           const cl_event *wait)
+/* Launches `kern` (block_summary or block_summary_weighted, whose further arguments the caller
+ * has set) into `out`, through the segments' partial summaries where blocks are split. */
+static mhla_status summary_launch(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
+                                  const cl_event *wait, const char *what)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    cl_kernel kern = plan->k_summary;
     const float feature_eps = plan->cfg.feature_eps;
     const cl_int splits = plan->tiles.splits, split_len = plan->tiles.split_len;
     cl_mem dst = splits > 1 ? plan->partial : out;
@@ -53,8 +48,7 @@ mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, 
 
     MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(dst), MHLA_ARG(plan->grid),
                   MHLA_ARG(feature_eps), MHLA_ARG(splits), MHLA_ARG(split_len));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_summary, num_wait, wait, NULL,
-                                           "clEnqueueNDRangeKernel(block_summary)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_summary, num_wait, wait, NULL, what));
     if (splits > 1) {
         const size_t row = (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1);
         const size_t rextent[3] = {(row + 3) / 4, (size_t)plan->shape.m, 1};
@@ -65,6 +59,34 @@ mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, 
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_reduce, 2, rextent, rlocal, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(summary_reduce)"));
     }
+cleanup:
+    return st;
+}
+
+mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
+                                        const cl_event *wait)
+{
+    return summary_launch(plan, plan->k_summary, k, v, plan->summary, num_wait, wait,
+                          "clEnqueueNDRangeKernel(block_summary)");
+}
+
+mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, cl_kernel *out)
+{
+    mhla_status st = MHLA_OK;
+    cl_program prog = NULL;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, &plan->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_summary_weighted", out));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_mem v, cl_mem w,
+                                                 cl_mem wz, float zscale, cl_mem out)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_SET_ARGS(st, plan->ctx, kern, 7, MHLA_ARG(w), MHLA_ARG(wz), MHLA_ARG(zscale));
+    MHLA_FORWARD_IF_ERROR(st, summary_launch(plan, kern, k, v, out, 0, NULL,
+                                             "clEnqueueNDRangeKernel(block_summary_weighted)"));
 cleanup:
     return st;
 }

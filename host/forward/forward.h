@@ -69,9 +69,12 @@ void mhla__plan_fill_grid(mhla_plan *plan);
 mhla_status mhla__block_summary_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait);
-/* The same into `out` (summary-sized) instead of plan->summary: the backward's gradient summaries. */
-mhla_status mhla__block_summary_enqueue_to(mhla_plan *plan, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
-                                           const cl_event *wait);
+/* The backward's gradient summaries: block_summary_weighted (made from the plan's summary program)
+ * into `out` (summary-sized), S part sum (w_p k~) v^T and z column sum (zscale wz_p) k~ with w and
+ * wz per token as [M][B*H][Nb]. */
+mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, cl_kernel *out);
+mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_mem v, cl_mem w,
+                                                 cl_mem wz, float zscale, cl_mem out);
 mhla_status mhla__mixing_setup(mhla_plan *plan);
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
 /* c[M x x] = a[M x M] * b[M x x] with the plan's mixing GEMM (kernel or CLBlast; x one of the
