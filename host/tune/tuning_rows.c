@@ -28,7 +28,12 @@ typedef struct tuning_row {
  *   and folds its partial sums every 256 tokens (sum_chunk): each fold is a barrier, and CPU
  *   runtimes pass every work-item of the group through it; 256 is also a whole block at the
  *   bench's M (blocks of 256 tokens), one chunk and one barrier per group (docs/devices.md).
- *   Work-groups are tasks, so a few per core suffice. The mixing GEMM runs in kernels/mixing.cl:
+ *   Work-groups are tasks, so a few per core would do, but the rows take many (groups_per_cu 256):
+ *   a long block (linear attention's M = 1, a small M) is then split into segments of split_min_len
+ *   tokens, and as heads vary fastest in the grid, the groups that run one after another walk the
+ *   same token rows ([B,N,H,D]: a head's 256 bytes of a 2 KiB row) where a group per block walked
+ *   its head through the whole block alone (the linear forward's summary at N = 16384 ~20% faster,
+ *   bench/README.md "Long blocks in segments"). The mixing GEMM runs in kernels/mixing.cl:
  *   CLBlast's GEMMs stage tiles in local memory behind barriers, which CPU runtimes emulate in
  *   ordinary memory; likewise the causal
  *   prefix sums every earlier chunk itself (gemm_rows 0). Softmax (kernels/softmax.cl): whole
@@ -58,11 +63,11 @@ static const tuning_row rows[] = {
      * the SIMD target (tune/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
      * the device's width) only by name. */
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
-     {.sum_chunk = 256, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
+     {.sum_chunk = 256, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .sc_rows = 1, .gemm_rows = 0, .sm_bq = 256,
       .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1}},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32,
-     {.sum_chunk = 256, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 8,
+     {.sum_chunk = 256, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .sc_rows = 1, .gemm_rows = 0, .sm_bq = 256,
       .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1}},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,

@@ -354,19 +354,21 @@ static void test_forward_splits(void **state)
     mhla_config cfg;
     mhla_config_init(&cfg);
     cfg.dk = cfg.dv = 64;
-    const mhla_tuning t = lookup(ctx, &cfg); /* 8 groups per unit, segments of 256 tokens or more */
-    assert_int_equal(t.groups_per_cu, 8);
+    /* 256 groups per unit (4096 wanted), segments of 256 tokens or more */
+    const mhla_tuning t = lookup(ctx, &cfg);
+    assert_int_equal(t.groups_per_cu, 256);
     assert_int_equal(t.split_min_len, 256);
     static const struct {
         int64_t m, bh, nb;
         int splits, split_len;
     } cases[] = {
-        {4, 8, 4096, 4, 1024}, /* 32 groups for 128 wanted: 4 segments each */
+        {4, 8, 4096, 16, 256}, /* 32 groups for 4096 wanted: as many 256-token segments as fit */
         {4, 8, 512, 2, 256},   /* no segment under 256 tokens */
         {4, 8, 200, 1, 200},   /* a block shorter than one segment stays whole */
-        {16, 8, 4096, 1, 4096}, /* enough groups already */
+        {64, 64, 4096, 1, 4096}, /* enough groups already */
+        {16, 8, 4096, 16, 256},
         {1, 43, 1000, 3, 334},
-        {1, 1, 1030, 4, 258}, /* 128 wanted, 4 allowed; the last segment 256 tokens */
+        {1, 1, 1030, 4, 258}, /* 4096 wanted, 4 allowed; the last segment 256 tokens */
         {1, 26, 1001, 3, 334},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
