@@ -75,7 +75,7 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     const size_t zext[3] = {zvec, bh, m * (size_t)b->dz_parts}, sext[3] = {zvec, bh, m};
     mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zpart);
     mhla__local_size_3d(ctx, b->k_official_dz_sum, sext, wg, b->lws_zsum);
-    const size_t text[3] = {(size_t)c->dv, bh, m};
+    const size_t text[3] = {(size_t)(c->dk + 3) / 4, bh, m}; /* four rows of S per work-item */
     mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
 
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the gradient summaries G", &b->grad));
@@ -128,7 +128,7 @@ static mhla_status transpose_summary(mhla_plan *plan, mhla_bwd *b, cl_mem src)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    const size_t ext[3] = {(size_t)plan->cfg.dv, (size_t)plan->shape.bh, (size_t)plan->shape.m};
+    const size_t ext[3] = {(size_t)(plan->cfg.dk + 3) / 4, (size_t)plan->shape.bh, (size_t)plan->shape.m};
     MHLA_SET_ARGS(st, ctx, b->k_tsum, 0, MHLA_ARG(src), MHLA_ARG(b->tsum), MHLA_ARG(plan->grid));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_tsum, 3, ext, b->lws_tsum, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_transpose_summary)"));
