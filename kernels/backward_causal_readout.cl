@@ -325,32 +325,50 @@ kernel void bc_dv(BCT_ARGS)
 #endif
 
 /* xs = the rows x_t (DX floats each) and yt = the rows y_s transposed (DX x BCT_FC), zero past
- * len: kind KIND_DQ stages g and v (for A'), any other q~ and k~ (for B). */
+ * len: kind KIND_DQ stages g and v (for A'), any other q~ and k~ (for B). Four rows per work-item
+ * where BCT_FC allows, so that yt's columns go out as float4s of neighbouring rows (one row per
+ * work-item wrote every lane to its own row of yt: extracts and scalar stores, as the causal
+ * output's key staging did, kernels/causal_output.cl). */
 __attribute__((always_inline)) inline void bcf_stage(const int kind, global const STORE_T *q, global const STORE_T *k,
                        global const STORE_T *v, global const STORE_T *dout, global const float *invs,
                        const mhla_grid g, const int bh, const int t0, const int len, const float feature_eps,
                        const float scale, local float *xs, local float *yt)
 {
     const int DX = kind == KIND_DQ ? DV : DK, lid = (int)get_local_id(0);
-    for (int x = lid; x < BCT_FC * (DX / BCT_VE); x += BCF_WG) {
-        const int r = x / (DX / BCT_VE), d0 = (x - r * (DX / BCT_VE)) * BCT_VE, t = t0 + r;
-        VEC(BCT_VE) xv = (VEC(BCT_VE))(0.0f), yv = (VEC(BCT_VE))(0.0f);
-        if (r < len) {
-            if (kind == KIND_DQ) {
-                xv = BCT_G(BCT_VE, d0, t);
-                yv = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + d0);
-            } else {
-                xv = scale * FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, q + row_offset(g, bh, t, DK) + d0), feature_eps);
-                yv = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + d0), feature_eps);
-            }
-        }
-        VSTOREN(BCT_VE, xv, 0, xs + r * DX + d0);
-        float yd[BCT_VE];
-        VSTOREN(BCT_VE, yv, 0, yd);
+#if BCT_FC % 4 == 0
+#define BCF_SR 4
+#else
+#define BCF_SR 1
+#endif
+    for (int x = lid; x < (BCT_FC / BCF_SR) * (DX / BCT_VE); x += BCF_WG) {
+        const int r0 = (x / (DX / BCT_VE)) * BCF_SR, d0 = (x - (x / (DX / BCT_VE)) * (DX / BCT_VE)) * BCT_VE;
+        float yd[BCF_SR][BCT_VE];
         #pragma unroll
-        for (int e = 0; e < BCT_VE; ++e)
-            yt[(d0 + e) * BCT_FC + r] = yd[e];
+        for (int j = 0; j < BCF_SR; ++j) {
+            const int r = r0 + j, t = t0 + r;
+            VEC(BCT_VE) xv = (VEC(BCT_VE))(0.0f), yv = (VEC(BCT_VE))(0.0f);
+            if (r < len) {
+                if (kind == KIND_DQ) {
+                    xv = BCT_G(BCT_VE, d0, t);
+                    yv = LOADN(BCT_VE, 0, v + row_offset(g, bh, t, DV) + d0);
+                } else {
+                    xv = scale * FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, q + row_offset(g, bh, t, DK) + d0), feature_eps);
+                    yv = FEATURE_V(BCT_VE, LOADN(BCT_VE, 0, k + row_offset(g, bh, t, DK) + d0), feature_eps);
+                }
+            }
+            VSTOREN(BCT_VE, xv, 0, xs + r * DX + d0);
+            VSTOREN(BCT_VE, yv, 0, yd[j]);
+        }
+        #pragma unroll
+        for (int e = 0; e < BCT_VE; ++e) {
+#if BCF_SR == 4
+            vstore4((float4)(yd[0][e], yd[1][e], yd[2][e], yd[3][e]), 0, yt + (d0 + e) * BCT_FC + r0);
+#else
+            yt[(d0 + e) * BCT_FC + r0] = yd[0][e];
+#endif
+        }
     }
+#undef BCF_SR
 }
 
 /* The scores of the staged rows into sc (BCT_RT rows x BCT_VE columns per step; tiles wholly above

@@ -42,6 +42,48 @@
 #define SCORE_RT 1
 #endif
 
+/* kt[d][s] = k~ of keys s = 0 .. CAUSAL_KT - 1 at kp (rows kstride apart; 0 from nk on), by the
+ * group's OUT_WG work-items. Four keys per work-item where CAUSAL_KT allows: each of its ST_W
+ * dimensions goes out as one float4 of neighbouring keys; one key per work-item wrote every lane to
+ * its own row of kt, which the compiler emitted as ST_W extracts and scalar stores, a fifth of the
+ * kernel's samples at C = 64 on AVX-512 (bench/README.md "The causal output's key staging"). */
+void stage_keys(global const STORE_T *kp, const long kstride, const int nk, const float feature_eps, const int lid,
+                local float *kt)
+{
+#if CAUSAL_KT % 4 == 0
+    for (int x = lid; x < (CAUSAL_KT / 4) * DKV; x += OUT_WG) {
+        const int s0 = (x / DKV) * 4, d0 = (x - (x / DKV) * DKV) * ST_W;
+        float kd[4][ST_W];
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            VEC(ST_W) val = (VEC(ST_W))(0.0f);
+            if (s0 + j < nk) {
+                const VEC(ST_W) raw = LOADN(ST_W, 0, kp + (s0 + j) * kstride + d0);
+                val = FEATURE_V(ST_W, raw, feature_eps);
+            }
+            VSTOREN(ST_W, val, 0, kd[j]);
+        }
+        #pragma unroll
+        for (int i = 0; i < ST_W; ++i)
+            vstore4((float4)(kd[0][i], kd[1][i], kd[2][i], kd[3][i]), 0, kt + (d0 + i) * CAUSAL_KT + s0);
+    }
+#else
+    for (int x = lid; x < CAUSAL_KT * DKV; x += OUT_WG) {
+        const int s = x / DKV, d0 = (x - s * DKV) * ST_W;
+        float kd[ST_W];
+        VEC(ST_W) val = (VEC(ST_W))(0.0f);
+        if (s < nk) {
+            const VEC(ST_W) raw = LOADN(ST_W, 0, kp + s * kstride + d0);
+            val = FEATURE_V(ST_W, raw, feature_eps);
+        }
+        VSTOREN(ST_W, val, 0, kd);
+        #pragma unroll
+        for (int i = 0; i < ST_W; ++i)
+            kt[(d0 + i) * CAUSAL_KT + s] = kd[i];
+    }
+#endif
+}
+
 /* global: (OUT_WG, B*H, chunks * tiles_per_chunk) (heads first, as output.cl); local: (OUT_WG, 1,
  * 1). Work-item (column tile et, token group tg) owns rows tg*OUT_RT .. +OUT_RT-1 of the group's
  * tokens, columns et*OUT_COLS .. +OUT_COLS-1. pref row c is chunk entry c's P (its S part, then z). */
@@ -126,19 +168,7 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
     const int kend = p0 + nq;
     for (int kb = 0; kb < kend; kb += CAUSAL_KT) {
         const int nk = min(CAUSAL_KT, kend - kb);
-        for (int x = lid; x < CAUSAL_KT * DKV; x += OUT_WG) {
-            const int s = x / DKV, d0 = (x - s * DKV) * ST_W;
-            float kd[ST_W];
-            VEC(ST_W) val = (VEC(ST_W))(0.0f);
-            if (s < nk) {
-                const VEC(ST_W) raw = LOADN(ST_W, 0, kb0 + (kb + s) * kstride + d0);
-                val = FEATURE_V(ST_W, raw, feature_eps);
-            }
-            VSTOREN(ST_W, val, 0, kd);
-            #pragma unroll
-            for (int i = 0; i < ST_W; ++i)
-                kt[(d0 + i) * CAUSAL_KT + s] = kd[i];
-        }
+        stage_keys(kb0 + kb * kstride, kstride, nk, feature_eps, lid, kt);
         barrier(CLK_LOCAL_MEM_FENCE);
         /* SCORE_RT rows x OUT_VE keys of scores at a time (each key vector loaded serves SCORE_RT
          * rows); tiles wholly masked (or past the group's last token) are never read, so not
