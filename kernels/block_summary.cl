@@ -17,8 +17,9 @@
  * read other value columns than the last, and a chunk's k and v lines (64 KB at 128 tokens) did not
  * stay in L1 (summary 5-8% faster on AVX2: bench/README.md "The summary's tile order"). On GPUs
  * the two orders coalesce alike (a warp reads a whole k row or a whole v row). */
-void block_summary_body(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
-                        const mhla_grid g, const float feature_eps, const int splits, const int split_len,
+void block_summary_body(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                        global float *restrict dst, const mhla_grid g, const float feature_eps, const int splits,
+                        const int split_len,
                         const int weighted, global const float *w, global const float *wz, const float zscale)
 {
     /* Padding work-items (tile past the last) compute on a valid tile and store nothing: every
@@ -83,8 +84,9 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
         VSTOREN(SUM_RD, z, 0, dst + summary_z_offset(g.bh, bs, bh) + d0);
 }
 
-kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v, global float *restrict dst,
-                          const mhla_grid g_arg, const float feature_eps, const int splits, const int split_len)
+kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                          global float *restrict dst, const mhla_grid g_arg, const float feature_eps, const int splits,
+                          const int split_len)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     block_summary_body(k, v, dst, g, feature_eps, splits, split_len, 0, (global const float *)0,
