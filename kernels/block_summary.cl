@@ -63,7 +63,7 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
             const int t0 = token_of(g, blk, p0);
             summary_tile_run(kbase + t0 * kstride, vbase + t0 * vstride, kstride, vstride, len, feature_eps, part,
                              &zpart, weighted, weighted ? w + at + p0 : w,
-                             weighted ? wz + at + p0 : wz, zscale);
+                             weighted ? wz + at + p0 : wz);
             p0 += len;
         }
         SUM_TILE_ADD(acc, part);
@@ -80,8 +80,8 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
         #pragma unroll
         for (int j = 0; j < SUM_NV; ++j)
             VSTOREN(SUM_VE, acc[r][j], 0, dst + summary_s_offset(g.bh, bs, bh, d0 + r) + et * SUM_COLS + j * SUM_VE);
-    if (et == 0)
-        VSTOREN(SUM_RD, z, 0, dst + summary_z_offset(g.bh, bs, bh) + d0);
+    if (et == 0) /* weighted: zscale once here, not per token */
+        VSTOREN(SUM_RD, weighted ? zscale * z : z, 0, dst + summary_z_offset(g.bh, bs, bh) + d0);
 }
 
 kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,

@@ -34,7 +34,7 @@ kernel void causal_summary(global const STORE_T *restrict k, global const STORE_
         VEC(SUM_RD) zpart = (VEC(SUM_RD))(0.0f);
         SUM_TILE_ZERO(part);
         summary_tile_run(kp + p0 * kstride, vp + p0 * vstride, kstride, vstride, p1 - p0, feature_eps, part,
-                         &zpart, 0, (global const float *)0, (global const float *)0, 0.0f);
+                         &zpart, 0, (global const float *)0, (global const float *)0);
         SUM_TILE_ADD(acc, part);
         z += zpart;
         /* The group's work-items share these tokens' k and v rows: meeting here keeps them on the

@@ -60,7 +60,7 @@
 /* part += k~ v^T and zpart += k~ over `len` consecutive tokens whose k and v rows start at kp and
  * vp (the work-item's SUM_RD key rows and SUM_NV vectors of SUM_VE value columns). `weighted` (a
  * constant at every call, so the other form compiles away): part += (w_p k~) v^T and zpart +=
- * (zscale wz_p) k~ with the tokens' weights at wp and wzp, the backward's gradient summaries
+ * wz_p k~ with the tokens' weights at wp and wzp, the backward's gradient summaries
  * G = sum q~ [dO scale/den | scale r]^T read from q and dO in place (no weighted copy of dO).
  * Defined only in the summary kernels' files (TILES_SUMMARY): elsewhere its default 16-wide tiles
  * would be compiled for nothing, and on CPUs without AVX-512 a float16 call changes the ABI (a
@@ -69,13 +69,13 @@
 void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const long kstride,
                       const long vstride, const int len, const float feature_eps,
                       VEC(SUM_VE) part[SUM_RD][SUM_NV], VEC(SUM_RD) *zpart, const int weighted,
-                      global const float *wp, global const float *wzp, const float zscale)
+                      global const float *wp, global const float *wzp)
 {
     for (int i = 0; i < len; ++i, kp += kstride, vp += vstride) {
         const VEC(SUM_RD) x = LOADN(SUM_RD, 0, kp);
         VEC(SUM_RD) kv = FEATURE_V(SUM_RD, x, feature_eps);
         if (weighted) {
-            *zpart += (zscale * wzp[i]) * kv;
+            *zpart += wzp[i] * kv;
             kv *= wp[i];
         } else {
             *zpart += kv;

@@ -42,7 +42,7 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     mhla_context *ctx = plan->ctx;
     cl_program prog = NULL;
     const mhla_config *c = &plan->cfg;
-    const size_t m = (size_t)plan->shape.m, bh = (size_t)plan->shape.bh, n = (size_t)plan->shape.n;
+    const size_t m = (size_t)plan->shape.m, bh = (size_t)plan->shape.bh;
     const size_t summary_bytes = m * bh * (size_t)c->dk * (size_t)plan->shape.summary_cols * sizeof(float);
     const size_t wg = (size_t)plan->tiles.wg;
     const size_t scols = bh * (size_t)c->dk * (size_t)plan->shape.summary_cols, dcols = bh * (size_t)plan->shape.nb;
@@ -87,8 +87,7 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the per-token scale/den", &b->inv));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the per-token dL/dden", &b->r));
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bh * n * sizeof(float),
-                                                        "the mixed normalizer gradients", &b->rmix));
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the mixed normalizer gradients", &b->rmix));
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
                                                         (size_t)b->dz_parts * m * bh * (size_t)c->dk * sizeof(float),
                                                         "the z column's parts", &b->dz_partial));
