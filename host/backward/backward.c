@@ -64,9 +64,9 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
     b->rows_ext[1] = bh, b->rows_ext[2] = m;
     if (b->k_dq_official)
-        mhla__local_size_3d(ctx, b->k_dq_official, tok, wg, b->lws_token);
-    mhla__local_size_3d(ctx, b->k_dq, b->rows_ext, wg, b->lws_dq);
-    mhla__local_size_3d(ctx, b->k_dkv, b->rows_ext, wg, b->lws_dkv);
+        mhla__local_size_heads(ctx, b->k_dq_official, tok, wg, b->lws_token);
+    mhla__local_size_heads(ctx, b->k_dq, b->rows_ext, wg, b->lws_dq);
+    mhla__local_size_heads(ctx, b->k_dkv, b->rows_ext, wg, b->lws_dkv);
     /* The z columns' parts: 256 tokens each (a work-item's walk), at most 64 per block. */
     const int64_t nb = plan->shape.nb;
     b->dz_part_len = (cl_int)(nb <= 256 * 64 ? 256 : (nb + 63) / 64);

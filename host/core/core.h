@@ -195,6 +195,14 @@ size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want);
 /* Local size for a 3D launch over `extent`: up to `want` work-items, filling dimension 0 first,
  * within CL_KERNEL_WORK_GROUP_SIZE and the device's per-dimension limits. */
 void mhla__local_size_3d(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want, size_t local[3]);
+/* Local size for a launch over (token groups, heads, blocks) whose work-items each read their
+ * tokens' rows of one head: as many heads as divide the head count first, then token groups, one
+ * block. With [B,N,H,D] rows a group then reads whole rows, and the groups a core runs one after
+ * another read the next rows; filling the token groups first, a group read one head's 256 B of
+ * every 2 KiB row and the next group the same head further on (bench/README.md "The backward's
+ * read-outs over all heads"). */
+void mhla__local_size_heads(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want,
+                            size_t local[3]);
 /* Enqueues `kernel` over `extent` rounded up to `local` (kernels guard the excess work-items). */
 mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t extent[3],
                          const size_t local[3], cl_uint num_wait, const cl_event *wait, cl_event *done,

@@ -63,6 +63,24 @@ void mhla__local_size_3d(mhla_context *ctx, cl_kernel kernel, const size_t exten
     }
 }
 
+void mhla__local_size_heads(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want, size_t local[3])
+{
+    size_t total = min_size(want, kernel_wg_limit(ctx, kernel)), h = extent[1] ? extent[1] : 1;
+    if (total == 0)
+        total = 1;
+    size_t lim1 = total;
+    if (ctx->limits.max_work_item_sizes[1])
+        lim1 = min_size(lim1, ctx->limits.max_work_item_sizes[1]);
+    /* the largest divisor of the head count that fits: no head padding rounds the launch up */
+    size_t l1 = min_size(h, lim1);
+    while (h % l1)
+        --l1;
+    size_t l0 = min_size(extent[0] ? extent[0] : 1, total / l1);
+    if (ctx->limits.max_work_item_sizes[0])
+        l0 = min_size(l0, ctx->limits.max_work_item_sizes[0]);
+    local[0] = l0 ? l0 : 1, local[1] = l1, local[2] = 1;
+}
+
 mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, const size_t extent[3],
                          const size_t local[3], cl_uint num_wait, const cl_event *wait, cl_event *done,
                          const char *what)
