@@ -32,6 +32,19 @@ void mhla__backward_destroy(mhla_bwd *b)
     mhla__free(b);
 }
 
+/* The per-token read-outs' local size over (token groups, heads, blocks): every head of a few
+ * token groups per work-group on CPU rows (bwd_heads), a run of one head's token groups otherwise
+ * (the H200 ran linear-bwd 10% slower at N = 16384 with every head; bench/README.md "The
+ * backward's read-outs over all heads"). */
+static void local_size(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t wg, int heads,
+                       size_t local[3])
+{
+    if (heads)
+        mhla__local_size_heads(ctx, kernel, extent, wg, local);
+    else
+        mhla__local_size_3d(ctx, kernel, extent, wg, local);
+}
+
 /* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS), a
  * transposed one, Mc^T, dMc's partial sums (one M x M per chunk of a summary row), and two floats
  * per token, G's weights scale/den_t and dL/dden_t, as the forward's official normalizer keeps its
@@ -64,9 +77,9 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
     b->rows_ext[1] = bh, b->rows_ext[2] = m;
     if (b->k_dq_official)
-        mhla__local_size_heads(ctx, b->k_dq_official, tok, wg, b->lws_token);
-    mhla__local_size_heads(ctx, b->k_dq, b->rows_ext, wg, b->lws_dq);
-    mhla__local_size_heads(ctx, b->k_dkv, b->rows_ext, wg, b->lws_dkv);
+        local_size(ctx, b->k_dq_official, tok, wg, b->tiles.bwd_heads, b->lws_token);
+    local_size(ctx, b->k_dq, b->rows_ext, wg, b->tiles.bwd_heads, b->lws_dq);
+    local_size(ctx, b->k_dkv, b->rows_ext, wg, b->tiles.bwd_heads, b->lws_dkv);
     /* The z columns' parts: 256 tokens each (a work-item's walk), at most 64 per block. */
     const int64_t nb = plan->shape.nb;
     b->dz_part_len = (cl_int)(nb <= 256 * 64 ? 256 : (nb + 63) / 64);

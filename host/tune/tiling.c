@@ -255,6 +255,7 @@ void mhla__tiles_backward(const mhla_config *cfg, const mhla_tuning *t, mhla_til
     const int nk = (int)(cfg->dk / out->bwd_vk), nv = (int)(cfg->dv / out->bwd_vv), widest = nk > nv ? nk : nv;
     const int fit = widest >= t->bwd_acc ? 1 : t->bwd_acc / widest;
     out->bwd_rt = t->out_rt < 1 ? 1 : t->out_rt > fit ? fit : t->out_rt;
+    out->bwd_heads = t->bwd_heads != 0;
 }
 
 size_t mhla__bc_readout_wg(const mhla_tiles *t, int64_t dw)

@@ -53,6 +53,9 @@
                                of lanes) */                                                         \
     X(bwd_acc, 1, ",")      /* backward read-outs: accumulator vectors per work-item, half a        \
                                register file; bounds their tokens and the causal form's S/G rows */ \
+    X(bwd_heads, 0, ",")    /* non-causal backward read-outs: 1 = a work-group spans every head of  \
+                               its tokens (CPUs: whole [B,N,H,D] rows per group), 0 = token groups  \
+                               of one head (GPUs: neighbouring work-items, neighbouring tokens) */  \
     X(bct_fuse, 0, ",")     /* causal backward: 1 = one group per (chunk, head) computes the scores \
                                once for dq, dk, dv and dMc's diagonal (bc_dqkv) where a chunk fits  \
                                its local memory, 0 = three read-outs and bc_diag */
@@ -91,7 +94,7 @@ int mhla__pow2_divisor(int64_t n, int cap);
 
 /* The tiles a plan or decoder builds its kernels with (tune/tiling.c): the tuning fitted to the
  * configuration's sizes and the device's limits. Every field is a -D flag of some kernel file,
- * except wg, splits and split_len (launch shape). */
+ * except wg, splits, split_len and bwd_heads (launch shape). */
 typedef struct mhla_tiles {
     int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
     int sum_chunk;                      /* SUM_CHUNK: tokens per partial sum */
@@ -111,6 +114,7 @@ typedef struct mhla_tiles {
     int splits, split_len;              /* non-causal: segments per block, tokens per segment */
     int bwd_vw, bwd_vk, bwd_vv, bwd_rt; /* non-causal backward (kernels/backward_readout.cl): vector
                                            width, its divisors of Dk and Dv, tokens per work-item */
+    int bwd_heads;                      /* its read-outs' launch: every head per group first */
     int bct_rt, bct_ve, bct_nv;         /* causal backward read-outs (backward_causal_readout.cl):
                                            BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
     int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass */
