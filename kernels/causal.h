@@ -14,10 +14,16 @@
 
 /* A slot holds one chunk's summaries for every (batch*head): S as [B*H][DK][DV] (rows of DV
  * contiguous floats, for vector loads), then z as [B*H][DK]. Slots follow each other; offsets are
- * 64-bit: slots * B*H * DK * DV exceeds 2^31 for long contexts. */
+ * 64-bit: slots * B*H * DK * DV exceeds 2^31 for long contexts. A slot is padded to a whole odd
+ * number of 64-byte lines (host/causal/causal.c, mhla__causal_slot_stride, the same arithmetic):
+ * the prefix and suffix mixtures read one column of every slot, and with H = 8, D = 64 a slot
+ * was 2048 bytes past a multiple of 4096, so the column's lines of all chunks fell into two sets
+ * of a CPU's L1 and were fetched from L2 at every read (bench/README.md "The causal slots
+ * padded"). The pad is never written nor read as data. */
 long slot_len(const int bhs)
 {
-    return (long)bhs * DK * (DV + ZCOL);
+    const long lines = ((long)bhs * DK * (DV + ZCOL) + 15) / 16;
+    return (lines | 1) * 16;
 }
 long slot_s(const int slot, const int bh, const int bhs)
 {

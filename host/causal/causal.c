@@ -127,6 +127,11 @@ static void why_not(void *arg, const mhla_fit *fit, char *buf, size_t size)
              c->ctx->device_name, fit->wg, (unsigned long long)fit->local_bytes, c->tiling.tq, c->tiling.kt);
 }
 
+size_t mhla__causal_slot_stride(size_t used)
+{
+    return (((used + 15) / 16) | 1) * 16;
+}
+
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
 {
     mhla_status st = MHLA_OK;
@@ -139,7 +144,8 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     c->cfg = *cfg;
     c->bh = cfg->batch * cfg->heads;
     c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
-    c->slot_floats = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
+    c->slot_used = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
+    c->slot_floats = mhla__causal_slot_stride(c->slot_used);
     MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, cfg, &c->tuning));
     /* A device may allow fewer work-items, or less local memory, for the built output kernel than
      * for the device in general (rusticl on llvmpipe: 32 work-items, twice the arrays' bytes):

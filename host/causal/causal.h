@@ -14,13 +14,18 @@ typedef struct mhla_causal {
     mhla_tiles tiling;  /* what this configuration's kernels are built with (tune/tiling.c) */
     int64_t bh;         /* batch * heads */
     int64_t scols;      /* summary columns: Dv + 1 (z) for the paper normalizer, Dv for none */
-    size_t slot_floats; /* B*H*Dk*scols: one chunk's summaries (a "slot": S as [B*H][Dk][Dv], then
-                           z as [B*H][Dk]; kernels/causal.h) */
+    size_t slot_floats; /* floats from one chunk's summaries to the next's (a "slot": S as
+                           [B*H][Dk][Dv], then z as [B*H][Dk], then padding; kernels/causal.h) */
+    size_t slot_used;   /* B*H*Dk*scols of them hold summaries (what a decoder state stores) */
     cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
     size_t lws_summary, lws_prefix, lws_output, lws_step;
     cl_mem gemm_temp; /* CLBlast's temporary buffer for the prefix GEMMs, grown on demand */
     size_t gemm_temp_bytes;
 } mhla_causal;
+
+/* The floats between slots that hold `used` floats: a whole odd number of 64-byte lines, as
+ * kernels/causal.h's slot_len (the reason is there). */
+size_t mhla__causal_slot_stride(size_t used);
 
 /* Builds the kernels for resolved cfg (the decoder's step kernel only when with_step). */
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out);
