@@ -16,10 +16,11 @@
  * contiguous floats, for vector loads), then z as [B*H][DK]. Slots follow each other; offsets are
  * 64-bit: slots * B*H * DK * DV exceeds 2^31 for long contexts. A slot is padded to a whole odd
  * number of 64-byte lines (host/causal/causal.c, mhla__causal_slot_stride, the same arithmetic):
- * the prefix and suffix mixtures read one column of every slot, and with H = 8, D = 64 a slot
- * was 2048 bytes past a multiple of 4096, so the column's lines of all chunks fell into two sets
- * of a CPU's L1 and were fetched from L2 at every read (bench/README.md "The causal slots
- * padded"). The pad is never written nor read as data. */
+ * the prefix mixtures (causal_prefix.cl) read one column of every slot, and with H = 8, D = 64 a
+ * slot was 2048 bytes past a multiple of 4096, so the column's lines of all the chunks fell into
+ * two sets of a CPU's L1 (the AVX2 prefix took twice as long: bench/README.md "The causal slots
+ * padded"). The pad holds nothing: the prefix mixes it along with the rest (P's pad from S's,
+ * never read), and a decoder state leaves it out (host/causal/decoder_state.c). */
 long slot_len(const int bhs)
 {
     const long lines = ((long)bhs * DK * (DV + ZCOL) + 15) / 16;

@@ -467,12 +467,30 @@ static void test_out_of_memory(void **state)
     free_context(ctx);
 }
 
+/* The slots' padding (kernels/causal.h slot_len computes the same; a mismatch would move the
+ * prefix's rows against the summaries' and fail every causal test): whole 64-byte lines, an odd
+ * number of them, the fewest that hold the summaries. */
+static void test_slot_stride(void **state)
+{
+    (void)state;
+    assert_int_equal(mhla__causal_slot_stride(8 * 64 * 65), 33296); /* 2080 lines -> 2081 */
+    assert_int_equal(mhla__causal_slot_stride(16), 16);
+    assert_int_equal(mhla__causal_slot_stride(17), 48);
+    for (size_t used = 1; used < 70000; used += used < 200 ? 1 : 97) {
+        const size_t s = mhla__causal_slot_stride(used);
+        assert_true(s >= used);
+        assert_true(s % 16 == 0 && (s / 16) % 2 == 1);
+        assert_true(s < used + 32);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_sequence), cmocka_unit_test(test_gemm_blocks),
         cmocka_unit_test(test_varlen_batch),    cmocka_unit_test(test_continuation),
         cmocka_unit_test(test_random),          cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_slot_stride),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
