@@ -121,6 +121,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
 
     /* The read-outs first: their fit sets the tiles every program of the backward is built with. */
     MHLA_FORWARD_IF_ERROR(st, readout_kernels(plan, b));
+    b->tiles.slot_pad = plan->causal->kern->tiling.slot_pad; /* bc_from_forward reads the forward's slots */
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_summary", &b->k_bc_summary));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));

@@ -145,7 +145,6 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     c->bh = cfg->batch * cfg->heads;
     c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
     c->slot_used = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
-    c->slot_floats = mhla__causal_slot_stride(c->slot_used);
     MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, cfg, &c->tuning));
     /* A device may allow fewer work-items, or less local memory, for the built output kernel than
      * for the device in general (rusticl on llvmpipe: 32 work-items, twice the arrays' bytes):
@@ -153,6 +152,8 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     causal_try t = {c, with_step};
     const mhla_fit_loop loop = {attempt, release_try, why_not, &t, 8};
     MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
+    /* the kernels were built for this layout (SLOT_PAD, kernels/causal.h) */
+    c->slot_floats = c->tiling.slot_pad ? mhla__causal_slot_stride(c->slot_used) : c->slot_used;
     *out = c;
     c = NULL;
 cleanup:

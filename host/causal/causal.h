@@ -15,7 +15,8 @@ typedef struct mhla_causal {
     int64_t bh;         /* batch * heads */
     int64_t scols;      /* summary columns: Dv + 1 (z) for the paper normalizer, Dv for none */
     size_t slot_floats; /* floats from one chunk's summaries to the next's (a "slot": S as
-                           [B*H][Dk][Dv], then z as [B*H][Dk], then padding; kernels/causal.h) */
+                           [B*H][Dk][Dv], then z as [B*H][Dk], then padding where tiling.slot_pad;
+                           kernels/causal.h) */
     size_t slot_used;   /* B*H*Dk*scols of them hold summaries (what a decoder state stores) */
     cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
     size_t lws_summary, lws_prefix, lws_output, lws_step;
@@ -23,8 +24,8 @@ typedef struct mhla_causal {
     size_t gemm_temp_bytes;
 } mhla_causal;
 
-/* The floats between slots that hold `used` floats: a whole odd number of 64-byte lines, as
- * kernels/causal.h's slot_len (the reason is there). */
+/* The floats between slots that hold `used` floats where the tiles pad them (slot_pad): a whole
+ * odd number of 64-byte lines, as kernels/causal.h's slot_len (the reason is there). */
 size_t mhla__causal_slot_stride(size_t used);
 
 /* Builds the kernels for resolved cfg (the decoder's step kernel only when with_step). */

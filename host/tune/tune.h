@@ -108,6 +108,8 @@ typedef struct mhla_tiles {
     int tq, kt;                         /* causal_output.cl: CAUSAL_TQ tokens, CAUSAL_KT keys per pass */
     int sc_rows;                        /* causal_output.cl: CAUSAL_SRT, scores in OUT_RT-row steps */
     int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */
+    int slot_pad;                       /* SLOT_PAD: causal slots padded to an odd number of 64-byte lines,
+                                           where the prefix is all our kernel's (gemm_rows 0; kernels/causal.h) */
     int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group */
     int wg;                             /* work-group size aimed at */
     int pf;                             /* PREFETCH: software prefetch in the summary */
@@ -132,15 +134,15 @@ typedef struct mhla_tiles {
     KF(BLOCK_SUMMARY, block_summary, F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM | F_PF)  \
     KF(OUTPUT, output, F_SHAPE | F_OUT)                                                            \
     KF(MIXING, mixing, F_MIX)                                                                      \
-    KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM)                                            \
+    KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM | F_SLOT)                                   \
     KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
-    KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL)                                   \
-    KF(DECODER, decoder, F_SHAPE)                                                                  \
+    KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
+    KF(DECODER, decoder, F_SHAPE | F_SLOT)                                                         \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
     KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD | F_BNT)                                \
     KF(BACKWARD_MIXING, backward_mixing, F_BWD)                                                    \
-    KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT)                                  \
+    KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT | F_SLOT)                         \
     KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT | F_BCF)
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program

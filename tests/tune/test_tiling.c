@@ -461,6 +461,8 @@ static void test_sweep(void **state)
                         CHECK_RULE(is_pow2(x.pre_ve) && x.pre_ve <= t.mix_ve && width % x.pre_ve == 0);
                         CHECK_RULE(x.gemm_rows >= 0 && x.gemm_rows % x.mix_mr == 0 && x.gemm_rows <= t.gemm_rows);
                         CHECK_RULE(fit.wg >= 64 || x.gemm_rows == 0);
+                        /* padded slots only where no CLBlast GEMM reads them (kernels/causal.h) */
+                        CHECK_RULE(x.slot_pad == (x.gemm_rows == 0));
                         const int owg = mhla__causal_output_wg(&x, dv);
                         CHECK_RULE(owg == (int)(dv / (x.out_ve * x.out_nv)) * (x.tq / x.out_rt));
                         CHECK_RULE(owg >= 1 && (size_t)owg <= fit.wg);
@@ -584,16 +586,17 @@ static void test_build_options(void **state)
     } cases[] = {
         {MHLA_KF_CAUSAL_OUTPUT, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
                                 "-DOUT_RT=1 -DOUT_VE=8 -DOUT_NV=8 -DOUT_DC=4 -DOUT_NT=0 -DOUT_PRE=0 -DOUT_PF=0 "
-                                "-DCAUSAL_TQ=32 -DCAUSAL_KT=32 -DCAUSAL_SRT=1"},
+                                "-DCAUSAL_TQ=32 -DCAUSAL_KT=32 -DCAUSAL_SRT=1 -DSLOT_PAD=1"},
         {MHLA_KF_CAUSAL_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
-                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256"},
+                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSLOT_PAD=1"},
         /* rows of floats: nothing of the configuration, so one program serves every head size */
         {MHLA_KF_CAUSAL_PREFIX, "-DMIX_MR=4 -DMIX_NV=2 -DPRE_VE=8"},
         {MHLA_KF_MIXING, "-DMIX_MR=4 -DMIX_VE=8 -DMIX_NV=2"},
         /* the summary always writes z: no normalizer */
         {MHLA_KF_BLOCK_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DDTYPE=0 "
                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DPREFETCH=1"},
-        {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0"},
+        /* a CPU row: no prefix GEMM blocks, so padded slots */
+        {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 -DSLOT_PAD=1"},
         /* softmax: no feature map, no normalizer */
         {MHLA_KF_SOFTMAX, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DDTYPE=0 -DVW=8 -DBK=64 -DCOPY_ROWS=1"},
     };
