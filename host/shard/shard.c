@@ -216,10 +216,14 @@ mhla_status mhla_shard_summaries(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, 
         mhla_causal_run r = {q, k, v, NULL, NULL, plan->shape.n, cp->chunks, cp->tiles, &cp->tables,
                              cp->sums, cp->pref, NULL};
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_summaries(cp->kern, &r, 0, NULL));
+        /* the device's slots are slot_floats apart (padded on CPU rows: host/causal/causal.h), the
+         * exchanged rows sum_floats */
+        const size_t dpitch = cp->kern->slot_floats * f, at[3] = {0, (size_t)sh->offset, 0};
+        const size_t region[3] = {sh->sum_floats * f, n, 1};
         MHLA_CL_TRY(st, ctx,
-                    clEnqueueReadBuffer(ctx->queue, cp->sums, CL_TRUE, (size_t)sh->offset * sh->sum_floats * f,
-                                        n * sh->sum_floats * f, rows, 0, NULL, NULL),
-                    "clEnqueueReadBuffer (shard summaries)");
+                    clEnqueueReadBufferRect(ctx->queue, cp->sums, CL_TRUE, at, zero, region, dpitch, 0, region[0],
+                                            0, rows, 0, NULL, NULL),
+                    "clEnqueueReadBufferRect (shard summaries)");
         goto cleanup;
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, 0, NULL));
@@ -301,11 +305,13 @@ mhla_status mhla_shard_output(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_
     }
     mhla_causal_plan *cp = plan->causal;
     if (sh->offset > 0) {
+        /* packed rows into slots slot_floats apart (as mhla_shard_summaries reads them) */
+        const size_t zero[3] = {0, 0, 0}, region[3] = {sh->row_floats * sizeof(float), (size_t)sh->offset, 1};
         MHLA_CL_TRY(st, ctx,
-                    clEnqueueWriteBuffer(ctx->queue, cp->sums, CL_TRUE, 0,
-                                         (size_t)sh->offset * sh->row_floats * sizeof(float), all_rows, 0, NULL,
-                                         NULL),
-                    "clEnqueueWriteBuffer (earlier chunks' summaries)");
+                    clEnqueueWriteBufferRect(ctx->queue, cp->sums, CL_TRUE, zero, zero, region,
+                                             cp->kern->slot_floats * sizeof(float), 0, region[0], 0, all_rows, 0,
+                                             NULL, NULL),
+                    "clEnqueueWriteBufferRect (earlier chunks' summaries)");
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     mhla_causal_run r = {q, k, v, mixing, out, plan->shape.n, cp->chunks, cp->tiles, &cp->tables,
