@@ -693,8 +693,10 @@ typedef struct mhla_decoder mhla_decoder;
  *   are ignored. mixing_rows: rows of the Mc the calls pass; 0 = ceil(capacity / chunk).
  * @capacity_tokens: the most tokens the decoder will hold (>= 1, <= chunk * mixing_rows, else
  *   MHLA_ERR_SEQUENCE_TOO_LONG naming both); its state takes ceil(capacity / chunk) summaries of
- *   B*H*Dk*(Dv + 1 for paper) floats on the device, plus one prefix mixture; a prefill adds up to
- *   64 more (its chunk path runs 64 chunks at a time), allocated on first use and kept.
+ *   B*H*Dk*(Dv + 1 for paper) floats on the device (on CPU devices each padded by up to 31 floats
+ *   to an odd number of 64-byte lines), plus one prefix mixture; a prefill adds up to 64 more (its
+ *   chunk path runs 64 chunks at a time), allocated on first use and kept. The saved state
+ *   (mhla_decoder_state_read) holds the summaries without the padding.
  * @out: receives the handle, NULL on failure.
  * @return MHLA_OK, a validation status, MHLA_ERR_BUILD_FAILED, MHLA_ERR_OUT_OF_DEVICE_MEMORY.
  * Thread-safety: shares the context. */
