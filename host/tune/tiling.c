@@ -204,9 +204,9 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
                  "tiles; %s has %llu (%llu usable)",
                  (unsigned long long)mhla__causal_output_local(&x, cfg->dk), (long long)cfg->dk, ctx->device_name,
                  (unsigned long long)ctx->limits.local_mem_bytes, (unsigned long long)fit->local_bytes);
-    /* The slots are padded where our prefix kernel reads every chunk's column of them; CLBlast's
-     * GEMM (gemm_rows > 0) copies a matrix whose leading dimension is not its tile's multiple into
-     * a padded temporary, and on the H200 the padded slots made the prefix 10% slower. */
+    /* The slots are padded where our prefix kernel reads every chunk's column of them; where
+     * CLBlast's GEMM reads them (gemm_rows > 0) the padded slots made the prefix 10% slower on the
+     * H200 (likely a copy into its temporary: an off-tile leading dimension). */
     x.slot_pad = x.gemm_rows == 0;
     *out = x;
 cleanup:
