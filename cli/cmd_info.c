@@ -114,7 +114,8 @@ static const char *stage_of(const char *field)
     } map[] = {{"sum_", "summary"}, {"wg", "summary"}, {"groups_per_cu", "summary"}, {"split_min_len", "summary"},
                {"pf", "summary"},   {"out_", "output"}, {"mix_", "mixing"},       {"tq", "causal"},
                {"kt", "causal"},    {"gemm_rows", "causal"}, {"pre_", "causal"}, {"sm_", "softmax"},
-               {"bct_", "backward"}, {"dg_parts", "backward"}, {"bwd_", "backward"}, {"vec", "every stage"}};
+               {"bct_", "backward"}, {"dg_parts", "backward"}, {"bwd_", "backward"}, {"dmix_", "backward"},
+               {"vec", "every stage"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; ++i)
         if (strncmp(field, map[i].prefix, strlen(map[i].prefix)) == 0)
             return map[i].stage;

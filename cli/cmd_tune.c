@@ -298,9 +298,11 @@ static const tune_stage stages[] = {
       {"sm_rows", 2, {0, 1}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     /* The fields only the backward reads: the fused group per (chunk, head) or three read-outs and
-     * bc_diag, bc_diag's work-items, and the read-outs' accumulator vectors. */
+     * bc_diag, bc_diag's work-items, the read-outs' accumulator vectors, and the rows per work-item
+     * of dMc's products. */
     {"backward", 3, 3,
-     {{"bct_fuse", 2, {0, 1}}, {"dg_parts", 3, {1, 8, 32}}, {"bwd_acc", 3, {4, 8, 16}}, {NULL, 0, {0}}},
+     {{"bct_fuse", 2, {0, 1}}, {"dg_parts", 3, {1, 8, 32}}, {"bwd_acc", 3, {4, 8, 16}}, {"dmix_tm", 3, {2, 3, 4}},
+      {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])

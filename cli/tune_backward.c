@@ -1,5 +1,5 @@
 /* `mhla tune`'s causal backward stage (cmd_tune.c's `backward`): the fields only the backward reads
- * (bct_fuse, dg_parts, bwd_acc) never change a forward, so the forward's self-test cannot tell a
+ * (bct_fuse, dg_parts, bwd_acc, dmix_tm) never change a forward, so the forward's self-test cannot tell a
  * wrong candidate; each is checked here on the backward itself against the double reference, and
  * timed on a plan that recomputes the forward's summaries, as a plain mhla_backward() does. */
 #include "tune_backward.h"

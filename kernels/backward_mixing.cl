@@ -9,7 +9,9 @@
 #include "common.h"
 #include "backward.h"
 
-#define BWD_TM 4 /* rows of A (and of B) per work-item: BWD_TM^2 accumulator vectors of BWD_VW */
+#ifndef BWD_TM
+#define BWD_TM 4 /* rows of A (and of B) per work-item: BWD_TM^2 accumulator vectors of BWD_VW (dmix_tm) */
+#endif
 
 /* global: (M, M). dst[b][i] = src[i][b], both M x M with leading dimension lda. */
 kernel void bwd_transpose(global const float *restrict src, global float *restrict dst, const int m, const int lda)

@@ -6,8 +6,6 @@
 
 #include "forward/forward.h"
 
-/* dMc's tiles (kernels/backward_mixing.cl's BWD_TM): rows of (i, b) per work-item. */
-#define MHLA_BWD_TM 4
 
 /* Staging buffers of mhla_backward_host(), beside the forward's q, k, v and mixing ones. */
 enum { MHLA_BWD_DOUT, MHLA_BWD_DQ, MHLA_BWD_DK, MHLA_BWD_DV, MHLA_BWD_DMIX, MHLA_BWD_STAGES };

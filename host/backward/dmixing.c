@@ -41,7 +41,8 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
     const cl_long xl = (cl_long)x;
     const cl_long len = (cl_long)b->dmix_len, offl = (cl_long)off;
     const cl_int chunks = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
-    const size_t tiles = ((size_t)m + MHLA_BWD_TM - 1) / MHLA_BWD_TM;
+    const size_t tm = (size_t)b->tiles.bwd_tm; /* kernels/backward_mixing.cl's BWD_TM */
+    const size_t tiles = ((size_t)m + tm - 1) / tm;
     const size_t extent[3] = {tiles, tiles, (size_t)chunks}, rext[3] = {(size_t)m, (size_t)m, 1};
     size_t local[3], rlocal[3];
     mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);

@@ -21,6 +21,9 @@
  * - The backward's read-outs (bwd_acc): 16 accumulators with 16-float registers, 8 with narrower
  *   ones whatever their count: the backward was timed with AVX-512's 32 and AVX2's 16 only, not
  *   with NEON's or 'cpu-wide''s 32 at 4 or 8 floats.
+ * - dMc's products in the backward (dmix_tm): 4 x 4 pairs with 32 registers, 3 x 3 with 16 (4 x 4
+ *   and its 8 operand vectors spilled on AVX2: the kernel 39% faster at 3; 15% slower at 3 on
+ *   AVX-512).
  * The tiles each replaced, and by how much: docs/devices.md "The measurements behind the rows". */
 void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
 {
@@ -35,4 +38,5 @@ void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
     t->mix_nv = 2, t->mix_mr = acc / 2;
     t->pre_nv = 2, t->pre_mr = acc / 2;
     t->bwd_acc = s->width >= 16 ? 16 : 8;
+    t->dmix_tm = s->registers >= 32 ? 4 : 3;
 }

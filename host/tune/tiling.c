@@ -260,6 +260,7 @@ void mhla__tiles_backward(const mhla_config *cfg, const mhla_tuning *t, mhla_til
     const int fit = widest >= t->bwd_acc ? 1 : t->bwd_acc / widest;
     out->bwd_rt = t->out_rt < 1 ? 1 : t->out_rt > fit ? fit : t->out_rt;
     out->bwd_heads = t->bwd_heads != 0;
+    out->bwd_tm = t->dmix_tm < 1 ? 1 : t->dmix_tm > 8 ? 8 : t->dmix_tm;
 }
 
 size_t mhla__bc_readout_wg(const mhla_tiles *t, int64_t dw)
@@ -376,6 +377,7 @@ enum {
     F_BNT = 1 << 15,
     F_BCF = 1 << 16,
     F_SLOT = 1 << 17,
+    F_DMIX = 1 << 18,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -430,6 +432,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DBCT_FC=%d", t->bct_fc);
     if (r & F_SLOT)
         mhla__opts_add(opts, "-DSLOT_PAD=%d", t->slot_pad);
+    if (r & F_DMIX)
+        mhla__opts_add(opts, "-DBWD_TM=%d", t->bwd_tm);
 }
 
 mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,

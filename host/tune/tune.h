@@ -56,6 +56,9 @@
     X(bwd_heads, 0, ",")    /* non-causal backward read-outs: 1 = a work-group spans every head of  \
                                its tokens (CPUs: whole [B,N,H,D] rows per group), 0 = token groups  \
                                of one head (GPUs: neighbouring work-items, neighbouring tokens) */  \
+    X(dmix_tm, 1, ",")      /* backward dMc products <G_i, S_j>: rows of each per work-item, tm^2    \
+                               accumulators and 2 tm operand vectors (4 with 32 registers, 3 with   \
+                               16: 4 spilled there) */                                              \
     X(bct_fuse, 0, ",")     /* causal backward: 1 = one group per (chunk, head) computes the scores \
                                once for dq, dk, dv and dMc's diagonal (bc_dqkv) where a chunk fits  \
                                its local memory, 0 = three read-outs and bc_diag */
@@ -117,6 +120,7 @@ typedef struct mhla_tiles {
     int bwd_vw, bwd_vk, bwd_vv, bwd_rt; /* non-causal backward (kernels/backward_readout.cl): vector
                                            width, its divisors of Dk and Dv, tokens per work-item */
     int bwd_heads;                      /* its read-outs' launch: every head per group first */
+    int bwd_tm;                         /* BWD_TM: dMc's products, rows of G and of S per work-item */
     int bct_rt, bct_ve, bct_nv;         /* causal backward read-outs (backward_causal_readout.cl):
                                            BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
     int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass */
@@ -141,7 +145,7 @@ typedef struct mhla_tiles {
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
     KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD | F_BNT)                                \
-    KF(BACKWARD_MIXING, backward_mixing, F_BWD)                                                    \
+    KF(BACKWARD_MIXING, backward_mixing, F_BWD | F_DMIX)                                           \
     KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT | F_SLOT)                         \
     KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT | F_BCF)
 

@@ -58,7 +58,7 @@ static const tuning_row rows[] = {
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1,
-      .bwd_acc = 8}},
+      .bwd_acc = 8, .dmix_tm = 4}},
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
      * the SIMD target (tune/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
      * the device's width) only by name. */
@@ -75,13 +75,13 @@ static const tuning_row rows[] = {
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32,
-      .bwd_acc = 8}},
+      .bwd_acc = 8, .dmix_tm = 4}},
     {"default", NULL, NULL, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8,
-      .bwd_acc = 8}},
+      .bwd_acc = 8, .dmix_tm = 4}},
 };
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
 
