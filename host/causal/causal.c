@@ -132,6 +132,20 @@ size_t mhla__causal_slot_stride(size_t used)
     return (((used + 15) / 16) | 1) * 16;
 }
 
+cl_int mhla__causal_slots_read(const mhla_causal *c, cl_mem buf, size_t first, size_t count, void *host)
+{
+    const size_t at[3] = {0, first, 0}, zero[3] = {0, 0, 0}, region[3] = {c->slot_used * sizeof(float), count, 1};
+    return clEnqueueReadBufferRect(c->ctx->queue, buf, CL_TRUE, at, zero, region, c->slot_floats * sizeof(float), 0,
+                                   region[0], 0, host, 0, NULL, NULL);
+}
+
+cl_int mhla__causal_slots_write(const mhla_causal *c, cl_mem buf, size_t first, size_t count, const void *host)
+{
+    const size_t at[3] = {0, first, 0}, zero[3] = {0, 0, 0}, region[3] = {c->slot_used * sizeof(float), count, 1};
+    return clEnqueueWriteBufferRect(c->ctx->queue, buf, CL_TRUE, at, zero, region, c->slot_floats * sizeof(float), 0,
+                                    region[0], 0, host, 0, NULL, NULL);
+}
+
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out)
 {
     mhla_status st = MHLA_OK;

@@ -27,6 +27,11 @@ typedef struct mhla_causal {
 /* The floats between slots that hold `used` floats where the tiles pad them (slot_pad): a whole
  * odd number of 64-byte lines, as kernels/causal.h's slot_len (the reason is there). */
 size_t mhla__causal_slot_stride(size_t used);
+/* `count` slots of `buf` from slot `first` (slot_floats apart) to packed host rows of slot_used
+ * floats, and back: the summaries without the padding, as decoder states and shard exchanges hold
+ * them. One blocking rectangular copy each. */
+cl_int mhla__causal_slots_read(const mhla_causal *c, cl_mem buf, size_t first, size_t count, void *host);
+cl_int mhla__causal_slots_write(const mhla_causal *c, cl_mem buf, size_t first, size_t count, const void *host);
 
 /* Builds the kernels for resolved cfg (the decoder's step kernel only when with_step). */
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out);

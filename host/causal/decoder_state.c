@@ -33,22 +33,6 @@ enum {
  * does not depend on the padding, and no unwritten device bytes reach the caller's buffer. */
 static size_t slot_bytes(const mhla_decoder *dec) { return dec->kern->slot_used * sizeof(float); }
 
-/* `slots` slots of the device buffer (slot_floats apart) into packed host memory (slot_bytes
- * apart), and back: one blocking rectangular copy each. */
-static cl_int read_slots(const mhla_decoder *dec, cl_mem buf, size_t slots, void *host)
-{
-    const size_t origin[3] = {0, 0, 0}, region[3] = {slot_bytes(dec), slots, 1};
-    return clEnqueueReadBufferRect(dec->ctx->queue, buf, CL_TRUE, origin, origin, region,
-                                   dec->kern->slot_floats * sizeof(float), 0, region[0], 0, host, 0, NULL, NULL);
-}
-
-static cl_int write_slots(const mhla_decoder *dec, cl_mem buf, size_t slots, const void *host)
-{
-    const size_t origin[3] = {0, 0, 0}, region[3] = {slot_bytes(dec), slots, 1};
-    return clEnqueueWriteBufferRect(dec->ctx->queue, buf, CL_TRUE, origin, origin, region,
-                                    dec->kern->slot_floats * sizeof(float), 0, region[0], 0, host, 0, NULL, NULL);
-}
-
 /* Summaries stored at `position`, and whether P_i of a running chunk is. */
 static int64_t slots_at(const mhla_decoder *dec, int64_t position)
 {
@@ -113,11 +97,12 @@ mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size)
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (slots > 0)
         MHLA_CL_TRY(st, ctx,
-                    read_slots(dec, dec->sums, (size_t)slots, h + STATE_HEADER),
+                    mhla__causal_slots_read(dec->kern, dec->sums, 0, (size_t)slots, h + STATE_HEADER),
                     "clEnqueueReadBufferRect (decoder summaries)");
     if (has_prefix(dec, dec->position))
         MHLA_CL_TRY(st, ctx,
-                    read_slots(dec, dec->prefix, 1, h + STATE_HEADER + (size_t)slots * slot_bytes(dec)),
+                    mhla__causal_slots_read(dec->kern, dec->prefix, 0, 1,
+                                            h + STATE_HEADER + (size_t)slots * slot_bytes(dec)),
                     "clEnqueueReadBufferRect (decoder prefix mixture)");
 cleanup:
     return st;
@@ -183,11 +168,12 @@ mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t 
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (slots > 0)
         MHLA_CL_TRY(st, ctx,
-                    write_slots(dec, dec->sums, (size_t)slots, h + STATE_HEADER),
+                    mhla__causal_slots_write(dec->kern, dec->sums, 0, (size_t)slots, h + STATE_HEADER),
                     "clEnqueueWriteBufferRect (decoder summaries)");
     if (has_prefix(dec, pos))
         MHLA_CL_TRY(st, ctx,
-                    write_slots(dec, dec->prefix, 1, h + STATE_HEADER + (size_t)slots * slot_bytes(dec)),
+                    mhla__causal_slots_write(dec->kern, dec->prefix, 0, 1,
+                                            h + STATE_HEADER + (size_t)slots * slot_bytes(dec)),
                     "clEnqueueWriteBufferRect (decoder prefix mixture)");
     dec->position = pos;
 cleanup:

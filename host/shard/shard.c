@@ -216,13 +216,8 @@ mhla_status mhla_shard_summaries(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, 
         mhla_causal_run r = {q, k, v, NULL, NULL, plan->shape.n, cp->chunks, cp->tiles, &cp->tables,
                              cp->sums, cp->pref, NULL};
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue_summaries(cp->kern, &r, 0, NULL));
-        /* the device's slots are slot_floats apart (padded on CPU rows: host/causal/causal.h), the
-         * exchanged rows sum_floats */
-        const size_t dpitch = cp->kern->slot_floats * f, at[3] = {0, (size_t)sh->offset, 0};
-        const size_t region[3] = {sh->sum_floats * f, n, 1};
-        MHLA_CL_TRY(st, ctx,
-                    clEnqueueReadBufferRect(ctx->queue, cp->sums, CL_TRUE, at, zero, region, dpitch, 0, region[0],
-                                            0, rows, 0, NULL, NULL),
+        /* the exchanged rows are the slots without their padding (host/causal/causal.h) */
+        MHLA_CL_TRY(st, ctx, mhla__causal_slots_read(cp->kern, cp->sums, (size_t)sh->offset, n, rows),
                     "clEnqueueReadBufferRect (shard summaries)");
         goto cleanup;
     }
@@ -305,12 +300,7 @@ mhla_status mhla_shard_output(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_
     }
     mhla_causal_plan *cp = plan->causal;
     if (sh->offset > 0) {
-        /* packed rows into slots slot_floats apart (as mhla_shard_summaries reads them) */
-        const size_t zero[3] = {0, 0, 0}, region[3] = {sh->row_floats * sizeof(float), (size_t)sh->offset, 1};
-        MHLA_CL_TRY(st, ctx,
-                    clEnqueueWriteBufferRect(ctx->queue, cp->sums, CL_TRUE, zero, zero, region,
-                                             cp->kern->slot_floats * sizeof(float), 0, region[0], 0, all_rows, 0,
-                                             NULL, NULL),
+        MHLA_CL_TRY(st, ctx, mhla__causal_slots_write(cp->kern, cp->sums, 0, (size_t)sh->offset, all_rows),
                     "clEnqueueWriteBufferRect (earlier chunks' summaries)");
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
