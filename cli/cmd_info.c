@@ -113,7 +113,7 @@ static const char *stage_of(const char *field)
         const char *prefix, *stage;
     } map[] = {{"sum_", "summary"}, {"wg", "summary"}, {"groups_per_cu", "summary"}, {"split_min_len", "summary"},
                {"pf", "summary"},   {"out_", "output"}, {"mix_", "mixing"},       {"tq", "causal"},
-               {"kt", "causal"},    {"gemm_rows", "causal"}, {"pre_", "causal"}, {"sm_", "softmax"},
+               {"kt", "causal"},    {"sc_", "causal"},  {"gemm_rows", "causal"}, {"pre_", "causal"}, {"sm_", "softmax"},
                {"bct_", "backward"}, {"dg_parts", "backward"}, {"bwd_", "backward"}, {"dmix_", "backward"},
                {"vec", "every stage"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; ++i)

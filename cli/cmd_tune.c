@@ -266,7 +266,7 @@ typedef struct tune_stage {
     int objective; /* index into measure()'s ms: 0 summary, 1 mixing, 2 output, 3 the whole run */
     int kind;      /* measure()'s: 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax
                       (2048), 3 the causal backward (1's problem) */
-    tune_field fields[7];
+    tune_field fields[8];
     /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
      * together (NULL: the stage has none). */
     const char *rows_field, *nv_field, *ve_field;
@@ -290,8 +290,8 @@ static const tune_stage stages[] = {
     {"mixing", 1, 0, {{"mix_kernel", 2, {1, 0}}, {"mix_mr", 3, {2, 4, 8}}, {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
      "mix_mr", "mix_nv", "mix_ve", 3, {2, 4, 8}, 0, 0},
     {"causal", 3, 1,
-     {{"tq", 3, {16, 32, 64}}, {"kt", 3, {16, 32, 64}}, {"sc_rows", 2, {0, 1}}, {"gemm_rows", 2, {0, 32}},
-      {"pre_mr", 3, {2, 4, 8}}, {"pre_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
+     {{"tq", 3, {16, 32, 64}}, {"kt", 3, {16, 32, 64}}, {"sc_rt", 4, {1, 2, 4, 8}}, {"sc_kv", 2, {1, 2}},
+      {"gemm_rows", 2, {0, 32}}, {"pre_mr", 3, {2, 4, 8}}, {"pre_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
      "pre_mr", "pre_nv", "mix_ve", 3, {2, 4, 8}, 0, 0},
     {"softmax", 3, 2,
      {{"sm_bq", 5, {32, 64, 128, 256, 512}}, {"sm_bk", 4, {16, 32, 64, 128}}, {"sm_vw", 3, {4, 8, 16}},

@@ -313,15 +313,22 @@ kernel void bc_dv(BCT_ARGS)
  *   dv_s  = k~_s dS          + Mc[i,i] sum_{t>=s} B[t][s] g_t     (columns of B)
  * and diag = sum_{s<=t} B[t][s] A'[t][s], the chunk's share of dMc[i,i] (bc_diag's, with one
  * part). Each work-item owns BCT_RT rows x BCT_COLS columns of every output in turn; the scores in
- * BCT_RT x BCT_VE tiles. BCT_FC: the chunk rounded up to BCT_VE and BCT_RT (host/tune/tiling.c: 0
- * when the group does not fit the device, and the three kernels above run instead). */
+ * BCF_SRT rows x BCF_SKV vectors of BCT_VE per step. BCT_FC: the chunk rounded up to BCT_VE and
+ * BCT_RT (host/tune/tiling.c: 0 when the group does not fit the device, and the three kernels
+ * above run instead). */
 #if defined(BCT_FC) && BCT_FC > 0
 #define BCF_DX (DK > DV ? DK : DV)
 #define BCF_NE (BCF_DX / BCT_COLS)
 #define BCF_WG (BCF_NE * (BCT_FC / BCT_RT))
 #define BCF_CV (BCT_FC / BCT_VE)
-#if BCT_FC % BCT_VE != 0 || BCT_FC % BCT_RT != 0
-#error "BCT_FC must be a multiple of BCT_VE and BCT_RT"
+#ifndef BCF_SRT
+#define BCF_SRT BCT_RT
+#endif
+#ifndef BCF_SKV
+#define BCF_SKV 1
+#endif
+#if BCT_FC % BCT_VE != 0 || BCT_FC % BCT_RT != 0 || BCT_FC % BCF_SRT != 0 || BCF_CV % BCF_SKV != 0
+#error "BCT_FC must be a multiple of BCT_VE, BCT_RT and BCF_SRT, and BCF_SKV divide its vectors"
 #endif
 
 /* xs = the rows x_t (DX floats each) and yt = the rows y_s transposed (DX x BCT_FC), zero past
@@ -371,47 +378,60 @@ __attribute__((always_inline)) inline void bcf_stage(const int kind, global cons
 #undef BCF_SR
 }
 
-/* The scores of the staged rows into sc (BCT_RT rows x BCT_VE columns per step; tiles wholly above
- * the diagonal or past len are not computed). kind KIND_DQ: A' (+ r_t from cb); any other: B, and
- * returns this work-item's share of sum B A' over the pairs s <= t < len, read from sc before B
- * overwrites it (each step reads and writes its own tile only). */
+/* The scores of the staged rows into sc (BCF_SRT rows x BCF_SKV vectors of BCT_VE columns per step:
+ * independent multiply-add chains, as the causal output's scores; tiles wholly above the diagonal
+ * or past len are not computed, a partly masked one is and its masked pairs are not read). kind
+ * KIND_DQ: A' (+ r_t from cb); any other: B, and returns this work-item's share of sum B A' over
+ * the pairs s <= t < len, read from sc before B overwrites it (each step reads and writes its own
+ * tile only, and both kinds step through the same tiles). */
 __attribute__((always_inline)) inline float bcf_scores(const int kind, const int len, local const float *xs,
                                                        local const float *yt, local const float *cb, local float *sc)
 {
     const int DX = kind == KIND_DQ ? DV : DK;
     float part = 0.0f;
-    for (int x = (int)get_local_id(0); x < (BCT_FC / BCT_RT) * BCF_CV; x += BCF_WG) {
-        const int rr = (x / BCF_CV) * BCT_RT, c0 = (x - (x / BCF_CV) * BCF_CV) * BCT_VE;
-        if (rr >= len || c0 >= len || c0 > rr + BCT_RT - 1)
+    for (int x = (int)get_local_id(0); x < (BCT_FC / BCF_SRT) * (BCF_CV / BCF_SKV); x += BCF_WG) {
+        const int rr = (x / (BCF_CV / BCF_SKV)) * BCF_SRT, c0 = (x % (BCF_CV / BCF_SKV)) * BCF_SKV * BCT_VE;
+        if (rr >= len || c0 >= len || c0 > rr + BCF_SRT - 1)
             continue;
-        VEC(BCT_VE) a[BCT_RT];
+        VEC(BCT_VE) a[BCF_SRT][BCF_SKV];
         #pragma unroll
-        for (int r = 0; r < BCT_RT; ++r)
-            a[r] = (VEC(BCT_VE))(0.0f);
-        for (int d = 0; d < DX; ++d) {
-            const VEC(BCT_VE) y = VLOADN(BCT_VE, 0, yt + d * BCT_FC + c0);
+        for (int r = 0; r < BCF_SRT; ++r)
             #pragma unroll
-            for (int r = 0; r < BCT_RT; ++r)
-                a[r] += xs[(rr + r) * DX + d] * y;
+            for (int c = 0; c < BCF_SKV; ++c)
+                a[r][c] = (VEC(BCT_VE))(0.0f);
+        for (int d = 0; d < DX; ++d) {
+            VEC(BCT_VE) y[BCF_SKV];
+            #pragma unroll
+            for (int c = 0; c < BCF_SKV; ++c)
+                y[c] = VLOADN(BCT_VE, 0, yt + d * BCT_FC + c0 + c * BCT_VE);
+            #pragma unroll
+            for (int r = 0; r < BCF_SRT; ++r) {
+                const float xr = xs[(rr + r) * DX + d];
+                #pragma unroll
+                for (int c = 0; c < BCF_SKV; ++c)
+                    a[r][c] += xr * y[c];
+            }
         }
         #pragma unroll
-        for (int r = 0; r < BCT_RT; ++r) {
-            local float *row = sc + (rr + r) * BCT_FC + c0;
-            if (kind == KIND_DQ) {
+        for (int r = 0; r < BCF_SRT; ++r)
+            #pragma unroll
+            for (int c = 0; c < BCF_SKV; ++c) {
+                local float *row = sc + (rr + r) * BCT_FC + c0 + c * BCT_VE;
+                if (kind == KIND_DQ) {
 #if NORMALIZER == 0
-                a[r] += cb[rr + r];
+                    a[r][c] += cb[rr + r];
 #endif
-            } else {
-                float b[BCT_VE], ap[BCT_VE];
-                VSTOREN(BCT_VE, a[r], 0, b);
-                VSTOREN(BCT_VE, VLOADN(BCT_VE, 0, row), 0, ap);
-                #pragma unroll
-                for (int e = 0; e < BCT_VE; ++e)
-                    if (c0 + e <= rr + r && rr + r < len)
-                        part += b[e] * ap[e];
+                } else {
+                    float b[BCT_VE], ap[BCT_VE];
+                    VSTOREN(BCT_VE, a[r][c], 0, b);
+                    VSTOREN(BCT_VE, VLOADN(BCT_VE, 0, row), 0, ap);
+                    #pragma unroll
+                    for (int e = 0; e < BCT_VE; ++e)
+                        if (c0 + c * BCT_VE + e <= rr + r && rr + r < len)
+                            part += b[e] * ap[e];
+                }
+                VSTOREN(BCT_VE, a[r][c], 0, row);
             }
-            VSTOREN(BCT_VE, a[r], 0, row);
-        }
     }
     (void)cb;
     return part;

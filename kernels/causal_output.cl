@@ -30,16 +30,20 @@
 #if CAUSAL_TQ % OUT_RT != 0
 #error "CAUSAL_TQ must be a multiple of OUT_RT"
 #endif
-/* Score rows per work-item step (the row's sc_rows): the register tile's rows on CPU rows (each
- * key vector loaded then serves OUT_RT rows, 8.5 -> 6.6 ms for the stage at N = 4096 on PoCL), one
- * on GPU rows (every work-item of the group busy; unmeasured there otherwise). */
+/* A work-item's step of scores: CAUSAL_SRT rows x CAUSAL_SKV vectors of keys, SRT * SKV
+ * independent multiply-add chains along d (each key vector loaded serves SRT rows, each q~
+ * broadcast SKV vectors). One row of one vector (the GPU rows: every work-item of the group busy)
+ * is one chain, which on a CPU waits out the multiply-add's latency at every d: on AVX2 (one row,
+ * the read-out's tile) that step took a third of the kernel; 8 rows made the causal output stage
+ * 27% faster there (bench/README.md "The causal scores in eight chains"). */
 #ifndef CAUSAL_SRT
-#define CAUSAL_SRT 0
+#define CAUSAL_SRT 1
 #endif
-#if CAUSAL_SRT
-#define SCORE_RT OUT_RT
-#else
-#define SCORE_RT 1
+#ifndef CAUSAL_SKV
+#define CAUSAL_SKV 1
+#endif
+#if CAUSAL_TQ % CAUSAL_SRT != 0 || KTV % CAUSAL_SKV != 0
+#error "CAUSAL_SRT must divide CAUSAL_TQ, and CAUSAL_SKV the score vectors of a key pass"
 #endif
 
 /* kt[d][s] = k~ of keys s = 0 .. CAUSAL_KT - 1 at kp (rows kstride apart; 0 from nk on), by the
@@ -170,26 +174,37 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
         const int nk = min(CAUSAL_KT, kend - kb);
         stage_keys(kb0 + kb * kstride, kstride, nk, feature_eps, lid, kt);
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* SCORE_RT rows x OUT_VE keys of scores at a time (each key vector loaded serves SCORE_RT
-         * rows); tiles wholly masked (or past the group's last token) are never read, so not
-         * computed. */
-        for (int x = lid; x < (CAUSAL_TQ / SCORE_RT) * KTV; x += OUT_WG) {
-            const int rr = (x / KTV) * SCORE_RT, s0 = (x - (x / KTV) * KTV) * OUT_VE;
-            if (rr >= nq || kb + s0 > p0 + rr + SCORE_RT - 1)
+        /* Score tiles wholly masked (or past the group's last token) are never read, so not
+         * computed; a partly masked tile is, and its masked pairs are not read either. */
+        for (int x = lid; x < (CAUSAL_TQ / CAUSAL_SRT) * (KTV / CAUSAL_SKV); x += OUT_WG) {
+            const int rr = (x / (KTV / CAUSAL_SKV)) * CAUSAL_SRT;
+            const int s0 = (x % (KTV / CAUSAL_SKV)) * CAUSAL_SKV * OUT_VE;
+            if (rr >= nq || kb + s0 > p0 + rr + CAUSAL_SRT - 1)
                 continue;
-            VEC(OUT_VE) st[SCORE_RT];
+            VEC(OUT_VE) st[CAUSAL_SRT][CAUSAL_SKV];
             #pragma unroll
-            for (int r = 0; r < SCORE_RT; ++r)
-                st[r] = (VEC(OUT_VE))(0.0f);
-            for (int d = 0; d < DK; ++d) {
-                const VEC(OUT_VE) kv = VLOADN(OUT_VE, 0, kt + d * CAUSAL_KT + s0);
+            for (int r = 0; r < CAUSAL_SRT; ++r)
                 #pragma unroll
-                for (int r = 0; r < SCORE_RT; ++r)
-                    st[r] += qs[(rr + r) * DK + d] * kv;
+                for (int c = 0; c < CAUSAL_SKV; ++c)
+                    st[r][c] = (VEC(OUT_VE))(0.0f);
+            for (int d = 0; d < DK; ++d) {
+                VEC(OUT_VE) kv[CAUSAL_SKV];
+                #pragma unroll
+                for (int c = 0; c < CAUSAL_SKV; ++c)
+                    kv[c] = VLOADN(OUT_VE, 0, kt + d * CAUSAL_KT + s0 + c * OUT_VE);
+                #pragma unroll
+                for (int r = 0; r < CAUSAL_SRT; ++r) {
+                    const float a = qs[(rr + r) * DK + d];
+                    #pragma unroll
+                    for (int c = 0; c < CAUSAL_SKV; ++c)
+                        st[r][c] += a * kv[c];
+                }
             }
             #pragma unroll
-            for (int r = 0; r < SCORE_RT; ++r)
-                VSTOREN(OUT_VE, st[r], 0, sc + (rr + r) * CAUSAL_KT + s0);
+            for (int r = 0; r < CAUSAL_SRT; ++r)
+                #pragma unroll
+                for (int c = 0; c < CAUSAL_SKV; ++c)
+                    VSTOREN(OUT_VE, st[r][c], 0, sc + (rr + r) * CAUSAL_KT + s0 + c * OUT_VE);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + nk - 1 <= p0 + r0) { /* every key of the pass is visible to every row */

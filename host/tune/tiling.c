@@ -189,13 +189,15 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
     x.gemm_rows = t->gemm_rows / x.mix_mr * x.mix_mr;
     x.tq = round_down_to(t->tq, x.out_rt);
     x.kt = (t->kt + x.out_ve - 1) / x.out_ve * x.out_ve;
-    x.sc_rows = t->sc_rows != 0;
     /* CLBlast's GEMM kernels are built for work-groups of 64 and more (a device allowing 16 fails
      * them with CL_INVALID_WORK_GROUP_SIZE): there the prefix kernel sums every earlier chunk. */
     if (fit->wg < 64)
         x.gemm_rows = 0;
     while (causal_shrink(cfg, fit, &x))
         ;
+    /* Score steps of whole rows of the group's tokens and whole score vectors of a key pass. */
+    x.sc_rt = (int)mhla__pow2_divisor(x.tq, t->sc_rt);
+    x.sc_kv = (int)mhla__pow2_divisor(x.kt / x.out_ve, t->sc_kv);
     MHLA_FAIL_IF(st, (size_t)mhla__causal_output_wg(&x, cfg->dv) > fit->wg, ctx, MHLA_ERR_UNSUPPORTED,
                  "the causal output kernel needs groups of %d work-items for dv = %lld; %s allows %zu",
                  mhla__causal_output_wg(&x, cfg->dv), (long long)cfg->dv, ctx->device_name, fit->wg);
@@ -348,6 +350,10 @@ mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cf
             mhla__bc_fused_local(&x, cfg->dk, cfg->dv) > fit->local_bytes)
             x.bct_fc = 0;
     }
+    /* bc_dqkv's score steps: the causal output's (sc_rt x sc_kv), in whole rows and vectors of
+     * the chunk. */
+    x.bcf_srt = x.bct_fc ? mhla__pow2_divisor(x.bct_fc, t->sc_rt) : 1;
+    x.bcf_skv = x.bct_fc ? mhla__pow2_divisor(x.bct_fc / x.bct_ve, t->sc_kv) : 1;
     *out = x;
 cleanup:
     return st;
@@ -411,7 +417,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d -DOUT_PRE=%d -DOUT_PF=%d",
                        t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt, t->out_pre, t->out_pf);
     if (r & F_CAUSAL)
-        mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d -DCAUSAL_SRT=%d", t->tq, t->kt, t->sc_rows);
+        mhla__opts_add(opts, "-DCAUSAL_TQ=%d -DCAUSAL_KT=%d -DCAUSAL_SRT=%d -DCAUSAL_SKV=%d", t->tq, t->kt,
+                       t->sc_rt, t->sc_kv);
     if (r & F_MIX)
         mhla__opts_add(opts, "-DMIX_MR=%d -DMIX_VE=%d -DMIX_NV=%d", t->mix_mr, t->mix_ve, t->mix_nv);
     if (r & F_PRE)
@@ -429,7 +436,7 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d -DBCT_SR=%d", t->bct_rt,
                        t->bct_ve, t->bct_nv, t->bct_tq, t->bct_kt, t->bct_sr);
     if (r & F_BCF)
-        mhla__opts_add(opts, "-DBCT_FC=%d", t->bct_fc);
+        mhla__opts_add(opts, "-DBCT_FC=%d -DBCF_SRT=%d -DBCF_SKV=%d", t->bct_fc, t->bcf_srt, t->bcf_skv);
     if (r & F_SLOT)
         mhla__opts_add(opts, "-DSLOT_PAD=%d", t->slot_pad);
     if (r & F_DMIX)

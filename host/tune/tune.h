@@ -40,9 +40,11 @@
     X(pre_nv, 1, ",")       /* causal prefix: vectors per row per work-item */                      \
     X(tq, 1, " ")           /* causal output: tokens per work-group (score tiles) */                \
     X(kt, 1, ",")           /* causal output: keys per pass through local memory */                 \
-    X(sc_rows, 0, ",")      /* causal output: 1 = scores a register tile's OUT_RT rows per step     \
-                               (each key vector loaded serves them: CPUs), 0 = one row (GPUs:       \
-                               every work-item of the group busy) */                                \
+    X(sc_rt, 1, ",")        /* causal output: score rows per work-item step (each key vector loaded \
+                               serves them: CPUs, as many as make independent multiply-add chains;  \
+                               1 on GPUs: every work-item of the group busy) */                     \
+    X(sc_kv, 1, ",")        /* causal output: score vectors of keys per step (each q~ broadcast     \
+                               serves them) */                                                      \
     X(gemm_rows, 0, ",")    /* causal prefix: earlier blocks of this many chunks go to CLBlast */   \
     X(sm_bq, 1, " ")        /* softmax: query rows per work-group */                                \
     X(sm_bk, 1, ",")        /* softmax: keys per local-memory tile (shrunk to fit local memory) */  \
@@ -109,7 +111,8 @@ typedef struct mhla_tiles {
                                            plans: causal_prefix.cl's rows and vectors (pre_mr, pre_nv) */
     int pre_ve;                         /* causal_prefix.cl: MIX_MR rows x (PRE_VE * MIX_NV) columns */
     int tq, kt;                         /* causal_output.cl: CAUSAL_TQ tokens, CAUSAL_KT keys per pass */
-    int sc_rows;                        /* causal_output.cl: CAUSAL_SRT, scores in OUT_RT-row steps */
+    int sc_rt, sc_kv;                   /* causal_output.cl: CAUSAL_SRT rows x CAUSAL_SKV key vectors of
+                                           scores per step */
     int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */
     int slot_pad;                       /* SLOT_PAD: causal slots padded to an odd number of 64-byte lines,
                                            where the prefix is all our kernel's (gemm_rows 0; kernels/causal.h) */
@@ -128,6 +131,8 @@ typedef struct mhla_tiles {
     int bct_dg;                         /* bc_diag's parts per (chunk, head): dg_parts fitted */
     int bct_fc;                         /* BCT_FC: bc_dqkv's chunk (the chunk rounded up to BCT_VE and
                                            BCT_RT), 0 where bct_fuse is off or the group does not fit */
+    int bcf_srt, bcf_skv;               /* BCF_SRT rows x BCF_SKV vectors: bc_dqkv's score steps (sc_rt,
+                                           sc_kv fitted to BCT_FC) */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the

@@ -78,6 +78,9 @@ static void test_row_fits_registers(void **state)
         if (t.bwd_acc * 4 < s->registers || t.bwd_acc * 2 > s->registers)
             fail_msg("%s (%d registers): the backward's read-outs hold %d accumulators", s->target, s->registers,
                      t.bwd_acc);
+        /* the causal scores: 8 independent chains (and their operands) within the registers */
+        if (t.sc_rt * t.sc_kv != 8 || t.sc_rt * t.sc_kv + t.sc_kv + 1 > s->registers)
+            fail_msg("%s (%d registers): causal score steps of %d x %d", s->target, s->registers, t.sc_rt, t.sc_kv);
         assert_int_equal(t.vec, s->width);
         assert_int_equal(t.vec_forced, 0);
         assert_int_equal(t.sum_ve, s->width);

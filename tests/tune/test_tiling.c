@@ -586,7 +586,7 @@ static void test_build_options(void **state)
     } cases[] = {
         {MHLA_KF_CAUSAL_OUTPUT, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
                                 "-DOUT_RT=1 -DOUT_VE=8 -DOUT_NV=8 -DOUT_DC=4 -DOUT_NT=0 -DOUT_PRE=0 -DOUT_PF=0 "
-                                "-DCAUSAL_TQ=32 -DCAUSAL_KT=32 -DCAUSAL_SRT=1 -DSLOT_PAD=1"},
+                                "-DCAUSAL_TQ=32 -DCAUSAL_KT=32 -DCAUSAL_SRT=8 -DCAUSAL_SKV=1 -DSLOT_PAD=1"},
         {MHLA_KF_CAUSAL_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
                                  "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSLOT_PAD=1"},
         /* rows of floats: nothing of the configuration, so one program serves every head size */
