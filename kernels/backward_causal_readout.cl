@@ -399,19 +399,7 @@ __attribute__((always_inline)) inline float bcf_scores(const int kind, const int
             #pragma unroll
             for (int c = 0; c < BCF_SKV; ++c)
                 a[r][c] = (VEC(BCT_VE))(0.0f);
-        for (int d = 0; d < DX; ++d) {
-            VEC(BCT_VE) y[BCF_SKV];
-            #pragma unroll
-            for (int c = 0; c < BCF_SKV; ++c)
-                y[c] = VLOADN(BCT_VE, 0, yt + d * BCT_FC + c0 + c * BCT_VE);
-            #pragma unroll
-            for (int r = 0; r < BCF_SRT; ++r) {
-                const float xr = xs[(rr + r) * DX + d];
-                #pragma unroll
-                for (int c = 0; c < BCF_SKV; ++c)
-                    a[r][c] += xr * y[c];
-            }
-        }
+        SCORE_STEPS(BCT_VE, BCF_SRT, BCF_SKV, a, DX, xs + rr * DX, DX, yt + c0, BCT_FC);
         #pragma unroll
         for (int r = 0; r < BCF_SRT; ++r)
             #pragma unroll

@@ -187,19 +187,7 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
                 #pragma unroll
                 for (int c = 0; c < CAUSAL_SKV; ++c)
                     st[r][c] = (VEC(OUT_VE))(0.0f);
-            for (int d = 0; d < DK; ++d) {
-                VEC(OUT_VE) kv[CAUSAL_SKV];
-                #pragma unroll
-                for (int c = 0; c < CAUSAL_SKV; ++c)
-                    kv[c] = VLOADN(OUT_VE, 0, kt + d * CAUSAL_KT + s0 + c * OUT_VE);
-                #pragma unroll
-                for (int r = 0; r < CAUSAL_SRT; ++r) {
-                    const float a = qs[(rr + r) * DK + d];
-                    #pragma unroll
-                    for (int c = 0; c < CAUSAL_SKV; ++c)
-                        st[r][c] += a * kv[c];
-                }
-            }
+            SCORE_STEPS(OUT_VE, CAUSAL_SRT, CAUSAL_SKV, st, DK, qs + rr * DK, DK, kt + s0, CAUSAL_KT);
             #pragma unroll
             for (int r = 0; r < CAUSAL_SRT; ++r)
                 #pragma unroll

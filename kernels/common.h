@@ -261,4 +261,20 @@ float feature(const float x, const float feature_eps)
 #define FEATURE_V(W, x, feature_eps) select(exp(x), (x) + 1.0f, (x) > (VEC(W))(0.0f))
 #endif
 
+/* A step of scores: acc[r][c] += x[r * xstride + d] * (W floats at y + d * ystride + c * W) over
+ * d < dx, SR rows by SK vectors, SR * SK independent multiply-add chains (one chain waits out the
+ * multiply-add's latency at every d on a CPU: causal_output.cl, backward_causal_readout.cl). A
+ * macro, not a function: PoCL keeps a tile in registers only when its loop is written inline. */
+#define SCORE_STEPS(W, SR, SK, acc, dx, x, xstride, y, ystride)                                     \
+    for (int d_ = 0; d_ < (dx); ++d_) {                                                             \
+        VEC(W) y_[SK];                                                                              \
+        _Pragma("unroll") for (int c_ = 0; c_ < (SK); ++c_)                                         \
+            y_[c_] = VLOADN(W, 0, (y) + d_ * (ystride) + c_ * (W));                                 \
+        _Pragma("unroll") for (int r_ = 0; r_ < (SR); ++r_) {                                       \
+            const float x_ = (x)[r_ * (xstride) + d_];                                              \
+            _Pragma("unroll") for (int c_ = 0; c_ < (SK); ++c_)                                     \
+                (acc)[r_][c_] += x_ * y_[c_];                                                       \
+        }                                                                                           \
+    }
+
 #endif /* MHLA_KERNELS_COMMON_H */
