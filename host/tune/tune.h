@@ -40,11 +40,11 @@
     X(pre_nv, 1, ",")       /* causal prefix: vectors per row per work-item */                      \
     X(tq, 1, " ")           /* causal output: tokens per work-group (score tiles) */                \
     X(kt, 1, ",")           /* causal output: keys per pass through local memory */                 \
-    X(sc_rt, 1, ",")        /* causal output: score rows per work-item step (each key vector loaded \
-                               serves them: CPUs, as many as make independent multiply-add chains;  \
-                               1 on GPUs: every work-item of the group busy) */                     \
-    X(sc_kv, 1, ",")        /* causal output: score vectors of keys per step (each q~ broadcast     \
-                               serves them) */                                                      \
+    X(sc_rt, 1, ",")        /* causal output and bc_dqkv: score rows per work-item step (each key   \
+                               vector loaded serves them: CPUs, as many as make independent         \
+                               multiply-add chains; 1 on GPUs: every work-item of the group busy) */ \
+    X(sc_kv, 1, ",")        /* causal output and bc_dqkv: score vectors of keys per step (each      \
+                               broadcast serves them) */                                            \
     X(gemm_rows, 0, ",")    /* causal prefix: earlier blocks of this many chunks go to CLBlast */   \
     X(sm_bq, 1, " ")        /* softmax: query rows per work-group */                                \
     X(sm_bk, 1, ",")        /* softmax: keys per local-memory tile (shrunk to fit local memory) */  \
