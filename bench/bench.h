@@ -287,6 +287,7 @@ typedef struct bench_peak {
     double copy_bytes;               /* buffer size of the copy probe */
     int runs;
     int host_clock; /* timed with the host clock (the device's profiling timestamps are unusable) */
+    int fused;      /* the best chains were fma() (1) or mad() (0): kernels/peak.cl */
 } bench_peak;
 
 typedef struct bench_report {

@@ -1,5 +1,6 @@
 /* Device peak probe of mhla-bench (after clpeak): the achievable f32 multiply-add throughput, the
- * best of float4/float8/float16 chains (kernels/peak.cl), and the copy bandwidth of a float4
+ * best of float4/float8/float16 chains of mad() and, where the device reports fused multiply-add,
+ * of fma() (kernels/peak.cl says why both), and the copy bandwidth of a float4
  * stream, each the median over several runs timed by profiling events. */
 #include "bench.h"
 
@@ -47,14 +48,14 @@ static size_t local_size(cl_kernel kernel, cl_device_id dev, size_t want)
 }
 
 /* One FMA variant: reps calibrated so that a run takes about target_ms / runs. */
-static mhla_status probe_fma(mhla_context *ctx, cl_program prog, int width, const bench_device *dev,
+static mhla_status probe_fma(mhla_context *ctx, cl_program prog, int width, int fused, const bench_device *dev,
                              double target_ms, int runs, bench_timing *t, double *flops, char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
     cl_int e = CL_SUCCESS;
     cl_mem out = NULL;
     char name[32];
-    snprintf(name, sizeof name, "peak_fma%d", width);
+    snprintf(name, sizeof name, "peak_%s%d", fused ? "fma" : "mad", width);
     peak_launch l = {name, mhla_context_queue(ctx), clCreateKernel(prog, name, &e), 0, 0, CL_SUCCESS};
     if (e != CL_SUCCESS) {
         snprintf(err, err_size, "clCreateKernel(%s): %d", name, (int)e);
@@ -154,8 +155,12 @@ mhla_status bench_peak_measure(mhla_context *ctx, const bench_device *dev, doubl
     /* Chains no wider than the device's registers (float4 at least): wider ones only split, and
      * without AVX-512 a float16 argument to mad() makes the compiler warn about the ABI. */
     const int widest = dev->float_width > 4 ? dev->float_width : 4;
+    cl_device_fp_config fp = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) != CL_SUCCESS)
+        fp = 0;
+    const int has_fma = (fp & CL_FP_FMA) != 0;
     char options[64];
-    snprintf(options, sizeof options, "-cl-std=CL1.2 -DPEAK_WIDTH=%d", widest);
+    snprintf(options, sizeof options, "-cl-std=CL1.2 -DPEAK_WIDTH=%d -DPEAK_FUSED=%d", widest, has_fma);
     if (e == CL_SUCCESS)
         e = clBuildProgram(prog, 1, &device, options, NULL, NULL);
     if (e != CL_SUCCESS) {
@@ -170,20 +175,23 @@ mhla_status bench_peak_measure(mhla_context *ctx, const bench_device *dev, doubl
     out->gflops = 0.0;
     out->host_clock = 0;
     const int widths[] = {4, 8, 16};
-    for (size_t i = 0; i < sizeof widths / sizeof widths[0] && widths[i] <= widest; ++i) {
-        bench_timing t;
-        double flops = 0.0;
-        if ((st = probe_fma(ctx, prog, widths[i], dev, target_ms, runs, &t, &flops, err, err_size)) != MHLA_OK)
-            goto cleanup;
-        out->host_clock |= t.host_clock;
-        const double g = flops / t.ms_median * 1e-6;
-        if (g > out->gflops) {
-            out->gflops = g;
-            out->gflops_min = flops / t.ms_max * 1e-6;
-            out->gflops_max = flops / t.ms_min * 1e-6;
-            out->vector_width = widths[i];
+    for (int fused = 0; fused <= has_fma; ++fused)
+        for (size_t i = 0; i < sizeof widths / sizeof widths[0] && widths[i] <= widest; ++i) {
+            bench_timing t;
+            double flops = 0.0;
+            st = probe_fma(ctx, prog, widths[i], fused, dev, target_ms, runs, &t, &flops, err, err_size);
+            if (st != MHLA_OK)
+                goto cleanup;
+            out->host_clock |= t.host_clock;
+            const double g = flops / t.ms_median * 1e-6;
+            if (g > out->gflops) {
+                out->gflops = g;
+                out->gflops_min = flops / t.ms_max * 1e-6;
+                out->gflops_max = flops / t.ms_min * 1e-6;
+                out->vector_width = widths[i];
+                out->fused = fused;
+            }
         }
-    }
     bench_timing t;
     double bytes = 0.0;
     if ((st = probe_copy(ctx, prog, dev, runs, &t, &bytes, err, err_size)) != MHLA_OK)

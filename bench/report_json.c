@@ -43,6 +43,7 @@ static const field peak_fields[] = {
     NUM(bench_peak, "gflops_min", gflops_min, F_DOUBLE),
     NUM(bench_peak, "gflops_max", gflops_max, F_DOUBLE),
     NUM(bench_peak, "fma_vector_width", vector_width, F_INT),
+    NUM(bench_peak, "fma_fused", fused, F_INT),
     NUM(bench_peak, "copy_gbps", gbps, F_DOUBLE),
     NUM(bench_peak, "copy_gbps_min", gbps_min, F_DOUBLE),
     NUM(bench_peak, "copy_gbps_max", gbps_max, F_DOUBLE),

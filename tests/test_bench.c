@@ -222,7 +222,7 @@ static void test_ratios_and_rates(void **state)
     assert_true(isnan(rows[2].ratio_mhla_linear) && isnan(rows[3].ratio_softmax_mhla));
     assert_true(isnan(rows[4].ratio_mhla_linear) && isnan(rows[4].ratio_softmax_mhla));
 
-    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3, 0};
+    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3, 0, 0};
     bench_fill_rates(rows, n, &peak);
     const double flops = 4.0 * 8 * 4096 * 64 * 64;
     assert_true(fabs(rows[2].flops - flops) < 1.0);
@@ -262,7 +262,7 @@ static void test_blas_columns(void **state)
     };
     const size_t n = sizeof rows / sizeof rows[0];
     rows[4].shape.bt = 4;
-    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3, 0};
+    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3, 0, 0};
     bench_fill_rates(rows, n, &peak);
     bench_fill_ratios(rows, n);
     assert_true(fabs(rows[0].flops - 2.0 * 2048.0 * 2048.0 * 2048.0) < 1.0);
@@ -380,7 +380,7 @@ static void test_estimates(void **state)
     char err[64];
     char *argv[] = {"mhla-bench", "--warmup", "1", "--min-iters", "4"};
     assert_int_equal(bench_options_parse(5, argv, &o, stdout, err, sizeof err), 0);
-    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3, 0};
+    const bench_peak peak = {100.0, 90.0, 110.0, 8, 10.0, 9.0, 11.0, 1e8, 3, 0, 0};
     bench_shape s1k = shape_1d(1024), s4k = shape_1d(4096), s64k = shape_1d(65536);
     const bench_row done[] = {timed_row(BENCH_OP_SOFTMAX, s1k, 10.0, BENCH_STATUS_OK),
                               timed_row(BENCH_OP_SOFTMAX, s64k, 1.0, BENCH_STATUS_ESTIMATED), /* not a base */
@@ -555,7 +555,7 @@ static void sample_report(bench_report *rep, bench_row *rows, double scale)
     snprintf(rep->device.driver, sizeof rep->device.driver, "1.2\\3");
     rep->device.compute_units = 2;
     rep->device.max_alloc = 1ull << 40;
-    rep->peak = (bench_peak){123.5, 120, 125, 16, 15.25, 14, 16, 134217728.0, 5, 0};
+    rep->peak = (bench_peak){123.5, 120, 125, 16, 15.25, 14, 16, 134217728.0, 5, 0, 1};
     char err[64];
     char *argv[] = {"mhla-bench", "--quick", "--seed", "7", "--max-row-s", "8"};
     assert_int_equal(bench_options_parse(6, argv, &rep->opts, stdout, err, sizeof err), 0);
@@ -616,7 +616,7 @@ static void test_json_round_trip(void **state)
     assert_string_equal(back.device.driver, rep.device.driver);
     assert_string_equal(back.command, rep.command);
     assert_true(back.device.max_alloc == rep.device.max_alloc);
-    assert_true(back.peak.gflops == rep.peak.gflops && back.peak.vector_width == 16);
+    assert_true(back.peak.gflops == rep.peak.gflops && back.peak.vector_width == 16 && back.peak.fused == 1);
     assert_true(back.opts.target_ms == 150 && back.opts.min_iters == 3 && back.opts.seed == 7);
     assert_true(back.opts.max_row_s == 8 && back.opts.quick == 1 && back.opts.batch == 1);
     assert_int_equal(back.row_count, SAMPLE_ROWS);
