@@ -160,6 +160,10 @@ int bench_blas_available(void);
  * online CPU); NULL and 0 without OpenBLAS. */
 const char *bench_blas_config(void);
 int bench_blas_threads(void);
+/* The OpenBLAS core (OPENBLAS_CORETYPE) the host ops should run where OpenBLAS took one without
+ * AVX2 kernels (named in *was) on a CPU with AVX2 and FMA, and OPENBLAS_CORETYPE is not set; NULL
+ * otherwise. */
+const char *bench_blas_core_fix(const char **was);
 /* MHLA's non-causal forward of the MHLA rows (bench_config(s): relu-eps, paper normalizer) on
  * the host in the GEMM formulation, as the blas row times it: q, k, v and out in the shape's
  * layout, mixing M x M row-major. Returns MHLA_OK, MHLA_ERR_UNSUPPORTED without OpenBLAS or for

@@ -92,11 +92,45 @@ static void test_blas_forward_other_threading(void **state)
     unsetenv("MHLA_BENCH_BLAS_THREADING");
 }
 
+/* The OpenBLAS core the bench replaces (bench_blas_core_fix): never a user's OPENBLAS_CORETYPE; where
+ * it replaces one, that core had no AVX2 kernels, and the note names both cores. */
+static void test_blas_core_fix(void **state)
+{
+    (void)state;
+    if (!bench_blas_available())
+        test_skip();
+    char user[64] = "";
+    const char *was = NULL, *env = getenv("OPENBLAS_CORETYPE");
+    if (env)
+        snprintf(user, sizeof user, "%s", env);
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    assert_null(bench_blas_core_fix(&was));
+    assert_null(was);
+    unsetenv("OPENBLAS_CORETYPE");
+    const char *core = bench_blas_core_fix(&was);
+    if (core) {
+        assert_non_null(was);
+        assert_true(!strcmp(core, "SkylakeX") || !strcmp(core, "Haswell"));
+        assert_null(strstr("HaswellSkylakeXCooperlakeSapphireRapidsZen", was));
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        setenv("MHLA_BENCH_BLAS_CORE_WAS", was, 1);
+        assert_non_null(strstr(bench_blas_config(), "set by mhla-bench"));
+        assert_non_null(strstr(bench_blas_config(), was));
+        unsetenv("MHLA_BENCH_BLAS_CORE_WAS");
+    }
+    if (env)
+        setenv("OPENBLAS_CORETYPE", user, 1);
+    else
+        unsetenv("OPENBLAS_CORETYPE");
+    assert_null(strstr(bench_blas_config(), "set by mhla-bench"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blas_forward),
         cmocka_unit_test(test_blas_forward_other_threading),
+        cmocka_unit_test(test_blas_core_fix),
     };
     /* Without OpenBLAS only the refusal was checked: both cases skip, meson's SKIP (77), not a pass. */
     return run_group("bench_blas", tests, NULL, NULL);
