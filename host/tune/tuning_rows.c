@@ -60,8 +60,19 @@ static const tuning_row rows[] = {
       .sc_rt = 1, .sc_kv = 1, .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 1,
       .bwd_acc = 8, .dmix_tm = 4}},
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
-     * the SIMD target (tune/cpu_row.c). 'cpu' takes every CPU device; 'cpu-wide' (32 registers at
-     * the device's width) only by name. */
+     * the SIMD target (tune/cpu_row.c). 'cpu-intel' takes Intel's CPUs, 'cpu' every other CPU
+     * device; 'cpu-wide' (32 registers at the device's width) only by name.
+     * 'cpu-intel' differs in one field, the summary's folds (sum_chunk 32, not 256): on Intel's
+     * cores a group's work-items took their k and v rows from L2 when its chunk (256 tokens: 128 KiB
+     * of a head's rows, 2 KiB apart in [B,N,H,D]) outgrew L1, and the summary stage at N = 16384
+     * ran 1.3-1.4x faster with chunks of 32 (16 KiB, shared in L1), AVX-512 and AVX2 alike; with a
+     * head's rows contiguous ([B,H,N,D]) the two were level. On AMD's EPYC the larger chunks were
+     * level or faster: 128 over 32 by 2-12%, 256 over 128 by up to 8% on AVX2 (docs/devices.md
+     * "The measurements behind the rows"). */
+    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0,
+     {.sum_chunk = 32, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
+      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
+      .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
      {.sum_chunk = 256, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
@@ -152,7 +163,8 @@ mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char 
             while (r < ROW_COUNT && strcmp(rows[r].name, value_text) != 0)
                 ++r;
             MHLA_FAIL_IF(st, r == ROW_COUNT, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                         "%s: unknown row '%s' (rows: llvmpipe, cpu-wide, cpu, gpu, default)", where, value_text);
+                         "%s: unknown row '%s' (rows: llvmpipe, cpu-intel, cpu, cpu-wide, gpu, default)", where,
+                         value_text);
             row_start(ctx, r, where, t);
             fields_set = 0;
         } else {

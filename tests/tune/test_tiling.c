@@ -223,6 +223,40 @@ static void test_cpu_row_d64(void **state)
     expect_softmax(&avx512, 65536, 16, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
 }
 
+/* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 32 tokens; AMD's and
+ * any other vendor's CPUs the 'cpu' row (256); an Intel GPU its GPU row. */
+static void test_cpu_vendor_rows(void **state)
+{
+    (void)state;
+    static const struct {
+        const fake_device *d;
+        const char *vendor, *row;
+        int sum_chunk;
+    } cases[] = {
+        {&haswell, "GenuineIntel", "built-in row 'cpu-intel'", 32},
+        {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 32},
+        {&haswell, "AuthenticAMD", "built-in row 'cpu'", 256},
+        {&avx512, "Test vendor", "built-in row 'cpu'", 256},
+        {&gpu, "Intel(R) Corporation", "built-in row 'gpu'", 32},
+    };
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        mhla_context *ctx = fake_context(cases[i].d, 4096, 65536);
+        snprintf(ctx->vendor, sizeof ctx->vendor, "%s", cases[i].vendor);
+        const mhla_tuning t = lookup(ctx, &cfg);
+        const size_t len = strlen(cases[i].row);
+        if (strncmp(t.origin, cases[i].row, len) != 0 || (t.origin[len] != ' ' && t.origin[len] != '\0') ||
+            t.sum_chunk != cases[i].sum_chunk)
+            fail_msg("%s from %s: %s, sum_chunk %d; expected %s, %d", cases[i].d->name, cases[i].vendor, t.origin,
+                     t.sum_chunk, cases[i].row, cases[i].sum_chunk);
+        if (cases[i].d->type == CL_DEVICE_TYPE_CPU)
+            assert_int_equal(t.vec, 8 * (cases[i].d == &avx512 ? 2 : 1)); /* tiles derived as in 'cpu' */
+        free_context(ctx);
+    }
+}
+
 /* The GPU row: float4 everywhere, 4 x 4 register tiles, CLBlast's prefix GEMMs over blocks of 32
  * chunks; the output group is 16 column vectors x 8 token tiles = 128 work-items, halving its tokens
  * under a lower limit, then widening its column tiles once the tokens are one register tile. */
@@ -692,7 +726,7 @@ int main(void)
     unsetenv("MHLA_TUNING");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_init),       cmocka_unit_test(test_cpu_row_d64),
-        cmocka_unit_test(test_gpu_row_d64),
+        cmocka_unit_test(test_gpu_row_d64),    cmocka_unit_test(test_cpu_vendor_rows),
         cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_prefix_width),
         cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_too_small),      cmocka_unit_test(test_build_options),
