@@ -49,21 +49,24 @@
 #ifndef PEAK_WIDTH
 #define PEAK_WIDTH 4
 #endif
-PEAK_FMA_KERNEL(peak_mad4, float4, mad)
 #if PEAK_WIDTH >= 8
-PEAK_FMA_KERNEL(peak_mad8, float8, mad)
+#define PEAK_IF8(x) x
+#else
+#define PEAK_IF8(x)
 #endif
 #if PEAK_WIDTH >= 16
-PEAK_FMA_KERNEL(peak_mad16, float16, mad)
+#define PEAK_IF16(x) x
+#else
+#define PEAK_IF16(x)
 #endif
+/* peak_mad4, peak_mad8, peak_mad16 (and peak_fma*): chains of OP, up to PEAK_WIDTH. */
+#define PEAK_KERNELS(OP)                                                                            \
+    PEAK_FMA_KERNEL(peak_##OP##4, float4, OP)                                                       \
+    PEAK_IF8(PEAK_FMA_KERNEL(peak_##OP##8, float8, OP))                                             \
+    PEAK_IF16(PEAK_FMA_KERNEL(peak_##OP##16, float16, OP))
+PEAK_KERNELS(mad)
 #if PEAK_FUSED
-PEAK_FMA_KERNEL(peak_fma4, float4, fma)
-#if PEAK_WIDTH >= 8
-PEAK_FMA_KERNEL(peak_fma8, float8, fma)
-#endif
-#if PEAK_WIDTH >= 16
-PEAK_FMA_KERNEL(peak_fma16, float16, fma)
-#endif
+PEAK_KERNELS(fma)
 #endif
 
 /* One float4 per work-item read and written: what a streaming kernel can move per second. */
