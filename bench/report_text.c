@@ -27,8 +27,8 @@ static void print_header(FILE *f, const bench_report *rep)
             d->driver, d->platform_version, d->opencl_c, d->compute_units, d->clock_mhz);
     fprintf(f, "peak       %.1f GFLOP/s f32 multiply-add (float%d %s chains; %.1f..%.1f over %d runs), "
                "%.1f GB/s copy (read+write of %.0f MiB; %.1f..%.1f)\n",
-            p->gflops, p->vector_width, p->fused ? "fma" : "mad", p->gflops_min, p->gflops_max, p->runs, p->gbps, p->copy_bytes / 1048576.0,
-            p->gbps_min, p->gbps_max);
+            p->gflops, p->vector_width, p->fused ? "fma" : "mad", p->gflops_min, p->gflops_max, p->runs, p->gbps,
+            p->copy_bytes / 1048576.0, p->gbps_min, p->gbps_max);
     int host = p->host_clock, host_ops = 0;
     for (size_t i = 0; i < rep->row_count; ++i) {
         host |= rep->rows[i].host_clock == BENCH_CLOCK_FALLBACK;

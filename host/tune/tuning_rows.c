@@ -64,11 +64,12 @@ static const tuning_row rows[] = {
      * device; 'cpu-wide' (32 registers at the device's width) only by name.
      * 'cpu-intel' differs in one field, the summary's folds (sum_chunk 32, not 256): on Intel's
      * cores a group's work-items took their k and v rows from L2 when its chunk (256 tokens: 128 KiB
-     * of a head's rows, 2 KiB apart in [B,N,H,D]) outgrew L1, and the summary stage at N = 16384
-     * ran 1.3-1.4x faster with chunks of 32 (16 KiB, shared in L1), AVX-512 and AVX2 alike; with a
-     * head's rows contiguous ([B,H,N,D]) the two were level. On AMD's EPYC the larger chunks were
-     * level or faster: 128 over 32 by 2-12%, 256 over 128 by up to 8% on AVX2 (docs/devices.md
-     * "The measurements behind the rows"). */
+     * of a head's rows, 2 KiB apart in [B,N,H,D]) outgrew L1: with chunks of 32 (16 KiB, shared in
+     * L1) the summary stage at N = 16384 took 1.3-1.5x the read-out's time instead of 1.8-2.0 with
+     * AVX-512 (a Xeon, natively), 3-15% less under as-avx2; with a head's rows contiguous
+     * ([B,H,N,D]) the two were level. On AMD's EPYC the larger chunks were level or faster: 128
+     * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2 (docs/devices.md "The measurements behind
+     * the rows"). */
     {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0,
      {.sum_chunk = 32, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
