@@ -279,8 +279,9 @@ typedef struct tune_stage {
  * current one measures the same and is not kept). */
 static const tune_stage stages[] = {
     {"summary", 0, 0,
-     {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}}, {"pf", 2, {0, 1}},
-      {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {4, 8, 64, 256}}, {NULL, 0, {0}}},
+     {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}},
+      {"sum_kb", 2, {0, 1}}, {"pf", 2, {0, 1}}, {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {4, 8, 64, 256}},
+      {NULL, 0, {0}}},
      "sum_rd", "sum_nv", "sum_ve", 4, {2, 4, 8, 16}, 1, 1},
     {"output", 2, 0,
      {{"out_rt", 4, {2, 4, 6, 8}}, {"out_nv", 3, {1, 2, 4}}, {"out_dc", 3, {4, 8, 16}}, {"out_nt", 2, {0, 1}},

@@ -81,6 +81,7 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, mhla_ti
     out->sum_ve = mhla__pow2_divisor(cfg->dv, t->sum_ve);
     out->sum_nv = mhla__pow2_divisor(cfg->dv / out->sum_ve, t->sum_nv);
     out->sum_chunk = t->sum_chunk;
+    out->sum_kb = t->sum_kb != 0;
     out->out_rt = t->out_rt;
     out->out_ve = mhla__pow2_divisor(cfg->dv, t->out_ve);
     out->out_nv = mhla__pow2_divisor(cfg->dv / out->out_ve, t->out_nv);
@@ -411,8 +412,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_DTYPE)
         mhla__opts_add(opts, "-DDTYPE=%d", (int)c->dtype);
     if (r & F_SUM)
-        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d", t->sum_rd, t->sum_ve, t->sum_nv,
-                       t->sum_chunk);
+        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d -DSUM_KB=%d", t->sum_rd, t->sum_ve,
+                       t->sum_nv, t->sum_chunk, t->sum_kb);
     if (r & F_OUT)
         mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d -DOUT_PRE=%d -DOUT_PF=%d",
                        t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt, t->out_pre, t->out_pf);

@@ -19,6 +19,8 @@
     X(sum_ve, 1, ",")       /* summary: vector width along the value columns */                     \
     X(sum_nv, 1, ",")       /* summary: value vectors per work-item */                              \
     X(sum_chunk, 1, ",")    /* summary: tokens summed before folding into the total (SUM_CHUNK) */  \
+    X(sum_kb, 0, ",")       /* summary: 1 = k~ broadcast from memory (CPUs: load ports, not shuffles; \
+                               GPUs: 0, a volatile private row would leave the registers) */       \
     X(out_rt, 1, " ")       /* output: tokens per work-item */                                      \
     X(out_ve, 1, ",")       /* output: vector width along the output columns */                     \
     X(out_nv, 1, ",")       /* output: output vectors per token per work-item */                    \
@@ -103,6 +105,7 @@ int mhla__pow2_divisor(int64_t n, int cap);
 typedef struct mhla_tiles {
     int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
     int sum_chunk;                      /* SUM_CHUNK: tokens per partial sum */
+    int sum_kb;                         /* SUM_KB: k~ broadcast from memory (kernels/tiles.h) */
     int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
     int out_nt;                         /* OUT_NT: streaming stores of the output rows */
     int out_pre;                        /* OUT_PRE: q~ mapped up front (kernels/tiles.h) */

@@ -24,7 +24,8 @@ typedef struct tuning_row {
  *   registers the compiler targets, and the register tiles are sized to how many there are:
  *   both derived from the device (tune/cpu_row.c). Wider vectors never help: without AVX-512 a
  *   float16 argument or return value changes the calling convention (clang warns, and PoCL
- *   prints the warning on stderr). The summary prefetches its next chunk (pf, kernels/common.h)
+ *   prints the warning on stderr). The summary prefetches its next chunk (pf, kernels/common.h),
+ *   broadcasts its k~ values from memory rather than by register shuffles (sum_kb, kernels/tiles.h)
  *   and folds its partial sums every 256 tokens (sum_chunk): each fold is a barrier, and CPU
  *   runtimes pass every work-item of the group through it; 256 is also a whole block at the
  *   bench's M (blocks of 256 tokens), one chunk and one barrier per group (docs/devices.md).
@@ -71,15 +72,15 @@ static const tuning_row rows[] = {
      * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2 (docs/devices.md "The measurements behind
      * the rows"). */
     {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0,
-     {.sum_chunk = 32, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
+     {.sum_chunk = 32, .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
       .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
-     {.sum_chunk = 256, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
+     {.sum_chunk = 256, .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
       .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32,
-     {.sum_chunk = 256, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
+     {.sum_chunk = 256, .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
       .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
       .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,

@@ -622,13 +622,13 @@ static void test_build_options(void **state)
                                 "-DOUT_RT=1 -DOUT_VE=8 -DOUT_NV=8 -DOUT_DC=4 -DOUT_NT=0 -DOUT_PRE=0 -DOUT_PF=0 "
                                 "-DCAUSAL_TQ=32 -DCAUSAL_KT=32 -DCAUSAL_SRT=8 -DCAUSAL_SKV=1 -DSLOT_PAD=1"},
         {MHLA_KF_CAUSAL_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
-                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSLOT_PAD=1"},
+                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DSLOT_PAD=1"},
         /* rows of floats: nothing of the configuration, so one program serves every head size */
         {MHLA_KF_CAUSAL_PREFIX, "-DMIX_MR=4 -DMIX_NV=2 -DPRE_VE=8"},
         {MHLA_KF_MIXING, "-DMIX_MR=4 -DMIX_VE=8 -DMIX_NV=2"},
         /* the summary always writes z: no normalizer */
         {MHLA_KF_BLOCK_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DDTYPE=0 "
-                                "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DPREFETCH=1"},
+                                "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DPREFETCH=1"},
         /* a CPU row: no prefix GEMM blocks, so padded slots */
         {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 -DSLOT_PAD=1"},
         /* softmax: no feature map, no normalizer */
