@@ -20,7 +20,7 @@
     X(sum_nv, 1, ",")       /* summary: value vectors per work-item */                              \
     X(sum_chunk, 1, ",")    /* summary: tokens summed before folding into the total (SUM_CHUNK) */  \
     X(sum_kb, 0, ",")       /* summary: 1 = k~ broadcast from memory (CPUs: load ports, not shuffles; \
-                               GPUs: 0, a volatile private row would leave the registers) */       \
+                               GPUs: 0, the row read through volatile would leave the registers) */\
     X(out_rt, 1, " ")       /* output: tokens per work-item */                                      \
     X(out_ve, 1, ",")       /* output: vector width along the output columns */                     \
     X(out_nv, 1, ",")       /* output: output vectors per token per work-item */                    \
