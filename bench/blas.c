@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef MHLA_BENCH_OPENBLAS
 
@@ -327,16 +328,13 @@ const char *bench_blas_core_fix(const char **was)
 {
     *was = NULL;
 #if defined(__x86_64__) || defined(__i386__)
-    static const char *const avx2_cores[] = {"haswell", "skylakex", "cooperlake", "sapphirerapids", "zen",
-                                             "excavator"};
+    static const char *const avx2_cores[] = {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen",
+                                             "Excavator"};
     const char *core = openblas_get_corename();
     if (getenv("OPENBLAS_CORETYPE") || !core || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         return NULL;
-    char lower[32] = "";
-    for (size_t i = 0; core[i] && i + 1 < sizeof lower; ++i)
-        lower[i] = (char)(core[i] >= 'A' && core[i] <= 'Z' ? core[i] - 'A' + 'a' : core[i]);
     for (size_t i = 0; i < sizeof avx2_cores / sizeof avx2_cores[0]; ++i)
-        if (!strcmp(lower, avx2_cores[i]))
+        if (!strcasecmp(core, avx2_cores[i]))
             return NULL;
     const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

@@ -66,10 +66,11 @@ int main(int argc, char **argv)
 #endif
         }
     /* OpenBLAS reads OPENBLAS_CORETYPE once, when it loads: a fallback core is replaced by a new exec
-     * of this program with it set (bench/blas.c); where the exec fails, OpenBLAS's own choice stays. */
+     * of this program with it set (bench/blas.c; set, it is never replaced again, so this runs once);
+     * where the exec fails, OpenBLAS's own choice stays. */
     const char *was = NULL, *core = bench_blas_core_fix(&was);
-    if (core && !getenv("MHLA_BENCH_BLAS_CORE_WAS")) {
-        if (was && setenv("MHLA_BENCH_BLAS_CORE_WAS", was, 1) == 0 && setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+    if (core) {
+        if (setenv("MHLA_BENCH_BLAS_CORE_WAS", was, 1) == 0 && setenv("OPENBLAS_CORETYPE", core, 1) == 0)
             execv("/proc/self/exe", argv);
         unsetenv("MHLA_BENCH_BLAS_CORE_WAS");
         unsetenv("OPENBLAS_CORETYPE");

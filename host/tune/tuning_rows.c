@@ -53,6 +53,12 @@ typedef struct tuning_row {
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
  *   (256 bits), like a GPU; it reports a float width of 1.
  * - Anything else: GPU-like choices with smaller tiles. */
+/* The fields every CPU row shares (their tiles and widths come from tune/cpu_row.c); the rows differ
+ * in the summary's folds alone. */
+#define CPU_ROW_FIELDS(chunk)                                                                        \
+    {.sum_chunk = (chunk), .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64,   \
+     .groups_per_cu = 256, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32,          \
+     .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}
 static const tuning_row rows[] = {
     {"llvmpipe", NULL, "llvmpipe", 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
@@ -71,18 +77,9 @@ static const tuning_row rows[] = {
      * ([B,H,N,D]) the two were level. On AMD's EPYC the larger chunks were level or faster: 128
      * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2 (docs/devices.md "The measurements behind
      * the rows"). */
-    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0,
-     {.sum_chunk = 32, .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
-      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
-      .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}},
-    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0,
-     {.sum_chunk = 256, .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
-      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
-      .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}},
-    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32,
-     {.sum_chunk = 256, .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64, .groups_per_cu = 256,
-      .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32, .gemm_rows = 0, .sm_bq = 256,
-      .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}},
+    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(32)},
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256)},
+    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32, CPU_ROW_FIELDS(256)},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
@@ -96,6 +93,7 @@ static const tuning_row rows[] = {
       .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 8,
       .bwd_acc = 8, .dmix_tm = 4}},
 };
+#undef CPU_ROW_FIELDS
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
 
 /* Row r as the starting point of a tuning: CPU rows get their tiles for ctx's SIMD target (or,
