@@ -266,7 +266,7 @@ typedef struct tune_stage {
     int objective; /* index into measure()'s ms: 0 summary, 1 mixing, 2 output, 3 the whole run */
     int kind;      /* measure()'s: 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax
                       (2048), 3 the causal backward (1's problem) */
-    tune_field fields[8];
+    tune_field fields[9];
     /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
      * together (NULL: the stage has none). */
     const char *rows_field, *nv_field, *ve_field;
@@ -279,10 +279,10 @@ typedef struct tune_stage {
  * current one measures the same and is not kept). */
 static const tune_stage stages[] = {
     {"summary", 0, 0,
-     {{"sum_rd", 3, {4, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}},
-      {"sum_kb", 2, {0, 1}}, {"pf", 2, {0, 1}}, {"wg", 4, {32, 64, 128, 256}}, {"groups_per_cu", 4, {4, 8, 64, 256}},
-      {NULL, 0, {0}}},
-     "sum_rd", "sum_nv", "sum_ve", 4, {2, 4, 8, 16}, 1, 1},
+     {{"sum_rd", 4, {4, 6, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}},
+      {"sum_lk", 2, {0, 1}}, {"sum_kb", 2, {0, 1}}, {"pf", 2, {0, 1}}, {"wg", 4, {32, 64, 128, 256}},
+      {"groups_per_cu", 4, {4, 8, 64, 256}}, {NULL, 0, {0}}},
+     "sum_rd", "sum_nv", "sum_ve", 5, {2, 4, 6, 8, 16}, 1, 1},
     {"output", 2, 0,
      {{"out_rt", 4, {2, 4, 6, 8}}, {"out_nv", 3, {1, 2, 4}}, {"out_dc", 3, {4, 8, 16}}, {"out_nt", 2, {0, 1}},
       {"out_pre", 2, {0, 1}}, {"out_pf", 4, {0, 2, 4, 8}},

@@ -20,7 +20,8 @@
 void block_summary_body(global const STORE_T *restrict k, global const STORE_T *restrict v,
                         global float *restrict dst, const mhla_grid g, const float feature_eps, const int splits,
                         const int split_len,
-                        const int weighted, global const float *w, global const float *wz, const float zscale)
+                        const int weighted, global const float *w, global const float *wz, const float zscale,
+                        local float *kl, local float *zl)
 {
     /* Padding work-items (tile past the last) compute on a valid tile and store nothing: every
      * work-item of the group must reach the same barriers. */
@@ -29,7 +30,8 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
     const int tile = active ? tile_id : 0;
     const int bs = (int)get_global_id(2);
     const int bh = (int)get_global_id(1);
-    const int d0 = (tile % SUM_ND) * SUM_RD;
+    const int rt = tile % SUM_ND;
+    const int d0 = summary_tile_d0(rt);
     const int et = tile / SUM_ND;
     const int blk = bs / splits;
     const int p_begin = (bs - blk * splits) * split_len;
@@ -37,11 +39,59 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
     const long at = ((long)blk * g.bh + bh) * g.nb; /* the weights' row: [M][B*H][Nb] */
 
     VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
-    VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
     SUM_TILE_ZERO(acc);
-    global const STORE_T *kbase = k + row_base(g, bh, DK) + d0;
     global const STORE_T *vbase = v + row_base(g, bh, DV) + et * SUM_COLS;
     const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
+#if SUM_LK
+    /* Two phases a chunk: the group's k~ rows into kl (each slice of dimensions by one work-item,
+     * which also sums it into zl), then every work-item's tile from them. Each slice's key sum is its
+     * work-item's alone, so zl needs no barrier of its own. */
+    const int lid = (int)get_local_id(0), lsize = (int)get_local_size(0);
+    global const STORE_T *krow = k + row_base(g, bh, DK);
+    for (int sl = lid; sl < SUM_KS; sl += lsize)
+        VSTOREN(SUM_KW, (VEC(SUM_KW))(0.0f), 0, zl + sl * SUM_KW);
+    for (int p0 = p_begin; p0 < p_end;) {
+        const int p1 = min(p0 + SUM_CHUNK, p_end);
+#if PREFETCH
+        if (tile_id == 0) /* the next chunk's v rows (its k rows are read in the first phase) */
+            for (int pp = p1, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1;) {
+                const int len = min(g.run - pp % g.run, q1 - pp);
+                touch_rows(vbase - et * SUM_COLS + token_of(g, blk, pp) * vstride, vstride, len, DV);
+                pp += len;
+            }
+#endif
+        for (int sl = lid; sl < SUM_KS; sl += lsize) {
+            VEC(SUM_KW) zpart = (VEC(SUM_KW))(0.0f);
+            for (int pp = p0; pp < p1;) {
+                const int len = min(g.run - pp % g.run, p1 - pp);
+                summary_kmap(krow + token_of(g, blk, pp) * kstride + sl * SUM_KW, kstride, len, feature_eps,
+                             kl + (pp - p0) * DK + sl * SUM_KW, &zpart, weighted, weighted ? w + at + pp : w,
+                             weighted ? wz + at + pp : wz);
+                pp += len;
+            }
+            VSTOREN(SUM_KW, VLOADN(SUM_KW, 0, zl + sl * SUM_KW) + zpart, 0, zl + sl * SUM_KW);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        SUM_TILE_ZERO(part);
+        for (int pp = p0; pp < p1;) {
+            const int len = min(g.run - pp % g.run, p1 - pp);
+            summary_tile_run_lk(kl + (pp - p0) * DK + d0, vbase + token_of(g, blk, pp) * vstride, vstride, len,
+                                part);
+            pp += len;
+        }
+        SUM_TILE_ADD(acc, part);
+        p0 = p1;
+        /* kl is rewritten next chunk; and as below, the group stays on one chunk at a time */
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    }
+    for (int sl = lid; sl < SUM_KS; sl += lsize) { /* weighted: zscale once here, not per token */
+        const VEC(SUM_KW) z = VLOADN(SUM_KW, 0, zl + sl * SUM_KW);
+        VSTOREN(SUM_KW, weighted ? zscale * z : z, 0, dst + summary_z_offset(g.bh, bs, bh) + sl * SUM_KW);
+    }
+#else
+    (void)kl, (void)zl;
+    VEC(SUM_RD) z = (VEC(SUM_RD))(0.0f);
+    global const STORE_T *kbase = k + row_base(g, bh, DK) + d0;
     for (int p0 = p_begin; p0 < p_end;) {
         /* One chunk of at most SUM_CHUNK positions, taken as pieces of contiguous token runs so
          * that the innermost loop is a plain counted loop over consecutive tokens. */
@@ -73,15 +123,18 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
          * runtimes run a group's work-items one after another between barriers). */
         barrier(CLK_GLOBAL_MEM_FENCE);
     }
+    if (active && et == 0) /* weighted: zscale once here, not per token */
+        VSTOREN(SUM_RD, weighted ? zscale * z : z, 0, dst + summary_z_offset(g.bh, bs, bh) + d0);
+#endif
     if (!active)
         return;
     #pragma unroll
     for (int r = 0; r < SUM_RD; ++r)
-        #pragma unroll
-        for (int j = 0; j < SUM_NV; ++j)
-            VSTOREN(SUM_VE, acc[r][j], 0, dst + summary_s_offset(g.bh, bs, bh, d0 + r) + et * SUM_COLS + j * SUM_VE);
-    if (et == 0) /* weighted: zscale once here, not per token */
-        VSTOREN(SUM_RD, weighted ? zscale * z : z, 0, dst + summary_z_offset(g.bh, bs, bh) + d0);
+        if (SUMMARY_ROW_OWN(rt, d0, r))
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                VSTOREN(SUM_VE, acc[r][j], 0,
+                        dst + summary_s_offset(g.bh, bs, bh, d0 + r) + et * SUM_COLS + j * SUM_VE);
 }
 
 kernel void block_summary(global const STORE_T *restrict k, global const STORE_T *restrict v,
@@ -89,8 +142,9 @@ kernel void block_summary(global const STORE_T *restrict k, global const STORE_T
                           const int split_len)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    local float kl[SUM_LK ? SUM_CHUNK * DK : 1], zl[SUM_LK ? DK : 1];
     block_summary_body(k, v, dst, g, feature_eps, splits, split_len, 0, (global const float *)0,
-                       (global const float *)0, 0.0f);
+                       (global const float *)0, 0.0f, kl, zl);
 }
 
 /* The same with per-token weights (summary_tile_run's `weighted` form, [M][B*H][Nb] as the
@@ -102,7 +156,8 @@ kernel void block_summary_weighted(global const STORE_T *restrict k, global cons
                                    global const float *restrict wz, const float zscale)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    block_summary_body(k, v, dst, g, feature_eps, splits, split_len, 1, w, wz, zscale);
+    local float kl[SUM_LK ? SUM_CHUNK * DK : 1], zl[SUM_LK ? DK : 1];
+    block_summary_body(k, v, dst, g, feature_eps, splits, split_len, 1, w, wz, zscale, kl, zl);
 }
 
 /* global: (ceil(row_len/4), M). summary[blk] = sum over s of partial[blk*splits + s], in order. */

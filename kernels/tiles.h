@@ -31,9 +31,20 @@
  * would leave the registers. The same values in the same order: the same bits either way. */
 #define SUM_KB 0
 #endif
+#ifndef SUM_LK
+/* 1 (CPU rows): a group maps each chunk's k rows once, into local memory (summary_kmap), and its
+ * work-items broadcast their k~ values from there (summary_tile_run_lk): each work-item's loop holds
+ * nothing but its loads and multiply-adds, and SUM_RD is a row count, not a vector width, so the
+ * tile can take 12 accumulators of 16 registers (6 x 2; 4 x 2 before: the AVX2 summary 17-25% faster,
+ * bench/README.md "The summary's k~ in local memory"). 0: every work-item maps its own SUM_RD
+ * dimensions of each token (GPU rows: no local memory traffic, no second barrier). */
+#define SUM_LK 0
+#endif
 #define SUM_COLS (SUM_VE * SUM_NV)
 #define SUM_NE (DV / SUM_COLS) /* column tiles */
-#define SUM_ND (DK / SUM_RD)   /* row tiles */
+/* Row tiles. With SUM_LK, SUM_RD need not divide DK: the last tile starts at DK - SUM_RD, overlapping
+ * the one before, and stores only its rows past it (summary_tile_d0); otherwise it divides DK. */
+#define SUM_ND ((DK + SUM_RD - 1) / SUM_RD)
 
 /* Read-outs: OUT_RT tokens x (OUT_VE * OUT_NV) output columns per work-item. */
 #ifndef OUT_RT
@@ -75,6 +86,68 @@
  * would be compiled for nothing, and on CPUs without AVX-512 a float16 call changes the ABI (a
  * compiler warning). */
 #ifdef TILES_SUMMARY
+/* The first key row of row tile rt (with SUM_LK the last tile may overlap the one before), and
+ * whether row d0 + r of that tile is its own to store (not the overlapped tile's). */
+int summary_tile_d0(const int rt)
+{
+    return min(rt * SUM_RD, DK - SUM_RD);
+}
+#define SUMMARY_ROW_OWN(rt, d0, r) ((d0) + (r) >= (rt) * SUM_RD)
+
+#if SUM_LK
+/* The group maps its chunk's k rows in slices of SUM_KW dimensions (the widest of SUM_VE and its
+ * halvings dividing DK), slice s by work-item s modulo the group's size. */
+#if DK % SUM_VE == 0
+#define SUM_KW SUM_VE
+#elif DK % 8 == 0
+#define SUM_KW 8
+#elif DK % 4 == 0
+#define SUM_KW 4
+#elif DK % 2 == 0
+#define SUM_KW 2
+#else
+#define SUM_KW 1
+#endif
+#define SUM_KS (DK / SUM_KW) /* slices of a k row */
+
+/* k~ of `len` consecutive tokens whose k rows start at kp (one slice of their dimensions) into
+ * rows of DK floats at kl, and their sum into *zpart; `weighted` as in summary_tile_run below. */
+void summary_kmap(global const STORE_T *kp, const long kstride, const int len, const float feature_eps,
+                  local float *kl, VEC(SUM_KW) *zpart, const int weighted, global const float *wp,
+                  global const float *wzp)
+{
+    for (int i = 0; i < len; ++i, kp += kstride, kl += DK) {
+        VEC(SUM_KW) kv = FEATURE_V(SUM_KW, LOADN(SUM_KW, 0, kp), feature_eps);
+        if (weighted) {
+            *zpart += wzp[i] * kv;
+            kv *= wp[i];
+        } else {
+            *zpart += kv;
+        }
+        VSTOREN(SUM_KW, kv, 0, kl);
+    }
+}
+
+/* part += k~ v^T over `len` consecutive tokens: their k~ rows (mapped, weighted) in local memory
+ * at kl (this work-item's SUM_RD dimensions), their v rows at vp. */
+void summary_tile_run_lk(local const float *kl, global const STORE_T *vp, const long vstride, const int len,
+                         VEC(SUM_VE) part[SUM_RD][SUM_NV])
+{
+    for (int i = 0; i < len; ++i, kl += DK, vp += vstride) {
+        VEC(SUM_VE) vv[SUM_NV];
+        #pragma unroll
+        for (int j = 0; j < SUM_NV; ++j)
+            vv[j] = LOADN(SUM_VE, 0, vp + j * SUM_VE);
+        #pragma unroll
+        for (int r = 0; r < SUM_RD; ++r) {
+            const float kr = kl[r];
+            #pragma unroll
+            for (int j = 0; j < SUM_NV; ++j)
+                part[r][j] += kr * vv[j];
+        }
+    }
+}
+#else
 void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const long kstride,
                       const long vstride, const int len, const float feature_eps,
                       VEC(SUM_VE) part[SUM_RD][SUM_NV], VEC(SUM_RD) *zpart, const int weighted,
@@ -109,7 +182,8 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
         }
     }
 }
-#endif
+#endif /* SUM_LK */
+#endif /* TILES_SUMMARY */
 
 /* Sum of the W lanes of x (through a private array: valid for every width). */
 #define HSUM(W, x, out)                                                                             \

@@ -2367,7 +2367,7 @@ static void test_tune(void **state)
 
 /* The joint pass reaches a tile that one field at a time does not: the summary kernel spins for
  * milliseconds unless its tile is 2 key rows x 4 vectors. The one-field pass never tries 2 rows (its
- * values are 4, 8 and 16), and 4 vectors alone keep the spin; only the joint grid's (2, 4) is fast,
+ * values are 4, 6, 8 and 16), and 4 vectors alone keep the spin; only the joint grid's (2, 4) is fast,
  * so it must be kept there and the search end on it. --stages summary keeps the run short. */
 static void test_tune_joint(void **state)
 {

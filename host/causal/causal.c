@@ -21,8 +21,7 @@ mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n)
 /* Register tiles of one chunk's summary: the work-items a chunk's summary takes. */
 static size_t summary_tiles(const mhla_causal *c)
 {
-    const mhla_tiles *t = &c->tiling;
-    return (size_t)(c->cfg.dk / t->sum_rd) * (size_t)(c->cfg.dv / (t->sum_ve * t->sum_nv));
+    return mhla__summary_work_items(&c->tiling, c->cfg.dk, c->cfg.dv);
 }
 
 static void release_kernels(mhla_causal *c)

@@ -6,8 +6,7 @@
 /* Work-items of one block segment: its register tiles. */
 static size_t summary_tiles(const mhla_plan *plan)
 {
-    const mhla_tiles *t = &plan->tiles;
-    return (size_t)((plan->cfg.dk / t->sum_rd) * (plan->cfg.dv / (t->sum_ve * t->sum_nv)));
+    return mhla__summary_work_items(&plan->tiles, plan->cfg.dk, plan->cfg.dv);
 }
 
 mhla_status mhla__block_summary_setup(mhla_plan *plan)

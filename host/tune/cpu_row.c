@@ -10,10 +10,14 @@
 /* Register tiles for `registers` vector registers of `width` floats: half of the registers hold
  * accumulators, the rest the loaded vectors, broadcasts and addresses (with 16 registers, 12
  * accumulators spill in every stage).
- * - Summary (k~ v^T): 4 key rows (each value vector loaded serves four) x as many vectors as the
- *   accumulators allow, up to a 64-column row: 4 x 2 with 16 registers, 4 x 4 with 32 of 16 floats
- *   (with row tiles fastest, 4 x 4 took the AVX-512 summary stage 15-20% below 8 x 2; on AVX2,
- *   2 x 4, 8 x 1 and 2 x 6 were slower than 4 x 2: bench/README.md "The summary's tile order").
+ * - Summary (k~ v^T): as many value vectors as a quarter of the accumulators (up to a 64-column
+ *   row), and 6 key rows (the rows' k~ read from local memory, sum_lk: a row count, not a vector):
+ *   6 x 2 with 16 registers, 12 accumulators where 4 x 2's 8 left the multiply-adds waiting on each
+ *   other (the AVX2 summary 17-25% faster on an Intel Xeon); 6 x 4 with 32 of 16 floats (AVX-512,
+ *   8-11% over 4 x 4). Without sum_lk (a row that turns it off) the rows are capped to a vector
+ *   width dividing Dk, 4 (bench/README.md "The summary's k~ in local memory"; before, with row tiles
+ *   fastest, 4 x 4 took the AVX-512 summary stage 15-20% below 8 x 2, and on AVX2 2 x 4, 8 x 1 and
+ *   2 x 6 were slower than 4 x 2: "The summary's tile order").
  * - Read-out (q~ S): as many vectors as make 64 columns, up to the accumulators (q~ is mapped once
  *   per column tile and per token, so one tile across a D = 64 row maps it once), and the tokens
  *   that fill the rest: 1 x 8 with 8-float registers (16 of them), 4 x 4 with 16-float (32).
@@ -36,7 +40,8 @@ void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
     t->vec_forced = 0;
     t->sum_ve = t->out_ve = t->mix_ve = t->sm_vw = s->width;
     const int wide = 64 / (s->width > 0 ? s->width : 16); /* vectors of a 64-column row */
-    t->sum_rd = 4, t->sum_nv = acc / 4 < wide ? acc / 4 : (wide > 0 ? wide : 1);
+    t->sum_nv = acc / 4 < wide ? acc / 4 : (wide > 0 ? wide : 1);
+    t->sum_rd = acc * 3 / 2 / t->sum_nv; /* 6 x 2, 6 x 4: three quarters of the registers */
     t->out_nv = wide < acc ? (wide > 0 ? wide : 1) : acc;
     t->out_rt = acc / t->out_nv;
     t->mix_nv = 2, t->mix_mr = acc / 2;

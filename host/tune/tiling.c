@@ -74,10 +74,19 @@ cleanup:
 
 /* Register tiles shared by the non-causal and causal kernels: the tuning's widths and counts cut
  * down to divide Dk and Dv. */
-static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, mhla_tiles *out)
+static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, uint64_t local_bytes, mhla_tiles *out)
 {
     memset(out, 0, sizeof *out);
-    out->sum_rd = mhla__pow2_divisor(cfg->dk, t->sum_rd);
+    /* sum_lk: the chunk's k~ rows and the key sums in local memory; where they do not fit, each
+     * work-item maps its own rows (SUM_LK 0: then sum_rd is a vector width dividing Dk). Within half
+     * the local memory: block_summary.cl's two kernels each declare the arrays, and Oclgrind counts
+     * every kernel's local arrays of the program at a launch (CL_OUT_OF_RESOURCES past its 32 KiB). */
+    const uint64_t lk_bytes = ((uint64_t)t->sum_chunk + 1) * (uint64_t)cfg->dk * sizeof(float);
+    out->sum_lk = t->sum_lk && 2 * lk_bytes <= local_bytes;
+    if (out->sum_lk)
+        out->sum_rd = t->sum_rd < cfg->dk ? t->sum_rd : (int)cfg->dk;
+    else
+        out->sum_rd = mhla__pow2_divisor(cfg->dk, t->sum_rd);
     out->sum_ve = mhla__pow2_divisor(cfg->dv, t->sum_ve);
     out->sum_nv = mhla__pow2_divisor(cfg->dv / out->sum_ve, t->sum_nv);
     out->sum_chunk = t->sum_chunk;
@@ -98,7 +107,9 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, mhla_ti
 void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
                          const mhla_tuning *t, mhla_tiles *out)
 {
-    register_tiles(cfg, t, out);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    register_tiles(cfg, t, fit.local_bytes, out);
     /* clang's prefetch builtin only where the kernel becomes native code (PoCL's CPU device):
      * Oclgrind aborts on the llvm.prefetch intrinsic, and rusticl's SPIR-V translator rejects it. */
     out->out_pf = ctx->limits.native_prefetch ? t->out_pf : 0;
@@ -119,6 +130,11 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
     }
     out->split_len = (int)((nb + splits - 1) / splits);
     out->splits = (int)((nb + out->split_len - 1) / out->split_len);
+}
+
+size_t mhla__summary_work_items(const mhla_tiles *t, int64_t dk, int64_t dv)
+{
+    return (size_t)((dk + t->sum_rd - 1) / t->sum_rd) * (size_t)(dv / (t->sum_ve * t->sum_nv));
 }
 
 int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv)
@@ -180,7 +196,7 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
 {
     mhla_status st = MHLA_OK;
     mhla_tiles x;
-    register_tiles(cfg, t, &x);
+    register_tiles(cfg, t, fit->local_bytes, &x);
     x.mix_mr = t->pre_mr, x.mix_nv = t->pre_nv; /* causal plans run the prefix kernel, not mixing.cl */
     const int64_t zcol = cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0;
     const int64_t width = cfg->batch * cfg->heads * cfg->dk * (cfg->dv + zcol); /* floats of a slot */
@@ -412,8 +428,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_DTYPE)
         mhla__opts_add(opts, "-DDTYPE=%d", (int)c->dtype);
     if (r & F_SUM)
-        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d -DSUM_KB=%d", t->sum_rd, t->sum_ve,
-                       t->sum_nv, t->sum_chunk, t->sum_kb);
+        mhla__opts_add(opts, "-DSUM_RD=%d -DSUM_VE=%d -DSUM_NV=%d -DSUM_CHUNK=%d -DSUM_KB=%d -DSUM_LK=%d", t->sum_rd,
+                       t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_kb, t->sum_lk);
     if (r & F_OUT)
         mhla__opts_add(opts, "-DOUT_RT=%d -DOUT_VE=%d -DOUT_NV=%d -DOUT_DC=%d -DOUT_NT=%d -DOUT_PRE=%d -DOUT_PF=%d",
                        t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt, t->out_pre, t->out_pf);

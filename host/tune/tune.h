@@ -15,12 +15,14 @@
  * it, and `mhla tune --export` writes what the printer prints: a new field is one line here. */
 #define MHLA_TUNING_FIELDS(X)                                                                       \
     X(vec, 0, "")           /* widest vector: 0 = the device's float width (mhla_device_limits) */  \
-    X(sum_rd, 1, " ")       /* summary: key rows per work-item (one vector) */                      \
+    X(sum_rd, 1, " ")       /* summary: key rows per work-item (one vector; any count with sum_lk) */ \
     X(sum_ve, 1, ",")       /* summary: vector width along the value columns */                     \
     X(sum_nv, 1, ",")       /* summary: value vectors per work-item */                              \
     X(sum_chunk, 1, ",")    /* summary: tokens summed before folding into the total (SUM_CHUNK) */  \
     X(sum_kb, 0, ",")       /* summary: 1 = k~ broadcast from memory (CPUs: load ports, not shuffles; \
                                GPUs: 0, the row read through volatile would leave the registers) */\
+    X(sum_lk, 0, ",")       /* summary: 1 = a group maps each chunk's k~ once into local memory and \
+                               its tiles read them there (CPUs: sum_rd 6, 12 accumulators on AVX2) */ \
     X(out_rt, 1, " ")       /* output: tokens per work-item */                                      \
     X(out_ve, 1, ",")       /* output: vector width along the output columns */                     \
     X(out_nv, 1, ",")       /* output: output vectors per token per work-item */                    \
@@ -106,6 +108,8 @@ typedef struct mhla_tiles {
     int sum_rd, sum_ve, sum_nv;         /* SUM_RD x (SUM_VE * SUM_NV) per work-item */
     int sum_chunk;                      /* SUM_CHUNK: tokens per partial sum */
     int sum_kb;                         /* SUM_KB: k~ broadcast from memory (kernels/tiles.h) */
+    int sum_lk;                         /* SUM_LK: a chunk's k~ mapped once into local memory; then
+                                           sum_rd need not divide Dk (kernels/tiles.h) */
     int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
     int out_nt;                         /* OUT_NT: streaming stores of the output rows */
     int out_pre;                        /* OUT_PRE: q~ mapped up front (kernels/tiles.h) */
@@ -204,6 +208,9 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
  * (MHLA_ERR_UNSUPPORTED, naming the sizes, when even the smallest do not fit). */
 mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                mhla_tiles *out);
+/* Work-items of one summary tile group (block_summary.cl, causal_summary.cl): row tiles (the last
+ * may overlap the one before: sum_lk) times column tiles. */
+size_t mhla__summary_work_items(const mhla_tiles *t, int64_t dk, int64_t dv);
 /* Work-items of one causal output group: the kernel is built for exactly this many. */
 int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv);
 /* Local memory the causal output kernel's arrays take. */

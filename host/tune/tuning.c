@@ -34,9 +34,13 @@ static void cap_widths(const mhla_context *ctx, mhla_tuning *t)
     int vw = pow2_floor16(t->vec > 0 ? t->vec : dev);
     if (vw > hard)
         vw = hard;
-    int *widths[] = {&t->sum_rd, &t->sum_ve, &t->out_ve, &t->out_dc, &t->mix_ve, &t->sm_vw};
-    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i)
+    int *widths[] = {&t->sum_ve, &t->out_ve, &t->out_dc, &t->mix_ve, &t->sm_vw, &t->sum_rd};
+    /* sum_rd is a vector width only without sum_lk; with it a row count up to 16 (kernels/tiles.h) */
+    const size_t n = sizeof widths / sizeof widths[0] - (t->sum_lk ? 1 : 0);
+    for (size_t i = 0; i < n; ++i)
         *widths[i] = pow2_floor16(*widths[i] < vw ? *widths[i] : vw);
+    if (t->sum_lk && t->sum_rd > 16)
+        t->sum_rd = 16;
     t->vec = vw;
 }
 

@@ -56,7 +56,7 @@ typedef struct tuning_row {
 /* The fields every CPU row shares (their tiles and widths come from tune/cpu_row.c); the rows differ
  * in the summary's folds alone. */
 #define CPU_ROW_FIELDS(chunk)                                                                        \
-    {.sum_chunk = (chunk), .sum_kb = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64,   \
+    {.sum_chunk = (chunk), .sum_kb = 1, .sum_lk = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64,   \
      .groups_per_cu = 256, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32,          \
      .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}
 static const tuning_row rows[] = {
@@ -69,15 +69,17 @@ static const tuning_row rows[] = {
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
      * the SIMD target (tune/cpu_row.c). 'cpu-intel' takes Intel's CPUs, 'cpu' every other CPU
      * device; 'cpu-wide' (32 registers at the device's width) only by name.
-     * 'cpu-intel' differs in one field, the summary's folds (sum_chunk 32, not 256): on Intel's
+     * 'cpu-intel' differs in one field, the summary's folds (sum_chunk 64, not 256): on Intel's
      * cores a group's work-items took their k and v rows from L2 when its chunk (256 tokens: 128 KiB
      * of a head's rows, 2 KiB apart in [B,N,H,D]) outgrew L1: with chunks of 32 (16 KiB, shared in
      * L1) the summary stage at N = 16384 took 1.3-1.5x the read-out's time instead of 1.8-2.0 with
      * AVX-512 (a Xeon, natively), 3-15% less under as-avx2; with a head's rows contiguous
-     * ([B,H,N,D]) the two were level. On AMD's EPYC the larger chunks were level or faster: 128
-     * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2 (docs/devices.md "The measurements behind
-     * the rows"). */
-    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(32)},
+     * ([B,H,N,D]) the two were level. With the k~ in local memory (sum_lk), 64 took summary /
+     * read-out to 0.99-1.07 under as-avx2 (32: 1.18-1.29, 128: 1.04-1.08, 256: 1.07-1.09) and to
+     * 1.15-1.22 natively (32: 1.38-1.43). On AMD's EPYC the larger chunks were level or faster: 128
+     * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2, before sum_lk (docs/devices.md "The
+     * measurements behind the rows"). */
+    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(64)},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256)},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32, CPU_ROW_FIELDS(256)},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,

@@ -70,8 +70,9 @@ static void test_row_fits_registers(void **state)
         mhla__cpu_row_fill(&t, s);
         const int tiles[][2] = {{t.sum_rd, t.sum_nv}, {t.out_rt, t.out_nv}, {t.mix_mr, t.mix_nv}, {t.pre_mr, t.pre_nv}};
         for (size_t k = 0; k < 4; ++k) {
-            const int acc = tiles[k][0] * tiles[k][1];
-            if (acc * 4 < s->registers || acc * 2 > s->registers)
+            /* the summary's k~ come from local memory (sum_lk): its tile may take three quarters */
+            const int acc = tiles[k][0] * tiles[k][1], most = k == 0 ? s->registers * 3 / 4 : s->registers / 2;
+            if (acc * 4 < s->registers || acc > most)
                 fail_msg("%s (%d registers): stage %zu holds %d accumulators (%d x %d)", s->target, s->registers, k,
                          acc, tiles[k][0], tiles[k][1]);
         }
@@ -95,9 +96,9 @@ static void test_row_fits_registers(void **state)
     mhla_tuning t;
     memset(&t, 0, sizeof t);
     mhla__cpu_row_fill(&t, &targets[0]);
-    assert_true(t.sum_rd == 4 && t.sum_nv == 2 && t.out_rt == 1 && t.out_nv == 8 && t.mix_mr == 4 && t.bwd_acc == 8);
+    assert_true(t.sum_rd == 6 && t.sum_nv == 2 && t.out_rt == 1 && t.out_nv == 8 && t.mix_mr == 4 && t.bwd_acc == 8);
     mhla__cpu_row_fill(&t, &targets[1]);
-    assert_true(t.sum_rd == 4 && t.sum_nv == 4 && t.out_rt == 4 && t.out_nv == 4 && t.mix_mr == 8 && t.bwd_acc == 16);
+    assert_true(t.sum_rd == 6 && t.sum_nv == 4 && t.out_rt == 4 && t.out_nv == 4 && t.mix_mr == 8 && t.bwd_acc == 16);
 }
 
 int main(void)

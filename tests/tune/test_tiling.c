@@ -175,12 +175,13 @@ static void expect_softmax(const fake_device *d, uint64_t local, int vw, int bk,
     free_context(ctx);
 }
 
-/* The forward's tiles of `d` (max_wg work-items) at D = 64, N = 4096, M = 4, vector width `vec`:
+/* The forward's tiles of `d` (max_wg work-items, PoCL's 2 MiB of local memory, where the CPU row's
+ * 256-token chunk of k~ rows fits) at D = 64, N = 4096, M = 4, vector width `vec`:
  * sum_rd, sum_ve, sum_nv, sum_chunk, out_rt, out_ve, out_nv, out_dc, out_pre, out_pf, out_nt,
  * mix_mr, mix_ve, mix_nv, wg, pf as `want`. */
 static void expect_forward(const fake_device *d, size_t max_wg, int vec, const int want[16])
 {
-    mhla_context *ctx = fake_context(d, max_wg, 65536);
+    mhla_context *ctx = fake_context(d, max_wg, 2u << 20);
     mhla_config cfg;
     mhla_config_init(&cfg);
     cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
@@ -200,13 +201,13 @@ static void expect_forward(const fake_device *d, size_t max_wg, int vec, const i
 }
 
 /* The CPU row on an AVX2 target (PoCL compiling for haswell on a host reporting 16 floats): 8-float
- * vectors, summary 4 rows x 2 vectors, read-out 1 token x 8 vectors (a 64-wide row), prefix 4 x 2.
+ * vectors, summary 6 rows x 2 vectors (its k~ from local memory), read-out 1 token x 8 vectors (a 64-wide row), prefix 4 x 2.
  * The output group is 64 / 64 column tiles x 32 tokens; its arrays (32x64 + 64x32 + 32x32 floats)
  * take 20 KiB; with less, keys per pass halve first. Softmax keys halve until 64 x 129 floats fit. */
 static void test_cpu_row_d64(void **state)
 {
     (void)state;
-    static const int forward[16] = {4, 8, 2, 256, 1, 8, 8, 4, 0, 4, 1, 4, 8, 2, 64, 1};
+    static const int forward[16] = {6, 8, 2, 256, 1, 8, 8, 4, 0, 4, 1, 4, 8, 2, 64, 1};
     expect_forward(&haswell, 4096, 8, forward);
 
     const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480};
@@ -223,7 +224,7 @@ static void test_cpu_row_d64(void **state)
     expect_softmax(&avx512, 65536, 16, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
 }
 
-/* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 32 tokens; AMD's and
+/* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 64 tokens; AMD's and
  * any other vendor's CPUs the 'cpu' row (256); an Intel GPU its GPU row. */
 static void test_cpu_vendor_rows(void **state)
 {
@@ -233,8 +234,8 @@ static void test_cpu_vendor_rows(void **state)
         const char *vendor, *row;
         int sum_chunk;
     } cases[] = {
-        {&haswell, "GenuineIntel", "built-in row 'cpu-intel'", 32},
-        {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 32},
+        {&haswell, "GenuineIntel", "built-in row 'cpu-intel'", 64},
+        {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 64},
         {&haswell, "AuthenticAMD", "built-in row 'cpu'", 256},
         {&avx512, "Test vendor", "built-in row 'cpu'", 256},
         {&gpu, "Intel(R) Corporation", "built-in row 'gpu'", 32},
@@ -469,8 +470,10 @@ static void test_sweep(void **state)
                     /* Vector widths: powers of two, at most the float width (float4 where it is less),
                      * and on a CPU row at most what its SIMD target holds. */
                     const int cap = d->float_width > 4 ? d->float_width : 4;
-                    const int widths[] = {t.sum_rd, t.sum_ve, t.out_ve, t.out_dc, t.mix_ve, t.sm_vw};
-                    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i) {
+                    /* sum_rd too, except where the summary's k~ come from local memory (a row count) */
+                    const int widths[] = {t.sum_ve, t.out_ve, t.out_dc, t.mix_ve, t.sm_vw, t.sum_rd};
+                    CHECK_RULE(!t.sum_lk || (t.sum_rd >= 1 && t.sum_rd <= 16));
+                    for (size_t i = 0; i < sizeof widths / sizeof widths[0] - (t.sum_lk ? 1 : 0); ++i) {
                         CHECK_RULE(is_pow2(widths[i]) && widths[i] <= cap && widths[i] <= 16);
                         if (d->type == CL_DEVICE_TYPE_CPU && !strstr(d->name, "llvmpipe"))
                             CHECK_RULE(widths[i] <= ctx->limits.simd.width && widths[i] <= d->float_width);
@@ -483,7 +486,14 @@ static void test_sweep(void **state)
                     CHECK_RULE(cs == (least <= fit.local_bytes ? MHLA_OK : MHLA_ERR_UNSUPPORTED));
                     if (cs == MHLA_OK) {
                         ++fits;
-                        CHECK_RULE(is_pow2(x.sum_rd) && dk % x.sum_rd == 0);
+                        /* with sum_lk any count up to Dk (the last row tile overlapping), where the
+                         * chunk's k~ rows and the key sums fit the local memory */
+                        const uint64_t lk = ((uint64_t)t.sum_chunk + 1) * (uint64_t)dk * sizeof(float);
+                        CHECK_RULE(x.sum_lk == (t.sum_lk && 2 * lk <= fit.local_bytes));
+                        CHECK_RULE(x.sum_lk ? x.sum_rd == (t.sum_rd < dk ? t.sum_rd : dk)
+                                            : is_pow2(x.sum_rd) && dk % x.sum_rd == 0);
+                        CHECK_RULE(mhla__summary_work_items(&x, dk, dv) ==
+                                   (size_t)((dk + x.sum_rd - 1) / x.sum_rd * (dv / (x.sum_ve * x.sum_nv))));
                         CHECK_RULE(is_pow2(x.sum_ve) && dv % (x.sum_ve * x.sum_nv) == 0);
                         CHECK_RULE(is_pow2(x.out_ve) && dv % (x.out_ve * x.out_nv) == 0);
                         CHECK_RULE(is_pow2(x.out_dc) && dk % x.out_dc == 0);
@@ -527,7 +537,8 @@ static void test_sweep(void **state)
                                               .bh = 8, .summary_cols = dv + 1};
                     mhla_tiles f;
                     mhla__tiles_forward(ctx, &ncfg, &shape, &t, &f);
-                    CHECK_RULE(dk % f.sum_rd == 0 && dv % (f.sum_ve * f.sum_nv) == 0);
+                    CHECK_RULE((f.sum_lk || dk % f.sum_rd == 0) && f.sum_rd <= dk);
+                    CHECK_RULE(dv % (f.sum_ve * f.sum_nv) == 0);
                     CHECK_RULE(dv % (f.out_ve * f.out_nv) == 0 && dk % f.out_dc == 0);
                     CHECK_RULE(f.splits >= 1 && (int64_t)f.splits * f.split_len >= nb);
                     CHECK_RULE((int64_t)(f.splits - 1) * f.split_len < nb);
@@ -596,7 +607,7 @@ static void test_too_small(void **state)
 /* The tiles of test_cpu_row_d64's device for a causal D = 64 configuration. */
 static void cpu_causal_tiles(mhla_config *cfg, mhla_tiles *x)
 {
-    mhla_context *ctx = fake_context(&haswell, 4096, 65536);
+    mhla_context *ctx = fake_context(&haswell, 4096, 2u << 20); /* PoCL's local memory */
     *cfg = causal_config(64, 64);
     const mhla_tuning t = lookup(ctx, cfg);
     mhla_fit fit;
@@ -622,13 +633,14 @@ static void test_build_options(void **state)
                                 "-DOUT_RT=1 -DOUT_VE=8 -DOUT_NV=8 -DOUT_DC=4 -DOUT_NT=0 -DOUT_PRE=0 -DOUT_PF=0 "
                                 "-DCAUSAL_TQ=32 -DCAUSAL_KT=32 -DCAUSAL_SRT=8 -DCAUSAL_SKV=1 -DSLOT_PAD=1"},
         {MHLA_KF_CAUSAL_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 "
-                                 "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DSLOT_PAD=1"},
+                                 "-DSUM_RD=6 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DSUM_LK=1 "
+                                 "-DSLOT_PAD=1"},
         /* rows of floats: nothing of the configuration, so one program serves every head size */
         {MHLA_KF_CAUSAL_PREFIX, "-DMIX_MR=4 -DMIX_NV=2 -DPRE_VE=8"},
         {MHLA_KF_MIXING, "-DMIX_MR=4 -DMIX_VE=8 -DMIX_NV=2"},
         /* the summary always writes z: no normalizer */
         {MHLA_KF_BLOCK_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DDTYPE=0 "
-                                "-DSUM_RD=4 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DPREFETCH=1"},
+                                "-DSUM_RD=6 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DSUM_LK=1 -DPREFETCH=1"},
         /* a CPU row: no prefix GEMM blocks, so padded slots */
         {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 -DSLOT_PAD=1"},
         /* softmax: no feature map, no normalizer */
