@@ -8,7 +8,7 @@
 
 /* Summaries: SUM_RD x (SUM_VE * SUM_NV) per work-item. */
 #ifndef SUM_RD
-#define SUM_RD 8 /* key rows d per work-item, loaded as one vector; divides DK */
+#define SUM_RD 8 /* key rows d per work-item: one vector dividing DK, or with SUM_LK any count up to DK */
 #endif
 #ifndef SUM_VE
 #define SUM_VE 16 /* vector width along the value columns e; divides DV */
@@ -28,14 +28,15 @@
  * On an Intel core under AVX2 the summary loop's shuffles (5 a token against 8 FMAs) queued on the
  * one port that runs them; the summary stage 3-16% faster in 11 of 12 alternated pairs, AVX-512
  * level to 7% faster (bench/README.md "Issue 27 on an Intel Xeon"). CPU rows only: on a GPU the row
- * would leave the registers. The same values in the same order: the same bits either way. */
+ * would leave the registers. The same values in the same order: the same bits either way. Without
+ * effect under SUM_LK (the k~ values are then read from local memory). */
 #define SUM_KB 0
 #endif
 #ifndef SUM_LK
 /* 1 (CPU rows): a group maps each chunk's k rows once, into local memory (summary_kmap), and its
  * work-items broadcast their k~ values from there (summary_tile_run_lk): each work-item's loop holds
  * nothing but its loads and multiply-adds, and SUM_RD is a row count, not a vector width, so the
- * tile can take 12 accumulators of 16 registers (6 x 2; 4 x 2 before: the AVX2 summary 17-25% faster,
+ * tile can take 12 accumulators of 16 registers (6 x 2; 4 x 2 before: the AVX2 summary 18-27% less time,
  * bench/README.md "The summary's k~ in local memory"). 0: every work-item maps its own SUM_RD
  * dimensions of each token (GPU rows: no local memory traffic, no second barrier). */
 #define SUM_LK 0
@@ -85,6 +86,20 @@
  * Defined only in the summary kernels' files (TILES_SUMMARY): elsewhere its default 16-wide tiles
  * would be compiled for nothing, and on CPUs without AVX-512 a float16 call changes the ABI (a
  * compiler warning). */
+/* part += k~ v^T for one token: its SUM_RD k~ values read one at a time from the array kd, its value
+ * vectors loaded from vp (both summary forms below). */
+#define SUM_TILE_FMA(part, kd, vp)                                                                  \
+    do {                                                                                            \
+        VEC(SUM_VE) vv_[SUM_NV];                                                                    \
+        _Pragma("unroll") for (int j_ = 0; j_ < SUM_NV; ++j_)                                       \
+            vv_[j_] = LOADN(SUM_VE, 0, (vp) + j_ * SUM_VE);                                         \
+        _Pragma("unroll") for (int r_ = 0; r_ < SUM_RD; ++r_) {                                     \
+            const float kr_ = (kd)[r_];                                                             \
+            _Pragma("unroll") for (int j_ = 0; j_ < SUM_NV; ++j_)                                   \
+                (part)[r_][j_] += kr_ * vv_[j_];                                                    \
+        }                                                                                           \
+    } while (0)
+
 #ifdef TILES_SUMMARY
 /* The first key row of row tile rt (with SUM_LK the last tile may overlap the one before), and
  * whether row d0 + r of that tile is its own to store (not the overlapped tile's). */
@@ -133,19 +148,8 @@ void summary_kmap(global const STORE_T *kp, const long kstride, const int len, c
 void summary_tile_run_lk(local const float *kl, global const STORE_T *vp, const long vstride, const int len,
                          VEC(SUM_VE) part[SUM_RD][SUM_NV])
 {
-    for (int i = 0; i < len; ++i, kl += DK, vp += vstride) {
-        VEC(SUM_VE) vv[SUM_NV];
-        #pragma unroll
-        for (int j = 0; j < SUM_NV; ++j)
-            vv[j] = LOADN(SUM_VE, 0, vp + j * SUM_VE);
-        #pragma unroll
-        for (int r = 0; r < SUM_RD; ++r) {
-            const float kr = kl[r];
-            #pragma unroll
-            for (int j = 0; j < SUM_NV; ++j)
-                part[r][j] += kr * vv[j];
-        }
-    }
+    for (int i = 0; i < len; ++i, kl += DK, vp += vstride)
+        SUM_TILE_FMA(part, kl, vp);
 }
 #else
 void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const long kstride,
@@ -169,17 +173,7 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
 #else
         const float *kdr = kd;
 #endif
-        VEC(SUM_VE) vv[SUM_NV];
-        #pragma unroll
-        for (int j = 0; j < SUM_NV; ++j)
-            vv[j] = LOADN(SUM_VE, 0, vp + j * SUM_VE);
-        #pragma unroll
-        for (int r = 0; r < SUM_RD; ++r) {
-            const float kr = kdr[r]; /* one read of the row per r (with SUM_KB, one load) */
-            #pragma unroll
-            for (int j = 0; j < SUM_NV; ++j)
-                part[r][j] += kr * vv[j];
-        }
+        SUM_TILE_FMA(part, kdr, vp); /* one read of the row per r (with SUM_KB, one load) */
     }
 }
 #endif /* SUM_LK */

@@ -164,15 +164,17 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
                  t->sm_bq, t->sm_rows ? ", row copies" : "");
     else if (plan->causal)
         snprintf(buf, size,
-                 "%s; summary %dx(%dx%d) in sums of %d tokens, output %dx(%dx%d) dc %d in groups of %d tokens, %d keys "
-                 "per pass; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
-                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->out_rt, t->out_ve, t->out_nv, t->out_dc,
-                 t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
+                 "%s; summary %dx(%dx%d) in sums of %d tokens%s, output %dx(%dx%d) dc %d in groups of %d tokens, %d "
+                 "keys per pass; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
+                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
+                 t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv,
+                 t->gemm_rows);
     else
         snprintf(buf, size,
-                 "%s; summary %dx(%dx%d) in sums of %d tokens%s, %d segment(s) per block; output %dx(%dx%d) dc %d%s; "
-                 "%s",
-                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->pf ? " prefetched" : "", t->splits,
+                 "%s; summary %dx(%dx%d) in sums of %d tokens%s%s, %d segment(s) per block; output %dx(%dx%d) dc "
+                 "%d%s; %s",
+                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
+                 t->pf ? " prefetched" : "", t->splits,
                  t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt ? ", streaming stores" : "",
                  tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast");
 cleanup:

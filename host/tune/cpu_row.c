@@ -10,10 +10,10 @@
 /* Register tiles for `registers` vector registers of `width` floats: half of the registers hold
  * accumulators, the rest the loaded vectors, broadcasts and addresses (with 16 registers, 12
  * accumulators spill in every stage).
- * - Summary (k~ v^T): as many value vectors as a quarter of the accumulators (up to a 64-column
+ * - Summary (k~ v^T): value vectors 2 with 16 registers, 4 with 32 (up to a 64-column
  *   row), and 6 key rows (the rows' k~ read from local memory, sum_lk: a row count, not a vector):
  *   6 x 2 with 16 registers, 12 accumulators where 4 x 2's 8 left the multiply-adds waiting on each
- *   other (the AVX2 summary 17-25% faster on an Intel Xeon); 6 x 4 with 32 of 16 floats (AVX-512,
+ *   other (the AVX2 summary 18-27% less time on an Intel Xeon); 6 x 4 with 32 of 16 floats (AVX-512,
  *   8-11% over 4 x 4). Without sum_lk (a row that turns it off) the rows are capped to a vector
  *   width dividing Dk, 4 (bench/README.md "The summary's k~ in local memory"; before, with row tiles
  *   fastest, 4 x 4 took the AVX-512 summary stage 15-20% below 8 x 2, and on AVX2 2 x 4, 8 x 1 and

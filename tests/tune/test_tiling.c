@@ -201,7 +201,8 @@ static void expect_forward(const fake_device *d, size_t max_wg, int vec, const i
 }
 
 /* The CPU row on an AVX2 target (PoCL compiling for haswell on a host reporting 16 floats): 8-float
- * vectors, summary 6 rows x 2 vectors (its k~ from local memory), read-out 1 token x 8 vectors (a 64-wide row), prefix 4 x 2.
+ * vectors, summary 6 rows x 2 vectors (its k~ from local memory), read-out 1 token x 8 vectors (a
+ * 64-wide row), prefix 4 x 2.
  * The output group is 64 / 64 column tiles x 32 tokens; its arrays (32x64 + 64x32 + 32x32 floats)
  * take 20 KiB; with less, keys per pass halve first. Softmax keys halve until 64 x 129 floats fit. */
 static void test_cpu_row_d64(void **state)
