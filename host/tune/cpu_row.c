@@ -21,7 +21,10 @@
  * - Read-out (q~ S): as many vectors as make 64 columns, up to the accumulators (q~ is mapped once
  *   per column tile and per token, so one tile across a D = 64 row maps it once), and the tokens
  *   that fill the rest: 1 x 8 with 8-float registers (16 of them), 4 x 4 with 16-float (32).
- * - Mixing and the causal prefix: rows x 2 vectors, 4 x 2 and 8 x 2.
+ * - Mixing: 4 vectors of columns x the rows the accumulators leave, 2 x 4 and 4 x 4 (on an Intel
+ *   Xeon the mixing stage 20-30% faster than 4 x 2 under as-avx2 and than 8 x 2 natively, within-run
+ *   ratios to the summary: bench/README.md "The summary's k~ in local memory"). The causal prefix:
+ *   rows x 2 vectors, 4 x 2 and 8 x 2.
  * - The backward's read-outs (bwd_acc): 16 accumulators with 16-float registers, 8 with narrower
  *   ones whatever their count: the backward was timed with AVX-512's 32 and AVX2's 16 only, not
  *   with NEON's or 'cpu-wide''s 32 at 4 or 8 floats.
@@ -44,7 +47,7 @@ void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
     t->sum_rd = acc * 3 / 2 / t->sum_nv; /* 6 x 2, 6 x 4: three quarters of the registers */
     t->out_nv = wide < acc ? (wide > 0 ? wide : 1) : acc;
     t->out_rt = acc / t->out_nv;
-    t->mix_nv = 2, t->mix_mr = acc / 2;
+    t->mix_nv = 4, t->mix_mr = acc / 4;
     t->pre_nv = 2, t->pre_mr = acc / 2;
     t->bwd_acc = s->width >= 16 ? 16 : 8;
     t->dmix_tm = s->registers >= 32 ? 4 : 3;

@@ -96,9 +96,9 @@ static void test_row_fits_registers(void **state)
     mhla_tuning t;
     memset(&t, 0, sizeof t);
     mhla__cpu_row_fill(&t, &targets[0]);
-    assert_true(t.sum_rd == 6 && t.sum_nv == 2 && t.out_rt == 1 && t.out_nv == 8 && t.mix_mr == 4 && t.bwd_acc == 8);
+    assert_true(t.sum_rd == 6 && t.sum_nv == 2 && t.out_rt == 1 && t.out_nv == 8 && t.mix_mr == 2 && t.bwd_acc == 8);
     mhla__cpu_row_fill(&t, &targets[1]);
-    assert_true(t.sum_rd == 6 && t.sum_nv == 4 && t.out_rt == 4 && t.out_nv == 4 && t.mix_mr == 8 && t.bwd_acc == 16);
+    assert_true(t.sum_rd == 6 && t.sum_nv == 4 && t.out_rt == 4 && t.out_nv == 4 && t.mix_mr == 4 && t.bwd_acc == 16);
 }
 
 int main(void)

@@ -202,13 +202,13 @@ static void expect_forward(const fake_device *d, size_t max_wg, int vec, const i
 
 /* The CPU row on an AVX2 target (PoCL compiling for haswell on a host reporting 16 floats): 8-float
  * vectors, summary 6 rows x 2 vectors (its k~ from local memory), read-out 1 token x 8 vectors (a
- * 64-wide row), prefix 4 x 2.
+ * 64-wide row), mixing 2 x 4, prefix 4 x 2.
  * The output group is 64 / 64 column tiles x 32 tokens; its arrays (32x64 + 64x32 + 32x32 floats)
  * take 20 KiB; with less, keys per pass halve first. Softmax keys halve until 64 x 129 floats fit. */
 static void test_cpu_row_d64(void **state)
 {
     (void)state;
-    static const int forward[16] = {6, 8, 2, 256, 1, 8, 8, 4, 0, 4, 1, 4, 8, 2, 64, 1};
+    static const int forward[16] = {6, 8, 2, 256, 1, 8, 8, 4, 0, 4, 1, 2, 8, 4, 64, 1};
     expect_forward(&haswell, 4096, 8, forward);
 
     const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480};
@@ -216,7 +216,7 @@ static void test_cpu_row_d64(void **state)
     expect_causal(&haswell, 4096, 32768, 64, 64, &full); /* llvmpipe's 32 KiB: still fits */
     const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4};
     expect_causal(&haswell, 4096, 16384, 64, 64, &keys16);
-    /* AVX-512: 16-float vectors, 32 registers: read-out 4 tokens x 4 vectors, summary and prefix 8 x 2. */
+    /* AVX-512: 16-float vectors, 32 registers: read-out 4 tokens x 4 vectors, prefix 8 x 2. */
     const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480};
     expect_causal(&avx512, 4096, 65536, 64, 64, &wide);
 
