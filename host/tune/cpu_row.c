@@ -9,7 +9,8 @@
 
 /* Register tiles for `registers` vector registers of `width` floats: half of the registers hold
  * accumulators, the rest the loaded vectors, broadcasts and addresses (with 16 registers, 12
- * accumulators spill in every stage).
+ * accumulators spilled in every stage whose loop also mapped its operands); the summary, whose k~
+ * come from local memory, takes three quarters.
  * - Summary (k~ v^T): value vectors 2 with 16 registers, 4 with 32 (up to a 64-column
  *   row), and 6 key rows (the rows' k~ read from local memory, sum_lk: a row count, not a vector):
  *   6 x 2 with 16 registers, 12 accumulators where 4 x 2's 8 left the multiply-adds waiting on each

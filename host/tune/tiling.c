@@ -85,8 +85,8 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, uint64_
     out->sum_lk = t->sum_lk && 2 * lk_bytes <= local_bytes;
     if (out->sum_lk)
         out->sum_rd = t->sum_rd < cfg->dk ? t->sum_rd : (int)cfg->dk;
-    else
-        out->sum_rd = mhla__pow2_divisor(cfg->dk, t->sum_rd);
+    else /* a vector of k: within the row's width too (the row's sum_rd was a row count) */
+        out->sum_rd = mhla__pow2_divisor(cfg->dk, t->vec > 0 && t->vec < t->sum_rd ? t->vec : t->sum_rd);
     out->sum_ve = mhla__pow2_divisor(cfg->dv, t->sum_ve);
     out->sum_nv = mhla__pow2_divisor(cfg->dv / out->sum_ve, t->sum_nv);
     out->sum_chunk = t->sum_chunk;
