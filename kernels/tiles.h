@@ -78,14 +78,6 @@
                 (acc)[r_][j_] += (part)[r_][j_];                                                    \
     } while (0)
 
-/* part += k~ v^T and zpart += k~ over `len` consecutive tokens whose k and v rows start at kp and
- * vp (the work-item's SUM_RD key rows and SUM_NV vectors of SUM_VE value columns). `weighted` (a
- * constant at every call, so the other form compiles away): part += (w_p k~) v^T and zpart +=
- * wz_p k~ with the tokens' weights at wp and wzp, the backward's gradient summaries
- * G = sum q~ [dO scale/den | scale r]^T read from q and dO in place (no weighted copy of dO).
- * Defined only in the summary kernels' files (TILES_SUMMARY): elsewhere its default 16-wide tiles
- * would be compiled for nothing, and on CPUs without AVX-512 a float16 call changes the ABI (a
- * compiler warning). */
 /* part += k~ v^T for one token: its SUM_RD k~ values read one at a time from the array kd, its value
  * vectors loaded from vp (both summary forms below). */
 #define SUM_TILE_FMA(part, kd, vp)                                                                  \
@@ -100,6 +92,9 @@
         }                                                                                           \
     } while (0)
 
+/* The summary functions below are defined only in the summary kernels' files (TILES_SUMMARY):
+ * elsewhere their default 16-wide tiles would be compiled for nothing, and on CPUs without AVX-512 a
+ * float16 call changes the ABI (a compiler warning). */
 #ifdef TILES_SUMMARY
 /* The first key row of row tile rt (with SUM_LK the last tile may overlap the one before), and
  * whether row d0 + r of that tile is its own to store (not the overlapped tile's). */
@@ -152,6 +147,11 @@ void summary_tile_run_lk(local const float *kl, global const STORE_T *vp, const 
         SUM_TILE_FMA(part, kl, vp);
 }
 #else
+/* part += k~ v^T and zpart += k~ over `len` consecutive tokens whose k and v rows start at kp and
+ * vp (the work-item's SUM_RD key rows and SUM_NV vectors of SUM_VE value columns). `weighted` (a
+ * constant at every call, so the other form compiles away): part += (w_p k~) v^T and zpart +=
+ * wz_p k~ with the tokens' weights at wp and wzp, the backward's gradient summaries
+ * G = sum q~ [dO scale/den | scale r]^T read from q and dO in place (no weighted copy of dO). */
 void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const long kstride,
                       const long vstride, const int len, const float feature_eps,
                       VEC(SUM_VE) part[SUM_RD][SUM_NV], VEC(SUM_RD) *zpart, const int weighted,
