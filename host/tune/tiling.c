@@ -114,8 +114,11 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
      * Oclgrind aborts on the llvm.prefetch intrinsic, and rusticl's SPIR-V translator rejects it. */
     out->out_pf = ctx->limits.native_prefetch ? t->out_pf : 0;
     /* Streaming stores write whole vectors of float; kernels/output.cl takes them only where the
-     * output buffer's own address is aligned to one. */
-    out->out_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
+     * output buffer's own address is aligned to one. The forward's read-out only with vectors of at
+     * least out_nt floats: on an Intel Xeon, 32-byte ones (AVX2) made it slower, 64-byte ones faster
+     * (tune/tuning_rows.c); the backward's read-outs keep them at any width (measured level). */
+    out->out_nt = t->out_nt && out->out_ve >= t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
+    out->bwd_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
     /* Segments per block: enough work-groups for every compute unit several times over, but no
      * segment shorter than the tuning's minimum (a short segment costs more to reduce than it
      * saves). */
@@ -448,7 +451,7 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DBWD_VW=%d -DBWD_VK=%d -DBWD_VV=%d -DBWD_RT=%d", t->bwd_vw, t->bwd_vk, t->bwd_vv,
                        t->bwd_rt);
     if (r & F_BNT)
-        mhla__opts_add(opts, "-DBWD_NT=%d -DBWD_PF=%d", t->out_nt, t->out_pf);
+        mhla__opts_add(opts, "-DBWD_NT=%d -DBWD_PF=%d", t->bwd_nt, t->out_pf);
     if (r & F_BCT)
         mhla__opts_add(opts, "-DBCT_RT=%d -DBCT_VE=%d -DBCT_NV=%d -DBCT_TQ=%d -DBCT_KT=%d -DBCT_SR=%d", t->bct_rt,
                        t->bct_ve, t->bct_nv, t->bct_tq, t->bct_kt, t->bct_sr);

@@ -27,7 +27,9 @@
     X(out_ve, 1, ",")       /* output: vector width along the output columns */                     \
     X(out_nv, 1, ",")       /* output: output vectors per token per work-item */                    \
     X(out_dc, 1, ",")       /* output: key dimensions loaded per step (vector width) */             \
-    X(out_nt, 0, ",")       /* output: 1 = streaming (non-temporal) stores of the output rows */    \
+    X(out_nt, 0, ",")       /* output: streaming (non-temporal) stores of the output rows where its \
+                               vectors are at least this many floats wide (1 any, 0 never; the     \
+                               backward's read-outs: any value but 0) */                            \
     X(out_pre, 0, ",")      /* read-outs: 1 = the tile's q~ rows mapped into a private array before \
                                the multiply-adds (CPUs: frees registers for accumulators), 0 =      \
                                OUT_DC at a time inside the loop (GPUs: no per-thread array) */      \
@@ -112,6 +114,7 @@ typedef struct mhla_tiles {
                                            sum_rd need not divide Dk (kernels/tiles.h) */
     int out_rt, out_ve, out_nv, out_dc; /* OUT_RT tokens x (OUT_VE * OUT_NV) columns */
     int out_nt;                         /* OUT_NT: streaming stores of the output rows */
+    int bwd_nt;                         /* BWD_NT: streaming stores of the backward's read-outs */
     int out_pre;                        /* OUT_PRE: q~ mapped up front (kernels/tiles.h) */
     int out_pf;                         /* OUT_PF: q rows prefetched that many token groups ahead */
     int mix_mr, mix_ve, mix_nv;         /* mixing.cl: MIX_MR rows x (MIX_VE * MIX_NV) columns; causal

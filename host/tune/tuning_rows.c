@@ -54,9 +54,9 @@ typedef struct tuning_row {
  *   (256 bits), like a GPU; it reports a float width of 1.
  * - Anything else: GPU-like choices with smaller tiles. */
 /* The fields every CPU row shares (their tiles and widths come from tune/cpu_row.c); the rows differ
- * in the summary's folds alone. */
-#define CPU_ROW_FIELDS(chunk)                                                                        \
-    {.sum_chunk = (chunk), .sum_kb = 1, .sum_lk = 1, .out_dc = 4, .out_nt = 1, .out_pre = 0, .out_pf = 4, .wg = 64,   \
+ * in the summary's folds and the read-out's streaming stores alone. */
+#define CPU_ROW_FIELDS(chunk, nt)                                                                    \
+    {.sum_chunk = (chunk), .sum_kb = 1, .sum_lk = 1, .out_dc = 4, .out_nt = (nt), .out_pre = 0, .out_pf = 4, .wg = 64, \
      .groups_per_cu = 256, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32,          \
      .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_rows = 1, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1}
 static const tuning_row rows[] = {
@@ -78,10 +78,15 @@ static const tuning_row rows[] = {
      * read-out to 0.99-1.07 under as-avx2 (32: 1.18-1.29, 128: 1.04-1.08, 256: 1.07-1.09) and to
      * 1.15-1.22 natively (32: 1.38-1.43). On AMD's EPYC the larger chunks were level or faster: 128
      * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2, before sum_lk (docs/devices.md "The
-     * measurements behind the rows"). */
-    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(64)},
-    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256)},
-    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32, CPU_ROW_FIELDS(256)},
+     * measurements behind the rows").
+     * And its forward read-out writes with streaming stores only from 16-wide vectors (out_nt 16:
+     * AVX-512). With AVX2's 32-byte ones the read-out at N = 16384 took 15-16 ms against 12 with
+     * plain stores, and the forward 34-35 against 30.5-31.5 ms (an Intel Xeon under as-avx2; the
+     * read-out 60 against 46-48 ms at N = 65536, where nothing stays in cache); natively, with
+     * 64-byte ones, plain stores were slower (bench/README.md "Streaming stores and AVX2"). */
+    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(64, 16)},
+    {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256, 1)},
+    {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32, CPU_ROW_FIELDS(256, 1)},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,

@@ -225,22 +225,25 @@ static void test_cpu_row_d64(void **state)
     expect_softmax(&avx512, 65536, 16, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
 }
 
-/* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 64 tokens; AMD's and
- * any other vendor's CPUs the 'cpu' row (256); an Intel GPU its GPU row. */
+/* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 64 tokens and the
+ * forward read-out's streaming stores only with 16-wide vectors (AVX-512; the backward's at any
+ * width); AMD's and any other vendor's CPUs the 'cpu' row (256, streaming stores at any width); an
+ * Intel GPU its GPU row (none). */
 static void test_cpu_vendor_rows(void **state)
 {
     (void)state;
     static const struct {
         const fake_device *d;
         const char *vendor, *row;
-        int sum_chunk;
+        int sum_chunk, out_nt, bwd_nt; /* the forward's tiles */
     } cases[] = {
-        {&haswell, "GenuineIntel", "built-in row 'cpu-intel'", 64},
-        {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 64},
-        {&haswell, "AuthenticAMD", "built-in row 'cpu'", 256},
-        {&avx512, "Test vendor", "built-in row 'cpu'", 256},
-        {&gpu, "Intel(R) Corporation", "built-in row 'gpu'", 32},
+        {&haswell, "GenuineIntel", "built-in row 'cpu-intel'", 64, 0, 1},
+        {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 64, 1, 1},
+        {&haswell, "AuthenticAMD", "built-in row 'cpu'", 256, 1, 1},
+        {&avx512, "Test vendor", "built-in row 'cpu'", 256, 1, 1},
+        {&gpu, "Intel(R) Corporation", "built-in row 'gpu'", 32, 0, 0},
     };
+    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
     mhla_config cfg;
     mhla_config_init(&cfg);
     cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
@@ -255,6 +258,11 @@ static void test_cpu_vendor_rows(void **state)
                      t.sum_chunk, cases[i].row, cases[i].sum_chunk);
         if (cases[i].d->type == CL_DEVICE_TYPE_CPU)
             assert_int_equal(t.vec, 8 * (cases[i].d == &avx512 ? 2 : 1)); /* tiles derived as in 'cpu' */
+        mhla_tiles x;
+        mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+        if (x.out_nt != cases[i].out_nt || x.bwd_nt != cases[i].bwd_nt)
+            fail_msg("%s from %s: streaming stores %d (forward), %d (backward); expected %d, %d", cases[i].d->name,
+                     cases[i].vendor, x.out_nt, x.bwd_nt, cases[i].out_nt, cases[i].bwd_nt);
         free_context(ctx);
     }
 }
