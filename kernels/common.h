@@ -138,7 +138,9 @@ typedef struct mhla_grid {
  * [B,N,H,D] tensors one head's rows lie H*D elements apart (2 KB for H = 8, D = 64), a stride the
  * hardware prefetchers do not follow across pages, so the group's own loads would meet the memory
  * latency one line at a time; here they go out together. clang's __builtin_prefetch in their place
- * (non-blocking) was no faster, in the summary or for the output's q rows (bench/README.md). */
+ * (non-blocking) was no faster, in the summary's old form or for the output's q rows; the summary's
+ * sum_lk form asks for its next chunk with it (prefetch_rows, -DPREFETCH=2 where the host allows the
+ * builtin: bench/README.md). */
 #ifndef PREFETCH
 #define PREFETCH 0
 #endif
@@ -149,6 +151,21 @@ void touch_rows(global const STORE_T *row, const long stride, const int n, const
     for (int i = 0; i < n; ++i, row += stride)
         for (int d = 0; d < dim; d += step)
             sink = LOADN(1, d, row);
+}
+
+/* touch_rows' lines as prefetch instructions (PREFETCH 2: PoCL's CPU device, where kernels become
+ * native code; Oclgrind aborts on the intrinsic and rusticl's SPIR-V translator rejects it), else
+ * touch_rows itself. */
+void prefetch_rows(global const STORE_T *row, const long stride, const int n, const int dim)
+{
+#if PREFETCH >= 2 && defined(__clang__)
+    const int step = 64 / (int)sizeof(STORE_T);
+    for (int i = 0; i < n; ++i, row += stride)
+        for (int d = 0; d < dim; d += step)
+            __builtin_prefetch((const global void *)(row + d), 0, 3);
+#else
+    touch_rows(row, stride, n, dim);
+#endif
 }
 
 /* Token index n = (f*Hs + y)*Ws + x of position p inside block blk (SPEC.md "Token grid"). */

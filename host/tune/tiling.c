@@ -113,6 +113,9 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
     /* clang's prefetch builtin only where the kernel becomes native code (PoCL's CPU device):
      * Oclgrind aborts on the llvm.prefetch intrinsic, and rusticl's SPIR-V translator rejects it. */
     out->out_pf = ctx->limits.native_prefetch ? t->out_pf : 0;
+    /* The summary's sum_lk form: its next chunk as prefetch instructions (-DPREFETCH=2) there too */
+    if (out->pf && ctx->limits.native_prefetch)
+        out->pf = 2;
     /* Streaming stores write whole vectors of float; kernels/output.cl takes them only where the
      * output buffer's own address is aligned to one. The forward's read-out only with vectors of at
      * least out_nt floats: on an Intel Xeon, 32-byte ones (AVX2) made it slower, 64-byte ones faster

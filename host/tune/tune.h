@@ -128,7 +128,8 @@ typedef struct mhla_tiles {
                                            where the prefix is all our kernel's (gemm_rows 0; kernels/causal.h) */
     int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group */
     int wg;                             /* work-group size aimed at */
-    int pf;                             /* PREFETCH: software prefetch in the summary */
+    int pf;                             /* PREFETCH: software prefetch in the summary (2: prefetch
+                                           instructions in its sum_lk form, PoCL's CPU device) */
     int splits, split_len;              /* non-causal: segments per block, tokens per segment */
     int bwd_vw, bwd_vk, bwd_vv, bwd_rt; /* non-causal backward (kernels/backward_readout.cl): vector
                                            width, its divisors of Dk and Dv, tokens per work-item */

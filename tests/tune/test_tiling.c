@@ -202,14 +202,18 @@ static void expect_forward(const fake_device *d, size_t max_wg, int vec, const i
 
 /* The CPU row on an AVX2 target (PoCL compiling for haswell on a host reporting 16 floats): 8-float
  * vectors, summary 6 rows x 2 vectors (its k~ from local memory), read-out 1 token x 8 vectors (a
- * 64-wide row), mixing 2 x 4, prefix 4 x 2.
+ * 64-wide row), mixing 2 x 4, prefix 4 x 2; prefetch instructions for the read-out's q rows and the
+ * summary's next chunk (pf 2), where the runtime makes native code (PoCL), else the summary's loads.
  * The output group is 64 / 64 column tiles x 32 tokens; its arrays (32x64 + 64x32 + 32x32 floats)
  * take 20 KiB; with less, keys per pass halve first. Softmax keys halve until 64 x 129 floats fit. */
 static void test_cpu_row_d64(void **state)
 {
     (void)state;
-    static const int forward[16] = {6, 8, 2, 256, 1, 8, 8, 4, 0, 4, 1, 2, 8, 4, 64, 1};
+    static const int forward[16] = {6, 8, 2, 256, 1, 8, 8, 4, 0, 4, 1, 2, 8, 4, 64, 2};
     expect_forward(&haswell, 4096, 8, forward);
+    static const fake_device loads_only = {"pthread-haswell-AMD EPYC 7B13", CL_DEVICE_TYPE_CPU, 16, 0};
+    static const int forward_loads[16] = {6, 8, 2, 256, 1, 8, 8, 4, 0, 0, 1, 2, 8, 4, 64, 1};
+    expect_forward(&loads_only, 4096, 8, forward_loads);
 
     const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480};
     expect_causal(&haswell, 4096, 65536, 64, 64, &full);
