@@ -67,8 +67,9 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
 #if PREFETCH
         /* The next chunk's k and v rows, asked for while the group multiplies this one (before the
          * first phase, they queued ahead of that phase's own k loads); with PREFETCH 2 as prefetch
-         * instructions, which retire without waiting for their lines (the summary 10% faster than
-         * loads of the v rows before the first phase on an AVX-512 Xeon: bench/README.md). */
+         * instructions, which retire without waiting for their lines (the summary kernel 2.5-7%
+         * faster on an AVX-512 Xeon than with the v rows loaded before the first phase, level to 2%
+         * under as-avx2, in paired runs: bench/README.md "Streaming stores and AVX2"). */
         if (tile_id == 0)
             for (int pp = p1, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1;) {
                 const int len = min(g.run - pp % g.run, q1 - pp);

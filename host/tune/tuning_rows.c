@@ -80,9 +80,9 @@ static const tuning_row rows[] = {
      * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2, before sum_lk (docs/devices.md "The
      * measurements behind the rows").
      * And its forward read-out writes with streaming stores only from 16-wide vectors (out_nt 16:
-     * AVX-512). With AVX2's 32-byte ones the read-out at N = 16384 took 15-16 ms against 12 with
-     * plain stores, and the forward 34-35 against 30.5-31.5 ms (an Intel Xeon under as-avx2; the
-     * read-out 60 against 46-48 ms at N = 65536, where nothing stays in cache); natively, with
+     * AVX-512). With AVX2's 32-byte ones the read-out at N = 16384 took 14.9-15.7 ms against
+     * 11.8-13.0 with plain stores, the forward 34.2-34.9 against 30.5-31.5 ms (an Intel Xeon under
+     * as-avx2; the read-out 60 against 46-48 ms at N = 65536, past every cache); natively, with
      * 64-byte ones, plain stores were slower (bench/README.md "Streaming stores and AVX2"). */
     {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(64, 16)},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256, 1)},
