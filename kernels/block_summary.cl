@@ -67,17 +67,16 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
 #if PREFETCH
         /* The next chunk's k and v rows, asked for while the group multiplies this one (before the
          * first phase, they queued ahead of that phase's own k loads); with PREFETCH 2 as prefetch
-         * instructions, which retire without waiting for their lines (the summary kernel 2.5-7%
-         * faster on an AVX-512 Xeon than with the v rows loaded before the first phase, level to 2%
-         * under as-avx2, in paired runs: bench/README.md "Streaming stores and AVX2"). */
-        if (tile_id == 0)
-            for (int pp = p1, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1;) {
-                const int len = min(g.run - pp % g.run, q1 - pp);
-                const long t0 = token_of(g, blk, pp);
-                prefetch_rows(vbase - et * SUM_COLS + t0 * vstride, vstride, len, DV);
-                prefetch_rows(krow + t0 * kstride, kstride, len, DK);
-                pp += len;
-            }
+         * instructions, which retire without waiting for their lines. Every work-item asks for its
+         * share, a token every lsize, just before its own multiply-adds: one work-item asking for
+         * the whole chunk (512 lines at 64 tokens) stalled on the few lines a core can have in
+         * flight, 5-10% of the kernel's samples (bench/README.md "The summary's prefetch spread
+         * over its work-items"). */
+        for (int pp = p1 + lid, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1; pp += lsize) {
+            const long t0 = token_of(g, blk, pp);
+            prefetch_rows(vbase - et * SUM_COLS + t0 * vstride, vstride, 1, DV);
+            prefetch_rows(krow + t0 * kstride, kstride, 1, DK);
+        }
 #endif
         SUM_TILE_ZERO(part);
         for (int pp = p0; pp < p1;) {

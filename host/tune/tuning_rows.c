@@ -69,14 +69,16 @@ static const tuning_row rows[] = {
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
      * the SIMD target (tune/cpu_row.c). 'cpu-intel' takes Intel's CPUs, 'cpu' every other CPU
      * device; 'cpu-wide' (32 registers at the device's width) only by name.
-     * 'cpu-intel' differs in one field, the summary's folds (sum_chunk 64, not 256): on Intel's
-     * cores a group's work-items took their k and v rows from L2 when its chunk (256 tokens: 128 KiB
-     * of a head's rows, 2 KiB apart in [B,N,H,D]) outgrew L1: with chunks of 32 (16 KiB, shared in
-     * L1) the summary stage at N = 16384 took 1.3-1.5x the read-out's time instead of 1.8-2.0 with
+     * 'cpu-intel' differs in the summary's folds (sum_chunk 128, not 256): on Intel's cores a
+     * group's work-items took their k and v rows from L2 when its chunk (256 tokens: 128 KiB of a
+     * head's rows, 2 KiB apart in [B,N,H,D]) outgrew L1: with chunks of 32 (16 KiB, shared in L1)
+     * the summary stage at N = 16384 took 1.3-1.5x the read-out's time instead of 1.8-2.0 with
      * AVX-512 (a Xeon, natively), 3-15% less under as-avx2; with a head's rows contiguous
      * ([B,H,N,D]) the two were level. With the k~ in local memory (sum_lk), 64 took summary /
      * read-out to 0.99-1.07 under as-avx2 (32: 1.18-1.29, 128: 1.04-1.08, 256: 1.07-1.09) and to
-     * 1.15-1.22 natively (32: 1.38-1.43). On AMD's EPYC the larger chunks were level or faster: 128
+     * 1.15-1.22 natively (32: 1.38-1.43). Since every work-item prefetches its share of the next
+     * chunk, 128 is the faster under as-avx2 (the summary kernel 4-5% in paired runs; 256 and 192
+     * 6-15% slower) and level natively. On AMD's EPYC the larger chunks were level or faster: 128
      * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2, before sum_lk (docs/devices.md "The
      * measurements behind the rows").
      * And its forward read-out writes with streaming stores only from 16-wide vectors (out_nt 16:
@@ -84,7 +86,7 @@ static const tuning_row rows[] = {
      * 11.8-13.0 with plain stores, the forward 34.2-34.9 against 30.5-31.5 ms (an Intel Xeon under
      * as-avx2; the read-out 60 against 46-48 ms at N = 65536, past every cache); natively, with
      * 64-byte ones, plain stores were slower (bench/README.md "Streaming stores and AVX2"). */
-    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(64, 16)},
+    {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(128, 16)},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256, 1)},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32, CPU_ROW_FIELDS(256, 1)},
     {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,

@@ -229,7 +229,7 @@ static void test_cpu_row_d64(void **state)
     expect_softmax(&avx512, 65536, 16, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
 }
 
-/* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 64 tokens and the
+/* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 128 tokens and the
  * forward read-out's streaming stores only with 16-wide vectors (AVX-512; the backward's at any
  * width); AMD's and any other vendor's CPUs the 'cpu' row (256, streaming stores at any width); an
  * Intel GPU its GPU row (none). */
@@ -241,8 +241,8 @@ static void test_cpu_vendor_rows(void **state)
         const char *vendor, *row;
         int sum_chunk, out_nt, bwd_nt; /* the forward's tiles */
     } cases[] = {
-        {&haswell, "GenuineIntel", "built-in row 'cpu-intel'", 64, 0, 1},
-        {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 64, 1, 1},
+        {&haswell, "GenuineIntel", "built-in row 'cpu-intel'", 128, 0, 1},
+        {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 128, 1, 1},
         {&haswell, "AuthenticAMD", "built-in row 'cpu'", 256, 1, 1},
         {&avx512, "Test vendor", "built-in row 'cpu'", 256, 1, 1},
         {&gpu, "Intel(R) Corporation", "built-in row 'gpu'", 32, 0, 0},
