@@ -64,15 +64,24 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
 #elif NORMALIZER == 1
         const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r] + eps;
 #endif
+#if NORMALIZER != 2 && OUT_RT > 1
+        /* Several tokens a work-item: one division a token, then multiplies. The tile's OUT_RT x
+         * OUT_NV divisions of whole vectors queued on the divider (AVX-512: 16 of 16 floats, about
+         * 15% of the kernel's samples; 3-5% less time this way, paired runs). With one token a
+         * work-item (AVX2's 1 x 8) the vector divisions were ~1% faster than the division's
+         * latency ahead of every store (bench/README.md "The read-out's divisions"). */
+        const float rden = 1.0f / inv;
+#define OUT_NORMALIZED(x) ((x) * rden)
+#elif NORMALIZER != 2
+#define OUT_NORMALIZED(x) ((x) / inv)
+#else
+#define OUT_NORMALIZED(x) (x)
+#endif
         global STORE_T *orow = out + row_base(g, bh, DV) + tok[r] * row_stride(g, DV) + et * OUT_COLS;
         #pragma unroll
-        for (int j = 0; j < OUT_NV; ++j) {
-#if NORMALIZER == 2
-            NT_STOREN(OUT_VE, acc[r][j], 0, orow + j * OUT_VE, nt);
-#else
-            NT_STOREN(OUT_VE, acc[r][j] / inv, 0, orow + j * OUT_VE, nt);
-#endif
-        }
+        for (int j = 0; j < OUT_NV; ++j)
+            NT_STOREN(OUT_VE, OUT_NORMALIZED(acc[r][j]), 0, orow + j * OUT_VE, nt);
+#undef OUT_NORMALIZED
     }
     NT_FENCE(); /* kernels/stream.h; it costs 2-3% of the stage */
 }
