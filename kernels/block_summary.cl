@@ -70,8 +70,8 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
          * instructions, which retire without waiting for their lines. Every work-item asks for its
          * share, a token every lsize, just before its own multiply-adds: one work-item asking for
          * the whole chunk (512 lines at 64 tokens) stalled on the few lines a core can have in
-         * flight, 5-10% of the kernel's samples (bench/README.md "The summary's prefetch spread
-         * over its work-items"). */
+         * flight, 10% of the kernel's samples under as-avx2 (spread: 5%, natively 9%; the kernel
+         * 3-4% faster: bench/README.md "The summary's prefetch spread over its work-items"). */
         for (int pp = p1 + lid, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1; pp += lsize) {
             const long t0 = token_of(g, blk, pp);
             prefetch_rows(vbase - et * SUM_COLS + t0 * vstride, vstride, 1, DV);
