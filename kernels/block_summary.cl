@@ -40,7 +40,7 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
 
     VEC(SUM_VE) acc[SUM_RD][SUM_NV], part[SUM_RD][SUM_NV];
     SUM_TILE_ZERO(acc);
-    global const STORE_T *vbase = v + row_base(g, bh, DV) + et * SUM_COLS;
+    global const STORE_T *vrow = v + row_base(g, bh, DV), *vbase = vrow + et * SUM_COLS;
     const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
 #if SUM_LK
     /* Two phases a chunk: the group's k~ rows into kl (each slice of dimensions by one work-item,
@@ -74,7 +74,7 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
          * 3-4% faster: bench/README.md "The summary's prefetch spread over its work-items"). */
         for (int pp = p1 + lid, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1; pp += lsize) {
             const long t0 = token_of(g, blk, pp);
-            prefetch_rows(vbase - et * SUM_COLS + t0 * vstride, vstride, 1, DV);
+            prefetch_rows(vrow + t0 * vstride, vstride, 1, DV);
             prefetch_rows(krow + t0 * kstride, kstride, 1, DK);
         }
 #endif
@@ -108,7 +108,7 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
                 const int len = min(g.run - pp % g.run, q1 - pp);
                 const long t0 = token_of(g, blk, pp);
                 touch_rows(kbase - d0 + t0 * kstride, kstride, len, DK);
-                touch_rows(vbase - et * SUM_COLS + t0 * vstride, vstride, len, DV);
+                touch_rows(vrow + t0 * vstride, vstride, len, DV);
                 pp += len;
             }
 #endif

@@ -153,16 +153,23 @@ void touch_rows(global const STORE_T *row, const long stride, const int n, const
             sink = LOADN(1, d, row);
 }
 
-/* touch_rows' lines as prefetch instructions (PREFETCH 2: PoCL's CPU device, where kernels become
- * native code; Oclgrind aborts on the intrinsic and rusticl's SPIR-V translator rejects it), else
- * touch_rows itself. */
+/* A prefetch instruction for every 64-byte line of n rows of dim elements `stride` apart from
+ * `row` (clang's builtin). A macro, not a function: only its users' switches (PREFETCH 2, stream.h's
+ * STREAM_PF) may put the intrinsic into a program, since Oclgrind aborts on it and rusticl's SPIR-V
+ * translator rejects it; the host turns them on only where kernels become native code (PoCL's CPU
+ * device). */
+#define PREFETCH_LINES(row, stride, n, dim)                                                         \
+    do {                                                                                            \
+        for (int i_ = 0; i_ < (n); ++i_)                                                            \
+            for (int d_ = 0; d_ < (dim); d_ += 64 / (int)sizeof(STORE_T))                           \
+                __builtin_prefetch((const global void *)((row) + (long)i_ * (stride) + d_), 0, 3); \
+    } while (0)
+
+/* touch_rows' lines as prefetch instructions (PREFETCH 2), else touch_rows itself. */
 void prefetch_rows(global const STORE_T *row, const long stride, const int n, const int dim)
 {
 #if PREFETCH >= 2 && defined(__clang__)
-    const int step = 64 / (int)sizeof(STORE_T);
-    for (int i = 0; i < n; ++i, row += stride)
-        for (int d = 0; d < dim; d += step)
-            __builtin_prefetch((const global void *)(row + d), 0, 3);
+    PREFETCH_LINES(row, stride, n, dim);
 #else
     touch_rows(row, stride, n, dim);
 #endif

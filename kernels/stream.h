@@ -51,10 +51,7 @@
 #define PREFETCH_AHEAD(g, p0, rt, base, stride, n)                                                  \
     do {                                                                                            \
         if ((g).run == (g).nb && (p0) + (STREAM_PF + 1) * (rt) <= (g).nb)                           \
-            for (int r_ = 0; r_ < (rt); ++r_)                                                       \
-                for (int d_ = 0; d_ < (n); d_ += 64 / (int)sizeof(STORE_T))                         \
-                    __builtin_prefetch(                                                             \
-                        (const global void *)((base) + (long)(STREAM_PF * (rt) + r_) * (stride) + d_), 0, 3); \
+            PREFETCH_LINES((base) + (long)STREAM_PF * (rt) * (stride), (stride), (rt), (n));        \
     } while (0)
 #else
 #define PREFETCH_AHEAD(g, p0, rt, base, stride, n) ((void)0)
