@@ -1,5 +1,5 @@
 /* mhla_backward, mhla_backward_varlen and their host-pointer conveniences: the argument checks
- * (shapes, aliasing, events), then the stages (host/backward.c, host/backward_causal.c). */
+ * (shapes, aliasing, events), then the stages (backward/backward.c, backward/backward_causal.c). */
 #include "backward/backward.h"
 
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* The streaming decoder: the recurrent form one token at a time (kernels/decoder.cl), P_i built
  * from Mc's row i when chunk i starts (causal_prefix_one, a GEMV over the finished summaries), and
  * prefill through the chunk path writing its summaries straight into the decoder's state.
- * Save/restore: host/decoder_state.c. */
+ * Save/restore: causal/decoder_state.c. */
 #include "causal/causal.h"
 
 #include <limits.h>

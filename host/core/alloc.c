@@ -1,5 +1,5 @@
 /* Every host allocation and device buffer of the library goes through these wrappers, so that the
- * tests can count what is live and make the k-th one fail (host/testing.h). */
+ * tests can count what is live and make the k-th one fail (core/testing.h). */
 #include "core/core.h"
 #include "core/testing.h"
 

@@ -59,7 +59,7 @@ mhla_status mhla__causal_plan_setup(mhla_plan *plan)
     mhla_causal_plan *cp = plan->causal;
     /* A shard's kernels are those of the whole sequence; its chunks continue the sequence at its
      * first chunk, whose summary slot is that chunk's index: the earlier chunks' slots receive the
-     * gathered summaries (host/shard.c). */
+     * gathered summaries (shard/shard.c). */
     const mhla_shard *sh = plan->shard;
     const int64_t first = sh ? sh->offset : 0;
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, sh ? &sh->global : &plan->cfg, 0, &cp->kern));

@@ -31,7 +31,7 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
     plan->saved = 0;
     if (plan->cfg.causal) {
         /* its chunk summaries and prefix mixtures stay in the plan's slots for the next backward
-         * (host/backward_causal.c copies them into its own layout) */
+         * (backward/backward_causal.c copies them into its own layout) */
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));
     } else {
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));

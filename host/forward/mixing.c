@@ -1,7 +1,7 @@
 /* Stage 2: the mixing S~_i = sum_b Mc[i,b] S_b as one SGEMM over [M, B*H*Dk*(Dv+1)] (S and z
  * together: a summary row holds both), plus the official normalizer's denominators as a second
  * SGEMM over [M, B*H*Nb]. CLBlast runs them, or kernels/mixing.cl where the device's tuning says
- * so (host/tuning.c). */
+ * so (tune/tuning_rows.c). */
 #include "forward/forward.h"
 
 

@@ -1,6 +1,6 @@
 /* The softmax-attention baseline, host side: kernels/softmax.cl behind an mhla_plan that
- * mhla_forward() runs like an MHLA plan. Its tile comes from the tuning table (host/tuning.c, sm_*)
- * and is shrunk until the key/value tiles fit the device's local memory (host/tiling.c). */
+ * mhla_forward() runs like an MHLA plan. Its tile comes from the tuning table (tune/tuning_rows.c, sm_*)
+ * and is shrunk until the key/value tiles fit the device's local memory (tune/tiling.c). */
 #include "forward/forward.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* The on-disk tuning database that `mhla tune` writes and every plan reads: per device (keyed like
  * the program cache: device name, driver and platform versions, and the library's version), one
  * entry per pair of head dimensions holding a tuning spec ("name=value,..." as MHLA_TUNING takes).
- * A text file in the cache folder (host/program_cache.c), written to a temporary and renamed:
+ * A text file in the cache folder (core/program_cache.c), written to a temporary and renamed:
  *
  *     # libmhla tuning database (mhla tune); one line per head-dimension pair
  *     device pthread-skylake-avx512-AMD EPYC

@@ -2,7 +2,7 @@
  * own q and k. For each batch element and head it materialises the attention matrix of softmax
  * attention, linear attention (M = 1) and MHLA over the chosen query rows and all keys, in double
  * precision from SPEC.md's weights, and measures its mean row entropy and its singular values (the
- * square roots of the eigenvalues of A A^T, host/spectrum.c), hence its numerical rank. */
+ * square roots of the eigenvalues of A A^T, verify/spectrum.c), hence its numerical rank. */
 #include "mhla_reference.h"
 
 #include "verify/verify.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs libFuzzer harnesses (tests/fuzz/fuzz_*.c, built in a -Dfuzz=true build folder: see
-# README "Fuzzing") on their seed corpora, tests/fuzz/corpus/NAME, for a set time or number of
+# tests/fuzz/meson.build) on their seed corpora, tests/fuzz/corpus/NAME, for a set time or number of
 # inputs, and prints one line per harness: PASS or FAIL, executions, coverage (libFuzzer's cov:
 # edges and ft: features) and corpus size. New inputs go to a work corpus (--keep DIR, else a
 # temporary folder), never into the checked-in seeds; a crash leaves its input in the artifact
