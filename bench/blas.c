@@ -21,7 +21,7 @@
 /* Threading. The per-block GEMMs are small ([Dk x Nb] x [Nb x (Dv+1)] and [Nb x Dk] x
  * [Dk x (Dv+1)], Nb = 256 tokens at the rule's M): OpenBLAS threading each of them forks and joins
  * its pool per call, so the blocks are run in parallel instead, one thread per online CPU, each
- * calling single-threaded OpenBLAS. The issue asked for the mixing GEMM on OpenBLAS's own threads;
+ * calling single-threaded OpenBLAS. The obvious choice is the mixing GEMM on OpenBLAS's own threads;
  * but OpenBLAS 0.3.21's pool threads spin (yielding) for 2^28 cycles, about 0.1 s, after each
  * threaded call, longer than a whole forward, so they compete with the next block phases for the
  * cores. The mixing is therefore split into column slabs over the same threads, each slab a

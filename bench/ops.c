@@ -10,7 +10,7 @@
 
 static double rows_of(const bench_shape *s) { return (double)s->batch * (double)s->heads * (double)bench_shape_n(s); }
 
-/* The issue's effective count for linear-time attention: 4*B*H*N*Dk*Dv (two products of Dk x Dv
+/* The effective count for linear-time attention: 4*B*H*N*Dk*Dv (two products of Dk x Dv
  * per token: building the summaries and reading them out). */
 static double linear_flops(const bench_shape *s) { return 4.0 * rows_of(s) * (double)s->dk * (double)s->dv; }
 

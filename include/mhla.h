@@ -146,7 +146,7 @@ MHLA_API mhla_status mhla_device_selected(const char *device_spec, size_t *index
 /* ------------------------------------------------------------------------------------------ */
 /* Context: one OpenCL device and an in-order or out-of-order command queue                    */
 /* ------------------------------------------------------------------------------------------ */
-/* Thread safety. Each function says which of these it is (issue 14; tests/test_threads.c):
+/* Thread safety. Each function says which of these it is (tests/test_threads.c checks them):
  *  - "any thread": may run on any thread at any time, concurrently with any call.
  *  - "shares the context": may run while other threads make "shares the context", "per plan" and
  *    "per decoder" calls on the same context, and any calls on other contexts. A context's
@@ -765,7 +765,7 @@ MHLA_API mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q,
                                       const void *v, const float *mixing, void *out,
                                       int64_t n_tokens);
 
-/* Decoder state (save a session, fork a sequence): host byte order, little or big endian as
+/* Decoder state (save a sequence's progress, fork it): host byte order, little or big endian as
  * written, float32 IEEE-754. W = batch*heads*dk*SC floats per summary, SC = dv + 1 for the paper
  * normalizer, dv for none; a summary is S as [batch*heads][dk][dv] (batch-major, then head), then,
  * for the paper normalizer only, the key sums z as [batch*heads][dk].
@@ -785,7 +785,7 @@ MHLA_API mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q,
  *                of chunk i = n / C (all ceil(n / C) summaries, W floats each, in chunk order);
  *   then         when n % C != 0, the prefix mixture P_i (W floats). At n % C == 0 the next step
  *                builds P_i from Mc, so it is not stored.
- * The state does not hold Mc: restore with the Mc the session was run with. */
+ * The state does not hold Mc: restore with the Mc the state was computed with. */
 
 /*! mhla_decoder_state_size() : bytes of the state at the current position; 0 for NULL.
  * Thread-safety: per decoder. */

@@ -27,7 +27,7 @@
  * broadcast is a load (vbroadcastss from memory: the load ports), not a shuffle built in registers.
  * On an Intel core under AVX2 the summary loop's shuffles (5 a token against 8 FMAs) queued on the
  * one port that runs them; the summary stage 3-16% faster in 11 of 12 alternated pairs, AVX-512
- * level to 7% faster (bench/README.md "Issue 27 on an Intel Xeon"). CPU rows only: on a GPU the row
+ * level to 7% faster (on an Intel Xeon; docs/tuning-notes.md). CPU rows only: on a GPU the row
  * would leave the registers. The same values in the same order: the same bits either way. Without
  * effect under SUM_LK (the k~ values are then read from local memory). */
 #define SUM_KB 0

@@ -212,7 +212,7 @@ def main(bench):
               and "blas        geometric mean B/A 1.000 over 3" in cmp.stdout, "--compare host ops:\n" + cmp.stdout)
     bad = subprocess.run([bench, "--compare", js, svg], capture_output=True, text=True, timeout=60)
     check(bad.returncode == 1 and svg in bad.stderr, "--compare of a non-report must fail naming it")
-    # The backward rows (issue 13): each beside its forward row of the same run, bwd/fwd their ratio,
+    # The backward rows: each beside its forward row of the same run, bwd/fwd their ratio,
     # credited with twice the forward's flops.
     bj = os.path.join(tmp, "b.json")
     ops = "mhla,linear,mhla-causal,mhla-bwd,mhla-bwd-saved,linear-bwd,mhla-causal-bwd"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests run on the device they claim (issue 21), checked two ways:
+"""Tests run on the device they claim, checked two ways:
 
     device_claims.py BUILD_DIR
 

@@ -647,7 +647,7 @@ static void test_backward_saved_summaries(void **state)
     }
 }
 
-/* The causal mode's saved summaries (issue 22): after a forward with mhla_plan_save_for_backward,
+/* The causal mode's saved summaries: after a forward with mhla_plan_save_for_backward,
  * the backward of the same buffers copies the forward's chunk summaries and prefix mixtures
  * instead of recomputing them (two batch elements, a partial last chunk, with and without the paper
  * normalizer's key sums); its gradients within SPEC's tolerance of the reference. Proof that the

@@ -77,7 +77,7 @@ static void test_blas_forward(void **state)
     check_shapes();
 }
 
-/* The ways the blas op does not thread by default (blas.c: the issue's mixing on OpenBLAS's
+/* The ways the blas op does not thread by default (blas.c: the mixing on OpenBLAS's
  * threads; OpenBLAS threading every SGEMM) compute the same. */
 static void test_blas_forward_other_threading(void **state)
 {

@@ -1511,7 +1511,7 @@ static void test_run_causal_check_fails(void **state)
     free_inputs(&t);
 }
 
-/* `mhla grad` (issue 13): --check within the backward tolerance, every output written with its
+/* `mhla grad`: --check within the backward tolerance, every output written with its
  * shape; a perturbed kernel exits 3 with the outputs still written; a usage error writes nothing. */
 static void test_grad(void **state)
 {

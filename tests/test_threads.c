@@ -4,7 +4,7 @@
  * are contended), each result compared with the double reference. Also: one thread's failure
  * message never shows in the other's mhla_last_message(), a tuning override replaced while the other
  * thread creates plans, and CLBlast's mixing from both threads. Run it under ThreadSanitizer too
- * (see the report in issue 14's closing note). */
+ * (a build folder configured with -Db_sanitize=thread). */
 #include "helpers.h"
 
 #include <pthread.h>

@@ -13,8 +13,9 @@
 
 #include <cmocka.h>
 
-/* The issue's lengths {1, 63, 64, 65, 300} around C = 64. */
-static const int32_t cu_issue[] = {0, 1, 64, 128, 193, 493};
+/* Lengths around C = 64: one token, one short of a chunk, one chunk, one over, and 300 (a
+ * partial last chunk). */
+static const int32_t cu_edges[] = {0, 1, 64, 128, 193, 493};
 
 static mhla_config packed(int64_t total, int64_t heads, int64_t chunk, int64_t dk, int64_t dv)
 {
@@ -67,7 +68,7 @@ static void test_varlen_vs_reference(void **state)
                 cfg.feature_map = MHLA_FEATURE_RELU_EPS;
             set_test_eps(&cfg);
             expect_eps_visible(&cfg, (uint32_t)(layout * 2 + paper), 10.0);
-            const double err = varlen_vs_reference(ctx, &cfg, cu_issue, 5, (uint32_t)(layout * 2 + paper), NULL);
+            const double err = varlen_vs_reference(ctx, &cfg, cu_edges, 5, (uint32_t)(layout * 2 + paper), NULL);
             if (!(err <= 1e-5))
                 fail_msg("varlen %s %s: max_rel_err %.3g", mhla_layout_name(cfg.layout),
                          mhla_normalizer_name(cfg.normalizer), err);
@@ -85,7 +86,7 @@ static void test_varlen_odd_tiling(void **state)
         mhla_config cfg = packed(493, 2, 16, 16, 24);
         cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
         cfg.mixing_rows = 20;
-        const double err = varlen_vs_reference(ctx, &cfg, cu_issue, 5, (uint32_t)(20 + paper), NULL);
+        const double err = varlen_vs_reference(ctx, &cfg, cu_edges, 5, (uint32_t)(20 + paper), NULL);
         if (!(err <= 1e-5))
             fail_msg("varlen odd tiling %s: max_rel_err %.3g", mhla_normalizer_name(cfg.normalizer), err);
     }
@@ -108,9 +109,9 @@ static void test_varlen_equals_separate_runs(void **state)
         assert_non_null(out);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
-        assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu_issue, 5, out), MHLA_OK);
+        assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu_edges, 5, out), MHLA_OK);
         for (int s = 0; s < 5; ++s) {
-            const int64_t t0 = cu_issue[s], n = cu_issue[s + 1] - cu_issue[s];
+            const int64_t t0 = cu_edges[s], n = cu_edges[s + 1] - cu_edges[s];
             mhla_config one = config_causal(1, 2, n, 64, 16, 24);
             one.layout = cfg.layout, one.normalizer = cfg.normalizer, one.mixing_rows = 5;
             float *q = malloc((size_t)(n * 2 * 16) * 4), *k = malloc((size_t)(n * 2 * 16) * 4);
@@ -147,15 +148,15 @@ static void test_varlen_isolation(void **state)
     assert_non_null(base), assert_non_null(bad);
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
-    assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu_issue, 5, base), MHLA_OK);
-    for (int64_t t = cu_issue[2]; t < cu_issue[3]; ++t)
+    assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu_edges, 5, base), MHLA_OK);
+    for (int64_t t = cu_edges[2]; t < cu_edges[3]; ++t)
         for (int64_t x = 0; x < 2 * 16; ++x)
             in.k[t * 32 + x] = NAN;
-    for (int64_t t = cu_issue[2]; t < cu_issue[3]; ++t)
+    for (int64_t t = cu_edges[2]; t < cu_edges[3]; ++t)
         for (int64_t x = 0; x < 2 * 24; ++x)
             in.v[t * 48 + x] = INFINITY;
-    assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu_issue, 5, bad), MHLA_OK);
-    const size_t lo = (size_t)cu_issue[2] * 48, hi = (size_t)cu_issue[3] * 48;
+    assert_int_equal(mhla_forward_varlen_host(plan, in.q, in.k, in.v, in.mix, cu_edges, 5, bad), MHLA_OK);
+    const size_t lo = (size_t)cu_edges[2] * 48, hi = (size_t)cu_edges[3] * 48;
     assert_memory_equal(base, bad, lo * sizeof *base);
     assert_memory_equal(base + hi, bad + hi, (in.nv - hi) * sizeof *base);
     for (size_t x = lo; x < hi; ++x)
@@ -224,7 +225,7 @@ static void test_varlen_events(void **state)
     cl_event gate = clCreateUserEvent(clctx, &err), done = NULL;
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
-    assert_int_equal(mhla_forward_varlen(plan, bq, bk, bv, bm, cu_issue, 5, bo, 1, &gate, &done), MHLA_OK);
+    assert_int_equal(mhla_forward_varlen(plan, bq, bk, bv, bm, cu_edges, 5, bo, 1, &gate, &done), MHLA_OK);
     cl_int status = CL_COMPLETE;
     assert_int_equal(clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL),
                      CL_SUCCESS);
@@ -232,7 +233,7 @@ static void test_varlen_events(void **state)
     assert_int_equal(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
     assert_int_equal(clEnqueueReadBuffer(mhla_context_queue(ctx), bo, CL_TRUE, 0, in.nv * 4, out, 1, &done, NULL),
                      CL_SUCCESS);
-    assert_int_equal(mhla_reference_forward_varlen(&cfg, in.q, in.k, in.v, in.mix, cu_issue, 5, ref), MHLA_OK);
+    assert_int_equal(mhla_reference_forward_varlen(&cfg, in.q, in.k, in.v, in.mix, cu_edges, 5, ref), MHLA_OK);
     assert_true(finite_rel_err(out, ref, in.nv, __func__) <= 1e-5);
     mhla_stage_times times;
     if (stage_times_or_unusable(plan, &times))
