@@ -93,7 +93,7 @@ typedef struct bench_case {
 
 typedef struct bench_op {
     const char *name;
-    int one_d_only;   /* causal ops have no 2D form (SPEC.md: causal MHLA is 1D) */
+    int one_d_only;   /* causal ops have no 2D form (docs/spec.md "Causal MHLA": 1D only) */
     int grid_free;    /* runs the same kernels for any token grid of N tokens (softmax) */
     /* Whether a row over its time budget may be estimated from a smaller N of the same op, scaled
      * by the op's flops (decode is not: its flatness in N is what the rows are there to show). */
@@ -130,7 +130,7 @@ typedef struct bench_op {
 #define BENCH_CAUSAL_MIXING_INIT MHLA_INIT_CAUSAL_UNIFORM
 /* The chunk size of the causal rows unless --chunk says otherwise: the fastest on PoCL (C = 128
  * against 64: 17-20% less time forward and backward at N = 16384, a tie at 4096; bench/README.md
- * "Chunk size"). The library's default stays SPEC.md's 64. */
+ * "Chunk size"). The library's default stays 64 (docs/spec.md "Causal MHLA"). */
 #define BENCH_DEFAULT_CHUNK 128
 
 /* The op table (ops.c), indexed by bench_op_id. */

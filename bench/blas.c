@@ -66,7 +66,8 @@ static int online_cpus(void)
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
-/* Token index of position p in block blk (SPEC.md "Token grid and blocks"; host/verify/reference.c). */
+/* Token index of position p in block blk (docs/spec.md "Token grid and blocks";
+ * host/verify/reference.c). */
 static int64_t token_of(const blas_mhla *w, int64_t blk, int64_t p)
 {
     const bench_shape *s = &w->s;

@@ -40,7 +40,7 @@ static double mhla_bytes(const bench_shape *s)
     return qkvo_bytes(s) + workspace_bytes(s, (double)(s->dv + 1)) + 4.0 * m * m;
 }
 
-/* The chunk form (SPEC.md "Causal MHLA"), per batch and head, with M = ceil(N/C) chunks:
+/* The chunk form (docs/spec.md "Causal MHLA"), per batch and head, with M = ceil(N/C) chunks:
  * summaries and read-out as linear attention, 4*N*Dk*Dv; the prefix mixtures P_i = sum_{j<i}
  * Mc[i,j] S_j, 2*Dk*Dv per (i, j < i), 2*Dk*Dv*M(M-1)/2; the masked intra-chunk part, scores and
  * their weighted sum over the len(len+1)/2 visible pairs of each chunk, (Dk+Dv)*len(len+1). */
@@ -60,7 +60,7 @@ static double causal_bytes(const bench_shape *s)
     return qkvo_bytes(s) + workspace_bytes(s, (double)s->dv) + 4.0 * m * (m + 1.0) / 2.0;
 }
 
-/* The backward (SPEC.md "Backward"), per batch and head: the gradient summaries G_i, and the
+/* The backward (docs/spec.md "Backward"), per batch and head: the gradient summaries G_i, and the
  * read-outs dq, dk and dv, four products of Dk x Dv per token, 8*N*Dk*Dv (twice the forward's);
  * the causal chunk form twice its forward's count (the prefix and its transpose, the masked part
  * for dq and for dk/dv). dMc's reduction (2*M^2*Dk*Dv) is left out, as the forward's mixing is. */

@@ -252,8 +252,8 @@ static mhla_status reference(bench_case *c, bench_op_id id, const bench_shape *v
 }
 
 /* The backward ops (dO = v, as ops.c runs them) against mhla_reference_backward(): the largest of
- * the four gradients' errors. dMc is left out at M = 1 with a normalizer (SPEC.md: the single
- * entry then changes the output only through eps, so its gradient is rounding noise). */
+ * the four gradients' errors. dMc is left out at M = 1 with a normalizer (docs/spec.md "Backward": the
+ * single entry then changes the output only through eps, so its gradient is rounding noise). */
 static mhla_status verify_backward(bench_case *c, bench_op_id id, const bench_op *op, const bench_shape *v,
                                    verify_data *d, double *err)
 {

@@ -13,7 +13,8 @@ enum {
     CLI_OK = 0,
     CLI_RUNTIME = 1,     /* device, driver, memory or output write failure */
     CLI_USAGE = 2,       /* bad option or value, bad or inconsistent input file */
-    CLI_CHECK_FAILED = 3 /* --check: the output is further from the reference than SPEC.md allows */
+    CLI_CHECK_FAILED = 3 /* --check: the output is further from the reference than allowed
+                            (docs/spec.md "Accuracy the tests hold") */
 };
 
 /* Prints "mhla: <message>" as one line on stderr (line breaks inside the message, e.g. a kernel

@@ -1,4 +1,4 @@
-/* `mhla grad`: the backward pass (SPEC.md "Backward") over .npy files: every model option `run`
+/* `mhla grad`: the backward pass (docs/spec.md "Backward") over .npy files: every model option `run`
  * takes, dO from --dout, and dq, dk, dv (and dMc) written only once all of them are computed;
  * --check compares them with the double-precision backward reference. */
 #include "cli.h"
@@ -28,7 +28,7 @@ static const char help[] =
     "  --check                       also run the double-precision backward reference and print\n"
     "                                'max_rel_err <value>', the largest of the four gradients'\n"
     "                                errors (then 'per_gradient dq <e> dk <e> dv <e> dmixing <e>');\n"
-    "                                exit 3 (outputs still written) above SPEC.md's\n"
+    "                                exit 3 (outputs still written) above docs/spec.md's\n"
     "                                tolerance (f32 1e-4, f16 5e-3, bf16 3e-2). dMc is left out where\n"
     "                                it is zero up to rounding (M = 1 with a normalizer)\n"
     "\n"

@@ -1,4 +1,4 @@
-/* `mhla init-mixing`: an initial M x M mixing matrix (SPEC.md "Mixing-matrix initializers") for a
+/* `mhla init-mixing`: an initial M x M mixing matrix (docs/spec.md "Mixing-matrix initializers") for a
  * block grid, written as a float32 .npy that `mhla run --mixing` reads. */
 #include "args.h"
 #include "cli.h"

@@ -18,7 +18,7 @@ static const char help_head[] =
     "       mhla run --q Q.npy --k K.npy --v V.npy --out O.npy --causal [--chunk C] [--recurrent]\n"
     "                [--cu-seqlens CU.npy] [options]\n"
     "\n"
-    "Runs MHLA (SPEC.md) on the OpenCL device and writes the output. Q and K are [B,N,H,Dk], V is\n"
+    "Runs MHLA (docs/spec.md) on the OpenCL device and writes the output. Q and K are [B,N,H,Dk], V is\n"
     "[B,N,H,Dv] (or [B,H,N,D] with --layout bhnd), float32 or float16 .npy files, little-endian,\n"
     "C order. O.npy is [B,N,H,Dv] in the same layout: float32, or float16 when the inputs are.\n"
     "It is written to a temporary file and renamed: a failed run leaves no output behind.\n"
@@ -46,7 +46,7 @@ static const char help_head[] =
     "                                take official)\n"
     "  --eps X                       added to every denominator (default 1e-6)\n";
 static const char help_tail[] =
-    "causal MHLA (SPEC.md \"Causal MHLA\"; 1D: --grid N only, no --blocks):\n"
+    "causal MHLA (docs/spec.md \"Causal MHLA\"; 1D: --grid N only, no --blocks):\n"
     "  --causal                      chunkwise causal attention: token t sees tokens <= t\n"
     "  --chunk C                     chunk size (default 128, the fastest on CPUs; the library's is 64;\n"
     "                                the last chunk may be partial)\n"
@@ -66,7 +66,7 @@ static const char help_tail[] =
     "                                else the first device\n"
     "  --check                       also run the double-precision reference and print\n"
     "                                'max_rel_err <value>'; exit 3 (the output is still written)\n"
-    "                                when it exceeds SPEC.md's tolerance (f32: 1e-5 up to N = 4096,\n"
+    "                                when it exceeds docs/spec.md's tolerance (f32: 1e-5 up to N = 4096,\n"
     "                                1e-4 beyond; N of the longest sequence with --cu-seqlens)\n"
     "  --repeat R                    run R times after one untimed warm-up and print\n"
     "                                'time_ms median <m> min <a> max <b>' (device time per run;\n"
@@ -265,7 +265,8 @@ int cmd_run(int argc, char **argv)
     if ((rc = run_write_output(&job)) != 0)
         goto done;
     if (job.o[O_CHECK].value) {
-        /* SPEC.md's N is a sequence's length: the longest one when several are packed. */
+        /* docs/spec.md's N ("Notation") is a sequence's length: the longest one when several are
+         * packed. */
         const int64_t n = job.cfg.causal ? job.longest : job.cfg.seq_t * job.cfg.seq_h * job.cfg.seq_w;
         const double tol = mhla_reference_tolerance(job.cfg.dtype, n);
         if (!(job.check_err <= tol)) /* NaN fails too */

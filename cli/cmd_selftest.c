@@ -13,7 +13,7 @@ static const char help[] =
     "usage: mhla selftest [--device SPEC] [--quick] [--tuning SPEC]\n"
     "\n"
     "Runs every path of libmhla on the device at small shapes and compares each with the\n"
-    "double-precision reference under SPEC.md's tolerances: the forward pass on 1D, 2D and 3D\n"
+    "double-precision reference under docs/spec.md's tolerances: the forward pass on 1D, 2D and 3D\n"
     "grids with every normalizer and feature map, both layouts, odd head dimensions, M = 1;\n"
     "causal chunks (with prefix GEMM blocks), packed varlen batches, the decoder step by step and\n"
     "after a prefill; f16 and bf16 storage on each; the softmax baseline. Prints one line per path,\n"

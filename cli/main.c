@@ -23,7 +23,7 @@ static const char usage[] =
     "  mhla --version          the version\n"
     "\n"
     "exit codes: 0 success; 1 runtime or device failure; 2 usage or input error;\n"
-    "            3 run/grad --check found the output outside SPEC.md's tolerance.\n"
+    "            3 run/grad --check found the output outside docs/spec.md's tolerance.\n"
     "Errors are one line on stderr. MHLA_DEVICE picks the default device (see 'mhla info').\n";
 
 int main(int argc, char **argv)

@@ -1,5 +1,5 @@
 /* libmhla: Multi-Head Linear Attention (arXiv 2601.07832) on any OpenCL device.
- * The math each call computes is pinned down in SPEC.md; this header is the only public API. */
+ * The math each call computes is pinned down in docs/spec.md; this header is the only public API. */
 #ifndef MHLA_H
 #define MHLA_H
 
@@ -446,7 +446,7 @@ MHLA_API size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor ten
  * row-major (Mc[i][b]), out like v. `out` must not be q, k, v or mixing. Each buffer's
  * CL_MEM_SIZE is checked against mhla_plan_tensor_bytes(). A softmax plan
  * (mhla_softmax_plan_create()) runs its one kernel instead and ignores `mixing` (may be NULL).
- * Causal plans (cfg.causal = 1, varlen 0) run the chunk form of SPEC.md "Causal MHLA" instead:
+ * Causal plans (cfg.causal = 1, varlen 0) run the chunk form of docs/spec.md "Causal MHLA" instead:
  * per-chunk summaries, the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j (one kernel launch over
  * all chunks; on GPUs each row's earlier blocks of 32 chunks go to CLBlast SGEMMs; only the
  * strictly lower triangle of Mc and only earlier chunks are read), and the output (q~ P_i plus Mc[i,i]
@@ -573,7 +573,7 @@ MHLA_API mhla_status mhla_report(mhla_context *ctx, mhla_status status, const ch
     ;
 
 /* ------------------------------------------------------------------------------------------ */
-/* Variable-length causal batches (SPEC.md "Causal MHLA", variable length)                      */
+/* Variable-length causal batches (docs/spec.md "Variable-length batches")                         */
 /* ------------------------------------------------------------------------------------------ */
 /* A varlen plan (cfg.causal = 1, cfg.varlen = 1, batch 1, seq_t = total) runs S sequences packed
  * along the token axis: q, k [1,total,H,Dk], v, out [1,total,H,Dv] (or BHND [1,H,total,D]), with
@@ -611,7 +611,7 @@ MHLA_API mhla_status mhla_forward_varlen_host(mhla_plan *plan, const void *q, co
                                      const int32_t *cu_seqlens, size_t num_seqs, void *out);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Backward pass (training): SPEC.md "Backward"                                                 */
+/* Backward pass (training): docs/spec.md "Backward"                                            */
 /* ------------------------------------------------------------------------------------------ */
 
 /*! mhla_backward() :
@@ -677,7 +677,7 @@ MHLA_API mhla_status mhla_backward_varlen_host(mhla_plan *plan, const void *q, c
 MHLA_API mhla_status mhla_plan_save_for_backward(mhla_plan *plan, int enable);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Streaming causal decoder (SPEC.md "Causal MHLA", recurrent form)                             */
+/* Streaming causal decoder (docs/spec.md "Streaming decoder")                                  */
 /* ------------------------------------------------------------------------------------------ */
 /* A decoder holds, on the device, the summaries of the finished chunks S_0..S_{i-1}, the running
  * summary of the current chunk i, and its prefix mixture P_i. A step costs O(B*H*Dk*Dv) whatever
@@ -811,7 +811,7 @@ MHLA_API mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_
 MHLA_API mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t size);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Softmax attention: the baseline MHLA is measured against (SPEC.md "Softmax attention")       */
+/* Softmax attention: the baseline MHLA is measured against (docs/spec.md "Softmax attention")  */
 /* ------------------------------------------------------------------------------------------ */
 
 /*! mhla_softmax_plan_create() :
@@ -836,7 +836,7 @@ MHLA_API mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf
 MHLA_API mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Mixing-matrix initializers (SPEC.md "Mixing-matrix initializers")                           */
+/* Mixing-matrix initializers (docs/spec.md "Mixing-matrix initializers")                      */
 /* ------------------------------------------------------------------------------------------ */
 typedef enum mhla_init_kind {
     MHLA_INIT_LINEAR = 0,        /* 1 - d/dmax, columns normalized */

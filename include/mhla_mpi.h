@@ -1,7 +1,7 @@
-/* libmhla_mpi: sequence-parallel MHLA over MPI (SPEC.md's forward, split over ranks by blocks).
- * Each rank holds a contiguous range of whole blocks (its shard of tokens) for every batch element
- * and head, on its own device; the ranks all-gather the block summaries (M*Dk*(Dv+1) floats per
- * batch and head, whatever N is) through host memory, then each mixes and reads out its own
+/* libmhla_mpi: sequence-parallel MHLA over MPI (docs/spec.md "Shards and MPI": the forward split over
+ * ranks by blocks). Each rank holds a contiguous range of whole blocks (its shard of tokens) for every
+ * batch element and head, on its own device; the ranks all-gather the block summaries (M*Dk*(Dv+1)
+ * floats per batch and head, whatever N is) through host memory, then each mixes and reads out its own
  * tokens (packed varlen batches: chunks of the packed sequences, mhla_forward_sharded_varlen). The
  * core library (mhla.h) knows nothing of MPI: this library drives its shard plans
  * (mhla_plan_create_shard, _varlen) and does the exchange. It never calls MPI_Abort and never prints.

@@ -1,4 +1,4 @@
-/* libmhla's plain C double-precision reference: SPEC.md computed directly, for clarity, not speed.
+/* libmhla's plain C double-precision reference: docs/spec.md computed directly, for clarity, not speed.
  * Tests, the CLI's --check and the benchmarks compare every kernel against it. */
 #ifndef MHLA_REFERENCE_H
 #define MHLA_REFERENCE_H
@@ -19,7 +19,7 @@ MHLA_API mhla_status mhla_reference_forward(const mhla_config *cfg, const float 
                                    const float *v, const float *mixing, double *out);
 
 /*! mhla_reference_forward() handles causal configs too (cfg.causal = 1, varlen 0): the chunk form
- * of SPEC.md "Causal MHLA", each batch element one sequence, mixing mixing_rows x mixing_rows
+ * of docs/spec.md "Causal MHLA", each batch element one sequence, mixing mixing_rows x mixing_rows
  * (only Mc[i][j <= i] read). */
 
 /*! mhla_reference_forward_varlen() :
@@ -33,7 +33,7 @@ MHLA_API mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const
                                           const int32_t *cu_seqlens, size_t num_seqs, double *out);
 
 /*! mhla_reference_softmax() :
- * Softmax attention (SPEC.md "Softmax attention") in double precision on the host, what
+ * Softmax attention (docs/spec.md "Softmax attention") in double precision on the host, what
  * mhla_softmax_plan_create() plans compute: o_t = sum_s softmax_s(scale * q_t . k_s) v_s over all
  * tokens, with the max logit subtracted before exp so that large logits do not overflow.
  * Uses the same fields of `cfg` as mhla_softmax_plan_create() (scale 0 = Dk^-0.5).
@@ -44,7 +44,7 @@ MHLA_API mhla_status mhla_reference_forward_varlen(const mhla_config *cfg, const
 MHLA_API mhla_status mhla_reference_softmax(const mhla_config *cfg, const float *q, const float *k, const float *v,
                                    double *out);
 
-/* ---- Backward (SPEC.md "Backward") ---------------------------------------------------------- */
+/* ---- Backward (docs/spec.md "Backward") ----------------------------------------------------- */
 
 /*! mhla_reference_backward() :
  * The exact gradients of mhla_reference_forward()'s output against dout = dL/dO, in double
@@ -68,19 +68,20 @@ MHLA_API mhla_status mhla_reference_backward_varlen(const mhla_config *cfg, cons
                                                     const float *dout, double *dq, double *dk, double *dv,
                                                     double *dmixing);
 
-/*! mhla_reference_backward_tolerance() : SPEC.md "Backward": the largest mhla_max_rel_err() each
- * gradient may have against mhla_reference_backward() (f32 1e-4, f16 5e-3, bf16 3e-2); 0 for an
- * unknown dtype. */
+/*! mhla_reference_backward_tolerance() : docs/spec.md "Accuracy the tests hold": the largest
+ * mhla_max_rel_err() each gradient may have against mhla_reference_backward() (f32 1e-4, f16 5e-3, bf16
+ * 3e-2); 0 for an unknown dtype. */
 MHLA_API double mhla_reference_backward_tolerance(mhla_dtype dtype);
 
 /*! mhla_max_rel_err() :
- * SPEC.md's accuracy measure: max |got - ref| / max |ref| over n elements. Elements that are not
- * finite must match in kind (NaN for NaN, +Inf for +Inf, -Inf for -Inf) and are then skipped;
- * a mismatch returns +Inf. A reference that is all zero compares absolute differences. */
+ * The accuracy measure of docs/spec.md "Accuracy the tests hold": max |got - ref| / max |ref| over n
+ * elements. Elements that are not finite must match in kind (NaN for NaN, +Inf for +Inf, -Inf for -Inf)
+ * and are then skipped; a mismatch returns +Inf. A reference that is all zero compares absolute
+ * differences. */
 MHLA_API double mhla_max_rel_err(const float *got, const double *ref, size_t n);
 
 /*! mhla_reference_tolerance() :
- * SPEC.md's "Accuracy the tests hold": the largest mhla_max_rel_err() allowed for storage type
+ * docs/spec.md "Accuracy the tests hold": the largest mhla_max_rel_err() allowed for storage type
  * `dtype` on sequences of `n` tokens (f32: 1e-5 up to 4096 tokens, 1e-4 beyond; f16: 2e-3;
  * bf16: 1.6e-2, against the reference run on the same rounded inputs); 0 for an unknown dtype. */
 MHLA_API double mhla_reference_tolerance(mhla_dtype dtype, int64_t n);
@@ -151,7 +152,7 @@ MHLA_API void mhla_diagnose_result_free(mhla_diagnose_result *res);
 
 /* One path of mhla_selftest(): its name ("forward-2d/paper/relu-eps", "causal/f16",
  * "decoder/step", "softmax/f32", ...), whether it ran (status), its error against the double
- * reference and the tolerance SPEC.md sets for it. */
+ * reference and the tolerance docs/spec.md "Accuracy the tests hold" sets for it. */
 typedef struct mhla_selftest_result {
     char path[64];
     mhla_status status;  /* MHLA_OK when the path ran; else why not (message) */

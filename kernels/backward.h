@@ -26,7 +26,7 @@
 #define BWD_RT 2
 #endif
 
-/* phi'(x) lane by lane (SPEC.md "Backward"): 1 for x > 0 and 0 otherwise, at 0 too (relu,
+/* phi'(x) lane by lane (docs/spec.md "Backward"): 1 for x > 0 and 0 otherwise, at 0 too (relu,
  * relu-eps), exp(x) for x <= 0 (elu1), 1 for none. */
 #if FEATURE_MAP == 0
 #define FEATURE_GRAD_V(W, x) ((VEC(W))(1.0f))

@@ -1,4 +1,4 @@
-/* Backward of causal MHLA, chunk form (SPEC.md "Backward", "Causal MHLA"), over a table of chunks:
+/* Backward of causal MHLA, chunk form (docs/spec.md "Backward", "Causal MHLA"), over a table of chunks:
  * entry k = {first token, tokens, chunk index i in its sequence, entry of the sequence's chunk 0,
  * chunks of the sequence, batch element, -, -} (8 ints). Per (entry, head) a slot of Dk x (Dv+1)
  * floats holds S (with z as column Dv; stored transposed, as rows of Dk floats, as are P, dS^T and

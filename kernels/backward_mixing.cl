@@ -1,4 +1,4 @@
-/* Backward of the mixing (SPEC.md "Backward"): Mc^T, which the forward's mixing GEMM multiplies
+/* Backward of the mixing (docs/spec.md "Backward"): Mc^T, which the forward's mixing GEMM multiplies
  * the gradient summaries by (dS_b = sum_i Mc[i,b] G_i), and dMc[i,b] = sum over batch, heads and
  * summary entries of A_i . B_b (<G_i, S_b>, plus the official normalizer's r_i . dots_b). The sum
  * is split into chunks of `len` floats (the host's: at least 1024, so that 2*M rows of a chunk stay

@@ -1,4 +1,4 @@
-/* Backward of non-causal MHLA, the per-token read-outs (SPEC.md "Backward"):
+/* Backward of non-causal MHLA, the per-token read-outs (docs/spec.md "Backward"):
  *   u_t  = S~_i dO_t,  den_t = q~_t . z~_i (+ eps),  r_t = dL/dden_t = -(q~_t . u_t) / den_t^2
  *   dq_t = scale phi'(q_t) * (u_t / den_t + r_t z~_i [paper] + R_{i,p} z_i [official])
  *   dk_s = phi'(k_s) * (dS_b v_s + dz_b),  dv_s = dS_b^T k~_s                      (s in block b)

@@ -1,4 +1,4 @@
-/* Backward of non-causal MHLA, the per-block stage (SPEC.md "Backward"): the official normalizer's
+/* Backward of non-causal MHLA, the per-block stage (docs/spec.md "Backward"): the official normalizer's
  * z column of dS (the gradient summaries G_i = sum_{t in i} q~_t [dO_t / den_t | dL/dden_t]^T come
  * from the forward's summary kernel, weighted: kernels/block_summary.cl); and summaries transposed
  * for the read-outs.

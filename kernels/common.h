@@ -1,5 +1,5 @@
 /* Shared by every MHLA kernel: specialization defaults, the token grid and block indexing of
- * SPEC.md, tensor offsets for both layouts, and the feature map. Valid OpenCL C 1.2. */
+ * docs/spec.md, tensor offsets for both layouts, and the feature map. Valid OpenCL C 1.2. */
 #ifndef MHLA_KERNELS_COMMON_H
 #define MHLA_KERNELS_COMMON_H
 
@@ -175,7 +175,8 @@ void prefetch_rows(global const STORE_T *row, const long stride, const int n, co
 #endif
 }
 
-/* Token index n = (f*Hs + y)*Ws + x of position p inside block blk (SPEC.md "Token grid"). */
+/* Token index n = (f*Hs + y)*Ws + x of position p inside block blk (docs/spec.md
+ * "Token grid and blocks"). */
 int token_of(const mhla_grid g, const int blk, const int p)
 {
     /* Blocks of whole frames (every 1D block) are runs of consecutive tokens: no divisions, which

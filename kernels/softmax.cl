@@ -1,4 +1,4 @@
-/* Softmax attention, the baseline MHLA is measured against (SPEC.md "Softmax attention"):
+/* Softmax attention, the baseline MHLA is measured against (docs/spec.md "Softmax attention"):
  * o_t = sum_s softmax_s(scale q_t . k_s) v_s, flash-style. A work-group owns a tile of queries
  * (one work-item per query row, its q row and output accumulator private), streams keys and values
  * through local memory BK rows at a time and keeps a running max and sum per row (online softmax),

@@ -34,8 +34,8 @@ void test_inputs_free(test_inputs *in);
 
 /* test_inputs_make, the q, k, v rounded to cfg->dtype's storage, a device forward through
  * mhla_forward_host and the reference on the same rounded inputs. Returns the status of the first
- * failing call; on success *err is SPEC.md's max relative error. `out`/`ref` (optional) receive the
- * arrays, which the caller frees. Causal configs included. */
+ * failing call; on success *err is the max relative error of docs/spec.md "Accuracy the tests hold".
+ * `out`/`ref` (optional) receive the arrays, which the caller frees. Causal configs included. */
 mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhla_init_kind init, uint32_t seed,
                                    double *err, float **out, double **ref);
 
@@ -83,10 +83,10 @@ int test_run_group(const char *name, const struct CMUnitTest *tests, size_t n, i
  * Always returns 0, so that it can be a cmocka teardown. */
 int restore_test_env(void **state);
 
-/* SPEC.md's max relative error (mhla_max_rel_err) for an output that must be finite: a NaN or an
- * infinity anywhere in `got` or `ref` gives +Inf and prints which element and what it held
- * (mhla_max_rel_err counts NaN against NaN as a match, which only the NaN-propagation tests
- * want; fmax() would drop a NaN altogether). `what` names the output in that message. */
+/* The max relative error of docs/spec.md "Accuracy the tests hold" (mhla_max_rel_err) for an output that
+ * must be finite: a NaN or an infinity anywhere in `got` or `ref` gives +Inf and prints which element
+ * and what it held (mhla_max_rel_err counts NaN against NaN as a match, which only the NaN-propagation
+ * tests want; fmax() would drop a NaN altogether). `what` names the output in that message. */
 double finite_rel_err(const float *got, const double *ref, size_t n, const char *what);
 /* The same for two double arrays (the reference against another double computation). */
 double finite_rel_err_double(const double *got, const double *ref, size_t n, const char *what);

@@ -1,7 +1,7 @@
-/* mhla_backward on the device against the double-precision backward reference (SPEC.md "Backward"
- * tolerances: f32 1e-4, f16 5e-3, bf16 3e-2 per gradient), in every mode, with NaN-filled
- * gradient buffers, also with eps and feature_eps large enough to show and with exact zeros where
- * relu's derivative is 0; dMc bit-identical run to run; events; saved summaries. The device-buffer
+/* mhla_backward on the device against the double-precision backward reference (docs/spec.md
+ * "Accuracy the tests hold" tolerances: f32 1e-4, f16 5e-3, bf16 3e-2 per gradient), in every mode, with
+ * NaN-filled gradient buffers, also with eps and feature_eps large enough to show and with exact zeros
+ * where relu's derivative is 0; dMc bit-identical run to run; events; saved summaries. The device-buffer
  * varlen call and the refusals are in test_backward_modes.c. */
 #include "helpers.h"
 
@@ -32,7 +32,8 @@ static void *to_storage(mhla_dtype dtype, float *x, size_t n)
 /* The inputs of a backward case: test_inputs_make()'s q, k, v and Mc, and dout uniform in [-1, 1).
  * With `zeros`, about a third of the elements of q and of k, at random places (not whole columns: a
  * column of k all 0 makes its gradient 0 whatever the derivative), become exactly 0.0f, where
- * relu's and relu-eps's derivative is 0 (SPEC.md "Backward") and a kernel testing x >= 0 gives 1. */
+ * relu's and relu-eps's derivative is 0 (docs/spec.md "Backward") and a kernel testing x >= 0
+ * gives 1. */
 static float *backward_inputs(const mhla_config *cfg, uint32_t seed, int zeros, test_inputs *in)
 {
     assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, in), MHLA_OK);
@@ -75,8 +76,9 @@ static void reference_grads(const mhla_config *cfg, const int32_t *cu, size_t ns
         fail_msg("reference backward: %s: %s", mhla_status_name(st), mhla_last_message());
 }
 
-/* SPEC.md: relu and relu-eps have derivative 0 at x = 0, so dq (dk) is exactly 0 (+0 or -0) wherever
- * q (k) is exactly 0, in the device's gradients and in the reference's. Returns how many it checked. */
+/* docs/spec.md "Backward": relu and relu-eps have derivative 0 at x = 0, so dq (dk) is exactly 0 (+0 or
+ * -0) wherever q (k) is exactly 0, in the device's gradients and in the reference's. Returns how many it
+ * checked. */
 static size_t expect_zero_grads_at_zeros(const mhla_config *cfg, const test_inputs *in, float *const gotf[4],
                                          double *const ref[4], const char *name)
 {
@@ -146,10 +148,10 @@ static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_
     test_inputs_free(&in);
 }
 
-/* Runs cfg and holds each gradient to SPEC's tolerance, printing the errors for the record.
- * dmixing is not held where it is 0 up to rounding (M = 1 with a normalizer: o_t does not change
- * when Mc's one entry is scaled, but for eps), so that its relative error is noise over noise.
- * zeros: as backward_inputs(). */
+/* Runs cfg and holds each gradient to the tolerance of docs/spec.md "Accuracy the tests hold", printing
+ * the errors for the record. dmixing is not held where it is 0 up to rounding (M = 1 with a normalizer:
+ * o_t does not change when Mc's one entry is scaled, but for eps), so that its relative error is noise
+ * over noise. zeros: as backward_inputs(). */
 static void expect_backward_mix(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq,
                                 const char *name, uint32_t seed, int zeros, int check_dmixing)
 {
@@ -402,8 +404,8 @@ static void test_backward_eps_causal(void **state)
 }
 
 /* q and k with about a third of their elements exactly 0 (others in [-1, 1)): relu's and relu-eps's
- * derivative there is 0 (SPEC.md), so dq and dk must be exactly 0 there, on the device and in the
- * reference; a derivative tested as x >= 0 gives 1 and fails. Non-causal and causal, relu and
+ * derivative there is 0 (docs/spec.md "Backward"), so dq and dk must be exactly 0 there, on the device
+ * and in the reference; a derivative tested as x >= 0 gives 1 and fails. Non-causal and causal, relu and
  * relu-eps. */
 static void test_backward_exact_zeros(void **state)
 {
@@ -650,10 +652,11 @@ static void test_backward_saved_summaries(void **state)
 /* The causal mode's saved summaries: after a forward with mhla_plan_save_for_backward,
  * the backward of the same buffers copies the forward's chunk summaries and prefix mixtures
  * instead of recomputing them (two batch elements, a partial last chunk, with and without the paper
- * normalizer's key sums); its gradients within SPEC's tolerance of the reference. Proof that the
- * copy is what ran: k's contents replaced behind the same buffer after the forward, the backward
- * still differs from a recomputation with the new k (its S and P are the old k's); a forward of
- * another k buffer makes the backward recompute (bit-identical to a recomputation). */
+ * normalizer's key sums); its gradients within the tolerance of docs/spec.md "Accuracy the tests hold"
+ * of the reference. Proof that the copy is what ran: k's contents replaced behind the same buffer after
+ * the forward, the backward still differs from a recomputation with the new k (its S and P are the old
+ * k's); a forward of another k buffer makes the backward recompute (bit-identical to a
+ * recomputation). */
 static void test_backward_saved_summaries_causal(void **state)
 {
     mhla_context *ctx = *state;

@@ -90,8 +90,9 @@ static mhla_config varlen_config(void)
 
 /* mhla_backward_varlen on the caller's buffers (so far only its _host form ran): NaN-filled
  * gradients, gated on a user event (a marker's event where such gates hang) so that the call must
- * only enqueue, its done event waited for; all four gradients within SPEC's tolerance of the
- * reference, with eps and feature_eps large enough to show (relu-eps, paper). */
+ * only enqueue, its done event waited for; all four gradients within the tolerance (docs/spec.md
+ * "Accuracy the tests hold") of the reference, with eps and feature_eps large enough to show (relu-eps,
+ * paper). */
 static void test_backward_varlen_device(void **state)
 {
     mhla_context *ctx = *state;

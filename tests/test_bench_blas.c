@@ -1,6 +1,7 @@
 /* mhla-bench's blas op against the double-precision reference: the host forward its rows time
  * (bench_blas_forward) on small 1D and 2D shapes, both layouts, each way of threading it, within
- * SPEC.md's f32 tolerance, so that the blas rows measure a correct computation. No device needed. */
+ * the f32 tolerance of docs/spec.md "Accuracy the tests hold", so that the blas rows measure a correct
+ * computation. No device needed. */
 #include "bench.h"
 #include "helpers.h"
 

@@ -291,7 +291,8 @@ static double *reference(const tensors *t, const mhla_config *cfg, const float *
     return ref;
 }
 
-/* SPEC.md's distance between two references: max |a - b| / max |b|. */
+/* The distance between two references: max |a - b| / max |b|, the measure of
+ * docs/spec.md "Accuracy the tests hold". */
 static double distance(const double *a, const double *b, size_t n)
 {
     double diff = 0, mag = 0;
@@ -706,7 +707,7 @@ static void test_run_float16(void **state)
     assert_true(printed_error(r) <= 1e-5); /* the float32 result, before rounding */
     /* Rounding to float16 adds at most half an ulp, 2^-11 of the largest output. */
     assert_true(default_error(&t, grid, blocks, NPY_F16) <= 1e-5 + 0x1p-11);
-    /* Without --dtype, float16 inputs select f16 storage: a float16 file out, within SPEC.md's f16
+    /* Without --dtype, float16 inputs select f16 storage: a float16 file out, within docs/spec.md's f16
      * tolerance, and not the float32 result (the device stored 16 bits). */
     r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--grid", "8x8", "--blocks",
              "2x2", "--check");
@@ -788,7 +789,8 @@ static double causal_error(const tensors *t, const mhla_config *cfg, const float
     return e;
 }
 
-/* SPEC.md's distance between two output files: max |a - b| / max |b|. */
+/* The distance between two output files: max |a - b| / max |b|, the measure of
+ * docs/spec.md "Accuracy the tests hold". */
 static double files_distance(const tensors *t, const char *a, const char *b)
 {
     float *x = read_output(t, a, NPY_F32), *y = read_output(t, b, NPY_F32);
@@ -865,8 +867,9 @@ static void test_run_causal_chunk(void **state)
     }
 }
 
-/* --recurrent: the decoder token by token gives the chunk form's numbers (SPEC.md: 1e-5), in both
- * layouts, and with --repeat (16-bit storage: test_run_causal_16bit). */
+/* --recurrent: the decoder token by token gives the chunk form's numbers (docs/spec.md
+ * "Accuracy the tests hold": 1e-5), in both layouts, and with --repeat (16-bit storage:
+ * test_run_causal_16bit). */
 static void test_run_causal_recurrent(void **state)
 {
     (void)state;
@@ -1068,7 +1071,7 @@ static void test_run_causal_options(void **state)
     free_inputs(&t);
 }
 
-/* float16 and bfloat16 storage in causal mode, the chunk form and the decoder: within SPEC.md's
+/* float16 and bfloat16 storage in causal mode, the chunk form and the decoder: within docs/spec.md's
  * tolerance of the reference on the rounded inputs, and of each other. Float16 files select f16
  * storage by default; --dtype f32 computes them in float32. */
 static void test_run_causal_16bit(void **state)
@@ -1620,9 +1623,10 @@ static void grad_reference(const grad_case *g, double *ref[4])
 
 
 /* dq.npy, dk.npy, dv.npy (`file` dtype) and, with `dmix`, dmc.npy (float32, rows x rows) against
- * the backward reference, each within SPEC.md's tolerance for cfg.dtype (a NaN anywhere fails).
- * bf16 storage: every value of dq, dk, dv is a bfloat16 (the device stored 16 bits). Causal: dMc
- * is exactly 0 above the diagonal. Returns the largest error of the four. */
+ * the backward reference, each within the tolerance of docs/spec.md "Accuracy the tests hold" for
+ * cfg.dtype (a NaN anywhere fails). bf16 storage: every value of dq, dk, dv is a bfloat16 (the device
+ * stored 16 bits). Causal: dMc is exactly 0 above the diagonal. Returns the largest error of the
+ * four. */
 static double expect_gradients(const grad_case *g, npy_dtype file, int dmix)
 {
     const tensors *t = g->t;
@@ -1749,7 +1753,7 @@ static void test_grad_packed(void **state)
 /* `mhla grad --dtype f16|bf16`: float32 files rounded to f16 on the way in (dO too) and float16
  * gradients out; float16 files selecting f16 storage by default; and the causal packed path with
  * --dtype bf16 on float16 files, whose float32 gradients hold bfloat16 values (16 bits were
- * stored). Each within SPEC.md's backward tolerance of the reference on the rounded inputs. */
+ * stored). Each within docs/spec.md's backward tolerance of the reference on the rounded inputs. */
 static void test_grad_16bit(void **state)
 {
     (void)state;

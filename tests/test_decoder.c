@@ -1,9 +1,9 @@
 /* The streaming decoder: every configuration (token-by-token decoding over several chunks,
  * prompt-then-decode splits, every feature map with eps and feature_eps large enough to show, the
  * C = 2 and C = 4 tilings, state save/restore and forking, the device calls with events) checked
- * against the double reference (SPEC: 1e-5), never against the chunk-form kernels, which could
- * share a bug with the decoder's; a whole-sequence prefill also equals the chunk form bit for bit.
- * Capacity and the errors. */
+ * against the double reference (docs/spec.md "Accuracy the tests hold": 1e-5), never against the
+ * chunk-form kernels, which could share a bug with the decoder's; a whole-sequence prefill also equals
+ * the chunk form bit for bit. Capacity and the errors. */
 #include "helpers.h"
 
 #include <math.h>
@@ -86,7 +86,7 @@ static double *reference_run(const mhla_config *cfg, const test_inputs *in)
     return ref;
 }
 
-/* out against the reference within SPEC's 1e-5; returns the error. */
+/* out against the reference within 1e-5 (docs/spec.md "Accuracy the tests hold"); returns the error. */
 static double check_reference(const float *out, const double *ref, size_t n, const char *what)
 {
     const double err = finite_rel_err(out, ref, n, __func__);
@@ -95,8 +95,9 @@ static double check_reference(const float *out, const double *ref, size_t n, con
     return err;
 }
 
-/* Decoding token by token over several chunks equals the reference (SPEC: <= 1e-5): C in {16, 64,
- * 128}, both normalizers, both layouts, B = 2, H = 2, Dk != Dv. */
+/* Decoding token by token over several chunks equals the reference (<= 1e-5, docs/spec.md
+ * "Accuracy the tests hold"): C in {16, 64, 128}, both normalizers, both layouts, B = 2, H = 2,
+ * Dk != Dv. */
 static void test_decode_equals_reference(void **state)
 {
     mhla_context *ctx = *state;

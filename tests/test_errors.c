@@ -163,7 +163,7 @@ static void test_selftest_calls(void **state)
             fail_msg("%s: path '%s', status %d, passed %d, '%s'", runs[i].path, r.path, r.status, r.passed, r.message);
         /* compared, not assumed: float arithmetic leaves some error against the double reference */
         if (!(r.max_rel_err > 0 && r.max_rel_err <= r.tolerance && r.tolerance == mhla_reference_tolerance(k.dtype, 64)))
-            fail_msg("%s: max_rel_err %g, tolerance %g (SPEC.md: %g)", runs[i].path, r.max_rel_err, r.tolerance,
+            fail_msg("%s: max_rel_err %g, tolerance %g (docs/spec.md: %g)", runs[i].path, r.max_rel_err, r.tolerance,
                      mhla_reference_tolerance(k.dtype, 64));
     }
 }

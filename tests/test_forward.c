@@ -106,8 +106,8 @@ static void test_odd_sizes(void **state)
     expect_close(ctx, &one, MHLA_INIT_LINEAR, 3, "N=1");
 }
 
-/* Long blocks: all 4096 tokens in one block is the hardest case for f32 summation (SPEC: 1e-5),
- * and N = 8192 is held to the 1e-4 bound beyond 4096. */
+/* Long blocks: all 4096 tokens in one block is the hardest case for f32 summation (docs/spec.md
+ * "Accuracy the tests hold": 1e-5), and N = 8192 is held to the 1e-4 bound beyond 4096. */
 static void test_long_sequences(void **state)
 {
     mhla_context *ctx = *state;
@@ -143,7 +143,8 @@ static void test_split_blocks(void **state)
 }
 
 /* f16 and bf16 storage of q, k, v and out, against the reference on the same rounded inputs
- * (SPEC.md: 2e-3 and 1.6e-2), over layouts, normalizers, feature maps, grids and odd dims. */
+ * (docs/spec.md "Accuracy the tests hold": 2e-3 and 1.6e-2), over layouts, normalizers, feature maps,
+ * grids and odd dims. */
 static void test_half_storage(void **state)
 {
     mhla_context *ctx = *state;
@@ -224,8 +225,9 @@ static void test_m1_is_linear_attention(void **state)
     free(q), free(k), free(v), free(out), free(lin);
 }
 
-/* The block of each token, checked against SPEC.md's definition without the reference: with an
- * identity mixing and values only in one block, exactly that block's tokens see non-zero output. */
+/* The block of each token, checked against docs/spec.md "Token grid and blocks" without the reference:
+ * with an identity mixing and values only in one block, exactly that block's tokens see non-zero
+ * output. */
 static void test_block_membership(void **state)
 {
     mhla_context *ctx = *state;

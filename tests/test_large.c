@@ -1,5 +1,6 @@
-/* A forward whose v and out hold more than 2^31 elements (SPEC.md: indices into such tensors must
- * not overflow), checked against the double reference on blocks on both sides of element 2^31.
+/* A forward whose v and out hold more than 2^31 elements (docs/spec.md "Tensors and layouts": indices
+ * into such tensors must not overflow), checked against the double reference on blocks on both sides of
+ * element 2^31.
  *
  * Memory: v and out are the smallest tensors past 2^31 elements, 2^31 + 2^25 f16 values (4.06 GiB)
  * each, in host memory the device uses in place (CL_MEM_USE_HOST_PTR: no device copy on a CPU);

@@ -1,5 +1,6 @@
-/* Mixing-matrix initializers against values computed by hand from SPEC.md, plus their
- * normalization properties on a 3D grid and their errors. No device needed. */
+/* Mixing-matrix initializers against values computed by hand from docs/spec.md
+ * "Mixing-matrix initializers", plus their normalization properties on a 3D grid and their errors. No
+ * device needed. */
 #include <mhla.h>
 
 #include <math.h>

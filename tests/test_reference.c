@@ -1,4 +1,4 @@
-/* The C reference against an independent O(N^2) token-level form of SPEC.md (paper Eq. 5:
+/* The C reference against an independent O(N^2) token-level form of docs/spec.md (paper Eq. 5:
  * o_t = sum_s Mc[i, b(s)] (q~_t . k~_s) v_s / ..., and its causal, chunked and packed forms), so
  * that the oracle itself is checked. */
 #include "helpers.h"
@@ -27,7 +27,8 @@ static double phi(double x, mhla_feature_map fm, double feps)
     }
 }
 
-/* Block of token n, and its position inside the block, straight from SPEC.md. */
+/* Block of token n, and its position inside the block, straight from docs/spec.md
+ * "Token grid and blocks". */
 static void locate(const mhla_config *c, int64_t n, int64_t *blk, int64_t *pos)
 {
     const int64_t pt = c->seq_t / c->block_t, ph = c->seq_h / c->block_h, pw = c->seq_w / c->block_w;

@@ -313,9 +313,9 @@ static void test_m1_is_linear_attention(void **state)
     }
 }
 
-/* SPEC.md: relu and relu-eps have derivative 0 at x = 0, so the reference's dq (dk) is exactly 0
- * wherever q (k) is exactly 0: about a third of their elements, at random places (a whole column of
- * k at 0 would zero its gradient whatever the derivative); non-causal and causal, the none and
+/* docs/spec.md "Backward": relu and relu-eps have derivative 0 at x = 0, so the reference's dq (dk) is
+ * exactly 0 wherever q (k) is exactly 0: about a third of their elements, at random places (a whole
+ * column of k at 0 would zero its gradient whatever the derivative); non-causal and causal, the none and
  * paper normalizers. A derivative tested as x >= 0 gives 1 there and fails. */
 static void test_zero_derivative_at_zero(void **state)
 {

@@ -163,8 +163,9 @@ static float *forward_whole(mhla_context *ctx, const mhla_config *cfg, const int
 
 /* Runs cfg in shards [bounds[s], bounds[s + 1]) (blocks or chunks) on one context: every shard's
  * summaries, its rows gathered in block order into one host array, every shard's output, the tokens
- * put back in place. The result against the double reference (SPEC.md tolerance) and against
- * mhla_forward() of the whole sequence (bit for bit where mhla.h says so, else 1e-6 relative). */
+ * put back in place. The result against the double reference (docs/spec.md "Accuracy the tests hold")
+ * and against mhla_forward() of the whole sequence (bit for bit where mhla.h says so, else 1e-6
+ * relative). */
 static void run_sharded(mhla_context *ctx, const char *name, const mhla_config *cfg, const int32_t *cu, size_t nseq,
                         const int64_t *bounds, size_t nshards, uint32_t seed)
 {

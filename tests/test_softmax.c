@@ -32,7 +32,8 @@ static double device_vs_reference(mhla_context *ctx, const mhla_config *cfg, con
     return nan_expected ? mhla_max_rel_err(out, ref, n) : finite_rel_err(out, ref, n, label);
 }
 
-/* Random inputs uniform in [lo, hi), checked at SPEC.md's f32 tolerance. */
+/* Random inputs uniform in [lo, hi), checked at the f32 tolerance of docs/spec.md
+ * "Accuracy the tests hold". */
 static void expect_close(mhla_context *ctx, const mhla_config *cfg, uint32_t seed, float lo, float hi,
                          const char *label)
 {

@@ -1,7 +1,8 @@
 /* f16 and bf16 storage on every path besides the non-causal forward (test_forward covers that):
  * causal chunk form, packed varlen batches, the decoder (step and prefill) and the softmax
  * baseline. Each runs on inputs rounded to the storage type and is compared with the reference on
- * the same rounded inputs, at SPEC.md's tolerance for the type (2e-3 f16, 1.6e-2 bf16). */
+ * the same rounded inputs, at the tolerance of docs/spec.md "Accuracy the tests hold" for the type
+ * (2e-3 f16, 1.6e-2 bf16). */
 #include "helpers.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* The non-causal stages of mhla_backward (SPEC.md "Backward"). The forward's summaries are
+/* The non-causal stages of mhla_backward (docs/spec.md "Backward"). The forward's summaries are
  * recomputed with its own stages (nothing per token is kept between the passes); then dq with the
  * per-token normalizer terms and the weights of the gradient summaries
  * G_i = sum_t q~_t [scale dO_t/den_t | scale dL/dden_t]^T in one read-out

@@ -1,4 +1,4 @@
-/* The chunk form of causal MHLA (SPEC.md "Causal MHLA"): its kernels (causal_summary.cl,
+/* The chunk form of causal MHLA (docs/spec.md "Causal MHLA"): its kernels (causal_summary.cl,
  * causal_prefix.cl, causal_output.cl, and decoder.cl for decoders), and one enqueue of the three
  * stages over chunk tables (causal/chunk_tables.c). */
 #include "causal/causal.h"

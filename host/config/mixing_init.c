@@ -1,4 +1,5 @@
-/* Mixing-matrix initializers of SPEC.md, computed in double on the host and stored as float. */
+/* Mixing-matrix initializers (docs/spec.md "Mixing-matrix initializers"), computed in double on the host
+ * and stored as float. */
 #include "config/config.h"
 
 #include <math.h>

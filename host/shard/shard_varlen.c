@@ -1,9 +1,9 @@
 /* Varlen shards: a contiguous range of the packed batch's chunk list, where every sequence is
- * chunked from its own start (SPEC.md) and the list is the sequences' chunks one after another.
- * A shard may begin or end inside a sequence (at one of its chunk boundaries) or between two.
- * Summary slots are global chunk indices, as in mhla_forward_varlen(): a sequence's chunk i has
- * slot (the sequence's first global chunk) + i, so that the gathered rows of the earlier chunks
- * land where the prefix mixtures of the whole batch read them. */
+ * chunked from its own start (docs/spec.md "Variable-length batches") and the list is the sequences'
+ * chunks one after another. A shard may begin or end inside a sequence (at one of its chunk boundaries)
+ * or between two. Summary slots are global chunk indices, as in mhla_forward_varlen(): a sequence's
+ * chunk i has slot (the sequence's first global chunk) + i, so that the gathered rows of the earlier
+ * chunks land where the prefix mixtures of the whole batch read them. */
 #include "shard/shard.h"
 
 static int64_t chunks_of(const mhla_shard *sh, size_t s)

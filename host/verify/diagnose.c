@@ -1,8 +1,9 @@
 /* mhla_diagnose(): the paper's diagnosis of "global context collapse" (Sec. 3, Fig. 3) on a user's
  * own q and k. For each batch element and head it materialises the attention matrix of softmax
  * attention, linear attention (M = 1) and MHLA over the chosen query rows and all keys, in double
- * precision from SPEC.md's weights, and measures its mean row entropy and its singular values (the
- * square roots of the eigenvalues of A A^T, verify/spectrum.c), hence its numerical rank. */
+ * precision from the weights of docs/spec.md "Diagnosis", and measures its mean row entropy and its
+ * singular values (the square roots of the eigenvalues of A A^T, verify/spectrum.c), hence its numerical
+ * rank. */
 #include "mhla_reference.h"
 
 #include "verify/verify.h"
@@ -29,7 +30,7 @@ void mhla_diagnose_result_free(mhla_diagnose_result *res)
     memset(res, 0, sizeof *res);
 }
 
-/* Block of token t on the token grid (SPEC.md "Token grid and blocks"). */
+/* Block of token t on the token grid (docs/spec.md "Token grid and blocks"). */
 static int64_t block_of(const mhla_config *c, const mhla_shape *s, int64_t t)
 {
     const int64_t x = t % c->seq_w, y = (t / c->seq_w) % c->seq_h, f = t / (c->seq_w * c->seq_h);

@@ -1,4 +1,4 @@
-/* The double-precision reference: SPEC.md's formulas evaluated directly, one batch and head at a
+/* The double-precision reference: docs/spec.md's formulas evaluated directly, one batch and head at a
  * time (one sequence at a time in causal mode), for clarity rather than speed. Every kernel is
  * tested against it. */
 #include "mhla_reference.h"
@@ -33,7 +33,7 @@ size_t mhla__ref_offset(const mhla_config *c, int64_t n, int64_t b, int64_t t, i
     return (size_t)((((b * n + t) * c->heads) + h) * dim + d);
 }
 
-/* Token index of position p in block blk (SPEC.md "Token grid and blocks"). */
+/* Token index of position p in block blk (docs/spec.md "Token grid and blocks"). */
 static int64_t token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, int64_t p)
 {
     const int64_t bw_i = blk % c->block_w, bh_i = (blk / c->block_w) % c->block_h,
@@ -43,7 +43,7 @@ static int64_t token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, 
     return (f * c->seq_h + y) * c->seq_w + x;
 }
 
-/* Causal MHLA (SPEC.md "Causal MHLA"), chunk form, for one sequence: batch element b, head h,
+/* Causal MHLA (docs/spec.md "Causal MHLA"), chunk form, for one sequence: batch element b, head h,
  * tokens t0 .. t0+len-1 of tensors of n tokens, chunked from t0. Mc is R x R (R = mixing_rows);
  * only Mc[i][j <= i] is read. */
 static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, int64_t h, int64_t t0, int64_t len,

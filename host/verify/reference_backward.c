@@ -1,4 +1,4 @@
-/* The double-precision reference of the backward pass (SPEC.md "Backward"), derived from the
+/* The double-precision reference of the backward pass (docs/spec.md "Backward"), derived from the
  * token-pair form of the forward rather than from its block summaries, so that it shares no
  * structure with the kernels: every output is
  *   o_t = sum_s w(t,s) (q~_t . k~_s) v_s / den_t,
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* phi and its derivative (SPEC.md: 0 at x = 0 for relu and relu-eps). */
+/* phi and its derivative (docs/spec.md "Backward": 0 at x = 0 for relu and relu-eps). */
 static double phi(double x, mhla_feature_map fm, double feps)
 {
     switch (fm) {
@@ -66,7 +66,7 @@ static size_t idx(const seq_view *sv, int64_t t, int64_t d, int64_t dim)
     return (size_t)((((sv->b * sv->n + tok) * c->heads) + sv->h) * dim + d);
 }
 
-/* May t see s, and with which entry of Mc? (SPEC.md's non-causal and causal formulas.) */
+/* May t see s, and with which entry of Mc? (docs/spec.md "Non-causal MHLA" and "Causal MHLA".) */
 static int pair_weight(const seq_view *sv, int64_t t, int64_t s)
 {
     if (!sv->c->causal)
@@ -171,7 +171,7 @@ cleanup:
     return st;
 }
 
-/* Block and position of token n of the grid, straight from SPEC.md "Token grid and blocks". */
+/* Block and position of token n of the grid, straight from docs/spec.md "Token grid and blocks". */
 static void locate(const mhla_config *c, const mhla_shape *s, int64_t n, int64_t *blk, int64_t *pos)
 {
     const int64_t x = n % c->seq_w, y = (n / c->seq_w) % c->seq_h, f = n / (c->seq_w * c->seq_h);

@@ -1,8 +1,8 @@
 /* mhla_selftest(): every path of the library on the context's device at small shapes, each
- * checked against the double-precision reference under SPEC.md's tolerances. What a user runs
- * first on a device nobody here has seen (`mhla selftest`), and what the test suites run on each
- * OpenCL implementation. Outputs are device buffers filled with NaN before each run, so an element
- * a kernel forgets to write fails the comparison. */
+ * checked against the double-precision reference under the tolerances of docs/spec.md
+ * "Accuracy the tests hold". What a user runs first on a device nobody here has seen (`mhla selftest`),
+ * and what the test suites run on each OpenCL implementation. Outputs are device buffers filled with NaN
+ * before each run, so an element a kernel forgets to write fails the comparison. */
 #include "mhla_reference.h"
 
 #include "verify/verify.h"

@@ -6,11 +6,12 @@
     out = ctx.forward(q, k, v, mhla.init_mixing("paper", 16), blocks=16)
     dq, dk, dv, dmixing = ctx.backward(q, k, v, mhla.init_mixing("paper", 16), np.ones_like(out), blocks=16)
 
-Options of forward/backward (defaults are the library's, SPEC.md): grid (N,), (H, W) or (T, H, W)
-tokens; blocks, the block grid (M = their product); normalizer "paper" | "official" | "none";
-feature_map "relu-eps" | "relu" | "elu1" | "none"; causal, chunk, cu_seqlens (packed causal
-batches); dtype "f32" | "f16" | "bf16" (uint16 bit patterns); layout "bnhd" | "bhnd"; scale, eps,
-feature_eps. pyopencl arrays work through mhla.Context.wrap(queue); PyTorch through mhla.torch.
+Options of forward/backward (defaults are the library's, docs/spec.md "Defaults"): grid (N,),
+(H, W) or (T, H, W) tokens; blocks, the block grid (M = their product); normalizer "paper" |
+"official" | "none"; feature_map "relu-eps" | "relu" | "elu1" | "none"; causal, chunk, cu_seqlens
+(packed causal batches); dtype "f32" | "f16" | "bf16" (uint16 bit patterns); layout "bnhd" |
+"bhnd"; scale, eps, feature_eps. pyopencl arrays work through mhla.Context.wrap(queue); PyTorch
+through mhla.torch.
 """
 from ._context import Context
 from ._decoder import Decoder

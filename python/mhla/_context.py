@@ -138,10 +138,10 @@ class Context:
                 layout="bnhd", scale=None, eps=None, feature_eps=None, out=None):
         """MHLA's output for q, k [B,N,H,Dk] and v [B,N,H,Dv] (layout "bnhd"; "bhnd" is [B,H,N,D]),
         shaped like v. mixing: float32 M x M (M = the product of `blocks`), or R x R for causal=True
-        (R >= ceil(N / chunk)). Options default to the library's (SPEC.md): see help(mhla).
-        out: an array to write into (NumPy inputs: C-contiguous, v's shape and dtype), which saves
-        the first-touch page faults of a fresh output on every call (about 10% at N = 16384 on a
-        CPU device)."""
+        (R >= ceil(N / chunk)). Options default to the library's (docs/spec.md "Defaults"): see
+        help(mhla). out: an array to write into (NumPy inputs: C-contiguous, v's shape and dtype),
+        which saves the first-touch page faults of a fresh output on every call (about 10% at
+        N = 16384 on a CPU device)."""
         opts = Options(grid, blocks, normalizer, feature_map, causal, chunk, cu_seqlens, dtype,
                        layout, scale, eps, feature_eps)
         return self._forward(q, k, v, mixing, opts, out)

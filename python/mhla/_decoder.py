@@ -1,4 +1,4 @@
-"""mhla.Decoder: the streaming causal decoder (SPEC.md "Causal MHLA", recurrent form) on NumPy
+"""mhla.Decoder: the streaming causal decoder (docs/spec.md "Streaming decoder") on NumPy
 arrays: step tokens one at a time, prefill a prompt, save and restore the state as bytes."""
 import numpy as np
 

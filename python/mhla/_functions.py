@@ -34,8 +34,9 @@ def devices():
 
 
 def init_mixing(kind, blocks, param=None):
-    """The M x M initial mixing matrix (float32) of SPEC.md's initializer `kind` ("linear", "cos",
-    "exp", "gaussian", "local", "paper", "causal-uniform") for a block grid (an int or 1-3 extents)."""
+    """The M x M initial mixing matrix (float32) of the initializer `kind` ("linear", "cos",
+    "exp", "gaussian", "local", "paper", "causal-uniform") for a block grid (an int or 1-3 extents):
+    docs/spec.md "Mixing-matrix initializers"."""
     k = ffi.new("mhla_init_kind *")
     check(lib.mhla_init_kind_parse(str(kind).encode(), k))
     if blocks is None:
@@ -73,7 +74,7 @@ def _widened(x, dtype):
 
 
 def reference_forward(q, k, v, mixing=None, *, softmax=False, **options):
-    """The library's float64 reference (SPEC.md computed directly) for the same arguments as
+    """The library's float64 reference (docs/spec.md computed directly) for the same arguments as
     Context.forward (or softmax=True for Context.softmax); returns float64 shaped like v."""
     opts = Options(softmax=softmax, **options)
     cfg, _, shapes, _, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v")], mixing)
@@ -111,7 +112,8 @@ def reference_backward(q, k, v, mixing, dout, **options):
 
 
 def max_rel_err(got, ref):
-    """SPEC.md's accuracy measure: max |got - ref| / max |ref| (NaN/Inf must match in kind)."""
+    """The accuracy measure of docs/spec.md "Accuracy the tests hold": max |got - ref| / max |ref|
+    (NaN/Inf must match in kind)."""
     g = np.ascontiguousarray(got, dtype=np.float32)
     r = np.ascontiguousarray(ref, dtype=np.float64)
     if g.size != r.size:
@@ -120,7 +122,8 @@ def max_rel_err(got, ref):
 
 
 def tolerance(dtype="f32", n=1024, backward=False):
-    """SPEC.md's tolerance for max_rel_err (forward at n tokens, or the backward's)."""
+    """The tolerance for max_rel_err (forward at n tokens, or the backward's):
+    docs/spec.md "Accuracy the tests hold"."""
     code = _config._DTYPES[dtype_of(dtype, None)][0]
     return float(lib.mhla_reference_backward_tolerance(code) if backward else lib.mhla_reference_tolerance(code, n))
 

@@ -1,5 +1,5 @@
 """Shared fixtures: one context on the device MHLA_DEVICE names (the test command sets the PoCL
-pthread device), seeded inputs, and the NumPy formulas of SPEC.md the tests compare against."""
+pthread device), seeded inputs, and the NumPy formulas of docs/spec.md the tests compare against."""
 import numpy as np
 import pytest
 
@@ -40,7 +40,7 @@ def phi(x, fm, feature_eps=1e-6):
 
 
 def numpy_mhla_1d(q, k, v, mixing, m, normalizer="paper", fm="relu-eps", scale=1.0, eps=1e-6):
-    """SPEC.md "Non-causal MHLA" on a 1D grid of M equal blocks, BNHD, in float64."""
+    """docs/spec.md "Non-causal MHLA" on a 1D grid of M equal blocks, BNHD, in float64."""
     b, n, h, dk = q.shape
     nb = n // m
     qt, kt = scale * phi(q, fm), phi(k, fm)
@@ -62,7 +62,7 @@ def numpy_mhla_1d(q, k, v, mixing, m, normalizer="paper", fm="relu-eps", scale=1
 
 
 def numpy_causal(q, k, v, mixing, chunk, normalizer="none", fm="relu", scale=None, eps=1e-6):
-    """SPEC.md "Causal MHLA", token by token (not the chunk form the kernels use), BNHD, float64."""
+    """docs/spec.md "Causal MHLA", token by token (not the chunk form the kernels use), BNHD, float64."""
     b, n, h, dk = q.shape
     scale = dk ** -0.5 if scale is None else scale
     qt, kt, v = scale * phi(q, fm), phi(k, fm), v.astype(np.float64)

@@ -6,7 +6,7 @@ import pytest
 import mhla
 from conftest import numpy_mhla_1d, qkv, rand
 
-TOL = 1e-4  # SPEC.md "Backward", f32
+TOL = 1e-4  # docs/spec.md "Accuracy the tests hold", backward f32
 
 
 def check(got, ref, tol=TOL):

@@ -1,5 +1,5 @@
-"""mhla.Decoder: step == prefill == the chunk form (SPEC.md: the recurrent form must give the chunk
-form's outputs), state bytes round trip, capacity."""
+"""mhla.Decoder: step == prefill == the chunk form (docs/spec.md "Causal MHLA": the recurrent form
+must give the chunk form's outputs), state bytes round trip, capacity."""
 import numpy as np
 import pytest
 

@@ -6,7 +6,7 @@ import pytest
 import mhla
 from conftest import numpy_causal, numpy_mhla_1d, qkv, rand, rel
 
-F32 = 1e-5  # SPEC.md: f32 up to 4096 tokens
+F32 = 1e-5  # docs/spec.md "Accuracy the tests hold": f32 up to 4096 tokens
 
 
 @pytest.mark.parametrize("normalizer", ["paper", "official", "none"])
