@@ -25,7 +25,8 @@
 /* Rows d0 .. d0 + BCT_SR - 1 of a slot's summary (acc: its Dv columns, z: its last column) as
  * columns of the transposed slot at dst (its row e at dst + e * DK): for each e the BCT_SR floats
  * are neighbours, so they go out together; storing row by row (each lane e to its own row) made
- * the compiler scatter every vector (AVX-512's scatter, microcoded: about a quarter of bc_grad). */
+ * the compiler scatter every vector (AVX-512's scatter is microcoded: docs/tuning-notes.md
+ * "Causal backward"). */
 void bc_store_columns(global float *dst, VEC(BWD_VV) acc[BCT_SR][BWD_NV], const float z[BCT_SR])
 {
     for (int j = 0; j < BWD_NV; ++j) {

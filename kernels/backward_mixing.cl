@@ -23,9 +23,9 @@ kernel void bwd_transpose(global const float *restrict src, global float *restri
 
 /* global: (ceil(rows/BWD_TM), ceil(rows/BWD_TM), chunks). part[(c*rows + i)*rows + b] = sum of
  * a[i][x] * bm[b][x] over chunk c's x (rows of x floats from `off`), lanes added last as a tree of
- * halves (BWD_HSUM: a chunk is short, and 16 lanes added one after another took a fifth of this
- * kernel's time on AVX-512). Rows past the last repeat it (their sums are not stored), so every
- * work-item runs the same loop. `lower` (the causal form, whose dMc is lower triangular): tiles with
+ * halves (BWD_HSUM: a chunk is short, so 16 lanes added one after another weighed on every chunk;
+ * docs/tuning-notes.md "Causal backward"). Rows past the last repeat it (their sums are not
+ * stored), so every work-item runs the same loop. `lower` (the causal form, whose dMc is lower triangular): tiles with
  * no pair b < i store zeros instead. */
 kernel void bwd_dmixing_part(global const float *restrict a_arg, global const float *restrict bm_arg,
                              global float *restrict part, const long x, const int rows, const long len,

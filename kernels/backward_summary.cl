@@ -11,8 +11,8 @@
  * (kernels/backward_readout.cl) compute S x for a token's Dv-vector x (dq's S~ dO_t, dk's dS v_s)
  * from contiguous rows. Work-item (d0 / 4, bh, blk) turns rows d0 .. d0 + 3 of S into columns,
  * four neighbours of each row of S^T at a time: one work-item per row of S^T with a loop over d
- * made CPU runtimes gather across work-items (AVX-512 gathers: 4.6% of the backward at M = 64,
- * N = 16384). A last group of fewer than four rows (DK % 4 != 0) goes one float at a time. */
+ * made CPU runtimes gather across work-items (docs/tuning-notes.md "Backward"). A last group of
+ * fewer than four rows (DK % 4 != 0) goes one float at a time. */
 kernel void bwd_transpose_summary(global const float *restrict src, global float *restrict dst, const mhla_grid g_arg)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
@@ -38,9 +38,8 @@ kernel void bwd_transpose_summary(global const float *restrict src, global float
  * block b's queries) over dS. Work-item
  * (j, bh, blk * parts + part) sums vector j of the rows of tokens [part * part_len, +part_len) of
  * the block, in token order, into its slot of `partial` ([parts][M][B*H][DK]); bwd_official_dz_sum
- * adds the parts. Why parts: one work-item per (block, head) over all of a block's tokens ran the
- * linear-attention backward (M = 1, 16384 tokens, 8 heads: eight work-items) at 72x its forward
- * on an NVIDIA H200. */
+ * adds the parts. Why parts: one work-item per (block, head) over all of a block's tokens leaves a
+ * GPU a handful of work-items at M = 1 (linear attention; docs/tuning-notes.md "On GPUs"). */
 kernel void bwd_official_dz_part(global const STORE_T *restrict q, global const float *restrict rmix,
                                  global float *restrict partial, const mhla_grid g_arg, const float feature_eps,
                                  const float scale, const int parts, const int part_len)

@@ -15,7 +15,7 @@
  * SUM_ND that follow each other read the same value columns of the chunk (SUM_COLS floats of each
  * v row, from L1) and walk the key rows a line at a time; with column tiles fastest, every work-item
  * read other value columns than the last, and a chunk's k and v lines (64 KB at 128 tokens) did not
- * stay in L1 (summary 5-8% faster on AVX2: bench/README.md "The summary's tile order"). On GPUs
+ * stay in L1 (docs/tuning-notes.md "Block summary"). On GPUs
  * the two orders coalesce alike (a warp reads a whole k row or a whole v row). */
 void block_summary_body(global const STORE_T *restrict k, global const STORE_T *restrict v,
                         global float *restrict dst, const mhla_grid g, const float feature_eps, const int splits,
@@ -70,8 +70,7 @@ void block_summary_body(global const STORE_T *restrict k, global const STORE_T *
          * instructions, which retire without waiting for their lines. Every work-item asks for its
          * share, a token every lsize, just before its own multiply-adds: one work-item asking for
          * the whole chunk (512 lines at 64 tokens) stalled on the few lines a core can have in
-         * flight, 10% of the kernel's samples under as-avx2 (spread: 5%, natively 9%; the kernel
-         * 3-4% faster: bench/README.md "The summary's prefetch spread over its work-items"). */
+         * flight (docs/tuning-notes.md "Block summary"). */
         for (int pp = p1 + lid, q1 = min(p1 + SUM_CHUNK, p_end); pp < q1; pp += lsize) {
             const long t0 = token_of(g, blk, pp);
             prefetch_rows(vrow + t0 * vstride, vstride, 1, DV);

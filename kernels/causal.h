@@ -15,14 +15,14 @@
 /* A slot holds one chunk's summaries for every (batch*head): S as [B*H][DK][DV] (rows of DV
  * contiguous floats, for vector loads), then z as [B*H][DK]. Slots follow each other; offsets are
  * 64-bit: slots * B*H * DK * DV exceeds 2^31 for long contexts. With SLOT_PAD (the host's
- * tiling.slot_pad: where the prefix is all causal_prefix's; with CLBlast's GEMM blocks the H200
- * ran the prefix 10% slower padded, likely a copy into its temporary) a slot is padded to a whole odd
+ * tiling.slot_pad: where the prefix is all causal_prefix's; with CLBlast's GEMM blocks padding
+ * slowed the prefix on a GPU, likely a copy into its temporary) a slot is padded to a whole odd
  * number of 64-byte lines (host/causal/causal.c, mhla__causal_slot_stride, the same arithmetic):
  * the prefix mixtures (causal_prefix.cl) read one column of every slot, and with H = 8, D = 64 a
  * slot was 2048 bytes past a multiple of 4096, so the column's lines of all the chunks fell into
- * two sets of a CPU's L1 (the AVX2 prefix took twice as long: bench/README.md "The causal slots
- * padded"). The pad holds nothing: the prefix mixes it along with the rest (P's pad from S's,
- * never read), and a decoder state leaves it out (host/causal/decoder_state.c). */
+ * two sets of a CPU's L1 (docs/tuning-notes.md "Causal forward"). The pad holds nothing: the
+ * prefix mixes it along with the rest (P's pad from S's, never read), and a decoder state leaves
+ * it out (host/causal/decoder_state.c). */
 #ifndef SLOT_PAD
 #define SLOT_PAD 0
 #endif

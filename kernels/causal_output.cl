@@ -33,9 +33,8 @@
 /* A work-item's step of scores: CAUSAL_SRT rows x CAUSAL_SKV vectors of keys, SRT * SKV
  * independent multiply-add chains along d (each key vector loaded serves SRT rows, each q~
  * broadcast SKV vectors). One row of one vector (the GPU rows: every work-item of the group busy)
- * is one chain, which on a CPU waits out the multiply-add's latency at every d: on AVX2 (one row,
- * the read-out's tile) that step took a third of the kernel; 8 rows made the causal output stage
- * 27% faster there (bench/README.md "The causal scores in eight chains"). */
+ * is one chain, which on a CPU waits out the multiply-add's latency at every d; CPU rows take 8 rows,
+ * enough chains for two FMA pipes (docs/tuning-notes.md "Causal forward"). */
 #ifndef CAUSAL_SRT
 #define CAUSAL_SRT 1
 #endif
@@ -49,8 +48,8 @@
 /* kt[d][s] = k~ of keys s = 0 .. CAUSAL_KT - 1 at kp (rows kstride apart; 0 from nk on), by the
  * group's OUT_WG work-items. Four keys per work-item where CAUSAL_KT allows: each of its ST_W
  * dimensions goes out as one float4 of neighbouring keys; one key per work-item wrote every lane to
- * its own row of kt, which the compiler emitted as ST_W extracts and scalar stores, a fifth of the
- * kernel's samples at C = 64 on AVX-512 (bench/README.md "The causal output's key staging"). */
+ * its own row of kt, which the compiler emitted as ST_W extracts and scalar stores
+ * (docs/tuning-notes.md "Causal forward"). */
 void stage_keys(global const STORE_T *kp, const long kstride, const int nk, const float feature_eps, const int lid,
                 local float *kt)
 {

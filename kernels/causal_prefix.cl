@@ -18,7 +18,7 @@
 #endif
 #define PRE_COLS (PRE_VE * MIX_NV)
 /* The decoder's single row keeps as many accumulators, all in columns, 16 vectors at most: more
- * spill (a tuned 8 x 4 tile made the chunk start 1.4x slower on PoCL). */
+ * spill (docs/tuning-notes.md "Causal forward"). */
 #define ONE_NV (MIX_MR * MIX_NV > 16 ? 16 : MIX_MR * MIX_NV)
 #define ONE_COLS (PRE_VE * ONE_NV)
 

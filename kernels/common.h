@@ -134,13 +134,13 @@ typedef struct mhla_grid {
 /* Software prefetch for CPU runtimes (-DPREFETCH=1, the CPU tuning rows): loads one element of
  * every 64-byte line of n rows of `dim` elements, `stride` apart, into a volatile sink. A group's
  * first work-item calls it for what the group reads next (block_summary.cl; faster for the
- * summary, slower for the output's q rows: docs/devices.md). PoCL's prefetch() is a no-op, and in
- * [B,N,H,D] tensors one head's rows lie H*D elements apart (2 KB for H = 8, D = 64), a stride the
- * hardware prefetchers do not follow across pages, so the group's own loads would meet the memory
- * latency one line at a time; here they go out together. clang's __builtin_prefetch in their place
- * (non-blocking) was no faster, in the summary's old form or for the output's q rows; the summary's
- * sum_lk form asks for its next chunk with it (prefetch_rows, -DPREFETCH=2 where the host allows the
- * builtin: bench/README.md). */
+ * summary, slower for the output's q rows: docs/tuning-notes.md "Block summary", "Read-out").
+ * PoCL's prefetch() is a no-op, and in [B,N,H,D] tensors one head's rows lie H*D elements apart
+ * (2 KB for H = 8, D = 64), a stride the hardware prefetchers do not follow across pages, so the
+ * group's own loads would meet the memory latency one line at a time; here they go out together.
+ * clang's __builtin_prefetch in their place (non-blocking) was no faster in the summary's old form;
+ * the summary's sum_lk form asks for its next chunk with it (prefetch_rows, -DPREFETCH=2 where the
+ * host allows the builtin). */
 #ifndef PREFETCH
 #define PREFETCH 0
 #endif

@@ -7,8 +7,8 @@
 /* Output rows written with streaming stores (-DOUT_NT=1, CPU rows, float storage): each output
  * line is written once and not read again here, and a normal store first reads the line from
  * memory, a third of the stage's traffic. The causal read-out (causal_output.cl), whose time goes
- * to its scores, gains nothing from them and keeps plain stores (the figures: docs/devices.md
- * "The measurements behind the rows"). The q rows are prefetched OUT_PF token groups ahead. */
+ * to its scores, gains nothing from them and keeps plain stores (docs/tuning-notes.md "Read-out").
+ * The q rows are prefetched OUT_PF token groups ahead. */
 #ifndef OUT_NT
 #define OUT_NT 0
 #endif
@@ -54,7 +54,7 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
         if (p0 + r + 1 < g.nb) /* a missing token repeats the last one; its result is not stored */
             walk_next(g, &w);
     }
-    /* perf: a quarter of the read-out's samples were on the first loads of its q rows before */
+    /* without it every work-item meets the memory latency of its q rows alone */
     PREFETCH_AHEAD(g, p0, OUT_RT, qrow[0], row_stride(g, DK), DK);
     READOUT_TILE(qrow, s, z, scale, feature_eps, acc, dsum);
     const int nt = NT_OK(out, OUT_VE);
@@ -65,11 +65,10 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
         const float inv = den[((long)blk * g.bh + bh) * g.nb + p0 + r] + eps;
 #endif
 #if NORMALIZER != 2 && OUT_RT > 1
-        /* Several tokens a work-item: one division a token, then multiplies. The tile's OUT_RT x
-         * OUT_NV divisions of whole vectors queued on the divider (AVX-512: 16 of 16 floats, about
-         * 15% of the kernel's samples; 3-5% less time this way, paired runs). With one token a
-         * work-item (AVX2's 1 x 8) the vector divisions were ~1% faster than the division's
-         * latency ahead of every store (bench/README.md "The read-out's divisions"). */
+        /* Several tokens a work-item: one division a token, then multiplies, where the tile's
+         * OUT_RT x OUT_NV divisions of whole vectors queued on the divider. With one token a
+         * work-item (AVX2's 1 x 8) the vector divisions overlap and stay: a division's latency
+         * ahead of every store cost more (docs/tuning-notes.md "Read-out"). */
         const float rden = 1.0f / inv;
 #define OUT_NORMALIZED(x) ((x) * rden)
 #elif NORMALIZER != 2
@@ -83,7 +82,7 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
             NT_STOREN(OUT_VE, OUT_NORMALIZED(acc[r][j]), 0, orow + j * OUT_VE, nt);
 #undef OUT_NORMALIZED
     }
-    NT_FENCE(); /* kernels/stream.h; it costs 2-3% of the stage */
+    NT_FENCE(); /* kernels/stream.h: streaming stores are weakly ordered */
 }
 
 /* global: (M*Nb rounded up, B*H). dots[b][bh][p] = q~_{b,p} . z_b, mixed afterwards by the

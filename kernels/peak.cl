@@ -8,10 +8,10 @@
 
 /* Two forms of the multiply-add: mad() lets the compiler pick whatever is fastest, and fma() is
  * the fused instruction. Neither is the faster everywhere: PoCL's kernel library compiles mad() as
- * a multiply and an add (on Intel cores both use the same two ports, so the probe read 88-131
- * GFLOP/s where fma() reached 310 on a 2-core Xeon with AVX-512), while a device without fused
- * hardware emulates fma() in software. The host builds the fma() kernels only where the device
- * reports CL_FP_FMA and keeps the faster form.
+ * a multiply and an add (on Intel cores both use the same two ports, so a mad() probe reads about
+ * half of what fma() reaches: docs/tuning-notes.md "The bench's reference rows"), while a device
+ * without fused hardware emulates fma() in software. The host builds the fma() kernels only where
+ * the device reports CL_FP_FMA and keeps the faster form.
  * x = x * y + z keeps every chain bounded (|y| < 1 gives the fixed point z / (1 - y)), so no
  * value overflows or becomes denormal (which is slow on CPUs), and the compiler cannot fold a
  * chain whose y and z arrive at run time. */

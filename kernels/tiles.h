@@ -19,15 +19,14 @@
 #ifndef SUM_CHUNK
 /* Tokens summed before folding into the total (the tuning's sum_chunk): a sum of n tokens in chunks
  * of C has float error ~ n/C + C. On CPUs each fold is also a pass of the group's work-items through
- * the barrier below it (block_summary.cl), so their rows take 256 (host/tune/tuning_rows.c). */
+ * the barrier below it (block_summary.cl), so their rows take 128 or 256 (host/tune/tuning_rows.c). */
 #define SUM_CHUNK 32
 #endif
 #ifndef SUM_KB
 /* 1: each token's SUM_RD k~ values are read back through a volatile pointer to its row, so that every
  * broadcast is a load (vbroadcastss from memory: the load ports), not a shuffle built in registers.
  * On an Intel core under AVX2 the summary loop's shuffles (5 a token against 8 FMAs) queued on the
- * one port that runs them; the summary stage 3-16% faster in 11 of 12 alternated pairs, AVX-512
- * level to 7% faster (on an Intel Xeon; docs/tuning-notes.md). CPU rows only: on a GPU the row
+ * one port that runs them (docs/tuning-notes.md "Block summary"). CPU rows only: on a GPU the row
  * would leave the registers. The same values in the same order: the same bits either way. Without
  * effect under SUM_LK (the k~ values are then read from local memory). */
 #define SUM_KB 0
@@ -36,8 +35,8 @@
 /* 1 (CPU rows): a group maps each chunk's k rows once, into local memory (summary_kmap), and its
  * work-items broadcast their k~ values from there (summary_tile_run_lk): each work-item's loop holds
  * nothing but its loads and multiply-adds, and SUM_RD is a row count, not a vector width, so the
- * tile can take 12 accumulators of 16 registers (6 x 2; 4 x 2 before: the AVX2 summary 18-27% less time,
- * bench/README.md "The summary's k~ in local memory"). 0: every work-item maps its own SUM_RD
+ * tile can take 12 accumulators of 16 registers (6 x 2 where 4 x 2 fitted before: docs/tuning-notes.md
+ * "Block summary"). 0: every work-item maps its own SUM_RD
  * dimensions of each token (GPU rows: no local memory traffic, no second barrier). */
 #define SUM_LK 0
 #endif
@@ -197,10 +196,9 @@ void summary_tile_run(global const STORE_T *kp, global const STORE_T *vp, const 
  * holds nothing but the accumulators, the S vectors and one broadcast, and a tile across a whole
  * row maps each q~ once. OUT_PRE = 0 (every built-in row): OUT_DC dimensions at a time inside the
  * loop, a small array that stays in registers where a whole q~ row per thread would not; on PoCL
- * with OUT_DC = 4 it is also the faster form on CPUs (the output stage 16-22% faster than OUT_PRE =
- * 1 with 8 at a time, AVX-512 and AVX2 alike: bench/README.md "The read-out's q~ four dimensions at
- * a time"). A macro, not a function: PoCL keeps the
- * tile in registers only when the loop is written inline (a function took 1.5x the time). */
+ * with OUT_DC = 4 it is also the faster form on CPUs, AVX-512 and AVX2 alike (docs/tuning-notes.md
+ * "Read-out"). A macro, not a function: PoCL keeps the tile in registers only when the loop is
+ * written inline. */
 #ifndef OUT_PRE
 #define OUT_PRE 0
 #endif

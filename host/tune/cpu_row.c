@@ -10,33 +10,25 @@
 /* Register tiles for `registers` vector registers of `width` floats: half of the registers hold
  * accumulators, the rest the loaded vectors, broadcasts and addresses (with 16 registers, 12
  * accumulators spilled in every stage whose loop also mapped its operands); the summary, whose k~
- * come from local memory, takes three quarters.
+ * come from local memory, takes three quarters. Why each, with the measurements: docs/tuning-notes.md.
  * - Summary (k~ v^T): value vectors 2 with 16 registers, 4 with 32 (up to a 64-column
  *   row), and 6 key rows (the rows' k~ read from local memory, sum_lk: a row count, not a vector):
  *   6 x 2 with 16 registers, 12 accumulators where 4 x 2's 8 left the multiply-adds waiting on each
- *   other (the AVX2 summary 18-27% less time on an Intel Xeon); 6 x 4 with 32 of 16 floats (AVX-512,
- *   8-11% over 4 x 4). Without sum_lk (a row that turns it off) the rows are capped to a vector
- *   width dividing Dk, 4 (bench/README.md "The summary's k~ in local memory"; before, with row tiles
- *   fastest, 4 x 4 took the AVX-512 summary stage 15-20% below 8 x 2, and on AVX2 2 x 4, 8 x 1 and
- *   2 x 6 were slower than 4 x 2: "The summary's tile order").
+ *   other; 6 x 4 with 32 of 16 floats (AVX-512). Without sum_lk (a row that turns it off) the rows
+ *   are capped to a vector width dividing Dk, 4 x 4 on AVX-512 and 4 x 2 on AVX2 ("Block summary").
  * - Read-out (q~ S): as many vectors as make 64 columns, up to the accumulators (q~ is mapped once
  *   per column tile and per token, so one tile across a D = 64 row maps it once), and the tokens
  *   that fill the rest: 1 x 8 with 8-float registers (16 of them), 4 x 4 with 16-float (32).
- * - Mixing: 4 vectors of columns x the rows the accumulators leave, 2 x 4 and 4 x 4 (on an Intel
- *   Xeon the mixing stage 20-30% faster than 4 x 2 under as-avx2 and than 8 x 2 natively, within-run
- *   ratios to the summary: bench/README.md "The summary's k~ in local memory"). The causal prefix:
- *   rows x 2 vectors, 4 x 2 and 8 x 2.
+ * - Mixing: 4 vectors of columns x the rows the accumulators leave, 2 x 4 and 4 x 4 (faster than the
+ *   4 x 2 and 8 x 2 before them: "Mixing"). The causal prefix: rows x 2 vectors, 4 x 2 and 8 x 2.
  * - The backward's read-outs (bwd_acc): 16 accumulators with 16-float registers, 8 with narrower
  *   ones whatever their count: the backward was timed with AVX-512's 32 and AVX2's 16 only, not
  *   with NEON's or 'cpu-wide''s 32 at 4 or 8 floats.
  * - dMc's products in the backward (dmix_tm): 4 x 4 pairs with 32 registers, 3 x 3 with 16 (4 x 4
- *   and its 8 operand vectors spilled on AVX2: the kernel 39% faster at 3; 15% slower at 3 on
- *   AVX-512).
+ *   and its 8 operand vectors spill there; with 32 registers 3 x 3 is the slower: "Causal backward").
  * - The causal scores (sc_rt x sc_kv, the causal output's and bc_dqkv's): 8 rows of one key
  *   vector, 8 independent multiply-add chains (two FMA pipes of 4 cycles' latency) in 10
- *   registers. They had taken the read-out's rows: one chain on AVX2, where waiting on it was a
- *   third of either kernel (now 22-26% faster); 4 on AVX-512 (8 is 2-5% faster there).
- * The tiles each replaced, and by how much: docs/devices.md "The measurements behind the rows". */
+ *   registers. The read-out's rows they had taken left AVX2 one chain ("Causal forward"). */
 void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s)
 {
     const int acc = s->registers >= 32 ? 16 : 8;

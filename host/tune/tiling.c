@@ -118,8 +118,8 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
         out->pf = 2;
     /* Streaming stores write whole vectors of float; kernels/output.cl takes them only where the
      * output buffer's own address is aligned to one. The forward's read-out only with vectors of at
-     * least out_nt floats: on an Intel Xeon, 32-byte ones (AVX2) made it slower, 64-byte ones faster
-     * (tune/tuning_rows.c); the backward's read-outs keep them at any width (measured level). */
+     * least out_nt floats: on an Intel Xeon, 32-byte ones (AVX2) made it slower, 64-byte ones faster;
+     * the backward's read-outs keep them at any width (docs/tuning-notes.md "Read-out"). */
     out->out_nt = t->out_nt && out->out_ve >= t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
     out->bwd_nt = t->out_nt && cfg->dtype == MHLA_DTYPE_F32;
     /* Segments per block: enough work-groups for every compute unit several times over, but no
@@ -230,8 +230,8 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
                  (unsigned long long)mhla__causal_output_local(&x, cfg->dk), (long long)cfg->dk, ctx->device_name,
                  (unsigned long long)ctx->limits.local_mem_bytes, (unsigned long long)fit->local_bytes);
     /* The slots are padded where our prefix kernel reads every chunk's column of them; where
-     * CLBlast's GEMM reads them (gemm_rows > 0) the padded slots made the prefix 10% slower on the
-     * H200 (likely a copy into its temporary: an off-tile leading dimension). */
+     * CLBlast's GEMM reads them (gemm_rows > 0) padding slowed the prefix on a GPU, likely a copy
+     * into its temporary for an off-tile leading dimension (docs/tuning-notes.md "On GPUs"). */
     x.slot_pad = x.gemm_rows == 0;
     *out = x;
 cleanup:

@@ -18,7 +18,7 @@ typedef struct tuning_row {
 } tuning_row;
 
 /* First match wins, so specific rows come before the defaults. Why these choices (the measurements
- * behind them: docs/devices.md "The measurements behind the rows"):
+ * behind them: docs/tuning-notes.md, one section per stage):
  * - CPUs (PoCL, vendor CPU runtimes) compile explicit vectors straight to SIMD registers and
  *   barely vectorize scalar work-items, so each work-item row is one vector as wide as the
  *   registers the compiler targets, and the register tiles are sized to how many there are:
@@ -28,13 +28,14 @@ typedef struct tuning_row {
  *   broadcasts its k~ values from memory rather than by register shuffles (sum_kb, kernels/tiles.h)
  *   and folds its partial sums every 256 tokens (sum_chunk): each fold is a barrier, and CPU
  *   runtimes pass every work-item of the group through it; 256 is also a whole block at the
- *   bench's M (blocks of 256 tokens), one chunk and one barrier per group (docs/devices.md).
+ *   bench's M (blocks of 256 tokens), one chunk and one barrier per group (docs/tuning-notes.md
+ *   "Block summary").
  *   Work-groups are tasks, so a few per core would do, but the rows take many (groups_per_cu 256):
  *   a long block (linear attention's M = 1, a small M) is then split into segments of split_min_len
  *   tokens, and as heads vary fastest in the grid, the groups that run one after another walk the
  *   same token rows ([B,N,H,D]: a head's 256 bytes of a 2 KiB row) where a group per block walked
- *   its head through the whole block alone (the linear forward's summary at N = 16384 ~20% faster,
- *   bench/README.md "Long blocks in segments"). The mixing GEMM runs in kernels/mixing.cl:
+ *   its head through the whole block alone (docs/tuning-notes.md "Block summary"). The mixing GEMM
+ *   runs in kernels/mixing.cl:
  *   CLBlast's GEMMs stage tiles in local memory behind barriers, which CPU runtimes emulate in
  *   ordinary memory; likewise the causal
  *   prefix sums every earlier chunk itself (gemm_rows 0). Softmax (kernels/softmax.cl): whole
@@ -69,23 +70,13 @@ static const tuning_row rows[] = {
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
      * the SIMD target (tune/cpu_row.c). 'cpu-intel' takes Intel's CPUs, 'cpu' every other CPU
      * device; 'cpu-wide' (32 registers at the device's width) only by name.
-     * 'cpu-intel' differs in the summary's folds (sum_chunk 128, not 256): on Intel's cores a
-     * group's work-items took their k and v rows from L2 when its chunk (256 tokens: 128 KiB of a
-     * head's rows, 2 KiB apart in [B,N,H,D]) outgrew L1: with chunks of 32 (16 KiB, shared in L1)
-     * the summary stage at N = 16384 took 1.3-1.5x the read-out's time instead of 1.8-2.0 with
-     * AVX-512 (a Xeon, natively), 3-15% less under as-avx2; with a head's rows contiguous
-     * ([B,H,N,D]) the two were level. With the k~ in local memory (sum_lk), 64 took summary /
-     * read-out to 0.99-1.07 under as-avx2 (32: 1.18-1.29, 128: 1.04-1.08, 256: 1.07-1.09) and to
-     * 1.15-1.22 natively (32: 1.38-1.43). Since every work-item prefetches its share of the next
-     * chunk, 128 is the faster under as-avx2 (the summary kernel 4-5% in paired runs; 256 and 192
-     * 6-15% slower) and level natively. On AMD's EPYC the larger chunks were level or faster: 128
-     * over 32 by 2-12%, 256 over 128 by up to 8% on AVX2, before sum_lk (docs/devices.md "The
-     * measurements behind the rows").
-     * And its forward read-out writes with streaming stores only from 16-wide vectors (out_nt 16:
-     * AVX-512). With AVX2's 32-byte ones the read-out at N = 16384 took 14.9-15.7 ms against
-     * 11.8-13.0 with plain stores, the forward 34.2-34.9 against 30.5-31.5 ms (an Intel Xeon under
-     * as-avx2; the read-out 60 against 46-48 ms at N = 65536, past every cache); natively, with
-     * 64-byte ones, plain stores were slower (bench/README.md "Streaming stores and AVX2"). */
+     * 'cpu-intel' differs in the summary's folds (sum_chunk 128, not 256): on the Intel core
+     * measured, a 256-token chunk of one head's k and v rows (128 KiB, rows 2 KiB apart in
+     * [B,N,H,D]) outgrew L1 and the group's work-items took it from L2; 128 is the fastest there
+     * with the k~ in local memory and the spread prefetch. AMD's EPYC kept the larger chunks.
+     * And its forward read-out writes with streaming stores only from 16-wide vectors (out_nt 16):
+     * AVX2's 32-byte ones were slower than plain stores there, AVX-512's 64-byte ones faster
+     * (docs/tuning-notes.md "Block summary", "Read-out"). */
     {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(128, 16)},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256, 1)},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32, CPU_ROW_FIELDS(256, 1)},
