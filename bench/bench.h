@@ -129,7 +129,7 @@ typedef struct bench_op {
 #define BENCH_MIXING_INIT MHLA_INIT_LINEAR
 #define BENCH_CAUSAL_MIXING_INIT MHLA_INIT_CAUSAL_UNIFORM
 /* The chunk size of the causal rows unless --chunk says otherwise: the fastest on PoCL (C = 128
- * against 64: 17-20% less time forward and backward at N = 16384, a tie at 4096; bench/README.md
+ * against 64: 17-20% less time forward and backward at N = 16384, a tie at 4096; docs/tuning-notes.md
  * "Chunk size"). The library's default stays 64 (docs/spec.md "Causal MHLA"). */
 #define BENCH_DEFAULT_CHUNK 128
 

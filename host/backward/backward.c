@@ -34,8 +34,7 @@ void mhla__backward_destroy(mhla_bwd *b)
 
 /* The per-token read-outs' local size over (token groups, heads, blocks): every head of a few
  * token groups per work-group on CPU rows (bwd_heads), a run of one head's token groups otherwise
- * (the H200 ran linear-bwd 10% slower at N = 16384 with every head; bench/README.md "The
- * backward's read-outs over all heads"). */
+ * (a GPU ran linear-bwd slower with every head; docs/tuning-notes.md "Backward"). */
 static void local_size(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t wg, int heads,
                        size_t local[3])
 {

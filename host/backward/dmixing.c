@@ -21,8 +21,8 @@ mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t ro
     /* Chunks of 1024 floats keep 2*rows rows of one in cache; at least `rows` floats each keep the
      * partial sums within `rows` summed rows (chunks * rows^2 <= (xmax / rows + 1) * rows^2). From
      * 128 rows (a causal plan's chunks at long N), 4096 floats: (rows/4)^2 >= 1024 work-items per
-     * chunk still, and a fourth of the tiles' start-up, lane sums and partial sums (the causal
-     * backward's dMc ~20% faster at N = 16384, C = 64: 256 rows; docs/tuning-notes.md). */
+     * chunk still, and a fourth of the tiles' start-up, lane sums and partial sums (256 rows: the
+     * causal backward at N = 16384, C = 64; docs/tuning-notes.md "Causal backward"). */
     const size_t floor_len = rows >= 128 ? 4096 : 1024;
     b->dmix_len = mhla__round_up(rows > floor_len ? rows : floor_len, 16);
     b->dmix_chunks = (xmax + b->dmix_len - 1) / b->dmix_len;

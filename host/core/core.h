@@ -199,8 +199,7 @@ void mhla__local_size_3d(mhla_context *ctx, cl_kernel kernel, const size_t exten
  * tokens' rows of one head: as many heads as divide the head count first, then token groups, one
  * block. With [B,N,H,D] rows a group then reads whole rows, and the groups a core runs one after
  * another read the next rows; filling the token groups first, a group read one head's 256 B of
- * every 2 KiB row and the next group the same head further on (bench/README.md "The backward's
- * read-outs over all heads"). */
+ * every 2 KiB row and the next group the same head further on (docs/tuning-notes.md "Backward"). */
 void mhla__local_size_heads(mhla_context *ctx, cl_kernel kernel, const size_t extent[3], size_t want,
                             size_t local[3]);
 /* Enqueues `kernel` over `extent` rounded up to `local` (kernels guard the excess work-items). */

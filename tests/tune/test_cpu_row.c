@@ -92,7 +92,7 @@ static void test_row_fits_registers(void **state)
         if (cols != 64 && t.out_nv != s->registers / 2)
             fail_msg("%s: the read-out spans %d columns in %d vectors", s->target, cols, t.out_nv);
     }
-    /* the two x86 rows the bench tables report (bench/README.md) */
+    /* the two x86 rows the bench tables report (docs/performance.md) */
     mhla_tuning t;
     memset(&t, 0, sizeof t);
     mhla__cpu_row_fill(&t, &targets[0]);
