@@ -8,7 +8,7 @@
 
 #include <mhla.h>
 
-/* Exit codes (README "Command-line tool"). */
+/* Exit codes (README "The command line", `mhla --help`). */
 enum {
     CLI_OK = 0,
     CLI_RUNTIME = 1,     /* device, driver, memory or output write failure */

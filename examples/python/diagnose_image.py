@@ -2,7 +2,7 @@
 """Writes q.npy and k.npy for `mhla diagnose` from a structured input: a 32x32 synthetic image (a
 smooth pattern, a disc and a bar), each token's features its 3x3 neighbourhood and 7 positional
 terms, projected to 2 heads of Dk = 16 by fixed random matrices (seed 0), as a vision
-transformer's first layer would see it. README "Diagnosis" runs it.
+transformer's first layer would see it. The README's `mhla diagnose` example runs it.
 
 usage: diagnose_image.py [OUTDIR]
 """
