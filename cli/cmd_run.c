@@ -48,8 +48,10 @@ static const char help_head[] =
 static const char help_tail[] =
     "causal MHLA (docs/spec.md \"Causal MHLA\"; 1D: --grid N only, no --blocks):\n"
     "  --causal                      chunkwise causal attention: token t sees tokens <= t\n"
-    "  --chunk C                     chunk size (default 128, the fastest on CPUs; the library's is 64;\n"
-    "                                the last chunk may be partial)\n"
+    "  --chunk C                     chunk size (default " MHLA_STRINGIFY(MHLA_DEFAULT_CHUNK)
+    ", the library's; the last chunk may be\n"
+    "                                partial). Part of the model: Mc's rows are chunks, so give the\n"
+    "                                C that Mc was trained with\n"
     "  --recurrent                   run the streaming decoder token by token instead of the chunk\n"
     "                                form (the same outputs, to rounding)\n"
     "  --cu-seqlens CU.npy           packed variable-length sequences: S+1 int32 or int64 offsets\n"

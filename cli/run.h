@@ -22,10 +22,6 @@ enum {
 };
 
 #define RUN_CMD "run" /* the subcommand, for cli_usage() */
-/* --causal's chunk unless --chunk says otherwise: the fastest on PoCL (128 against 64: 17-20% less
- * time at N = 16384, a tie at 4096; docs/tuning-notes.md "Chunk size"); the library's is 64 (docs/spec.md
- * "Causal MHLA"). */
-#define CLI_DEFAULT_CHUNK 128
 
 /* Everything one run holds; released by run_job_free(). */
 typedef struct run_job {

@@ -71,10 +71,11 @@ static int parse_options(run_job *job, const char *help, int argc, char **argv, 
         return cli_usage(cmd, "--mixing and --init: give one (a matrix, or how to make one)");
 
     mhla_config *cfg = &job->cfg;
-    if (o[O_CAUSAL].value) {
+    /* Without --chunk, the library's chunk (MHLA_DEFAULT_CHUNK): it is part of the model (Mc's rows
+     * are chunks), so run, grad and diagnose must agree with the library and the Python package. */
+    if (o[O_CAUSAL].value)
         mhla_config_init_causal(cfg);
-        cfg->chunk = CLI_DEFAULT_CHUNK;
-    } else
+    else
         mhla_config_init(cfg);
     if ((rc = PARSE_ENUM(job, O_LAYOUT, mhla_layout_parse, cfg->layout)) != 0 ||
         (rc = PARSE_ENUM(job, O_FEATURE_MAP, mhla_feature_map_parse, cfg->feature_map)) != 0 ||

@@ -304,6 +304,12 @@ typedef enum mhla_dtype {
     MHLA_DTYPE_BF16 = 2 /* storage only, f32 accumulation */
 } mhla_dtype;
 
+/* The causal chunk size C that mhla_config_init() and _init_causal() set, and that every interface
+ * (the CLI's run, grad and diagnose, the Python package) uses when none is given. The chunk is part
+ * of the model, not a speed setting: the rows and columns of the causal Mc are chunks, so a trained
+ * Mc holds for one C only, and a caller who leaves C out must get the same model everywhere. */
+#define MHLA_DEFAULT_CHUNK 64
+
 /* Everything a plan is specialized for. Fill it with mhla_config_init() (or _init_causal())
  * and then set the sizes; every size is signed so that a negative value is reported, not
  * wrapped around. */
@@ -326,7 +332,7 @@ typedef struct mhla_config {
     float eps; /* added to every denominator; default 1e-6 */
     mhla_dtype dtype;
     int causal;          /* 0: non-causal MHLA over the block grid; 1: chunkwise causal (1D) */
-    int64_t chunk;       /* causal: chunk size C in 1..INT32_MAX; default 64 */
+    int64_t chunk;       /* causal: chunk size C in 1..INT32_MAX; default MHLA_DEFAULT_CHUNK (64) */
     int64_t mixing_rows; /* causal: rows of the square Mc given (>= ceil(N/C)); 0 = ceil(N/C) */
     int varlen;          /* causal: 1 = seq_t is the total of variable-length sequences packed along
                             the token axis (batch 1), run with mhla_forward_varlen(); the limit
@@ -340,7 +346,8 @@ typedef struct mhla_config {
 MHLA_API void mhla_config_init(mhla_config *cfg);
 
 /*! mhla_config_init_causal() : causal defaults (released language-model code): as above but
- * causal = 1, relu, scale Dk^-0.5 (0 = default), normalizer none, chunk 64, varlen 0.
+ * causal = 1, relu, scale Dk^-0.5 (0 = default), normalizer none, chunk MHLA_DEFAULT_CHUNK (64),
+ * varlen 0.
  * Causal mode takes the normalizers `none` and `paper` (`official` is defined for block grids
  * only) and a 1D grid (N, 1, 1); the block grid fields are ignored. NULL is ignored.
  * Thread-safety: any thread. */

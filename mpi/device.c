@@ -38,7 +38,7 @@ mhla_status mhla_mpi_blocks_of(const mhla_config *cfg, int64_t *blocks, int64_t 
     if (st != MHLA_OK)
         return st;
     if (cfg->causal) {
-        const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w, c = cfg->chunk > 0 ? cfg->chunk : 64;
+        const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w, c = cfg->chunk > 0 ? cfg->chunk : MHLA_DEFAULT_CHUNK;
         *blocks = (n + c - 1) / c;
         *frame = 1;
     } else {
@@ -57,7 +57,7 @@ mhla_status mhla_mpi_varlen_chunks(const mhla_config *cfg, const int32_t *cu_seq
     if (!cfg->varlen)
         return mhla_report(NULL, MHLA_ERR_INVALID_ARGUMENT,
                            "mhla_mpi_varlen_chunks: the configuration is not for packed sequences (varlen = 0)");
-    const int64_t c = cfg->chunk > 0 ? cfg->chunk : 64;
+    const int64_t c = cfg->chunk > 0 ? cfg->chunk : MHLA_DEFAULT_CHUNK;
     *chunks = 0;
     for (size_t s = 0; s < num_seqs; ++s) {
         if (cu_seqlens[s + 1] < cu_seqlens[s])

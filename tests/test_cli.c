@@ -401,6 +401,8 @@ static void test_help_and_version(void **state)
     for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; ++i)
         if (!strstr(r->out, run_opts[i]))
             fail_msg("'mhla run --help' does not mention %s", run_opts[i]);
+    /* The chunk is part of the model: the help states the library's default, 64. */
+    assert_non_null(strstr(r->out, "--chunk C                     chunk size (default 64, the library's;"));
     r = MHLA("init-mixing", "--help");
     expect_ok(r);
     assert_non_null(strstr(r->out, "--blocks "));
@@ -822,19 +824,22 @@ static void expect_checked(const result *r, int64_t n)
         fail_msg("printed max_rel_err %g", e);
 }
 
-/* The chunk form: N not a multiple of C, N < C, C = 16, 64 and run's default 128, both layouts. */
+/* The chunk form: N not a multiple of C, N < C, C = 16, 64, 128 and run's default, both layouts.
+ * Without --chunk, run uses the library's C = 64 (part of the model: Mc's rows are chunks), checked
+ * against the reference at 64 and shown to differ from C = 128. */
 static void test_run_causal_chunk(void **state)
 {
     (void)state;
     const struct {
         int64_t b, n;
-        const char *chunk; /* NULL: run's default, 128 (cli/run.h CLI_DEFAULT_CHUNK; the library's is 64) */
+        const char *chunk; /* NULL: run's default, the library's 64 (MHLA_DEFAULT_CHUNK) */
         mhla_layout layout;
     } cases[] = {
         {2, 100, "16", MHLA_LAYOUT_BNHD}, /* 7 chunks, the last of 4 tokens */
         {2, 40, NULL, MHLA_LAYOUT_BNHD},  /* N < C: one partial chunk */
-        {1, 200, NULL, MHLA_LAYOUT_BNHD}, /* 2 chunks of the default size, the last of 72 tokens */
+        {1, 200, NULL, MHLA_LAYOUT_BNHD}, /* 4 chunks of the default size, the last of 8 tokens */
         {1, 130, "64", MHLA_LAYOUT_BNHD}, /* 3 chunks, the last of 2 tokens */
+        {1, 200, "128", MHLA_LAYOUT_BNHD}, /* 2 chunks, the last of 72 tokens */
         {2, 100, "16", MHLA_LAYOUT_BHND},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
@@ -847,7 +852,7 @@ static void test_run_causal_chunk(void **state)
         char line[64];
         snprintf(line, sizeof line, "max_rel_err %.3g\n", printed_error(r));
         assert_string_equal(r->out, line); /* the only line */
-        const int64_t c = cases[i].chunk ? atoi(cases[i].chunk) : 128, m = (t.n + c - 1) / c; /* run's default */
+        const int64_t c = cases[i].chunk ? atoi(cases[i].chunk) : 64, m = (t.n + c - 1) / c; /* run's default */
         mhla_config cfg = causal_config_for(&t, c, m);
         float *mc = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, m);
         const double e = causal_error(&t, &cfg, mc, NULL, 0, "o.npy");
@@ -859,6 +864,15 @@ static void test_run_causal_chunk(void **state)
             expect_matters(causal_reference(&t, &cfg, mc, NULL, 0), causal_reference(&t, &wide, mc2, NULL, 0), t.nv,
                            "--chunk 16");
             free(mc2);
+        }
+        if (!cases[i].chunk && t.n > 128) { /* the default is 64, not 128: C = 128 gives another output */
+            mhla_config wide = causal_config_for(&t, 128, 2);
+            float *mc2 = chunk_mixing(MHLA_INIT_CAUSAL_UNIFORM, 2);
+            double *wide_ref = causal_reference(&t, &wide, mc2, NULL, 0);
+            float *o = read_output(&t, "o.npy", NPY_F32);
+            if (!(finite_rel_err(o, wide_ref, t.nv, __func__) > 1e-3))
+                fail_msg("case %zu: run's default chunk gave C = 128's output", i);
+            free(o), free(wide_ref), free(mc2);
         }
         free(mc);
         assert_string_equal(listing(), "k.npy o.npy q.npy v.npy");
@@ -1340,7 +1354,7 @@ static void test_run_causal_errors(void **state)
         {{"--causal", "--chunk", "16", "--mixing", "mc6.npy"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
         {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--recurrent"}, "--mixing mc6.npy: the sequence of 100 tokens is longer than chunk * rows(Mc) = 16 * 6 = 96"},
         {{"--causal", "--chunk", "16", "--mixing", "mc6.npy", "--cu-seqlens", "cu_long.npy"}, "--mixing mc6.npy: sequence 1 of --cu-seqlens cu_long.npy (cu_seqlens[1] = 3 .. cu_seqlens[2] = 100) has 97 tokens, longer than chunk * rows(Mc) = 16 * 6 = 96"},
-        {{"--causal", "--mixing", "rect.npy"}, "--mixing rect.npy: shape (7, 8), expected a square matrix of at least (1, 1) for the 1 chunk of 128 tokens"},
+        {{"--causal", "--mixing", "rect.npy"}, "--mixing rect.npy: shape (7, 8), expected a square matrix of at least (2, 2) for the 2 chunks of 64 tokens"},
         {{"--causal", "--cu-seqlens", "cu_start.npy"}, "--cu-seqlens cu_start.npy: cu_seqlens[0] must be 0, got 2"},
         {{"--causal", "--cu-seqlens", "cu_dec.npy"}, "--cu-seqlens cu_dec.npy: offsets must not decrease: cu_seqlens[2] = 50 < cu_seqlens[1] = 60"},
         {{"--causal", "--cu-seqlens", "cu_neg.npy", "--recurrent"}, "--cu-seqlens cu_neg.npy: offsets must not decrease: cu_seqlens[1] = -5 < cu_seqlens[0] = 0"},

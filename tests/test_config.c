@@ -112,12 +112,25 @@ static void test_causal_limits(void **state)
     assert_true(mhla_config_tensor_elems(&c, MHLA_TENSOR_MIXING) == (size_t)1 << 40);
 }
 
+/* One default chunk: 64 from both initializers. The CLI and the Python package read it from here, and
+ * the chunk is part of the model (Mc's rows are chunks), so a change would change every model. */
+static void test_default_chunk(void **state)
+{
+    (void)state;
+    mhla_config c;
+    mhla_config_init(&c);
+    assert_int_equal(c.chunk, 64);
+    mhla_config_init_causal(&c);
+    assert_int_equal(c.chunk, 64);
+    assert_int_equal(MHLA_DEFAULT_CHUNK, 64);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_count_limit),  cmocka_unit_test(test_batch_heads_limit),
         cmocka_unit_test(test_element_count_limit), cmocka_unit_test(test_sizes_past_int_max),
-        cmocka_unit_test(test_causal_limits),
+        cmocka_unit_test(test_causal_limits),      cmocka_unit_test(test_default_chunk),
     };
     return run_group("config", tests, NULL, NULL);
 }

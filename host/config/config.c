@@ -24,7 +24,7 @@ void mhla_config_init(mhla_config *cfg)
     cfg->eps = 1e-6f;
     cfg->dtype = MHLA_DTYPE_F32;
     cfg->causal = 0;
-    cfg->chunk = 64;
+    cfg->chunk = MHLA_DEFAULT_CHUNK; /* the CLI and Python read it from here: one model for every caller */
     cfg->mixing_rows = 0;
 }
 

@@ -8,10 +8,11 @@
 
 Options of forward/backward (defaults are the library's, docs/spec.md "Defaults"): grid (N,),
 (H, W) or (T, H, W) tokens; blocks, the block grid (M = their product); normalizer "paper" |
-"official" | "none"; feature_map "relu-eps" | "relu" | "elu1" | "none"; causal, chunk, cu_seqlens
-(packed causal batches); dtype "f32" | "f16" | "bf16" (uint16 bit patterns); layout "bnhd" |
-"bhnd"; scale, eps, feature_eps. pyopencl arrays work through mhla.Context.wrap(queue); PyTorch
-through mhla.torch.
+"official" | "none"; feature_map "relu-eps" | "relu" | "elu1" | "none"; causal; chunk, the causal
+chunk size C (default 64, as in the library and `mhla run --causal`: Mc's rows are chunks, so C is
+part of the model); cu_seqlens (packed causal batches); dtype "f32" | "f16" | "bf16" (uint16 bit
+patterns); layout "bnhd" | "bhnd"; scale, eps, feature_eps. pyopencl arrays work through
+mhla.Context.wrap(queue); PyTorch through mhla.torch.
 """
 from ._context import Context
 from ._decoder import Decoder

@@ -25,6 +25,16 @@ def test_step_prefill_and_chunk_form_agree(ctx, rng):
         assert mhla.max_rel_err(got, chunk_form.astype(np.float64)) <= 1e-5
 
 
+def test_default_chunk_is_64(ctx, rng):
+    """Without chunk=, the decoder's C is the library's 64, as in Context.forward: the chunk is part
+    of the model (Mc's rows are chunks)."""
+    dec = mhla.Decoder(ctx, heads=2, dk=8, capacity=150)
+    assert dec.mixing_rows == 3  # ceil(150 / 64); C = 128 would give 2
+    q, k, v = qkv(rng, n=150)
+    mixing = mhla.init_mixing("causal-uniform", 3)
+    assert mhla.max_rel_err(dec.prefill(q, k, v, mixing), numpy_causal(q, k, v, mixing, 64)) <= 1e-5
+
+
 def test_state_round_trip(ctx, rng):
     q, k, v = qkv(rng, n=30)
     mixing = mhla.init_mixing("causal-uniform", 4)

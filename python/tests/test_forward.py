@@ -68,6 +68,17 @@ def test_causal_against_numpy(ctx, rng, normalizer):
                                                        normalizer=normalizer)) <= F32
 
 
+def test_causal_default_chunk_is_64(ctx, rng):
+    """Without chunk=, C is the library's 64, as in `mhla run --causal` and mhla.Decoder: the chunk
+    is part of the model (Mc's rows are chunks), so every interface must pick the same one."""
+    q, k, v = qkv(rng, n=150)  # 3 chunks of 64, the last partial; C = 128 would make 2
+    mixing = mhla.init_mixing("causal-uniform", 3)
+    out = ctx.forward(q, k, v, mixing, causal=True)
+    assert rel(out, numpy_causal(q, k, v, mixing, 64)) <= F32
+    assert rel(out, numpy_causal(q, k, v, mixing, 128)) > 1e-2
+    assert mhla.max_rel_err(out, mhla.reference_forward(q, k, v, mixing, causal=True)) <= F32
+
+
 def test_causal_output_ignores_the_future(ctx, rng):
     q, k, v = qkv(rng, n=48)
     mixing = mhla.init_mixing("causal-uniform", 3)

@@ -97,6 +97,17 @@ def test_causal_module_and_softmax_core(ctx, rng):
     assert torch.allclose(out, expect, atol=1e-5) and torch.allclose(q.grad, qq.grad, atol=1e-5)
 
 
+def test_causal_module_default_chunk_is_64(ctx, rng):
+    """mt.MHLA(causal=True) without chunk= uses the library's C = 64, not another: the chunk is part
+    of the model (Mc's rows are chunks)."""
+    q, k, v = (t(rng, (1, 150, 2, 8), torch.float32) for _ in range(3))
+    layer = mt.MHLA(3, causal=True, context=ctx)  # 3 chunks of 64; C = 128 would read 2 rows of Mc
+    out = layer(q, k, v).detach().numpy()
+    args = [x.detach().numpy() for x in (q, k, v)] + [layer.mixing.detach().numpy()]
+    assert mhla.max_rel_err(out, mhla.reference_forward(*args, causal=True, chunk=64)) <= 1e-5
+    assert mhla.max_rel_err(out, mhla.reference_forward(*args, causal=True, chunk=128)) > 1e-2
+
+
 def test_torch_refusals(ctx, rng):
     q = torch.zeros(1, 16, 1, 4, dtype=torch.int32)
     m = torch.tensor(mhla.init_mixing("paper", 4))
