@@ -128,12 +128,6 @@ typedef struct bench_op {
  * rows' (row i: 1/(i+1) on and below the diagonal). */
 #define BENCH_MIXING_INIT MHLA_INIT_LINEAR
 #define BENCH_CAUSAL_MIXING_INIT MHLA_INIT_CAUSAL_UNIFORM
-/* The chunk size of the causal rows unless --chunk says otherwise: the fastest on PoCL (C = 128
- * against 64: 17-20% less time forward and backward at N = 16384, a tie at 4096; docs/tuning-notes.md
- * "Chunk size"). A timing choice of the bench only: C is part of a model (Mc's rows are chunks), so
- * the library, the CLI and Python keep MHLA_DEFAULT_CHUNK (64), and a model trained with 64 is
- * timed with --chunk 64. */
-#define BENCH_DEFAULT_CHUNK 128
 
 /* The op table (ops.c), indexed by bench_op_id. */
 const bench_op *bench_op_get(bench_op_id id);

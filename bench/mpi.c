@@ -24,11 +24,12 @@ static const char usage[] =
     "                                 [--repeat K]\n"
     "Runs the sharded forward on the first r = 1..R ranks: strong scaling at N tokens, weak scaling\n"
     "at N tokens per rank (M and the chunk count grow with r). Defaults: N 4096, B 1, H 4, Dk Dv 64,\n"
-    "M 64 blocks per 4096 tokens (non-causal), chunk 64, K 5 timed runs after one warm-up.\n";
+    "M 64 blocks per 4096 tokens (non-causal), chunk " MHLA_STRINGIFY(MHLA_DEFAULT_CHUNK) " (the library's),\n"
+    "K 5 timed runs after one warm-up.\n";
 
 static int parse(int argc, char **argv, mpi_opts *o)
 {
-    *o = (mpi_opts){4096, 4, 1, 64, 64, 0, 64, 5, 0, MHLA_MPI_ALLGATHER};
+    *o = (mpi_opts){4096, 4, 1, 64, 64, 0, MHLA_DEFAULT_CHUNK, 5, 0, MHLA_MPI_ALLGATHER};
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t *dst = !strcmp(a, "--n") ? &o->n : !strcmp(a, "--heads") ? &o->heads : !strcmp(a, "--batch") ? &o->batch

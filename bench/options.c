@@ -26,9 +26,8 @@ static const char usage[] =
     "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm,mhla-bwd,linear-bwd,\n"
     "                    mhla-causal-bwd,mhla-bwd-saved,mhla-causal-bwd-saved (default all; blas\n"
     "                    and sgemm only in a build with OpenBLAS, else their rows are skipped)\n"
-    "  --chunk LIST      causal chunk sizes C of the mhla-causal(-bwd) and decode rows (default 128,\n"
-    "                    a timing choice: the fastest on PoCL; a model's C is part of the model, and\n"
-    "                    the library, mhla and Python default to " MHLA_STRINGIFY(MHLA_DEFAULT_CHUNK) ")\n"
+    "  --chunk LIST      causal chunk sizes C of the mhla-causal(-bwd) and decode rows (default\n"
+    "                    " MHLA_STRINGIFY(MHLA_DEFAULT_CHUNK) ", the library's; other chunks when given)\n"
     "  --decode-context LIST\n"
     "                    decode rows: tokens of context before the timed steps (default\n"
     "                    1024,8192,32768; the --n list when --n is given; 'none' for none)\n"
@@ -71,7 +70,7 @@ static void set_defaults(bench_options *o, int quick)
         o->image_h[i] = o->image_w[i] = quick ? 64 : full_image[i];
     o->decode_ctx_count = 3;
     memcpy(o->decode_ctx, decode_ctx, sizeof decode_ctx);
-    o->chunk[0] = BENCH_DEFAULT_CHUNK;
+    o->chunk[0] = MHLA_DEFAULT_CHUNK; /* C is part of the model: the library's default, as everywhere */
     o->chunk_count = 1;
     o->heads[0] = 8;
     o->heads_count = 1;
