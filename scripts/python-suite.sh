@@ -3,21 +3,33 @@
 # --no-build-isolation .` (meson-python builds the library into it), into a virtual environment of
 # Debian's python3 that sees the Debian packages (numpy, cffi, pyopencl, torch, pytest), then runs
 # pytest on the PoCL pthread device. Arguments go to pytest. Called by scripts/test.sh, which
-# installs the packages first.
+# installs the packages first, and installs the package (--install-only) while meson's tests run,
+# then runs pytest (--no-install).
 set -euo pipefail
+install=1 tests=1
+case "${1:-}" in
+--install-only) install=1 tests=0; shift ;;
+--no-install) install=0; shift ;;
+esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MHLA_BUILD_DIR:-$root/build}
 # Debian's interpreter: the python3-* packages are installed for it, whatever python3 is first on PATH.
 py=/usr/bin/python3
 venv=$build/python-venv
-[ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
-# A build folder of its own keeps the package's rebuild incremental (meson-python's builddir).
-"$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall \
-    --config-settings=builddir="$build/python-build" "$root" >"$build/python-install.log" 2>&1 ||
-    { cat "$build/python-install.log" >&2; echo "python: pip install failed" >&2; exit 1; }
+if [ "$install" = 1 ]; then
+    [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
+    # A build folder of its own keeps the package's rebuild incremental (meson-python's builddir).
+    "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall \
+        --config-settings=builddir="$build/python-build" "$root" >"$build/python-install.log" 2>&1 ||
+        { cat "$build/python-install.log" >&2; echo "python: pip install failed" >&2; exit 1; }
+fi
+[ "$tests" = 1 ] || exit 0
 cache=$build/tests/cache/python
 rm -rf "$cache"
 mkdir -p "$cache"
 cd "$build"  # not the source tree: `import mhla` must find the installed package, not python/mhla
-MHLA_CLI=$build/cli/mhla MHLA_DEVICE=pthread MHLA_CACHE_DIR=$cache MHLA_PROGRAM_CACHE_DIR=$build/tests/programs \
+# PoCL builds as meson's tests of the interfaces do (tests/meson.build: one work-group function a
+# kernel, LLVM's optimizations off), sharing their kernels.
+MHLA_CLI=$build/cli/mhla MHLA_DEVICE=pthread MHLA_CACHE_DIR=$cache MHLA_PROGRAM_CACHE_DIR=$build/tests/programs-unoptimized \
+    POCL_WORK_GROUP_SPECIALIZATION=0 POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable \
     "$venv/bin/python" -m pytest -p no:cacheprovider -ra -q "$root/python/tests" "$@"

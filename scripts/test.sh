@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The tests: installs what is missing, builds, runs `meson test` (every suite; pass --suite unit,
-# --suite opencl or --suite cli to narrow it), and closes with one "N passed, N failed, N skipped"
-# line, which also counts the cases skipped inside programs that passed.
+# The tests: installs what is missing, builds, runs `meson test` (every suite), the fuzzers' short
+# pass, the Python suite and the mutation check (tests/mutations/: known defects put back, each must
+# be caught), and closes with one "N passed, N failed, N skipped" line, which also counts the cases
+# skipped inside programs that passed. Arguments narrow it to `meson test ARGS` alone (--suite unit,
+# --suite opencl, a test's name...).
 #   scripts/test.sh --sanitize [ARGS]: the unit, opencl and cli suites (or ARGS) under ASan+UBSan
 #   instead, in build-asan/ (tests/sanitize/: the suppressions and runtime options).
-#   scripts/test.sh --mutations [ARGS]: the release step of tests/mutations/run.py (ARGS go to it):
+#   scripts/test.sh --mutations [ARGS]: the mutation check alone (ARGS go to tests/mutations/run.py):
 #   known defects put back one at a time, each must be caught by the cases named for it.
 #   scripts/test.sh --python [PYTEST ARGS]: only the Python suite (python/tests), which the plain
 #   command runs after meson's suites.
 set -euo pipefail
 # clang-14: the portability suite compiles every kernel specialization with its OpenCL front end.
-# libopenmpi-dev openmpi-bin: libmhla_mpi and the mpi suite (issue 15; meson -Dmpi=auto finds them).
+# libopenmpi-dev openmpi-bin: libmhla_mpi and the mpi suite (meson -Dmpi=auto finds them).
 # libclang-rt-14-dev (libFuzzer, ASan, UBSan runtimes; only a Recommends of clang-14) and llvm-14
 # (llvm-symbolizer, for the reports' stacks): the fuzzers' short pass (tests/fuzz/).
-# python3-*: the Python package (python/, issue 23), built by meson-python into a virtual environment
+# python3-*: the Python package (python/), built by meson-python into a virtual environment
 # of Debian's python3 (build/python-venv) and tested there with pytest.
 MHLA_EXTRA_PACKAGES="clang-14 libclang-rt-14-dev llvm-14 mesa-opencl-icd oclgrind qemu-user libopenmpi-dev openmpi-bin \
 python3-numpy python3-cffi python3-pyopencl python3-torch python3-pytest python3-mesonpy python3-sklearn python3-pip \
@@ -58,22 +60,46 @@ else
     # Each test's own library cache (tests/meson.build) starts empty on every run: nothing a run
     # stored (a tuning entry, a program) can change what the next one checks.
     rm -rf "$MHLA_BUILD_DIR/tests/cache"
+    fuzz_dir=$MHLA_ROOT/build-fuzz
+    prep=()
+    if [ "$nargs" = 0 ]; then
+        # Built while meson's tests run (niced: they take the cores first; most of their time is
+        # PoCL compiling kernels, one process per core, with idle moments between tests): the
+        # fuzzers (clang-14, libFuzzer, ASan, UBSan), the Python package, the mutation check's copy.
+        prep_log=$MHLA_BUILD_DIR/test-prep
+        mkdir -p "$prep_log"
+        (CC=clang-14 mhla_configure "$fuzz_dir" --buildtype=debugoptimized -Dfuzz=true \
+            -Db_sanitize=address,undefined -Db_lundef=false && nice -n 10 ninja -C "$fuzz_dir" fuzzers) \
+            >"$prep_log/fuzz.log" 2>&1 &
+        prep+=("$!:fuzzers:$prep_log/fuzz.log")
+        nice -n 10 "$MHLA_ROOT/scripts/python-suite.sh" --install-only >"$prep_log/python.log" 2>&1 &
+        prep+=("$!:python package:$prep_log/python.log")
+        nice -n 10 python3 "$MHLA_ROOT/tests/mutations/run.py" --build-only >"$prep_log/mutations.log" 2>&1 &
+        prep+=("$!:mutation build:$prep_log/mutations.log")
+    fi
     meson test -C "$MHLA_BUILD_DIR" --print-errorlogs "$@" || rc=$?
     logs+=("$MHLA_BUILD_DIR/meson-logs/testlog.json")
-    if [ "$nargs" = 0 ]; then
+    prep_ok=1
+    for p in "${prep[@]}"; do
+        if ! wait "${p%%:*}"; then
+            rest=${p#*:}
+            echo "test.sh: building the ${rest%%:*} failed:" >&2
+            tail -n 40 "${rest#*:}" >&2
+            prep_ok=0 rc=1
+        fi
+    done
+    if [ "$nargs" = 0 ] && [ "$prep_ok" = 1 ]; then
         # The fuzzers' short pass (tests/fuzz/): each harness over its seed corpus, then a fixed
-        # number of mutations from seed 1, built with clang-14, libFuzzer, ASan and UBSan.
-        fuzz_dir=$MHLA_ROOT/build-fuzz
-        CC=clang-14 mhla_configure "$fuzz_dir" --buildtype=debugoptimized -Dfuzz=true \
-            -Db_sanitize=address,undefined -Db_lundef=false
-        ninja -C "$fuzz_dir" fuzzers >/dev/null
+        # number of mutations from seed 1.
         meson test -C "$fuzz_dir" --no-rebuild --print-errorlogs --suite fuzz || rc=$?
         logs+=("$fuzz_dir/meson-logs/testlog.json")
+        # The Python package, installed the README's way above, tested with pytest (its own summary line).
+        "$MHLA_ROOT/scripts/python-suite.sh" --no-install || rc=$?
+        # The mutation check: each known defect put back must be caught by the cases named for it
+        # (its last line: "mutations: N of N defects caught ..."); a table that no longer matches
+        # the code stops it, and fails the run.
+        python3 "$MHLA_ROOT/tests/mutations/run.py" || rc=$?
     fi
-fi
-if [ "$nargs" = 0 ] && [ "$sanitize" = 0 ]; then
-    # The Python package, installed the README's way and tested with pytest (its own summary line).
-    "$MHLA_ROOT/scripts/python-suite.sh" || rc=$?
 fi
 python3 - "${logs[@]}" <<'PY'
 import json, re, sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Every specialization the host emits (specializations.py) built by the device under test's own
-compiler, with its compile cache off, and no build log may hold a warning (tests/build_log.c):
-a warning is printed on stderr by PoCL ("N warnings generated.") and usually means slow code
+"""The specializations the host emits (specializations.py; one per kernel file and set of types and
+widths: one_per_shape) built by the device under test's own compiler, with its compile cache off,
+and no build log may hold a warning (tests/build_log.c): a warning is printed on stderr by PoCL ("N warnings generated.") and usually means slow code
 (a vector wider than the device's registers changes the calling convention).
 
     device_build_log.py BUILD_LOG_EXE KERNEL_DIR PROGRAM...
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from specializations import collect, write_dump
+from specializations import collect, one_per_shape, write_dump
 
 
 def main(argv):
@@ -20,7 +20,10 @@ def main(argv):
         sys.stderr.write(__doc__)
         return 2
     build_log, kernel_dir = argv[1], argv[2]
-    specs = sorted(collect(argv[3:], "device_build_log"))
+    collected = collect(argv[3:], "device_build_log")
+    specs = sorted(one_per_shape(collected))
+    print("device_build_log: %d of the %d specializations collected (one per kernel file and types: "
+          "specializations.one_per_shape)" % (len(specs), len(collected)))
     # One build_log process per core, each on its share of the list: compiling is most of this
     # test, and it runs last, beside little else.
     jobs = max(1, min(os.cpu_count() or 1, len(specs)))

@@ -25,8 +25,31 @@ void fill_uniform(float *x, size_t n, uint32_t seed, float lo, float hi)
 
 size_t test_skipped = 0;
 
+static long thin_every = -1, thin_rest; /* -1: MHLA_TEST_THIN not read yet; 0: every configuration */
+static size_t thin_seen, thin_ran;
+
+int test_config_thinned(void)
+{
+    if (thin_every < 0) {
+        const char *env = getenv("MHLA_TEST_THIN");
+        char *end = NULL;
+        thin_every = env && *env ? strtol(env, &end, 10) : 0;
+        thin_rest = end && *end == ':' ? strtol(end + 1, NULL, 10) : 0;
+        if (thin_every < 1 || thin_rest < 0 || thin_rest >= thin_every)
+            thin_every = 0, thin_rest = 0; /* a malformed value checks everything, never less */
+    }
+    const size_t i = thin_seen++;
+    if (thin_every > 1 && (long)(i % (size_t)thin_every) != thin_rest)
+        return 1;
+    ++thin_ran;
+    return 0;
+}
+
 int test_group_status(int failed, size_t cases)
 {
+    if (thin_every > 1)
+        printf("configurations thinned (MHLA_TEST_THIN=%ld:%ld): ran %zu of %zu\n", thin_every, thin_rest, thin_ran,
+               thin_seen);
     if (test_skipped)
         printf("cases skipped: %zu of %zu\n", test_skipped, cases);
     if (failed)

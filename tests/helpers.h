@@ -66,6 +66,14 @@ extern size_t test_skipped;
         skip();                                                                                     \
     } while (0)
 int test_group_status(int failed, size_t cases);
+/* Variant runs (the same program under another tuning row, work-group limit or OpenCL
+ * implementation: tests/meson.build) set MHLA_TEST_THIN=K:R to check every K-th configuration of the
+ * program's lists, those numbered R, R + K, R + 2K, ... in the order the cases meet them (counted over
+ * the whole program, so that a short case is not always left out). The full run on the default
+ * device checks every configuration; variants with R = 0, 1, ... K - 1 together check each one again
+ * on another path, at a K-th of the compiles. test_config_thinned() counts the configuration and says
+ * whether to leave it out; test_group_status() prints "configurations thinned (K:R): ran X of Y". */
+int test_config_thinned(void);
 /* run_group(): cmocka's group run, plus:
  *  - every case without a teardown of its own gets restore_test_env(), so that a failing case cannot
  *    leave its tuning (MHLA_TUNING, the shared context's override) to the cases after it;

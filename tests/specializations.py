@@ -44,6 +44,23 @@ def collect(programs, tool):
         os.unlink(dump)
 
 
+# Macros that pick among a kernel's formulas (index arithmetic, feature map, normalizer) without
+# changing any type or vector width: the device compiler's own warnings (a vector wider than the
+# registers changing the calling convention, half types) do not depend on them, and the clang front
+# end checks every specialization with each of them (kernels_clang.py).
+FORMULA_MACROS = ("LAYOUT_BHND", "FEATURE_MAP", "NORMALIZER")
+
+
+def one_per_shape(specs):
+    """specs with one specialization kept per kernel file and options other than FORMULA_MACROS:
+    what a device build checks (device_build_log.py, avx2_emulated.py), a fraction of the builds."""
+    kept = {}
+    for name, opts in sorted(specs):
+        key = (name, " ".join(o for o in opts.split() if o.split("=")[0][2:] not in FORMULA_MACROS))
+        kept.setdefault(key, (name, opts))
+    return set(kept.values())
+
+
 def write_dump(specs, path):
     """Writes specs as MHLA_DUMP_PROGRAMS lines (what tests/build_log.c reads)."""
     with open(path, "w", encoding="utf-8") as f:
