@@ -28,7 +28,7 @@ cache=$build/tests/cache/python
 rm -rf "$cache"
 mkdir -p "$cache"
 cd "$build"  # not the source tree: `import mhla` must find the installed package, not python/mhla
-# PoCL builds as meson's tests of the interfaces do (tests/meson.build: one work-group function a
+# PoCL builds as most of meson's tests do (tests/meson.build: one work-group function a
 # kernel, LLVM's optimizations off), sharing their kernels.
 MHLA_CLI=$build/cli/mhla MHLA_DEVICE=pthread MHLA_CACHE_DIR=$cache MHLA_PROGRAM_CACHE_DIR=$build/tests/programs-unoptimized \
     POCL_WORK_GROUP_SPECIALIZATION=0 POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable \

@@ -2,8 +2,8 @@
 """The kernel specializations the host emits, collected from its own requests: each program given
 runs with MHLA_DUMP_PROGRAMS set, and every "<kernel file>\\t<options>" line it writes is kept.
 
-A program is "EXE[@NAME=VALUE...][ ARG...]": environment variables after '@', arguments after
-spaces (e.g. "mhla@MHLA_TUNING=row=gpu selftest"). Used by kernels_clang.py (clang front end),
+A program is "EXE[@NAME=VALUE...][ ARG...]": environment variables after '@' ("@-NAME" unsets
+one), arguments after spaces (e.g. "mhla@MHLA_TUNING=row=gpu selftest"). Used by kernels_clang.py (clang front end),
 device_build_log.py (the device's own compiler) and avx2_emulated.py.
 """
 import os
@@ -18,6 +18,9 @@ def run_spec(spec, extra_env=None, **kwargs):
     exe, *pairs = head.split("@")
     env = dict(os.environ)
     for pair in pairs:
+        if pair.startswith("-"):  # "@-NAME": NAME unset
+            env.pop(pair[1:], None)
+            continue
         key, _, value = pair.partition("=")
         env[key] = value
     env.update(extra_env or {})

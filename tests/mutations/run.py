@@ -3,14 +3,15 @@
 asserts that each is caught by the test cases named for it, with a failure message that names what
 broke. A test that passes with the defect in place is a test that cannot fail where it matters.
 
-    tests/mutations/run.py [--work DIR] [--only NAME[,NAME]] [--report FILE] [--build-only]
+    tests/mutations/run.py [--work DIR] [--only NAME[,NAME]] [--report FILE] [--build-only] [--passed TESTLOG]
 
 DIR (default: build-mutations/ beside build/) receives a copy of the tree (tracked and untracked,
 not ignored, files: what is being tested, committed or not) and its own Meson build. Each mutation
 edits files of the copy, rebuilds (a host file: the library; a kernel: its embedded text), runs
 each catching case (`meson test`'s command and environment for that test, MHLA_TEST_FILTER set to
 the case) and restores the files. First, every catching case runs once on the unchanged copy and
-must pass. Exit status 0 when every mutation is caught by every case named for it; --report writes
+must pass (or have passed in the meson run whose testlog.json --passed names: the test command's).
+Exit status 0 when every mutation is caught by every case named for it; --report writes
 the table as Markdown (tests/mutations/README.md keeps the last one).
 """
 import argparse
@@ -156,6 +157,8 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "build-mutations"))
     ap.add_argument("--only", default="")
     ap.add_argument("--report", default="")
+    ap.add_argument("--passed", default="",
+                    help="meson's testlog.json of a run over the same tree: a test that passed there needs no control run")
     ap.add_argument("--build-only", action="store_true",
                     help="copy and build what the cases need, run nothing (scripts/test.sh does it while other tests run)")
     args = ap.parse_args()
@@ -175,8 +178,10 @@ def main():
     unknown = needed - set(tests)
     if unknown:
         raise SystemExit("mutations: no meson test named %s" % ", ".join(sorted(unknown)))
-    targets = sorted({os.path.relpath(os.path.normpath(arg), build) for name in needed for arg in tests[name]["cmd"]
-                      if os.path.normpath(arg).startswith(build + os.sep)})
+    built = {os.path.normpath(f) for t in json.loads(sh(["meson", "introspect", "--targets", build]).stdout)
+             for f in t["filename"]}
+    targets = sorted({os.path.relpath(path, build) for name in needed for arg in tests[name]["cmd"]
+                      for path in [os.path.normpath(os.path.join(build, arg))] if path in built})
     sh(["ninja", "-C", build] + targets)
     if args.build_only:
         print("mutations: built %d targets in %.0f s" % (len(targets), time.time() - began))
@@ -190,7 +195,14 @@ def main():
             if text.count(old) != count:
                 raise SystemExit("mutations: %s: '%s' occurs %d times in %s, expected %d: update the table"
                                  % (m.name, old.splitlines()[0], text.count(old), f, count))
+    passed = set()
+    if args.passed:  # the test command's own run of these tests, on the same files
+        with open(args.passed) as log:
+            passed = {t["name"].split(" / ")[-1].strip() for t in map(json.loads, log) if t.get("result") == "OK"}
     for test, case in sorted({(t, c) for m in chosen for t, c, _ in m.catch}):
+        if test in passed:
+            print("control  %-20s %-38s passed in %s" % (test, case, args.passed), flush=True)
+            continue
         rc, out, ran, secs = run_case(tests, build, test, case)
         if rc != 0 or not ran:
             raise SystemExit("mutations: %s %s fails (or runs nothing) without any defect (exit %d):\n%s"
