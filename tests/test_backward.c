@@ -296,28 +296,28 @@ static void test_backward_causal(void **state)
     mhla_context *ctx = *state;
     static const mhla_feature_map maps[] = {MHLA_FEATURE_RELU, MHLA_FEATURE_ELU1};
     char name[96];
-    for (int ni = 0; ni < 2; ++ni)
-        for (int fi = ni; fi == ni; ++fi) { /* none with relu, paper with elu1 */
-            mhla_config c = config_causal(2, 3, 77, 16, 8, 12);
-            c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
-            c.feature_map = maps[fi];
-            c.mixing_rows = 7;
-            snprintf(name, sizeof name, "causal %s %s 8x12 N=77 C=16", mhla_normalizer_name(c.normalizer),
-                     mhla_feature_map_name(c.feature_map));
-            expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(80 + ni * 2 + fi));
-        }
+    for (int ni = 0; ni < 2; ++ni) {
+        const int fi = ni; /* none with relu, paper with elu1 */
+        mhla_config c = config_causal(2, 3, 77, 16, 8, 12);
+        c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        c.feature_map = maps[fi];
+        c.mixing_rows = 7;
+        snprintf(name, sizeof name, "causal %s %s 8x12 N=77 C=16", mhla_normalizer_name(c.normalizer),
+                 mhla_feature_map_name(c.feature_map));
+        expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(80 + ni * 2 + fi));
+    }
     mhla_config c = config_causal(1, 2, 40, 8, 5, 3);
     c.layout = MHLA_LAYOUT_BHND;
     c.normalizer = MHLA_NORMALIZER_PAPER;
     expect_backward(ctx, &c, NULL, 0, "causal paper 5x3 bhnd N=40 C=8", 90);
-    for (int ni = 0; ni < 2; ++ni)
-        for (int ti = ni; ti == ni; ++ti) { /* none with f16, paper with bf16 */
-            c = config_causal(1, 2, 64, 16, 16, 16);
-            c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
-            c.dtype = ti ? MHLA_DTYPE_BF16 : MHLA_DTYPE_F16;
-            snprintf(name, sizeof name, "causal %s %s", mhla_normalizer_name(c.normalizer), mhla_dtype_name(c.dtype));
-            expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(91 + ti + ni * 7));
-        }
+    for (int ni = 0; ni < 2; ++ni) {
+        const int ti = ni; /* none with f16, paper with bf16 */
+        c = config_causal(1, 2, 64, 16, 16, 16);
+        c.normalizer = ni ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
+        c.dtype = ti ? MHLA_DTYPE_BF16 : MHLA_DTYPE_F16;
+        snprintf(name, sizeof name, "causal %s %s", mhla_normalizer_name(c.normalizer), mhla_dtype_name(c.dtype));
+        expect_backward(ctx, &c, NULL, 0, name, (uint32_t)(91 + ti + ni * 7));
+    }
     /* The production tiles: D = 64 in chunks of 64 and 128 (the CPU rows' fused read-out with a
      * whole row of columns per work-item), the last chunk partial. */
     for (int ci = 0; ci < 2; ++ci) {

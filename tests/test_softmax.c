@@ -61,15 +61,14 @@ static void test_dims_layouts_lengths(void **state)
     const int64_t dims[][2] = {{24, 24}, {64, 64}, {80, 80}, {128, 128}, {24, 80}, {80, 24}, {5, 3}};
     const int64_t lengths[] = {1, 37, 200};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i)
-        for (int layout = (int)(i % 2); layout <= 1; layout += 2)
-            for (size_t n = 0; n < sizeof lengths / sizeof lengths[0]; ++n) {
-                mhla_config cfg = config_1d(2, 3, lengths[n], 1, dims[i][0], dims[i][1]);
-                cfg.layout = (mhla_layout)layout;
-                char label[96];
-                snprintf(label, sizeof label, "Dk=%lld Dv=%lld %s N=%lld", (long long)dims[i][0],
-                         (long long)dims[i][1], mhla_layout_name(cfg.layout), (long long)lengths[n]);
-                expect_close(ctx, &cfg, (uint32_t)(i * 16 + (size_t)layout * 4 + n), -1.0f, 1.0f, label);
-            }
+        for (size_t n = 0; n < sizeof lengths / sizeof lengths[0]; ++n) {
+            mhla_config cfg = config_1d(2, 3, lengths[n], 1, dims[i][0], dims[i][1]);
+            cfg.layout = (mhla_layout)(i % 2); /* the layouts alternate */
+            char label[96];
+            snprintf(label, sizeof label, "Dk=%lld Dv=%lld %s N=%lld", (long long)dims[i][0],
+                     (long long)dims[i][1], mhla_layout_name(cfg.layout), (long long)lengths[n]);
+            expect_close(ctx, &cfg, (uint32_t)(i * 16 + (i % 2) * 4 + n), -1.0f, 1.0f, label);
+        }
 }
 
 /* The largest head dimensions, a 2D grid (only N matters), and a long sequence of many tiles. */
@@ -98,13 +97,11 @@ static void test_forced_tiles(void **state)
                            "sm_bq=64,sm_bk=16,sm_vw=16,sm_rows=1", "sm_bq=8,sm_bk=12,sm_vw=3,sm_rows=0"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; ++i) {
         assert_int_equal(setenv("MHLA_TUNING", tiles[i], 1), 0);
-        for (int layout = (int)(i % 2); layout <= 1; layout += 2) { /* the layouts alternate */
-            mhla_config cfg = config_1d(2, 2, 45, 1, 20, 13);
-            cfg.layout = (mhla_layout)layout;
-            char label[64];
-            snprintf(label, sizeof label, "tile %s %s", tiles[i], mhla_layout_name(cfg.layout));
-            expect_close(ctx, &cfg, (uint32_t)(100 + i * 2 + (size_t)layout), -1.0f, 1.0f, label);
-        }
+        mhla_config cfg = config_1d(2, 2, 45, 1, 20, 13);
+        cfg.layout = (mhla_layout)(i % 2); /* the layouts alternate */
+        char label[64];
+        snprintf(label, sizeof label, "tile %s %s", tiles[i], mhla_layout_name(cfg.layout));
+        expect_close(ctx, &cfg, (uint32_t)(100 + i * 2 + (i % 2)), -1.0f, 1.0f, label);
     }
     /* A key tile beyond local memory (1 MiB on PoCL, 32-64 KiB on GPUs) is shrunk to fit, staying
      * a multiple of the vector width (1000 -> 500 keys with PoCL's 1 MiB). */
