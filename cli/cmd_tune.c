@@ -42,8 +42,8 @@ static const char help[] =
     "                    M from the paper's rule M^2 <= N with blocks of >= 256 tokens); the causal\n"
     "                    and backward stages run N/4 tokens in chunks of 64, softmax 2048 tokens\n"
     "  --heads H         heads of the timed problems (default 8)\n"
-    "  --stages LIST     only these stages, comma-separated: summary, output, mixing, causal, softmax,\n"
-    "                    backward (the causal backward; default all)\n"
+    "  --stages LIST     only these stages, comma-separated: tiled (the GPU rows' forward), summary,\n"
+    "                    output, mixing, causal, softmax, backward (the causal backward; default all)\n"
     "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
     "  --dry-run         search and report, but store nothing\n";
 
@@ -278,6 +278,14 @@ typedef struct tune_stage {
 /* What each stage may change, and the values tried (a value the device's caps turn into the
  * current one measures the same and is not kept). */
 static const tune_stage stages[] = {
+    /* The tiled forward (GPU rows; tiled=1 on a CPU is tried once): its fields over the whole
+     * forward, which it changes at all three stages (the segments are added inside the mixing). First:
+     * on a GPU visit of a few minutes, the fields its forward runs with. */
+    {"tiled", 3, 0,
+     {{"tiled", 2, {1, 0}}, {"tl_tk", 3, {16, 32, 64}}, {"tl_tn", 2, {32, 64}}, {"tl_tq", 3, {32, 64, 128}},
+      {"tl_dc", 3, {16, 32, 64}}, {"groups_per_cu", 4, {2, 4, 8, 16}}, {"mix_mr", 3, {4, 8, 16}},
+      {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
+     NULL, NULL, NULL, 0, {0}, 0, 0},
     {"summary", 0, 0,
      {{"sum_rd", 4, {4, 6, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}},
       {"sum_lk", 2, {0, 1}}, {"sum_kb", 2, {0, 1}}, {"pf", 2, {0, 1}}, {"wg", 4, {32, 64, 128, 256}},
@@ -663,7 +671,8 @@ int cmd_tune(int argc, char **argv)
                 ++k;
             if (k == STAGE_COUNT)
                 return cli_usage(cmd,
-                                 "--stages %s: unknown stage '%s' (summary, output, mixing, causal, softmax, backward)",
+                                 "--stages %s: unknown stage '%s' (tiled, summary, output, mixing, causal, softmax, "
+                                 "backward)",
                                  o[O_STAGES].value, tok);
             stage_mask |= 1u << k;
         }

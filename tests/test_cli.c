@@ -2142,10 +2142,10 @@ static void test_selftest(void **state)
                                           "#define VSTOREN(W, x, o, p) CAT(VSTORE_, W)((x) * 1.001f, o, p)\n"
                                           "#undef OUT_NT\n#define OUT_NT 0\n")); /* stores through VSTOREN */
     const char *env[] = {env_off, "MHLA_CACHE_DIR=off", NULL};
-    r = MHLA_ENV(env, "selftest", "--quick", "--tuning", "row=gpu");
+    r = MHLA_ENV(env, "selftest", "--quick", "--tuning", "row=gpu,tiled=0");
     assert_int_equal(r->code, 1);
     const int failed = count_lines(r->out, "FAIL ");
-    assert_true(failed >= 10); /* every non-causal forward path reads out through output.cl */
+    assert_true(failed >= 10); /* every untiled non-causal forward path reads out through output.cl */
     assert_non_null(strstr(r->out, "FAIL forward-2d/paper/relu-eps max_rel_err "));
     assert_non_null(strstr(r->out, "PASS causal/none max_rel_err ")); /* not through output.cl */
     assert_non_null(strstr(r->out, "PASS softmax/f32 max_rel_err "));
@@ -2275,7 +2275,9 @@ static void test_tune(void **state)
     tensors t = make_inputs(1, 512, 2, 16, 8, MHLA_LAYOUT_BNHD, 0, -1.0f);
     expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "2"));
     expect_ok(MHLA_ENV(env, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4"));
-    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--dry-run");
+    /* (the summary's stage alone: the search reaches it within the budget, after no tiled stage) */
+    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--stages", "summary",
+                 "--dry-run");
     expect_ok(r);
     assert_non_null(strstr(r->out, "tune: "));
     assert_non_null(strstr(r->out, "shape 16x8: N=512 M=2"));
@@ -2297,7 +2299,8 @@ static void test_tune(void **state)
         closedir(d);
 
     /* Stored. */
-    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--export");
+    r = MHLA_ENV(env, "tune", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2", "--stages", "summary",
+                 "--export");
     expect_ok(r);
     char db[1024], stored_in[1024];
     line_after(r->out, "database: ", db, sizeof db);
@@ -2394,7 +2397,8 @@ static void test_tune_joint(void **state)
     snprintf(cache, sizeof cache, "MHLA_CACHE_DIR=%s", in_dir("cache"));
     const char *plain[] = {cache, "MHLA_TUNING=", NULL};
     expect_fail(MHLA_ENV(plain, "tune", "--stages", "summary,frob"), 2,
-                "--stages summary,frob: unknown stage 'frob' (summary, output, mixing, causal, softmax, backward)");
+                "--stages summary,frob: unknown stage 'frob' (tiled, summary, output, mixing, causal, softmax, "
+                "backward)");
     const result *r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");

@@ -284,6 +284,39 @@ static void test_out_of_device_memory(void **state)
     (void)info, (void)count;
 }
 
+/* MHLA_LIMITS (the test option that lowers the device's work-group and local-memory limits): a
+ * malformed one fails the context naming it; a valid one reaches the tiles (the GPU row's tiled
+ * forward in groups of 64: 32 x 32). */
+static void test_forced_limits(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {{"wg=0", "'wg' needs a positive whole number"},
+                                         {"local=16Q", "'local' needs a positive whole number"},
+                                         {"frob=4", "unknown limit 'frob'"},
+                                         {"wg", "expected name=value"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        setenv("MHLA_LIMITS", bad[i][0], 1);
+        mhla_context *ctx = NULL;
+        assert_int_equal(mhla_context_create(NULL, &ctx), MHLA_ERR_INVALID_ARGUMENT);
+        assert_null(ctx);
+        if (!strstr(mhla_last_message(), bad[i][1]) || !strstr(mhla_last_message(), bad[i][0]))
+            fail_msg("MHLA_LIMITS=%s: '%s' does not say '%s'", bad[i][0], mhla_last_message(), bad[i][1]);
+    }
+    setenv("MHLA_LIMITS", "wg=64,local=16KiB", 1);
+    mhla_context *ctx = test_context();
+    unsetenv("MHLA_LIMITS");
+    assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
+    mhla_config c = config_1d(1, 2, 256, 4, 64, 64);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    char text[512];
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    if (!strstr(text, "tiled: summary groups of 32x32") || !strstr(text, "output groups of 32 tokens x 32 columns"))
+        fail_msg("MHLA_LIMITS=wg=64,local=16KiB: the plan says '%s'", text);
+    mhla_plan_destroy(plan);
+    mhla_context_destroy(ctx);
+}
+
 /* A kernel that fails to build: its build log reaches the caller (through MHLA_KERNEL_DIR, the
  * development switch that loads kernels from disk). */
 static void test_kernel_build_failure(void **state)
@@ -345,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_device_buffers),
         cmocka_unit_test(test_out_of_device_memory),
         cmocka_unit_test(test_kernel_build_failure),
+        cmocka_unit_test(test_forced_limits),
         cmocka_unit_test(test_unsupported_combinations),
     };
     return run_group("errors", tests, context_setup, context_teardown);

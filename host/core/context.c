@@ -19,6 +19,53 @@ static void parse_c_version(const char *text, int *major, int *minor)
     }
 }
 
+/* MHLA_LIMITS="wg=N,local=BYTES" (a K or KiB suffix: 1024 bytes): the device's work-group and
+ * local-memory limits lowered to these values, never raised. Kernels are fitted to the limits the
+ * context holds, so a CPU device in CI can run the GPU tiles as a phone's 64-wide groups or a GPU's
+ * 16 KiB would fit them. A value the device exceeds is taken; one above the device's is ignored. */
+static mhla_status apply_forced_limits(mhla_context *ctx)
+{
+    mhla_status st = MHLA_OK;
+    const char *env = getenv("MHLA_LIMITS");
+    if (!env || !*env)
+        return MHLA_OK;
+    mhla_device_limits *lim = &ctx->limits;
+    const char *p = env;
+    while (*p) {
+        char name[16] = "";
+        int len = 0;
+        while (p[len] && p[len] != '=' && p[len] != ',' && len < (int)sizeof name - 1)
+            name[len] = p[len], ++len;
+        MHLA_FAIL_IF(st, p[len] != '=', ctx, MHLA_ERR_INVALID_ARGUMENT,
+                     "MHLA_LIMITS='%s': expected name=value at '%s' (names: wg, local)", env, p);
+        char *end = NULL;
+        const unsigned long long v = strtoull(p + len + 1, &end, 10);
+        unsigned long long value = v;
+        if (end && (*end == 'K' || *end == 'k')) {
+            value = v * 1024ull;
+            end += strncmp(end + 1, "iB", 2) == 0 ? 3 : 1;
+        }
+        MHLA_FAIL_IF(st, end == p + len + 1 || v == 0 || (*end && *end != ','), ctx, MHLA_ERR_INVALID_ARGUMENT,
+                     "MHLA_LIMITS='%s': '%s' needs a positive whole number (local takes a K suffix)", env, name);
+        if (strcmp(name, "wg") == 0) {
+            if (value < lim->max_work_group_size)
+                lim->max_work_group_size = (size_t)value;
+            for (int i = 0; i < 3; ++i)
+                if (value < lim->max_work_item_sizes[i])
+                    lim->max_work_item_sizes[i] = (size_t)value;
+        } else if (strcmp(name, "local") == 0) {
+            if (value < lim->local_mem_bytes)
+                lim->local_mem_bytes = value;
+        } else {
+            MHLA_FAIL_IF(st, 1, ctx, MHLA_ERR_INVALID_ARGUMENT, "MHLA_LIMITS='%s': unknown limit '%s' (wg, local)",
+                         env, name);
+        }
+        p = *end ? end + 1 : end;
+    }
+cleanup:
+    return st;
+}
+
 mhla_status mhla__context_read_device(mhla_context *ctx)
 {
     mhla_status st = MHLA_OK;
@@ -79,6 +126,7 @@ mhla_status mhla__context_read_device(mhla_context *ctx)
     ctx->driver_version[sizeof ctx->driver_version - 1] = '\0';
     ctx->platform_version[sizeof ctx->platform_version - 1] = '\0';
     lim->native_prefetch = (lim->type & CL_DEVICE_TYPE_CPU) && strstr(ctx->platform_version, "PoCL") != NULL;
+    MHLA_FORWARD_IF_ERROR(st, apply_forced_limits(ctx));
 cleanup:
     return st;
 }

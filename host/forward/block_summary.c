@@ -3,10 +3,45 @@
  * partial summaries. */
 #include "forward/forward.h"
 
+#include <string.h>
+
 /* Work-items of one block segment: its register tiles. */
 static size_t summary_tiles(const mhla_plan *plan)
 {
     return mhla__summary_work_items(&plan->tiles, plan->cfg.dk, plan->cfg.dv);
+}
+
+/* Work-items of one tiled summary group (summary_tiled.cl: 4 x 4 each) and the groups of one segment. */
+static size_t tiled_group(const mhla_tiles *t) { return (size_t)(t->tl_td / 4) * (size_t)(t->tl_tv / 4); }
+static size_t tiled_groups(const mhla_plan *plan)
+{
+    const mhla_tiles *t = &plan->tiles;
+    return (size_t)((plan->cfg.dk + t->tl_td - 1) / t->tl_td) * (size_t)((plan->cfg.dv + t->tl_tv - 1) / t->tl_tv);
+}
+
+/* The tiled summary (GPU rows). A device that builds it for fewer work-items than its group
+ * (registers) gets the untiled stages instead: *tiled is cleared, nothing fails. */
+static mhla_status tiled_setup(mhla_plan *plan)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_program prog = NULL;
+    size_t kwg = 0;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_SUMMARY_TILED, &plan->cfg, &plan->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "summary_tiled", &plan->k_summary));
+    MHLA_CL_TRY(st, ctx,
+                clGetKernelWorkGroupInfo(plan->k_summary, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg,
+                                         NULL),
+                "clGetKernelWorkGroupInfo(summary_tiled)");
+    if (kwg < tiled_group(&plan->tiles)) {
+        clReleaseKernel(plan->k_summary);
+        plan->k_summary = NULL;
+        plan->tiles.tiled = 0;
+        goto cleanup;
+    }
+    plan->lws_summary[0] = tiled_group(&plan->tiles), plan->lws_summary[1] = plan->lws_summary[2] = 1;
+cleanup:
+    return st;
 }
 
 mhla_status mhla__block_summary_setup(mhla_plan *plan)
@@ -16,15 +51,21 @@ mhla_status mhla__block_summary_setup(mhla_plan *plan)
     mhla_context *ctx = plan->ctx;
     const mhla_tiles *t = &plan->tiles;
 
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, t, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "block_summary", &plan->k_summary));
-    const size_t extent[3] = {summary_tiles(plan), 1, 1};
-    mhla__local_size_3d(ctx, plan->k_summary, extent, (size_t)t->wg, plan->lws_summary);
+    if (t->tiled)
+        MHLA_FORWARD_IF_ERROR(st, tiled_setup(plan));
+    if (!t->tiled) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "block_summary", &plan->k_summary));
+        const size_t extent[3] = {summary_tiles(plan), 1, 1};
+        mhla__local_size_3d(ctx, plan->k_summary, extent, (size_t)t->wg, plan->lws_summary);
+        if (t->splits > 1)
+            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "summary_reduce", &plan->k_reduce));
+    }
     if (t->splits > 1) {
         const size_t row = (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float);
         const size_t bytes = row * (size_t)plan->shape.m * (size_t)t->splits;
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "summary_reduce", &plan->k_reduce));
-        plan->lws_reduce = mhla__local_size(ctx, plan->k_reduce, (size_t)t->wg);
+        if (plan->k_reduce)
+            plan->lws_reduce = mhla__local_size(ctx, plan->k_reduce, (size_t)t->wg);
         MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, "the block segments' summaries",
                                                       &plan->partial));
         plan->workspace_bytes += bytes;
@@ -43,12 +84,16 @@ static mhla_status summary_launch(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_
     const float feature_eps = plan->cfg.feature_eps;
     const cl_int splits = plan->tiles.splits, split_len = plan->tiles.split_len;
     cl_mem dst = splits > 1 ? plan->partial : out;
-    const size_t extent[3] = {summary_tiles(plan), (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
+    /* The tiled summary leaves its segments to the mixing (mixing_splits adds them) */
+    const int tiled = plan->tiles.tiled && kern == plan->k_summary;
+    const size_t extent[3] = {tiled ? tiled_group(&plan->tiles) * tiled_groups(plan) : summary_tiles(plan),
+                              (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
 
     MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(dst), MHLA_ARG(plan->grid),
                   MHLA_ARG(feature_eps), MHLA_ARG(splits), MHLA_ARG(split_len));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_summary, num_wait, wait, NULL, what));
-    if (splits > 1) {
+    const size_t *local = kern == plan->k_summary ? plan->lws_summary : plan->lws_weighted;
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, local, num_wait, wait, NULL, what));
+    if (splits > 1 && !tiled) {
         const size_t row = (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1);
         const size_t rextent[3] = {(row + 3) / 4, (size_t)plan->shape.m, 1};
         const size_t rlocal[3] = {plan->lws_reduce, 1, 1};
@@ -75,6 +120,16 @@ mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, cl_kernel *out)
     cl_program prog = NULL;
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, &plan->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_summary_weighted", out));
+    if (plan->tiles.tiled) { /* the plan's own summary is the tiled one, launched otherwise */
+        const size_t extent[3] = {summary_tiles(plan), 1, 1};
+        mhla__local_size_3d(plan->ctx, *out, extent, (size_t)plan->tiles.wg, plan->lws_weighted);
+    } else {
+        memcpy(plan->lws_weighted, plan->lws_summary, sizeof plan->lws_weighted);
+    }
+    if (plan->tiles.splits > 1 && !plan->k_reduce) { /* a tiled plan's forward needs no reduction */
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "summary_reduce", &plan->k_reduce));
+        plan->lws_reduce = mhla__local_size(plan->ctx, plan->k_reduce, (size_t)plan->tiles.wg);
+    }
 cleanup:
     return st;
 }

@@ -20,8 +20,9 @@ struct mhla_plan {
     cl_kernel k_official_dots; /* official normalizer only */
     cl_kernel k_output;
     cl_kernel k_mixing; /* tuning.mix_kernel only */
+    cl_kernel k_mix_splits; /* tiles.tiled: the segments added and mixed (mixing.cl) */
     cl_kernel k_softmax; /* softmax plans only */
-    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_reduce, lws_dots, lws_softmax;
+    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_mix_splits[3], lws_weighted[3], lws_reduce, lws_dots, lws_softmax;
     /* workspace: summaries are M rows of B*H*Dk*(Dv+1) floats (kernels/common.h) */
     cl_mem partial; /* splits > 1: M*splits rows of segment summaries */
     cl_mem summary; /* S_b and z_b */

@@ -24,6 +24,13 @@ mhla_status mhla__mixing_setup(mhla_plan *plan)
     mhla_status st = MHLA_OK;
     size_t m = mixed_rows(plan), k = source_rows(plan), t1 = 0, t2 = 0;
     cl_program prog = NULL;
+    if (plan->tiles.tiled) { /* the forward's: mixing_splits; the backward's mixings below as usual */
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_MIXING, &plan->cfg, &plan->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "mixing_splits", &plan->k_mix_splits));
+        const size_t rows = (size_t)plan->tiles.mix_mr;
+        const size_t extent[3] = {1, (m + rows - 1) / rows, 1};
+        mhla__local_size_3d(plan->ctx, plan->k_mix_splits, extent, (size_t)plan->tiles.wg, plan->lws_mix_splits);
+    }
     if (plan->tuning.mix_kernel) {
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_MIXING, &plan->cfg, &plan->tiles, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "mixing_gemm", &plan->k_mixing));
@@ -78,6 +85,19 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
     const mhla_shard *sh = plan->shard;
     cl_mem a = sh ? sh->mc_rows : mixing, s = sh ? sh->gathered : plan->summary;
     const size_t m = mixed_rows(plan), k = source_rows(plan);
+    if (plan->k_mix_splits) { /* the tiled summary's segments, added here in order, then mixed */
+        mhla_context *ctx = plan->ctx;
+        const cl_int mi = (cl_int)m, splits = plan->tiles.splits;
+        const cl_long x = (cl_long)summary_cols(plan);
+        cl_mem part = splits > 1 ? plan->partial : plan->summary;
+        const size_t cols = (size_t)plan->tiles.mix_nv * (size_t)plan->tiles.mix_ve, mr = (size_t)plan->tiles.mix_mr;
+        const size_t extent[3] = {((size_t)x + cols - 1) / cols, (m + mr - 1) / mr, 1};
+        MHLA_SET_ARGS(st, ctx, plan->k_mix_splits, 0, MHLA_ARG(a), MHLA_ARG(part), MHLA_ARG(plan->summary),
+                      MHLA_ARG(plan->mixed), MHLA_ARG(mi), MHLA_ARG(splits), MHLA_ARG(x));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_mix_splits, 2, extent, plan->lws_mix_splits, 0, NULL,
+                                               NULL, "clEnqueueNDRangeKernel(mixing_splits)"));
+        goto cleanup;
+    }
     MHLA_FORWARD_IF_ERROR(st, mix(plan, a, m, k, s, plan->mixed, summary_cols(plan)));
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         /* Both GEMMs share the temporary buffer; an out-of-order queue must not overlap them. */

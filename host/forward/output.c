@@ -7,6 +7,22 @@ mhla_status mhla__output_setup(mhla_plan *plan)
     mhla_status st = MHLA_OK;
     cl_program prog = NULL;
     const mhla_tiles *t = &plan->tiles;
+    if (t->tiled) { /* output_tiled.cl: groups of (TL_TQ / 4) x (TL_TV / 4), as built */
+        size_t kwg = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT_TILED, &plan->cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "output_tiled", &plan->k_output));
+        plan->lws_output[0] = (size_t)(t->tl_tq / 4) * (size_t)(t->tl_tv / 4);
+        plan->lws_output[1] = plan->lws_output[2] = 1;
+        MHLA_CL_TRY(st, plan->ctx,
+                    clGetKernelWorkGroupInfo(plan->k_output, plan->ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                             sizeof kwg, &kwg, NULL),
+                    "clGetKernelWorkGroupInfo(output_tiled)");
+        MHLA_FAIL_IF(st, kwg < plan->lws_output[0], plan->ctx, MHLA_ERR_UNSUPPORTED,
+                     "output_tiled runs in groups of %zu work-items, but %s builds it for %zu at most: set "
+                     "MHLA_TUNING=tl_tq=%d (or tiled=0)",
+                     plan->lws_output[0], plan->ctx->device_name, kwg, t->tl_tq / 2 > 4 ? t->tl_tq / 2 : 4);
+        goto cleanup;
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, &plan->cfg, t, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", &plan->k_output));
     const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), 1,
@@ -46,6 +62,17 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event
     /* The kernel reads `den` only for the official normalizer; any valid buffer fills the slot. */
     cl_mem den = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL ? plan->den : plan->mixed;
     const mhla_tiles *t = &plan->tiles;
+    if (t->tiled) {
+        const size_t tq_groups = (size_t)((plan->shape.nb + t->tl_tq - 1) / t->tl_tq);
+        const size_t col_groups = (size_t)((plan->cfg.dv + t->tl_tv - 1) / t->tl_tv);
+        const size_t extent[3] = {plan->lws_output[0] * col_groups, (size_t)plan->shape.bh,
+                                  (size_t)plan->shape.m * tq_groups};
+        MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(plan->mixed), MHLA_ARG(out), MHLA_ARG(plan->grid),
+                      MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_output, 0, NULL, done,
+                                               "clEnqueueNDRangeKernel(output_tiled)"));
+        goto cleanup;
+    }
     const size_t groups = (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt);
     const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), (size_t)plan->shape.bh,
                               (size_t)plan->shape.m * groups};

@@ -77,6 +77,8 @@ mhla_status mhla__plan_setup(mhla_plan *plan)
         const mhla_shape *tshape = plan->shard ? &plan->shard->gshape : &plan->shape;
         MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, tcfg, &plan->tuning));
         mhla__tiles_forward(ctx, tcfg, tshape, &plan->tuning, &plan->tiles);
+        if (plan->shard) /* its mixing reads the gathered summaries: the untiled stages */
+            plan->tiles.tiled = 0;
         MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
         MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan));
@@ -128,7 +130,7 @@ void mhla_plan_destroy(mhla_plan *plan)
     if (!plan)
         return;
     cl_kernel kernels[] = {plan->k_summary, plan->k_reduce, plan->k_official_dots, plan->k_output, plan->k_mixing,
-                           plan->k_softmax};
+                           plan->k_mix_splits, plan->k_softmax};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -169,6 +171,11 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
                  tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
                  t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv,
                  t->gemm_rows);
+    else if (t->tiled)
+        snprintf(buf, size,
+                 "%s; tiled: summary groups of %dx%d in tiles of %d tokens, %d segment(s) per block; output groups "
+                 "of %d tokens x %d columns, %d key dimensions per tile; segments added and mixed in rows of %d",
+                 tu->origin, t->tl_td, t->tl_tv, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_dc, t->mix_mr);
     else
         snprintf(buf, size,
                  "%s; summary %dx(%dx%d) in sums of %d tokens%s%s, %d segment(s) per block; output %dx(%dx%d) dc "

@@ -104,6 +104,46 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, uint64_
     out->splits = out->split_len = 1;
 }
 
+/* The tiled forward's sizes (summary_tiled.cl, output_tiled.cl): 4 x 4 register tiles, groups of
+ * (TL_TD / 4) x (TL_TV / 4) and (TL_TQ / 4) x (TL_TV / 4) work-items within the work-group limit,
+ * their local tiles within the local memory (halved until they fit: a phone's 64 work-items and
+ * 16 KiB take 32 x 32 groups). */
+static int tile4(int64_t x) { return x < 4 ? 4 : (int)(x / 4 * 4); }
+static int up4(int64_t x) { return (int)((x + 3) / 4 * 4); }
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+uint64_t mhla__output_tiled_local(const mhla_tiles *t)
+{
+    return ((uint64_t)t->tl_dc * (uint64_t)(t->tl_tq + 4) + (uint64_t)t->tl_dc * (uint64_t)t->tl_tv +
+            (uint64_t)t->tl_dc + (uint64_t)t->tl_tq) *
+           sizeof(float);
+}
+
+static void tiled_fit(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t, const mhla_fit *fit,
+                      mhla_tiles *out)
+{
+    const int tn = tile4(t->tl_tn);
+    int td = min_int(tn, up4(cfg->dk)), tv = min_int(tn, up4(cfg->dv));
+    while ((size_t)(td / 4) * (size_t)(tv / 4) > fit->wg && (td > 4 || tv > 4)) {
+        if (td >= tv)
+            td = tile4(td / 2);
+        else
+            tv = tile4(tv / 2);
+    }
+    int tq = min_int(tile4(t->tl_tq), up4(shape->nb));
+    while ((size_t)(tq / 4) * (size_t)(tv / 4) > fit->wg && tq > 4)
+        tq = tile4(tq / 2);
+    int tk = t->tl_tk;
+    while (tk > 1 && ((uint64_t)tk * (uint64_t)(td + tv) + (uint64_t)td) * sizeof(float) > fit->local_bytes)
+        tk /= 2;
+    out->tl_td = td, out->tl_tv = tv, out->tl_tk = tk, out->tl_tq = tq;
+    out->tl_dc = t->tl_dc < cfg->dk ? t->tl_dc : (int)cfg->dk;
+    while (out->tl_dc > 1 && mhla__output_tiled_local(out) > fit->local_bytes)
+        out->tl_dc /= 2;
+    while (out->tl_tq > 4 && mhla__output_tiled_local(out) > fit->local_bytes)
+        out->tl_tq = tile4(out->tl_tq / 2);
+}
+
 void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
                          const mhla_tuning *t, mhla_tiles *out)
 {
@@ -136,6 +176,35 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
     }
     out->split_len = (int)((nb + splits - 1) / splits);
     out->splits = (int)((nb + out->split_len - 1) / out->split_len);
+    /* The official normalizer mixes per-token dot products (output.cl's path); the tiled read-out
+     * normalizes by its own dot products only. */
+    out->tiled = t->tiled && cfg->normalizer != MHLA_NORMALIZER_OFFICIAL;
+    if (!out->tiled)
+        return;
+    tiled_fit(cfg, shape, t, &fit, out);
+    /* mixing_splits reads each block's rows once per MIX_MR mixed rows: up to 16 of them (M = 64:
+     * the summaries read 4 times from cache instead of 16) */
+    while (out->mix_mr < shape->m && out->mix_mr < 16)
+        out->mix_mr *= 2;
+    /* Its segments: down to two local tiles (a group's work is then still a few thousand
+     * multiply-adds a work-item), whole tiles where a block has several; a block is split only
+     * where that at least doubles the groups (each segment's partial summary is as large as the
+     * block's: 25 MB of partials at N = 16384, M = 64, H = 8 in three segments, a third more traffic
+     * than k and v, for groups the device had room for already). */
+    splits = 1;
+    out->split_len = (int)nb, out->splits = 1;
+    if (groups < want) {
+        const int64_t seg_min = 2 * (int64_t)out->tl_tk;
+        splits = want / groups;
+        const int64_t most = nb / seg_min;
+        if (splits > most)
+            splits = most > 1 ? most : 1;
+        int64_t len = (nb + splits - 1) / splits;
+        if (splits > 1)
+            len = (len + out->tl_tk - 1) / out->tl_tk * out->tl_tk;
+        out->split_len = (int)len;
+        out->splits = (int)((nb + len - 1) / len);
+    }
 }
 
 size_t mhla__summary_work_items(const mhla_tiles *t, int64_t dk, int64_t dv)
@@ -407,6 +476,8 @@ enum {
     F_BCF = 1 << 16,
     F_SLOT = 1 << 17,
     F_DMIX = 1 << 18,
+    F_TL = 1 << 19,
+    F_TLO = 1 << 20,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -464,6 +535,10 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DSLOT_PAD=%d", t->slot_pad);
     if (r & F_DMIX)
         mhla__opts_add(opts, "-DBWD_TM=%d", t->bwd_tm);
+    if (r & F_TL)
+        mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d", t->tl_tk, t->tl_td, t->tl_tv);
+    if (r & F_TLO)
+        mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d", t->tl_tq, t->tl_tv, t->tl_dc);
 }
 
 mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,

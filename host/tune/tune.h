@@ -69,7 +69,14 @@
                                16: 4 spilled there) */                                              \
     X(bct_fuse, 0, ",")     /* causal backward: 1 = one group per (chunk, head) computes the scores \
                                once for dq, dk, dv and dMc's diagonal (bc_dqkv) where a chunk fits  \
-                               its local memory, 0 = three read-outs and bc_diag */
+                               its local memory, 0 = three read-outs and bc_diag */                                                                \
+    X(tiled, 0, " ")        /* forward: 1 = work-group tiles through local memory for the summary  \
+                               and the read-out, the segments added inside the mixing (GPUs:       \
+                               summary_tiled.cl, output_tiled.cl), 0 = block_summary.cl, output.cl */ \
+    X(tl_tk, 1, ",")        /* tiled summary: tokens per local tile */                              \
+    X(tl_tn, 4, ",")        /* tiled: key rows and value columns per group (4 x 4 per work-item) */ \
+    X(tl_tq, 4, ",")        /* tiled read-out: tokens per group */                                  \
+    X(tl_dc, 1, ",")        /* tiled read-out: key dimensions per local tile */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -144,6 +151,9 @@ typedef struct mhla_tiles {
                                            BCT_RT), 0 where bct_fuse is off or the group does not fit */
     int bcf_srt, bcf_skv;               /* BCF_SRT rows x BCF_SKV vectors: bc_dqkv's score steps (sc_rt,
                                            sc_kv fitted to BCT_FC) */
+    int tiled;                          /* the tiled forward (summary_tiled.cl, output_tiled.cl) */
+    int tl_tk, tl_td, tl_tv;            /* TL_TK tokens per tile, TL_TD key rows x TL_TV columns per group */
+    int tl_tq, tl_dc;                   /* TL_TQ tokens per read-out group, TL_DC key dimensions per tile */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
@@ -154,6 +164,8 @@ typedef struct mhla_tiles {
     KF(BLOCK_SUMMARY, block_summary, F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_SUM | F_PF)  \
     KF(OUTPUT, output, F_SHAPE | F_OUT)                                                            \
     KF(MIXING, mixing, F_MIX)                                                                      \
+    KF(SUMMARY_TILED, summary_tiled, F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_TL)          \
+    KF(OUTPUT_TILED, output_tiled, F_SHAPE | F_TLO)                                                \
     KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM | F_SLOT)                                   \
     KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
     KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
@@ -217,6 +229,8 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
 size_t mhla__summary_work_items(const mhla_tiles *t, int64_t dk, int64_t dv);
 /* Work-items of one causal output group: the kernel is built for exactly this many. */
 int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv);
+/* Local memory output_tiled.cl's arrays take. */
+uint64_t mhla__output_tiled_local(const mhla_tiles *t);
 /* Local memory the causal output kernel's arrays take. */
 uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
 /* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */

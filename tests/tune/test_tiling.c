@@ -555,7 +555,22 @@ static void test_sweep(void **state)
                     CHECK_RULE(dv % (f.out_ve * f.out_nv) == 0 && dk % f.out_dc == 0);
                     CHECK_RULE(f.splits >= 1 && (int64_t)f.splits * f.split_len >= nb);
                     CHECK_RULE((int64_t)(f.splits - 1) * f.split_len < nb);
-                    CHECK_RULE(f.splits == 1 || f.split_len >= t.split_min_len);
+                    /* the tiled forward's segments: whole local tiles, at least two */
+                    CHECK_RULE(f.splits == 1 || f.split_len >= (f.tiled ? 2 * f.tl_tk : t.split_min_len));
+                    CHECK_RULE(f.splits == 1 || !f.tiled || f.split_len % f.tl_tk == 0);
+                    /* its groups of 4 x 4 tiles within the work-group limit, its local tiles within the
+                     * local memory down to the smallest (one token, one key dimension, 4 tokens) */
+                    if (f.tiled) {
+                        CHECK_RULE(f.tl_td % 4 == 0 && f.tl_tv % 4 == 0 && f.tl_tq % 4 == 0);
+                        CHECK_RULE((size_t)(f.tl_td / 4) * (size_t)(f.tl_tv / 4) <= fit.wg ||
+                                   (f.tl_td == 4 && f.tl_tv == 4));
+                        CHECK_RULE((size_t)(f.tl_tq / 4) * (size_t)(f.tl_tv / 4) <= fit.wg || f.tl_tq == 4);
+                        CHECK_RULE(f.tl_td <= dk + 3 && f.tl_tv <= dv + 3 && f.tl_dc <= dk);
+                        CHECK_RULE(((uint64_t)f.tl_tk * (uint64_t)(f.tl_td + f.tl_tv) + (uint64_t)f.tl_td) * 4 <=
+                                       fit.local_bytes ||
+                                   f.tl_tk == 1);
+                        CHECK_RULE(mhla__output_tiled_local(&f) <= fit.local_bytes || (f.tl_dc == 1 && f.tl_tq == 4));
+                    }
                     free_context(ctx);
                 }
     assert_true(fits > 0);
@@ -711,7 +726,8 @@ static void test_flags_are_read(void **state)
         [MHLA_KF_CAUSAL_OUTPUT] = "causal_output", [MHLA_KF_DECODER] = "decoder", [MHLA_KF_SOFTMAX] = "softmax",
         [MHLA_KF_BACKWARD_SUMMARY] = "backward_summary", [MHLA_KF_BACKWARD_READOUT] = "backward_readout",
         [MHLA_KF_BACKWARD_MIXING] = "backward_mixing", [MHLA_KF_BACKWARD_CAUSAL] = "backward_causal",
-        [MHLA_KF_BACKWARD_CAUSAL_READOUT] = "backward_causal_readout",
+        [MHLA_KF_BACKWARD_CAUSAL_READOUT] = "backward_causal_readout", [MHLA_KF_SUMMARY_TILED] = "summary_tiled",
+        [MHLA_KF_OUTPUT_TILED] = "output_tiled",
     };
     mhla_config cfg;
     mhla_tiles x;

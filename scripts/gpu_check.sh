@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# Runs the checks worth a lent GPU machine's few minutes, from the builds that
+# scripts/gpu_prepare.sh left in gpu-carry/: such a machine has NVIDIA's OpenCL driver but none of
+# our build tools, so nothing is built here. Run from the repository root, with gpu-carry/ carried
+# along; through the device tool that is `run` with carry ["gpu-carry"] and the command
+# `bash scripts/gpu_check.sh`. Everything goes to ${OUT:-gpu-out}/ (at most 8 files):
+#
+#   info.txt           nvidia-smi -L, `mhla info`, what was built (gpu-carry/source.txt), the
+#                      libraries the programs load, and the steps' verdicts and wall times
+#   bench-new.json     mhla-bench of the working tree's build: N = 1024, 4096, 16384, causal chunks
+#                      64 and 128, decode after 8192 tokens, forward and backward rows; then one
+#                      B = 8, N = 4096 mhla row, added to the same file's rows (each row carries its
+#                      batch, and --compare matches rows on it)
+#   bench-base.json    the same with the baseline build (gpu-carry/base, gpu_prepare.sh --base),
+#                      run right after the new one, on the same machine
+#   bench.txt          their text tables, then `mhla-bench --compare bench-base.json bench-new.json`
+#   selftest.txt       `mhla selftest` with the device's own tuning row, then with row=gpu
+#   suite.txt          scripts/device_suite.py: the opencl, unit and cli tests on the device, then
+#                      the last lines of each failed test's log
+#   tune.txt           with GPU_CHECK_TUNE=SECONDS: `mhla tune --export` for that long (stages
+#                      GPU_CHECK_TUNE_STAGES, default tiled,mixing,backward), stored in this run's
+#                      scratch database, then the bench's table with it
+#   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd) at GPU_CHECK_N
+#
+# The steps run in the order bench, selftest, tune, suite: the most wanted output first (tune's
+# search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
+# cannot take the machine's whole time; a failed step does not stop the others, and the exit
+# status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
+# mhla-bench's stage split (summary/mixing/output device times, the JSON's summary_ms, mixing_ms,
+# output_ms) is the finest profile the tools offer: there is no per-kernel one, and none for
+# the backward.
+#
+# Environment (defaults for an H100/H200 in about 7 minutes):
+#   MHLA_DEVICE           the device (default NVIDIA)
+#   GPU_CHECK_STEPS       the steps to run, of bench,selftest,suite,tune (default all four; info
+#                         always runs)
+#   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
+#                         at most its own limit, and none starts with under 20 s left
+#   GPU_CHECK_N           the bench's --n (default 1024,4096,16384)
+#   GPU_CHECK_TARGET_MS   the bench's --target-ms (default 60)
+#   GPU_CHECK_OPS         the bench's --ops (default mhla,linear,softmax,mhla-causal,mhla-bwd,
+#                         linear-bwd,mhla-causal-bwd,decode)
+#   GPU_CHECK_CHUNK       the bench's --chunk (default 64,128)
+#   GPU_CHECK_DECODE      the bench's --decode-context (default 8192)
+#   GPU_CHECK_B8_N        N of the B = 8 mhla row (default 4096; 'none': no such row)
+#   GPU_CHECK_TEST_TIMEOUT  device_suite.py's limit per test in seconds (default 120)
+#   GPU_CHECK_ONLY        device_suite.py --only NAME,NAME (default: every test)
+#   GPU_CHECK_TUNE        seconds of `mhla tune` (default 0: no tune step)
+#   OUT                   the output folder (default gpu-out)
+set -u
+
+cd "$(dirname "$0")/.." || exit 2
+root=$PWD
+carry=$root/gpu-carry
+if [ ! -x "$carry/build/cli/mhla" ] || [ ! -f "$carry/tests.json" ]; then
+    echo "gpu_check: no gpu-carry/build here: run scripts/gpu_prepare.sh first and carry gpu-carry" >&2
+    exit 2
+fi
+
+out=${OUT:-gpu-out}
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+# Only this run's results: a file left from an earlier run would read as this one's.
+(cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
+    tune.txt bench-tuned.json)
+device=${MHLA_DEVICE:-NVIDIA}
+export MHLA_DEVICE=$device
+steps=",${GPU_CHECK_STEPS:-bench,selftest,suite,tune},"
+deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
+bench_n=${GPU_CHECK_N:-1024,4096,16384}
+target_ms=${GPU_CHECK_TARGET_MS:-60}
+ops=${GPU_CHECK_OPS:-mhla,linear,softmax,mhla-causal,mhla-bwd,linear-bwd,mhla-causal-bwd,decode}
+chunk=${GPU_CHECK_CHUNK:-64,128}
+decode=${GPU_CHECK_DECODE:-8192}
+b8_n=${GPU_CHECK_B8_N:-4096}
+test_timeout=${GPU_CHECK_TEST_TIMEOUT:-120}
+tune_s=${GPU_CHECK_TUNE:-0}
+
+# Scratch outside the tree: the library's caches (program binaries, tuning database) start empty,
+# so that nothing stored by an earlier run, or by `mhla tune`, changes what is measured.
+tmp=$(mktemp -d /tmp/gpu-check.XXXXXX)
+export MHLA_CACHE_DIR=$tmp/cache
+
+# The carried loader, CLBlast and cmocka come first: the machine may have none of them. The
+# programs find libmhla.so through their rpath ($ORIGIN/../host); its folder stays out of
+# LD_LIBRARY_PATH on purpose, since that is searched before the rpath and would give the baseline's
+# programs the new library.
+export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# NVIDIA's driver may be installed without its ICD file (/etc/OpenCL/vendors/nvidia.icd): the
+# carried folder names its library. Only where that library is there and the device asked for is
+# NVIDIA's, so that elsewhere (PoCL standing in for a GPU) the system's ICD files still count.
+if [ -z "${OCL_ICD_VENDORS:-}" ] && { [ "$device" = NVIDIA ] || echo "$device" | grep -qi nvidia; } &&
+   { [ -e /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 ] ||
+     { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q libnvidia-opencl.so.1; }; then
+    export OCL_ICD_VENDORS=$carry/icd
+fi
+
+new=$carry/build
+base=$carry/base
+[ -x "$base/bench/mhla-bench" ] || base=""
+
+summary=$tmp/summary.txt
+failed=0
+
+# step NAME LIMIT_S LOG CMD...: runs CMD under timeout (LIMIT_S, or what is left of the deadline
+# when less), its output appended to LOG, and records its verdict and wall time.
+step() {
+    local name=$1 limit=$2 log=$3 left rc t0 t1 verdict
+    shift 3
+    left=$(( deadline - $(date +%s) ))
+    if [ "$left" -lt 20 ]; then
+        printf '%-14s SKIP  (%s s left of GPU_CHECK_DEADLINE)\n' "$name" "$left" | tee -a "$summary"
+        failed=1
+        return 1
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "== $name (limit ${limit} s): $*" | tee -a "$log"
+    t0=$(date +%s.%N)
+    timeout -k 10 "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    case $rc in
+    0) verdict=OK ;;
+    124|137) verdict="FAIL  (timed out after ${limit} s)" ;;
+    *) verdict="FAIL  (exit status $rc)" ;;
+    esac
+    [ "$rc" -eq 0 ] || failed=1
+    printf '%-14s %-40s %7.1f s\n' "$name" "$verdict" "$(awk "BEGIN { print $t1 - $t0 }")" | tee -a "$summary"
+    # The reason, in the device tool's short view of stdout too.
+    [ "$rc" -eq 0 ] || grep -v '^$' "$log" | tail -n 3 | cut -c1-200 | sed 's/^/    | /'
+    echo >>"$log"
+    return "$rc"
+}
+
+# cap LIMIT_S: LIMIT_S, or what is left of the deadline when less.
+cap() {
+    local left=$(( deadline - $(date +%s) ))
+    [ "$1" -lt "$left" ] && left=$1
+    echo "$left"
+}
+
+wants() { case $steps in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# ---- info ---------------------------------------------------------------------------------------
+info=$out/info.txt
+: >"$info"
+{
+    echo "gpu_check on $(uname -n), $(date -u +%Y-%m-%dT%H:%M:%SZ); MHLA_DEVICE=$device"
+    echo "OCL_ICD_VENDORS=${OCL_ICD_VENDORS:-(unset)} LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "base build: ${base:-none}"
+    echo
+    cat "$carry/source.txt" 2>/dev/null
+    echo
+    command -v nvidia-smi >/dev/null && timeout 30 nvidia-smi -L
+    echo
+    echo "libraries of cli/mhla:"
+    ldd "$new/cli/mhla" 2>&1 | sed 's/^/  /'
+    echo
+} >>"$info" 2>&1
+step info 60 "$info" "$new/cli/mhla" info
+
+# ---- bench --------------------------------------------------------------------------------------
+if wants bench; then
+    txt=$out/bench.txt
+    : >"$txt"
+    bench_args=(--device "$device" --n "$bench_n" --image none --chunk "$chunk" --decode-context "$decode"
+                --target-ms "$target_ms" --ops "$ops" --quiet)
+    b8_args=(--device "$device" --batch 8 --n "$b8_n" --image none --ops mhla --target-ms "$target_ms" --quiet)
+    # mhla-bench writes its table and JSON at the end: --max-total-s has it estimate, not run, the
+    # rows that would not fit before the step's timeout, so that a slow sweep still reports.
+    lim=$(cap 180)
+    step bench-new "$lim" "$txt" "$new/bench/mhla-bench" "${bench_args[@]}" --max-total-s $(( lim * 4 / 5 )) \
+        --json "$out/bench-new.json"
+    if [ -n "$base" ]; then
+        lim=$(cap 180)
+        step bench-base "$lim" "$txt" "$base/bench/mhla-bench" "${bench_args[@]}" --max-total-s $(( lim * 4 / 5 )) \
+            --json "$out/bench-base.json"
+    fi
+    if [ "$b8_n" != none ]; then
+        step bench-new-b8 60 "$txt" "$new/bench/mhla-bench" "${b8_args[@]}" --json "$tmp/b8-new.json"
+        [ -n "$base" ] && step bench-base-b8 60 "$txt" "$base/bench/mhla-bench" "${b8_args[@]}" \
+            --json "$tmp/b8-base.json"
+        # The B = 8 rows join their build's file (its rows carry their batch).
+        for which in new base; do
+            [ -f "$tmp/b8-$which.json" ] && [ -f "$out/bench-$which.json" ] &&
+                python3 - "$out/bench-$which.json" "$tmp/b8-$which.json" <<'EOF'
+import json, sys
+main, extra = sys.argv[1:]
+with open(main) as f:
+    a = json.load(f)
+with open(extra) as f:
+    b = json.load(f)
+a["rows"] += b["rows"]
+with open(main, "w") as f:
+    json.dump(a, f, indent=1)
+EOF
+        done
+    fi
+    if [ -n "$base" ] && [ -f "$out/bench-new.json" ] && [ -f "$out/bench-base.json" ]; then
+        step bench-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-base.json" "$out/bench-new.json"
+        grep 'geometric mean' "$txt"
+    fi
+fi
+
+# ---- selftest -----------------------------------------------------------------------------------
+if wants selftest; then
+    log=$out/selftest.txt
+    : >"$log"
+    step selftest 120 "$log" "$new/cli/mhla" selftest --device "$device"
+    step selftest-gpu 120 "$log" "$new/cli/mhla" selftest --device "$device" --tuning row=gpu
+    grep -E '^selftest: |^FAIL ' "$log" | head -n 20
+fi
+
+# ---- tune ---------------------------------------------------------------------------------------
+if wants tune && [ "$tune_s" = 0 ]; then
+    echo "tune: not run (GPU_CHECK_TUNE=SECONDS asks for it)"
+elif wants tune; then
+    log=$out/tune.txt
+    : >"$log"
+    # Stored in this run's scratch database (MHLA_CACHE_DIR, deleted at the end), then the forward
+    # rows timed again with it: the tuned figures beside the built-in row's, on the same machine.
+    step tune $(( tune_s + 90 )) "$log" "$new/cli/mhla" tune --device "$device" --budget "$tune_s" \
+        --stages "${GPU_CHECK_TUNE_STAGES:-tiled,mixing,backward}" --export
+    grep -E '^tune: ' "$log" | tail -n 6
+    lim=$(cap 120)
+    step bench-tuned "$lim" "$log" "$new/bench/mhla-bench" --device "$device" --n "$bench_n" --image none \
+        --target-ms "$target_ms" --ops "${GPU_CHECK_TUNED_OPS:-mhla,linear,mhla-bwd}" --quiet \
+        --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-tuned.json"
+fi
+
+# ---- the device suite ---------------------------------------------------------------------------
+if wants suite; then
+    log=$out/suite.txt
+    : >"$log"
+    # The test list names the source tree where it was built: moved here (the build folder too;
+    # device_suite.py then has nothing left to move).
+    python3 - "$carry/tests.json" "$root" "$new" "$tmp/tests.json" <<'EOF'
+import json, sys
+src, root, build, out = sys.argv[1:]
+with open(src) as f:
+    meta = json.load(f)
+old = meta["source"]
+def move(x):
+    if isinstance(x, str):
+        return root + x[len(old):] if x == old or x.startswith(old + "/") else x
+    if isinstance(x, list):
+        return [move(v) for v in x]
+    if isinstance(x, dict):
+        return {k: move(v) for k, v in x.items()}
+    return x
+meta = move(meta)
+meta["build"] = build
+with open(out, "w") as f:
+    json.dump(meta, f)
+EOF
+    only=()
+    [ -n "${GPU_CHECK_ONLY:-}" ] && only=(--only "$GPU_CHECK_ONLY")
+    step suite 600 "$log" python3 scripts/device_suite.py --build "$new" --tests "$tmp/tests.json" \
+        --device "$device" --log-dir "$tmp/suite-logs" --timeout "$test_timeout" "${only[@]}"
+    grep -E '^(FAIL|SKIP) |^device ' "$log"
+    # The failed tests' logs join suite.txt (their last 80 lines): the device tool brings back 8
+    # files at most, and tune's bench needs one.
+    for name in $(awk '$1 == "FAIL" { print $NF }' "$log"); do
+        [ -f "$tmp/suite-logs/$name.log" ] || continue
+        { echo; echo "==== $name.log (last 80 lines)"; tail -n 80 "$tmp/suite-logs/$name.log"; } >>"$log"
+    done
+fi
+
+{
+    echo
+    echo "steps:"
+    cat "$summary"
+} >>"$info"
+echo "== gpu_check: $(grep -c ' OK ' "$summary") ok, $(grep -vc ' OK ' "$summary") not; files in $out:"
+find "$out" -maxdepth 1 -type f -printf '  %f  %s bytes\n' | sort
+rm -rf "$tmp"
+exit "$failed"
