@@ -69,74 +69,95 @@ kernel void mixing_gemm(global const float *restrict a, const int lda, global co
  * `splits` segments, each block's summary is first the sum of its segments' rows, added in segment
  * order (written to `sum` by the first row tile, for the backward), then mixed: c = a * S. One launch
  * where the untiled forward takes a reduction and a GEMM. With splits = 1, `part` is the summaries
- * and `sum` is not written.
- * global: (ceil(x / MIX_COLS), ceil(m / MIX_MR)); a is m x m (leading dimension m). */
+ * and `sum` is not written. The group's MIX_MR rows of `a` are staged in local memory, MIXS_KB
+ * blocks at a time: each work-item then reads them there (one broadcast for the group) instead of
+ * MIX_MR loads from global memory per block, which made this launch 45% of the forward on an
+ * H100 at M = 64.
+ * global: (ceil(x / MIX_COLS) rounded up to the group, ceil(m / MIX_MR)), local (L, 1): the group's
+ * work-items share one row tile. a is m x m (leading dimension m). */
+#define MIXS_KB 64 /* blocks of `a` per pass through local memory */
+void mixs_load(global const float *p, const long col, const long x, VEC(MIX_VE) *out)
+{
+    if (col + MIX_VE <= x) {
+        *out = VLOADN(MIX_VE, 0, p);
+        return;
+    }
+    float tmp[MIX_VE];
+    for (int e = 0; e < MIX_VE; ++e)
+        tmp[e] = col + e < x ? p[e] : 0.0f;
+    *out = VLOADN(MIX_VE, 0, tmp);
+}
+void mixs_store(const VEC(MIX_VE) v, global float *p, const long col, const long x)
+{
+    if (col + MIX_VE <= x) {
+        VSTOREN(MIX_VE, v, 0, p);
+        return;
+    }
+    float tmp[MIX_VE];
+    VSTOREN(MIX_VE, v, 0, tmp);
+    for (int e = 0; e < MIX_VE && col + e < x; ++e)
+        p[e] = tmp[e];
+}
 kernel void mixing_splits(global const float *restrict a, global const float *restrict part,
                           global float *restrict sum, global float *restrict c, const int m, const int splits,
                           const long x)
 {
+    local float al[MIXS_KB * MIX_MR]; /* al[kk * MIX_MR + r] = a[row0 + r][kb0 + kk] */
     const long col0 = (long)get_global_id(0) * MIX_COLS;
-    const int row0 = (int)get_global_id(1) * MIX_MR;
-    if (col0 >= x || row0 >= m)
-        return;
+    const int row0 = (int)get_group_id(1) * MIX_MR;
+    const int lid = (int)get_local_id(0), lsize = (int)get_local_size(0);
+    const int active = col0 < x; /* work-items past the columns load `a` and meet the barriers */
     const int write_sum = splits > 1 && row0 == 0;
-    int rows[MIX_MR]; /* rows past m repeat the last one and are not stored */
+    VEC(MIX_VE) acc[MIX_MR][MIX_NV];
     #pragma unroll
     for (int r = 0; r < MIX_MR; ++r)
-        rows[r] = min(row0 + r, m - 1);
-    if (col0 + MIX_COLS <= x) {
-        VEC(MIX_VE) acc[MIX_MR][MIX_NV];
         #pragma unroll
-        for (int r = 0; r < MIX_MR; ++r)
-            #pragma unroll
-            for (int j = 0; j < MIX_NV; ++j)
-                acc[r][j] = (VEC(MIX_VE))(0.0f);
-        /* unrolled: a GPU work-item then has several blocks' loads in flight (few work-items here) */
+        for (int j = 0; j < MIX_NV; ++j)
+            acc[r][j] = (VEC(MIX_VE))(0.0f);
+    for (int kb0 = 0; kb0 < m; kb0 += MIXS_KB) {
+        const int kn = min(MIXS_KB, m - kb0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last pass's readers are done with al */
+        for (int i = lid; i < kn * MIX_MR; i += lsize) {
+            const int r = i / kn, kk = i - r * kn; /* neighbouring work-items: neighbouring blocks of a row */
+            al[kk * MIX_MR + r] = a[(long)min(row0 + r, m - 1) * m + kb0 + kk];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!active)
+            continue;
+        /* unrolled: a GPU work-item then has several blocks' loads in flight */
         #pragma unroll 4
-        for (int kk = 0; kk < m; ++kk) {
+        for (int kk = 0; kk < kn; ++kk) {
             VEC(MIX_VE) bv[MIX_NV];
-            global const float *src = part + (long)kk * splits * x + col0;
+            global const float *src = part + (long)(kb0 + kk) * splits * x + col0;
             #pragma unroll
             for (int j = 0; j < MIX_NV; ++j)
-                bv[j] = VLOADN(MIX_VE, 0, src + j * MIX_VE);
-            for (int s = 1; s < splits; ++s)
+                mixs_load(src + j * MIX_VE, col0 + j * MIX_VE, x, &bv[j]);
+            for (int sp = 1; sp < splits; ++sp)
                 #pragma unroll
-                for (int j = 0; j < MIX_NV; ++j)
-                    bv[j] += VLOADN(MIX_VE, 0, src + (long)s * x + j * MIX_VE);
+                for (int j = 0; j < MIX_NV; ++j) {
+                    VEC(MIX_VE) y;
+                    mixs_load(src + (long)sp * x + j * MIX_VE, col0 + j * MIX_VE, x, &y);
+                    bv[j] += y;
+                }
             if (write_sum)
                 #pragma unroll
                 for (int j = 0; j < MIX_NV; ++j)
-                    VSTOREN(MIX_VE, bv[j], 0, sum + (long)kk * x + col0 + j * MIX_VE);
+                    mixs_store(bv[j], sum + (long)(kb0 + kk) * x + col0 + j * MIX_VE, col0 + j * MIX_VE, x);
             #pragma unroll
             for (int r = 0; r < MIX_MR; ++r) {
-                const float av = a[(long)rows[r] * m + kk];
+                const float av = al[kk * MIX_MR + r];
                 #pragma unroll
                 for (int j = 0; j < MIX_NV; ++j)
                     acc[r][j] += av * bv[j];
             }
         }
-        #pragma unroll
-        for (int r = 0; r < MIX_MR; ++r)
-            if (row0 + r < m)
-                #pragma unroll
-                for (int j = 0; j < MIX_NV; ++j)
-                    VSTOREN(MIX_VE, acc[r][j], 0, c + (long)(row0 + r) * x + col0 + j * MIX_VE);
-    } else { /* the last, partial column tile */
-        for (long col = col0; col < x; ++col) {
-            float acc[MIX_MR];
-            for (int r = 0; r < MIX_MR; ++r)
-                acc[r] = 0.0f;
-            for (int kk = 0; kk < m; ++kk) {
-                float b = part[(long)kk * splits * x + col];
-                for (int s = 1; s < splits; ++s)
-                    b += part[((long)kk * splits + s) * x + col];
-                if (write_sum)
-                    sum[(long)kk * x + col] = b;
-                for (int r = 0; r < MIX_MR; ++r)
-                    acc[r] += a[(long)rows[r] * m + kk] * b;
-            }
-            for (int r = 0; r < MIX_MR && row0 + r < m; ++r)
-                c[(long)(row0 + r) * x + col] = acc[r];
-        }
     }
+    if (!active)
+        return;
+    #pragma unroll
+    for (int r = 0; r < MIX_MR; ++r)
+        if (row0 + r < m)
+            #pragma unroll
+            for (int j = 0; j < MIX_NV; ++j)
+                mixs_store(acc[r][j], c + (long)(row0 + r) * x + col0 + j * MIX_VE, col0 + j * MIX_VE, x);
 }

@@ -2,11 +2,13 @@
  * TL_TQ tokens of one block as a tiled product. The group copies TL_DC key dimensions of the
  * tile's q~ (scale and feature map applied once, on the copy; stored transposed so that a work-item
  * reads its 4 tokens as one float4) and the same rows of the block's mixed summary into local
- * memory, and every work-item adds a 4-token x 4-column register tile over them. Each summary row is
- * then read from global memory once per group instead of once per work-item (output.cl, whose
- * work-items each walk the whole summary: the CPU form). The normalizer's dot products q~ . z~ are
- * summed on the copies, one token per work-item. */
+ * memory, and every work-item adds a 4-token x 4-column register tile over them; the next
+ * dimensions' pieces are loaded into registers meanwhile. Each summary row is then read from global
+ * memory once per group instead of once per work-item (output.cl, whose work-items each walk the
+ * whole summary: the CPU form). The normalizer's dot products q~ . z~ are summed on the copies, one
+ * token per work-item. */
 #include "common.h"
+#include "tiled.h"
 
 #ifndef TL_TQ
 #define TL_TQ 64 /* tokens per group (a multiple of 4) */
@@ -15,13 +17,16 @@
 #define TL_TV 64 /* output columns per group (a multiple of 4) */
 #endif
 #ifndef TL_DC
-#define TL_DC 32 /* key dimensions per local tile */
+#define TL_DC 32 /* key dimensions per local tile (a multiple of 4) */
 #endif
-#define TL_WQ (TL_TQ / 4)
-#define TL_WV (TL_TV / 4)
-#define TL_WG (TL_WQ * TL_WV)
-#define TL_LQ (TL_TQ + 4) /* the transposed q~ rows, padded: the copy's stores spread over the banks */
+#define TL_QQ (TL_TQ / 4) /* float4 pieces of a transposed q~ row: 4 tokens each */
+#define TL_QV (TL_TV / 4)
+#define TL_QC (TL_DC / 4) /* float4 pieces of a q row's TL_DC dimensions */
+#define TL_WG (TL_QQ * TL_QV)
+#define TL_LQ (TL_QQ + 1) /* the transposed q~ rows, padded: the copy's stores spread over the banks */
 #define TL_NV ((DV + TL_TV - 1) / TL_TV)
+#define TL_PQ ((TL_TQ * TL_QC + TL_WG - 1) / TL_WG) /* q pieces a work-item copies per tile */
+#define TL_PS ((TL_DC * TL_QV + TL_WG - 1) / TL_WG) /* summary pieces */
 
 /* global: (TL_WG * TL_NV, B*H, M * ceil(Nb / TL_TQ)), local (TL_WG, 1, 1). Work-item (column tile ct
  * fastest, token tile rq): neighbouring work-items store neighbouring float4 of one output row. */
@@ -31,10 +36,11 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
                          const float scale, const float eps)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    local float ql[TL_DC * TL_LQ], sl[TL_DC * TL_TV], zl[TL_DC], dl[TL_TQ];
+    local float4 ql[TL_DC * TL_LQ], sl[TL_DC * TL_QV];
+    local float zl[TL_DC], dl[TL_TQ];
     const int lid = (int)get_local_id(0);
     const int c_base = (int)get_group_id(0) * TL_TV;
-    const int ct = lid % TL_WV, rq = lid / TL_WV;
+    const int ct = lid % TL_QV, rq = lid / TL_QV;
     const int bh = (int)get_global_id(1);
     const int groups = (g.nb + TL_TQ - 1) / TL_TQ;
     const int blk = (int)get_global_id(2) / groups;
@@ -43,47 +49,80 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
     global const float *z = mixed + summary_z_offset(g.bh, blk, bh);
     global const STORE_T *qb = q + row_base(g, bh, DK);
     const long qs = row_stride(g, DK);
-    float4 acc[4];
+    /* whole float4 of q and output rows: rows of 4n values from an aligned buffer (kernels/tiled.h) */
+    const int qa = (DK % 4 == 0) & TILED_BASE_OK(q), oa = (DV % 4 == 0) & TILED_BASE_OK(out);
+    float4 acc[4], qr[TL_PQ], sr[TL_PS];
     for (int r = 0; r < 4; ++r)
         acc[r] = (float4)(0.0f);
     for (int i = lid; i < TL_TQ; i += TL_WG)
         dl[i] = 0.0f;
 
+    /* Dimensions d0.. into qr and sr: q piece i is token i / TL_QC, dimensions 4 (i % TL_QC)..;
+     * summary piece i is row i / TL_QV, columns 4 (i % TL_QV)..; zeros past the block, the head's
+     * dimensions and its columns. */
+#define OUTPUT_FETCH(d0_)                                                                           \
+    do {                                                                                            \
+        _Pragma("unroll") for (int j_ = 0; j_ < TL_PQ; ++j_) {                                      \
+            const int i_ = lid + j_ * TL_WG, t_ = i_ / TL_QC, p_ = p0 + t_;                         \
+            qr[j_] = i_ < TL_TQ * TL_QC && p_ < g.nb                                                \
+                         ? (scale) * tiled_feature_quad(qb + token_of(g, blk, p_) * qs,             \
+                                                        (d0_) + 4 * (i_ - t_ * TL_QC), DK, qa,      \
+                                                        feature_eps)                                \
+                         : (float4)(0.0f);                                                          \
+        }                                                                                           \
+        _Pragma("unroll") for (int j_ = 0; j_ < TL_PS; ++j_) {                                      \
+            const int i_ = lid + j_ * TL_WG, d_ = i_ / TL_QV;                                       \
+            sr[j_] = i_ < TL_DC * TL_QV && (d0_) + d_ < DK                                          \
+                         ? tiled_quad_f32(s + (long)((d0_) + d_) * DV, 4 * (i_ - d_ * TL_QV), DV - c_base, \
+                                          TILED_SUMMARY_ALIGNED)                                    \
+                         : (float4)(0.0f);                                                          \
+        }                                                                                           \
+    } while (0)
+
+    OUTPUT_FETCH(0);
     for (int d0 = 0; d0 < DK; d0 += TL_DC) {
-        for (int i = lid; i < TL_TQ * TL_DC; i += TL_WG) {
-            const int t = i / TL_DC, d = i - t * TL_DC, p = p0 + t;
-            float x = 0.0f;
-            if (p < g.nb && d0 + d < DK)
-                x = scale * feature(LOADN(1, d0 + d, qb + token_of(g, blk, p) * qs), feature_eps);
-            ql[d * TL_LQ + t] = x;
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done with ql, sl and zl */
+        #pragma unroll
+        for (int j = 0; j < TL_PQ; ++j) { /* transposed: dimension-major, 4 tokens a float4 */
+            const int i = lid + j * TL_WG, t = i / TL_QC, d = 4 * (i - t * TL_QC);
+            if (i < TL_TQ * TL_QC) {
+                local float *col = (local float *)ql + t;
+                col[(d + 0) * 4 * TL_LQ] = qr[j].s0;
+                col[(d + 1) * 4 * TL_LQ] = qr[j].s1;
+                col[(d + 2) * 4 * TL_LQ] = qr[j].s2;
+                col[(d + 3) * 4 * TL_LQ] = qr[j].s3;
+            }
         }
-        for (int i = lid; i < TL_DC * TL_TV; i += TL_WG) {
-            const int d = i / TL_TV, c = i - d * TL_TV;
-            sl[i] = d0 + d < DK && c_base + c < DV ? s[(long)(d0 + d) * DV + c] : 0.0f;
-        }
+        #pragma unroll
+        for (int j = 0; j < TL_PS; ++j)
+            if (lid + j * TL_WG < TL_DC * TL_QV)
+                sl[lid + j * TL_WG] = sr[j];
         for (int i = lid; i < TL_DC; i += TL_WG)
             zl[i] = d0 + i < DK ? z[d0 + i] : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (d0 + TL_DC < DK)
+            OUTPUT_FETCH(d0 + TL_DC); /* in flight during the multiply-adds below */
 #if NORMALIZER == 0
         /* each token's dot product by the one work-item that also zeroed and will read it */
         for (int i = lid; i < TL_TQ; i += TL_WG) {
             float ds = dl[i];
             for (int d = 0; d < TL_DC; ++d)
-                ds += ql[d * TL_LQ + i] * zl[d];
+                ds += ((local const float *)ql)[d * 4 * TL_LQ + i] * zl[d];
             dl[i] = ds;
         }
 #endif
         #pragma unroll 8
         for (int d = 0; d < TL_DC; ++d) {
-            const float4 a = vload4(rq, ql + d * TL_LQ);
-            const float4 b = vload4(ct, sl + d * TL_TV);
+            const float4 a = ql[d * TL_LQ + rq];
+            const float4 b = sl[d * TL_QV + ct];
             acc[0] += a.x * b;
             acc[1] += a.y * b;
             acc[2] += a.z * b;
             acc[3] += a.w * b;
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* the next tile overwrites ql, sl and zl (and dl is read below) */
     }
+#undef OUTPUT_FETCH
+    barrier(CLK_LOCAL_MEM_FENCE); /* dl's last sums */
     const int c = c_base + 4 * ct;
     if (c >= DV)
         return;
@@ -99,6 +138,9 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         const float4 y = acc[r];
 #endif
         global STORE_T *row = ob + token_of(g, blk, p) * os;
+#if DTYPE == 0
+        tiled_store_f32(y, row, DV - c, oa);
+#else
         if (c + 4 <= DV) {
             STOREN(4, y, 0, row);
         } else {
@@ -106,5 +148,6 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
             for (int j = 0; j < DV - c; ++j)
                 STOREN(1, x[j], j, row);
         }
+#endif
     }
 }

@@ -1,13 +1,15 @@
 /* Stage 1 of non-causal MHLA on GPUs: each block's summary S_b = sum k~ v^T and key sum z_b as a
  * work-group tiled reduction. The group copies TL_TK tokens of k~ (the feature map applied once,
- * on the copy) and of v into local memory with neighbouring work-items reading neighbouring
- * floats of a row (coalesced), then every work-item adds a 4 x 4 register tile over those tokens.
+ * on the copy) and of v into local memory, neighbouring work-items reading neighbouring 16-byte
+ * pieces of a row (coalesced), then every work-item adds a 4 x 4 register tile over those tokens.
  * Where the CPU kernel (block_summary.cl) has each work-item walk its own k and v columns through
  * cache, here a token's rows cross the memory bus once per group and are read from local memory by
- * all of its work-items. A long block is split into segments (one group each); their partial
- * summaries are added in a fixed order by the mixing (mixing.cl, mixing_splits): no atomics, the
- * result is the same run to run. */
+ * all of its work-items. The next tile's rows are loaded into registers while the group multiplies
+ * the current one, so that their latency hides behind the multiply-adds. A long block is split into
+ * segments (one group each); their partial summaries are added in a fixed order by the mixing
+ * (mixing.cl, mixing_splits): no atomics, the result is the same run to run. */
 #include "common.h"
+#include "tiled.h"
 
 #ifndef TL_TK
 #define TL_TK 32 /* tokens per local tile */
@@ -18,10 +20,12 @@
 #ifndef TL_TV
 #define TL_TV 64 /* value columns per group (a multiple of 4) */
 #endif
-#define TL_WD (TL_TD / 4)
-#define TL_WV (TL_TV / 4)
-#define TL_WG (TL_WD * TL_WV)
+#define TL_QD (TL_TD / 4) /* float4 pieces of a k~ row of the tile */
+#define TL_QV (TL_TV / 4)
+#define TL_WG (TL_QD * TL_QV)
 #define TL_NV ((DV + TL_TV - 1) / TL_TV) /* column tiles */
+#define TL_KQ ((TL_TK * TL_QD + TL_WG - 1) / TL_WG) /* k~ pieces a work-item copies per tile */
+#define TL_VQ ((TL_TK * TL_QV + TL_WG - 1) / TL_WG)
 
 /* global: (TL_WG * ceil(DK/TL_TD) * TL_NV, B*H, M*splits), local (TL_WG, 1, 1). Group (tile, bh,
  * segment) writes rows blk*splits + split of `dst` ([M*splits][row], kernels/common.h's offsets).
@@ -34,11 +38,12 @@ kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T
                           const int split_len)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    local float kl[TL_TK * TL_TD], vl[TL_TK * TL_TV], zl[TL_TD];
+    local float4 kl[TL_TK * TL_QD], vl[TL_TK * TL_QV];
+    local float zl[TL_TD];
     const int lid = (int)get_local_id(0);
     const int tile = (int)get_group_id(0);
     const int d_base = (tile / TL_NV) * TL_TD, c_base = (tile % TL_NV) * TL_TV;
-    const int ct = lid % TL_WV, rt = lid / TL_WV;
+    const int ct = lid % TL_QV, rt = lid / TL_QV;
     const int bh = (int)get_global_id(1), bs = (int)get_global_id(2);
     const int blk = bs / splits;
     const int p_begin = (bs - blk * splits) * split_len;
@@ -46,62 +51,76 @@ kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T
     global const STORE_T *kb = k + row_base(g, bh, DK) + d_base;
     global const STORE_T *vb = v + row_base(g, bh, DV) + c_base;
     const long ks = row_stride(g, DK), vs = row_stride(g, DV);
+    /* whole float4 of k and v rows: rows of 4n values from an aligned buffer (kernels/tiled.h) */
+    const int ka = (DK % 4 == 0) & TILED_BASE_OK(k), va = (DV % 4 == 0) & TILED_BASE_OK(v);
     /* The key sums, by the groups of the first column tile: row d by work-item d % TL_WG, in zl (a
      * small group has fewer work-items than rows). Each row has one owner: no barrier of its own. */
     const int zsum = c_base == 0;
     for (int d = lid; d < TL_TD; d += TL_WG)
         zl[d] = 0.0f;
-    float4 acc[4];
+    float4 acc[4], kr[TL_KQ], vr[TL_VQ];
     for (int r = 0; r < 4; ++r)
         acc[r] = (float4)(0.0f);
 
+    /* The tile of tokens p0.. into kr and vr: piece i of the k~ tile is token i / TL_QD, columns
+     * 4 (i % TL_QD)..; tokens past the segment and columns past the head's are zeros. */
+#define SUMMARY_FETCH(p0_)                                                                          \
+    do {                                                                                            \
+        _Pragma("unroll") for (int j_ = 0; j_ < TL_KQ; ++j_) {                                      \
+            const int i_ = lid + j_ * TL_WG, t_ = i_ / TL_QD, p_ = (p0_) + t_;                      \
+            kr[j_] = i_ < TL_TK * TL_QD && p_ < p_end                                               \
+                         ? tiled_feature_quad(kb + token_of(g, blk, p_) * ks, 4 * (i_ - t_ * TL_QD), \
+                                              DK - d_base, ka, feature_eps)                         \
+                         : (float4)(0.0f);                                                          \
+        }                                                                                           \
+        _Pragma("unroll") for (int j_ = 0; j_ < TL_VQ; ++j_) {                                      \
+            const int i_ = lid + j_ * TL_WG, t_ = i_ / TL_QV, p_ = (p0_) + t_;                      \
+            vr[j_] = i_ < TL_TK * TL_QV && p_ < p_end                                               \
+                         ? tiled_quad(vb + token_of(g, blk, p_) * vs, 4 * (i_ - t_ * TL_QV), DV - c_base, \
+                                      va)                                                           \
+                         : (float4)(0.0f);                                                          \
+        }                                                                                           \
+    } while (0)
+
+    SUMMARY_FETCH(p_begin);
     for (int p0 = p_begin; p0 < p_end; p0 += TL_TK) {
-        /* Tokens past the segment and rows or columns past the head's are zeros: they add nothing. */
-        for (int i = lid; i < TL_TK * TL_TD; i += TL_WG) {
-            const int t = i / TL_TD, d = i - t * TL_TD, p = p0 + t;
-            float x = 0.0f;
-            if (p < p_end && d_base + d < DK)
-                x = feature(LOADN(1, d, kb + token_of(g, blk, p) * ks), feature_eps);
-            kl[i] = x;
-        }
-        for (int i = lid; i < TL_TK * TL_TV; i += TL_WG) {
-            const int t = i / TL_TV, c = i - t * TL_TV, p = p0 + t;
-            vl[i] = p < p_end && c_base + c < DV ? LOADN(1, c, vb + token_of(g, blk, p) * vs) : 0.0f;
-        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done with kl and vl */
+        #pragma unroll
+        for (int j = 0; j < TL_KQ; ++j)
+            if (lid + j * TL_WG < TL_TK * TL_QD)
+                kl[lid + j * TL_WG] = kr[j];
+        #pragma unroll
+        for (int j = 0; j < TL_VQ; ++j)
+            if (lid + j * TL_WG < TL_TK * TL_QV)
+                vl[lid + j * TL_WG] = vr[j];
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (p0 + TL_TK < p_end)
+            SUMMARY_FETCH(p0 + TL_TK); /* in flight during the multiply-adds below */
         if (zsum)
             for (int d = lid; d < TL_TD; d += TL_WG) {
                 float z = zl[d];
                 for (int t = 0; t < TL_TK; ++t)
-                    z += kl[t * TL_TD + d];
+                    z += ((local const float *)kl)[t * TL_TD + d];
                 zl[d] = z;
             }
         #pragma unroll 8
         for (int t = 0; t < TL_TK; ++t) {
-            const float4 a = vload4(rt, kl + t * TL_TD);
-            const float4 b = vload4(ct, vl + t * TL_TV);
+            const float4 a = kl[t * TL_QD + rt];
+            const float4 b = vl[t * TL_QV + ct];
             acc[0] += a.x * b;
             acc[1] += a.y * b;
             acc[2] += a.z * b;
             acc[3] += a.w * b;
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* the next tile overwrites kl and vl */
     }
+#undef SUMMARY_FETCH
     if (zsum)
         for (int d = lid; d < TL_TD && d_base + d < DK; d += TL_WG)
             dst[summary_z_offset(g.bh, bs, bh) + d_base + d] = zl[d];
     const int c = c_base + 4 * ct;
     for (int r = 0; r < 4; ++r) {
         const int d = d_base + 4 * rt + r;
-        if (d >= DK || c >= DV)
-            continue;
-        global float *row = dst + summary_s_offset(g.bh, bs, bh, d) + c;
-        if (c + 4 <= DV) {
-            vstore4(acc[r], 0, row);
-        } else {
-            const float x[4] = {acc[r].x, acc[r].y, acc[r].z, acc[r].w};
-            for (int j = 0; j < DV - c; ++j)
-                row[j] = x[j];
-        }
+        if (d < DK && c < DV)
+            tiled_store_f32(acc[r], dst + summary_s_offset(g.bh, bs, bh, d) + c, DV - c, TILED_SUMMARY_ALIGNED);
     }
 }

@@ -1457,7 +1457,8 @@ static void test_failures_leave_no_output(void **state)
     snprintf(env_broken, sizeof env_broken, "MHLA_KERNEL_DIR=%s",
              kernel_variant("broken", "output.cl", "#include \"common.h\"\n",
                             "#include \"common.h\"\nthis is not OpenCL C;\n"));
-    const char *env1[] = {env_broken, NULL};
+    /* (tiled=0: a GPU's own row reads out through output_tiled.cl; output.cl is the one broken here) */
+    const char *env1[] = {env_broken, "MHLA_TUNING=tiled=0", NULL};
     result *r = MHLA_ENV(env1, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy",
                                    "--blocks", "4");
     /* PoCL's compiler prints its own diagnostics count ("1 error generated.") on stderr first: the
@@ -1485,7 +1486,7 @@ static void test_failures_leave_no_output(void **state)
                                           "#include \"common.h\"\n#undef VSTOREN\n"
                                           "#define VSTOREN(W, x, o, p) CAT(VSTORE_, W)((x) * 1.001f, o, p)\n"
                                           "#undef OUT_NT\n#define OUT_NT 0\n")); /* stores through VSTOREN */
-    const char *env3[] = {env_off, NULL};
+    const char *env3[] = {env_off, "MHLA_TUNING=tiled=0", NULL};
     r = MHLA_ENV(env3, "run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4",
                  "--check");
     expect_fail(r, 3, "--check: max_rel_err");

@@ -417,8 +417,10 @@ static void test_tuning_db(void **state)
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
     assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
-    /* out_rt and mix_kernel are no vector widths: no device caps them */
-    if (!strstr(text, "tuned entry 8x8") || !strstr(text, "output 3x") || !strstr(text, "mixing by CLBlast"))
+    /* out_rt and mix_kernel are no vector widths: no device caps them (a GPU's row takes the tiled
+     * forward, which reads neither) */
+    if (!strstr(text, "tuned entry 8x8") ||
+        (!strstr(text, "; tiled: ") && (!strstr(text, "output 3x") || !strstr(text, "mixing by CLBlast"))))
         fail_msg("plan tuning: %s", text);
     mhla_plan_destroy(plan);
     forward_2d_ok(ctx, 8, 11); /* 2D, Dk = Dv = 8: the tuned tiles, checked against the reference */

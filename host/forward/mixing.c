@@ -27,9 +27,9 @@ mhla_status mhla__mixing_setup(mhla_plan *plan)
     if (plan->tiles.tiled) { /* the forward's: mixing_splits; the backward's mixings below as usual */
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_MIXING, &plan->cfg, &plan->tiles, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "mixing_splits", &plan->k_mix_splits));
-        const size_t rows = (size_t)plan->tiles.mix_mr;
-        const size_t extent[3] = {1, (m + rows - 1) / rows, 1};
-        mhla__local_size_3d(plan->ctx, plan->k_mix_splits, extent, (size_t)plan->tiles.wg, plan->lws_mix_splits);
+        /* one row tile per group (its rows of Mc in local memory): work-items along the columns only */
+        plan->lws_mix_splits[0] = mhla__local_size(plan->ctx, plan->k_mix_splits, (size_t)plan->tiles.wg);
+        plan->lws_mix_splits[1] = plan->lws_mix_splits[2] = 1;
     }
     if (plan->tuning.mix_kernel) {
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_MIXING, &plan->cfg, &plan->tiles, &prog));

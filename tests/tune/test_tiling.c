@@ -559,17 +559,17 @@ static void test_sweep(void **state)
                     CHECK_RULE(f.splits == 1 || f.split_len >= (f.tiled ? 2 * f.tl_tk : t.split_min_len));
                     CHECK_RULE(f.splits == 1 || !f.tiled || f.split_len % f.tl_tk == 0);
                     /* its groups of 4 x 4 tiles within the work-group limit, its local tiles within the
-                     * local memory down to the smallest (one token, one key dimension, 4 tokens) */
+                     * local memory down to the smallest (one token; four key dimensions, 4 tokens) */
                     if (f.tiled) {
                         CHECK_RULE(f.tl_td % 4 == 0 && f.tl_tv % 4 == 0 && f.tl_tq % 4 == 0);
                         CHECK_RULE((size_t)(f.tl_td / 4) * (size_t)(f.tl_tv / 4) <= fit.wg ||
                                    (f.tl_td == 4 && f.tl_tv == 4));
                         CHECK_RULE((size_t)(f.tl_tq / 4) * (size_t)(f.tl_tv / 4) <= fit.wg || f.tl_tq == 4);
-                        CHECK_RULE(f.tl_td <= dk + 3 && f.tl_tv <= dv + 3 && f.tl_dc <= dk);
+                        CHECK_RULE(f.tl_td <= dk + 3 && f.tl_tv <= dv + 3 && f.tl_dc <= dk + 3 && f.tl_dc % 4 == 0);
                         CHECK_RULE(((uint64_t)f.tl_tk * (uint64_t)(f.tl_td + f.tl_tv) + (uint64_t)f.tl_td) * 4 <=
                                        fit.local_bytes ||
                                    f.tl_tk == 1);
-                        CHECK_RULE(mhla__output_tiled_local(&f) <= fit.local_bytes || (f.tl_dc == 1 && f.tl_tq == 4));
+                        CHECK_RULE(mhla__output_tiled_local(&f) <= fit.local_bytes || (f.tl_dc == 4 && f.tl_tq == 4));
                     }
                     free_context(ctx);
                 }
