@@ -46,14 +46,22 @@ typedef struct tuning_row {
  *   the runtime's large local memory (PoCL: 1 MiB); the three read-outs and bc_diag computed them
  *   five times. GPU rows keep those (a chunk of 64 needs 48 KiB, unmeasured on a GPU).
  * - GPUs want many light work-items: float4 columns, smaller register tiles, enough work-groups
- *   to fill every compute unit several times, CLBlast's tuned GEMM for the mixing and for the
- *   causal prefix blocks of 32 chunks. Softmax: float4 loads from local memory, 16-key tiles so
+ *   to fill every compute unit several times, CLBlast's tuned GEMM for the causal prefix blocks of
+ *   32 chunks. The forward runs tiled (tiled 1: summary_tiled.cl, output_tiled.cl, the segments
+ *   added inside the mixing): 16 x 16 work-items of 4 x 4 tiles per group, 16-token tiles of k~ and
+ *   v and 16-dimension tiles of q~ through local memory (tl_tk, tl_dc: `mhla tune` on an NVIDIA
+ *   H100 chose 16 over 32, the forward 0.239 -> 0.211 ms at N = 16384, M = 64), groups_per_cu 4 (a
+ *   block is split only where that doubles the groups: its partial summaries cost traffic); on the
+ *   H100 the forward 2.0x faster than the untiled kernels at N = 16384 (docs/tuning-notes.md "On
+ *   GPUs"). Softmax: float4 loads from local memory, 16-key tiles so
  *   that the private score row stays in registers (the layout of llama.cpp's OpenCL flash
  *   attention), coalesced tile copies; the backward's read-outs keep 8 accumulator vectors
  *   (bwd_acc: 32 floats) per work-item.
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
  *   (256 bits), like a GPU; it reports a float width of 1.
- * - Anything else: GPU-like choices with smaller tiles. */
+ * - Anything else (phones' GPUs among them): GPU-like choices with smaller tiles, the tiled forward
+ *   in groups of 8 x 8 work-items, never run on such a device (tiled_limits: PoCL, rusticl and
+ *   Oclgrind with 64-wide groups and 16 KiB of local memory). */
 /* The fields every CPU row shares (their tiles and widths come from tune/cpu_row.c); the rows differ
  * in the summary's folds and the read-out's streaming stores alone. */
 #define CPU_ROW_FIELDS(chunk, nt)                                                                    \
@@ -86,7 +94,7 @@ static const tuning_row rows[] = {
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .dg_parts = 32,
-      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_dc = 32}},
+      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_dc = 16}},
     {"default", NULL, NULL, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
