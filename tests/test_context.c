@@ -430,7 +430,7 @@ static void test_tuning_db(void **state)
     assert_null(strstr(text, "tuned entry"));
     mhla_plan_destroy(plan);
     /* MHLA_TUNING still comes after the entry */
-    setenv("MHLA_TUNING", "out_rt=2", 1);
+    setenv("MHLA_TUNING", "out_rt=2,tiled=0", 1); /* (tiled=0: the read-out that has out_rt) */
     cfg.dk = 8;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
     restore_test_env(NULL);
