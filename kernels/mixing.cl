@@ -124,8 +124,6 @@ kernel void mixing_splits(global const float *restrict a, global const float *re
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!active)
             continue;
-        /* unrolled: a GPU work-item then has several blocks' loads in flight */
-        #pragma unroll 4
         for (int kk = 0; kk < kn; ++kk) {
             VEC(MIX_VE) bv[MIX_NV];
             global const float *src = part + (long)(kb0 + kk) * splits * x + col0;

@@ -421,6 +421,13 @@ int main(int argc, char **argv)
     }
     printf("rank %d of %d: device %s (%s)\n", rank, size, spec, mhla_context_device_name(ctx));
     fflush(stdout);
+    /* Shard plans take the untiled stages (their mixing reads the gathered summaries): the
+     * single-device runs they are held to within rounding take the same kernels (a GPU row's tiled
+     * forward sums its tokens in another order: 2.2e-6 apart at split blocks). */
+    if (mhla_context_set_tuning(ctx, "tiled=0") != MHLA_OK) {
+        printf("FAIL: mhla_context_set_tuning(tiled=0): %s\n", mhla_context_message(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* 1D, 6 blocks; a 2x2-block video (frames of 4 blocks, 3 frames); the official normalizer. */

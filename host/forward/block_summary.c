@@ -19,31 +19,6 @@ static size_t tiled_groups(const mhla_plan *plan)
     return (size_t)((plan->cfg.dk + t->tl_td - 1) / t->tl_td) * (size_t)((plan->cfg.dv + t->tl_tv - 1) / t->tl_tv);
 }
 
-/* The tiled summary (GPU rows). A device that builds it for fewer work-items than its group
- * (registers) gets the untiled stages instead: *tiled is cleared, nothing fails. */
-static mhla_status tiled_setup(mhla_plan *plan)
-{
-    mhla_status st = MHLA_OK;
-    mhla_context *ctx = plan->ctx;
-    cl_program prog = NULL;
-    size_t kwg = 0;
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_SUMMARY_TILED, &plan->cfg, &plan->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "summary_tiled", &plan->k_summary));
-    MHLA_CL_TRY(st, ctx,
-                clGetKernelWorkGroupInfo(plan->k_summary, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg,
-                                         NULL),
-                "clGetKernelWorkGroupInfo(summary_tiled)");
-    if (kwg < tiled_group(&plan->tiles)) {
-        clReleaseKernel(plan->k_summary);
-        plan->k_summary = NULL;
-        plan->tiles.tiled = 0;
-        goto cleanup;
-    }
-    plan->lws_summary[0] = tiled_group(&plan->tiles), plan->lws_summary[1] = plan->lws_summary[2] = 1;
-cleanup:
-    return st;
-}
-
 mhla_status mhla__block_summary_setup(mhla_plan *plan)
 {
     mhla_status st = MHLA_OK;
@@ -51,8 +26,8 @@ mhla_status mhla__block_summary_setup(mhla_plan *plan)
     mhla_context *ctx = plan->ctx;
     const mhla_tiles *t = &plan->tiles;
 
-    if (t->tiled)
-        MHLA_FORWARD_IF_ERROR(st, tiled_setup(plan));
+    if (t->tiled) /* the summary and the read-out kernels, fitted together */
+        MHLA_FORWARD_IF_ERROR(st, mhla__tiled_setup(plan));
     if (!t->tiled) {
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, t, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "block_summary", &plan->k_summary));

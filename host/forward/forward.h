@@ -67,6 +67,9 @@ mhla_status mhla__plan_setup(mhla_plan *plan);
 void mhla__plan_fill_grid(mhla_plan *plan);
 
 /* Stages of the non-causal forward, each in the file of forward/ named after it. */
+/* The tiled forward's summary and read-out kernels (forward/tiled.c), fitted to what the device
+ * builds them for; clears tiles.tiled where they do not fit (the untiled stages then). */
+mhla_status mhla__tiled_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait);

@@ -7,22 +7,8 @@ mhla_status mhla__output_setup(mhla_plan *plan)
     mhla_status st = MHLA_OK;
     cl_program prog = NULL;
     const mhla_tiles *t = &plan->tiles;
-    if (t->tiled) { /* output_tiled.cl: groups of (TL_TQ / 4) x (TL_TV / 4), as built */
-        size_t kwg = 0;
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT_TILED, &plan->cfg, t, &prog));
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "output_tiled", &plan->k_output));
-        plan->lws_output[0] = (size_t)(t->tl_tq / 4) * (size_t)(t->tl_tv / 4);
-        plan->lws_output[1] = plan->lws_output[2] = 1;
-        MHLA_CL_TRY(st, plan->ctx,
-                    clGetKernelWorkGroupInfo(plan->k_output, plan->ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                             sizeof kwg, &kwg, NULL),
-                    "clGetKernelWorkGroupInfo(output_tiled)");
-        MHLA_FAIL_IF(st, kwg < plan->lws_output[0], plan->ctx, MHLA_ERR_UNSUPPORTED,
-                     "output_tiled runs in groups of %zu work-items, but %s builds it for %zu at most: set "
-                     "MHLA_TUNING=tl_tq=%d (or tiled=0)",
-                     plan->lws_output[0], plan->ctx->device_name, kwg, t->tl_tq / 2 > 4 ? t->tl_tq / 2 : 4);
+    if (t->tiled) /* output_tiled.cl: built with the summary's kernel (forward/tiled.c) */
         goto cleanup;
-    }
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, &plan->cfg, t, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", &plan->k_output));
     const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), 1,

@@ -119,8 +119,8 @@ uint64_t mhla__output_tiled_local(const mhla_tiles *t)
            sizeof(float);
 }
 
-static void tiled_fit(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t, const mhla_fit *fit,
-                      mhla_tiles *out)
+void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t, const mhla_fit *fit,
+                       mhla_tiles *out)
 {
     const int tn = tile4(t->tl_tn);
     int td = min_int(tn, up4(cfg->dk)), tv = min_int(tn, up4(cfg->dv));
@@ -142,6 +142,11 @@ static void tiled_fit(const mhla_config *cfg, const mhla_shape *shape, const mhl
         out->tl_dc = tile4(out->tl_dc / 2);
     while (out->tl_tq > 4 && mhla__output_tiled_local(out) > fit->local_bytes)
         out->tl_tq = tile4(out->tl_tq / 2);
+    /* mixing_splits reads each block's rows once per MIX_MR mixed rows: up to 16 of them (M = 64:
+     * the summaries read 4 times from cache instead of 16) */
+    out->mix_mr = t->mix_mr;
+    while (out->mix_mr < shape->m && out->mix_mr < 16)
+        out->mix_mr *= 2;
 }
 
 void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
@@ -181,11 +186,7 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
     out->tiled = t->tiled && cfg->normalizer != MHLA_NORMALIZER_OFFICIAL;
     if (!out->tiled)
         return;
-    tiled_fit(cfg, shape, t, &fit, out);
-    /* mixing_splits reads each block's rows once per MIX_MR mixed rows: up to 16 of them (M = 64:
-     * the summaries read 4 times from cache instead of 16) */
-    while (out->mix_mr < shape->m && out->mix_mr < 16)
-        out->mix_mr *= 2;
+    mhla__tiles_tiled(cfg, shape, t, &fit, out);
     /* Its segments: down to two local tiles (a group's work is then still a few thousand
      * multiply-adds a work-item), whole tiles where a block has several; a block is split only
      * where that at least doubles the groups (each segment's partial summary is as large as the

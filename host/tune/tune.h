@@ -229,6 +229,10 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
 size_t mhla__summary_work_items(const mhla_tiles *t, int64_t dk, int64_t dv);
 /* Work-items of one causal output group: the kernel is built for exactly this many. */
 int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv);
+/* The tiled forward's groups and local tiles (summary_tiled.cl, output_tiled.cl; mixing_splits' rows)
+ * within *fit: out's other fields are kept. */
+void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t, const mhla_fit *fit,
+                       mhla_tiles *out);
 /* Local memory output_tiled.cl's arrays take. */
 uint64_t mhla__output_tiled_local(const mhla_tiles *t);
 /* Local memory the causal output kernel's arrays take. */

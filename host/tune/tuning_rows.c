@@ -60,8 +60,8 @@ typedef struct tuning_row {
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
  *   (256 bits), like a GPU; it reports a float width of 1.
  * - Anything else (phones' GPUs among them): GPU-like choices with smaller tiles, the tiled forward
- *   in groups of 8 x 8 work-items, never run on such a device (tiled_limits: PoCL, rusticl and
- *   Oclgrind with 64-wide groups and 16 KiB of local memory). */
+ *   in groups of 8 x 8 work-items, never run on such a device (test_tiled_limits on PoCL and
+ *   rusticl, and Oclgrind, with 64-wide groups and 16 KiB of local memory forced). */
 /* The fields every CPU row shares (their tiles and widths come from tune/cpu_row.c); the rows differ
  * in the summary's folds and the read-out's streaming stores alone. */
 #define CPU_ROW_FIELDS(chunk, nt)                                                                    \
