@@ -464,43 +464,43 @@ static void test_stage_times(void **state)
 
 /* The tiled forward (the GPU rows: summary_tiled.cl, output_tiled.cl, mixing_splits) on this device
  * under the limits of the devices it is for (MHLA_LIMITS: the tiles are fitted to what the context
- * holds): groups of 64, 128, 256 and 1024 work-items, 16, 32 and 48 KiB of local memory; head
- * dimensions spanning several tiles (Dk 96: several read-out tiles of dimensions at 16 KiB), odd ones
- * (rows of no whole float4), f16 storage, [B,H,N,D], blocks split into segments (M = 1) and a 2D grid. */
+ * holds): groups of 64, 128, 256 and 1024 work-items, 16, 32 and 48 KiB of local memory, a
+ * configuration each (the fit depends on the pair, the kernels' arithmetic on the configuration):
+ * head dimensions spanning several tiles (Dk 96: several tiles of dimensions), odd ones (rows of no
+ * whole float4), f16 storage, [B,H,N,D], a block split into segments (M = 1) and a 2D grid. */
 static void test_tiled_limits(void **state)
 {
     (void)state;
     static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=256,local=48K",
                                          "wg=1024,local=48K"};
-    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; ++l) {
-        setenv("MHLA_LIMITS", limits[l], 1);
+    mhla_config cfgs[5];
+    cfgs[0] = config_1d(1, 2, 512, 4, 96, 64);
+    cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
+    cfgs[1].layout = MHLA_LAYOUT_BHND;
+    cfgs[2] = config_1d(1, 2, 1024, 1, 32, 48); /* linear attention: one block in many segments */
+    cfgs[3] = config_1d(1, 2, 256, 4, 64, 64);
+    cfgs[3].dtype = MHLA_DTYPE_F16;
+    mhla_config_init(&cfgs[4]);
+    cfgs[4].heads = 2, cfgs[4].seq_h = 24, cfgs[4].seq_w = 20, cfgs[4].block_h = 2, cfgs[4].block_w = 4;
+    cfgs[4].dk = 16, cfgs[4].dv = 24;
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
+        const char *lim = limits[c % (sizeof limits / sizeof limits[0])];
+        setenv("MHLA_LIMITS", lim, 1);
         mhla_context *ctx = test_context();
         unsetenv("MHLA_LIMITS");
         assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
-        mhla_config cfgs[5];
-        cfgs[0] = config_1d(1, 2, 512, 4, 96, 64);
-        cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
-        cfgs[1].layout = MHLA_LAYOUT_BHND;
-        cfgs[2] = config_1d(1, 2, 1024, 1, 32, 48); /* linear attention: one block in many segments */
-        cfgs[3] = config_1d(1, 2, 256, 4, 64, 64);
-        cfgs[3].dtype = MHLA_DTYPE_F16;
-        mhla_config_init(&cfgs[4]);
-        cfgs[4].heads = 2, cfgs[4].seq_h = 24, cfgs[4].seq_w = 20, cfgs[4].block_h = 2, cfgs[4].block_w = 4;
-        cfgs[4].dk = 16, cfgs[4].dv = 24;
-        for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
-            char label[160];
-            set_test_eps(&cfgs[c]); /* eps and feature_eps that move the outputs: a kernel dropping either fails */
-            snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled, Dk %lld Dv %lld (config %zu)", limits[l],
-                     (long long)cfgs[c].dk, (long long)cfgs[c].dv, c);
-            mhla_plan *plan = NULL;
-            assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
-            char text[512];
-            assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
-            mhla_plan_destroy(plan);
-            if (!strstr(text, "; tiled: "))
-                fail_msg("%s: the plan is not tiled: %s", label, text);
-            expect_close(ctx, &cfgs[c], MHLA_INIT_LINEAR, (uint32_t)(31 + c), label);
-        }
+        char label[160];
+        set_test_eps(&cfgs[c]); /* eps and feature_eps that move the outputs: a kernel dropping either fails */
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled, Dk %lld Dv %lld (config %zu)", lim,
+                 (long long)cfgs[c].dk, (long long)cfgs[c].dv, c);
+        mhla_plan *plan = NULL;
+        assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
+        char text[512];
+        assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+        mhla_plan_destroy(plan);
+        if (!strstr(text, "; tiled: "))
+            fail_msg("%s: the plan is not tiled: %s", label, text);
+        expect_close(ctx, &cfgs[c], MHLA_INIT_LINEAR, (uint32_t)(31 + c), label);
         mhla_context_destroy(ctx);
     }
 }
