@@ -101,10 +101,9 @@ copy_runtime "$stage" "$carry/build"
 # that relation does not survive the move.
 # 'layers' is left out: it reads the library's object files with `nm`, which gpu-carry does not
 # hold, and it checks the sources' structure, the same on every device.
-# Every test sets PoCL's compile knobs (POCL_WORK_GROUP_SPECIALIZATION, POCL_EXTRA_BUILD_FLAGS;
-# other implementations ignore them), and device_suite.py leaves out any test with a POCL_*
-# variable as one that needs PoCL's own devices: those two are removed here, so that it leaves
-# out only the tests that do (POCL_DEVICES, POCL_MAX_WORK_GROUP_SIZE).
+# PoCL's compile knobs that every test sets (POCL_WORK_GROUP_SPECIALIZATION, POCL_EXTRA_BUILD_FLAGS)
+# are removed too: other implementations ignore them (device_suite.py does not count them as a
+# claim on PoCL's devices either).
 meson introspect --tests "$stage" >"$work/tests-raw.json"
 python3 - "$work/tests-raw.json" "$stage" "$carry/build" "$root" "$carry/tests.json" <<'EOF'
 import json, os, sys
