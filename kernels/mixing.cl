@@ -14,6 +14,13 @@
 #define MIX_NV 2 /* vectors per row per work-item */
 #endif
 #define MIX_COLS (MIX_VE * MIX_NV)
+/* A work-item's MIX_MR x MIX_NV accumulator vectors, zeroed. */
+#define MIX_ACC_ZERO(acc)                                                                           \
+    do {                                                                                            \
+        _Pragma("unroll") for (int r_ = 0; r_ < MIX_MR; ++r_)                                       \
+            _Pragma("unroll") for (int j_ = 0; j_ < MIX_NV; ++j_)                                   \
+                (acc)[r_][j_] = (VEC(MIX_VE))(0.0f);                                                \
+    } while (0)
 
 /* global: (ceil(x / MIX_COLS), ceil(m / MIX_MR)). Row-major A (leading dimension lda), B and C
  * (leading dimension x). Sums run over k in order, so results do not depend on the launch. */
@@ -30,11 +37,7 @@ kernel void mixing_gemm(global const float *restrict a, const int lda, global co
         rows[r] = min(row0 + r, m - 1);
     if (col0 + MIX_COLS <= x) {
         VEC(MIX_VE) acc[MIX_MR][MIX_NV];
-        #pragma unroll
-        for (int r = 0; r < MIX_MR; ++r)
-            #pragma unroll
-            for (int j = 0; j < MIX_NV; ++j)
-                acc[r][j] = (VEC(MIX_VE))(0.0f);
+        MIX_ACC_ZERO(acc);
         for (int kk = 0; kk < k; ++kk) {
             VEC(MIX_VE) bv[MIX_NV];
             #pragma unroll
@@ -109,11 +112,7 @@ kernel void mixing_splits(global const float *restrict a, global const float *re
     const int active = col0 < x; /* work-items past the columns load `a` and meet the barriers */
     const int write_sum = splits > 1 && row0 == 0;
     VEC(MIX_VE) acc[MIX_MR][MIX_NV];
-    #pragma unroll
-    for (int r = 0; r < MIX_MR; ++r)
-        #pragma unroll
-        for (int j = 0; j < MIX_NV; ++j)
-            acc[r][j] = (VEC(MIX_VE))(0.0f);
+    MIX_ACC_ZERO(acc);
     for (int kb0 = 0; kb0 < m; kb0 += MIXS_KB) {
         const int kn = min(MIXS_KB, m - kb0);
         barrier(CLK_LOCAL_MEM_FENCE); /* the last pass's readers are done with al */

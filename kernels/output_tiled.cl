@@ -112,14 +112,8 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         }
 #endif
         #pragma unroll 8
-        for (int d = 0; d < TL_DC; ++d) {
-            const float4 a = ql[d * TL_LQ + rq];
-            const float4 b = sl[d * TL_QV + ct];
-            acc[0] += a.x * b;
-            acc[1] += a.y * b;
-            acc[2] += a.z * b;
-            acc[3] += a.w * b;
-        }
+        for (int d = 0; d < TL_DC; ++d)
+            tiled_mad4x4(acc, ql[d * TL_LQ + rq], sl[d * TL_QV + ct]);
     }
 #undef OUTPUT_FETCH
     barrier(CLK_LOCAL_MEM_FENCE); /* dl's last sums */

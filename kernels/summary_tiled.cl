@@ -104,14 +104,8 @@ kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T
                 zl[d] = z;
             }
         #pragma unroll 8
-        for (int t = 0; t < TL_TK; ++t) {
-            const float4 a = kl[t * TL_QD + rt];
-            const float4 b = vl[t * TL_QV + ct];
-            acc[0] += a.x * b;
-            acc[1] += a.y * b;
-            acc[2] += a.z * b;
-            acc[3] += a.w * b;
-        }
+        for (int t = 0; t < TL_TK; ++t)
+            tiled_mad4x4(acc, kl[t * TL_QD + rt], vl[t * TL_QV + ct]);
     }
 #undef SUMMARY_FETCH
     if (zsum)

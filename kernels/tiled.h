@@ -80,4 +80,14 @@ void tiled_store_f32(const float4 x, global float *p, const int left, const int 
         p[2] = x.s2;
 }
 
+/* acc += a b^T for a work-item's 4 x 4 tile: the rows of a (4 key rows, or 4 tokens) times the row b
+ * (4 columns) read from local memory once per step. */
+void tiled_mad4x4(float4 acc[4], const float4 a, const float4 b)
+{
+    acc[0] += a.x * b;
+    acc[1] += a.y * b;
+    acc[2] += a.z * b;
+    acc[3] += a.w * b;
+}
+
 #endif
