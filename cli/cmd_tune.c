@@ -283,8 +283,8 @@ static const tune_stage stages[] = {
      * on a GPU visit of a few minutes, the fields its forward runs with. */
     {"tiled", 3, 0,
      {{"tiled", 2, {1, 0}}, {"tl_tk", 3, {16, 32, 64}}, {"tl_tn", 2, {32, 64}}, {"tl_tq", 3, {32, 64, 128}},
-      {"tl_dc", 3, {16, 32, 64}}, {"groups_per_cu", 4, {2, 4, 8, 16}}, {"mix_mr", 3, {4, 8, 16}},
-      {"mix_nv", 3, {1, 2, 4}}, {NULL, 0, {0}}},
+      {"tl_dc", 3, {16, 32, 64}}, {"tl_fuse", 3, {0, 16, 64}}, {"groups_per_cu", 4, {2, 4, 8, 16}},
+      {"mix_mr", 3, {4, 8, 16}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     {"summary", 0, 0,
      {{"sum_rd", 4, {4, 6, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}},

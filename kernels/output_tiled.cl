@@ -28,12 +28,31 @@
 #define TL_PQ ((TL_TQ * TL_QC + TL_WG - 1) / TL_WG) /* q pieces a work-item copies per tile */
 #define TL_PS ((TL_DC * TL_QV + TL_WG - 1) / TL_WG) /* summary pieces */
 
+/* Row d, columns c..c+3 of block blk's mixed summary (zeros past Dv): read from `rows` where
+ * sources = 0, else mixed here from the sources' segment rows, row j weighted by mc[blk][j / splits]
+ * (mixing.cl's mixing_splits adds them in the same order). */
+float4 summary_quad(global const float *rows, global const float *mc, const int sources, const int splits,
+                    const mhla_grid g, const int blk, const int bh, const int d, const int c)
+{
+    if (sources == 0)
+        return tiled_quad_f32(rows + summary_s_offset(g.bh, blk, bh, d), c, DV, TILED_SUMMARY_ALIGNED);
+    float4 x = (float4)(0.0f);
+    for (int j = 0; j < sources; ++j)
+        x += mc[(long)blk * g.m + j / splits] *
+             tiled_quad_f32(rows + summary_s_offset(g.bh, j, bh, d), c, DV, TILED_SUMMARY_ALIGNED);
+    return x;
+}
+
 /* global: (TL_WG * TL_NV, B*H, M * ceil(Nb / TL_TQ)), local (TL_WG, 1, 1). Work-item (column tile ct
- * fastest, token tile rq): neighbouring work-items store neighbouring float4 of one output row. */
+ * fastest, token tile rq): neighbouring work-items store neighbouring float4 of one output row.
+ * sources = 0: `mixed` holds the mixed summaries. sources = M * splits > 0 (few of them: N = 1024,
+ * where each launch is mostly the gap before it): `mixed` holds the summaries' segment rows and the
+ * group mixes its block's rows itself: one launch fewer. */
 __attribute__((reqd_work_group_size(TL_WG, 1, 1)))
 kernel void output_tiled(global const STORE_T *restrict q, global const float *restrict mixed,
                          global STORE_T *restrict out, const mhla_grid g_arg, const float feature_eps,
-                         const float scale, const float eps)
+                         const float scale, const float eps, global const float *restrict mc, const int sources,
+                         const int splits)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float4 ql[TL_DC * TL_LQ], sl[TL_DC * TL_QV];
@@ -45,7 +64,6 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
     const int groups = (g.nb + TL_TQ - 1) / TL_TQ;
     const int blk = (int)get_global_id(2) / groups;
     const int p0 = ((int)get_global_id(2) - blk * groups) * TL_TQ;
-    global const float *s = mixed + summary_s_offset(g.bh, blk, bh, 0) + c_base;
     global const float *z = mixed + summary_z_offset(g.bh, blk, bh);
     global const STORE_T *qb = q + row_base(g, bh, DK);
     const long qs = row_stride(g, DK);
@@ -73,8 +91,8 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         _Pragma("unroll") for (int j_ = 0; j_ < TL_PS; ++j_) {                                      \
             const int i_ = lid + j_ * TL_WG, d_ = i_ / TL_QV;                                       \
             sr[j_] = i_ < TL_DC * TL_QV && (d0_) + d_ < DK                                          \
-                         ? tiled_quad_f32(s + (long)((d0_) + d_) * DV, 4 * (i_ - d_ * TL_QV), DV - c_base, \
-                                          TILED_SUMMARY_ALIGNED)                                    \
+                         ? summary_quad(mixed, mc, sources, splits, g, blk, bh, (d0_) + d_,         \
+                                        c_base + 4 * (i_ - d_ * TL_QV))                             \
                          : (float4)(0.0f);                                                          \
         }                                                                                           \
     } while (0)
@@ -97,8 +115,12 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         for (int j = 0; j < TL_PS; ++j)
             if (lid + j * TL_WG < TL_DC * TL_QV)
                 sl[lid + j * TL_WG] = sr[j];
-        for (int i = lid; i < TL_DC; i += TL_WG)
-            zl[i] = d0 + i < DK ? z[d0 + i] : 0.0f;
+        for (int i = lid; i < TL_DC; i += TL_WG) {
+            float zi = sources == 0 && d0 + i < DK ? z[d0 + i] : 0.0f;
+            for (int j = 0; j < sources && d0 + i < DK; ++j)
+                zi += mc[(long)blk * g.m + j / splits] * mixed[summary_z_offset(g.bh, j, bh) + d0 + i];
+            zl[i] = zi;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (d0 + TL_DC < DK)
             OUTPUT_FETCH(d0 + TL_DC); /* in flight during the multiply-adds below */

@@ -462,7 +462,8 @@ static void test_stage_times(void **state)
     free(x), free(o);
 }
 
-/* The tiled forward (the GPU rows: summary_tiled.cl, output_tiled.cl, mixing_splits) on this device
+/* The tiled forward (the GPU rows: summary_tiled.cl, output_tiled.cl, mixing_splits or the mixing
+ * inside the read-out) on this device
  * under the limits of the devices it is for (MHLA_LIMITS: the tiles are fitted to what the context
  * holds): groups of 64, 128, 256 and 1024 work-items, 16, 32 and 48 KiB of local memory, a
  * configuration each (the fit depends on the pair, the kernels' arithmetic on the configuration):
@@ -488,18 +489,19 @@ static void test_tiled_limits(void **state)
         setenv("MHLA_LIMITS", lim, 1);
         mhla_context *ctx = test_context();
         unsetenv("MHLA_LIMITS");
-        assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
+        /* odd configurations with the mixing as its own launch, even ones inside the read-out */
+        assert_int_equal(mhla_context_set_tuning(ctx, c % 2 ? "row=gpu,tl_fuse=0" : "row=gpu,tl_fuse=64"), MHLA_OK);
         char label[160];
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the outputs: a kernel dropping either fails */
-        snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled, Dk %lld Dv %lld (config %zu)", lim,
-                 (long long)cfgs[c].dk, (long long)cfgs[c].dv, c);
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled%s, Dk %lld Dv %lld (config %zu)", lim,
+                 c % 2 ? "" : " and mixing", (long long)cfgs[c].dk, (long long)cfgs[c].dv, c);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
         char text[512];
         assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
         mhla_plan_destroy(plan);
-        if (!strstr(text, "; tiled: "))
-            fail_msg("%s: the plan is not tiled: %s", label, text);
+        if (!strstr(text, "; tiled: ") || !strstr(text, c % 2 ? "segments added and mixed" : "mixed inside the read-out"))
+            fail_msg("%s: the plan is not tiled so: %s", label, text);
         expect_close(ctx, &cfgs[c], MHLA_INIT_LINEAR, (uint32_t)(31 + c), label);
         mhla_context_destroy(ctx);
     }

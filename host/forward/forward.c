@@ -41,10 +41,12 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
             MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         }
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        if (!mhla__output_mixes(plan)) { /* else the tiled read-out mixes (few blocks and segments) */
+            MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        }
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));
-        MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, out, done));
+        MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, mixing, out, done));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[3]));
     }
     if (plan->save_for_backward) { /* for the next mhla_backward() of these buffers */

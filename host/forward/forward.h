@@ -87,7 +87,12 @@ mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, cl_mem b, cl_mem c, siz
 mhla_status mhla__output_setup(mhla_plan *plan);
 /* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */
 mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
-mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done);
+/* The read-out; a tiled plan's mixes the summaries itself where mhla__output_mixes() says so (then
+ * no mixing stage runs before it, and `mixing` is Mc). */
+mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_mem out, cl_event *done);
+/* Whether the tiled read-out mixes the summaries itself: few blocks x segments (tl_fuse), and no
+ * saved summaries wanted (the backward reads the mixed ones: mhla_plan_save_for_backward()). */
+int mhla__output_mixes(const mhla_plan *plan);
 /* The softmax baseline's one kernel (forward/softmax.c). */
 mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
                                   const cl_event *wait, cl_event *done);

@@ -39,7 +39,13 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event *done)
+int mhla__output_mixes(const mhla_plan *plan)
+{
+    const mhla_tiles *t = &plan->tiles;
+    return t->tiled && !plan->save_for_backward && (int64_t)t->tl_fuse >= plan->shape.m * (int64_t)t->splits;
+}
+
+mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_mem out, cl_event *done)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -53,8 +59,14 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem out, cl_event
         const size_t col_groups = (size_t)((plan->cfg.dv + t->tl_tv - 1) / t->tl_tv);
         const size_t extent[3] = {plan->lws_output[0] * col_groups, (size_t)plan->shape.bh,
                                   (size_t)plan->shape.m * tq_groups};
-        MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(plan->mixed), MHLA_ARG(out), MHLA_ARG(plan->grid),
-                      MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps));
+        /* mixed here: the segments' rows (the summaries' where blocks are whole) and Mc */
+        const int mixes = mhla__output_mixes(plan);
+        const cl_int splits = t->splits, sources = mixes ? (cl_int)(plan->shape.m * t->splits) : 0;
+        cl_mem rows = !mixes ? plan->mixed : t->splits > 1 ? plan->partial : plan->summary;
+        cl_mem mc = mixes ? mixing : plan->mixed; /* any valid buffer where it is not read */
+        MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(rows), MHLA_ARG(out), MHLA_ARG(plan->grid),
+                      MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps), MHLA_ARG(mc), MHLA_ARG(sources),
+                      MHLA_ARG(splits));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_output, 0, NULL, done,
                                                "clEnqueueNDRangeKernel(output_tiled)"));
         goto cleanup;

@@ -174,8 +174,10 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
     else if (t->tiled)
         snprintf(buf, size,
                  "%s; tiled: summary groups of %dx%d in tiles of %d tokens, %d segment(s) per block; output groups "
-                 "of %d tokens x %d columns, %d key dimensions per tile; segments added and mixed in rows of %d",
-                 tu->origin, t->tl_td, t->tl_tv, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_dc, t->mix_mr);
+                 "of %d tokens x %d columns, %d key dimensions per tile; %s %d",
+                 tu->origin, t->tl_td, t->tl_tv, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_dc,
+                 mhla__output_mixes(plan) ? "mixed inside the read-out (tl_fuse)" : "segments added and mixed in rows of",
+                 mhla__output_mixes(plan) ? t->tl_fuse : t->mix_mr);
     else
         snprintf(buf, size,
                  "%s; summary %dx(%dx%d) in sums of %d tokens%s%s, %d segment(s) per block; output %dx(%dx%d) dc "

@@ -272,7 +272,7 @@ static mhla_status output_blocks(mhla_plan *plan, cl_mem q, cl_mem mixing, const
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, out, done));
+    MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, mixing, out, done));
     /* The host rows must not be read after the call returns. */
     MHLA_CL_TRY(st, ctx, clFinish(ctx->queue), "clFinish (gathered rows)");
 cleanup:

@@ -136,7 +136,7 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
     int tk = t->tl_tk;
     while (tk > 1 && ((uint64_t)tk * (uint64_t)(td + tv) + (uint64_t)td) * sizeof(float) > fit->local_bytes)
         tk /= 2;
-    out->tl_td = td, out->tl_tv = tv, out->tl_tk = tk, out->tl_tq = tq;
+    out->tl_td = td, out->tl_tv = tv, out->tl_tk = tk, out->tl_tq = tq, out->tl_fuse = t->tl_fuse;
     out->tl_dc = min_int(tile4(t->tl_dc), up4(cfg->dk)); /* whole float4 of q rows (output_tiled.cl) */
     while (out->tl_dc > 4 && mhla__output_tiled_local(out) > fit->local_bytes)
         out->tl_dc = tile4(out->tl_dc / 2);

@@ -76,7 +76,9 @@
     X(tl_tk, 1, ",")        /* tiled summary: tokens per local tile */                              \
     X(tl_tn, 4, ",")        /* tiled: key rows and value columns per group (4 x 4 per work-item) */ \
     X(tl_tq, 4, ",")        /* tiled read-out: tokens per group */                                  \
-    X(tl_dc, 1, ",")        /* tiled read-out: key dimensions per local tile */
+    X(tl_dc, 1, ",")        /* tiled read-out: key dimensions per local tile */                    \
+    X(tl_fuse, 0, ",")      /* tiled: the read-out mixes the summaries itself where M x segments is \
+                               at most this (0 never): one launch fewer at small N */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -154,6 +156,7 @@ typedef struct mhla_tiles {
     int tiled;                          /* the tiled forward (summary_tiled.cl, output_tiled.cl) */
     int tl_tk, tl_td, tl_tv;            /* TL_TK tokens per tile, TL_TD key rows x TL_TV columns per group */
     int tl_tq, tl_dc;                   /* TL_TQ tokens per read-out group, TL_DC key dimensions per tile */
+    int tl_fuse;                        /* the read-out mixes where M x segments is at most this */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the

@@ -112,7 +112,7 @@ MUTATIONS = [
              [("forward", "test_tiled_limits", "tiled, Dk 7 Dv 5")]),
     Mutation("tiled-dots-restart-per-tile", "the tiled read-out's q~ . z~ restarts at each tile of dimensions",
              [("kernels/output_tiled.cl", "float ds = dl[i];", "float ds = 0.0f;", 1)],
-             [("forward", "test_tiled_limits", "tiled, Dk 96 Dv 64")]),
+             [("forward", "test_tiled_limits", "tiled and mixing, Dk 96 Dv 64")]),
     Mutation("backward-summary-drops-feature-eps", "the backward's summaries drop feature_eps",
              [("kernels/backward_summary.cl", "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), feature_eps)",
                "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), 0.0f)", 1)],
