@@ -11,8 +11,7 @@ static size_t summary_tiles(const mhla_plan *plan)
     return mhla__summary_work_items(&plan->tiles, plan->cfg.dk, plan->cfg.dv);
 }
 
-/* Work-items of one tiled summary group (summary_tiled.cl: 4 x 4 each) and the groups of one segment. */
-static size_t tiled_group(const mhla_tiles *t) { return (size_t)(t->tl_td / 4) * (size_t)(t->tl_tv / 4); }
+/* Groups of one segment of the tiled summary (their size: lws_summary, forward/tiled.c). */
 static size_t tiled_groups(const mhla_plan *plan)
 {
     const mhla_tiles *t = &plan->tiles;
@@ -61,7 +60,7 @@ static mhla_status summary_launch(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_
     cl_mem dst = splits > 1 ? plan->partial : out;
     /* The tiled summary leaves its segments to the mixing (mixing_splits adds them) */
     const int tiled = plan->tiles.tiled && kern == plan->k_summary;
-    const size_t extent[3] = {tiled ? tiled_group(&plan->tiles) * tiled_groups(plan) : summary_tiles(plan),
+    const size_t extent[3] = {tiled ? plan->lws_summary[0] * tiled_groups(plan) : summary_tiles(plan),
                               (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
 
     MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(dst), MHLA_ARG(plan->grid),

@@ -149,6 +149,22 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
         out->mix_mr *= 2;
 }
 
+/* Blocks of nb tokens in `splits` segments (at most nb / seg_min of them), each a whole number of
+ * `whole` tokens where there are several: out's split_len and splits. */
+static void split_blocks(int64_t nb, int64_t splits, int64_t seg_min, int64_t whole, mhla_tiles *out)
+{
+    const int64_t most = nb / seg_min;
+    if (splits > most)
+        splits = most > 1 ? most : 1;
+    if (splits < 1)
+        splits = 1;
+    int64_t len = (nb + splits - 1) / splits;
+    if (splits > 1)
+        len = (len + whole - 1) / whole * whole;
+    out->split_len = (int)len;
+    out->splits = (int)((nb + len - 1) / len);
+}
+
 void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
                          const mhla_tuning *t, mhla_tiles *out)
 {
@@ -172,15 +188,7 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
      * saves). */
     const int64_t nb = shape->nb, groups = shape->m * shape->bh;
     const int64_t want = (int64_t)t->groups_per_cu * ctx->limits.compute_units;
-    int64_t splits = 1;
-    if (groups < want) {
-        splits = (want + groups - 1) / groups;
-        const int64_t most = nb / t->split_min_len;
-        if (splits > most)
-            splits = most > 1 ? most : 1;
-    }
-    out->split_len = (int)((nb + splits - 1) / splits);
-    out->splits = (int)((nb + out->split_len - 1) / out->split_len);
+    split_blocks(nb, groups < want ? (want + groups - 1) / groups : 1, t->split_min_len, 1, out);
     /* The official normalizer mixes per-token dot products (output.cl's path); the tiled read-out
      * normalizes by its own dot products only. */
     out->tiled = t->tiled && cfg->normalizer != MHLA_NORMALIZER_OFFICIAL;
@@ -192,20 +200,7 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
      * where that at least doubles the groups (each segment's partial summary is as large as the
      * block's: 25 MB of partials at N = 16384, M = 64, H = 8 in three segments, a third more traffic
      * than k and v, for groups the device had room for already). */
-    splits = 1;
-    out->split_len = (int)nb, out->splits = 1;
-    if (groups < want) {
-        const int64_t seg_min = 2 * (int64_t)out->tl_tk;
-        splits = want / groups;
-        const int64_t most = nb / seg_min;
-        if (splits > most)
-            splits = most > 1 ? most : 1;
-        int64_t len = (nb + splits - 1) / splits;
-        if (splits > 1)
-            len = (len + out->tl_tk - 1) / out->tl_tk * out->tl_tk;
-        out->split_len = (int)len;
-        out->splits = (int)((nb + len - 1) / len);
-    }
+    split_blocks(nb, want / groups, 2 * (int64_t)out->tl_tk, out->tl_tk, out);
 }
 
 size_t mhla__summary_work_items(const mhla_tiles *t, int64_t dk, int64_t dv)

@@ -69,7 +69,7 @@
                                16: 4 spilled there) */                                              \
     X(bct_fuse, 0, ",")     /* causal backward: 1 = one group per (chunk, head) computes the scores \
                                once for dq, dk, dv and dMc's diagonal (bc_dqkv) where a chunk fits  \
-                               its local memory, 0 = three read-outs and bc_diag */                                                                \
+                               its local memory, 0 = three read-outs and bc_diag */                 \
     X(tiled, 0, " ")        /* forward: 1 = work-group tiles through local memory for the summary  \
                                and the read-out, the segments added inside the mixing (GPUs:       \
                                summary_tiled.cl, output_tiled.cl), 0 = block_summary.cl, output.cl */ \

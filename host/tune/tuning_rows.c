@@ -56,8 +56,8 @@ typedef struct tuning_row {
  *   GPUs"). Where M x segments is at most 16 (N = 1024 at the bench's M) the read-out mixes the
  *   summaries itself, one launch fewer (tl_fuse; not yet run on a GPU). Softmax: float4 loads from
  *   local memory, 16-key tiles so that the private score row stays in registers (the layout of
- *   llama.cpp's OpenCL flash attention), coalesced tile copies; the backward's read-outs keep 8 accumulator vectors
- *   (bwd_acc: 32 floats) per work-item.
+ *   llama.cpp's OpenCL flash attention), coalesced tile copies; the backward's read-outs keep 8
+ *   accumulator vectors (bwd_acc: 32 floats) per work-item.
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
  *   (256 bits), like a GPU; it reports a float width of 1.
  * - Anything else (phones' GPUs among them): GPU-like choices with smaller tiles, the tiled forward
