@@ -177,9 +177,10 @@ int cmd_info(int argc, char **argv)
     mhla_status st = mhla_device_list(NULL, 0, &count);
     if (st != MHLA_OK)
         return cli_fail(cli_exit_code(st), "info: %s", mhla_last_message());
-    if (count == 0)
-        return cli_fail(CLI_RUNTIME, "info: no OpenCL device found: no platform is installed or none has a device "
-                                     "(on Debian: apt-get install pocl-opencl-icd for the CPU device)");
+    if (count == 0) { /* the library's reason: where the OpenCL loader looked for drivers */
+        mhla_device_selected(NULL, &selected);
+        return cli_fail(CLI_RUNTIME, "info: %s", mhla_last_message());
+    }
     if (!(infos = calloc(count, sizeof *infos)))
         return cli_fail(CLI_RUNTIME, "info: out of host memory");
     if ((st = mhla_device_list(infos, count, &count)) != MHLA_OK) {

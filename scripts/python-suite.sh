@@ -3,12 +3,14 @@
 # --no-build-isolation .` (meson-python builds the library into it), into a virtual environment of
 # Debian's python3 that sees the Debian packages (numpy, cffi, pyopencl, torch, pytest), then runs
 # pytest on the PoCL pthread device. Arguments go to pytest. Called by scripts/test.sh, which
-# installs the packages first, and installs the package (--install-only) while meson's tests run,
-# then runs pytest (--no-install).
+# installs the packages first, builds the wheel (scripts/wheel.sh) and installs it here
+# (--install-wheel: the same meson-python build, then repaired, so the suite tests what users
+# install) while meson's tests run, then runs pytest (--no-install).
 set -euo pipefail
 install=1 tests=1
 case "${1:-}" in
 --install-only) install=1 tests=0; shift ;;
+--install-wheel) install=2 tests=0; shift ;;
 --no-install) install=0; shift ;;
 esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,8 +18,14 @@ build=${MHLA_BUILD_DIR:-$root/build}
 # Debian's interpreter: the python3-* packages are installed for it, whatever python3 is first on PATH.
 py=/usr/bin/python3
 venv=$build/python-venv
+[ "$install" = 0 ] || [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
+if [ "$install" = 2 ]; then
+    version=$(sed -n "s/^version = '\(.*\)'$/\1/p" "$root/pyproject.toml")
+    "$venv/bin/python" -m pip install -q --no-deps --force-reinstall --disable-pip-version-check \
+        "$root/dist/mhla-$version-"*.whl >"$build/python-install.log" 2>&1 ||
+        { cat "$build/python-install.log" >&2; echo "python: pip install of the wheel failed" >&2; exit 1; }
+fi
 if [ "$install" = 1 ]; then
-    [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
     # A build folder of its own keeps the package's rebuild incremental (meson-python's builddir).
     "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall \
         --config-settings=builddir="$build/python-build" "$root" >"$build/python-install.log" 2>&1 ||

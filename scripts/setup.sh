@@ -68,4 +68,5 @@ mhla_build() {
 }
 
 mhla_install_missing
-mhla_build
+# MHLA_SETUP_NO_BUILD=1: the packages alone (scripts/wheel.sh builds in a folder of its own).
+[ "${MHLA_SETUP_NO_BUILD:-0}" = 1 ] || mhla_build

@@ -15,11 +15,13 @@ set -euo pipefail
 # libopenmpi-dev openmpi-bin: libmhla_mpi and the mpi suite (meson -Dmpi=auto finds them).
 # libclang-rt-14-dev (libFuzzer, ASan, UBSan runtimes; only a Recommends of clang-14) and llvm-14
 # (llvm-symbolizer, for the reports' stacks): the fuzzers' short pass (tests/fuzz/).
-# python3-*: the Python package (python/), built by meson-python into a virtual environment
-# of Debian's python3 (build/python-venv) and tested there with pytest.
+# python3-*: the Python package (python/), built into a wheel by meson-python and
+# scripts/wheel.sh, installed into a virtual environment of Debian's python3 (build/python-venv)
+# and tested there with pytest, and into a fresh one without system site packages (unzip: the
+# wheel's listing). cmake: find_package(mhla) from an outside project (tests/integration/).
 MHLA_EXTRA_PACKAGES="clang-14 libclang-rt-14-dev llvm-14 mesa-opencl-icd oclgrind qemu-user libopenmpi-dev openmpi-bin \
 python3-numpy python3-cffi python3-pyopencl python3-torch python3-pytest python3-mesonpy python3-sklearn python3-pip \
-python3-venv ${MHLA_EXTRA_PACKAGES:-}"
+python3-venv unzip cmake ${MHLA_EXTRA_PACKAGES:-}"
 sanitize=0
 if [ "${1:-}" = "--sanitize" ]; then
     sanitize=1
@@ -65,17 +67,31 @@ else
     if [ "$nargs" = 0 ]; then
         # Built while meson's tests run (niced: they take the cores first; most of their time is
         # PoCL compiling kernels, one process per core, with idle moments between tests): the
-        # fuzzers (clang-14, libFuzzer, ASan, UBSan), the Python package, the mutation check's copy.
+        # fuzzers (clang-14, libFuzzer, ASan, UBSan), the wheel (scripts/wheel.sh) installed for the
+        # Python suite with the PyPI wheels its clean-environment check installs beside it, the
+        # run-time-loaded build without CLBlast (its checks alone: tests/integration/), the
+        # mutation check's copy.
         prep_log=$MHLA_BUILD_DIR/test-prep
         mkdir -p "$prep_log"
         (CC=clang-14 mhla_configure "$fuzz_dir" --buildtype=debugoptimized -Dfuzz=true \
             -Db_sanitize=address,undefined -Db_lundef=false && nice -n 10 ninja -C "$fuzz_dir" fuzzers) \
             >"$prep_log/fuzz.log" 2>&1 &
         prep+=("$!:fuzzers:$prep_log/fuzz.log")
-        nice -n 10 "$MHLA_ROOT/scripts/python-suite.sh" --install-only >"$prep_log/python.log" 2>&1 &
-        prep+=("$!:python package:$prep_log/python.log")
+        (nice -n 10 "$MHLA_ROOT/scripts/wheel.sh" && "$MHLA_ROOT/scripts/python-suite.sh" --install-wheel &&
+            "$MHLA_ROOT/tests/integration/wheel_check.sh" --fetch "$MHLA_ROOT" "$MHLA_BUILD_DIR") \
+            >"$prep_log/python.log" 2>&1 &
+        prep+=("$!:wheel:$prep_log/python.log")
+        dlopen_dir=$MHLA_ROOT/build-dlopen
+        (mhla_configure "$dlopen_dir" --buildtype=release -Dopencl_loader=dlopen -Dclblast=disabled -Dtests=disabled \
+            -Dmpi=disabled -Dblas=disabled && nice -n 10 ninja -C "$dlopen_dir" tests/integration/api_check) \
+            >"$prep_log/dlopen.log" 2>&1 &
+        prep+=("$!:run-time-loaded build:$prep_log/dlopen.log")
         nice -n 10 python3 "$MHLA_ROOT/tests/mutations/run.py" --build-only >"$prep_log/mutations.log" 2>&1 &
         prep+=("$!:mutation build:$prep_log/mutations.log")
+    fi
+    # The wheel's suite runs after the wheel is built, below.
+    if [ "$nargs" = 0 ]; then
+        set -- --no-suite wheel
     fi
     meson test -C "$MHLA_BUILD_DIR" --print-errorlogs "$@" || rc=$?
     logs+=("$MHLA_BUILD_DIR/meson-logs/testlog.json")
@@ -97,6 +113,12 @@ else
         # number of mutations from seed 1.
         meson test -C "$fuzz_dir" --no-rebuild --print-errorlogs --suite fuzz || rc=$?
         logs+=("$fuzz_dir/meson-logs/testlog.json")
+        # The integration checks that need the builds above: the wheel in a fresh environment, and
+        # the run-time-loaded build (a forward, a backward and a causal call; its needed entries).
+        meson test -C "$MHLA_BUILD_DIR" --no-rebuild --print-errorlogs --suite wheel --logbase wheellog || rc=$?
+        logs+=("$MHLA_BUILD_DIR/meson-logs/wheellog.json")
+        meson test -C "$dlopen_dir" --no-rebuild --print-errorlogs --suite integration || rc=$?
+        logs+=("$dlopen_dir/meson-logs/testlog.json")
         # The mutation check: each known defect put back must be caught by the cases named for it
         # (its last line: "mutations: N of N defects caught ..."); a table that no longer matches
         # the code stops it, and fails the run. Its control runs (each catching case passes without

@@ -1,9 +1,55 @@
 /* The CLBlast calls of the library (row-major SGEMMs on a context's queue), and the release of
- * CLBlast's program cache with the last context that used it. */
+ * CLBlast's program cache with the last context that used it. A build without CLBlast
+ * (-Dclblast=disabled) keeps the functions, failing, and its tuning never calls them
+ * (tune/tuning.c gives every device the mixing and prefix kernels). */
 #include "core/core.h"
 
+#ifdef MHLA_HAVE_CLBLAST
 #include <clblast_c.h>
 #include <stdatomic.h>
+
+static const char *blas_error_name(int err)
+{
+    switch (err) {
+    case CLBlastNotImplemented:
+        return "CLBlastNotImplemented";
+    case CLBlastInvalidDimension:
+        return "CLBlastInvalidDimension";
+    case CLBlastInsufficientMemoryA:
+        return "CLBlastInsufficientMemoryA";
+    case CLBlastInsufficientMemoryB:
+        return "CLBlastInsufficientMemoryB";
+    case CLBlastInsufficientMemoryC:
+        return "CLBlastInsufficientMemoryC";
+    case CLBlastInsufficientMemoryTemp:
+        return "CLBlastInsufficientMemoryTemp";
+    case CLBlastInvalidLocalMemUsage:
+        return "CLBlastInvalidLocalMemUsage";
+    case CLBlastNoHalfPrecision:
+        return "CLBlastNoHalfPrecision";
+    case CLBlastNoDoublePrecision:
+        return "CLBlastNoDoublePrecision";
+    case CLBlastDatabaseError:
+        return "CLBlastDatabaseError";
+    case CLBlastUnknownError:
+        return "CLBlastUnknownError";
+    case CLBlastUnexpectedError:
+        return "CLBlastUnexpectedError";
+    default:
+        return NULL;
+    }
+}
+
+static mhla_status fail_blas(mhla_context *ctx, int err, const char *what, const char *file, int line)
+{
+    const char *name = blas_error_name(err);
+    mhla__set_cl_error(ctx, (cl_int)err);
+    if (!name && err > -1000) /* codes shared with OpenCL */
+        return mhla__fail_cl(ctx, (cl_int)err, what, file, line);
+    return mhla__fail(ctx, MHLA_ERR_BLAS, "%s failed: %s (%d) at %s:%d", what,
+                      name ? name : "CLBlast error", err, file, line);
+}
+
 
 /* CLBlast keeps the programs it builds in a process-wide cache, keyed by context and device, that
  * only CLBlastClearCache() empties; left alone, its static destructors release them at exit,
@@ -36,7 +82,7 @@ mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, siz
     CLBlastStatusCode s = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
                                                      m, n, k, 0, lda, 0, ldb, 0, ldc, &queue, &size);
     if (s != CLBlastSuccess) {
-        st = mhla__fail_blas(ctx, s, "CLBlastSGemmTempBufferSize", __FILE__, __LINE__);
+        st = fail_blas(ctx, s, "CLBlastSGemmTempBufferSize", __FILE__, __LINE__);
         goto cleanup;
     }
     *bytes = size; /* already in bytes (CLBlast converts from elements) */
@@ -59,6 +105,30 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
         s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f, a, a_off, lda,
                          b, b_off, ldb, beta, c, c_off, ldc, &queue, ev);
     if (s != CLBlastSuccess)
-        st = mhla__fail_blas(ctx, s, "CLBlastSgemm", __FILE__, __LINE__);
+        st = fail_blas(ctx, s, "CLBlastSgemm", __FILE__, __LINE__);
     return st;
 }
+
+#else /* built without CLBlast */
+
+void mhla__blas_release(mhla_context *ctx) { (void)ctx; }
+
+mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                                      size_t ldc, size_t *bytes)
+{
+    (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc;
+    *bytes = 0;
+    return mhla__fail(ctx, MHLA_ERR_UNSUPPORTED, "libmhla was built without CLBlast (-Dclblast=disabled), "
+                                                 "and a tuning row asked for its GEMM");
+}
+
+mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda,
+                           cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
+                           cl_mem temp, cl_event *ev)
+{
+    (void)m, (void)n, (void)k, (void)a, (void)a_off, (void)lda, (void)b, (void)b_off, (void)ldb, (void)beta;
+    (void)c, (void)c_off, (void)ldc, (void)temp, (void)ev;
+    return mhla__fail(ctx, MHLA_ERR_UNSUPPORTED, "libmhla was built without CLBlast (-Dclblast=disabled), "
+                                                 "and a tuning row asked for its GEMM");
+}
+#endif

@@ -38,8 +38,6 @@ mhla_status mhla__fail(mhla_context *ctx, mhla_status status, const char *fmt, .
     ;
 /* Records a failed OpenCL call: the call, its error name and code, and where it was made. */
 mhla_status mhla__fail_cl(mhla_context *ctx, cl_int err, const char *what, const char *file, int line);
-/* Records a failed CLBlast call the same way (CLBlast reuses OpenCL's codes where they exist). */
-mhla_status mhla__fail_blas(mhla_context *ctx, int err, const char *what, const char *file, int line);
 /* Records err as ctx's mhla_context_cl_error() (ctx may be NULL). */
 void mhla__set_cl_error(mhla_context *ctx, cl_int err);
 /* The status an OpenCL error code becomes. */
@@ -292,6 +290,14 @@ typedef struct mhla_stage_ops {
  * barriers and reads the outputs back; blocking. On failure after the first copy, waits for the
  * queue so that no copy still uses the caller's arrays. */
 mhla_status mhla__host_stage(mhla_context *ctx, mhla_staged *bufs, size_t n, const mhla_stage_ops *ops);
+
+/* ---- the OpenCL library opened at run time (core/opencl_loader.c) ----------------------- */
+
+#ifdef MHLA_OPENCL_DLOPEN
+/* Opens the OpenCL library on the first call (any thread); returns 1 when one is open. *message:
+ * "OpenCL from NAME", or every library tried with why it failed. */
+int mhla__opencl_loaded(const char **message);
+#endif
 
 /* ---- CLBlast (core/blas.c) --------------------------------------------------------------- */
 

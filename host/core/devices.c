@@ -18,6 +18,10 @@ static mhla_status devices_unlocked(mhla_device_ref **out, size_t *count)
 
     *out = NULL;
     *count = 0;
+#ifdef MHLA_OPENCL_DLOPEN
+    if (!mhla__opencl_loaded(NULL))
+        return MHLA_OK; /* no library: no device (mhla__device_select says which were tried) */
+#endif
     cl_int err = clGetPlatformIDs(0, NULL, &nplat);
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR: no ICD installed */ || nplat == 0)
         return MHLA_OK;
@@ -93,11 +97,56 @@ static void platform_string(cl_platform_id p, cl_platform_info what, char *buf, 
     buf[size - 1] = '\0';
 }
 
-static int is_gpu(cl_device_id dev)
+static cl_device_type device_type(cl_device_id dev)
 {
     cl_device_type type = 0;
     clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    return (type & CL_DEVICE_TYPE_GPU) != 0;
+    return type;
+}
+
+static int is_gpu(cl_device_id dev) { return (device_type(dev) & CL_DEVICE_TYPE_GPU) != 0; }
+
+/* The device kind a spec names ("gpu", "cpu", "accelerator", any case), else 0. */
+static cl_device_type device_kind(const char *spec)
+{
+    static const struct {
+        const char *name;
+        cl_device_type type;
+    } kinds[] = {{"gpu", CL_DEVICE_TYPE_GPU}, {"cpu", CL_DEVICE_TYPE_CPU}, {"accelerator", CL_DEVICE_TYPE_ACCELERATOR}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; ++i) {
+        size_t j = 0;
+        while (spec[j] && kinds[i].name[j] && tolower((unsigned char)spec[j]) == kinds[i].name[j])
+            ++j;
+        if (!spec[j] && !kinds[i].name[j])
+            return kinds[i].type;
+    }
+    return 0;
+}
+
+/* Why enumeration found nothing, naming where it looked: the library opened (or every one tried,
+ * in a build that opens it at run time) and the folder the ICD loader reads drivers from. */
+static void no_device_reason(char *buf, size_t size)
+{
+#ifdef MHLA_OPENCL_DLOPEN
+    const char *tried = NULL;
+    if (!mhla__opencl_loaded(&tried)) {
+        snprintf(buf, size,
+                 "no OpenCL library could be opened; tried %s. Set MHLA_OPENCL_LIBRARY to the driver's "
+                 "library (an Android app also declares it: uses-native-library in its manifest)",
+                 tried);
+        return;
+    }
+    const char *lib = tried; /* "OpenCL from NAME" */
+#else
+    const char *lib = "the OpenCL ICD loader libmhla is linked with";
+#endif
+    const char *vendors = getenv("OCL_ICD_VENDORS");
+    const char *files = getenv("OCL_ICD_FILENAMES");
+    snprintf(buf, size,
+             "%s found no platform with a device (an ICD loader reads its drivers' .icd files from %s%s%s%s; "
+             "Debian: apt-get install pocl-opencl-icd for the CPU device, or install a GPU vendor's driver)",
+             lib, vendors && *vendors ? "OCL_ICD_VENDORS=" : "/etc/OpenCL/vendors", vendors && *vendors ? vendors : "",
+             files && *files ? " and OCL_ICD_FILENAMES=" : "", files && *files ? files : "");
 }
 
 size_t mhla__device_default(const mhla_device_ref *refs, size_t count)
@@ -157,9 +206,11 @@ mhla_status mhla__device_select(const char *spec, mhla_device_ref *out)
     }
 
     MHLA_FORWARD_IF_ERROR(st, mhla__devices(&refs, &count));
-    MHLA_FAIL_IF(st, count == 0, NULL, MHLA_ERR_DEVICE_NOT_FOUND,
-                 "no OpenCL device found: no platform is installed or none has a device "
-                 "(on Debian: apt-get install pocl-opencl-icd for the CPU device)");
+    if (count == 0) {
+        char why[2300];
+        no_device_reason(why, sizeof why);
+        MHLA_FAIL_IF(st, 1, NULL, MHLA_ERR_DEVICE_NOT_FOUND, "no OpenCL device found: %s", why);
+    }
     if (!spec || !*spec) {
         pick = mhla__device_default(refs, count);
     } else {
@@ -179,6 +230,11 @@ mhla_status mhla__device_select(const char *spec, mhla_device_ref *out)
                 if (contains_nocase(label, spec))
                     pick = i;
             }
+            /* "gpu", "cpu", "accelerator" that no name contains: the first device of that kind. */
+            const cl_device_type kind = device_kind(spec);
+            for (size_t i = 0; i < count && pick == (size_t)-1 && kind; ++i)
+                if (device_type(refs[i].device) & kind)
+                    pick = i;
         }
     }
     if (pick == (size_t)-1) {
@@ -193,9 +249,9 @@ mhla_status mhla__device_select(const char *spec, mhla_device_ref *out)
             used += (size_t)w;
         }
         MHLA_FAIL_IF(st, 1, NULL, MHLA_ERR_DEVICE_NOT_FOUND,
-                     "no OpenCL device matches %s '%s' (use 'P:D', an index, or a name substring); "
-                     "devices: %s",
-                     source, spec, list);
+                     "no OpenCL device matches %s '%s'%s (use 'P:D', an index, a name substring, or gpu, cpu, "
+                     "accelerator); devices: %s",
+                     source, spec, device_kind(spec) ? ": no device is of that kind" : "", list);
     }
     *out = refs[pick];
 cleanup:

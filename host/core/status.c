@@ -2,7 +2,6 @@
  * The library never prints: every failure explains itself through these messages. */
 #include "core/core.h"
 
-#include <clblast_c.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -210,46 +209,4 @@ mhla_status mhla__fail_cl(mhla_context *ctx, cl_int err, const char *what, const
     mhla__set_cl_error(ctx, (cl_int)err);
     return mhla__fail(ctx, mhla__status_of_cl(err), "%s failed: %s (%d) at %s:%d", what,
                       mhla__cl_error_name(err), (int)err, file, line);
-}
-
-static const char *blas_error_name(int err)
-{
-    switch (err) {
-    case CLBlastNotImplemented:
-        return "CLBlastNotImplemented";
-    case CLBlastInvalidDimension:
-        return "CLBlastInvalidDimension";
-    case CLBlastInsufficientMemoryA:
-        return "CLBlastInsufficientMemoryA";
-    case CLBlastInsufficientMemoryB:
-        return "CLBlastInsufficientMemoryB";
-    case CLBlastInsufficientMemoryC:
-        return "CLBlastInsufficientMemoryC";
-    case CLBlastInsufficientMemoryTemp:
-        return "CLBlastInsufficientMemoryTemp";
-    case CLBlastInvalidLocalMemUsage:
-        return "CLBlastInvalidLocalMemUsage";
-    case CLBlastNoHalfPrecision:
-        return "CLBlastNoHalfPrecision";
-    case CLBlastNoDoublePrecision:
-        return "CLBlastNoDoublePrecision";
-    case CLBlastDatabaseError:
-        return "CLBlastDatabaseError";
-    case CLBlastUnknownError:
-        return "CLBlastUnknownError";
-    case CLBlastUnexpectedError:
-        return "CLBlastUnexpectedError";
-    default:
-        return NULL;
-    }
-}
-
-mhla_status mhla__fail_blas(mhla_context *ctx, int err, const char *what, const char *file, int line)
-{
-    const char *name = blas_error_name(err);
-    mhla__set_cl_error(ctx, (cl_int)err);
-    if (!name && err > -1000) /* codes shared with OpenCL */
-        return mhla__fail_cl(ctx, (cl_int)err, what, file, line);
-    return mhla__fail(ctx, MHLA_ERR_BLAS, "%s failed: %s (%d) at %s:%d", what,
-                      name ? name : "CLBlast error", err, file, line);
 }

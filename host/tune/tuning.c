@@ -70,6 +70,12 @@ mhla_status mhla__tuning_lookup(mhla_context *ctx, const mhla_config *cfg, mhla_
     if (st != MHLA_OK)
         goto cleanup;
     cap_widths(ctx, &t);
+#ifndef MHLA_HAVE_CLBLAST
+    /* Built without CLBlast: the mixing kernel and the prefix kernel's own sums on every device,
+     * whatever a row or an override asks. */
+    t.mix_kernel = 1;
+    t.gemm_rows = 0;
+#endif
     *out = t;
 cleanup:
     return st;

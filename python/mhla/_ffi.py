@@ -7,8 +7,11 @@ struct field added there cannot drift from what Python lays out; and cffi releas
 every call, so a Python thread waiting on the device does not stop the others.
 """
 import os
+import platform
 
 import cffi
+
+from . import _drivers
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -26,10 +29,25 @@ def _find(env, names):
         "'pip install --no-build-isolation .' from the libmhla source tree" % (names[0], __file__, env))
 
 
+def _open(path):
+    """The library, or an ImportError that says which file failed to load, why, and on what
+    platform (a wheel copied to a system it was not built for fails here, if pip let it in)."""
+    try:
+        return ffi.dlopen(path)
+    except OSError as e:
+        raise ImportError(
+            "mhla: cannot load %s: %s. This system: %s %s, %s; the wheels are built for Linux x86_64 "
+            "with glibc 2.28 or later (manylinux_2_28), other systems build from source "
+            "('pip install --no-build-isolation .' in the libmhla tree)"
+            % (path, e, platform.system(), platform.machine(), " ".join(platform.libc_ver()) or "no glibc")) from e
+
+
 ffi = cffi.FFI()
 with open(_find("MHLA_CDEF", ["_cdef.h"])) as _f:
     ffi.cdef(_f.read())
-lib = ffi.dlopen(_find("MHLA_LIBRARY", ["_libmhla.so", "_libmhla.dylib", "_libmhla.dll"]))
+# Before the library's first OpenCL call: PyPI's PoCL, where the mhla[pocl] extra installed it.
+_drivers.use_pypi_pocl()
+lib = _open(_find("MHLA_LIBRARY", ["_libmhla.so", "_libmhla.dylib", "_libmhla.dll"]))
 
 NULL = ffi.NULL
 
@@ -152,4 +170,6 @@ def check(status, ctx=None):
     message = ffi.string(text).decode(errors="replace") if text != NULL else ""
     if not message:
         message = ffi.string(lib.mhla_last_message()).decode(errors="replace")
+    if status == lib.MHLA_ERR_DEVICE_NOT_FOUND and message.startswith("no OpenCL device found"):
+        message += _drivers.no_device_hint()
     raise error(status, message or ffi.string(lib.mhla_strerror(status)).decode())
