@@ -105,10 +105,17 @@ else
         fi
     done
     if [ "$nargs" = 0 ] && [ "$prep_ok" = 1 ]; then
-        # The Python package, installed the README's way above, tested with pytest (its own summary
-        # line, printed when it ends), beside the two below: each of the three runs one process.
-        "$MHLA_ROOT/scripts/python-suite.sh" --no-install >"$prep_log/pytest.log" 2>&1 &
-        pytest_pid=$!
+        # The mutation check, one process beside the others below (the longest of them, about a
+        # minute): each known defect put back must be caught by the cases named for it (its last
+        # line: "mutations: N of N defects caught ..."); a table that no longer matches the code
+        # stops it, and fails the run. Its control runs (each catching case passes without a
+        # defect) are meson's run above. Its report is printed when it ends.
+        python3 "$MHLA_ROOT/tests/mutations/run.py" --passed "$MHLA_BUILD_DIR/meson-logs/testlog.json" \
+            >"$prep_log/mutations-run.log" 2>&1 &
+        mutations_pid=$!
+        # The Python package, the wheel built above, tested with pytest (its own summary line).
+        "$MHLA_ROOT/scripts/python-suite.sh" --no-install >"$prep_log/pytest.log" 2>&1 || rc=1
+        cat "$prep_log/pytest.log"
         # The fuzzers' short pass (tests/fuzz/): each harness over its seed corpus, then a fixed
         # number of mutations from seed 1.
         meson test -C "$fuzz_dir" --no-rebuild --print-errorlogs --suite fuzz || rc=$?
@@ -119,13 +126,8 @@ else
         logs+=("$MHLA_BUILD_DIR/meson-logs/wheellog.json")
         meson test -C "$dlopen_dir" --no-rebuild --print-errorlogs --suite integration || rc=$?
         logs+=("$dlopen_dir/meson-logs/testlog.json")
-        # The mutation check: each known defect put back must be caught by the cases named for it
-        # (its last line: "mutations: N of N defects caught ..."); a table that no longer matches
-        # the code stops it, and fails the run. Its control runs (each catching case passes without
-        # a defect) are meson's run above.
-        python3 "$MHLA_ROOT/tests/mutations/run.py" --passed "$MHLA_BUILD_DIR/meson-logs/testlog.json" || rc=$?
-        wait "$pytest_pid" || rc=$?
-        cat "$prep_log/pytest.log"
+        wait "$mutations_pid" || rc=$?
+        cat "$prep_log/mutations-run.log"
     fi
 fi
 python3 - "${logs[@]}" <<'PY'

@@ -113,6 +113,16 @@ static void test_device_specs(void **state)
     assert_non_null(strstr(mhla_last_message(), "no-such-device-xyz"));
     assert_int_equal(mhla_context_create("0:77", &ctx), MHLA_ERR_DEVICE_NOT_FOUND);
     assert_int_equal(mhla_context_create(NULL, NULL), MHLA_ERR_INVALID_ARGUMENT);
+    /* A kind that no name contains: the first device of that kind, or a message saying none is. */
+    if (!info.is_gpu) {
+        if (mhla_context_create("CPU", &ctx) != MHLA_OK)
+            fail_msg("spec 'CPU' with a CPU device listed: %s", mhla_last_message());
+        mhla_context_destroy(ctx);
+    }
+    if (mhla_context_create("accelerator", &ctx) == MHLA_OK)
+        mhla_context_destroy(ctx); /* this machine has one */
+    else
+        assert_non_null(strstr(mhla_last_message(), "'accelerator': no device is of that kind"));
 }
 
 static void test_mhla_device_env(void **state)

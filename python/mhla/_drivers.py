@@ -51,6 +51,6 @@ def use_pypi_pocl():
 def no_device_hint():
     """What to add to a no-device message in Python: the extra that brings a CPU driver."""
     if pypi_pocl() is None:
-        return (" In Python without root, pip install 'mhla[pocl]' adds PoCL's CPU driver from PyPI "
+        return ("; in Python without root, pip install 'mhla[pocl]' adds PoCL's CPU driver from PyPI "
                 "(pocl-binary-distribution).")
     return ""

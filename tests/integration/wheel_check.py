@@ -14,9 +14,9 @@ here = os.path.dirname(mhla.__file__)
 print("mhla %s from %s" % (mhla.version(), here))
 assert here.startswith(sys.prefix), "mhla imported from outside the environment: %s" % here
 for name in ("torch", "pyopencl"):  # the optional interfaces are absent here, and must stay optional
-    try:
-        __import__(name)
-        print("note: %s is importable in this environment" % name)
+    try:  # (pocl-binary-distribution leaves a bare pyopencl/ folder: a namespace, not the package)
+        if getattr(__import__(name), "__file__", None):
+            print("note: %s is importable in this environment" % name)
     except ImportError:
         pass
 with open("/proc/self/maps") as f:
