@@ -89,9 +89,10 @@ else
         nice -n 10 python3 "$MHLA_ROOT/tests/mutations/run.py" --build-only >"$prep_log/mutations.log" 2>&1 &
         prep+=("$!:mutation build:$prep_log/mutations.log")
     fi
-    # The wheel's suite runs after the wheel is built, below.
+    # The wheel's suite runs after the wheel is built, below; the mpi suite there too, beside the
+    # mutation check: its tests run alone (several ranks each), which here would leave a core idle.
     if [ "$nargs" = 0 ]; then
-        set -- --no-suite wheel
+        set -- --no-suite wheel --no-suite mpi
     fi
     meson test -C "$MHLA_BUILD_DIR" --print-errorlogs "$@" || rc=$?
     logs+=("$MHLA_BUILD_DIR/meson-logs/testlog.json")
@@ -116,6 +117,9 @@ else
         # The Python package, the wheel built above, tested with pytest (its own summary line).
         "$MHLA_ROOT/scripts/python-suite.sh" --no-install >"$prep_log/pytest.log" 2>&1 || rc=1
         cat "$prep_log/pytest.log"
+        # The sharded forward under mpirun (a SKIP that says why where MPI is missing).
+        meson test -C "$MHLA_BUILD_DIR" --no-rebuild --print-errorlogs --suite mpi --logbase mpilog || rc=$?
+        logs+=("$MHLA_BUILD_DIR/meson-logs/mpilog.json")
         # The fuzzers' short pass (tests/fuzz/): each harness over its seed corpus, then a fixed
         # number of mutations from seed 1.
         meson test -C "$fuzz_dir" --no-rebuild --print-errorlogs --suite fuzz || rc=$?
