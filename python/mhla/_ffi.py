@@ -36,9 +36,9 @@ def _open(path):
         return ffi.dlopen(path)
     except OSError as e:
         raise ImportError(
-            "mhla: cannot load %s: %s. This system: %s %s, %s; the wheels are built for Linux x86_64 "
-            "with glibc 2.28 or later (manylinux_2_28), other systems build from source "
-            "('pip install --no-build-isolation .' in the libmhla tree)"
+            "mhla: cannot load %s: %s. This system: %s %s, %s; a wheel runs on the systems its file name "
+            "names (manylinux_2_34_x86_64: Linux x86_64 with glibc 2.34 or later), others build from "
+            "source ('pip install --no-build-isolation .' in the libmhla tree)"
             % (path, e, platform.system(), platform.machine(), " ".join(platform.libc_ver()) or "no glibc")) from e
 
 
