@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The tests: installs what is missing, builds, runs `meson test` (every suite), the fuzzers' short
-# pass, the Python suite and the mutation check (tests/mutations/: known defects put back, each must
-# be caught), and closes with one "N passed, N failed, N skipped" line, which also counts the cases
+# The tests: installs what is missing, builds, runs `meson test` (every suite; the mpi and wheel
+# suites after the others), the Python suite on the wheel scripts/wheel.sh builds, the fuzzers'
+# short pass, the wheel in a fresh environment, the run-time-loaded build's checks (build-dlopen/,
+# tests/integration/) and the mutation check (tests/mutations/: known defects put back, each must be
+# caught), and closes with one "N passed, N failed, N skipped" line, which also counts the cases
 # skipped inside programs that passed. Arguments narrow it to `meson test ARGS` alone (--suite unit,
 # --suite opencl, a test's name...).
 #   scripts/test.sh --sanitize [ARGS]: the unit, opencl and cli suites (or ARGS) under ASan+UBSan
