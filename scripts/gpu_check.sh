@@ -21,6 +21,10 @@
 #                      GPU_CHECK_TUNE_STAGES, default tiled,mixing,backward), stored in this run's
 #                      scratch database, then the bench's table with it
 #   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd) at GPU_CHECK_N
+#   bench-noblas.json  step noblas: the new build's causal rows (GPU_CHECK_NOBLAS_OPS, default
+#                      mhla-causal,mhla-causal-bwd, at GPU_CHECK_N) with MHLA_TUNING=mix_kernel=1,
+#                      gemm_rows=0, what a -Dclblast=disabled build runs, and --compare against the
+#                      same rows of bench-new.json (bench.txt)
 #
 # The steps run in the order bench, selftest, tune, suite: the most wanted output first (tune's
 # search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
@@ -32,7 +36,7 @@
 #
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
-#   GPU_CHECK_STEPS       the steps to run, of bench,selftest,suite,tune (default all four; info
+#   GPU_CHECK_STEPS       the steps to run, of bench,noblas,selftest,suite,tune (default all five; info
 #                         always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
@@ -62,10 +66,10 @@ mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
-    tune.txt bench-tuned.json)
+    tune.txt bench-tuned.json bench-noblas.json)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,noblas,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
@@ -199,6 +203,19 @@ EOF
     if [ -n "$base" ] && [ -f "$out/bench-new.json" ] && [ -f "$out/bench-base.json" ]; then
         step bench-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-base.json" "$out/bench-new.json"
         grep 'geometric mean' "$txt"
+    fi
+fi
+
+# ---- noblas: the causal rows without CLBlast (a -Dclblast=disabled build's tuning) ----------------
+if wants noblas; then
+    txt=$out/bench.txt
+    noblas_ops=${GPU_CHECK_NOBLAS_OPS:-mhla-causal,mhla-causal-bwd}
+    lim=$(cap 90)
+    step bench-noblas "$lim" "$txt" env MHLA_TUNING=mix_kernel=1,gemm_rows=0 "$new/bench/mhla-bench" \
+        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --target-ms "$target_ms" \
+        --ops "$noblas_ops" --quiet --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-noblas.json"
+    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-noblas.json" ]; then
+        step noblas-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-new.json" "$out/bench-noblas.json"
     fi
 fi
 
