@@ -400,6 +400,12 @@ static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, 
                 return 1;
             tune_spec trial = *best;
             spec_set(&trial, f->name, f->values[i]);
+            /* A value the device's caps or this build turn back into the current one (a vector
+             * width past the device's; CLBlast's GEMMs in a build without CLBlast) would time the
+             * same kernels again. */
+            char eff[1024];
+            if (effective(t, &trial, eff, sizeof eff) == MHLA_OK && field_in(eff, f->name) == current)
+                continue;
             char label[64];
             snprintf(label, sizeof label, "%s=%d", f->name, f->values[i]);
             try_candidate(t, s, stage, &cfg, obj, &trial, label, best, base, changed);
