@@ -39,7 +39,8 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
     mhla_bwd *b = rt->b;
     cl_kernel *ks[3] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv};
     static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
-    MHLA_FORWARD_IF_ERROR(st, mhla__tiles_backward_causal(ctx, c, &rt->plan->causal->kern->tuning, fit, &b->tiles));
+    MHLA_FORWARD_IF_ERROR(st, mhla__tiles_backward_causal(ctx, c, &rt->plan->shape, &rt->plan->causal->kern->tuning, fit,
+                                                           &b->tiles));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_READOUT, c, &b->tiles, &rt->prog));
     if (b->tiles.bct_fc > 0) { /* one group per chunk; a device that cannot hold it refits to the three */
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, rt->prog, "bc_dqkv", &b->k_bc_dqkv));
@@ -90,7 +91,6 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    const mhla_config *c = &plan->cfg;
     readout_try rt = {plan, b, NULL};
     const mhla_fit_loop loop = {readout_attempt, readout_release, readout_why, &rt, 8};
     MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
@@ -102,7 +102,7 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
     if (b->k_bc_dqkv) {
         b->tiles.bct_dg = 1;
     } else {
-        const int64_t rows = c->chunk < plan->shape.n ? c->chunk : plan->shape.n;
+        const int64_t rows = plan->shape.nb; /* a chunk's tokens */
         int64_t parts = plan->causal->kern->tuning.dg_parts;
         parts = parts < 1 ? 1 : parts > rows ? rows : parts;
         b->tiles.bct_dg = (int)mhla__local_size(ctx, b->k_bc_diag, (size_t)parts);
@@ -140,7 +140,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     /* dMc below the diagonal: each sequence's <G_i, S_j> with the non-causal tiled product */
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
                                                            heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
-    const size_t tok[3] = {(size_t)(c->chunk < plan->shape.n ? c->chunk : plan->shape.n), heads, 1};
+    const size_t tok[3] = {(size_t)plan->shape.nb, heads, 1}; /* a chunk's tokens */
     if (b->k_bc_scalars)
         mhla__local_size_3d(ctx, b->k_bc_scalars, tok, wg, b->lws_bc_token);
     const size_t tile[3] = {(size_t)(c->dk / b->tiles.bct_sr), heads, 1};
@@ -299,7 +299,7 @@ static void shapes(bc_call *x)
     const mhla_config *c = &x->plan->cfg;
     const mhla_bwd *b = x->b;
     x->nent = (cl_int)x->entries;
-    x->tokens = (size_t)(c->chunk < x->plan->shape.n ? c->chunk : x->plan->shape.n);
+    x->tokens = (size_t)x->plan->shape.nb; /* a chunk's tokens */
     x->tile[0] = (size_t)(c->dk / b->tiles.bct_sr), x->tile[1] = (size_t)x->heads, x->tile[2] = x->entries;
     /* the mixtures: MIX_MR chunks x PRE_VE * MIX_NV floats of their entries' slots per work-item, the
      * tiles the fast dimension (kernels/causal_prefix.cl) */

@@ -188,6 +188,12 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor)
     mhla_shape sh;
     if (mhla__config_validate(cfg, &sh, NULL, 0) != MHLA_OK)
         return 0;
+    return mhla__shape_tensor_elems(cfg, &sh, tensor);
+}
+
+size_t mhla__shape_tensor_elems(const mhla_config *cfg, const mhla_shape *shape, mhla_tensor tensor)
+{
+    const mhla_shape sh = *shape;
     size_t rows = (size_t)sh.bh * (size_t)sh.n;
     switch (tensor) {
     case MHLA_TENSOR_Q:

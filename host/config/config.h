@@ -17,6 +17,9 @@ typedef struct mhla_shape {
 
 /* Validates cfg (msg gets the reason) and fills the derived shape. */
 mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, char *msg, size_t msg_size);
+/* mhla_config_tensor_elems() from a configuration validated already and its shape: what a plan's
+ * calls size their tensors by, with no validation per call. */
+size_t mhla__shape_tensor_elems(const mhla_config *cfg, const mhla_shape *shape, mhla_tensor tensor);
 /* Bytes per stored element of a dtype. */
 size_t mhla__dtype_size(mhla_dtype dtype);
 /* The config with defaults resolved (scale 0 -> the mode's default, mixing_rows 0 -> M). */

@@ -196,9 +196,11 @@ size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor)
 {
     if (!plan || (plan->softmax && tensor == MHLA_TENSOR_MIXING))
         return 0;
+    /* From the shapes the plan derived when it was made: a call validates nothing again. */
     if (plan->shard && (tensor == MHLA_TENSOR_MIXING || plan->shard->count == 0)) /* the whole Mc; no tokens */
-        return tensor == MHLA_TENSOR_MIXING ? mhla_config_tensor_elems(&plan->shard->global, tensor) * sizeof(float)
-                                            : 0;
-    size_t elems = mhla_config_tensor_elems(&plan->cfg, tensor);
+        return tensor == MHLA_TENSOR_MIXING
+                   ? mhla__shape_tensor_elems(&plan->shard->global, &plan->shard->gshape, tensor) * sizeof(float)
+                   : 0;
+    size_t elems = mhla__shape_tensor_elems(&plan->cfg, &plan->shape, tensor);
     return elems * (tensor == MHLA_TENSOR_MIXING ? sizeof(float) : mhla__dtype_size(plan->cfg.dtype));
 }

@@ -385,8 +385,8 @@ uint64_t mhla__bc_fused_local(const mhla_tiles *t, int64_t dk, int64_t dv)
  * device: its token rows, its vector width and vectors as far as they divide both Dk and Dv, its
  * tokens per group and keys per pass; then halve keys, tokens, vectors and token rows, in that
  * order, until a group fits. */
-mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t,
-                                        const mhla_fit *fit, mhla_tiles *out)
+mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
+                                        const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *out)
 {
     mhla_status st = MHLA_OK;
     int64_t both = cfg->dk, r = cfg->dv;
@@ -431,9 +431,8 @@ mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cf
      * than them needs no group sized for it. */
     x.bct_fc = 0;
     if (t->bct_fuse) {
-        const int64_t step = x.bct_ve > x.bct_rt ? x.bct_ve : x.bct_rt, n = cfg->seq_t * cfg->seq_h * cfg->seq_w;
-        const int64_t tokens = cfg->chunk < n ? cfg->chunk : n;
-        x.bct_fc = (int)((tokens + step - 1) / step * step);
+        const int64_t step = x.bct_ve > x.bct_rt ? x.bct_ve : x.bct_rt;
+        x.bct_fc = (int)((shape->nb + step - 1) / step * step);
         if (mhla__bc_fused_wg(&x, cfg->dk, cfg->dv) > fit->wg ||
             mhla__bc_fused_local(&x, cfg->dk, cfg->dv) > fit->local_bytes)
             x.bct_fc = 0;

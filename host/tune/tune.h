@@ -250,9 +250,10 @@ uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t);
 void mhla__tiles_backward(const mhla_config *cfg, const mhla_tuning *t, mhla_tiles *out);
 /* The causal backward's tiled read-outs (kernels/backward_causal_readout.cl): bct_* (all but
  * bct_dg) from the causal tiles and bwd_* already in *out, cut down until a group fits *fit
- * (MHLA_ERR_UNSUPPORTED, naming the sizes, when even the smallest do not). */
-mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t,
-                                        const mhla_fit *fit, mhla_tiles *out);
+ * (MHLA_ERR_UNSUPPORTED, naming the sizes, when even the smallest do not). shape: cfg's derived
+ * shape (its nb: the tokens of a chunk, at most the sequence's). */
+mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_shape *shape,
+                                        const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *out);
 /* Work-items of one causal backward read-out group writing dw-wide rows (bc_dq, bc_dk: Dk; bc_dv: Dv). */
 size_t mhla__bc_readout_wg(const mhla_tiles *t, int64_t dw);
 /* Local memory of a causal backward read-out reading dx-wide rows (xs, ys, sc and cb). */

@@ -326,7 +326,9 @@ static void expect_fused_n(const fake_device *d, uint64_t local, int64_t n, int6
     mhla_tiles x;
     assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
     mhla__tiles_backward(&cfg, &t, &x);
-    assert_int_equal(mhla__tiles_backward_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    mhla_shape shape;
+    assert_int_equal(mhla__config_validate(&cfg, &shape, NULL, 0), MHLA_OK);
+    assert_int_equal(mhla__tiles_backward_causal(ctx, &cfg, &shape, &t, &fit, &x), MHLA_OK);
     if (x.bct_fc != fc)
         fail_msg("%s, %llu bytes, C = %lld%s%s: BCT_FC %d, expected %d", d->name, (unsigned long long)local,
                  (long long)chunk, tuning ? ", " : "", tuning ? tuning : "", x.bct_fc, fc);
