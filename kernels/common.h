@@ -114,22 +114,8 @@ long summary_z_offset(const int bh_count, const int blk, const int bh)
     return (long)blk * summary_row_len(bh_count) + (long)bh_count * DK * DV + (long)bh * DK;
 }
 
-/* Sizes that vary per call without a rebuild. Only 32-bit ints, so the layout matches the host's
- * struct on every device. Kernels take it as `g_arg` and copy it into a private `g` first thing:
- * Mesa (rusticl on llvmpipe, and its GPU drivers) reads a struct argument's fields where they are
- * used, and one read inside a loop or after an early return makes it print "Treating
- * load_kernel_arg in control flow as uniform" on stderr. */
-typedef struct mhla_grid {
-    int n;            /* tokens per sequence */
-    int heads;        /* H */
-    int seq_h, seq_w; /* token grid extents (T is implied by n) */
-    int pt, ph, pw;   /* tokens per block along t, h, w */
-    int blk_h, blk_w; /* blocks along h, w */
-    int nb;           /* tokens per block */
-    int m;            /* blocks */
-    int bh;           /* batch * heads */
-    int run;          /* consecutive positions of a block that are consecutive tokens (divides nb) */
-} mhla_grid;
+/* The token grid every kernel takes by value (grid.h: the host includes the same definition). */
+#include "grid.h"
 
 /* Software prefetch for CPU runtimes (-DPREFETCH=1, the CPU tuning rows): loads one element of
  * every 64-byte line of n rows of `dim` elements, `stride` apart, into a volatile sink. A group's

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n)
+mhla_grid mhla__causal_grid(const mhla_causal *c, int64_t n)
 {
-    mhla_grid_args g;
+    mhla_grid g;
     memset(&g, 0, sizeof g);
     g.n = (cl_int)n;
     g.heads = (cl_int)c->cfg.heads;
@@ -228,7 +228,7 @@ mhla_status mhla__causal_enqueue_summaries(mhla_causal *c, const mhla_causal_run
     mhla_status st = MHLA_OK;
     mhla_context *ctx = c->ctx;
     const mhla_chunk_tables *t = run->tables;
-    const mhla_grid_args grid = mhla__causal_grid(c, run->n);
+    const mhla_grid grid = mhla__causal_grid(c, run->n);
     const float feature_eps = c->cfg.feature_eps;
     cl_kernel ks = c->k_summary;
 
@@ -254,7 +254,7 @@ mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run
     mhla_context *ctx = c->ctx;
     const mhla_config *cfg = &c->cfg;
     const mhla_chunk_tables *t = run->tables;
-    const mhla_grid_args grid = mhla__causal_grid(c, run->n);
+    const mhla_grid grid = mhla__causal_grid(c, run->n);
     const cl_int rows_mc = (cl_int)cfg->mixing_rows, gemm_rows = (cl_int)c->tiling.gemm_rows;
     const cl_long width = (cl_long)c->slot_floats;
     const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;

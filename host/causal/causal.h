@@ -37,7 +37,7 @@ cl_int mhla__causal_slots_write(const mhla_causal *c, cl_mem buf, size_t first, 
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out);
 void mhla__causal_destroy(mhla_causal *c);
 /* kernels/common.h's grid for tensors of n tokens (only n, heads and bh are read). */
-mhla_grid_args mhla__causal_grid(const mhla_causal *c, int64_t n);
+mhla_grid mhla__causal_grid(const mhla_causal *c, int64_t n);
 
 /* One CLBlast SGEMM of the prefix stage: P rows [prow, prow + rows) (chunks i0 .. i0 + rows - 1 of
  * one sequence, all in the block that starts at chunk k) += Mc[i0 .., 0 .. k) x S_0 .. S_{k-1}. */

@@ -170,7 +170,7 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
     const cl_int chunk = (cl_int)(dec->position / cfg->chunk);
     const cl_int fresh = dec->position % cfg->chunk == 0;
     const cl_int rows_mc = (cl_int)cfg->mixing_rows, token = (cl_int)u;
-    const mhla_grid_args grid = mhla__causal_grid(c, n);
+    const mhla_grid grid = mhla__causal_grid(c, n);
     const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
     cl_mem mixing = bufs[MHLA_TENSOR_MIXING];
 

@@ -36,9 +36,7 @@ mhla_status mhla__cu_seqlens_check(const int32_t *cu, size_t num_seqs, int64_t t
 mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, mhla_shape *shape, char *msg,
                                  size_t msg_size);
 
-/* Mirror of kernels/common.h's mhla_grid, passed by value to every kernel. */
-typedef struct mhla_grid_args {
-    cl_int n, heads, seq_h, seq_w, pt, ph, pw, blk_h, blk_w, nb, m, bh, run;
-} mhla_grid_args;
+/* The token grid the kernels take by value: one definition with the kernels' (kernels/grid.h). */
+#include "grid.h"
 
 #endif /* MHLA_CONFIG_H */

@@ -12,7 +12,7 @@ struct mhla_plan {
     int softmax;     /* a softmax-attention baseline plan (mhla_softmax_plan_create) */
     mhla_config cfg; /* resolved */
     mhla_shape shape;
-    mhla_grid_args grid;
+    mhla_grid grid;
     mhla_tuning tuning; /* the device's row after overrides (tiles: what this plan made of it) */
     mhla_tiles tiles;
     cl_kernel k_summary;

@@ -8,7 +8,7 @@ void mhla__plan_fill_grid(mhla_plan *plan)
 {
     const mhla_config *c = &plan->cfg;
     const mhla_shape *s = &plan->shape;
-    mhla_grid_args *g = &plan->grid;
+    mhla_grid *g = &plan->grid;
     g->n = (cl_int)s->n;
     g->heads = (cl_int)c->heads;
     g->seq_h = (cl_int)c->seq_h;
