@@ -9,10 +9,11 @@
 #ifndef MHLA_GRID_H
 #define MHLA_GRID_H
 
-#ifdef __OPENCL_VERSION__
+/* The host defines MHLA_GRID_INT as cl_int before including this (config/config.h); OpenCL C's
+ * int is the same 32 bits. (A test of __OPENCL_VERSION__ would not do: clang's OpenCL C front end
+ * does not define it.) */
+#ifndef MHLA_GRID_INT
 #define MHLA_GRID_INT int
-#else
-#define MHLA_GRID_INT cl_int
 #endif
 
 typedef struct mhla_grid {

@@ -37,6 +37,7 @@ mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, 
                                  size_t msg_size);
 
 /* The token grid the kernels take by value: one definition with the kernels' (kernels/grid.h). */
+#define MHLA_GRID_INT cl_int
 #include "grid.h"
 
 #endif /* MHLA_CONFIG_H */
