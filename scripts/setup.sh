@@ -43,9 +43,11 @@ mpirun|command -v mpirun"
 mhla_configure() {
     local dir=$1 name probe missed=""
     shift
+    local out
     if [ ! -f "$dir/build.ninja" ]; then
-        meson setup "$dir" "$MHLA_ROOT" "$@" >/dev/null
-        return
+        # Meson prints its ERROR line on stdout: shown (with what led to it) only when it fails.
+        out=$(meson setup "$dir" "$MHLA_ROOT" "$@" 2>&1) || { printf '%s\n' "$out" | tail -n 25 >&2; return 1; }
+        return 0
     fi
     while IFS='|' read -r name probe; do
         # meson logs "Run-time dependency MPI for c found: YES", "Dependency mpi found: YES (cached)"
@@ -58,7 +60,7 @@ mhla_configure() {
     done <<<"$MHLA_OPTIONAL_DEPS"
     if [ -n "$missed" ]; then
         echo "setup:$missed installed since $dir was configured: reconfiguring" >&2
-        meson setup --reconfigure "$dir" "$MHLA_ROOT" >/dev/null
+        out=$(meson setup --reconfigure "$dir" "$MHLA_ROOT" 2>&1) || { printf '%s\n' "$out" | tail -n 25 >&2; return 1; }
     fi
 }
 
