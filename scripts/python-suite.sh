@@ -9,7 +9,6 @@
 set -euo pipefail
 install=1 tests=1
 case "${1:-}" in
---install-only) install=1 tests=0; shift ;;
 --install-wheel) install=2 tests=0; shift ;;
 --no-install) install=0; shift ;;
 esac
@@ -20,9 +19,8 @@ py=/usr/bin/python3
 venv=$build/python-venv
 [ "$install" = 0 ] || [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
 if [ "$install" = 2 ]; then
-    version=$(sed -n "s/^version = '\(.*\)'$/\1/p" "$root/pyproject.toml")
     "$venv/bin/python" -m pip install -q --no-deps --force-reinstall --disable-pip-version-check \
-        "$root/dist/mhla-$version-"*.whl >"$build/python-install.log" 2>&1 ||
+        "$(cat "$build/wheel.path")" >"$build/python-install.log" 2>&1 ||
         { cat "$build/python-install.log" >&2; echo "python: pip install of the wheel failed" >&2; exit 1; }
 fi
 if [ "$install" = 1 ]; then

@@ -47,6 +47,8 @@ rm -f "$root/dist/mhla-$version-"*.whl
 for w in "$out"/*.whl; do
     cp "$w" "$root/dist/.$(basename "$w").tmp"
     mv "$root/dist/.$(basename "$w").tmp" "$root/dist/$(basename "$w")"
+    # The wheel this build folder made, for scripts/python-suite.sh and tests/integration/.
+    echo "$root/dist/$(basename "$w")" >"$build/wheel.path"
     echo "wheel: dist/$(basename "$w") ($(du -k "$w" | cut -f1) KiB)"
     unzip -l "$w" | awk 'NR > 3 && $4 != "" && $4 !~ /^-/ {printf "  %9d  %s\n", $1, $4}'
 done

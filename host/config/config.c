@@ -193,8 +193,7 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor)
 
 size_t mhla__shape_tensor_elems(const mhla_config *cfg, const mhla_shape *shape, mhla_tensor tensor)
 {
-    const mhla_shape sh = *shape;
-    size_t rows = (size_t)sh.bh * (size_t)sh.n;
+    size_t rows = (size_t)shape->bh * (size_t)shape->n;
     switch (tensor) {
     case MHLA_TENSOR_Q:
     case MHLA_TENSOR_K:
@@ -203,7 +202,7 @@ size_t mhla__shape_tensor_elems(const mhla_config *cfg, const mhla_shape *shape,
     case MHLA_TENSOR_OUT:
         return rows * (size_t)cfg->dv;
     case MHLA_TENSOR_MIXING: {
-        size_t r = cfg->mixing_rows ? (size_t)cfg->mixing_rows : (size_t)sh.m;
+        size_t r = cfg->mixing_rows ? (size_t)cfg->mixing_rows : (size_t)shape->m;
         return r * r;
     }
     }

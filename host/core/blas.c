@@ -50,7 +50,6 @@ static mhla_status fail_blas(mhla_context *ctx, int err, const char *what, const
                       name ? name : "CLBlast error", err, file, line);
 }
 
-
 /* CLBlast keeps the programs it builds in a process-wide cache, keyed by context and device, that
  * only CLBlastClearCache() empties; left alone, its static destructors release them at exit,
  * after their contexts are gone (Oclgrind then aborts with "corrupted double-linked list"), and
@@ -111,6 +110,12 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
 
 #else /* built without CLBlast */
 
+static mhla_status no_clblast(mhla_context *ctx)
+{
+    return mhla__fail(ctx, MHLA_ERR_UNSUPPORTED,
+                      "libmhla was built without CLBlast (-Dclblast=disabled), and a tuning row asked for its GEMM");
+}
+
 void mhla__blas_release(mhla_context *ctx) { (void)ctx; }
 
 mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
@@ -118,8 +123,7 @@ mhla_status mhla__sgemm_ld_temp_bytes(mhla_context *ctx, size_t m, size_t n, siz
 {
     (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc;
     *bytes = 0;
-    return mhla__fail(ctx, MHLA_ERR_UNSUPPORTED, "libmhla was built without CLBlast (-Dclblast=disabled), "
-                                                 "and a tuning row asked for its GEMM");
+    return no_clblast(ctx);
 }
 
 mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda,
@@ -128,7 +132,6 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
 {
     (void)m, (void)n, (void)k, (void)a, (void)a_off, (void)lda, (void)b, (void)b_off, (void)ldb, (void)beta;
     (void)c, (void)c_off, (void)ldc, (void)temp, (void)ev;
-    return mhla__fail(ctx, MHLA_ERR_UNSUPPORTED, "libmhla was built without CLBlast (-Dclblast=disabled), "
-                                                 "and a tuning row asked for its GEMM");
+    return no_clblast(ctx);
 }
 #endif

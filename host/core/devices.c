@@ -106,23 +106,6 @@ static cl_device_type device_type(cl_device_id dev)
 
 static int is_gpu(cl_device_id dev) { return (device_type(dev) & CL_DEVICE_TYPE_GPU) != 0; }
 
-/* The device kind a spec names ("gpu", "cpu", "accelerator", any case), else 0. */
-static cl_device_type device_kind(const char *spec)
-{
-    static const struct {
-        const char *name;
-        cl_device_type type;
-    } kinds[] = {{"gpu", CL_DEVICE_TYPE_GPU}, {"cpu", CL_DEVICE_TYPE_CPU}, {"accelerator", CL_DEVICE_TYPE_ACCELERATOR}};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; ++i) {
-        size_t j = 0;
-        while (spec[j] && kinds[i].name[j] && tolower((unsigned char)spec[j]) == kinds[i].name[j])
-            ++j;
-        if (!spec[j] && !kinds[i].name[j])
-            return kinds[i].type;
-    }
-    return 0;
-}
-
 /* Why enumeration found nothing, naming where it looked: the library opened (or every one tried,
  * in a build that opens it at run time) and the folder the ICD loader reads drivers from. */
 static void no_device_reason(char *buf, size_t size)
@@ -167,6 +150,19 @@ static int contains_nocase(const char *hay, const char *needle)
         if (j == nn)
             return 1;
     }
+    return 0;
+}
+
+/* The device kind a spec names ("gpu", "cpu", "accelerator", any case), else 0. */
+static cl_device_type device_kind(const char *spec)
+{
+    static const struct {
+        const char *name;
+        cl_device_type type;
+    } kinds[] = {{"gpu", CL_DEVICE_TYPE_GPU}, {"cpu", CL_DEVICE_TYPE_CPU}, {"accelerator", CL_DEVICE_TYPE_ACCELERATOR}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; ++i)
+        if (strlen(spec) == strlen(kinds[i].name) && contains_nocase(spec, kinds[i].name))
+            return kinds[i].type;
     return 0;
 }
 

@@ -4,7 +4,8 @@
 # with NumPy, cffi and pycparser from PyPI's wheels (build/wheelhouse, fetched by `--fetch` while
 # the suites run: the only download), then tests/integration/wheel_check.py, on PoCL found through
 # the wheel's own ICD loader and /etc/OpenCL/vendors.
-# Usage: wheel_check.sh [--fetch] ROOT BUILD. Exit 77 (a skip) where dist/ has no wheel of this version.
+# Usage: wheel_check.sh [--fetch] ROOT BUILD. Exit 77 (a skip) where BUILD has no wheel recorded
+# (BUILD/wheel.path, written by scripts/wheel.sh).
 set -euo pipefail
 fetch=0
 if [ "${1:-}" = "--fetch" ]; then
@@ -20,9 +21,8 @@ if [ "$fetch" = 1 ]; then
     "$py" -m pip download -q --disable-pip-version-check --only-binary=:all: -d "$house" numpy cffi
     exit 0
 fi
-version=$(sed -n "s/^version = '\(.*\)'$/\1/p" "$root/pyproject.toml")
-wheel=$(ls "$root/dist/mhla-$version-"*.whl 2>/dev/null | head -n 1 || true)
-[ -n "$wheel" ] || { echo "wheel_check: skipped: no dist/mhla-$version-*.whl (scripts/wheel.sh builds it)"; exit 77; }
+wheel=$(cat "$build/wheel.path" 2>/dev/null || true)
+[ -f "$wheel" ] || { echo "wheel_check: skipped: no wheel from this build folder (scripts/wheel.sh builds it)"; exit 77; }
 venv=$build/wheel-check-venv
 rm -rf "$venv"
 "$py" -m venv "$venv"
