@@ -55,6 +55,9 @@ void cli_guard_release(const sigset_t *old);
  * is reported after `label` (e.g. "--blocks 4x4"). Returns 0, CLI_USAGE or CLI_RUNTIME. */
 int cli_mixing_init(const char *cmd, const char *label, mhla_init_kind kind, const double *param,
                     const int64_t blocks[3], float **out);
+/* The M x M_kv matrix of cross-attention (kv_blocks NULL: cli_mixing_init()'s). */
+int cli_mixing_init_cross(const char *cmd, const char *label, mhla_init_kind kind, const double *param,
+                          const int64_t blocks[3], const int64_t kv_blocks[3], float **out);
 
 int cmd_run(int argc, char **argv);
 int cmd_grad(int argc, char **argv);

@@ -17,14 +17,16 @@ static const char help[] =
     "                 [options]\n"
     "\n"
     "Gradients of the MHLA output (as 'mhla run' computes it) against DO = dL/dO: DQ, DK, DV shaped\n"
-    "like Q, K, V, and with --dmixing the M x M (causal: rows x rows) float32 dL/dMc, summed over\n"
-    "batch and heads. DO has V's shape and dtype. Outputs are float32, or float16 under --dtype f16;\n"
+    "like Q, K, V, and with --dmixing the M x M_kv (causal: rows x rows) float32 dL/dMc, summed over\n"
+    "batch and heads. DO has the output's shape (Q's, with V's head dimension) and the inputs' dtype.\n"
+    "With grouped key/value heads, DK and DV sum the gradients of the query heads that share each.\n"
+    "Outputs are float32, or float16 under --dtype f16;\n"
     "each is written to a temporary file, and all are renamed into place only once every gradient\n"
     "is computed.\n"
     "\n"
     "model options, as for 'mhla run' (see 'mhla run --help'):\n"
-    "  --layout --grid --blocks --mixing --init --feature-map --feature-eps --scale --normalizer\n"
-    "  --eps --causal --chunk --cu-seqlens --dtype --device\n"
+    "  --layout --grid --blocks --kv-grid --kv-blocks --mixing --init --feature-map --feature-eps\n"
+    "  --scale --normalizer --eps --causal --chunk --cu-seqlens --dtype --device\n"
     "  --check                       also run the double-precision backward reference and print\n"
     "                                'max_rel_err <value>', the largest of the four gradients'\n"
     "                                errors (then 'per_gradient dq <e> dk <e> dv <e> dmixing <e>');\n"
@@ -65,21 +67,21 @@ static void grad_free(grad_job *g)
     run_job_free(&g->run);
 }
 
-/* --dout: V's shape and dtype; widened and rounded as the inputs are. */
+/* --dout: the output's shape and the inputs' dtype; widened and rounded as the inputs are. */
 static int read_dout(grad_job *g)
 {
     run_job *job = &g->run;
     const cli_option *opt = &job->o[O_DOUT];
-    char err[512], shape[160], vshape[160];
+    char err[512], shape[160], oshape[160];
     const npy_status st = npy_read(opt->value, &g->dout_file, err, sizeof err);
     if (st != NPY_OK)
         return cli_fail(cli_npy_exit_code(st), "%s %s: %s", opt->name, opt->value, err);
-    const npy_array *a = &g->dout_file, *v = &job->in[2];
+    const npy_array *a = &g->dout_file;
     npy_shape_string(a->ndim, a->shape, shape, sizeof shape);
-    npy_shape_string(4, v->shape, vshape, sizeof vshape);
-    if (a->ndim != 4 || memcmp(a->shape, v->shape, 4 * sizeof a->shape[0]) != 0)
-        return cli_fail(CLI_USAGE, "%s %s: shape %s, expected --v %s's shape %s", opt->name, opt->value, shape,
-                        job->o[O_V].value, vshape);
+    npy_shape_string(4, job->out_shape, oshape, sizeof oshape);
+    if (a->ndim != 4 || memcmp(a->shape, job->out_shape, 4 * sizeof a->shape[0]) != 0)
+        return cli_fail(CLI_USAGE, "%s %s: shape %s, expected the output's shape %s (--q %s's with --v's Dv)",
+                        opt->name, opt->value, shape, oshape, job->o[O_Q].value);
     if (a->dtype != job->file_dtype)
         return cli_fail(CLI_USAGE, "%s %s is %s but the inputs are %s", opt->name, opt->value,
                         npy_dtype_name(a->dtype), npy_dtype_name(job->file_dtype));
@@ -111,9 +113,10 @@ static int run_device(grad_job *g, int want_dmix)
         return run_device_fail(job, st, CMD);
     const int wide = job->cfg.dtype == MHLA_DTYPE_F32;
     const size_t elem = wide ? sizeof(float) : sizeof(uint16_t);
-    g->count[G_DQ] = g->count[G_DK] = job->in[0].count;
+    g->count[G_DQ] = job->in[0].count;
+    g->count[G_DK] = job->in[1].count;
     g->count[G_DV] = job->in[2].count;
-    g->count[G_DMIX] = (size_t)(job->mixing_rows * job->mixing_rows);
+    g->count[G_DMIX] = (size_t)(job->mixing_rows * job->mixing_cols);
     for (int i = 0; i < G_COUNT; ++i) {
         if (i == G_DMIX && !want_dmix)
             continue;
@@ -185,7 +188,7 @@ static int write_outputs(grad_job *g, int want_dmix)
     for (int i = 0; i < G_COUNT; ++i) {
         if (i == G_DMIX && !want_dmix)
             continue;
-        const int64_t mshape[2] = {job->mixing_rows, job->mixing_rows};
+        const int64_t mshape[2] = {job->mixing_rows, job->mixing_cols};
         const int64_t *shape = i == G_DMIX ? mshape : job->in[i == G_DV ? 2 : i].shape;
         const void *data = g->f32[i];
         uint16_t *bits = NULL;

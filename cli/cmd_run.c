@@ -30,8 +30,15 @@ static const char help_head[] =
     "  --grid N|HsxWs|TxHsxWs        token grid, product N (default: N from Q, 1D)\n"
     "  --blocks M|BHxBW|BTxBHxBW     block grid dividing the token grid, with as many extents\n"
     "                                (required without --causal)\n"
+    "cross-attention (K and V with their own N; grouped heads: K and V with H_kv heads dividing\n"
+    "Q's H, taken from the arrays):\n"
+    "  --kv-grid N|HsxWs|TxHsxWs     the keys' token grid (default: --grid where K has Q's N, else\n"
+    "                                1D of K's N)\n"
+    "  --kv-blocks M|BHxBW|BTxBHxBW  its block grid (default --blocks on the query grid; required\n"
+    "                                otherwise)\n"
     "mixing matrix (M = number of blocks; with --causal, M = ceil(N/C) chunks):\n"
-    "  --mixing MC.npy               an M x M float32 matrix Mc[i][b] (e.g. a trained one); with\n"
+    "  --mixing MC.npy               an M x M float32 matrix Mc[i][b] (e.g. a trained one; M x M_kv\n"
+    "                                for cross-attention: rows query blocks, columns key blocks); with\n"
     "                                --causal any square one with at least M rows (a model trained\n"
     "                                on longer sequences), of which the lower triangle of the\n"
     "                                leading M x M block is read\n"
@@ -113,8 +120,8 @@ static int run_device(run_job *job)
     const int wide = job->cfg.dtype == MHLA_DTYPE_F32;
     const void *host[5] = {wide ? (void *)job->f32[0] : job->dev16[0], wide ? (void *)job->f32[1] : job->dev16[1],
                            wide ? (void *)job->f32[2] : job->dev16[2], NULL, job->mixing};
-    const size_t have[5] = {job->in[0].count, job->in[1].count, job->in[2].count, job->in[2].count,
-                            (size_t)(job->mixing_rows * job->mixing_rows)};
+    const size_t have[5] = {job->in[0].count, job->in[1].count, job->in[2].count, job->out_count,
+                            (size_t)(job->mixing_rows * job->mixing_cols)};
     const size_t elem = wide ? sizeof(float) : sizeof(uint16_t);
     cl_int err = CL_SUCCESS;
     for (int t = 0; t < 5; ++t) {
@@ -178,7 +185,7 @@ static int run_device(run_job *job)
     free(ms);
     if (rc != 0)
         return rc;
-    const size_t out_count = job->in[2].count;
+    const size_t out_count = job->out_count;
     if (!(job->result = malloc(out_count * sizeof *job->result)))
         return cli_fail(CLI_RUNTIME, "out of host memory for the output");
     if (wide) {
@@ -203,7 +210,7 @@ static int run_device(run_job *job)
 /* --check: the reference on the same inputs; stores max_rel_err in job->check_err and prints it. */
 static int check(run_job *job)
 {
-    const size_t n = job->in[2].count;
+    const size_t n = job->out_count;
     double *ref = malloc(n * sizeof *ref);
     if (!ref)
         return cli_fail(CLI_RUNTIME, "--check: out of host memory for the reference");

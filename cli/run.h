@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 enum {
-    O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
+    O_Q, O_K, O_V, O_OUT, O_LAYOUT, O_GRID, O_BLOCKS, O_KV_GRID, O_KV_BLOCKS, O_MIXING, O_INIT, O_FEATURE_MAP, O_FEATURE_EPS, O_SCALE,
     O_NORMALIZER, O_EPS, O_CAUSAL, O_CHUNK, O_RECURRENT, O_CU_SEQLENS, O_DTYPE, O_DEVICE, O_CHECK, O_REPEAT, O_MPI,
     /* `mhla grad` only (cmd_grad.c); run's table leaves them unnamed, so that run refuses them. */
     O_DOUT, O_DQ, O_DK, O_DV, O_DMIXING,
@@ -32,8 +32,10 @@ typedef struct run_job {
     float *f32[3];        /* q, k, v as float: in[i].data, or the widened copy; rounded to cfg.dtype */
     uint16_t *dev16[3];   /* q, k, v in cfg.dtype's bits when it is f16 or bf16 */
     npy_dtype file_dtype; /* of the inputs, hence of the output */
+    int64_t out_shape[4]; /* the output's (and dO's): Q's shape with V's head dimension */
+    size_t out_count;
     float *mixing;
-    int64_t mixing_rows;
+    int64_t mixing_rows, mixing_cols; /* Mc is rows x cols: M x M_kv (square but for cross-attention) */
     int32_t *cu_seqlens;  /* --cu-seqlens: num_seqs + 1 offsets, validated; else NULL */
     size_t num_seqs;
     int64_t longest;      /* causal: the longest sequence (N, or the longest packed one) */

@@ -67,6 +67,9 @@ static int parse_options(run_job *job, const char *help, int argc, char **argv, 
     if (o[O_BLOCKS].value && o[O_CAUSAL].value)
         return cli_usage(cmd, "--blocks %s: not with --causal (its blocks are chunks of --chunk tokens)",
                          o[O_BLOCKS].value);
+    for (int i = O_KV_GRID; i <= O_KV_BLOCKS; ++i)
+        if (o[i].value && o[O_CAUSAL].value)
+            return cli_usage(cmd, "%s %s: not with --causal (cross-attention is non-causal)", o[i].name, o[i].value);
     if (o[O_MIXING].value && o[O_INIT].value)
         return cli_usage(cmd, "--mixing and --init: give one (a matrix, or how to make one)");
 
@@ -107,6 +110,8 @@ void run_model_options(cli_option o[O_COUNT])
         [O_LAYOUT] = {"--layout", "bnhd|bhnd", NULL},
         [O_GRID] = {"--grid", "N|HsxWs|TxHsxWs", NULL},
         [O_BLOCKS] = {"--blocks", "M|BHxBW|BTxBHxBW", NULL},
+        [O_KV_GRID] = {"--kv-grid", "N|HsxWs|TxHsxWs", NULL},
+        [O_KV_BLOCKS] = {"--kv-blocks", "M|BHxBW|BTxBHxBW", NULL},
         [O_MIXING] = {"--mixing", "MC.npy", NULL},
         [O_INIT] = {"--init", "KIND[:PARAM]", NULL},
         [O_FEATURE_MAP] = {"--feature-map", "none|relu|relu-eps|elu1", NULL},
@@ -156,15 +161,25 @@ int run_read_inputs(run_job *job)
             return cli_fail(CLI_USAGE, "%s %s is %s but --q %s is %s: the inputs must have one dtype", opt->name,
                             opt->value, npy_dtype_name(a->dtype), job->o[O_Q].value,
                             npy_dtype_name(job->in[0].dtype));
-        /* B, N and H (and Dk between q and k) must agree; D is the last extent in both layouts. */
-        const int agree = i == 0 || (memcmp(a->shape, job->in[0].shape, 3 * sizeof a->shape[0]) == 0 &&
-                                     (i == 2 || a->shape[3] == job->in[0].shape[3]));
+        /* k's B and Dk are q's; v's B, N and H are k's (k and v may have their own tokens and heads:
+         * cross-attention, grouped key/value heads). D is the last extent in both layouts. */
+        const int agree = i == 0 || (i == 1 ? a->shape[0] == job->in[0].shape[0] && a->shape[3] == job->in[0].shape[3]
+                                             : memcmp(a->shape, job->in[1].shape, 3 * sizeof a->shape[0]) == 0);
         if (!agree)
-            return cli_fail(CLI_USAGE, "%s %s: shape %s does not match --q %s %s (%s must agree)", opt->name,
-                            opt->value, shape[i], job->o[O_Q].value, shape[0],
-                            i == 1 ? (bhnd ? "B, H, N and Dk" : "B, N, H and Dk")
-                                   : (bhnd ? "B, H and N" : "B, N and H"));
+            return cli_fail(CLI_USAGE, "%s %s: shape %s does not match %s %s %s (%s must agree)", opt->name,
+                            opt->value, shape[i], i == 1 ? "--q" : "--k", job->o[i == 1 ? O_Q : O_K].value,
+                            shape[i == 1 ? 0 : 1], i == 1 ? "B and Dk" : (bhnd ? "B, H and N" : "B, N and H"));
     }
+    if (strcmp(cmd, "diagnose") == 0 && memcmp(job->in[1].shape, job->in[0].shape, 3 * sizeof(int64_t)) != 0)
+        return cli_fail(CLI_USAGE, "--k %s: shape %s does not match --q %s %s (B, N and H must agree: mhla diagnose "
+                                   "does not take cross-attention or grouped key/value heads yet)",
+                        job->o[O_K].value, shape[1], job->o[O_Q].value, shape[0]);
+    const int64_t *ks = job->in[1].shape, hkv = bhnd ? ks[1] : ks[2];
+    const int64_t hq = bhnd ? job->in[0].shape[1] : job->in[0].shape[2];
+    if (hq % hkv != 0)
+        return cli_fail(CLI_USAGE, "--k %s: %lld key/value heads do not divide --q %s's %lld heads (each serves H / "
+                                   "H_kv query heads)",
+                        job->o[O_K].value, (long long)hkv, job->o[O_Q].value, (long long)hq);
     job->file_dtype = job->in[0].dtype;
     const int64_t *s = job->in[0].shape;
     mhla_config *cfg = &job->cfg;
@@ -173,6 +188,11 @@ int run_read_inputs(run_job *job)
     cfg->seq_t = bhnd ? s[2] : s[1]; /* N, until --grid shapes it */
     cfg->dk = s[3];
     cfg->dv = job->in[2].shape[3];
+    cfg->kv_heads = hkv;
+    cfg->kv_seq_t = bhnd ? ks[2] : ks[1]; /* N_kv, until --kv-grid shapes it */
+    memcpy(job->out_shape, s, sizeof job->out_shape);
+    job->out_shape[3] = cfg->dv;
+    job->out_count = (size_t)(s[0] * s[1] * s[2] * cfg->dv);
     if (!job->o[O_DTYPE].value) /* default storage: the inputs' dtype */
         cfg->dtype = job->file_dtype == NPY_F16 ? MHLA_DTYPE_F16 : MHLA_DTYPE_F32;
     return job->headers_only ? 0 : run_convert_inputs(job);
@@ -203,49 +223,102 @@ int run_convert_inputs(run_job *job)
     return 0;
 }
 
-/* --grid and --blocks onto the configuration, checked against the inputs' N and each other. */
-static int shape_grid(run_job *job)
+/* A token grid option (`grid_opt`, default: n tokens in 1D) and its block grid (`blocks_opt`, or
+ * `blocks_default` where not given) into grid[3] and blocks[3], checked against n and each other;
+ * `tensor` names the input whose N it must match. */
+static int side_grid(run_job *job, int grid_opt, int blocks_opt, const int64_t *grid_default,
+                     const int64_t *blocks_default, int64_t n, const char *tensor, int64_t grid[3], int64_t blocks[3])
 {
-    mhla_config *cfg = &job->cfg;
-    const int64_t n = cfg->seq_t;
-    int64_t grid[3] = {n, 1, 1}, blocks[3] = {1, 1, 1};
     int grid_ndim = 1, blocks_ndim = 1, rc;
     char text[96];
-    if (job->o[O_GRID].value) {
-        if ((rc = args_dims(cmd, &job->o[O_GRID], grid, &grid_ndim)) != 0)
+    const cli_option *go = &job->o[grid_opt], *bo = &job->o[blocks_opt];
+    grid[0] = n, grid[1] = grid[2] = 1, blocks[0] = blocks[1] = blocks[2] = 1;
+    if (grid_default && !go->value) {
+        memcpy(grid, grid_default, 3 * sizeof *grid);
+        grid_ndim = grid[1] == 1 && grid[2] == 1 ? 1 : grid[0] == 1 ? 2 : 3;
+    }
+    if (go->value) {
+        if ((rc = args_dims(cmd, go, grid, &grid_ndim)) != 0)
             return rc;
         if (grid[0] * grid[1] * grid[2] != n)
-            return cli_fail(CLI_USAGE, "--grid %s: %lld tokens, but --q %s has N = %lld", job->o[O_GRID].value,
-                            (long long)(grid[0] * grid[1] * grid[2]), job->o[O_Q].value, (long long)n);
+            return cli_fail(CLI_USAGE, "%s %s: %lld tokens, but %s has N = %lld", go->name, go->value,
+                            (long long)(grid[0] * grid[1] * grid[2]), tensor, (long long)n);
     }
-    if (job->o[O_BLOCKS].value) {
-        if ((rc = args_dims(cmd, &job->o[O_BLOCKS], blocks, &blocks_ndim)) != 0)
+    if (!bo->value && blocks_default) {
+        memcpy(blocks, blocks_default, 3 * sizeof *blocks);
+        return 0;
+    }
+    if (bo->value) {
+        if ((rc = args_dims(cmd, bo, blocks, &blocks_ndim)) != 0)
             return rc;
         if (blocks_ndim != grid_ndim)
-            return cli_usage(cmd, "--blocks %s: a %dD block grid for the %dD token grid %s (give %s)",
-                             job->o[O_BLOCKS].value, blocks_ndim, grid_ndim,
-                             args_dims_string(grid, grid_ndim, text, sizeof text),
+            return cli_usage(cmd, "%s %s: a %dD block grid for the %dD token grid %s (give %s)", bo->name, bo->value,
+                             blocks_ndim, grid_ndim, args_dims_string(grid, grid_ndim, text, sizeof text),
                              grid_ndim == 1 ? "M" : grid_ndim == 2 ? "BHxBW" : "BTxBHxBW");
         static const char *const axis[3] = {"T", "Hs", "Ws"};
         for (int d = 0; d < 3; ++d)
             if (grid[d] % blocks[d] != 0)
-                return cli_fail(CLI_USAGE, "--blocks %s: does not divide the token grid %s (%s = %lld is not divisible "
+                return cli_fail(CLI_USAGE, "%s %s: does not divide the token grid %s (%s = %lld is not divisible "
                                            "by %lld)",
-                                job->o[O_BLOCKS].value, args_dims_string(grid, grid_ndim, text, sizeof text), axis[d],
+                                bo->name, bo->value, args_dims_string(grid, grid_ndim, text, sizeof text), axis[d],
                                 (long long)grid[d], (long long)blocks[d]);
     }
-    cfg->seq_t = grid[0], cfg->seq_h = grid[1], cfg->seq_w = grid[2];
-    cfg->block_t = blocks[0], cfg->block_h = blocks[1], cfg->block_w = blocks[2];
     return 0;
 }
 
-/* The mixing matrix: --mixing (M x M; causal: square with at least M rows), or --init's for M
- * blocks (causal: M = ceil(longest sequence / C) chunks). */
+/* --grid and --blocks, and the key/value side's --kv-grid (default: the query grid where k and v
+ * have the queries' N, else a 1D sequence of theirs) and --kv-blocks (default: --blocks where the
+ * two grids are the same; required otherwise), onto the configuration. */
+static int shape_grid(run_job *job)
+{
+    mhla_config *cfg = &job->cfg;
+    const int64_t n = cfg->seq_t, n_kv = cfg->kv_seq_t;
+    int64_t grid[3], blocks[3], kv_grid[3], kv_blocks[3];
+    int rc;
+    char qname[600], kname[600];
+    snprintf(qname, sizeof qname, "--q %s", job->o[O_Q].value);
+    snprintf(kname, sizeof kname, "--k %s", job->o[O_K].value);
+    if ((rc = side_grid(job, O_GRID, O_BLOCKS, NULL, NULL, n, qname, grid, blocks)) != 0)
+        return rc;
+    cfg->seq_t = grid[0], cfg->seq_h = grid[1], cfg->seq_w = grid[2];
+    cfg->block_t = blocks[0], cfg->block_h = blocks[1], cfg->block_w = blocks[2];
+    if (cfg->causal) { /* one grid: k and v must be the queries' length (the library says so otherwise) */
+        cfg->kv_seq_t = n_kv == n ? 0 : n_kv, cfg->kv_seq_h = cfg->kv_seq_w = n_kv == n ? 0 : 1;
+        cfg->kv_block_t = cfg->kv_block_h = cfg->kv_block_w = n_kv == n ? 0 : 1;
+        return 0;
+    }
+    const int same_n = n_kv == n;
+    int64_t kv_default_grid[3] = {n_kv, 1, 1};
+    if (same_n)
+        memcpy(kv_default_grid, grid, sizeof grid);
+    /* the query blocks are the default only on the query grid, known once --kv-grid is read */
+    if ((rc = side_grid(job, O_KV_GRID, O_KV_BLOCKS, kv_default_grid, NULL, n_kv, kname, kv_grid, kv_blocks)) != 0)
+        return rc;
+    const int same_grid = memcmp(kv_grid, grid, sizeof grid) == 0;
+    if (!job->o[O_KV_BLOCKS].value) {
+        if (!same_grid)
+            return cli_usage(cmd, "missing --kv-blocks M|BHxBW|BTxBHxBW: the key/value grid %lldx%lldx%lld is not the "
+                                  "query grid %lldx%lldx%lld, so its blocks must be given",
+                             (long long)kv_grid[0], (long long)kv_grid[1], (long long)kv_grid[2], (long long)grid[0],
+                             (long long)grid[1], (long long)grid[2]);
+        memcpy(kv_blocks, blocks, sizeof blocks);
+    }
+    cfg->kv_seq_t = kv_grid[0], cfg->kv_seq_h = kv_grid[1], cfg->kv_seq_w = kv_grid[2];
+    cfg->kv_block_t = kv_blocks[0], cfg->kv_block_h = kv_blocks[1], cfg->kv_block_w = kv_blocks[2];
+    return 0;
+}
+
+/* The mixing matrix: --mixing (M x M_kv; causal: square with at least M rows), or --init's for M
+ * blocks (causal: M = ceil(longest sequence / C) chunks) by M_kv. */
 static int load_mixing(run_job *job)
 {
     mhla_config *cfg = &job->cfg;
     const int64_t m = cfg->causal ? (job->longest + cfg->chunk - 1) / cfg->chunk
                                   : cfg->block_t * cfg->block_h * cfg->block_w;
+    const int64_t m_kv = cfg->causal ? m : cfg->kv_block_t * cfg->kv_block_h * cfg->kv_block_w;
+    const int cross = !cfg->causal && (m_kv != m || cfg->kv_block_t != cfg->block_t || cfg->kv_block_h != cfg->block_h ||
+                                       cfg->kv_seq_t != cfg->seq_t || cfg->kv_seq_h != cfg->seq_h);
+    job->mixing_cols = m_kv;
     const cli_option *opt = &job->o[O_MIXING];
     if (!opt->value) {
         mhla_init_kind kind = cfg->causal ? MHLA_INIT_CAUSAL_UNIFORM : MHLA_INIT_LINEAR;
@@ -261,6 +334,10 @@ static int load_mixing(run_job *job)
                      (long long)m);
         else
             snprintf(label, sizeof label, "--blocks %s", job->o[O_BLOCKS].value);
+        if (cross) {
+            const int64_t kv_blocks[3] = {cfg->kv_block_t, cfg->kv_block_h, cfg->kv_block_w};
+            return cli_mixing_init_cross(cmd, label, kind, has_param ? &param : NULL, blocks, kv_blocks, &job->mixing);
+        }
         return cli_mixing_init(cmd, label, kind, has_param ? &param : NULL, blocks, &job->mixing);
     }
     npy_array mc;
@@ -277,9 +354,13 @@ static int load_mixing(run_job *job)
                                  "chunk%s of %lld tokens",
                       opt->name, opt->value, shape, (long long)m, (long long)m, (long long)m, m == 1 ? "" : "s",
                       (long long)cfg->chunk);
-    else if (!cfg->causal && (mc.ndim != 2 || mc.shape[0] != m || mc.shape[1] != m))
+    else if (!cfg->causal && !cross && (mc.ndim != 2 || mc.shape[0] != m || mc.shape[1] != m))
         rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected (%lld, %lld) for the %lld blocks of --blocks %s", opt->name,
                       opt->value, shape, (long long)m, (long long)m, (long long)m, job->o[O_BLOCKS].value);
+    else if (cross && (mc.ndim != 2 || mc.shape[0] != m || mc.shape[1] != m_kv))
+        rc = cli_fail(CLI_USAGE, "%s %s: shape %s, expected (%lld, %lld): rows for the %lld query blocks, columns for "
+                                 "the %lld key/value blocks",
+                      opt->name, opt->value, shape, (long long)m, (long long)m_kv, (long long)m, (long long)m_kv);
     else if (cfg->causal && mc.shape[0] < m)
         rc = causal_mixing_covers(job, mc.shape[0]);
     if (rc != 0) {
@@ -288,6 +369,7 @@ static int load_mixing(run_job *job)
     }
     job->mixing = mc.data;
     job->mixing_rows = mc.shape[0];
+    job->mixing_cols = cfg->causal ? mc.shape[0] : mc.shape[1];
     return 0;
 }
 
@@ -361,13 +443,12 @@ int run_write_output(run_job *job)
     const void *data = job->result;
     uint16_t *half = NULL;
     if (job->file_dtype == NPY_F16) { /* float16 in, float16 out */
-        if (!(half = malloc(job->in[2].count * sizeof *half)))
+        if (!(half = malloc(job->out_count * sizeof *half)))
             return cli_fail(CLI_RUNTIME, "out of host memory for the float16 output");
-        mhla_convert(MHLA_DTYPE_F16, half, MHLA_DTYPE_F32, job->result, job->in[2].count);
+        mhla_convert(MHLA_DTYPE_F16, half, MHLA_DTYPE_F32, job->result, job->out_count);
         data = half;
     }
-    const npy_status st =
-        npy_writer_commit(&job->out, job->file_dtype, 4, job->in[2].shape, data, err, sizeof err);
+    const npy_status st = npy_writer_commit(&job->out, job->file_dtype, 4, job->out_shape, data, err, sizeof err);
     cli_guard_temp(NULL);
     free(half);
     if (st != NPY_OK)

@@ -71,7 +71,7 @@ int causal_run_recurrent(run_job *job)
     mhla_status st = mhla_decoder_create(job->ctx, &cfg, job->longest, &job->dec);
     if (st != MHLA_OK)
         return run_device_fail(job, st, "--recurrent");
-    const size_t out_count = job->in[2].count;
+    const size_t out_count = job->out_count;
     const int wide = cfg.dtype == MHLA_DTYPE_F32;
     decode_io io = {{NULL}, wide ? sizeof(float) : sizeof(uint16_t), {NULL}};
     for (int t = 0; t < 3; ++t)

@@ -337,6 +337,20 @@ typedef struct mhla_config {
     int varlen;          /* causal: 1 = seq_t is the total of variable-length sequences packed along
                             the token axis (batch 1), run with mhla_forward_varlen(); the limit
                             C * mixing_rows then applies to each sequence, checked per call */
+    /* The key/value side (docs/spec.md "Cross-attention and grouped key/value heads"). Appended
+     * fields: 0 means "as the query side", so a configuration that leaves them 0 is self-attention
+     * over one grid with H key/value heads, as before they existed. */
+    int64_t kv_heads; /* H_kv key/value heads, dividing H: query head h reads kv head h / (H / H_kv)
+                         (grouped-query attention; 1 = multi-query); 0 = heads */
+    int64_t kv_seq_t; /* the keys' and values' token grid (N_kv = T*Hs*Ws tokens): cross-attention,
+                         non-causal only; all three 0 = the query grid */
+    int64_t kv_seq_h;
+    int64_t kv_seq_w;
+    int64_t kv_block_t; /* its block grid (M_kv blocks, the columns of Mc, which is then M x M_kv);
+                           all three 0 = the query block grid, allowed only where the key/value
+                           grid is the query grid */
+    int64_t kv_block_h;
+    int64_t kv_block_w;
 } mhla_config;
 
 /*! mhla_config_init() : non-causal defaults (released vision/video code): BNHD, relu-eps with
@@ -439,7 +453,7 @@ typedef enum mhla_tensor {
 MHLA_API size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor);
 
 /*! mhla_config_tensor_elems() : element count of `tensor` for a valid configuration (the
- * mixing matrix is M x M, or mixing_rows^2 causal); 0 when `cfg` is NULL or invalid.
+ * mixing matrix is M x M_kv, or mixing_rows^2 causal; k and v count N_kv tokens and H_kv heads); 0 when `cfg` is NULL or invalid.
  * Thread-safety: any thread. */
 MHLA_API size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor);
 
@@ -866,6 +880,18 @@ typedef enum mhla_init_kind {
  * Thread-safety: any thread. */
 MHLA_API mhla_status mhla_mixing_init(mhla_init_kind kind, const double *param, int64_t bt, int64_t bh,
                              int64_t bw, float *out, size_t out_count);
+
+/*! mhla_mixing_init_cross() :
+ * The M x M_kv mixing matrix (row-major) of a cross-attention configuration: query blocks `blocks`
+ * (bt, bh, bw) by key/value blocks `kv_blocks`, each kind as mhla_mixing_init() defines it over the
+ * distance between the centres of a query block and a key block, the key block's centre mapped onto
+ * the query block grid ((c + 0.5) * query blocks / key blocks along each axis, docs/spec.md
+ * "Mixing-matrix initializers"). With kv_blocks = blocks it is mhla_mixing_init()'s matrix.
+ * causal-uniform is refused (it is for causal chunks).
+ * @return as mhla_mixing_init(); MHLA_ERR_INVALID_ARGUMENT for NULL blocks or kv_blocks.
+ * Thread-safety: any thread. */
+MHLA_API mhla_status mhla_mixing_init_cross(mhla_init_kind kind, const double *param, const int64_t blocks[3],
+                                           const int64_t kv_blocks[3], float *out, size_t out_count);
 
 /*! mhla_init_kind_parse() / mhla_init_kind_name() : "linear", "cos", "exp", "gaussian", "local",
  * "paper", "causal-uniform". parse returns MHLA_ERR_INVALID_ARGUMENT for an unknown name;

@@ -13,33 +13,35 @@
 #define BWD_TM 4 /* rows of A (and of B) per work-item: BWD_TM^2 accumulator vectors of BWD_VW (dmix_tm) */
 #endif
 
-/* global: (M, M). dst[b][i] = src[i][b], both M x M with leading dimension lda. */
-kernel void bwd_transpose(global const float *restrict src, global float *restrict dst, const int m, const int lda)
+/* global: (M, K). dst[b][i] = src[i][b]: src M x K with leading dimension lda, dst K x M (Mc^T; Mc
+ * is M x M_kv for cross-attention). */
+kernel void bwd_transpose(global const float *restrict src, global float *restrict dst, const int m, const int k,
+                          const int lda)
 {
     const int i = (int)get_global_id(0), b = (int)get_global_id(1);
-    if (i < m && b < m)
-        dst[b * m + i] = src[(long)i * lda + b];
+    if (i < m && b < k)
+        dst[(long)b * m + i] = src[(long)i * lda + b];
 }
 
-/* global: (ceil(rows/BWD_TM), ceil(rows/BWD_TM), chunks). part[(c*rows + i)*rows + b] = sum of
+/* global: (ceil(cols/BWD_TM), ceil(rows/BWD_TM), chunks). part[(c*rows + i)*cols + b] = sum of
  * a[i][x] * bm[b][x] over chunk c's x (rows of x floats from `off`), lanes added last as a tree of
  * halves (BWD_HSUM: a chunk is short, so 16 lanes added one after another weighed on every chunk;
  * docs/tuning-notes.md "Causal backward"). Rows past the last repeat it (their sums are not
  * stored), so every work-item runs the same loop. `lower` (the causal form, whose dMc is lower triangular): tiles with
  * no pair b < i store zeros instead. */
 kernel void bwd_dmixing_part(global const float *restrict a_arg, global const float *restrict bm_arg,
-                             global float *restrict part, const long x, const int rows, const long len,
-                             const long off, const int lower)
+                             global float *restrict part, const long x, const int rows, const int cols,
+                             const long len, const long off, const int lower)
 {
     global const float *a = a_arg + off, *bm = bm_arg + off; /* a causal plan's sequence: its first slot */
     const int b0 = (int)get_global_id(0) * BWD_TM, i0 = (int)get_global_id(1) * BWD_TM, c = (int)get_global_id(2);
     const long x0 = (long)c * len, x1 = min(x0 + len, x);
-    if (b0 >= rows || i0 >= rows || x0 >= x) /* the launch is rounded up to whole groups */
+    if (b0 >= cols || i0 >= rows || x0 >= x) /* the launch is rounded up to whole groups */
         return;
     if (lower && b0 >= i0 + BWD_TM) {
         for (int r = 0; r < BWD_TM && i0 + r < rows; ++r)
-            for (int s = 0; s < BWD_TM && b0 + s < rows; ++s)
-                part[((long)c * rows + i0 + r) * rows + b0 + s] = 0.0f;
+            for (int s = 0; s < BWD_TM && b0 + s < cols; ++s)
+                part[((long)c * rows + i0 + r) * cols + b0 + s] = 0.0f;
         return;
     }
     global const float *ar[BWD_TM], *br[BWD_TM];
@@ -47,7 +49,7 @@ kernel void bwd_dmixing_part(global const float *restrict a_arg, global const fl
     #pragma unroll
     for (int r = 0; r < BWD_TM; ++r) {
         ar[r] = a + (long)min(i0 + r, rows - 1) * x + x0;
-        br[r] = bm + (long)min(b0 + r, rows - 1) * x + x0;
+        br[r] = bm + (long)min(b0 + r, cols - 1) * x + x0;
         #pragma unroll
         for (int s = 0; s < BWD_TM; ++s)
             acc[r][s] = (VEC(BWD_VW))(0.0f);
@@ -67,24 +69,24 @@ kernel void bwd_dmixing_part(global const float *restrict a_arg, global const fl
                 acc[r][s] += av[r] * bv[s];
     }
     for (int r = 0; r < BWD_TM && i0 + r < rows; ++r)
-        for (int s = 0; s < BWD_TM && b0 + s < rows; ++s) {
+        for (int s = 0; s < BWD_TM && b0 + s < cols; ++s) {
             float sum = BWD_HSUM(BWD_VW, acc[r][s]);
             for (long j = x0 + (long)nvec * BWD_VW; j < x1; ++j)
                 sum += ar[r][j - x0] * br[s][j - x0];
-            part[((long)c * rows + i0 + r) * rows + b0 + s] = sum;
+            part[((long)c * rows + i0 + r) * cols + b0 + s] = sum;
         }
 }
 
-/* global: (M, M): out[i*ldo + b] (+= when accumulate) = the sum of the chunks' partial sums, in
- * chunk order. */
+/* global: (cols, rows): out[i*ldo + b] (+= when accumulate) = the sum of the chunks' partial sums,
+ * in chunk order. */
 kernel void bwd_dmixing_reduce(global const float *restrict part, global float *restrict out, const int rows,
-                               const int chunks, const int ldo, const int accumulate)
+                               const int cols, const int chunks, const int ldo, const int accumulate)
 {
     const int b = (int)get_global_id(0), i = (int)get_global_id(1);
-    if (b >= rows || i >= rows)
+    if (b >= cols || i >= rows)
         return;
     float sum = 0.0f;
     for (int c = 0; c < chunks; ++c)
-        sum += part[((long)c * rows + i) * rows + b];
+        sum += part[((long)c * rows + i) * cols + b];
     out[(long)i * ldo + b] = accumulate ? out[(long)i * ldo + b] + sum : sum;
 }

@@ -24,10 +24,11 @@
 #define STREAM_PF BWD_PF
 #include "stream.h"
 
-/* The transposed summary of (blk, bh): Dv rows of Dk floats (bwd_transpose_summary's layout). */
+/* The transposed summary that head row bh reads in block blk: Dv rows of Dk floats
+ * (bwd_transpose_summary's layout, over the summaries' B*H_kv heads: kernels/common.h, kv_of). */
 global const float *bwd_tsum_rows(global const float *tsum, const mhla_grid g, const int blk, const int bh)
 {
-    return tsum + (long)blk * g.bh * DV * (DK + 1) + (long)bh * DV * DK;
+    return tsum + (long)blk * kv_count(g) * DV * (DK + 1) + (long)kv_of(g, bh) * DV * DK;
 }
 
 /* The tokens at positions p0 .. p0 + BWD_RT - 1 of block blk; past the block's last, its last
@@ -83,7 +84,7 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
     if (p0 >= g.nb || bh >= g.bh || blk >= g.m) /* the launch is rounded up to whole groups */
         return;
     global const float *st = bwd_tsum_rows(tsum, g, blk, bh);
-    global const float *zt = mixed + summary_z_offset(g.bh, blk, bh);
+    global const float *zt = mixed + summary_z_offset(kv_count(g), blk, kv_of(g, bh));
     const long qb = row_base(g, bh, DK), ob = row_base(g, bh, DV), qs = row_stride(g, DK), os = row_stride(g, DV);
     int tok[BWD_RT];
     VEC(BWD_VK) acc[BWD_RT][BWD_NK];
@@ -153,7 +154,8 @@ kernel void bwd_dq_official(global const STORE_T *restrict q, global STORE_T *re
     }
 }
 
-/* global: (ceil(Nb / BWD_RT), B*H, M). For the tokens s of block b: dv_s = dS_b^T k~_s from dS's
+/* global: (ceil(Nb / BWD_RT), B*H, M) of the key/value grid (`g` is the plan's kv_grid: its heads
+ * are H_kv, its blocks the keys'). For the tokens s of block b: dv_s = dS_b^T k~_s from dS's
  * rows, then dk_s = phi'(k_s) (dS_b v_s + dz_b) from the transposed dS (tsum) and dS's z column. */
 kernel void bwd_dkv_readout(global const STORE_T *restrict k, global const STORE_T *restrict v,
                             global const float *restrict dsum, global const float *restrict tsum,

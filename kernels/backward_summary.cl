@@ -33,6 +33,30 @@ kernel void bwd_transpose_summary(global const float *restrict src, global float
     }
 }
 
+/* global: (row of B*H_kv*DK*(DV+1) floats, M). Grouped key/value heads: a key/value head's
+ * gradient summary is the sum of its H / H_kv query heads' (they all read its mixed summary), added
+ * in head order into the rows of B*H_kv heads that the mixing's backward reads. `g` is the query
+ * grid (bh = B*H; kv_heads = H_kv). */
+kernel void bwd_group_sum(global const float *restrict src, global float *restrict dst, const mhla_grid g_arg)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int kvc = kv_count(g), group = g.heads / g.kv_heads;
+    const long x = (long)get_global_id(0), s_len = (long)kvc * DK * DV;
+    const int blk = (int)get_global_id(1);
+    if (x >= summary_row_len(kvc) || blk >= g.m)
+        return;
+    const int in_s = x < s_len;
+    const long within = in_s ? x : x - s_len, per_head = in_s ? DK * DV : DK;
+    const int kvh = (int)(within / per_head);
+    const long rest = within - (long)kvh * per_head;
+    const int batch = kvh / g.kv_heads, first = batch * g.heads + (kvh - batch * g.kv_heads) * group;
+    global const float *row = src + (long)blk * summary_row_len(g.bh) + (in_s ? 0 : (long)g.bh * DK * DV) + rest;
+    float acc = 0.0f;
+    for (int j = 0; j < group; ++j)
+        acc += row[(long)(first + j) * per_head];
+    dst[(long)blk * summary_row_len(kvc) + x] = acc;
+}
+
 /* global: (DK / BWD_VK, B*H, M * parts). The z column of a summary row, sum_p w_{b,p} q~_{b,p}, in
  * parts: the official normalizer's dz_b with w = R = Mc^T r (the rows of the denominators that read
  * block b's queries) over dS. Work-item

@@ -117,6 +117,18 @@ long summary_z_offset(const int bh_count, const int blk, const int bh)
 /* The token grid every kernel takes by value (grid.h: the host includes the same definition). */
 #include "grid.h"
 
+/* Grouped key/value heads: the summaries hold B*H_kv heads, and query head row bh (batch-major)
+ * reads the one of kv head h / (H / H_kv). The identity where H_kv = H. */
+int kv_count(const mhla_grid g)
+{
+    return g.bh / g.heads * g.kv_heads;
+}
+int kv_of(const mhla_grid g, const int bh)
+{
+    const int batch = bh / g.heads;
+    return batch * g.kv_heads + (bh - batch * g.heads) / (g.heads / g.kv_heads);
+}
+
 /* Software prefetch for CPU runtimes (-DPREFETCH=1, the CPU tuning rows): loads one element of
  * every 64-byte line of n rows of `dim` elements, `stride` apart, into a volatile sink. A group's
  * first work-item calls it for what the group reads next (block_summary.cl; faster for the

@@ -26,6 +26,8 @@ typedef struct mhla_grid {
     MHLA_GRID_INT m;            /* blocks */
     MHLA_GRID_INT bh;           /* batch * heads */
     MHLA_GRID_INT run;          /* consecutive positions of a block that are consecutive tokens (divides nb) */
+    MHLA_GRID_INT kv_heads;     /* H_kv: the summaries' heads (= heads but for grouped key/value heads) */
+    MHLA_GRID_INT kv_m;         /* blocks of the key/value grid: Mc's columns (= m but for cross-attention) */
 } mhla_grid;
 
 #endif /* MHLA_GRID_H */

@@ -36,8 +36,9 @@ kernel void block_output(global const STORE_T *restrict q, global const float *r
     const int bh = (int)get_global_id(1);
     if (et >= OUT_NE || blk >= g.m)
         return;
-    global const float *s = mixed + summary_s_offset(g.bh, blk, bh, 0) + et * OUT_COLS;
-    global const float *z = mixed + summary_z_offset(g.bh, blk, bh);
+    /* the mixed summary of this query head's key/value head (kernels/common.h, kv_of) */
+    global const float *s = mixed + summary_s_offset(kv_count(g), blk, kv_of(g, bh), 0) + et * OUT_COLS;
+    global const float *z = mixed + summary_z_offset(kv_count(g), blk, kv_of(g, bh));
     global const STORE_T *qrow[OUT_RT];
     int tok[OUT_RT];
     VEC(OUT_VE) acc[OUT_RT][OUT_NV];

@@ -28,24 +28,25 @@
 #define TL_PQ ((TL_TQ * TL_QC + TL_WG - 1) / TL_WG) /* q pieces a work-item copies per tile */
 #define TL_PS ((TL_DC * TL_QV + TL_WG - 1) / TL_WG) /* summary pieces */
 
-/* Row d, columns c..c+3 of block blk's mixed summary (zeros past Dv): read from `rows` where
- * sources = 0, else mixed here from the sources' segment rows, row j weighted by mc[blk][j / splits]
- * (mixing.cl's mixing_splits adds them in the same order). */
+/* Row d, columns c..c+3 of block blk's mixed summary (zeros past Dv) for summary head kvh of
+ * `heads`: read from `rows` where sources = 0, else mixed here from the sources' segment rows (of
+ * the key/value blocks), row j weighted by mc[blk][j / splits], Mc being M x kv_m (mixing.cl's
+ * mixing_splits adds them in the same order). */
 float4 summary_quad(global const float *rows, global const float *mc, const int sources, const int splits,
-                    const mhla_grid g, const int blk, const int bh, const int d, const int c)
+                    const mhla_grid g, const int heads, const int blk, const int kvh, const int d, const int c)
 {
     if (sources == 0)
-        return tiled_quad_f32(rows + summary_s_offset(g.bh, blk, bh, d), c, DV, TILED_SUMMARY_ALIGNED);
+        return tiled_quad_f32(rows + summary_s_offset(heads, blk, kvh, d), c, DV, TILED_SUMMARY_ALIGNED);
     float4 x = (float4)(0.0f);
     for (int j = 0; j < sources; ++j)
-        x += mc[(long)blk * g.m + j / splits] *
-             tiled_quad_f32(rows + summary_s_offset(g.bh, j, bh, d), c, DV, TILED_SUMMARY_ALIGNED);
+        x += mc[(long)blk * g.kv_m + j / splits] *
+             tiled_quad_f32(rows + summary_s_offset(heads, j, kvh, d), c, DV, TILED_SUMMARY_ALIGNED);
     return x;
 }
 
 /* global: (TL_WG * TL_NV, B*H, M * ceil(Nb / TL_TQ)), local (TL_WG, 1, 1). Work-item (column tile ct
  * fastest, token tile rq): neighbouring work-items store neighbouring float4 of one output row.
- * sources = 0: `mixed` holds the mixed summaries. sources = M * splits > 0 (few of them: N = 1024,
+ * sources = 0: `mixed` holds the mixed summaries. sources = M_kv * splits > 0 (few of them: N = 1024,
  * where each launch is mostly the gap before it): `mixed` holds the summaries' segment rows and the
  * group mixes its block's rows itself: one launch fewer. */
 __attribute__((reqd_work_group_size(TL_WG, 1, 1)))
@@ -64,7 +65,8 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
     const int groups = (g.nb + TL_TQ - 1) / TL_TQ;
     const int blk = (int)get_global_id(2) / groups;
     const int p0 = ((int)get_global_id(2) - blk * groups) * TL_TQ;
-    global const float *z = mixed + summary_z_offset(g.bh, blk, bh);
+    const int heads = kv_count(g), kvh = kv_of(g, bh); /* the summary head this query head reads */
+    global const float *z = mixed + summary_z_offset(heads, blk, kvh);
     global const STORE_T *qb = q + row_base(g, bh, DK);
     const long qs = row_stride(g, DK);
     /* whole float4 of q and output rows: rows of 4n values from an aligned buffer (kernels/tiled.h) */
@@ -91,7 +93,7 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         _Pragma("unroll") for (int j_ = 0; j_ < TL_PS; ++j_) {                                      \
             const int i_ = lid + j_ * TL_WG, d_ = i_ / TL_QV;                                       \
             sr[j_] = i_ < TL_DC * TL_QV && (d0_) + d_ < DK                                          \
-                         ? summary_quad(mixed, mc, sources, splits, g, blk, bh, (d0_) + d_,         \
+                         ? summary_quad(mixed, mc, sources, splits, g, heads, blk, kvh, (d0_) + d_, \
                                         c_base + 4 * (i_ - d_ * TL_QV))                             \
                          : (float4)(0.0f);                                                          \
         }                                                                                           \
@@ -118,7 +120,7 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         for (int i = lid; i < TL_DC; i += TL_WG) {
             float zi = sources == 0 && d0 + i < DK ? z[d0 + i] : 0.0f;
             for (int j = 0; j < sources && d0 + i < DK; ++j)
-                zi += mc[(long)blk * g.m + j / splits] * mixed[summary_z_offset(g.bh, j, bh) + d0 + i];
+                zi += mc[(long)blk * g.kv_m + j / splits] * mixed[summary_z_offset(heads, j, kvh) + d0 + i];
             zl[i] = zi;
         }
         barrier(CLK_LOCAL_MEM_FENCE);

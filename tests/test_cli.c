@@ -544,6 +544,51 @@ static void set_scale(mhla_config *c) { c->scale = 2.5f, c->normalizer = MHLA_NO
 static void set_eps(mhla_config *c) { c->eps = 5.0f; }
 static void set_official(mhla_config *c) { c->normalizer = MHLA_NORMALIZER_OFFICIAL; }
 
+/* Cross-attention with grouped heads: Q on an 8x8 grid in 2x2 blocks, K and V of 24 tokens and one
+ * head in 3 blocks; run and grad against the reference, the output shaped as Q with V's Dv, the
+ * gradients as their inputs, dMc and init-mixing's matrix M x M_kv. */
+static void test_run_grad_cross(void **state)
+{
+    (void)state;
+    tensors t = make_inputs(2, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
+    char err[256];
+    const int64_t kshape[4] = {2, 24, 1, 8}, vshape[4] = {2, 24, 1, 4}, oshape[4] = {2, 64, 2, 4};
+    assert_int_equal(npy_write(in_dir("ck.npy"), NPY_F32, 4, kshape, t.k, err, sizeof err), NPY_OK);
+    assert_int_equal(npy_write(in_dir("cv.npy"), NPY_F32, 4, vshape, t.v, err, sizeof err), NPY_OK);
+    assert_int_equal(npy_write(in_dir("do.npy"), NPY_F32, 4, oshape, t.v, err, sizeof err), NPY_OK);
+    const result *r = MHLA("init-mixing", "--blocks", "2x2", "--kv-blocks", "3", "--init", "exp", "--out", "cmc.npy");
+    expect_ok(r);
+    npy_array a;
+    assert_int_equal(npy_read(in_dir("cmc.npy"), &a, err, sizeof err), NPY_OK);
+    assert_true(a.ndim == 2 && a.shape[0] == 4 && a.shape[1] == 3);
+    npy_free(&a);
+    r = MHLA("run", "--q", "q.npy", "--k", "ck.npy", "--v", "cv.npy", "--out", "o.npy", "--grid", "8x8", "--blocks",
+             "2x2", "--kv-blocks", "3", "--mixing", "cmc.npy", "--check");
+    expect_ok(r);
+    assert_true(printed_error(r) <= mhla_reference_tolerance(MHLA_DTYPE_F32, 64));
+    assert_int_equal(npy_read(in_dir("o.npy"), &a, err, sizeof err), NPY_OK);
+    assert_memory_equal(a.shape, oshape, sizeof oshape);
+    npy_free(&a);
+    r = MHLA("grad", "--q", "q.npy", "--k", "ck.npy", "--v", "cv.npy", "--dout", "do.npy", "--dq", "dq.npy", "--dk",
+             "dk.npy", "--dv", "dv.npy", "--dmixing", "dmc.npy", "--grid", "8x8", "--blocks", "2x2", "--kv-grid", "4x6",
+             "--kv-blocks", "1x3", "--check");
+    expect_ok(r);
+    assert_true(printed_error(r) <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32));
+    const char *names[4] = {"dk.npy", "dv.npy", "dmc.npy", "dq.npy"};
+    const int64_t dmshape[2] = {4, 3}, qshape[4] = {2, 64, 2, 8};
+    const int64_t *shapes[4] = {kshape, vshape, dmshape, qshape};
+    for (int i = 0; i < 4; ++i) {
+        assert_int_equal(npy_read(in_dir(names[i]), &a, err, sizeof err), NPY_OK);
+        assert_memory_equal(a.shape, shapes[i], (size_t)a.ndim * sizeof(int64_t));
+        npy_free(&a);
+        scratch_remove(in_dir(names[i]));
+    }
+    const char *rm[] = {"ck.npy", "cv.npy", "do.npy", "cmc.npy", "o.npy"};
+    for (size_t i = 0; i < sizeof rm / sizeof rm[0]; ++i)
+        scratch_remove(in_dir(rm[i]));
+    free_inputs(&t);
+}
+
 /* Each option changes the output as the reference says, and the input is one where it matters:
  * the reference with the option dropped (`dropped`, from the same defaults) is far from it. */
 static void test_run_options(void **state)
@@ -1243,7 +1288,7 @@ static void test_run_input_errors(void **state)
     (void)state;
     tensors t = make_inputs(1, 64, 2, 8, 4, MHLA_LAYOUT_BNHD, 0, -1.0f);
     const size_t qb = t.nq * sizeof(float);
-    const int64_t s_q[4] = {1, 64, 2, 8}, s_n32[4] = {1, 32, 2, 8}, s_dk4[4] = {1, 64, 2, 4}, s_h3[4] = {1, 64, 3, 4},
+    const int64_t s_q[4] = {1, 64, 2, 8}, s_n32[4] = {1, 32, 2, 8}, s_dk4[4] = {1, 64, 2, 4}, s_h3[4] = {1, 64, 3, 4}, s_h3k[4] = {1, 64, 3, 8},
                   s_3d[3] = {64, 2, 8}, s_zero[4] = {1, 0, 2, 8}, s_big[4] = {1, 4, 1, 300}, s_mc5[2] = {5, 5},
                   s_mc1[1] = {16};
     float *big = calloc(4 * 300, sizeof *big);
@@ -1251,6 +1296,10 @@ static void test_run_input_errors(void **state)
     write_npy("n32.npy", "<f4", 4, s_n32, t.q, qb / 2);
     write_npy("dk4.npy", "<f4", 4, s_dk4, t.q, qb / 2);
     write_npy("h3.npy", "<f4", 4, s_h3, t.q, 64 * 3 * 4 * sizeof(float));
+    float *h3k = calloc(64 * 3 * 8, sizeof *h3k);
+    assert_non_null(h3k);
+    write_npy("h3k.npy", "<f4", 4, s_h3k, h3k, 64 * 3 * 8 * sizeof *h3k);
+    free(h3k);
     write_npy("rank3.npy", "<f4", 3, s_3d, t.q, qb);
     write_npy("zero.npy", "<f4", 4, s_zero, NULL, 0);
     write_npy("big.npy", "<f4", 4, s_big, big, 4 * 300 * sizeof *big);
@@ -1284,9 +1333,15 @@ static void test_run_input_errors(void **state)
         {"huge.npy", "k.npy", "v.npy", {0}, "--q huge.npy: shape (1099511627776, 1099511627776, 1, 1) has more elements than memory can address"},
         {"rank3.npy", "k.npy", "v.npy", {0}, "--q rank3.npy: expected 4 dimensions [B,N,H,Dk] (layout bnhd), got shape (64, 2, 8)"},
         {"q.npy", "k.npy", "rank3.npy", {"--layout", "bhnd"}, "--v rank3.npy: expected 4 dimensions [B,H,N,Dv] (layout bhnd)"},
-        {"q.npy", "n32.npy", "v.npy", {0}, "--k n32.npy: shape (1, 32, 2, 8) does not match --q q.npy (1, 64, 2, 8) (B, N, H and Dk must agree)"},
-        {"q.npy", "dk4.npy", "v.npy", {0}, "--k dk4.npy: shape (1, 64, 2, 4) does not match --q q.npy (1, 64, 2, 8)"},
-        {"q.npy", "k.npy", "h3.npy", {0}, "--v h3.npy: shape (1, 64, 3, 4) does not match --q q.npy (1, 64, 2, 8) (B, N and H must agree)"},
+        {"q.npy", "n32.npy", "v.npy", {0}, "--v v.npy: shape (1, 64, 2, 4) does not match --k n32.npy (1, 32, 2, 8) (B, N and H must agree)"},
+        {"q.npy", "dk4.npy", "v.npy", {0}, "--k dk4.npy: shape (1, 64, 2, 4) does not match --q q.npy (1, 64, 2, 8) (B and Dk must agree)"},
+        {"q.npy", "k.npy", "h3.npy", {0}, "--v h3.npy: shape (1, 64, 3, 4) does not match --k k.npy (1, 64, 2, 8) (B, N and H must agree)"},
+        /* cross-attention and grouped heads: k and v with their own N and H */
+        {"q.npy", "n32.npy", "n32.npy", {0}, "missing --kv-blocks M|BHxBW|BTxBHxBW: the key/value grid 32x1x1 is not the query grid 64x1x1"},
+        {"q.npy", "n32.npy", "n32.npy", {"--kv-blocks", "3"}, "--kv-blocks 3: does not divide the token grid 32 (T = 32 is not divisible by 3)"},
+        {"q.npy", "n32.npy", "n32.npy", {"--kv-blocks", "2", "--mixing", "mc5.npy"}, "--mixing mc5.npy: shape (5, 5), expected (4, 2): rows for the 4 query blocks, columns for the 2 key/value blocks"},
+        {"q.npy", "n32.npy", "n32.npy", {"--kv-grid", "4x4", "--kv-blocks", "2"}, "--kv-grid 4x4: 16 tokens, but --k n32.npy has N = 32"},
+        {"q.npy", "h3k.npy", "h3k.npy", {0}, "--k h3k.npy: 3 key/value heads do not divide --q q.npy's 2 heads"},
         {"q.npy", "k.npy", "h3.npy", {"--layout", "bhnd"}, "(B, H and N must agree)"},
         {"zero.npy", "zero.npy", "zero.npy", {0}, "--q zero.npy: shape (1, 0, 2, 8): every extent must be between 1 and 2147483647"},
         {"big.npy", "big.npy", "big.npy", {"--blocks", "2"}, "--q big.npy, --v big.npy: dk = 300 exceeds the largest supported head dimension 256"},
@@ -1570,7 +1625,7 @@ static void test_grad(void **state)
 
     r = MHLA("grad", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dout", "q.npy", "--dq", "dq.npy", "--dk",
              "dk.npy", "--dv", "dv.npy", "--blocks", "4");
-    expect_fail(r, 2, "--dout q.npy: shape (2, 64, 2, 8), expected --v v.npy's shape (2, 64, 2, 4)");
+    expect_fail(r, 2, "--dout q.npy: shape (2, 64, 2, 8), expected the output's shape (2, 64, 2, 4) (--q q.npy's with --v's Dv)");
     r = MHLA("run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--blocks", "4", "--dq", "x");
     expect_fail(r, 2, "unknown option '--dq'");
     assert_string_equal(listing(), "do.npy k.npy off q.npy v.npy");
@@ -2473,6 +2528,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_failures_leave_no_output, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_run_causal_check_fails, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_run_grad_cross, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad_causal, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad_packed, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_grad_16bit, fresh_dir, drop_dir),

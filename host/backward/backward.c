@@ -15,13 +15,14 @@ void mhla__backward_destroy(mhla_bwd *b)
 {
     if (!b)
         return;
-    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq, b->k_dkv,
-                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum,
-                       b->k_gsum};
+    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq,  b->k_dkv,
+                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum, b->k_gsum,
+                           b->k_group_sum};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {b->grad, b->dsum, b->mix_t, b->inv, b->r, b->rmix, b->tsum, b->dmix_part, b->dz_partial};
+    cl_mem mems[] = {b->grad, b->dsum,      b->mix_t,      b->inv,      b->r,
+                     b->rmix, b->tsum,      b->dmix_part,  b->dz_partial, b->grad_kv != b->grad ? b->grad_kv : NULL};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -44,24 +45,32 @@ static void local_size(mhla_context *ctx, cl_kernel kernel, const size_t extent[
         mhla__local_size_3d(ctx, kernel, extent, wg, local);
 }
 
-/* Kernels and workspace of a non-causal plan's backward: two summary-sized buffers (G and dS), a
- * transposed one, Mc^T, dMc's partial sums (one M x M per chunk of a summary row), and two floats
- * per token, G's weights scale/den_t and dL/dden_t, as the forward's official normalizer keeps its
- * dots (the official normalizer also R = Mc^T r and the parts of dS's z column). */
+/* Kernels and workspace of a non-causal plan's backward: summary-sized buffers (G of the query
+ * heads and blocks, G summed per key/value head where heads are grouped, dS of the key/value blocks),
+ * a transposed one, Mc^T, dMc's partial sums (one M x M_kv per chunk of a summary row), and two floats
+ * per query token, G's weights scale/den_t and dL/dden_t, as the forward's official normalizer keeps
+ * its dots (the official normalizer also R = Mc^T r and the parts of dS's z column). */
 static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     cl_program prog = NULL;
     const mhla_config *c = &plan->cfg;
-    const size_t m = (size_t)plan->shape.m, bh = (size_t)plan->shape.bh;
-    const size_t summary_bytes = m * bh * (size_t)c->dk * (size_t)plan->shape.summary_cols * sizeof(float);
+    const mhla_shape *sh = &plan->shape;
+    const size_t m = (size_t)sh->m, bh = (size_t)sh->bh, m_kv = (size_t)sh->m_kv, bh_kv = (size_t)sh->bh_kv;
+    const size_t head_bytes = (size_t)c->dk * (size_t)sh->summary_cols * sizeof(float);
     const size_t wg = (size_t)plan->tiles.wg;
-    const size_t scols = bh * (size_t)c->dk * (size_t)plan->shape.summary_cols, dcols = bh * (size_t)plan->shape.nb;
+    const size_t scols = bh_kv * (size_t)c->dk * (size_t)sh->summary_cols, dcols = bh * (size_t)sh->nb;
     const size_t xmax = c->normalizer == MHLA_NORMALIZER_OFFICIAL && dcols > scols ? dcols : scols;
+    const size_t m_most = m > m_kv ? m : m_kv;
 
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
+    if (sh->group > 1) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_group_sum", &b->k_group_sum));
+        const size_t gext[3] = {scols, m, 1};
+        mhla__local_size_3d(ctx, b->k_group_sum, gext, wg, b->lws_group);
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_part", &b->k_official_dz));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_sum", &b->k_official_dz_sum));
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
@@ -70,15 +79,17 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, &b->k_gsum));
     if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_official", &b->k_dq_official));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m, xmax, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m_most, xmax, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
     const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
     b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
     b->rows_ext[1] = bh, b->rows_ext[2] = m;
+    b->kv_rows_ext[0] = ((size_t)sh->nb_kv + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
+    b->kv_rows_ext[1] = bh_kv, b->kv_rows_ext[2] = m_kv;
     if (b->k_dq_official)
         local_size(ctx, b->k_dq_official, tok, wg, b->tiles.bwd_heads, b->lws_token);
     local_size(ctx, b->k_dq, b->rows_ext, wg, b->tiles.bwd_heads, b->lws_dq);
-    local_size(ctx, b->k_dkv, b->rows_ext, wg, b->tiles.bwd_heads, b->lws_dkv);
+    local_size(ctx, b->k_dkv, b->kv_rows_ext, wg, b->tiles.bwd_heads, b->lws_dkv);
     /* The z columns' parts: 256 tokens each (a work-item's walk), at most 64 per block. */
     const int64_t nb = plan->shape.nb;
     b->dz_part_len = (cl_int)(nb <= 256 * 64 ? 256 : (nb + 63) / 64);
@@ -87,14 +98,20 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     const size_t zext[3] = {zvec, bh, m * (size_t)b->dz_parts}, sext[3] = {zvec, bh, m};
     mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zpart);
     mhla__local_size_3d(ctx, b->k_official_dz_sum, sext, wg, b->lws_zsum);
-    const size_t text[3] = {(size_t)(c->dk + 3) / 4, bh, m}; /* four rows of S per work-item */
+    const size_t text[3] = {(size_t)(c->dk + 3) / 4, bh_kv, m_most}; /* four rows of S per work-item */
     mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
 
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the gradient summaries G", &b->grad));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, summary_bytes, "the mixed gradient summaries dS", &b->dsum));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * head_bytes, "the gradient summaries G", &b->grad));
+    b->grad_kv = b->grad;
+    if (sh->group > 1)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh_kv * head_bytes,
+                                                        "the gradient summaries of the key/value heads", &b->grad_kv));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m_kv * bh_kv * head_bytes, "the mixed gradient summaries dS",
+                                                    &b->dsum));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
+                                                    m_most * bh_kv * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
                                                     "a transposed summary", &b->tsum));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m * sizeof(float), "Mc transposed", &b->mix_t));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m_kv * sizeof(float), "Mc transposed", &b->mix_t));
     const size_t per_token = dcols * m * sizeof(float);
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the per-token scale/den", &b->inv));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the per-token dL/dden", &b->r));
@@ -134,13 +151,16 @@ cleanup:
     return st;
 }
 
-/* tsum = the S part of `src` transposed (bwd_transpose_summary). */
-static mhla_status transpose_summary(mhla_plan *plan, mhla_bwd *b, cl_mem src)
+/* tsum = the S part of `src` transposed (bwd_transpose_summary): `rows` rows (the mixed summaries'
+ * M, or dS's M_kv) of the summaries' B*H_kv heads. */
+static mhla_status transpose_summary(mhla_plan *plan, mhla_bwd *b, cl_mem src, int64_t rows)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    const size_t ext[3] = {(size_t)(plan->cfg.dk + 3) / 4, (size_t)plan->shape.bh, (size_t)plan->shape.m};
-    MHLA_SET_ARGS(st, ctx, b->k_tsum, 0, MHLA_ARG(src), MHLA_ARG(b->tsum), MHLA_ARG(plan->grid));
+    mhla_grid g = plan->kv_grid; /* bh = B*H_kv */
+    g.m = (cl_int)rows;
+    const size_t ext[3] = {(size_t)(plan->cfg.dk + 3) / 4, (size_t)g.bh, (size_t)rows};
+    MHLA_SET_ARGS(st, ctx, b->k_tsum, 0, MHLA_ARG(src), MHLA_ARG(b->tsum), MHLA_ARG(g));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_tsum, 3, ext, b->lws_tsum, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_transpose_summary)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
@@ -184,8 +204,8 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     const mhla_config *c = &plan->cfg;
     const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
     const int official = c->normalizer == MHLA_NORMALIZER_OFFICIAL;
-    const cl_int m = (cl_int)plan->shape.m;
-    const size_t scols = (size_t)plan->shape.bh * (size_t)c->dk * (size_t)plan->shape.summary_cols;
+    const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv;
+    const size_t scols = (size_t)plan->shape.bh_kv * (size_t)c->dk * (size_t)plan->shape.summary_cols;
     const size_t dcols = (size_t)plan->shape.bh * (size_t)plan->shape.nb;
     const size_t tok[3] = {(size_t)plan->shape.nb, (size_t)plan->shape.bh, (size_t)m};
     /* A slot no normalizer reads still needs a valid buffer. */
@@ -214,7 +234,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     }
 
     /* dq, r_t and G's weights scale/den_t from u_t = S~_i dO_t, in one read-out */
-    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed));
+    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed, m));
     {
         cl_kernel kr = b->k_dq;
         MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(b->tsum), MHLA_ARG(plan->mixed),
@@ -230,18 +250,26 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_enqueue(plan, b->k_gsum, q, dout, b->inv, b->r, zscale,
                                                                    b->grad));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (b->k_group_sum) { /* each key/value head's G: the sum of its query heads', in head order */
+        const size_t ext[3] = {scols, (size_t)m, 1};
+        MHLA_SET_ARGS(st, ctx, b->k_group_sum, 0, MHLA_ARG(b->grad), MHLA_ARG(b->grad_kv), MHLA_ARG(plan->grid));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_group_sum, 2, ext, b->lws_group, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_group_sum)"));
+    }
     {
-        const cl_int lda = m;
-        const size_t ext[3] = {(size_t)m, (size_t)m, 1}, local[3] = {1, 1, 1};
-        MHLA_SET_ARGS(st, ctx, b->k_transpose, 0, MHLA_ARG(mixing), MHLA_ARG(b->mix_t), MHLA_ARG(m), MHLA_ARG(lda));
+        const cl_int lda = m_kv;
+        const size_t ext[3] = {(size_t)m, (size_t)m_kv, 1}, local[3] = {1, 1, 1};
+        MHLA_SET_ARGS(st, ctx, b->k_transpose, 0, MHLA_ARG(mixing), MHLA_ARG(b->mix_t), MHLA_ARG(m), MHLA_ARG(m_kv),
+                      MHLA_ARG(lda));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_transpose, 2, ext, local, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_transpose)"));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, b->grad, b->dsum, scols));
+    /* dS = Mc^T G: M_kv x M times M x (B*H_kv summaries) */
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, (size_t)m_kv, (size_t)m, b->grad_kv, b->dsum, scols));
     if (official) {
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the GEMMs share a temporary buffer */
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, b->r, b->rmix, dcols));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, (size_t)m, (size_t)m, b->r, b->rmix, dcols));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         MHLA_FORWARD_IF_ERROR(st, official_dz(plan, b, q));
         {
@@ -254,20 +282,21 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     /* dv = dS^T k~ and dk = phi'(k) (dS v + dz), in one read-out */
-    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, b->dsum));
+    MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, b->dsum, m_kv));
     {
-        cl_kernel kr = b->k_dkv;
+        cl_kernel kr = b->k_dkv; /* on the key/value grid: dk and dv of the H_kv heads */
         MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(b->dsum), MHLA_ARG(b->tsum), MHLA_ARG(dk),
-                      MHLA_ARG(dv), MHLA_ARG(plan->grid), MHLA_ARG(feps));
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->rows_ext, b->lws_dkv, 0, NULL, NULL,
+                      MHLA_ARG(dv), MHLA_ARG(plan->kv_grid), MHLA_ARG(feps));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->kv_rows_ext, b->lws_dkv, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
     }
-    if (dmixing) {
-        MHLA_FORWARD_IF_ERROR(st,
-                              mhla__backward_dmixing(plan, b, b->grad, plan->summary, 0, scols, dmixing, m, m, 0, 0));
+    if (dmixing) { /* dMc[i,j] = <G_i, S_j> over the key/value heads */
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing, m,
+                                                         m_kv, m_kv, 0, 0));
         if (official) {
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->r, plan->dots, 0, dcols, dmixing, m, m, 1, 0));
+            MHLA_FORWARD_IF_ERROR(st,
+                                  mhla__backward_dmixing(plan, b, b->r, plan->dots, 0, dcols, dmixing, m, m, m, 1, 0));
         }
     }
 cleanup:

@@ -31,14 +31,17 @@ typedef struct mhla_bwd {
      * and transposed summaries, dMc in two steps (partial sums per chunk, then their sum) */
     cl_kernel k_dq, k_dkv, k_dq_official, k_official_dz, k_official_dz_sum, k_tsum, k_transpose, k_dmixing,
         k_dmix_reduce, k_gsum; /* k_gsum: block_summary_weighted, the gradient summaries G */
-    size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3];
+    cl_kernel k_group_sum; /* grouped key/value heads: G summed over each kv head's query heads */
+    size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3], lws_group[3];
     cl_mem dz_partial;       /* official: dS's z column's parts, dz_parts x M x B*H x Dk floats */
     cl_int dz_parts, dz_part_len; /* parts of at most dz_part_len tokens per block */
-    size_t rows_ext[3]; /* the read-outs' extent: (ceil(Nb / BWD_RT), B*H, M) */
+    size_t rows_ext[3];    /* dq's read-out: (ceil(Nb / BWD_RT), B*H, M) of the query grid */
+    size_t kv_rows_ext[3]; /* dk and dv's: the same of the key/value grid (B*H_kv heads) */
     cl_mem tsum; /* a transposed summary (S~^T, then dS^T), rows of B*H*Dv*(Dk+1) floats */
     cl_mem dmix_part; /* dMc's partial sums: dmix_chunks x M x M floats */
     size_t dmix_chunks, dmix_len; /* chunks of at most dmix_len floats of the summed rows */
-    cl_mem grad;  /* G_i, laid out as the block summaries */
+    cl_mem grad;  /* G_i, laid out as the block summaries (of the B*H query heads) */
+    cl_mem grad_kv; /* grouped heads: G_i summed per key/value head (else grad itself) */
     cl_mem dsum;  /* dS_b = sum_i Mc[i,b] G_i */
     cl_mem mix_t; /* Mc^T */
     cl_mem inv, r; /* per token: 1/den_t (causal plans; non-causal plans: scale/den_t, G's weights) and
@@ -68,10 +71,11 @@ mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *wha
 /* dMc's kernels and partial sums (kernels/backward_mixing.cl) for products of up to `rows` rows of
  * up to xmax floats; *prog receives the program. */
 mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog);
-/* out[i*ldo + b] (+)= sum_x a[off + i*x + ..] bm[off + b*x + ..] for i, b < m: dMc's fixed-order
- * reduction; `lower`: only the pairs b < i are needed (others may read as 0). */
+/* out[i*ldo + b] (+)= sum_x a[off + i*x + ..] bm[off + b*x + ..] for i < m, b < cols: dMc's
+ * fixed-order reduction (m and cols at most the setup's rows); `lower`: only the pairs b < i are
+ * needed (others may read as 0). */
 mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate, cl_int lower);
+                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower);
 /* Non-causal: the forward's summaries recomputed, then every stage of the backward. */
 mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                    cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,

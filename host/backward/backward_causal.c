@@ -494,13 +494,13 @@ static mhla_status dmc_products(const bc_call *x, cl_mem dmixing, cl_int *covere
             longest = kk;
     *covered = tab[longest].chunks;
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(x->plan, x->b, x->b->slots_gt, x->b->slots_s, longest * len, len,
-                                                     dmixing, *covered, x->lda, 0, 1));
+                                                     dmixing, *covered, *covered, x->lda, 0, 1));
     for (size_t kk = 0; kk < x->entries; ++kk) {
         if (tab[kk].chunk != 0 || kk == longest)
             continue;
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(x->plan, x->b, x->b->slots_gt, x->b->slots_s, kk * len, len,
-                                                         dmixing, tab[kk].chunks, x->lda, 1, 1));
+                                                         dmixing, tab[kk].chunks, tab[kk].chunks, x->lda, 1, 1));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:

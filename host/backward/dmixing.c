@@ -33,7 +33,7 @@ cleanup:
 }
 
 mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                   cl_mem out, cl_int m, cl_int ldo, cl_int accumulate, cl_int lower)
+                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -41,17 +41,18 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
     const cl_long len = (cl_long)b->dmix_len, offl = (cl_long)off;
     const cl_int chunks = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
     const size_t tm = (size_t)b->tiles.bwd_tm; /* kernels/backward_mixing.cl's BWD_TM */
-    const size_t tiles = ((size_t)m + tm - 1) / tm;
-    const size_t extent[3] = {tiles, tiles, (size_t)chunks}, rext[3] = {(size_t)m, (size_t)m, 1};
+    const size_t extent[3] = {((size_t)cols + tm - 1) / tm, ((size_t)m + tm - 1) / tm, (size_t)chunks};
+    const size_t rext[3] = {(size_t)cols, (size_t)m, 1};
     size_t local[3], rlocal[3];
     mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
     mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
     MHLA_SET_ARGS(st, ctx, b->k_dmixing, 0, MHLA_ARG(a), MHLA_ARG(bm), MHLA_ARG(b->dmix_part), MHLA_ARG(xl),
-                  MHLA_ARG(m), MHLA_ARG(len), MHLA_ARG(offl), MHLA_ARG(lower));
+                  MHLA_ARG(m), MHLA_ARG(cols), MHLA_ARG(len), MHLA_ARG(offl), MHLA_ARG(lower));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_SET_ARGS(st, ctx, b->k_dmix_reduce, 0, MHLA_ARG(b->dmix_part), MHLA_ARG(out), MHLA_ARG(m), MHLA_ARG(chunks),
+    MHLA_SET_ARGS(st, ctx, b->k_dmix_reduce, 0, MHLA_ARG(b->dmix_part), MHLA_ARG(out), MHLA_ARG(m), MHLA_ARG(cols),
+                  MHLA_ARG(chunks),
                   MHLA_ARG(ldo), MHLA_ARG(accumulate));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmix_reduce, 2, rext, rlocal, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing_reduce)"));

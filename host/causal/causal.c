@@ -15,6 +15,8 @@ mhla_grid mhla__causal_grid(const mhla_causal *c, int64_t n)
     g.heads = (cl_int)c->cfg.heads;
     g.seq_h = g.seq_w = g.pt = g.ph = g.pw = g.blk_h = g.blk_w = g.nb = g.m = 1;
     g.bh = (cl_int)c->bh;
+    g.kv_heads = g.heads; /* grouped heads are not built in causal mode yet (config/config.c) */
+    g.kv_m = 1;
     return g;
 }
 

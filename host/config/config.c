@@ -52,6 +52,90 @@ static int mul_ok(int64_t a, int64_t b, int64_t limit, int64_t *out)
     return 1;
 }
 
+/* The key/value side of a configuration whose query side is valid (sh filled): kv_heads and the
+ * kv grid, each 0 for "as the queries'". */
+static mhla_status kv_side(const mhla_config *cfg, mhla_shape *sh, char *msg, size_t msg_size)
+{
+    CHECK(cfg->kv_heads >= 0, MHLA_ERR_INVALID_SHAPE, "kv_heads must be >= 1 (0 = heads), got %lld",
+          (long long)cfg->kv_heads);
+    const int64_t hkv = cfg->kv_heads ? cfg->kv_heads : cfg->heads;
+    CHECK(cfg->heads % hkv == 0, MHLA_ERR_INVALID_SHAPE,
+          "kv_heads = %lld must divide heads = %lld (each key/value head serves H / H_kv query heads)",
+          (long long)hkv, (long long)cfg->heads);
+    const int64_t kv_seq[3] = {cfg->kv_seq_t, cfg->kv_seq_h, cfg->kv_seq_w};
+    const int64_t kv_blk[3] = {cfg->kv_block_t, cfg->kv_block_h, cfg->kv_block_w};
+    const int64_t q_seq[3] = {cfg->seq_t, cfg->seq_h, cfg->seq_w};
+    const int64_t q_blk[3] = {cfg->block_t, cfg->block_h, cfg->block_w};
+    static const char *const seq_names[3] = {"kv_seq_t", "kv_seq_h", "kv_seq_w"};
+    static const char *const blk_names[3] = {"kv_block_t", "kv_block_h", "kv_block_w"};
+    const int seq_given = kv_seq[0] || kv_seq[1] || kv_seq[2], blk_given = kv_blk[0] || kv_blk[1] || kv_blk[2];
+    int64_t seq[3], blk[3];
+    int same_grid = 1, same_blocks = 1;
+    for (int i = 0; i < 3; ++i) {
+        CHECK(!seq_given || kv_seq[i] >= 1, MHLA_ERR_INVALID_SHAPE,
+              "%s must be >= 1 where the key/value grid is given (all three 0 = the query grid), got %lld",
+              seq_names[i], (long long)kv_seq[i]);
+        seq[i] = seq_given ? kv_seq[i] : q_seq[i];
+        same_grid &= seq[i] == q_seq[i];
+    }
+    for (int i = 0; i < 3; ++i) {
+        CHECK(!blk_given || kv_blk[i] >= 1, MHLA_ERR_INVALID_SHAPE,
+              "%s must be >= 1 where the key/value blocks are given (all three 0 = the query blocks), got %lld",
+              blk_names[i], (long long)kv_blk[i]);
+        CHECK(blk_given || same_grid, MHLA_ERR_INVALID_SHAPE,
+              "the key/value grid %lldx%lldx%lld differs from the query grid %lldx%lldx%lld: give its blocks "
+              "(kv_block_t, kv_block_h, kv_block_w)",
+              (long long)seq[0], (long long)seq[1], (long long)seq[2], (long long)q_seq[0], (long long)q_seq[1],
+              (long long)q_seq[2]);
+        blk[i] = blk_given ? kv_blk[i] : q_blk[i];
+        same_blocks &= blk[i] == q_blk[i];
+    }
+    /* Grouped heads in the causal modes (chunk form, varlen, decoder, their backward) and with the
+     * official normalizer's per-token dots are not built yet: refused, not computed wrongly. */
+    CHECK(hkv == cfg->heads || !cfg->causal, MHLA_ERR_UNSUPPORTED,
+          "grouped key/value heads (kv_heads = %lld of heads = %lld) are not implemented in causal mode yet",
+          (long long)hkv, (long long)cfg->heads);
+    CHECK(hkv == cfg->heads || cfg->normalizer != MHLA_NORMALIZER_OFFICIAL, MHLA_ERR_UNSUPPORTED,
+          "grouped key/value heads (kv_heads = %lld of heads = %lld) are not implemented with the official "
+          "normalizer yet: use paper or none",
+          (long long)hkv, (long long)cfg->heads);
+    sh->heads_kv = hkv;
+    sh->group = cfg->heads / hkv;
+    sh->bh_kv = cfg->batch * hkv; /* <= batch * heads */
+    sh->cross = !same_grid || !same_blocks;
+    if (!sh->cross) {
+        sh->n_kv = sh->n, sh->m_kv = sh->m, sh->nb_kv = sh->nb;
+        sh->pt_kv = sh->pt, sh->ph_kv = sh->ph, sh->pw_kv = sh->pw;
+        return MHLA_OK;
+    }
+    CHECK(!cfg->causal, MHLA_ERR_UNSUPPORTED,
+          "cross-attention is non-causal: causal = 1 takes no key/value grid of its own (kv_seq %lldx%lldx%lld, "
+          "kv_block %lldx%lldx%lld)",
+          (long long)seq[0], (long long)seq[1], (long long)seq[2], (long long)blk[0], (long long)blk[1],
+          (long long)blk[2]);
+    CHECK(cfg->normalizer != MHLA_NORMALIZER_OFFICIAL, MHLA_ERR_UNSUPPORTED,
+          "the official normalizer pairs query positions with key positions of the same block and has no "
+          "meaning across two grids: cross-attention takes the paper or none normalizer");
+    int64_t hw, n, elems;
+    CHECK(mul_ok(seq[1], seq[2], INT_MAX, &hw) && mul_ok(hw, seq[0], INT_MAX, &n), MHLA_ERR_INVALID_SHAPE,
+          "key/value token grid %lldx%lldx%lld has more than %d tokens", (long long)seq[0], (long long)seq[1],
+          (long long)seq[2], INT_MAX);
+    static const char *const axis[3] = {"T", "Hs", "Ws"};
+    for (int i = 0; i < 3; ++i)
+        CHECK(seq[i] % blk[i] == 0, MHLA_ERR_INVALID_SHAPE,
+              "key/value token grid %s = %lld is not divisible by %s = %lld", axis[i], (long long)seq[i],
+              blk_names[i], (long long)blk[i]);
+    const int64_t dmax = cfg->dk > cfg->dv ? cfg->dk : cfg->dv;
+    CHECK(mul_ok(sh->bh_kv, n, INT64_MAX / 8, &elems) && mul_ok(elems, dmax, INT64_MAX / 8, &elems),
+          MHLA_ERR_INVALID_SHAPE, "key/value tensor of %lld x %lld x %lld elements overflows 64-bit sizes",
+          (long long)sh->bh_kv, (long long)n, (long long)dmax);
+    sh->n_kv = n;
+    sh->m_kv = blk[0] * blk[1] * blk[2];
+    sh->nb_kv = n / sh->m_kv;
+    sh->pt_kv = seq[0] / blk[0], sh->ph_kv = seq[1] / blk[1], sh->pw_kv = seq[2] / blk[2];
+    return MHLA_OK;
+}
+
 mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, char *msg, size_t msg_size)
 {
     mhla_shape sh;
@@ -154,11 +238,13 @@ mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, cha
         CHECK(cfg->mixing_rows <= 1 << 20, MHLA_ERR_INVALID_SHAPE, "mixing_rows = %lld is implausibly large",
               (long long)cfg->mixing_rows);
     }
+    const mhla_status kv = kv_side(cfg, &sh, msg, msg_size);
+    if (kv != MHLA_OK)
+        return kv;
     if (shape)
         *shape = sh;
     return MHLA_OK;
 }
-#undef CHECK
 
 mhla_status mhla_config_check(const mhla_config *cfg, char *msg, size_t msg_size)
 {
@@ -176,11 +262,17 @@ void mhla__config_resolve(mhla_config *cfg)
 {
     if (cfg->scale == 0.0f)
         cfg->scale = cfg->causal ? (float)(1.0 / sqrt((double)cfg->dk)) : 1.0f;
-    if (cfg->mixing_rows == 0) {
-        mhla_shape sh;
-        if (mhla__config_validate(cfg, &sh, NULL, 0) == MHLA_OK)
-            cfg->mixing_rows = sh.m;
-    }
+    mhla_shape sh;
+    if (mhla__config_validate(cfg, &sh, NULL, 0) != MHLA_OK)
+        return;
+    if (cfg->mixing_rows == 0)
+        cfg->mixing_rows = sh.m;
+    /* The key/value side spelled out (mhla_plan_config() shows what the plan runs). */
+    cfg->kv_heads = sh.heads_kv;
+    if (!cfg->kv_seq_t && !cfg->kv_seq_h && !cfg->kv_seq_w)
+        cfg->kv_seq_t = cfg->seq_t, cfg->kv_seq_h = cfg->seq_h, cfg->kv_seq_w = cfg->seq_w;
+    if (!cfg->kv_block_t && !cfg->kv_block_h && !cfg->kv_block_w)
+        cfg->kv_block_t = cfg->block_t, cfg->kv_block_h = cfg->block_h, cfg->kv_block_w = cfg->block_w;
 }
 
 size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor)
@@ -193,15 +285,19 @@ size_t mhla_config_tensor_elems(const mhla_config *cfg, mhla_tensor tensor)
 
 size_t mhla__shape_tensor_elems(const mhla_config *cfg, const mhla_shape *shape, mhla_tensor tensor)
 {
-    size_t rows = (size_t)shape->bh * (size_t)shape->n;
+    const size_t rows = (size_t)shape->bh * (size_t)shape->n, kv_rows = (size_t)shape->bh_kv * (size_t)shape->n_kv;
     switch (tensor) {
     case MHLA_TENSOR_Q:
-    case MHLA_TENSOR_K:
         return rows * (size_t)cfg->dk;
+    case MHLA_TENSOR_K:
+        return kv_rows * (size_t)cfg->dk;
     case MHLA_TENSOR_V:
+        return kv_rows * (size_t)cfg->dv;
     case MHLA_TENSOR_OUT:
         return rows * (size_t)cfg->dv;
     case MHLA_TENSOR_MIXING: {
+        if (!cfg->causal) /* M x M_kv */
+            return (size_t)shape->m * (size_t)shape->m_kv;
         size_t r = cfg->mixing_rows ? (size_t)cfg->mixing_rows : (size_t)shape->m;
         return r * r;
     }
@@ -231,9 +327,22 @@ mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, 
     c.feature_eps = defaults.feature_eps;
     c.normalizer = defaults.normalizer;
     c.eps = defaults.eps;
+    /* A key/value grid equal to the queries' (as mhla_plan_config() spells it out) is self-attention. */
+    if (c.kv_seq_t == c.seq_t && c.kv_seq_h == c.seq_h && c.kv_seq_w == c.seq_w)
+        c.kv_seq_t = c.kv_seq_h = c.kv_seq_w = 0;
+    if (!c.kv_seq_t && !c.kv_seq_h && !c.kv_seq_w)
+        c.kv_block_t = c.kv_block_h = c.kv_block_w = 0;
     mhla_status st = mhla__config_validate(&c, shape, msg, msg_size);
     if (st != MHLA_OK)
         return st;
+    if (shape->cross || shape->group != 1) {
+        snprintf(msg, msg_size,
+                 "the softmax baseline is not implemented for %s yet (kv_heads = %lld of heads = %lld, key/value "
+                 "grid of %lld tokens for %lld queries)",
+                 shape->cross ? "cross-attention" : "grouped key/value heads", (long long)shape->heads_kv,
+                 (long long)c.heads, (long long)shape->n_kv, (long long)shape->n);
+        return MHLA_ERR_UNSUPPORTED;
+    }
     if (c.scale == 0.0f)
         c.scale = (float)(1.0 / sqrt((double)c.dk));
     mhla__config_resolve(&c);

@@ -13,6 +13,12 @@ typedef struct mhla_shape {
     int64_t pt, ph, pw; /* block extent in tokens */
     int64_t bh;         /* batch * heads */
     int64_t summary_cols; /* Dv + 1: the value columns and the key-sum column z */
+    /* The key/value side: the query side's values for self-attention with H key/value heads. */
+    int64_t heads_kv, group; /* H_kv, and the query heads that share one: H / H_kv */
+    int64_t n_kv, m_kv, nb_kv;      /* tokens, blocks (the columns of Mc), tokens per block */
+    int64_t pt_kv, ph_kv, pw_kv;    /* block extent in tokens */
+    int64_t bh_kv;                  /* batch * H_kv: the summaries' heads */
+    int cross;                      /* 1 when the key/value grid or its blocks differ from the queries' */
 } mhla_shape;
 
 /* Validates cfg (msg gets the reason) and fills the derived shape. */

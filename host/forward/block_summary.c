@@ -36,8 +36,11 @@ mhla_status mhla__block_summary_setup(mhla_plan *plan)
             MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "summary_reduce", &plan->k_reduce));
     }
     if (t->splits > 1) {
-        const size_t row = (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float);
-        const size_t bytes = row * (size_t)plan->shape.m * (size_t)t->splits;
+        /* the key/value side's segments, and the backward's weighted summaries of the query side
+         * (its B*H heads) where its blocks are split alike (summary_split) */
+        const mhla_shape *sh = &plan->shape;
+        const size_t heads = (size_t)(sh->cross ? sh->bh_kv * sh->m_kv : sh->bh * sh->m);
+        const size_t bytes = heads * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float) * (size_t)t->splits;
         if (plan->k_reduce)
             plan->lws_reduce = mhla__local_size(ctx, plan->k_reduce, (size_t)t->wg);
         MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, bytes, "the block segments' summaries",
@@ -49,30 +52,34 @@ cleanup:
 }
 
 /* Launches `kern` (block_summary or block_summary_weighted, whose further arguments the caller
- * has set) into `out`, through the segments' partial summaries where blocks are split. */
-static mhla_status summary_launch(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
-                                  const cl_event *wait, const char *what)
+ * has set) into `out`, through the segments' partial summaries where blocks are split. The
+ * forward's summaries are of the key/value grid (`g` plan->kv_grid); the backward's weighted ones
+ * of the query grid (plan->grid), whose blocks are split as the key/value grid's only where the
+ * two grids are the same (a cross-attention plan sums its query blocks whole). */
+static mhla_status summary_launch(mhla_plan *plan, const mhla_grid *g, cl_kernel kern, cl_mem k, cl_mem v, cl_mem out,
+                                  cl_uint num_wait, const cl_event *wait, const char *what)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const float feature_eps = plan->cfg.feature_eps;
-    const cl_int splits = plan->tiles.splits, split_len = plan->tiles.split_len;
+    const int whole = g->nb != plan->kv_grid.nb;
+    const cl_int splits = whole ? 1 : plan->tiles.splits, split_len = whole ? g->nb : plan->tiles.split_len;
     cl_mem dst = splits > 1 ? plan->partial : out;
     /* The tiled summary leaves its segments to the mixing (mixing_splits adds them) */
     const int tiled = plan->tiles.tiled && kern == plan->k_summary;
-    const size_t extent[3] = {tiled ? plan->lws_summary[0] * tiled_groups(plan) : summary_tiles(plan),
-                              (size_t)plan->shape.bh, (size_t)(plan->shape.m * splits)};
+    const size_t extent[3] = {tiled ? plan->lws_summary[0] * tiled_groups(plan) : summary_tiles(plan), (size_t)g->bh,
+                              (size_t)g->m * (size_t)splits};
 
-    MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(dst), MHLA_ARG(plan->grid),
+    MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(dst), MHLA_ARG(*g),
                   MHLA_ARG(feature_eps), MHLA_ARG(splits), MHLA_ARG(split_len));
     const size_t *local = kern == plan->k_summary ? plan->lws_summary : plan->lws_weighted;
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, local, num_wait, wait, NULL, what));
     if (splits > 1 && !tiled) {
-        const size_t row = (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1);
-        const size_t rextent[3] = {(row + 3) / 4, (size_t)plan->shape.m, 1};
+        const size_t row = (size_t)g->bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1);
+        const size_t rextent[3] = {(row + 3) / 4, (size_t)g->m, 1};
         const size_t rlocal[3] = {plan->lws_reduce, 1, 1};
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_SET_ARGS(st, ctx, plan->k_reduce, 0, MHLA_ARG(plan->partial), MHLA_ARG(out), MHLA_ARG(plan->grid),
+        MHLA_SET_ARGS(st, ctx, plan->k_reduce, 0, MHLA_ARG(plan->partial), MHLA_ARG(out), MHLA_ARG(*g),
                       MHLA_ARG(splits));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_reduce, 2, rextent, rlocal, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(summary_reduce)"));
@@ -84,7 +91,7 @@ cleanup:
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait)
 {
-    return summary_launch(plan, plan->k_summary, k, v, plan->summary, num_wait, wait,
+    return summary_launch(plan, &plan->kv_grid, plan->k_summary, k, v, plan->summary, num_wait, wait,
                           "clEnqueueNDRangeKernel(block_summary)");
 }
 
@@ -113,7 +120,7 @@ mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern
 {
     mhla_status st = MHLA_OK;
     MHLA_SET_ARGS(st, plan->ctx, kern, 7, MHLA_ARG(w), MHLA_ARG(wz), MHLA_ARG(zscale));
-    MHLA_FORWARD_IF_ERROR(st, summary_launch(plan, kern, k, v, out, 0, NULL,
+    MHLA_FORWARD_IF_ERROR(st, summary_launch(plan, &plan->grid, kern, k, v, out, 0, NULL,
                                              "clEnqueueNDRangeKernel(block_summary_weighted)"));
 cleanup:
     return st;

@@ -10,16 +10,21 @@ void mhla__plan_tensor_shape(const void *obj, mhla_tensor t, char *buf, size_t s
     const mhla_plan *plan = obj;
     const mhla_config *c = &plan->cfg;
     if (t == MHLA_TENSOR_MIXING) {
-        snprintf(buf, size, "%lld x %lld float32", (long long)c->mixing_rows, (long long)c->mixing_rows);
+        snprintf(buf, size, "%lld x %lld float32", (long long)c->mixing_rows,
+                 (long long)(c->causal ? c->mixing_rows : plan->shape.m_kv));
         return;
     }
     long long d = (t == MHLA_TENSOR_Q || t == MHLA_TENSOR_K) ? (long long)c->dk : (long long)c->dv;
+    /* k and v: the key/value side's tokens and heads */
+    const int kv = t == MHLA_TENSOR_K || t == MHLA_TENSOR_V;
+    const long long n = (long long)(kv ? plan->shape.n_kv : plan->shape.n);
+    const long long h = (long long)(kv ? plan->shape.heads_kv : c->heads);
     if (c->layout == MHLA_LAYOUT_BHND)
-        snprintf(buf, size, "[B,H,N,D] = [%lld,%lld,%lld,%lld] %s", (long long)c->batch, (long long)c->heads,
-                 (long long)plan->shape.n, d, mhla_dtype_name(c->dtype));
+        snprintf(buf, size, "[B,H,N,D] = [%lld,%lld,%lld,%lld] %s", (long long)c->batch, h, n, d,
+                 mhla_dtype_name(c->dtype));
     else
-        snprintf(buf, size, "[B,N,H,D] = [%lld,%lld,%lld,%lld] %s", (long long)c->batch, (long long)plan->shape.n,
-                 (long long)c->heads, d, mhla_dtype_name(c->dtype));
+        snprintf(buf, size, "[B,N,H,D] = [%lld,%lld,%lld,%lld] %s", (long long)c->batch, n, h, d,
+                 mhla_dtype_name(c->dtype));
 }
 
 mhla_status mhla__plan_check_mem(mhla_plan *plan, const char *fn, mhla_tensor t, cl_mem buf)

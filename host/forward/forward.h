@@ -12,7 +12,8 @@ struct mhla_plan {
     int softmax;     /* a softmax-attention baseline plan (mhla_softmax_plan_create) */
     mhla_config cfg; /* resolved */
     mhla_shape shape;
-    mhla_grid grid;
+    mhla_grid grid;    /* the queries' side: the read-outs */
+    mhla_grid kv_grid; /* the keys' and values' side: the summaries (= grid for self-attention with H_kv = H) */
     mhla_tuning tuning; /* the device's row after overrides (tiles: what this plan made of it) */
     mhla_tiles tiles;
     cl_kernel k_summary;
@@ -63,7 +64,7 @@ typedef struct mhla_shard {
 /* mhla_plan_create() after plan->ctx, plan->cfg (unresolved) and plan->shard are set. */
 mhla_status mhla__plan_setup(mhla_plan *plan);
 
-/* Fills plan->grid from plan->cfg and plan->shape. */
+/* Fills plan->grid and plan->kv_grid from plan->cfg and plan->shape. */
 void mhla__plan_fill_grid(mhla_plan *plan);
 
 /* Stages of the non-causal forward, each in the file of forward/ named after it. */
@@ -81,9 +82,9 @@ mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern
                                                  cl_mem wz, float zscale, cl_mem out);
 mhla_status mhla__mixing_setup(mhla_plan *plan);
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
-/* c[M x x] = a[M x M] * b[M x x] with the plan's mixing GEMM (kernel or CLBlast; x one of the
- * forward's two widths, whose temporary buffer the plan holds). */
-mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, cl_mem b, cl_mem c, size_t x);
+/* c[rows x x] = a[rows x k] * b[k x x] with the plan's mixing GEMM (kernel or CLBlast; rows and k
+ * among M and M_kv, x at most the forward's widths, whose temporary buffer the plan holds). */
+mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x);
 mhla_status mhla__output_setup(mhla_plan *plan);
 /* Official normalizer only: q~_{b,p} . z_b for every block and position, before the mixing. */
 mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);

@@ -8,15 +8,16 @@
 /* Columns of the two GEMMs' right-hand sides. */
 static size_t summary_cols(const mhla_plan *plan)
 {
-    return (size_t)plan->shape.bh * (size_t)plan->cfg.dk * (size_t)plan->shape.summary_cols;
+    return (size_t)plan->shape.bh_kv * (size_t)plan->cfg.dk * (size_t)plan->shape.summary_cols;
 }
 static size_t dots_cols(const mhla_plan *plan) { return (size_t)plan->shape.bh * (size_t)plan->shape.nb; }
 
-/* Rows of the mixed result and of the summaries it mixes: M and M, or a shard's blocks and M. */
+/* Rows of the mixed result and of the summaries it mixes: M and M_kv (Mc is M x M_kv), or a shard's
+ * blocks and M. */
 static size_t mixed_rows(const mhla_plan *plan) { return (size_t)plan->shape.m; }
 static size_t source_rows(const mhla_plan *plan)
 {
-    return (size_t)(plan->shard ? plan->shard->gshape.m : plan->shape.m);
+    return (size_t)(plan->shard ? plan->shard->gshape.m : plan->shape.m_kv);
 }
 
 mhla_status mhla__mixing_setup(mhla_plan *plan)
@@ -43,6 +44,12 @@ mhla_status mhla__mixing_setup(mhla_plan *plan)
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld_temp_bytes(plan->ctx, m, summary_cols(plan), k, k, summary_cols(plan),
                                                         summary_cols(plan), &t1));
+    if (m != k) { /* cross-attention: the backward's dS = Mc^T G is M_kv x M times M rows */
+        size_t t3 = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld_temp_bytes(plan->ctx, k, summary_cols(plan), m, m,
+                                                            summary_cols(plan), summary_cols(plan), &t3));
+        t1 = t1 > t3 ? t1 : t3;
+    }
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL)
         MHLA_FORWARD_IF_ERROR(st, mhla__sgemm_ld_temp_bytes(plan->ctx, m, dots_cols(plan), k, k, dots_cols(plan),
                                                             dots_cols(plan), &t2));
@@ -72,10 +79,9 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, cl_mem b, cl_mem c, size_t x)
+mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x)
 {
-    const size_t m = (size_t)plan->shape.m;
-    return mix(plan, a, m, m, b, c, x);
+    return mix(plan, a, rows, k, b, c, x);
 }
 
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
@@ -87,13 +93,13 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
     const size_t m = mixed_rows(plan), k = source_rows(plan);
     if (plan->k_mix_splits) { /* the tiled summary's segments, added here in order, then mixed */
         mhla_context *ctx = plan->ctx;
-        const cl_int mi = (cl_int)m, splits = plan->tiles.splits;
+        const cl_int mi = (cl_int)m, ki = (cl_int)k, splits = plan->tiles.splits;
         const cl_long x = (cl_long)summary_cols(plan);
         cl_mem part = splits > 1 ? plan->partial : plan->summary;
         const size_t cols = (size_t)plan->tiles.mix_nv * (size_t)plan->tiles.mix_ve, mr = (size_t)plan->tiles.mix_mr;
         const size_t extent[3] = {((size_t)x + cols - 1) / cols, (m + mr - 1) / mr, 1};
         MHLA_SET_ARGS(st, ctx, plan->k_mix_splits, 0, MHLA_ARG(a), MHLA_ARG(part), MHLA_ARG(plan->summary),
-                      MHLA_ARG(plan->mixed), MHLA_ARG(mi), MHLA_ARG(splits), MHLA_ARG(x));
+                      MHLA_ARG(plan->mixed), MHLA_ARG(mi), MHLA_ARG(ki), MHLA_ARG(splits), MHLA_ARG(x));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_mix_splits, 2, extent, plan->lws_mix_splits, 0, NULL,
                                                NULL, "clEnqueueNDRangeKernel(mixing_splits)"));
         goto cleanup;

@@ -42,7 +42,7 @@ cleanup:
 int mhla__output_mixes(const mhla_plan *plan)
 {
     const mhla_tiles *t = &plan->tiles;
-    return t->tiled && !plan->save_for_backward && (int64_t)t->tl_fuse >= plan->shape.m * (int64_t)t->splits;
+    return t->tiled && !plan->save_for_backward && (int64_t)t->tl_fuse >= plan->shape.m_kv * (int64_t)t->splits;
 }
 
 mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_mem out, cl_event *done)
@@ -61,7 +61,7 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_me
                                   (size_t)plan->shape.m * tq_groups};
         /* mixed here: the segments' rows (the summaries' where blocks are whole) and Mc */
         const int mixes = mhla__output_mixes(plan);
-        const cl_int splits = t->splits, sources = mixes ? (cl_int)(plan->shape.m * t->splits) : 0;
+        const cl_int splits = t->splits, sources = mixes ? (cl_int)(plan->shape.m_kv * t->splits) : 0;
         cl_mem rows = !mixes ? plan->mixed : t->splits > 1 ? plan->partial : plan->summary;
         cl_mem mc = mixes ? mixing : plan->mixed; /* any valid buffer where it is not read */
         MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(rows), MHLA_ARG(out), MHLA_ARG(plan->grid),

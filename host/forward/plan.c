@@ -4,49 +4,68 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One side's grid from its sizes: n tokens on a (seq_h, seq_w) plane, blocks of (pt, ph, pw) tokens
+ * in (blk_h, blk_w) per frame, m of nb tokens, `heads` heads (the caller sets bh). */
+static void fill_side(mhla_grid *g, const mhla_shape *s, int64_t heads, int64_t n, int64_t seq_h, int64_t seq_w,
+                      int64_t pt, int64_t ph, int64_t pw, int64_t blk_h, int64_t blk_w, int64_t m, int64_t nb)
+{
+    g->n = (cl_int)n;
+    g->heads = (cl_int)heads;
+    g->seq_h = (cl_int)seq_h;
+    g->seq_w = (cl_int)seq_w;
+    g->pt = (cl_int)pt;
+    g->ph = (cl_int)ph;
+    g->pw = (cl_int)pw;
+    g->blk_h = (cl_int)blk_h;
+    g->blk_w = (cl_int)blk_w;
+    g->nb = (cl_int)nb;
+    g->m = (cl_int)m;
+    g->kv_heads = (cl_int)s->heads_kv;
+    g->kv_m = (cl_int)s->m_kv;
+    /* A block's positions are consecutive tokens along w; along whole rows when the block spans
+     * the image's width; along whole frames when it also spans the height (all of a 1D block). */
+    g->run = (cl_int)pw;
+    if (pw == seq_w) {
+        g->run *= (cl_int)ph;
+        if (ph == seq_h)
+            g->run *= (cl_int)pt;
+    }
+}
+
 void mhla__plan_fill_grid(mhla_plan *plan)
 {
     const mhla_config *c = &plan->cfg;
     const mhla_shape *s = &plan->shape;
-    mhla_grid *g = &plan->grid;
-    g->n = (cl_int)s->n;
-    g->heads = (cl_int)c->heads;
-    g->seq_h = (cl_int)c->seq_h;
-    g->seq_w = (cl_int)c->seq_w;
-    g->pt = (cl_int)s->pt;
-    g->ph = (cl_int)s->ph;
-    g->pw = (cl_int)s->pw;
-    g->blk_h = (cl_int)c->block_h;
-    g->blk_w = (cl_int)c->block_w;
-    g->nb = (cl_int)s->nb;
-    g->m = (cl_int)s->m;
-    g->bh = (cl_int)s->bh;
-    /* A block's positions are consecutive tokens along w; along whole rows when the block spans
-     * the image's width; along whole frames when it also spans the height (all of a 1D block). */
-    g->run = (cl_int)s->pw;
-    if (s->pw == c->seq_w) {
-        g->run *= (cl_int)s->ph;
-        if (s->ph == c->seq_h)
-            g->run *= (cl_int)s->pt;
+    fill_side(&plan->grid, s, c->heads, s->n, c->seq_h, c->seq_w, s->pt, s->ph, s->pw, c->block_h, c->block_w, s->m,
+              s->nb);
+    plan->grid.bh = (cl_int)s->bh;
+    if (!s->cross && s->group == 1) {
+        plan->kv_grid = plan->grid;
+        return;
     }
+    fill_side(&plan->kv_grid, s, s->heads_kv, s->n_kv, c->kv_seq_h, c->kv_seq_w, s->pt_kv, s->ph_kv, s->pw_kv,
+              c->kv_block_h, c->kv_block_w, s->m_kv, s->nb_kv);
+    plan->kv_grid.bh = (cl_int)s->bh_kv;
 }
 
 static mhla_status create_workspace(mhla_plan *plan)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    const size_t summary_bytes = (size_t)plan->shape.m * (size_t)plan->shape.bh * (size_t)plan->cfg.dk *
-                                 (size_t)plan->shape.summary_cols * sizeof(float);
+    /* one row per block of the key/value grid, and one mixed row per query block, each of B*H_kv heads */
+    const size_t head_bytes = (size_t)plan->shape.bh_kv * (size_t)plan->cfg.dk * (size_t)plan->shape.summary_cols *
+                              sizeof(float);
+    const size_t summary_bytes = (size_t)plan->shape.m_kv * head_bytes, mixed_bytes = (size_t)plan->shape.m * head_bytes;
     const size_t dots_bytes = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL
                                   ? (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float)
                                   : 0;
-    size_t total = 2 * summary_bytes + 2 * dots_bytes;
+    size_t total = summary_bytes + mixed_bytes + 2 * dots_bytes;
     MHLA_FAIL_IF(st, total > ctx->limits.global_mem_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
                  "the plan's workspace needs %zu bytes, more than the device's %llu bytes of global memory (%s)",
                  total, (unsigned long long)ctx->limits.global_mem_bytes, ctx->device_name);
     MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, summary_bytes, "the block summaries",
                                                   &plan->summary));
-    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, summary_bytes, "the mixed summaries",
+    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, mixed_bytes, "the mixed summaries",
                                                   &plan->mixed));
     if (dots_bytes) {
         MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,

@@ -26,6 +26,9 @@ static mhla_status shard_describe(mhla_context *ctx, const char *fn, mhla_shard 
                              : "blocks of the sequence");
     sh->offset = offset, sh->count = count;
     *local = *g;
+    /* self-attention over the shard's own grid (create_shard refuses the rest) */
+    local->kv_heads = local->kv_seq_t = local->kv_seq_h = local->kv_seq_w = 0;
+    local->kv_block_t = local->kv_block_h = local->kv_block_w = 0;
     if (g->varlen) {
         mhla__shard_varlen_tokens(sh, offset, count, &sh->token_offset, &sh->tokens);
         local->seq_t = sh->tokens;
@@ -103,6 +106,10 @@ static mhla_status create_shard(mhla_context *ctx, const char *fn, const mhla_co
     sh->global = *cfg;
     mhla__config_resolve(&sh->global);
     MHLA_FORWARD_IF_ERROR(st, mhla__config_validate(&sh->global, &sh->gshape, NULL, 0));
+    MHLA_FAIL_IF(st, sh->gshape.cross || sh->gshape.group != 1, ctx, MHLA_ERR_UNSUPPORTED,
+                 "%s: shards of %s are not implemented yet (kv_heads = %lld of heads = %lld)", fn,
+                 sh->gshape.cross ? "a cross-attention configuration" : "grouped key/value heads",
+                 (long long)sh->gshape.heads_kv, (long long)sh->global.heads);
     if (cu) {
         st = mhla__cu_seqlens_check(cu, num_seqs, sh->gshape.n, sh->global.chunk, sh->global.mixing_rows, msg,
                                     sizeof msg);

@@ -186,7 +186,8 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
     /* Segments per block: enough work-groups for every compute unit several times over, but no
      * segment shorter than the tuning's minimum (a short segment costs more to reduce than it
      * saves). */
-    const int64_t nb = shape->nb, groups = shape->m * shape->bh;
+    /* (the summaries' blocks: the key/value grid's, of B*H_kv heads) */
+    const int64_t nb = shape->nb_kv, groups = shape->m_kv * shape->bh_kv;
     const int64_t want = (int64_t)t->groups_per_cu * ctx->limits.compute_units;
     split_blocks(nb, groups < want ? (want + groups - 1) / groups : 1, t->split_min_len, 1, out);
     /* The official normalizer mixes per-token dot products (output.cl's path); the tiled read-out

@@ -237,6 +237,11 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
                  "mhla_diagnose: a varlen configuration (diagnose one sequence at a time)");
     st = mhla__config_validate(cfg_in, &shape, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "mhla_diagnose: %s", msg);
+    MHLA_FAIL_IF(st, shape.cross || shape.group != 1, NULL, MHLA_ERR_UNSUPPORTED,
+                 "mhla_diagnose: %s is not diagnosed yet (kv_heads = %lld of heads = %lld, %lld key tokens for %lld "
+                 "queries)",
+                 shape.cross ? "cross-attention" : "a configuration of grouped key/value heads",
+                 (long long)shape.heads_kv, (long long)cfg_in->heads, (long long)shape.n_kv, (long long)shape.n);
     cfg = *cfg_in;
     mhla__config_resolve(&cfg);
     if (opt_in)

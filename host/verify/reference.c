@@ -33,14 +33,34 @@ size_t mhla__ref_offset(const mhla_config *c, int64_t n, int64_t b, int64_t t, i
     return (size_t)((((b * n + t) * c->heads) + h) * dim + d);
 }
 
-/* Token index of position p in block blk (docs/spec.md "Token grid and blocks"). */
+/* Token index of position p in block blk of a grid of (T, Hs, Ws) tokens in blocks of
+ * (pt, ph, pw) tokens (docs/spec.md "Token grid and blocks"). */
+static int64_t grid_token(int64_t seq_h, int64_t seq_w, int64_t pt, int64_t ph, int64_t pw, int64_t blk, int64_t p)
+{
+    const int64_t blk_w = seq_w / pw, blk_h = seq_h / ph;
+    const int64_t bw_i = blk % blk_w, bh_i = (blk / blk_w) % blk_h, bt_i = blk / (blk_w * blk_h);
+    const int64_t px = p % pw, py = (p / pw) % ph, pf = p / (pw * ph);
+    const int64_t f = bt_i * pt + pf, y = bh_i * ph + py, x = bw_i * pw + px;
+    return (f * seq_h + y) * seq_w + x;
+}
+
+/* The query grid's and the key/value grid's (cfg resolved: kv_seq_* spelled out). */
 static int64_t token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, int64_t p)
 {
-    const int64_t bw_i = blk % c->block_w, bh_i = (blk / c->block_w) % c->block_h,
-                  bt_i = blk / (c->block_w * c->block_h);
-    const int64_t px = p % s->pw, py = (p / s->pw) % s->ph, pf = p / (s->pw * s->ph);
-    const int64_t f = bt_i * s->pt + pf, y = bh_i * s->ph + py, x = bw_i * s->pw + px;
-    return (f * c->seq_h + y) * c->seq_w + x;
+    return grid_token(c->seq_h, c->seq_w, s->pt, s->ph, s->pw, blk, p);
+}
+static int64_t kv_token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, int64_t p)
+{
+    return grid_token(c->kv_seq_h, c->kv_seq_w, s->pt_kv, s->ph_kv, s->pw_kv, blk, p);
+}
+
+/* Offset of element (batch, token, kv head, d) of k or v: N_kv tokens, H_kv heads. */
+static size_t kv_offset(const mhla_config *c, const mhla_shape *s, int64_t b, int64_t t, int64_t h, int64_t d,
+                        int64_t dim)
+{
+    if (c->layout == MHLA_LAYOUT_BHND)
+        return (size_t)((((b * s->heads_kv + h) * s->n_kv) + t) * dim + d);
+    return (size_t)((((b * s->n_kv + t) * s->heads_kv) + h) * dim + d);
 }
 
 /* Causal MHLA (docs/spec.md "Causal MHLA"), chunk form, for one sequence: batch element b, head h,
@@ -172,9 +192,12 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
         goto cleanup;
     }
 
+    /* Queries: M blocks of Nb of N tokens; keys and values: M_kv blocks of Nb_kv of N_kv tokens, H_kv
+     * heads (the queries' for self-attention); Mc is M x M_kv. */
     const int64_t M = s.m, Nb = s.nb, N = s.n, Dk = cfg.dk, Dv = cfg.dv, C = Dv + 1;
+    const int64_t Mk = s.m_kv, Nbk = s.nb_kv;
     const double scale = cfg.scale, feps = cfg.feature_eps, eps = cfg.eps;
-    S = mhla__calloc((size_t)(M * Dk * C), sizeof *S);
+    S = mhla__calloc((size_t)(Mk * Dk * C), sizeof *S);
     Smix = mhla__calloc((size_t)(M * Dk * C), sizeof *Smix);
     qt = mhla__calloc((size_t)(N * Dk), sizeof *qt); /* q~ of every token, indexed by block and position */
     dots = mhla__calloc((size_t)N, sizeof *dots);
@@ -183,28 +206,31 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
 
     for (int64_t b = 0; b < cfg.batch; ++b) {
         for (int64_t h = 0; h < cfg.heads; ++h) {
-            /* 1. S_b = sum k~ v^T, z_b = sum k~ (stored as column Dv). */
-            memset(S, 0, (size_t)(M * Dk * C) * sizeof *S);
-            for (int64_t blk = 0; blk < M; ++blk)
-                for (int64_t p = 0; p < Nb; ++p) {
-                    const int64_t t = token_of(&cfg, &s, blk, p);
+            const int64_t hk = h / s.group; /* the key/value head query head h reads */
+            /* 1. S_b = sum k~ v^T, z_b = sum k~ (stored as column Dv), over the key/value blocks. */
+            memset(S, 0, (size_t)(Mk * Dk * C) * sizeof *S);
+            for (int64_t blk = 0; blk < Mk; ++blk)
+                for (int64_t p = 0; p < Nbk; ++p) {
+                    const int64_t t = kv_token_of(&cfg, &s, blk, p);
                     for (int64_t d = 0; d < Dk; ++d) {
-                        const double kd = mhla__ref_feature(k[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
+                        const double kd = mhla__ref_feature(k[kv_offset(&cfg, &s, b, t, hk, d, Dk)], cfg.feature_map, feps);
                         double *row = S + (blk * Dk + d) * C;
                         for (int64_t e = 0; e < Dv; ++e)
-                            row[e] += kd * v[mhla__ref_offset(&cfg, N, b, t, h, e, Dv)];
+                            row[e] += kd * v[kv_offset(&cfg, &s, b, t, hk, e, Dv)];
                         row[Dv] += kd;
                     }
                 }
             /* 2. S~_i = sum_b Mc[i,b] S_b. */
             memset(Smix, 0, (size_t)(M * Dk * C) * sizeof *Smix);
             for (int64_t i = 0; i < M; ++i)
-                for (int64_t blk = 0; blk < M; ++blk) {
-                    const double w = mixing[i * M + blk];
+                for (int64_t blk = 0; blk < Mk; ++blk) {
+                    const double w = mixing[i * Mk + blk];
                     for (int64_t x = 0; x < Dk * C; ++x)
                         Smix[i * Dk * C + x] += w * S[blk * Dk * C + x];
                 }
-            /* q~ per (block, position), and q~_{b,p} . z_b for the official normalizer. */
+            /* q~ per (block, position), and q~_{b,p} . z_b for the official normalizer (self-attention
+             * only: config/config.c refuses it across two grids). */
+            const int official = cfg.normalizer == MHLA_NORMALIZER_OFFICIAL;
             for (int64_t blk = 0; blk < M; ++blk)
                 for (int64_t p = 0; p < Nb; ++p) {
                     const int64_t t = token_of(&cfg, &s, blk, p);
@@ -212,7 +238,7 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
                     for (int64_t d = 0; d < Dk; ++d) {
                         const double qd = scale * mhla__ref_feature(q[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
                         qt[(blk * Nb + p) * Dk + d] = qd;
-                        dot += qd * S[(blk * Dk + d) * C + Dv];
+                        dot += official ? qd * S[(blk * Dk + d) * C + Dv] : 0.0;
                     }
                     dots[blk * Nb + p] = dot;
                 }

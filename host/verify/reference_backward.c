@@ -47,12 +47,15 @@ static double phi_prime(double x, mhla_feature_map fm)
     return 1.0;
 }
 
-/* One sequence of `len` tokens: what the pair loop needs to know about each token. */
+/* One sequence of `len` query tokens and `len_kv` key/value tokens (the same ones but for
+ * cross-attention): what the pair loop needs to know about each token. */
 typedef struct seq_view {
     const mhla_config *c;
     int64_t n, b, h, t0, len; /* tensors of n tokens; batch b, head h, tokens t0 .. t0+len-1 */
-    int64_t rows;             /* leading dimension of Mc (and dMc) */
-    int64_t *grp, *pos;       /* block (or chunk) and position of each token */
+    int64_t n_kv, heads_kv, h_kv, len_kv; /* k and v: n_kv tokens, heads_kv heads; h's kv head; len_kv keys */
+    int64_t rows, cols;       /* Mc (and dMc) is rows x cols, row-major */
+    int64_t *grp, *pos;       /* block (or chunk) and position of each query token */
+    int64_t *grp_kv;          /* block (or chunk) of each key token */
     int64_t *at;              /* non-causal: token at (block, position), for the official normalizer */
     int64_t nb;               /* tokens per block (non-causal) */
 } seq_view;
@@ -66,12 +69,21 @@ static size_t idx(const seq_view *sv, int64_t t, int64_t d, int64_t dim)
     return (size_t)((((sv->b * sv->n + tok) * c->heads) + sv->h) * dim + d);
 }
 
+/* Key/value token s (of the sequence) of k, v, dk, dv. */
+static size_t kidx(const seq_view *sv, int64_t s, int64_t d, int64_t dim)
+{
+    const int64_t tok = sv->t0 + s;
+    if (sv->c->layout == MHLA_LAYOUT_BHND)
+        return (size_t)((((sv->b * sv->heads_kv + sv->h_kv) * sv->n_kv) + tok) * dim + d);
+    return (size_t)((((sv->b * sv->n_kv + tok) * sv->heads_kv) + sv->h_kv) * dim + d);
+}
+
 /* May t see s, and with which entry of Mc? (docs/spec.md "Non-causal MHLA" and "Causal MHLA".) */
 static int pair_weight(const seq_view *sv, int64_t t, int64_t s)
 {
     if (!sv->c->causal)
         return 1;
-    return sv->grp[s] < sv->grp[t] || (sv->grp[s] == sv->grp[t] && s <= t);
+    return sv->grp_kv[s] < sv->grp[t] || (sv->grp_kv[s] == sv->grp[t] && s <= t);
 }
 
 static mhla_status sequence_backward(const seq_view *sv, const float *q, const float *k, const float *v,
@@ -80,38 +92,39 @@ static mhla_status sequence_backward(const seq_view *sv, const float *q, const f
 {
     mhla_status st = MHLA_OK;
     const mhla_config *c = sv->c;
-    const int64_t L = sv->len, Dk = c->dk, Dv = c->dv, R = sv->rows;
+    const int64_t L = sv->len, Lk = sv->len_kv, Dk = c->dk, Dv = c->dv, R = sv->cols; /* R: Mc's leading dimension */
     const int paper = c->normalizer == MHLA_NORMALIZER_PAPER, official = c->normalizer == MHLA_NORMALIZER_OFFICIAL;
     const double scale = c->scale, feps = c->feature_eps;
-    double *qt = mhla__malloc((size_t)(L * Dk) * sizeof *qt), *kt = mhla__malloc((size_t)(L * Dk) * sizeof *kt);
-    double *dqt = mhla__calloc((size_t)(L * Dk), sizeof *dqt), *dkt = mhla__calloc((size_t)(L * Dk), sizeof *dkt);
+    double *qt = mhla__malloc((size_t)(L * Dk) * sizeof *qt), *kt = mhla__malloc((size_t)(Lk * Dk) * sizeof *kt);
+    double *dqt = mhla__calloc((size_t)(L * Dk), sizeof *dqt), *dkt = mhla__calloc((size_t)(Lk * Dk), sizeof *dkt);
     double *g = mhla__malloc((size_t)(L * Dv) * sizeof *g), *r = mhla__calloc((size_t)L, sizeof *r);
     double *num = mhla__malloc((size_t)Dv * sizeof *num);
     MHLA_FAIL_IF(st, !qt || !kt || !dqt || !dkt || !g || !r || !num, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_reference_backward: out of host memory");
     for (int64_t t = 0; t < L; ++t)
-        for (int64_t d = 0; d < Dk; ++d) {
+        for (int64_t d = 0; d < Dk; ++d)
             qt[t * Dk + d] = scale * phi(q[idx(sv, t, d, Dk)], c->feature_map, feps);
-            kt[t * Dk + d] = phi(k[idx(sv, t, d, Dk)], c->feature_map, feps);
-        }
+    for (int64_t t = 0; t < Lk; ++t)
+        for (int64_t d = 0; d < Dk; ++d)
+            kt[t * Dk + d] = phi(k[kidx(sv, t, d, Dk)], c->feature_map, feps);
     /* The forward, per token: o_t = num_t / den_t; then g_t = dL/dnum_t = dO_t / den_t and
      * r_t = dL/dden_t = -(dO_t . o_t) / den_t. */
     for (int64_t t = 0; t < L; ++t) {
         double den = official || paper ? c->eps : 1.0;
         memset(num, 0, (size_t)Dv * sizeof *num);
-        for (int64_t s = 0; s < L; ++s) {
+        for (int64_t s = 0; s < Lk; ++s) {
             if (!pair_weight(sv, t, s))
                 continue;
-            const double w = mixing[sv->grp[t] * R + sv->grp[s]];
+            const double w = mixing[sv->grp[t] * R + sv->grp_kv[s]];
             double a = 0.0;
             for (int64_t d = 0; d < Dk; ++d)
                 a += qt[t * Dk + d] * kt[s * Dk + d];
             for (int64_t e = 0; e < Dv; ++e)
-                num[e] += w * a * v[idx(sv, s, e, Dv)];
+                num[e] += w * a * v[kidx(sv, s, e, Dv)];
             if (paper)
                 den += w * a;
             if (official) {
-                const double *u = qt + sv->at[sv->grp[s] * sv->nb + sv->pos[t]] * Dk;
+                const double *u = qt + sv->at[sv->grp_kv[s] * sv->nb + sv->pos[t]] * Dk;
                 double a2 = 0.0;
                 for (int64_t d = 0; d < Dk; ++d)
                     a2 += u[d] * kt[s * Dk + d];
@@ -128,23 +141,23 @@ static mhla_status sequence_backward(const seq_view *sv, const float *q, const f
     }
     /* Each pair term w (q~_t . k~_s) v_s of the numerator, and its share of the denominator. */
     for (int64_t t = 0; t < L; ++t)
-        for (int64_t s = 0; s < L; ++s) {
+        for (int64_t s = 0; s < Lk; ++s) {
             if (!pair_weight(sv, t, s))
                 continue;
-            const int64_t i = sv->grp[t], j = sv->grp[s];
+            const int64_t i = sv->grp[t], j = sv->grp_kv[s];
             const double w = mixing[i * R + j];
             double a = 0.0, gv = 0.0;
             for (int64_t d = 0; d < Dk; ++d)
                 a += qt[t * Dk + d] * kt[s * Dk + d];
             for (int64_t e = 0; e < Dv; ++e)
-                gv += g[t * Dv + e] * v[idx(sv, s, e, Dv)];
+                gv += g[t * Dv + e] * v[kidx(sv, s, e, Dv)];
             const double da = gv + (paper ? r[t] : 0.0); /* dL/d(w a) */
             for (int64_t d = 0; d < Dk; ++d) {
                 dqt[t * Dk + d] += w * da * kt[s * Dk + d];
                 dkt[s * Dk + d] += w * da * qt[t * Dk + d];
             }
             for (int64_t e = 0; e < Dv; ++e)
-                dv[idx(sv, s, e, Dv)] += w * a * g[t * Dv + e];
+                dv[kidx(sv, s, e, Dv)] += w * a * g[t * Dv + e];
             if (dmix)
                 dmix[i * R + j] += a * da;
             if (official) {
@@ -160,23 +173,26 @@ static mhla_status sequence_backward(const seq_view *sv, const float *q, const f
                     dmix[i * R + j] += r[t] * a2;
             }
         }
-    /* Through the feature maps and the scale. */
+    /* Through the feature maps and the scale; a key/value head's dk sums its query heads'. */
     for (int64_t t = 0; t < L; ++t)
-        for (int64_t d = 0; d < Dk; ++d) {
+        for (int64_t d = 0; d < Dk; ++d)
             dq[idx(sv, t, d, Dk)] = dqt[t * Dk + d] * scale * phi_prime(q[idx(sv, t, d, Dk)], c->feature_map);
-            dk[idx(sv, t, d, Dk)] = dkt[t * Dk + d] * phi_prime(k[idx(sv, t, d, Dk)], c->feature_map);
-        }
+    for (int64_t t = 0; t < Lk; ++t)
+        for (int64_t d = 0; d < Dk; ++d)
+            dk[kidx(sv, t, d, Dk)] += dkt[t * Dk + d] * phi_prime(k[kidx(sv, t, d, Dk)], c->feature_map);
 cleanup:
     mhla__free(qt), mhla__free(kt), mhla__free(dqt), mhla__free(dkt), mhla__free(g), mhla__free(r), mhla__free(num);
     return st;
 }
 
-/* Block and position of token n of the grid, straight from docs/spec.md "Token grid and blocks". */
-static void locate(const mhla_config *c, const mhla_shape *s, int64_t n, int64_t *blk, int64_t *pos)
+/* Block and position of token n of a grid of (T, Hs, Ws) tokens in blocks of (pt, ph, pw) tokens,
+ * straight from docs/spec.md "Token grid and blocks". */
+static void locate(int64_t seq_h, int64_t seq_w, int64_t pt, int64_t ph, int64_t pw, int64_t n, int64_t *blk,
+                   int64_t *pos)
 {
-    const int64_t x = n % c->seq_w, y = (n / c->seq_w) % c->seq_h, f = n / (c->seq_w * c->seq_h);
-    *blk = ((f / s->pt) * c->block_h + y / s->ph) * c->block_w + x / s->pw;
-    *pos = ((f % s->pt) * s->ph + y % s->ph) * s->pw + x % s->pw;
+    const int64_t x = n % seq_w, y = (n / seq_w) % seq_h, f = n / (seq_w * seq_h);
+    *blk = ((f / pt) * (seq_h / ph) + y / ph) * (seq_w / pw) + x / pw;
+    *pos = ((f % pt) * ph + y % ph) * pw + x % pw;
 }
 
 static mhla_status run(const char *fn, const mhla_config *cfg_in, const float *q, const float *k, const float *v,
@@ -187,7 +203,7 @@ static mhla_status run(const char *fn, const mhla_config *cfg_in, const float *q
     mhla_config cfg;
     mhla_shape s;
     char msg[512];
-    int64_t *grp = NULL, *pos = NULL, *at = NULL;
+    int64_t *grp = NULL, *pos = NULL, *at = NULL, *grp_kv = NULL, *pos_kv = NULL;
 
     MHLA_FAIL_IF(st, !cfg_in, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
     MHLA_FAIL_IF(st, !q || !k || !v || !mixing || !dout || !dq || !dk || !dv, NULL, MHLA_ERR_INVALID_ARGUMENT,
@@ -204,40 +220,51 @@ static mhla_status run(const char *fn, const mhla_config *cfg_in, const float *q
         st = mhla__cu_seqlens_check(cu, num_seqs, s.n, cfg.chunk, cfg.mixing_rows, msg, sizeof msg);
         MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "%s: %s", fn, msg);
     }
-    const int64_t N = s.n, rows = cfg.causal ? cfg.mixing_rows : s.m;
-    const size_t nq = (size_t)(s.bh * N * cfg.dk), nv = (size_t)(s.bh * N * cfg.dv);
+    const int64_t N = s.n, Nk = s.n_kv, rows = cfg.causal ? cfg.mixing_rows : s.m;
+    const int64_t cols = cfg.causal ? cfg.mixing_rows : s.m_kv;
+    const size_t nq = (size_t)(s.bh * N * cfg.dk), nk = (size_t)(s.bh_kv * Nk * cfg.dk),
+                 nv = (size_t)(s.bh_kv * Nk * cfg.dv);
     memset(dq, 0, nq * sizeof *dq);
-    memset(dk, 0, nq * sizeof *dk);
+    memset(dk, 0, nk * sizeof *dk);
     memset(dv, 0, nv * sizeof *dv);
     if (dmixing)
-        memset(dmixing, 0, (size_t)(rows * rows) * sizeof *dmixing);
+        memset(dmixing, 0, (size_t)(rows * cols) * sizeof *dmixing);
     grp = mhla__malloc((size_t)N * sizeof *grp);
     pos = mhla__malloc((size_t)N * sizeof *pos);
     at = mhla__malloc((size_t)N * sizeof *at);
-    MHLA_FAIL_IF(st, !grp || !pos || !at, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory", fn);
+    grp_kv = mhla__malloc((size_t)Nk * sizeof *grp_kv);
+    pos_kv = mhla__malloc((size_t)Nk * sizeof *pos_kv);
+    MHLA_FAIL_IF(st, !grp || !pos || !at || !grp_kv || !pos_kv, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                 "%s: out of host memory", fn);
 
-    seq_view sv = {.c = &cfg, .n = N, .rows = rows, .grp = grp, .pos = pos, .at = at, .nb = s.nb};
-    if (!cfg.causal)
+    seq_view sv = {.c = &cfg, .n = N, .n_kv = Nk, .heads_kv = s.heads_kv, .rows = rows, .cols = cols, .grp = grp,
+                   .pos = pos, .grp_kv = cfg.causal ? grp : grp_kv, .at = at, .nb = s.nb};
+    if (!cfg.causal) {
         for (int64_t t = 0; t < N; ++t) {
-            locate(&cfg, &s, t, &grp[t], &pos[t]);
+            locate(cfg.seq_h, cfg.seq_w, s.pt, s.ph, s.pw, t, &grp[t], &pos[t]);
             at[grp[t] * s.nb + pos[t]] = t;
         }
+        for (int64_t t = 0; t < Nk; ++t)
+            locate(cfg.kv_seq_h, cfg.kv_seq_w, s.pt_kv, s.ph_kv, s.pw_kv, t, &grp_kv[t], &pos_kv[t]);
+    }
     /* Sequences: every batch element (each one sequence), or the packed ones of a varlen batch. */
     const size_t nseq = cu ? num_seqs : (size_t)cfg.batch;
     for (size_t sq = 0; sq < nseq; ++sq) {
         sv.b = cu ? 0 : (int64_t)sq;
         sv.t0 = cu ? cu[sq] : 0;
         sv.len = cu ? (int64_t)cu[sq + 1] - cu[sq] : N;
+        sv.len_kv = cu ? sv.len : Nk;
         if (cfg.causal)
             for (int64_t t = 0; t < sv.len; ++t)
                 grp[t] = t / cfg.chunk, pos[t] = t % cfg.chunk;
         for (int64_t h = 0; h < cfg.heads; ++h) {
             sv.h = h;
+            sv.h_kv = h / s.group;
             MHLA_FORWARD_IF_ERROR(st, sequence_backward(&sv, q, k, v, mixing, dout, dq, dk, dv, dmixing));
         }
     }
 cleanup:
-    mhla__free(grp), mhla__free(pos), mhla__free(at);
+    mhla__free(grp), mhla__free(pos), mhla__free(at), mhla__free(grp_kv), mhla__free(pos_kv);
     return st;
 }
 

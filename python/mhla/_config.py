@@ -63,6 +63,11 @@ def check_array(x, what, dtype_name, ndim=None):
     return tuple(int(s) for s in x.shape)
 
 
+def out_shape_of(q_shape, v_shape):
+    """The output's shape: q's, with v's head dimension (the last extent in both layouts)."""
+    return tuple(q_shape[:3]) + (v_shape[3],) if len(q_shape) == 4 and len(v_shape) == 4 else tuple(v_shape)
+
+
 def grid3(grid, n, what):
     """An int or 1-3 extents as (T, H, W): (N,) -> (N, 1, 1), (H, W) -> (1, H, W); None -> (n, 1, 1)."""
     if grid is None:
@@ -82,8 +87,9 @@ class Options:
 
     def __init__(self, grid=None, blocks=None, normalizer=None, feature_map=None, causal=False,
                  chunk=None, cu_seqlens=None, dtype=None, layout="bnhd", scale=None, eps=None,
-                 feature_eps=None, softmax=False):
+                 feature_eps=None, softmax=False, kv_grid=None, kv_blocks=None):
         self.grid, self.blocks = grid, blocks
+        self.kv_grid, self.kv_blocks = kv_grid, kv_blocks
         self.normalizer, self.feature_map = normalizer, feature_map
         self.causal, self.chunk = bool(causal), chunk
         self.cu_seqlens = cu_seqlens
@@ -104,18 +110,24 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
         b, a1, a2, d = shape
         return (b, a1, a2, d) if opts.layout == "bnhd" else (b, a2, a1, d)
     b, n, h, dk = split(q_shape, "q")
-    for what, shape in (("k", k_shape), ("v", v_shape)):
-        b2, n2, h2, d2 = split(shape, what)
-        if (b2, n2, h2) != (b, n, h):
-            raise _shape_err("%s has shape %s but q has %s: B, N and H must agree (layout %s)"
-                             % (what, shape, q_shape, opts.layout))
-    if split(k_shape, "k")[3] != dk:
-        raise _shape_err("k has head dimension %d but q has %d" % (k_shape[3], dk))
+    # k and v have their own tokens (cross-attention) and heads (grouped key/value heads)
+    bk, n_kv, h_kv, dk2 = split(k_shape, "k")
+    if bk != b:
+        raise _shape_err("k has shape %s but q has %s: B must agree (layout %s)" % (k_shape, q_shape, opts.layout))
+    if split(v_shape, "v")[:3] != (bk, n_kv, h_kv):
+        raise _shape_err("v has shape %s but k has %s: B, N and H must agree (layout %s)"
+                         % (v_shape, k_shape, opts.layout))
+    if dk2 != dk:
+        raise _shape_err("k has head dimension %d but q has %d" % (dk2, dk))
+    if h % h_kv:
+        raise _shape_err("k and v have %d heads, which do not divide q's %d (each key/value head serves "
+                         "H / H_kv query heads)" % (h_kv, h))
     dv = split(v_shape, "v")[3]
 
     cfg = ffi.new("mhla_config *")
     (lib.mhla_config_init_causal if opts.causal else lib.mhla_config_init)(cfg)
     cfg.batch, cfg.heads, cfg.dk, cfg.dv = b, h, dk, dv
+    cfg.kv_heads = h_kv
     cfg.layout = layout
     cfg.dtype = _DTYPES[opts.dtype][0]
     if opts.normalizer is not None:
@@ -129,6 +141,10 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
     if opts.feature_eps is not None:
         cfg.feature_eps = float(opts.feature_eps)
 
+    if opts.causal or opts.softmax:
+        if opts.kv_grid is not None or opts.kv_blocks is not None or n_kv != n:
+            raise _bad("kv_grid, kv_blocks or keys of their own length (%d for %d queries): cross-attention is "
+                       "non-causal MHLA only" % (n_kv, n))
     if opts.causal:
         if opts.grid is not None and grid3(opts.grid, n, "grid")[1:] != (1, 1):
             raise _bad("grid=%r: the causal chunk form takes a 1D sequence" % (opts.grid,))
@@ -170,26 +186,50 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
             bt, bh, bw = grid3(g, n, "blocks")
             cfg.block_t, cfg.block_h, cfg.block_w = bt, bh, bw
             m = bt * bh * bw
-            if mixing_shape is not None and tuple(mixing_shape) != (m, m):
-                raise _shape_err("mixing has shape %s but blocks=%r make M = %d: expected (%d, %d)"
-                                 % (tuple(mixing_shape), blocks, m, m, m))
+            # the key/value grid: kv_grid, else the query grid where k has q's N, else 1D
+            kv = grid3(opts.kv_grid, n_kv, "kv_grid") if opts.kv_grid is not None else \
+                ((t, hs, ws) if n_kv == n else (n_kv, 1, 1))
+            if kv[0] * kv[1] * kv[2] != n_kv:
+                raise _shape_err("kv_grid=%r has %d tokens but k and v have N = %d"
+                                 % (opts.kv_grid, kv[0] * kv[1] * kv[2], n_kv))
+            if opts.kv_blocks is not None:
+                kb = grid3(opts.kv_blocks, n_kv, "kv_blocks")
+            elif kv == (t, hs, ws):
+                kb = (bt, bh, bw)
+            else:
+                raise _bad("kv_blocks= is needed: the key/value grid %r is not the query grid %r"
+                           % (kv, (t, hs, ws)))
+            cross = kv != (t, hs, ws) or kb != (bt, bh, bw)
+            if cross:
+                cfg.kv_seq_t, cfg.kv_seq_h, cfg.kv_seq_w = kv
+                cfg.kv_block_t, cfg.kv_block_h, cfg.kv_block_w = kb
+            m_kv = kb[0] * kb[1] * kb[2]
+            if mixing_shape is not None and tuple(mixing_shape) != (m, m_kv):
+                raise _shape_err("mixing has shape %s but blocks=%r make M = %d: expected (%d, %d)%s"
+                                 % (tuple(mixing_shape), blocks, m, m, m_kv,
+                                    " (M_kv = %d blocks of kv_blocks=%r)" % (m_kv, opts.kv_blocks) if cross else ""))
     key = tuple(getattr(cfg, f) for f in (
         "batch", "heads", "seq_t", "seq_h", "seq_w", "block_t", "block_h", "block_w", "dk", "dv",
         "layout", "feature_map", "feature_eps", "scale", "normalizer", "eps", "dtype", "causal",
-        "chunk", "mixing_rows", "varlen")) + (opts.softmax,)
+        "chunk", "mixing_rows", "varlen", "kv_heads", "kv_seq_t", "kv_seq_h", "kv_seq_w", "kv_block_t",
+        "kv_block_h", "kv_block_w")) + (opts.softmax,)
     return cfg, key
 
 
 def prepare(opts, named, mixing):
     """Everything forward, backward, the reference and the diagnosis check before the library:
     the storage type (from the first array when opts.dtype is None), each array (dtype,
-    contiguity), a dout after q, k, v shaped like v, the mixing matrix (not for softmax), and the
-    configuration. named: [(array, name), ...] with q, k, v first. Returns (cfg, key, shapes,
-    mixing shape, cu_seqlens as int32 or None)."""
+    contiguity), a dout after q, k, v shaped like the output, the mixing matrix (not for softmax),
+    and the configuration. named: [(array, name), ...] with q, k, v first. Returns (cfg, key,
+    shapes, mixing shape, cu_seqlens as int32 or None); shapes[3] is the output's, shapes[4]
+    dout's where given."""
     opts.dtype = dtype_of(opts.dtype, np.dtype(named[0][0].dtype))
     shapes = [check_array(x, name, opts.dtype) for x, name in named]
-    if len(shapes) > 3 and shapes[3] != shapes[2]:
-        raise _shape_err("dout has shape %s but the output is shaped like v, %s" % (shapes[3], shapes[2]))
+    out_shape = out_shape_of(shapes[0], shapes[2])
+    if len(shapes) > 3 and shapes[3] != out_shape:
+        raise _shape_err("dout has shape %s but the output is shaped %s (q's, with v's head dimension)"
+                         % (shapes[3], out_shape))
+    shapes.insert(3, out_shape)
     mshape = None if opts.softmax else check_array(mixing, "mixing", "f32", ndim=2)
     cfg, key = build(opts, *shapes[:3], mshape)
     cu = cu_seqlens_array(opts.cu_seqlens) if opts.cu_seqlens is not None else None

@@ -135,15 +135,20 @@ class Context:
     # ---- forward ------------------------------------------------------------------------------
     def forward(self, q, k, v, mixing=None, *, grid=None, blocks=None, normalizer=None,
                 feature_map=None, causal=False, chunk=None, cu_seqlens=None, dtype=None,
-                layout="bnhd", scale=None, eps=None, feature_eps=None, out=None):
-        """MHLA's output for q, k [B,N,H,Dk] and v [B,N,H,Dv] (layout "bnhd"; "bhnd" is [B,H,N,D]),
-        shaped like v. mixing: float32 M x M (M = the product of `blocks`), or R x R for causal=True
-        (R >= ceil(N / chunk)). Options default to the library's (docs/spec.md "Defaults"): see
-        help(mhla). out: an array to write into (NumPy inputs: C-contiguous, v's shape and dtype),
-        which saves the first-touch page faults of a fresh output on every call (about 10% at
-        N = 16384 on a CPU device)."""
+                layout="bnhd", scale=None, eps=None, feature_eps=None, out=None, kv_grid=None,
+                kv_blocks=None):
+        """MHLA's output for q [B,N,H,Dk], k [B,N_kv,H_kv,Dk] and v [B,N_kv,H_kv,Dv] (layout "bnhd";
+        "bhnd" is [B,H,N,D]), shaped like q with v's Dv. mixing: float32 M x M_kv (M = the product of
+        `blocks`, M_kv of `kv_blocks`), or R x R for causal=True (R >= ceil(N / chunk)).
+        Cross-attention (non-causal): k and v on their own token grid `kv_grid` (default: `grid` where
+        N_kv = N, else 1D) in `kv_blocks` (default `blocks` on the query grid). Grouped key/value heads:
+        H_kv dividing H, query head h reading kv head h // (H // H_kv), from the shapes alone.
+        Options default to the library's (docs/spec.md "Defaults"): see help(mhla). out: an array
+        to write into (NumPy inputs: C-contiguous, the output's shape and dtype), which saves the
+        first-touch page faults of a fresh output on every call (about 10% at N = 16384 on a CPU
+        device)."""
         opts = Options(grid, blocks, normalizer, feature_map, causal, chunk, cu_seqlens, dtype,
-                       layout, scale, eps, feature_eps)
+                       layout, scale, eps, feature_eps, kv_grid=kv_grid, kv_blocks=kv_blocks)
         return self._forward(q, k, v, mixing, opts, out)
 
     def softmax(self, q, k, v, *, grid=None, dtype=None, layout="bnhd", scale=None):
@@ -159,11 +164,11 @@ class Context:
         cfg, key, shapes, _, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v")], mixing)
         plan = self._plan(cfg, key, opts.softmax)
         if out is None:
-            out = np.empty(shapes[2], dtype=_config.numpy_dtype(opts.dtype))
+            out = np.empty(shapes[3], dtype=_config.numpy_dtype(opts.dtype))
         else:
-            if not isinstance(out, np.ndarray) or check_array(out, "out", opts.dtype) != shapes[2]:
-                raise bad_shape("out must be an ndarray shaped like v, %s (got %s)"
-                                % (shapes[2], getattr(out, "shape", type(out).__name__)))
+            if not isinstance(out, np.ndarray) or check_array(out, "out", opts.dtype) != shapes[3]:
+                raise bad_shape("out must be an ndarray shaped like the output, %s (got %s)"
+                                % (shapes[3], getattr(out, "shape", type(out).__name__)))
             if not out.flags.writeable or any(np.shares_memory(out, x) for x in (q, k, v, mixing) if x is not None):
                 raise _bad("out must be writable and share no memory with q, k, v or mixing")
         fb = ffi.from_buffer
@@ -180,12 +185,14 @@ class Context:
     # ---- backward -----------------------------------------------------------------------------
     def backward(self, q, k, v, mixing, dout, *, grid=None, blocks=None, normalizer=None,
                  feature_map=None, causal=False, chunk=None, cu_seqlens=None, dtype=None,
-                 layout="bnhd", scale=None, eps=None, feature_eps=None, dmixing=True):
+                 layout="bnhd", scale=None, eps=None, feature_eps=None, dmixing=True, kv_grid=None,
+                 kv_blocks=None):
         """The gradients of forward()'s output against dout = dL/dO: (dq, dk, dv, dmixing), the first
-        three shaped and typed like q, k, v, dmixing float32 like mixing (summed over batch and heads;
-        None with dmixing=False, which skips that work)."""
+        three shaped and typed like q, k, v (dk and dv summed over the query heads that share a
+        key/value head), dmixing float32 like mixing (summed over batch and heads; None with
+        dmixing=False, which skips that work)."""
         opts = Options(grid, blocks, normalizer, feature_map, causal, chunk, cu_seqlens, dtype,
-                       layout, scale, eps, feature_eps)
+                       layout, scale, eps, feature_eps, kv_grid=kv_grid, kv_blocks=kv_blocks)
         if _is_cl_array(q):
             return self._backward_cl(q, k, v, mixing, dout, opts, dmixing)
         cfg, key, shapes, mshape, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v"), (dout, "dout")], mixing)
@@ -248,7 +255,7 @@ class Context:
 
     def _forward_cl(self, q, k, v, mixing, opts):
         cla, plan, mems, shapes, mix, _, cu, waits = self._cl_prepare(q, k, v, mixing, opts)
-        out = cla.empty(self._queue, shapes[2], _config.numpy_dtype(opts.dtype))
+        out = cla.empty(self._queue, shapes[3], _config.numpy_dtype(opts.dtype))
         o = ffi.cast("cl_mem", out.base_data.int_ptr)
         with plan.lock:
             if cu is not None:

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _config
 from ._config import Options, dtype_of, grid3, prepare
-from ._ffi import check, ffi, invalid, lib
+from ._ffi import bad_shape, check, ffi, invalid, lib
 
 
 def version():
@@ -33,18 +33,26 @@ def devices():
     return out
 
 
-def init_mixing(kind, blocks, param=None):
+def init_mixing(kind, blocks, param=None, kv_blocks=None):
     """The M x M initial mixing matrix (float32) of the initializer `kind` ("linear", "cos",
     "exp", "gaussian", "local", "paper", "causal-uniform") for a block grid (an int or 1-3 extents):
-    docs/spec.md "Mixing-matrix initializers"."""
+    docs/spec.md "Mixing-matrix initializers". With kv_blocks (cross-attention's key/value block
+    grid), the M x M_kv matrix over the distances between query and key block centres."""
     k = ffi.new("mhla_init_kind *")
     check(lib.mhla_init_kind_parse(str(kind).encode(), k))
     if blocks is None:
         raise invalid("init_mixing needs blocks: an int or 1 to 3 extents")
     bt, bh, bw = grid3(blocks, None, "blocks")
     m = bt * bh * bw
-    out = np.empty((m, m), dtype=np.float32) if m > 0 else np.empty((0, 0), np.float32)
     p = ffi.new("double *", param) if param is not None else ffi.NULL
+    if kv_blocks is not None:
+        kb = grid3(kv_blocks, None, "kv_blocks")
+        m_kv = kb[0] * kb[1] * kb[2]
+        out = np.empty((m, m_kv), dtype=np.float32) if m > 0 and m_kv > 0 else np.empty((0, 0), np.float32)
+        check(lib.mhla_mixing_init_cross(k[0], p, ffi.new("int64_t[3]", (bt, bh, bw)), ffi.new("int64_t[3]", kb),
+                                         ffi.from_buffer("float[]", out, require_writable=True), out.size))
+        return out
+    out = np.empty((m, m), dtype=np.float32) if m > 0 else np.empty((0, 0), np.float32)
     check(lib.mhla_mixing_init(k[0], p, bt, bh, bw, ffi.from_buffer("float[]", out, require_writable=True), out.size))
     return out
 
@@ -75,11 +83,11 @@ def _widened(x, dtype):
 
 def reference_forward(q, k, v, mixing=None, *, softmax=False, **options):
     """The library's float64 reference (docs/spec.md computed directly) for the same arguments as
-    Context.forward (or softmax=True for Context.softmax); returns float64 shaped like v."""
+    Context.forward (or softmax=True for Context.softmax); returns float64 shaped like the output."""
     opts = Options(softmax=softmax, **options)
     cfg, _, shapes, _, cu = prepare(opts, [(q, "q"), (k, "k"), (v, "v")], mixing)
     qf, kf, vf = (_widened(x, opts.dtype) for x in (q, k, v))
-    out = np.empty(shapes[2], dtype=np.float64)
+    out = np.empty(shapes[3], dtype=np.float64)
     fb = ffi.from_buffer
     o = fb("double[]", out, require_writable=True)
     if softmax:
@@ -195,6 +203,9 @@ def diagnose(q, k, mixing, *, max_rows=1024, sample=True, seed=1, rank_rtol=1e-5
     numerical rank, mean row entropy (nats) and the singular values, materialised in float64 for up to
     max_rows query rows (a random sample of them beyond, when sample=True). Returns a dict."""
     opts = Options(**options)
+    if getattr(k, "shape", None) != getattr(q, "shape", None):
+        raise bad_shape("k has shape %s but q has %s: diagnose takes self-attention (cross-attention and grouped "
+                        "key/value heads are not diagnosed yet)" % (getattr(k, "shape", None), getattr(q, "shape", None)))
     cfg = prepare(opts, [(q, "q"), (k, "k"), (k, "k")], mixing)[0]  # A needs no v: k's shape stands in
     o = ffi.new("mhla_diagnose_options *")
     lib.mhla_diagnose_options_init(o)

@@ -104,23 +104,30 @@ class MHLA(torch.nn.Module):
     [B, N, H, D] (layout "bnhd") or [B, H, N, D] ("bhnd"), the layout of the released code's core
     after its q/k/v projections. Non-causal: `blocks` is the block grid over `grid` (default the 1D
     sequence); Mc is M x M, initialised by `init` (any of the library's initializers: "paper",
-    "linear", "cos", "exp", "gaussian", "local"). Causal (causal=True): Mc is R x R for sequences
+    "linear", "cos", "exp", "gaussian", "local"). Cross-attention: `kv_blocks` is the keys' block
+    grid over `kv_grid` (default: 1D over k's tokens), and Mc is M x M_kv. Grouped key/value heads
+    come from the shapes (k and v with H_kv heads dividing q's H). Causal (causal=True): Mc is R x R for sequences
     of up to R * chunk tokens (R = `blocks`), "causal-uniform" by default. Mc is clipped to [0, 1]
     before each forward, as the paper does (clip=False keeps it free). Other keywords are
     Context.forward's (normalizer, feature_map, scale, eps, feature_eps, chunk, dtype follows the
     inputs)."""
 
     def __init__(self, blocks, *, grid=None, causal=False, init=None, init_param=None, clip=True,
-                 context=None, **options):
+                 context=None, kv_blocks=None, kv_grid=None, **options):
         super().__init__()
         kind = init or ("causal-uniform" if causal else "paper")
-        self.mixing = torch.nn.Parameter(torch.from_numpy(_functions.init_mixing(kind, blocks, init_param)))
+        self.mixing = torch.nn.Parameter(torch.from_numpy(
+            _functions.init_mixing(kind, blocks, init_param, kv_blocks=kv_blocks)))
         self.clip, self.context = clip, context
         self.options = dict(options, causal=causal)
         if not causal:
             self.options["blocks"] = blocks
             if grid is not None:
                 self.options["grid"] = grid
+            if kv_blocks is not None:
+                self.options["kv_blocks"] = kv_blocks
+            if kv_grid is not None:
+                self.options["kv_grid"] = kv_grid
 
     def forward(self, q, k, v):
         if self.clip:

@@ -61,8 +61,10 @@ def test_non_contiguous_and_layout(ctx, args):
     q, k, v, m = args
     with pytest.raises(mhla.InvalidArgument, match="v is not C-contiguous"):
         ctx.forward(q, k, v.transpose(0, 2, 1, 3), m, blocks=4)
-    with pytest.raises(mhla.InvalidShape, match="k has shape .* but q has .* B, N and H must agree"):
+    with pytest.raises(mhla.InvalidShape, match="v has shape .* but k has .* B, N and H must agree"):
         ctx.forward(q, np.ascontiguousarray(k[:, :32]), v, m, blocks=4)
+    with pytest.raises(mhla.InvalidShape, match="k has shape .* but q has .* B must agree"):
+        ctx.forward(q, np.concatenate([k, k]), np.concatenate([v, v]), m, blocks=4)
     with pytest.raises(mhla.InvalidShape, match="k has head dimension 4 but q has 8"):
         ctx.forward(q, np.ascontiguousarray(k[..., :4]), v, m, blocks=4)
     with pytest.raises(mhla.InvalidShape, match="expected 4 dimensions"):

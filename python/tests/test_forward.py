@@ -177,7 +177,7 @@ def test_out_is_written_in_place(ctx, rng):
     got = ctx.forward(q, k, v, mixing, blocks=4, out=into)
     assert got is into and np.all(np.isfinite(into))
     assert mhla.max_rel_err(into, mhla.reference_forward(q, k, v, mixing, blocks=4)) <= F32
-    with pytest.raises(mhla.InvalidShape, match="out must be an ndarray shaped like v"):
+    with pytest.raises(mhla.InvalidShape, match="out must be an ndarray shaped like the output"):
         ctx.forward(q, k, v, mixing, blocks=4, out=np.empty((1, 64, 2, 4), np.float32))
     with pytest.raises(mhla.InvalidArgument, match="share no memory"):
         ctx.forward(q, k, v, mixing, blocks=4, out=v)

@@ -117,6 +117,14 @@ MUTATIONS = [
              [("kernels/backward_summary.cl", "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), feature_eps)",
                "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), 0.0f)", 1)],
              [("backward", "test_backward_eps_non_causal", "relu-eps")]),
+    Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
+             [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
+               "(bh - batch * g.heads) % g.kv_heads;", 1)],
+             [("cross", "test_cases", "gqa 4/2 1D f32  forward")]),
+    Mutation("gqa-dk-first-head-only", "grouped heads: a kv head's gradient summary keeps its first query head's",
+             [("kernels/backward_summary.cl", "for (int j = 0; j < group; ++j)\n        acc += row",
+               "for (int j = 0; j < 1; ++j)\n        acc += row", 1)],
+             [("cross", "test_cases", "gqa 4/2 1D  dk")]),
 ]
 
 

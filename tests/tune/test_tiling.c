@@ -23,6 +23,16 @@ typedef struct fake_device {
     int native_prefetch;
 } fake_device;
 
+/* A self-attention shape of 1D blocks: m blocks of nb tokens, bh heads (the key/value side the
+ * same, as config/config.c derives it). */
+static mhla_shape self_shape(int64_t m, int64_t nb, int64_t bh, int64_t summary_cols)
+{
+    const mhla_shape s = {.n = m * nb, .m = m, .nb = nb, .pt = nb, .ph = 1, .pw = 1, .bh = bh,
+                          .summary_cols = summary_cols, .heads_kv = bh, .group = 1, .n_kv = m * nb, .m_kv = m,
+                          .nb_kv = nb, .pt_kv = nb, .ph_kv = 1, .pw_kv = 1, .bh_kv = bh};
+    return s;
+}
+
 static const fake_device haswell = {"pthread-haswell-AMD EPYC 7B13", CL_DEVICE_TYPE_CPU, 16, 1};
 static const fake_device avx512 = {"pthread-skylake-avx512-Intel(R) Xeon(R)", CL_DEVICE_TYPE_CPU, 16, 1};
 static const fake_device gpu = {"Test GPU", CL_DEVICE_TYPE_GPU, 1, 0};
@@ -187,7 +197,7 @@ static void expect_forward(const fake_device *d, size_t max_wg, int vec, const i
     cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
     const mhla_tuning t = lookup(ctx, &cfg);
     assert_int_equal(t.vec, vec);
-    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
+    const mhla_shape shape = self_shape(4, 1024, 8, 65);
     mhla_tiles x;
     mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
     const int got[] = {x.sum_rd, x.sum_ve, x.sum_nv, x.sum_chunk, x.out_rt, x.out_ve, x.out_nv, x.out_dc, x.out_pre,
@@ -247,7 +257,7 @@ static void test_cpu_vendor_rows(void **state)
         {&avx512, "Test vendor", "built-in row 'cpu'", 256, 1, 1},
         {&gpu, "Intel(R) Corporation", "built-in row 'gpu'", 32, 0, 0},
     };
-    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
+    const mhla_shape shape = self_shape(4, 1024, 8, 65);
     mhla_config cfg;
     mhla_config_init(&cfg);
     cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
@@ -422,8 +432,7 @@ static void test_forward_splits(void **state)
         {1, 26, 1001, 3, 334},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-        const mhla_shape shape = {.n = cases[i].m * cases[i].nb, .m = cases[i].m, .nb = cases[i].nb,
-                                  .pt = cases[i].nb, .ph = 1, .pw = 1, .bh = cases[i].bh, .summary_cols = 65};
+        const mhla_shape shape = self_shape(cases[i].m, cases[i].nb, cases[i].bh, 65);
         mhla_tiles x;
         mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
         if (x.splits != cases[i].splits || x.split_len != cases[i].split_len)
@@ -432,7 +441,7 @@ static void test_forward_splits(void **state)
                      cases[i].splits, cases[i].split_len);
     }
     /* Streaming stores only for f32 output rows; prefetch only where kernels become native code. */
-    const mhla_shape shape = {.n = 4096, .m = 4, .nb = 1024, .pt = 1024, .ph = 1, .pw = 1, .bh = 8, .summary_cols = 65};
+    const mhla_shape shape = self_shape(4, 1024, 8, 65);
     mhla_tiles x;
     cfg.dtype = MHLA_DTYPE_F16;
     mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
@@ -548,8 +557,7 @@ static void test_sweep(void **state)
                     mhla_config ncfg = cfg;
                     ncfg.causal = 0;
                     const int64_t nb = 64 * (int64_t)(hi + 1) * (int64_t)(wi + 1);
-                    const mhla_shape shape = {.n = 4 * nb, .m = 4, .nb = nb, .pt = nb, .ph = 1, .pw = 1,
-                                              .bh = 8, .summary_cols = dv + 1};
+                    const mhla_shape shape = self_shape(4, nb, 8, dv + 1);
                     mhla_tiles f;
                     mhla__tiles_forward(ctx, &ncfg, &shape, &t, &f);
                     CHECK_RULE((f.sum_lk || dk % f.sum_rd == 0) && f.sum_rd <= dk);

@@ -1,0 +1,301 @@
+/* Cross-attention and grouped key/value heads (docs/spec.md "Cross-attention and grouped key/value
+ * heads") on the device against the double-precision reference: the forward and the backward
+ * (dq, dk, dv summed over each key/value head's query heads, dMc of M x M_kv), with N_kv below and
+ * above N_q, M_kv = 1, H_kv = 1 and H_kv = H / 2, both layouts, f16 and bf16 storage, the device's
+ * own tuning row and the GPU row (the tiled forward, CLBlast's mixing), NaN-filled outputs; the
+ * tensor sizes a plan asks for; and the refusals, each naming its field. */
+#include "helpers.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* A configuration: queries on (qt, qh, qw) in (bt, bh, bw) blocks, keys and values on (kt, kh, kw)
+ * in (kbt, kbh, kbw) (all 0: the queries' grid), H heads of which H_kv key/value heads. */
+typedef struct cross_case {
+    const char *name;
+    int64_t batch, heads, kv_heads, dk, dv;
+    int64_t q[3], qb[3], kv[3], kvb[3];
+    mhla_layout layout;
+    mhla_normalizer normalizer;
+    mhla_feature_map fm;
+} cross_case;
+
+static const cross_case cases[] = {
+    {"gqa 4/2 1D", 2, 4, 2, 16, 8, {48, 1, 1}, {3, 1, 1}, {0, 0, 0}, {0, 0, 0}, MHLA_LAYOUT_BNHD,
+     MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS},
+    {"mqa 4/1 2D", 1, 4, 1, 8, 16, {1, 8, 8}, {1, 2, 2}, {0, 0, 0}, {0, 0, 0}, MHLA_LAYOUT_BHND,
+     MHLA_NORMALIZER_NONE, MHLA_FEATURE_ELU1},
+    {"cross Nkv < Nq", 1, 2, 0, 16, 16, {1, 8, 8}, {1, 2, 2}, {24, 1, 1}, {3, 1, 1}, MHLA_LAYOUT_BNHD,
+     MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS},
+    {"cross Nkv > Nq", 2, 2, 0, 8, 12, {16, 1, 1}, {2, 1, 1}, {1, 6, 8}, {1, 3, 2}, MHLA_LAYOUT_BHND,
+     MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU},
+    {"cross Mkv = 1", 1, 2, 0, 16, 16, {2, 4, 4}, {2, 2, 1}, {20, 1, 1}, {1, 1, 1}, MHLA_LAYOUT_BNHD,
+     MHLA_NORMALIZER_NONE, MHLA_FEATURE_RELU_EPS},
+    {"cross + gqa 4/2", 1, 4, 2, 16, 8, {32, 1, 1}, {4, 1, 1}, {1, 4, 6}, {1, 2, 3}, MHLA_LAYOUT_BNHD,
+     MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static mhla_config case_config(const cross_case *c, mhla_dtype dtype)
+{
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.batch = c->batch, cfg.heads = c->heads, cfg.kv_heads = c->kv_heads, cfg.dk = c->dk, cfg.dv = c->dv;
+    cfg.seq_t = c->q[0], cfg.seq_h = c->q[1], cfg.seq_w = c->q[2];
+    cfg.block_t = c->qb[0], cfg.block_h = c->qb[1], cfg.block_w = c->qb[2];
+    cfg.kv_seq_t = c->kv[0], cfg.kv_seq_h = c->kv[1], cfg.kv_seq_w = c->kv[2];
+    cfg.kv_block_t = c->kvb[0], cfg.kv_block_h = c->kvb[1], cfg.kv_block_w = c->kvb[2];
+    cfg.layout = c->layout, cfg.normalizer = c->normalizer, cfg.feature_map = c->fm, cfg.dtype = dtype;
+    set_test_eps(&cfg);
+    return cfg;
+}
+
+/* One case's inputs in float (rounded to dtype's storage where it is 16-bit) and their bits. */
+typedef struct inputs {
+    size_t n[5]; /* elements of q, k, v, out, mixing */
+    float *x[5]; /* q, k, v, dout (out's shape), mixing */
+    void *bits[4];
+} inputs;
+
+static void *storage(mhla_dtype dtype, float *x, size_t n)
+{
+    if (dtype == MHLA_DTYPE_F32)
+        return x;
+    uint16_t *b = malloc(n * sizeof *b);
+    assert_non_null(b);
+    mhla_convert(dtype, b, MHLA_DTYPE_F32, x, n);
+    mhla_convert(MHLA_DTYPE_F32, x, dtype, b, n);
+    return b;
+}
+
+static void inputs_make(const mhla_config *cfg, uint32_t seed, inputs *in)
+{
+    const mhla_tensor t[5] = {MHLA_TENSOR_Q, MHLA_TENSOR_K, MHLA_TENSOR_V, MHLA_TENSOR_OUT, MHLA_TENSOR_MIXING};
+    const float lo = cfg->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
+    for (int i = 0; i < 5; ++i) {
+        in->n[i] = mhla_config_tensor_elems(cfg, t[i]);
+        assert_true(in->n[i] > 0);
+        in->x[i] = malloc(in->n[i] * sizeof(float));
+        assert_non_null(in->x[i]);
+        /* a normalizer's denominator stays away from 0 with positive mixing weights */
+        fill_uniform(in->x[i], in->n[i], seed * 7 + (uint32_t)i, i == 4 ? 0.05f : i < 2 ? lo : -1.0f, 1.0f);
+    }
+    for (int i = 0; i < 4; ++i)
+        in->bits[i] = storage(cfg->dtype, in->x[i], in->n[i]);
+}
+
+static void inputs_free(inputs *in)
+{
+    for (int i = 0; i < 4; ++i)
+        if (in->bits[i] != in->x[i])
+            free(in->bits[i]);
+    for (int i = 0; i < 5; ++i)
+        free(in->x[i]);
+}
+
+/* A device array of n elements of dtype filled with NaN, and its values as floats. */
+static void *nan_storage(mhla_dtype dtype, size_t n)
+{
+    return dtype == MHLA_DTYPE_F32 ? (void *)nan_floats(n) : (void *)nan16(n);
+}
+static float *as_floats(mhla_dtype dtype, void *x, size_t n)
+{
+    if (dtype == MHLA_DTYPE_F32)
+        return x;
+    float *f = malloc(n * sizeof *f);
+    assert_non_null(f);
+    mhla_convert(MHLA_DTYPE_F32, f, dtype, x, n);
+    free(x);
+    return f;
+}
+
+/* The forward and (f32) the backward of `cfg` on ctx against the reference. */
+static void check_case(mhla_context *ctx, const cross_case *c, mhla_dtype dtype, const char *tuning, int backward)
+{
+    const mhla_config cfg = case_config(c, dtype);
+    mhla_plan *plan = NULL;
+    inputs in;
+    inputs_make(&cfg, 11, &in);
+    assert_int_equal(mhla_context_set_tuning(ctx, tuning), MHLA_OK);
+    if (mhla_plan_create(ctx, &cfg, &plan) != MHLA_OK)
+        fail_msg("%s: mhla_plan_create: %s", c->name, mhla_context_message(ctx));
+    /* the plan sizes k and v by the key/value side and Mc as M x M_kv */
+    const size_t es = dtype == MHLA_DTYPE_F32 ? 4 : 2;
+    assert_int_equal(mhla_plan_tensor_bytes(plan, MHLA_TENSOR_K), in.n[1] * es);
+    assert_int_equal(mhla_plan_tensor_bytes(plan, MHLA_TENSOR_V), in.n[2] * es);
+    assert_int_equal(mhla_plan_tensor_bytes(plan, MHLA_TENSOR_MIXING), in.n[4] * sizeof(float));
+
+    double *ref = malloc(in.n[3] * sizeof *ref);
+    assert_non_null(ref);
+    assert_int_equal(mhla_reference_forward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], ref), MHLA_OK);
+    void *out = nan_storage(dtype, in.n[3]);
+    if (mhla_forward_host(plan, in.bits[0], in.bits[1], in.bits[2], in.x[4], out) != MHLA_OK)
+        fail_msg("%s: mhla_forward_host: %s", c->name, mhla_context_message(ctx));
+    float *outf = as_floats(dtype, out, in.n[3]);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s %s forward", c->name, mhla_dtype_name(dtype), tuning);
+    const int64_t n = cfg.seq_t * cfg.seq_h * cfg.seq_w;
+    expect_within(outf, ref, in.n[3], mhla_reference_tolerance(dtype, n), what);
+    free(outf);
+    free(ref);
+
+    if (backward) {
+        double *gref[4];
+        const size_t gn[4] = {in.n[0], in.n[1], in.n[2], in.n[4]};
+        float *g[4];
+        for (int i = 0; i < 4; ++i) {
+            gref[i] = malloc(gn[i] * sizeof(double));
+            g[i] = nan_floats(gn[i]);
+            assert_non_null(gref[i]);
+        }
+        assert_int_equal(mhla_reference_backward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], gref[0], gref[1],
+                                                 gref[2], gref[3]),
+                         MHLA_OK);
+        if (mhla_backward_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], g[0], g[1], g[2], g[3]) != MHLA_OK)
+            fail_msg("%s: mhla_backward_host: %s", c->name, mhla_context_message(ctx));
+        static const char *const names[4] = {"dq", "dk", "dv", "dmixing"};
+        for (int i = 0; i < 4; ++i) {
+            snprintf(what, sizeof what, "%s %s %s", c->name, tuning, names[i]);
+            expect_within(g[i], gref[i], gn[i], mhla_reference_backward_tolerance(dtype), what);
+            free(g[i]);
+            free(gref[i]);
+        }
+    }
+    mhla_plan_destroy(plan);
+    inputs_free(&in);
+}
+
+/* Every case, forward and backward, with the device's row and with the GPU row. */
+static void test_cases(void **state)
+{
+    mhla_context *ctx = *state;
+    static const char *const rows[] = {"", "row=gpu"};
+    for (size_t r = 0; r < 2; ++r)
+        for (size_t i = 0; i < N_CASES; ++i) {
+            if (test_config_thinned())
+                continue;
+            check_case(ctx, &cases[i], MHLA_DTYPE_F32, rows[r], 1);
+        }
+}
+
+/* 16-bit storage: the forward of a grouped cross-attention case. */
+static void test_storage(void **state)
+{
+    mhla_context *ctx = *state;
+    check_case(ctx, &cases[N_CASES - 1], MHLA_DTYPE_F16, "", 0);
+    check_case(ctx, &cases[0], MHLA_DTYPE_BF16, "", 0);
+}
+
+/* Grouped heads compute what the same heads spelled out do: each key/value head copied to its query
+ * heads (a plain H_kv = H plan), for the forward and, summed over the copies, dk and dv. */
+static void test_gqa_equals_repeated(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config g = case_config(&cases[0], MHLA_DTYPE_F32), f = g;
+    f.kv_heads = 0;
+    inputs in, full;
+    inputs_make(&g, 5, &in);
+    inputs_make(&f, 5, &full);
+    const int64_t B = g.batch, H = g.heads, Hk = g.kv_heads, N = g.seq_t, group = H / Hk;
+    for (int t = 1; t <= 2; ++t) { /* k, v: [B, N, H_kv, D] to [B, N, H, D] */
+        const int64_t D = t == 1 ? g.dk : g.dv;
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t n = 0; n < N; ++n)
+                for (int64_t h = 0; h < H; ++h)
+                    memcpy(full.x[t] + ((b * N + n) * H + h) * D, in.x[t] + ((b * N + n) * Hk + h / group) * D,
+                           (size_t)D * sizeof(float));
+    }
+    memcpy(full.x[0], in.x[0], in.n[0] * sizeof(float));
+    memcpy(full.x[4], in.x[4], in.n[4] * sizeof(float));
+    mhla_plan *pg = NULL, *pf = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &g, &pg), MHLA_OK);
+    assert_int_equal(mhla_plan_create(ctx, &f, &pf), MHLA_OK);
+    float *og = nan_floats(in.n[3]), *of = nan_floats(in.n[3]);
+    assert_int_equal(mhla_forward_host(pg, in.x[0], in.x[1], in.x[2], in.x[4], og), MHLA_OK);
+    assert_int_equal(mhla_forward_host(pf, full.x[0], full.x[1], full.x[2], full.x[4], of), MHLA_OK);
+    /* the same summaries, mixed and read out alike: equal to the last bit */
+    assert_memory_equal(og, of, in.n[3] * sizeof(float));
+    free(og), free(of);
+    mhla_plan_destroy(pg);
+    mhla_plan_destroy(pf);
+    inputs_free(&in);
+    inputs_free(&full);
+}
+
+static void expect_refused(const mhla_config *cfg, mhla_status want, const char *needle)
+{
+    char msg[512] = "";
+    const mhla_status st = mhla_config_check(cfg, msg, sizeof msg);
+    if (st != want)
+        fail_msg("expected %s, got %s: %s", mhla_status_name(want), mhla_status_name(st), msg);
+    if (!strstr(msg, needle))
+        fail_msg("the message \"%s\" does not name \"%s\"", msg, needle);
+}
+
+static void test_refusals(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config c = case_config(&cases[0], MHLA_DTYPE_F32);
+    c.kv_heads = 3;
+    expect_refused(&c, MHLA_ERR_INVALID_SHAPE, "kv_heads = 3 must divide heads = 4");
+    c.kv_heads = -1;
+    expect_refused(&c, MHLA_ERR_INVALID_SHAPE, "kv_heads must be >= 1");
+    c = case_config(&cases[2], MHLA_DTYPE_F32);
+    c.kv_block_t = c.kv_block_h = c.kv_block_w = 0;
+    expect_refused(&c, MHLA_ERR_INVALID_SHAPE, "give its blocks (kv_block_t");
+    c = case_config(&cases[2], MHLA_DTYPE_F32);
+    c.kv_block_t = 5;
+    expect_refused(&c, MHLA_ERR_INVALID_SHAPE, "not divisible by kv_block_t = 5");
+    c.kv_block_t = 3, c.kv_seq_h = 0;
+    expect_refused(&c, MHLA_ERR_INVALID_SHAPE, "kv_seq_h must be >= 1");
+    c = case_config(&cases[2], MHLA_DTYPE_F32);
+    c.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    expect_refused(&c, MHLA_ERR_UNSUPPORTED, "no meaning across two grids");
+    mhla_config_init_causal(&c);
+    c.dk = c.dv = 8, c.seq_t = 64, c.kv_seq_t = 32, c.kv_seq_h = c.kv_seq_w = 1, c.kv_block_t = 1;
+    c.kv_block_h = c.kv_block_w = 1;
+    expect_refused(&c, MHLA_ERR_UNSUPPORTED, "cross-attention is non-causal");
+    mhla_config_init_causal(&c);
+    c.dk = c.dv = 8, c.seq_t = 64, c.heads = 4, c.kv_heads = 2;
+    expect_refused(&c, MHLA_ERR_UNSUPPORTED, "not implemented in causal mode yet");
+    /* the softmax baseline and shards refuse them too, naming what */
+    mhla_plan *p = NULL;
+    c = case_config(&cases[2], MHLA_DTYPE_F32);
+    assert_int_equal(mhla_softmax_plan_create(ctx, &c, &p), MHLA_ERR_UNSUPPORTED);
+    assert_message_has(ctx, "cross-attention");
+    assert_int_equal(mhla_plan_create_shard(ctx, &c, 0, 4, &p), MHLA_ERR_UNSUPPORTED);
+    assert_message_has(ctx, "cross-attention");
+    assert_null(p);
+    /* a buffer sized for the queries' tokens where the keys' are fewer is fine; one short of the
+     * key/value side's size is refused, naming its shape */
+    c = case_config(&cases[3], MHLA_DTYPE_F32); /* N_q 16 < N_kv 48 */
+    assert_int_equal(mhla_plan_create(ctx, &c, &p), MHLA_OK);
+    inputs in;
+    inputs_make(&c, 3, &in);
+    cl_int err;
+    cl_mem small = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_WRITE, in.n[0] * sizeof(float), NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    assert_int_equal(mhla_forward(p, small, small, small, small, small, 0, NULL, NULL), MHLA_ERR_BUFFER_TOO_SMALL);
+    assert_message_has(ctx, "[B,H,N,D] = [2,2,48,8]");
+    clReleaseMemObject(small);
+    inputs_free(&in);
+    mhla_plan_destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_storage),
+        cmocka_unit_test(test_gqa_equals_repeated),
+        cmocka_unit_test(test_refusals),
+    };
+    return run_group("cross", tests, context_setup, context_teardown);
+}
