@@ -787,9 +787,10 @@ MHLA_API mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q,
                                       int64_t n_tokens);
 
 /* Decoder state (save a sequence's progress, fork it): host byte order, little or big endian as
- * written, float32 IEEE-754. W = batch*heads*dk*SC floats per summary, SC = dv + 1 for the paper
- * normalizer, dv for none; a summary is S as [batch*heads][dk][dv] (batch-major, then head), then,
- * for the paper normalizer only, the key sums z as [batch*heads][dk].
+ * written, float32 IEEE-754. W = batch*kv_heads*dk*SC floats per summary, SC = dv + 1 for the paper
+ * normalizer, dv for none; a summary is S as [batch*kv_heads][dk][dv] (batch-major, then head), then,
+ * for the paper normalizer only, the key sums z as [batch*kv_heads][dk]. (kv_heads: the
+ * configuration's H_kv; the state of grouped key/value heads is H_kv / H of the heads'.)
  *   offset size  field
  *   0      8     magic "MHLADEC\0"
  *   8      4     uint32 format version (1)
@@ -801,7 +802,8 @@ MHLA_API mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q,
  *   56     8     int64 dv                    64  8  int64 chunk C
  *   72     8     int64 SC                    80  8  int64 position n (tokens consumed)
  *   88     8     int64 summaries stored: ceil(n / C)
- *   96     32    zero (reserved)
+ *   96     8     int64 kv_heads (0 in states written before it: heads)
+ *   104    24    zero (reserved)
  *   128    ...   S_0 .. S_{i-1}, the finished chunks, then, when n % C != 0, the running summary
  *                of chunk i = n / C (all ceil(n / C) summaries, W floats each, in chunk order);
  *   then         when n % C != 0, the prefix mixture P_i (W floats). At n % C == 0 the next step

@@ -57,6 +57,36 @@ kernel void bwd_group_sum(global const float *restrict src, global float *restri
     dst[(long)blk * summary_row_len(kvc) + x] = acc;
 }
 
+/* Grouped key/value heads in the causal backward, which runs on H heads: k or v (`dim` columns, H_kv
+ * heads) copied to every query head that reads it (global (dim, N, B*H)), and the H heads' dk or dv
+ * summed, in head order, into each key/value head's (global (dim, N, B*H_kv)). `g` is the query
+ * grid (heads H, kv_heads H_kv). */
+kernel void bwd_kv_expand(global const STORE_T *restrict src, global STORE_T *restrict dst, const mhla_grid g_arg,
+                          const int dim)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int e = (int)get_global_id(0), t = (int)get_global_id(1), bh = (int)get_global_id(2);
+    if (e >= dim || t >= g.n || bh >= g.bh)
+        return;
+    const float x = LOADN(1, kv_row_base(g, bh, dim) + (long)t * kv_row_stride(g, dim) + e, src);
+    STOREN(1, x, row_offset(g, bh, t, dim) + e, dst);
+}
+
+kernel void bwd_kv_sum(global const STORE_T *restrict src, global STORE_T *restrict dst, const mhla_grid g_arg,
+                       const int dim)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const int e = (int)get_global_id(0), t = (int)get_global_id(1), kvh = (int)get_global_id(2);
+    const int group = g.heads / g.kv_heads;
+    if (e >= dim || t >= g.n || kvh >= kv_count(g))
+        return;
+    const int batch = kvh / g.kv_heads, first = batch * g.heads + (kvh - batch * g.kv_heads) * group;
+    float acc = 0.0f;
+    for (int j = 0; j < group; ++j)
+        acc += LOADN(1, row_offset(g, first + j, t, dim) + e, src);
+    STOREN(1, acc, kv_row_base(g, first, dim) + (long)t * kv_row_stride(g, dim) + e, dst);
+}
+
 /* global: (DK / BWD_VK, B*H, M * parts). The z column of a summary row, sum_p w_{b,p} q~_{b,p}, in
  * parts: the official normalizer's dz_b with w = R = Mc^T r (the rows of the denominators that read
  * block b's queries) over dS. Work-item

@@ -112,10 +112,14 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
         return; /* the whole group: a tile past the end of a short chunk */
     const int nq = min(CAUSAL_TQ, ch.y - p0);
     const float mii = mixing[(long)ch.z * rows_mc + ch.z];
-    const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);
-    global const STORE_T *qb = q + row_base(g, bh, DK) + (ch.x + p0) * kstride;
-    global const STORE_T *kb0 = k + row_base(g, bh, DK) + ch.x * kstride;
-    global const STORE_T *vb = v + row_base(g, bh, DV) + ch.x * vstride + et * OUT_COLS;
+    /* q and out of query head row bh; k, v and the prefix of its key/value head (kernels/common.h,
+     * kv_of: the same head but for grouped key/value heads) */
+    const long qstride = row_stride(g, DK), ostride = row_stride(g, DV);
+    const long kstride = kv_row_stride(g, DK), vstride = kv_row_stride(g, DV);
+    const int kvh = kv_of(g, bh), kvc = kv_count(g);
+    global const STORE_T *qb = q + row_base(g, bh, DK) + (ch.x + p0) * qstride;
+    global const STORE_T *kb0 = k + kv_row_base(g, bh, DK) + ch.x * kstride;
+    global const STORE_T *vb = v + kv_row_base(g, bh, DV) + ch.x * vstride + et * OUT_COLS;
 #if ZCOL
     float den_inter[OUT_RT], den_intra[OUT_RT];
 #else
@@ -142,10 +146,10 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
         float dz[OUT_RT]; /* q~ . zP */
         #pragma unroll
         for (int r = 0; r < OUT_RT; ++r) {
-            qrow[r] = qb + min(r0 + r, nq - 1) * kstride; /* rows past the last token repeat it */
+            qrow[r] = qb + min(r0 + r, nq - 1) * qstride; /* rows past the last token repeat it */
         }
-        global const float *P = pref + slot_s(c, bh, g.bh) + et * OUT_COLS;
-        global const float *zp = ZCOL ? pref + slot_z(c, bh, g.bh) : pref; /* none: read, not used */
+        global const float *P = pref + slot_s(c, kvh, kvc) + et * OUT_COLS;
+        global const float *zp = ZCOL ? pref + slot_z(c, kvh, kvc) : pref; /* none: read, not used */
         READOUT_TILE(qrow, P, zp, scale, feature_eps, acc, dz);
 #if ZCOL
         #pragma unroll
@@ -159,7 +163,7 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
         const int r = x / DKV, d0 = (x - r * DKV) * ST_W;
         VEC(ST_W) val = (VEC(ST_W))(0.0f);
         if (r < nq) {
-            const VEC(ST_W) raw = LOADN(ST_W, 0, qb + r * kstride + d0);
+            const VEC(ST_W) raw = LOADN(ST_W, 0, qb + r * qstride + d0);
             val = scale * FEATURE_V(ST_W, raw, feature_eps);
         }
         VSTOREN(ST_W, val, 0, qs + r * DK + d0);
@@ -233,7 +237,7 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
         barrier(CLK_LOCAL_MEM_FENCE); /* kt and sc are overwritten next */
     }
 
-    global STORE_T *ob = out + row_base(g, bh, DV) + (ch.x + p0) * vstride + et * OUT_COLS;
+    global STORE_T *ob = out + row_base(g, bh, DV) + (ch.x + p0) * ostride + et * OUT_COLS;
     #pragma unroll
     for (int r = 0; r < OUT_RT; ++r)
         if (r0 + r < nq) {
@@ -243,9 +247,9 @@ kernel void causal_output(global const STORE_T *restrict q, global const STORE_T
             #pragma unroll
             for (int j = 0; j < OUT_NV; ++j) {
 #if ZCOL
-                STOREN(OUT_VE, acc[r][j] / den, 0, ob + (r0 + r) * vstride + j * OUT_VE);
+                STOREN(OUT_VE, acc[r][j] / den, 0, ob + (r0 + r) * ostride + j * OUT_VE);
 #else
-                STOREN(OUT_VE, acc[r][j], 0, ob + (r0 + r) * vstride + j * OUT_VE);
+                STOREN(OUT_VE, acc[r][j], 0, ob + (r0 + r) * ostride + j * OUT_VE);
 #endif
             }
         }

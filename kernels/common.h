@@ -255,6 +255,21 @@ long row_offset(const mhla_grid g, const int bh, const int token, const int dim)
 #endif
 }
 
+/* The k and v rows query head row bh reads, in tensors of H_kv heads (and the grid's n tokens:
+ * the causal modes, whose keys are the queries' tokens): row_base and row_stride of that head. */
+long kv_row_base(const mhla_grid g, const int bh, const int dim)
+{
+    mhla_grid kg = g;
+    kg.heads = g.kv_heads;
+    return row_base(kg, kv_of(g, bh), dim);
+}
+long kv_row_stride(const mhla_grid g, const int dim)
+{
+    mhla_grid kg = g;
+    kg.heads = g.kv_heads;
+    return row_stride(kg, dim);
+}
+
 /* phi(x). Written with comparisons rather than fmax so that NaN propagates (fmax(NaN, 0) = 0). */
 float feature(const float x, const float feature_eps)
 {

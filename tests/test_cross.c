@@ -2,8 +2,9 @@
  * heads") on the device against the double-precision reference: the forward and the backward
  * (dq, dk, dv summed over each key/value head's query heads, dMc of M x M_kv), with N_kv below and
  * above N_q, M_kv = 1, H_kv = 1 and H_kv = H / 2, both layouts, f16 and bf16 storage, the device's
- * own tuning row and the GPU row (the tiled forward, CLBlast's mixing), NaN-filled outputs; the
- * tensor sizes a plan asks for; and the refusals, each naming its field. */
+ * own tuning row and the GPU row (the tiled forward, CLBlast's mixing), NaN-filled outputs; grouped
+ * heads in the causal chunk form, a varlen batch and the decoder (its state H_kv heads' summaries);
+ * the tensor sizes a plan asks for; and the refusals, each naming its field. */
 #include "helpers.h"
 
 #include <math.h>
@@ -229,6 +230,143 @@ static void test_gqa_equals_repeated(void **state)
     inputs_free(&full);
 }
 
+/* Grouped heads in the causal modes: the chunk form (both layouts, paper and none), a packed varlen
+ * batch, and the decoder token by token, whose state holds H_kv heads' summaries. */
+static mhla_config causal_gqa(mhla_layout layout, mhla_normalizer norm, int64_t heads, int64_t kv_heads)
+{
+    mhla_config c;
+    mhla_config_init_causal(&c);
+    c.batch = 2, c.heads = heads, c.kv_heads = kv_heads, c.dk = 16, c.dv = 8, c.seq_t = 40, c.chunk = 16;
+    c.layout = layout, c.normalizer = norm;
+    set_test_eps(&c);
+    return c;
+}
+
+static void test_causal_gqa(void **state)
+{
+    mhla_context *ctx = *state;
+    const struct {
+        mhla_layout layout;
+        mhla_normalizer norm;
+        int64_t heads, kv_heads;
+        const char *tuning;
+    } cases[] = {
+        {MHLA_LAYOUT_BNHD, MHLA_NORMALIZER_NONE, 4, 2, ""},
+        {MHLA_LAYOUT_BHND, MHLA_NORMALIZER_PAPER, 4, 1, ""},
+        {MHLA_LAYOUT_BNHD, MHLA_NORMALIZER_PAPER, 6, 2, "row=gpu"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        if (test_config_thinned())
+            continue;
+        const mhla_config cfg = causal_gqa(cases[i].layout, cases[i].norm, cases[i].heads, cases[i].kv_heads);
+        inputs in;
+        inputs_make(&cfg, 21, &in);
+        double *ref = malloc(in.n[3] * sizeof *ref);
+        float *out = nan_floats(in.n[3]);
+        assert_non_null(ref);
+        assert_int_equal(mhla_reference_forward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], ref), MHLA_OK);
+        assert_int_equal(mhla_context_set_tuning(ctx, cases[i].tuning), MHLA_OK);
+        mhla_plan *plan = NULL;
+        if (mhla_plan_create(ctx, &cfg, &plan) != MHLA_OK)
+            fail_msg("causal gqa %zu: %s", i, mhla_context_message(ctx));
+        assert_int_equal(mhla_forward_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], out), MHLA_OK);
+        char what[96];
+        snprintf(what, sizeof what, "causal gqa %lld/%lld %s", (long long)cfg.heads, (long long)cfg.kv_heads,
+                 cases[i].tuning);
+        expect_within(out, ref, in.n[3], mhla_reference_tolerance(MHLA_DTYPE_F32, cfg.seq_t), what);
+        /* the backward: dk and dv summed over each key/value head's query heads */
+        {
+            const size_t gn[4] = {in.n[0], in.n[1], in.n[2], in.n[4]};
+            double *gref[4];
+            float *g[4];
+            for (int j = 0; j < 4; ++j) {
+                gref[j] = malloc(gn[j] * sizeof(double));
+                g[j] = nan_floats(gn[j]);
+                assert_non_null(gref[j]);
+            }
+            assert_int_equal(mhla_reference_backward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], gref[0],
+                                                     gref[1], gref[2], gref[3]),
+                             MHLA_OK);
+            if (mhla_backward_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], g[0], g[1], g[2], g[3]) !=
+                MHLA_OK)
+                fail_msg("causal gqa backward: %s", mhla_context_message(ctx));
+            static const char *const names[4] = {"dq", "dk", "dv", "dmixing"};
+            for (int j = 0; j < 4; ++j) {
+                char gwhat[128];
+                snprintf(gwhat, sizeof gwhat, "%s %s", what, names[j]);
+                expect_within(g[j], gref[j], gn[j], mhla_reference_backward_tolerance(MHLA_DTYPE_F32), gwhat);
+                free(g[j]);
+                free(gref[j]);
+            }
+        }
+        mhla_plan_destroy(plan);
+
+        /* the decoder, one token at a time over the same sequence */
+        mhla_decoder *dec = NULL;
+        assert_int_equal(mhla_decoder_create(ctx, &cfg, cfg.seq_t, &dec), MHLA_OK);
+        fill_nan(out, in.n[3]);
+        if (mhla_decoder_step_host(dec, in.x[0], in.x[1], in.x[2], in.x[4], out, cfg.seq_t) != MHLA_OK)
+            fail_msg("decoder: %s", mhla_context_message(ctx));
+        snprintf(what, sizeof what, "decoder gqa %lld/%lld %s", (long long)cfg.heads, (long long)cfg.kv_heads,
+                 cases[i].tuning);
+        expect_within(out, ref, in.n[3], mhla_reference_tolerance(MHLA_DTYPE_F32, cfg.seq_t), what);
+        /* its state: ceil(40 / 16) = 3 summaries of B*H_kv*Dk*SC floats after the header */
+        const size_t sc = (size_t)cfg.dv + (cfg.normalizer == MHLA_NORMALIZER_PAPER);
+        const size_t w = (size_t)(cfg.batch * cfg.kv_heads * cfg.dk) * sc;
+        assert_int_equal(mhla_decoder_state_size(dec), 128 + (3 + 1) * w * sizeof(float)); /* + P_i, 40 % 16 != 0 */
+        mhla_decoder_destroy(dec);
+        free(out);
+        free(ref);
+        inputs_free(&in);
+    }
+}
+
+/* A packed varlen batch with grouped heads. */
+static void test_varlen_gqa(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = causal_gqa(MHLA_LAYOUT_BNHD, MHLA_NORMALIZER_PAPER, 4, 2);
+    cfg.batch = 1, cfg.varlen = 1, cfg.seq_t = 45;
+    const int32_t cu[4] = {0, 17, 17, 45};
+    cfg.mixing_rows = 2;
+    inputs in;
+    inputs_make(&cfg, 23, &in);
+    double *ref = malloc(in.n[3] * sizeof *ref);
+    float *out = nan_floats(in.n[3]);
+    assert_non_null(ref);
+    assert_int_equal(mhla_reference_forward_varlen(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, ref), MHLA_OK);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    if (mhla_forward_varlen_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, out) != MHLA_OK)
+        fail_msg("varlen gqa: %s", mhla_context_message(ctx));
+    expect_within(out, ref, in.n[3], mhla_reference_tolerance(MHLA_DTYPE_F32, 28), "varlen gqa");
+    /* and its backward, dk and dv summed over each group */
+    double *gref[4];
+    float *g[4];
+    const size_t gn[4] = {in.n[0], in.n[1], in.n[2], in.n[4]};
+    for (int j = 0; j < 4; ++j) {
+        gref[j] = malloc(gn[j] * sizeof(double));
+        g[j] = nan_floats(gn[j]);
+        assert_non_null(gref[j]);
+    }
+    assert_int_equal(mhla_reference_backward_varlen(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, in.x[3], gref[0],
+                                                    gref[1], gref[2], gref[3]),
+                     MHLA_OK);
+    if (mhla_backward_varlen_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, in.x[3], g[0], g[1], g[2], g[3]) !=
+        MHLA_OK)
+        fail_msg("varlen gqa backward: %s", mhla_context_message(ctx));
+    static const char *const names[4] = {"varlen gqa dq", "varlen gqa dk", "varlen gqa dv", "varlen gqa dmixing"};
+    for (int j = 0; j < 4; ++j) {
+        expect_within(g[j], gref[j], gn[j], mhla_reference_backward_tolerance(MHLA_DTYPE_F32), names[j]);
+        free(g[j]);
+        free(gref[j]);
+    }
+    mhla_plan_destroy(plan);
+    free(out);
+    free(ref);
+    inputs_free(&in);
+}
+
 static void expect_refused(const mhla_config *cfg, mhla_status want, const char *needle)
 {
     char msg[512] = "";
@@ -262,9 +400,9 @@ static void test_refusals(void **state)
     c.dk = c.dv = 8, c.seq_t = 64, c.kv_seq_t = 32, c.kv_seq_h = c.kv_seq_w = 1, c.kv_block_t = 1;
     c.kv_block_h = c.kv_block_w = 1;
     expect_refused(&c, MHLA_ERR_UNSUPPORTED, "cross-attention is non-causal");
-    mhla_config_init_causal(&c);
-    c.dk = c.dv = 8, c.seq_t = 64, c.heads = 4, c.kv_heads = 2;
-    expect_refused(&c, MHLA_ERR_UNSUPPORTED, "not implemented in causal mode yet");
+    c = case_config(&cases[0], MHLA_DTYPE_F32);
+    c.normalizer = MHLA_NORMALIZER_OFFICIAL;
+    expect_refused(&c, MHLA_ERR_UNSUPPORTED, "not implemented with the official normalizer yet");
     /* the softmax baseline and shards refuse them too, naming what */
     mhla_plan *p = NULL;
     c = case_config(&cases[2], MHLA_DTYPE_F32);
@@ -295,6 +433,8 @@ int main(void)
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_storage),
         cmocka_unit_test(test_gqa_equals_repeated),
+        cmocka_unit_test(test_causal_gqa),
+        cmocka_unit_test(test_varlen_gqa),
         cmocka_unit_test(test_refusals),
     };
     return run_group("cross", tests, context_setup, context_teardown);

@@ -58,6 +58,11 @@ typedef struct mhla_bwd {
     cl_kernel k_bc_dqkv;     /* the fused read-out (tiles.bct_fc > 0), in place of the three and bc_diag */
     size_t wg_bc_fused;      /* its group's work-items */
     cl_mem slots_s, slots_p, slots_g, slots_ds, slots_gt, slots_dst, diag; /* S^T, P^T, G, dS, G^T, dS^T */
+    /* grouped key/value heads: the chunk form's backward runs on k and v copied to the H query heads
+     * (wide[0], wide[1]) and writes dk and dv of H heads (wide[2], wide[3]), summed per key/value
+     * head afterwards (bwd_kv_expand, bwd_kv_sum) */
+    cl_kernel k_kv_expand, k_kv_sum;
+    cl_mem wide[4];
     size_t entries_cap; /* chunk-table entries the buffers hold */
     mhla_bc_entry *table; /* the chunk table of the last call, copied into a buffer per call */
     cl_int4 *mix_tiles;  /* its prefix tiles, then as many suffix tiles (causal_prefix.cl) */

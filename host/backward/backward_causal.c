@@ -15,7 +15,12 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    cl_mem mems[] = {b->slots_s, b->slots_p, b->slots_g, b->slots_ds, b->slots_gt, b->slots_dst, b->diag};
+    if (b->k_kv_expand)
+        clReleaseKernel(b->k_kv_expand);
+    if (b->k_kv_sum)
+        clReleaseKernel(b->k_kv_sum);
+    cl_mem mems[] = {b->slots_s,  b->slots_p,  b->slots_g,  b->slots_ds, b->slots_gt, b->slots_dst,
+                     b->diag,     b->wide[0],  b->wide[1],  b->wide[2],  b->wide[3]};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -149,6 +154,18 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
         const size_t bytes = (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float);
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bytes, "the per-token 1/den", &b->inv));
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bytes, "the per-token dL/dden", &b->r));
+    }
+    if (plan->shape.group > 1) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_kv_expand", &b->k_kv_expand));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_kv_sum", &b->k_kv_sum));
+        static const char *const what[4] = {"k copied to every query head", "v copied to every query head",
+                                            "dk of every query head", "dv of every query head"};
+        for (int i = 0; i < 4; ++i) {
+            const int64_t d = i % 2 ? c->dv : c->dk;
+            const size_t bytes = (size_t)plan->shape.bh * (size_t)plan->shape.n * (size_t)d * mhla__dtype_size(c->dtype);
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bytes, what[i], &b->wide[i]));
+        }
     }
 cleanup:
     return st;
@@ -524,10 +541,10 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v,
-                                          cl_mem mixing, const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout,
-                                          cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
-                                          const cl_event *wait)
+/* The chunk form's backward on H key/value heads (every mode but grouped heads calls it directly). */
+static mhla_status enqueue_heads(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                 const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout, cl_mem dq, cl_mem dk,
+                                 cl_mem dv, cl_mem dmixing, cl_uint num_wait, const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -585,5 +602,51 @@ cleanup:
         clReleaseMemObject(x.pre_tiles);
     if (x.suf_tiles)
         clReleaseMemObject(x.suf_tiles);
+    return st;
+}
+
+/* kern (bwd_kv_expand or bwd_kv_sum) over `dim` columns of every token and `rows` head rows. */
+static mhla_status kv_launch(mhla_plan *plan, const mhla_bwd *b, cl_kernel kern, cl_mem src, cl_mem dst, int64_t dim,
+                             int64_t rows, cl_uint num_wait, const cl_event *wait, const char *what)
+{
+    mhla_status st = MHLA_OK;
+    const cl_int d = (cl_int)dim;
+    const size_t ext[3] = {(size_t)dim, (size_t)plan->shape.n, (size_t)rows};
+    size_t local[3];
+    mhla__local_size_3d(plan->ctx, kern, ext, (size_t)b->tiles.wg, local);
+    MHLA_SET_ARGS(st, plan->ctx, kern, 0, MHLA_ARG(src), MHLA_ARG(dst), MHLA_ARG(plan->grid), MHLA_ARG(d));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(plan->ctx, kern, 3, ext, local, num_wait, wait, NULL, what));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_causal_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v,
+                                          cl_mem mixing, const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout,
+                                          cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
+                                          const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    if (plan->shape.group == 1)
+        return enqueue_heads(plan, b, q, k, v, mixing, cu_seqlens, num_seqs, dout, dq, dk, dv, dmixing, num_wait,
+                             wait);
+    /* Grouped heads: k and v copied to the H query heads, the backward of those H heads, then dk and
+     * dv summed over each key/value head's group in head order (deterministic). The forward's saved
+     * slots hold H_kv heads: not the layout the H-head backward reads, so they are recomputed. */
+    const mhla_config *c = &plan->cfg;
+    const int64_t bh = plan->shape.bh, bh_kv = plan->shape.bh_kv;
+    plan->saved = 0;
+    MHLA_FORWARD_IF_ERROR(st, kv_launch(plan, b, b->k_kv_expand, k, b->wide[0], c->dk, bh, num_wait, wait,
+                                        "clEnqueueNDRangeKernel(bwd_kv_expand)"));
+    MHLA_FORWARD_IF_ERROR(st, kv_launch(plan, b, b->k_kv_expand, v, b->wide[1], c->dv, bh, num_wait, wait,
+                                        "clEnqueueNDRangeKernel(bwd_kv_expand)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
+    MHLA_FORWARD_IF_ERROR(st, enqueue_heads(plan, b, q, b->wide[0], b->wide[1], mixing, cu_seqlens, num_seqs, dout,
+                                            dq, b->wide[2], b->wide[3], dmixing, 0, NULL));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
+    MHLA_FORWARD_IF_ERROR(st, kv_launch(plan, b, b->k_kv_sum, b->wide[2], dk, c->dk, bh_kv, 0, NULL,
+                                        "clEnqueueNDRangeKernel(bwd_kv_sum)"));
+    MHLA_FORWARD_IF_ERROR(st, kv_launch(plan, b, b->k_kv_sum, b->wide[3], dv, c->dv, bh_kv, 0, NULL,
+                                        "clEnqueueNDRangeKernel(bwd_kv_sum)"));
+cleanup:
     return st;
 }

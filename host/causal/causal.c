@@ -15,8 +15,16 @@ mhla_grid mhla__causal_grid(const mhla_causal *c, int64_t n)
     g.heads = (cl_int)c->cfg.heads;
     g.seq_h = g.seq_w = g.pt = g.ph = g.pw = g.blk_h = g.blk_w = g.nb = g.m = 1;
     g.bh = (cl_int)c->bh;
-    g.kv_heads = g.heads; /* grouped heads are not built in causal mode yet (config/config.c) */
+    g.kv_heads = (cl_int)(c->bh_kv / c->cfg.batch);
     g.kv_m = 1;
+    return g;
+}
+
+mhla_grid mhla__causal_kv_grid(const mhla_causal *c, int64_t n)
+{
+    mhla_grid g = mhla__causal_grid(c, n);
+    g.heads = g.kv_heads;
+    g.bh = (cl_int)c->bh_kv;
     return g;
 }
 
@@ -158,8 +166,9 @@ mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int w
     c->ctx = ctx;
     c->cfg = *cfg;
     c->bh = cfg->batch * cfg->heads;
+    c->bh_kv = cfg->batch * (cfg->kv_heads ? cfg->kv_heads : cfg->heads);
     c->scols = cfg->dv + (cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0);
-    c->slot_used = (size_t)c->bh * (size_t)cfg->dk * (size_t)c->scols;
+    c->slot_used = (size_t)c->bh_kv * (size_t)cfg->dk * (size_t)c->scols;
     MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, cfg, &c->tuning));
     /* A device may allow fewer work-items, or less local memory, for the built output kernel than
      * for the device in general (rusticl on llvmpipe: 32 work-items, twice the arrays' bytes):
@@ -230,14 +239,14 @@ mhla_status mhla__causal_enqueue_summaries(mhla_causal *c, const mhla_causal_run
     mhla_status st = MHLA_OK;
     mhla_context *ctx = c->ctx;
     const mhla_chunk_tables *t = run->tables;
-    const mhla_grid grid = mhla__causal_grid(c, run->n);
+    const mhla_grid grid = mhla__causal_kv_grid(c, run->n);
     const float feature_eps = c->cfg.feature_eps;
     cl_kernel ks = c->k_summary;
 
-    /* 1. S_j of every chunk into its slot. */
+    /* 1. S_j of every chunk into its slot, per key/value head. */
     {
         const size_t local[3] = {c->lws_summary, 1, 1};
-        const size_t extent[3] = {summary_tiles(c), (size_t)c->bh, t->n_chunks};
+        const size_t extent[3] = {summary_tiles(c), (size_t)c->bh_kv, t->n_chunks};
         MHLA_SET_ARGS(st, ctx, ks, 0, MHLA_ARG(run->k), MHLA_ARG(run->v), MHLA_ARG(run->chunks), MHLA_ARG(run->sums),
                       MHLA_ARG(grid), MHLA_ARG(feature_eps));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 3, extent, local, num_wait, wait, NULL,

@@ -13,11 +13,12 @@ typedef struct mhla_causal {
     mhla_tuning tuning; /* the device's row after overrides */
     mhla_tiles tiling;  /* what this configuration's kernels are built with (tune/tiling.c) */
     int64_t bh;         /* batch * heads */
+    int64_t bh_kv;      /* batch * kv_heads: the summaries' heads (= bh but for grouped key/value heads) */
     int64_t scols;      /* summary columns: Dv + 1 (z) for the paper normalizer, Dv for none */
     size_t slot_floats; /* floats from one chunk's summaries to the next's (a "slot": S as
-                           [B*H][Dk][Dv], then z as [B*H][Dk], then padding where tiling.slot_pad;
-                           kernels/causal.h) */
-    size_t slot_used;   /* B*H*Dk*scols of them hold summaries (what a decoder state stores) */
+                           [B*H_kv][Dk][Dv], then z as [B*H_kv][Dk], then padding where
+                           tiling.slot_pad; kernels/causal.h) */
+    size_t slot_used;   /* B*H_kv*Dk*scols of them hold summaries (what a decoder state stores) */
     cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
     size_t lws_summary, lws_prefix, lws_output, lws_step;
     cl_mem gemm_temp; /* CLBlast's temporary buffer for the prefix GEMMs, grown on demand */
@@ -36,8 +37,10 @@ cl_int mhla__causal_slots_write(const mhla_causal *c, cl_mem buf, size_t first, 
 /* Builds the kernels for resolved cfg (the decoder's step kernel only when with_step). */
 mhla_status mhla__causal_create(mhla_context *ctx, const mhla_config *cfg, int with_step, mhla_causal **out);
 void mhla__causal_destroy(mhla_causal *c);
-/* kernels/common.h's grid for tensors of n tokens (only n, heads and bh are read). */
+/* kernels/common.h's grid for tensors of n tokens (only n, heads, bh and kv_heads are read). */
 mhla_grid mhla__causal_grid(const mhla_causal *c, int64_t n);
+/* The same for the key/value side (heads = kv_heads, bh = B*H_kv): what the summaries read. */
+mhla_grid mhla__causal_kv_grid(const mhla_causal *c, int64_t n);
 
 /* One CLBlast SGEMM of the prefix stage: P rows [prow, prow + rows) (chunks i0 .. i0 + rows - 1 of
  * one sequence, all in the block that starts at chunk k) += Mc[i0 .., 0 .. k) x S_0 .. S_{k-1}. */

@@ -102,12 +102,15 @@ size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor tensor, in
     const size_t elem = mhla__dtype_size(c->dtype), widest = (size_t)(c->dk > c->dv ? c->dk : c->dv);
     if ((uint64_t)n_tokens > SIZE_MAX / ((size_t)dec->kern->bh * widest * elem))
         return 0; /* more bytes than a size_t holds */
-    const size_t rows = (size_t)dec->kern->bh * (size_t)n_tokens;
+    /* k and v: H_kv heads (grouped key/value heads) */
+    const size_t rows = (size_t)dec->kern->bh * (size_t)n_tokens, kv_rows = (size_t)dec->kern->bh_kv * (size_t)n_tokens;
     switch (tensor) {
     case MHLA_TENSOR_Q:
-    case MHLA_TENSOR_K:
         return rows * (size_t)c->dk * elem;
+    case MHLA_TENSOR_K:
+        return kv_rows * (size_t)c->dk * elem;
     case MHLA_TENSOR_V:
+        return kv_rows * (size_t)c->dv * elem;
     case MHLA_TENSOR_OUT:
         return rows * (size_t)c->dv * elem;
     case MHLA_TENSOR_MIXING:
@@ -131,7 +134,8 @@ static void describe(const void *obj, mhla_tensor t, char *buf, size_t size)
         snprintf(buf, size, "%lld x %lld float32", (long long)c->mixing_rows, (long long)c->mixing_rows);
     else
         snprintf(buf, size, "%lld token(s) of [B,H,D] = [%lld,%lld,%lld] %s", (long long)call->n, (long long)c->batch,
-                 (long long)c->heads, d, mhla_dtype_name(c->dtype));
+                 (long long)(t == MHLA_TENSOR_K || t == MHLA_TENSOR_V ? call->dec->kern->bh_kv / c->batch : c->heads),
+                 d, mhla_dtype_name(c->dtype));
 }
 
 /* Buffers of a call on n tokens: sizes, context, aliasing, wait list. */
@@ -190,7 +194,7 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
     }
     cl_kernel ks = c->k_step;
     const size_t local[2] = {c->lws_step, 1};
-    const size_t global[2] = {c->lws_step, (size_t)c->bh};
+    const size_t global[2] = {c->lws_step, (size_t)c->bh_kv}; /* one group per key/value head */
     MHLA_SET_ARGS(st, ctx, ks, 0, MHLA_ARG(bufs[MHLA_TENSOR_Q]), MHLA_ARG(bufs[MHLA_TENSOR_K]),
                   MHLA_ARG(bufs[MHLA_TENSOR_V]), MHLA_ARG(mixing), MHLA_ARG(dec->sums), MHLA_ARG(dec->prefix),
                   MHLA_ARG(bufs[MHLA_TENSOR_OUT]), MHLA_ARG(grid), MHLA_ARG(token), MHLA_ARG(chunk), MHLA_ARG(rows_mc),

@@ -26,7 +26,8 @@ enum {
     OFF_CHUNK = 64,
     OFF_SCOLS = 72,
     OFF_POSITION = 80,
-    OFF_SLOTS = 88
+    OFF_SLOTS = 88,
+    OFF_KV_HEADS = 96 /* in the reserved bytes: 0 (states written before it) means heads */
 };
 
 /* A state stores the summaries of each slot, not its padding (host/causal/causal.h): the format
@@ -93,6 +94,7 @@ mhla_status mhla_decoder_state_read(mhla_decoder *dec, void *buf, size_t size)
     put64(h, OFF_SCOLS, dec->kern->scols);
     put64(h, OFF_POSITION, dec->position);
     put64(h, OFF_SLOTS, slots);
+    put64(h, OFF_KV_HEADS, dec->kern->bh_kv / c->batch);
     /* Blocking reads after everything enqueued before (a barrier orders an out-of-order queue). */
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (slots > 0)
@@ -137,6 +139,8 @@ mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t 
                  (unsigned)get32(h, OFF_VERSION), (unsigned)get32(h, OFF_HEADER), STATE_VERSION, STATE_HEADER);
     SAME(st, ctx, "batch", get64(h, OFF_BATCH), c->batch);
     SAME(st, ctx, "heads", get64(h, OFF_HEADS), c->heads);
+    SAME(st, ctx, "kv_heads", get64(h, OFF_KV_HEADS) ? get64(h, OFF_KV_HEADS) : get64(h, OFF_HEADS),
+         dec->kern->bh_kv / c->batch);
     SAME(st, ctx, "dk", get64(h, OFF_DK), c->dk);
     SAME(st, ctx, "dv", get64(h, OFF_DV), c->dv);
     SAME(st, ctx, "chunk", get64(h, OFF_CHUNK), c->chunk);

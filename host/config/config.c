@@ -90,11 +90,8 @@ static mhla_status kv_side(const mhla_config *cfg, mhla_shape *sh, char *msg, si
         blk[i] = blk_given ? kv_blk[i] : q_blk[i];
         same_blocks &= blk[i] == q_blk[i];
     }
-    /* Grouped heads in the causal modes (chunk form, varlen, decoder, their backward) and with the
-     * official normalizer's per-token dots are not built yet: refused, not computed wrongly. */
-    CHECK(hkv == cfg->heads || !cfg->causal, MHLA_ERR_UNSUPPORTED,
-          "grouped key/value heads (kv_heads = %lld of heads = %lld) are not implemented in causal mode yet",
-          (long long)hkv, (long long)cfg->heads);
+    /* Grouped heads with the official normalizer's per-token dots are not built yet: refused, not
+     * computed wrongly (the causal backward refuses them too: backward/backward.c). */
     CHECK(hkv == cfg->heads || cfg->normalizer != MHLA_NORMALIZER_OFFICIAL, MHLA_ERR_UNSUPPORTED,
           "grouped key/value heads (kv_heads = %lld of heads = %lld) are not implemented with the official "
           "normalizer yet: use paper or none",

@@ -271,7 +271,7 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
     register_tiles(cfg, t, fit->local_bytes, &x);
     x.mix_mr = t->pre_mr, x.mix_nv = t->pre_nv; /* causal plans run the prefix kernel, not mixing.cl */
     const int64_t zcol = cfg->normalizer == MHLA_NORMALIZER_PAPER ? 1 : 0;
-    const int64_t width = cfg->batch * cfg->heads * cfg->dk * (cfg->dv + zcol); /* floats of a slot */
+    const int64_t width = cfg->batch * (cfg->kv_heads ? cfg->kv_heads : cfg->heads) * cfg->dk * (cfg->dv + zcol); /* floats of a slot */
     x.pre_ve = mhla__pow2_divisor(width, t->mix_ve);
     /* Prefix tiles must not straddle GEMM blocks; a group's tokens are whole register tiles; keys
      * pass in whole score vectors. */

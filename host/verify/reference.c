@@ -80,14 +80,18 @@ static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, i
     double *qt = mhla__calloc((size_t)Dk, sizeof *qt), *num = mhla__calloc((size_t)Dv, sizeof *num);
     MHLA_FAIL_IF(st, !S || !z || !P || !zP || !qt || !num, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_reference_forward: out of host memory");
-#define KT(s, d) mhla__ref_feature(k[mhla__ref_offset(c, n, b, t0 + (s), h, (d), Dk)], c->feature_map, feps)
+    /* k and v of query head h's key/value head, in tensors of H_kv heads (cfg resolved) */
+    mhla_config kc = *c;
+    kc.heads = c->kv_heads;
+    const int64_t hk = h / (c->heads / c->kv_heads);
+#define KT(s, d) mhla__ref_feature(k[mhla__ref_offset(&kc, n, b, t0 + (s), hk, (d), Dk)], c->feature_map, feps)
     /* S_j = sum_{s in chunk j} k~_s v_s^T, z_j = sum k~_s. */
     for (int64_t s = 0; s < len; ++s)
         for (int64_t d = 0; d < Dk; ++d) {
             const double kd = KT(s, d);
             z[(s / C) * Dk + d] += kd;
             for (int64_t e = 0; e < Dv; ++e)
-                S[((s / C) * Dk + d) * Dv + e] += kd * v[mhla__ref_offset(c, n, b, t0 + s, h, e, Dv)];
+                S[((s / C) * Dk + d) * Dv + e] += kd * v[mhla__ref_offset(&kc, n, b, t0 + s, hk, e, Dv)];
         }
     for (int64_t i = 0; i < M; ++i) {
         /* P_i = sum_{j<i} Mc[i,j] S_j (and z likewise). */
@@ -121,7 +125,7 @@ static mhla_status causal_sequence(const mhla_config *c, int64_t n, int64_t b, i
                     a += qt[d] * KT(s, d);
                 den_intra += a;
                 for (int64_t e = 0; e < Dv; ++e)
-                    intra[e] += a * v[mhla__ref_offset(c, n, b, t0 + s, h, e, Dv)];
+                    intra[e] += a * v[mhla__ref_offset(&kc, n, b, t0 + s, hk, e, Dv)];
             }
             const double den = paper ? den_inter + mii * den_intra + c->eps : 1.0;
             for (int64_t e = 0; e < Dv; ++e)

@@ -7,17 +7,19 @@ from ._ffi import bad_shape, check, ffi, invalid, lib
 
 
 class Decoder:
-    """A causal decoder on `ctx` for `capacity` tokens of one configuration: q, k [B,n,H,Dk] and
-    v [B,n,H,Dv] (layout "bnhd", or [B,H,n,D] for "bhnd"), mixing R x R float32 with
-    R = mixing_rows (0: ceil(capacity / chunk))."""
+    """A causal decoder on `ctx` for `capacity` tokens of one configuration: q [B,n,H,Dk], k
+    [B,n,H_kv,Dk] and v [B,n,H_kv,Dv] (layout "bnhd", or [B,H,n,D] for "bhnd"; kv_heads = H_kv
+    dividing H, default H: grouped key/value heads keep H_kv heads' state), mixing R x R float32
+    with R = mixing_rows (0: ceil(capacity / chunk))."""
 
     def __init__(self, ctx, *, heads, dk, dv=None, capacity, batch=1, chunk=None, mixing_rows=0,
                  normalizer=None, feature_map=None, scale=None, eps=None, feature_eps=None,
-                 dtype="f32", layout="bnhd"):
+                 dtype="f32", layout="bnhd", kv_heads=None):
         _config.dtype_of(dtype, None)
         cfg = ffi.new("mhla_config *")
         lib.mhla_config_init_causal(cfg)
         cfg.batch, cfg.heads, cfg.dk, cfg.dv = batch, heads, dk, dk if dv is None else dv
+        cfg.kv_heads = 0 if kv_heads is None else int(kv_heads)
         cfg.seq_t = capacity
         cfg.mixing_rows = mixing_rows
         cfg.dtype = _config._DTYPES[dtype][0]
@@ -38,7 +40,8 @@ class Decoder:
         self.dtype, self.layout = dtype, layout
         resolved = lib.mhla_decoder_config(self._dec)
         self._rows = int(resolved.mixing_rows)
-        self._shape = (int(resolved.batch), int(resolved.heads), int(resolved.dk), int(resolved.dv))
+        self._shape = (int(resolved.batch), int(resolved.heads), int(resolved.dk), int(resolved.dv),
+                       int(resolved.kv_heads))
         ctx._children.append(self)
 
     def close(self):
@@ -67,13 +70,13 @@ class Decoder:
         check(lib.mhla_decoder_reset(self._handle()), self._ctx._ctx)
 
     def _tokens(self, q, k, v, mixing):
-        b, h, dk, dv = self._shape
-        arrays = ((q, "q", dk), (k, "k", dk), (v, "v", dv))
+        b, h, dk, dv, h_kv = self._shape
+        arrays = ((q, "q", dk, h), (k, "k", dk, h_kv), (v, "v", dv, h_kv))
         n = None
-        for x, name, d in arrays:
+        for x, name, d, heads in arrays:
             shape = _config.check_array(x, name, self.dtype, ndim=4)
             nn = shape[1] if self.layout == "bnhd" else shape[2]
-            want = (b, nn, h, d) if self.layout == "bnhd" else (b, h, nn, d)
+            want = (b, nn, heads, d) if self.layout == "bnhd" else (b, heads, nn, d)
             if shape != want or (n is not None and nn != n):
                 raise bad_shape("%s has shape %s; this decoder takes %s (layout %s)"
                                    % (name, shape, want, self.layout))
@@ -86,7 +89,7 @@ class Decoder:
 
     def _run(self, fn, q, k, v, mixing):
         n = self._tokens(q, k, v, mixing)
-        out = np.empty(v.shape, dtype=v.dtype)
+        out = np.empty(_config.out_shape_of(q.shape, v.shape), dtype=v.dtype)
         fb = ffi.from_buffer
         check(fn(self._handle(), fb(q), fb(k), fb(v), fb("float[]", mixing), fb(out, require_writable=True), n),
               self._ctx._ctx)

@@ -111,3 +111,27 @@ def test_torch_module_cross(rng):
     opts = dict(blocks=(2, 2), grid=(4, 4), kv_blocks=2, feature_map="elu1")
     fn = lambda a, b, c, m: mt.MHLAFunction.apply(a, b, c, m, None, opts)
     assert torch.autograd.gradcheck(fn, (qd, kd, vd, mc), eps=1e-3, atol=2e-3, rtol=2e-3)
+
+
+def test_causal_gqa_and_decoder_state(ctx, rng):
+    """Grouped heads in the causal chunk form, its backward, and the decoder, whose state holds the
+    key/value heads' summaries: H_kv / H of the bytes of H heads'."""
+    q, k, v = rand(rng, (1, 40, 4, 8)), rand(rng, (1, 40, 2, 8)), rand(rng, (1, 40, 2, 8))
+    mc = mhla.init_mixing("causal-uniform", 3)
+    kw = dict(causal=True, chunk=16, normalizer="paper")
+    out = ctx.forward(q, k, v, mc, **kw)
+    ref = mhla.reference_forward(q, k, v, mc, **kw)
+    assert mhla.max_rel_err(out, ref) <= TOL_FWD
+    dout = rand(rng, out.shape)
+    got = ctx.backward(q, k, v, mc, dout, **kw)
+    for name, g, r in zip(("dq", "dk", "dv", "dmixing"), got, mhla.reference_backward(q, k, v, mc, dout, **kw)):
+        assert mhla.max_rel_err(np.nan_to_num(g), np.nan_to_num(r)) <= TOL_BWD, name
+    sizes = []
+    for h_kv in (4, 2):
+        dec = mhla.Decoder(ctx, heads=4, kv_heads=h_kv, dk=8, capacity=40, chunk=16, normalizer="paper")
+        kk, vv = (k, v) if h_kv == 2 else (np.ascontiguousarray(np.repeat(k, 2, 2)), np.ascontiguousarray(np.repeat(v, 2, 2)))
+        o = dec.step(q[:, :32], kk[:, :32], vv[:, :32], mc)
+        assert mhla.max_rel_err(o, ref[:, :32]) <= TOL_FWD
+        sizes.append(len(dec.state()) - 128)
+        dec.close()
+    assert sizes[1] * 2 == sizes[0]
