@@ -32,6 +32,13 @@ typedef enum bench_op_id {
     BENCH_OP_MHLA_BWD_SAVED,
     /* the same for mhla-causal-bwd: the forward's chunk summaries and prefix mixtures kept */
     BENCH_OP_MHLA_CAUSAL_BWD_SAVED,
+    /* Grouped key/value heads (H_kv = H / 4, at least 1): mhla, mhla-bwd and decode on them */
+    BENCH_OP_MHLA_GQA,
+    BENCH_OP_MHLA_GQA_BWD,
+    BENCH_OP_DECODE_GQA,
+    /* Cross-attention: an image's blocks (the row's) attending to BENCH_CROSS_TOKENS condition
+     * tokens in BENCH_CROSS_BLOCKS blocks (image rows only) */
+    BENCH_OP_MHLA_CROSS,
     BENCH_OP_COUNT
 } bench_op_id;
 
@@ -43,7 +50,13 @@ typedef struct bench_shape {
     int64_t dk, dv;
     mhla_layout layout;
     int64_t chunk; /* causal ops: the chunk size C (bt then holds ceil(N/C)); 0 for the others */
+    int64_t kv_heads;    /* grouped key/value heads: H_kv; 0 = heads */
+    int64_t kv_t, kv_bt; /* cross-attention: the keys' 1D sequence and its blocks; 0 = the row's grid */
 } bench_shape;
+
+#define BENCH_CROSS_TOKENS 256
+#define BENCH_CROSS_BLOCKS 4
+#define BENCH_GQA_GROUP 4
 
 /* Whether two shapes have the same batch, heads, head dims and layout (one series over N). */
 int bench_shape_same_sizes(const bench_shape *a, const bench_shape *b);
@@ -69,6 +82,9 @@ mhla_config bench_causal_config(const bench_shape *s);
 /* A device buffer holding the bt*bh*bw square mixing matrix of `kind` (mhla_mixing_init()). */
 mhla_status bench_mixing_create(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
                                 cl_mem *out);
+/* The same for cross-attention's M x kv_bt matrix (a 1D key grid of kv_bt blocks; 0: the above). */
+mhla_status bench_mixing_create_cross(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
+                                      int64_t kv_bt, cl_mem *out);
 /* Uniform values in [-1, 1), deterministic in seed (the rows' random inputs). */
 void bench_fill_random(float *x, size_t n, uint64_t seed);
 
@@ -131,6 +147,10 @@ typedef struct bench_op {
 
 /* The op table (ops.c), indexed by bench_op_id. */
 const bench_op *bench_op_get(bench_op_id id);
+/* Whether the op runs mhla_backward (its check compares the four gradients). */
+int bench_op_is_backward(bench_op_id id);
+/* Whether the op's rows have a block grid of their own (the table's M column). */
+int bench_op_has_blocks(bench_op_id id);
 /* BENCH_OP_COUNT for an unknown name. */
 bench_op_id bench_op_find(const char *name);
 

@@ -16,19 +16,23 @@ typedef struct bench_decode {
     cl_event *events;    /* the last run's steps, each one's done event */
 } bench_decode;
 
-/* Flops of one step, as linear attention credits one token: 4*B*H*Dk*Dv (update the running
- * summary, read it out); the chunk start's P_i is in the time, not in this count. */
+/* Flops of one step, as linear attention credits one token: 2*B*(H_kv + H)*Dk*Dv (update the
+ * running summary of each key/value head, read it out for each query head); the chunk start's P_i
+ * is in the time, not in this count. */
 double bench_decode_flops(const bench_shape *s)
 {
-    return 4.0 * (double)s->batch * (double)s->heads * (double)s->dk * (double)s->dv;
+    const double hkv = (double)(s->kv_heads ? s->kv_heads : s->heads);
+    return 2.0 * (double)s->batch * (hkv + (double)s->heads) * (double)s->dk * (double)s->dv;
 }
 
-/* Bytes of one step: q, k, v read and out written for one token, the running summary S_cur read
- * and written and P_i read (Dk x Dv each, normalizer none), f32. */
+/* Bytes of one step: q read and out written for one token of each query head; k, v, the running
+ * summary S_cur read and written and P_i read (Dk x Dv each, normalizer none) of each key/value
+ * head, f32. */
 double bench_decode_bytes(const bench_shape *s)
 {
-    return 4.0 * (double)s->batch * (double)s->heads *
-           (double)(2 * s->dk + 2 * s->dv + 3 * s->dk * s->dv);
+    const double hkv = (double)(s->kv_heads ? s->kv_heads : s->heads);
+    return 4.0 * (double)s->batch *
+           ((double)s->heads * (double)(s->dk + s->dv) + hkv * (double)(s->dk + s->dv + 3 * s->dk * s->dv));
 }
 
 static void release_events(bench_decode *d)

@@ -10,9 +10,20 @@
 
 static double rows_of(const bench_shape *s) { return (double)s->batch * (double)s->heads * (double)bench_shape_n(s); }
 
+/* The key/value side's rows: B*H_kv*N_kv (grouped heads, cross-attention), else rows_of(). */
+static double kv_rows_of(const bench_shape *s)
+{
+    const double heads = (double)(s->kv_heads ? s->kv_heads : s->heads);
+    return (double)s->batch * heads * (double)(s->kv_t ? s->kv_t : bench_shape_n(s));
+}
+
 /* The effective count for linear-time attention: 4*B*H*N*Dk*Dv (two products of Dk x Dv
- * per token: building the summaries and reading them out). */
-static double linear_flops(const bench_shape *s) { return 4.0 * rows_of(s) * (double)s->dk * (double)s->dv; }
+ * per token: building the summaries and reading them out); with a key/value side of its own, the
+ * summaries over its B*H_kv*N_kv rows and the read-out over the queries' B*H*N. */
+static double linear_flops(const bench_shape *s)
+{
+    return 2.0 * (rows_of(s) + kv_rows_of(s)) * (double)s->dk * (double)s->dv;
+}
 
 /* Softmax attention: 2*B*H*N^2*(Dk + Dv) (scores and the weighted sum), 4*B*H*N^2*D for Dk = Dv. */
 static double softmax_flops(const bench_shape *s)
@@ -21,7 +32,10 @@ static double softmax_flops(const bench_shape *s)
 }
 
 /* Compulsory traffic, in bytes: q, k, v read once and out written once. */
-static double qkvo_bytes(const bench_shape *s) { return 4.0 * rows_of(s) * (double)(2 * s->dk + 2 * s->dv); }
+static double qkvo_bytes(const bench_shape *s)
+{
+    return 4.0 * (rows_of(s) + kv_rows_of(s)) * (double)(s->dk + s->dv);
+}
 
 /* Summaries of Dk x cols floats per batch, head and block (or chunk): written by the summary stage,
  * read by the mixing (causal: prefix) stage, their mixtures written by it and read by the output
@@ -29,15 +43,15 @@ static double qkvo_bytes(const bench_shape *s) { return 4.0 * rows_of(s) * (doub
 static double workspace_bytes(const bench_shape *s, double cols)
 {
     const double m = (double)bench_shape_m(s);
-    return 4.0 * 4.0 * (double)s->batch * (double)s->heads * m * (double)s->dk * cols;
+    return 4.0 * 4.0 * (double)s->batch * (double)(s->kv_heads ? s->kv_heads : s->heads) * m * (double)s->dk * cols;
 }
 
 /* MHLA adds its workspace, summaries of Dk x (Dv+1) (the paper normalizer's key sums), and the
  * M x M mixing matrix. */
 static double mhla_bytes(const bench_shape *s)
 {
-    const double m = (double)bench_shape_m(s);
-    return qkvo_bytes(s) + workspace_bytes(s, (double)(s->dv + 1)) + 4.0 * m * m;
+    const double m = (double)bench_shape_m(s), mk = s->kv_bt ? (double)s->kv_bt : m;
+    return qkvo_bytes(s) + workspace_bytes(s, (double)(s->dv + 1)) + 4.0 * m * mk;
 }
 
 /* The chunk form (docs/spec.md "Causal MHLA"), per batch and head, with M = ceil(N/C) chunks:
@@ -72,8 +86,8 @@ static double causal_bwd_flops(const bench_shape *s) { return 2.0 * causal_flops
 static double bwd_bytes(const bench_shape *s)
 {
     const double m = (double)bench_shape_m(s);
-    return 4.0 * rows_of(s) * (double)(4 * s->dk + 3 * s->dv) + 2.0 * workspace_bytes(s, (double)(s->dv + 1)) +
-           8.0 * m * m;
+    return 4.0 * rows_of(s) * (double)(2 * s->dk + 2 * s->dv) + 4.0 * kv_rows_of(s) * (double)(2 * s->dk + s->dv) +
+           2.0 * workspace_bytes(s, (double)(s->dv + 1)) + 8.0 * m * m;
 }
 
 /* ---- runs through mhla_forward --------------------------------------------------------------- */
@@ -97,6 +111,16 @@ static mhla_status create_causal(bench_case *c, const bench_shape *s)
     if (st == MHLA_OK)
         st = bench_mixing_create(c->ctx, BENCH_CAUSAL_MIXING_INIT, mhla_plan_config(c->plan)->mixing_rows, 1, 1,
                                  &c->mixing);
+    return st;
+}
+
+/* Cross-attention: its Mc is M x M_kv (the same initializer over the two block grids). */
+static mhla_status create_cross(bench_case *c, const bench_shape *s)
+{
+    const mhla_config cfg = bench_config(s);
+    mhla_status st = mhla_plan_create(c->ctx, &cfg, &c->plan);
+    if (st == MHLA_OK)
+        st = bench_mixing_create_cross(c->ctx, BENCH_MIXING_INIT, s->bt, s->bh, s->bw, s->kv_bt, &c->mixing);
     return st;
 }
 
@@ -232,9 +256,29 @@ static const bench_op ops[BENCH_OP_COUNT] = {
                                         .flops = causal_bwd_flops, .bytes = bwd_bytes,
                                         .create = create_causal_bwd_saved, .enqueue = enqueue_backward,
                                         .destroy = destroy_plan},
+    [BENCH_OP_MHLA_GQA] = {.name = "mhla-gqa", .estimable = 1, .flops = linear_flops, .bytes = mhla_bytes,
+                           .create = create_mhla, .stages = stages_forward, FORWARD_HOOKS},
+    [BENCH_OP_MHLA_GQA_BWD] = {.name = "mhla-gqa-bwd", .estimable = 1, .flops = bwd_flops, .bytes = bwd_bytes,
+                               .create = create_mhla_bwd, .enqueue = enqueue_backward, .destroy = destroy_plan},
+    [BENCH_OP_DECODE_GQA] = {.name = "decode-gqa", .one_d_only = 1, .flops = bench_decode_flops,
+                             .bytes = bench_decode_bytes, .create = bench_decode_create,
+                             .prepare = bench_decode_prepare, .enqueue = bench_decode_enqueue,
+                             .step_count = bench_decode_steps, .marked_step = bench_decode_marked_step,
+                             .step_ends = bench_decode_step_ends, .destroy = bench_decode_destroy},
+    [BENCH_OP_MHLA_CROSS] = {.name = "mhla-cross", .estimable = 1, .flops = linear_flops, .bytes = mhla_bytes,
+                             .create = create_cross, .stages = stages_forward, FORWARD_HOOKS},
 };
 
 const bench_op *bench_op_get(bench_op_id id) { return id < BENCH_OP_COUNT ? &ops[id] : NULL; }
+
+int bench_op_is_backward(bench_op_id id) { return id < BENCH_OP_COUNT && ops[id].enqueue == enqueue_backward; }
+
+int bench_op_has_blocks(bench_op_id id)
+{
+    return id == BENCH_OP_MHLA || id == BENCH_OP_LINEAR || id == BENCH_OP_BLAS || id == BENCH_OP_MHLA_BWD ||
+           id == BENCH_OP_LINEAR_BWD || id == BENCH_OP_MHLA_BWD_SAVED || id == BENCH_OP_MHLA_GQA ||
+           id == BENCH_OP_MHLA_GQA_BWD || id == BENCH_OP_MHLA_CROSS;
+}
 
 bench_op_id bench_op_find(const char *name)
 {

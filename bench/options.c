@@ -24,8 +24,10 @@ static const char usage[] =
     "  --batch B         batch size (default 1)\n"
     "  --layout L        bnhd or bhnd (default bnhd)\n"
     "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm,mhla-bwd,linear-bwd,\n"
-    "                    mhla-causal-bwd,mhla-bwd-saved,mhla-causal-bwd-saved (default all; blas\n"
-    "                    and sgemm only in a build with OpenBLAS, else their rows are skipped)\n"
+    "                    mhla-causal-bwd,mhla-bwd-saved,mhla-causal-bwd-saved,mhla-gqa,mhla-gqa-bwd,\n"
+    "                    decode-gqa,mhla-cross (default all; blas and sgemm only in a build with\n"
+    "                    OpenBLAS, else their rows are skipped). *-gqa: H_kv = H/4 key/value heads;\n"
+    "                    mhla-cross: each image's blocks attending to 256 condition tokens in 4 blocks\n"
     "  --chunk LIST      causal chunk sizes C of the mhla-causal(-bwd) and decode rows (default\n"
     "                    " MHLA_STRINGIFY(MHLA_DEFAULT_CHUNK) ", the library's; other chunks when given)\n"
     "  --decode-context LIST\n"
@@ -152,7 +154,8 @@ static int parse_ops(const char *arg, unsigned *ops, char *err, size_t err_size)
         const bench_op_id id = bench_op_find(tok);
         if (id == BENCH_OP_COUNT) {
             snprintf(err, err_size, "--ops: unknown op '%s' (mhla, linear, softmax, mhla-causal, decode, blas, sgemm, "
-                     "mhla-bwd, linear-bwd, mhla-causal-bwd, mhla-bwd-saved, mhla-causal-bwd-saved)",
+                     "mhla-bwd, linear-bwd, mhla-causal-bwd, mhla-bwd-saved, mhla-causal-bwd-saved, mhla-gqa, "
+                     "mhla-gqa-bwd, decode-gqa, mhla-cross)",
                      tok);
             return -1;
         }

@@ -77,6 +77,9 @@ static const field row_fields[] = {
     NUM(bench_row, "block_w", shape.bw, F_I64),
     NUM(bench_row, "dk", shape.dk, F_I64),
     NUM(bench_row, "dv", shape.dv, F_I64),
+    NUM(bench_row, "kv_heads", shape.kv_heads, F_I64), /* 0: heads (no grouped key/value heads) */
+    NUM(bench_row, "kv_seq_t", shape.kv_t, F_I64),     /* cross-attention's key/value tokens; 0: none */
+    NUM(bench_row, "kv_block_t", shape.kv_bt, F_I64),
     NUM(bench_row, "chunk", shape.chunk, F_I64),
     NUM(bench_row, "iters", iters, F_INT),
     NUM(bench_row, "steps", steps, F_INT),

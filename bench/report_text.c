@@ -118,7 +118,7 @@ void bench_write_table(FILE *f, const bench_report *rep)
         char name[24], grid[32], blocks[32], a[48], b[48], c[48], d[48], e[48], g[48], h[48], k[48], l[48], m[48];
         char n[48], p[48], x[48], stages[48] = "";
         causal |= r->op == BENCH_OP_MHLA_CAUSAL;
-        decode |= r->op == BENCH_OP_DECODE;
+        decode |= r->op == BENCH_OP_DECODE || r->op == BENCH_OP_DECODE_GQA;
         bench_shape_label(&r->shape, grid, sizeof grid);
         bench_blocks_label(r, blocks, sizeof blocks);
         unverified |= r->verify_failed;
@@ -134,7 +134,7 @@ void bench_write_table(FILE *f, const bench_report *rep)
                 snprintf(stages, sizeof stages, "%.0f/%.0f/%.0f", 100 * sm[0] / sum, 100 * sm[1] / sum,
                          100 * sm[2] / sum);
             char line[512];
-            const char *ms_fmt = r->op == BENCH_OP_DECODE ? "%.4f" : "%.3f"; /* a step: tens of microseconds */
+            const char *ms_fmt = r->op == BENCH_OP_DECODE || r->op == BENCH_OP_DECODE_GQA ? "%.4f" : "%.3f"; /* a step: tens of microseconds */
             snprintf(line, sizeof line, "%9s %9s %9s %5d %8s %7s %6s %6s %6s %8s %7s %9s %7s %7s  %-*s%s",
                      num(a, sizeof a, ms_fmt, r->ms_median, ""),
                      num(b, sizeof b, ms_fmt, r->ms_min, ""), num(c, sizeof c, ms_fmt, r->ms_max, ""), r->iters,

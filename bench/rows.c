@@ -83,7 +83,7 @@ static const bench_row *first_context(const bench_row *rows, size_t count, const
     const bench_row *first = NULL;
     for (size_t i = 0; i < count; ++i) {
         const bench_row *d = &rows[i];
-        if (d->op == BENCH_OP_DECODE && d->status == BENCH_STATUS_OK && d->ms_median > 0.0 &&
+        if (d->op == r->op && d->status == BENCH_STATUS_OK && d->ms_median > 0.0 &&
             bench_shape_same_sizes(&d->shape, &r->shape) && d->shape.chunk == r->shape.chunk &&
             (!first || bench_shape_n(&d->shape) < bench_shape_n(&first->shape)))
             first = d;
@@ -108,6 +108,7 @@ void bench_fill_ratios(bench_row *rows, size_t count)
                                 : r->op == BENCH_OP_LINEAR_BWD        ? BENCH_OP_LINEAR
                                 : r->op == BENCH_OP_MHLA_CAUSAL_BWD || r->op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED
                                     ? BENCH_OP_MHLA_CAUSAL
+                                : r->op == BENCH_OP_MHLA_GQA_BWD ? BENCH_OP_MHLA_GQA
                                                                       : BENCH_OP_COUNT;
         const bench_row *f = fwd != BENCH_OP_COUNT ? find_timed(rows, count, fwd, r, 1) : NULL;
         if (f) {
@@ -121,7 +122,7 @@ void bench_fill_ratios(bench_row *rows, size_t count)
                 r->ratio_causal_mhla_estimated = self || mhla->status == BENCH_STATUS_ESTIMATED;
             }
         }
-        if (r->op == BENCH_OP_DECODE && !self) { /* measured rows only: decode is never estimated */
+        if ((r->op == BENCH_OP_DECODE || r->op == BENCH_OP_DECODE_GQA) && !self) { /* measured rows only: decode is never estimated */
             const bench_row *first = first_context(rows, count, r);
             if (first)
                 r->ratio_context = r->ms_median / first->ms_median;
@@ -159,8 +160,7 @@ void bench_shape_label(const bench_shape *s, char *buf, size_t size)
 void bench_blocks_label(const bench_row *r, char *buf, size_t size)
 {
     const bench_shape *s = &r->shape;
-    if (r->op != BENCH_OP_MHLA && r->op != BENCH_OP_LINEAR && r->op != BENCH_OP_BLAS && r->op != BENCH_OP_MHLA_BWD &&
-        r->op != BENCH_OP_LINEAR_BWD && r->op != BENCH_OP_MHLA_BWD_SAVED && !s->chunk)
+    if (!bench_op_has_blocks(r->op) && !s->chunk)
         snprintf(buf, size, "-");
     else if (s->bt > 1 && bench_shape_is_2d(s))
         snprintf(buf, size, "%lldx%lldx%lld", (long long)s->bt, (long long)s->bh, (long long)s->bw);

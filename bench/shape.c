@@ -89,6 +89,11 @@ mhla_config bench_config(const bench_shape *s)
     cfg.block_t = s->bt, cfg.block_h = s->bh, cfg.block_w = s->bw;
     cfg.dk = s->dk, cfg.dv = s->dv;
     cfg.layout = s->layout;
+    cfg.kv_heads = s->kv_heads;
+    if (s->kv_t) { /* cross-attention: a 1D key/value sequence */
+        cfg.kv_seq_t = s->kv_t, cfg.kv_seq_h = cfg.kv_seq_w = 1;
+        cfg.kv_block_t = s->kv_bt, cfg.kv_block_h = cfg.kv_block_w = 1;
+    }
     return cfg;
 }
 
@@ -101,6 +106,7 @@ mhla_config bench_causal_config(const bench_shape *s)
     cfg.dk = s->dk, cfg.dv = s->dv;
     cfg.layout = s->layout;
     cfg.chunk = s->chunk;
+    cfg.kv_heads = s->kv_heads;
     return cfg;
 }
 
@@ -108,16 +114,23 @@ mhla_config bench_causal_config(const bench_shape *s)
 mhla_status bench_mixing_create(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
                                 cl_mem *out)
 {
+    return bench_mixing_create_cross(ctx, kind, bt, bh, bw, 0, out);
+}
+
+mhla_status bench_mixing_create_cross(mhla_context *ctx, mhla_init_kind kind, int64_t bt, int64_t bh, int64_t bw,
+                                      int64_t kv_bt, cl_mem *out)
+{
     mhla_status st = MHLA_OK;
-    const size_t m = (size_t)(bt * bh * bw);
-    float *mix = malloc(m * m * sizeof *mix);
+    const int64_t qb[3] = {bt, bh, bw}, kb[3] = {kv_bt, 1, 1};
+    const size_t m = (size_t)(bt * bh * bw), k = kv_bt ? (size_t)kv_bt : m;
+    float *mix = malloc(m * k * sizeof *mix);
     cl_int err = CL_SUCCESS;
     if (!mix)
         return MHLA_ERR_OUT_OF_HOST_MEMORY;
-    st = mhla_mixing_init(kind, NULL, bt, bh, bw, mix, m * m);
+    st = kv_bt ? mhla_mixing_init_cross(kind, NULL, qb, kb, mix, m * k) : mhla_mixing_init(kind, NULL, bt, bh, bw, mix, m * m);
     if (st == MHLA_OK) {
         *out = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                              m * m * sizeof *mix, mix, &err);
+                              m * k * sizeof *mix, mix, &err);
         if (err != CL_SUCCESS)
             st = MHLA_ERR_OUT_OF_DEVICE_MEMORY;
     }

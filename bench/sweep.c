@@ -33,7 +33,19 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
 static const bench_op_id shape_ops[] = {BENCH_OP_MHLA,           BENCH_OP_LINEAR,        BENCH_OP_BLAS,
                                         BENCH_OP_SOFTMAX,        BENCH_OP_MHLA_CAUSAL,   BENCH_OP_MHLA_BWD,
                                         BENCH_OP_MHLA_BWD_SAVED, BENCH_OP_LINEAR_BWD,    BENCH_OP_MHLA_CAUSAL_BWD,
-                                        BENCH_OP_MHLA_CAUSAL_BWD_SAVED};
+                                        BENCH_OP_MHLA_CAUSAL_BWD_SAVED, BENCH_OP_MHLA_GQA, BENCH_OP_MHLA_GQA_BWD,
+                                        BENCH_OP_MHLA_CROSS};
+
+/* The key/value side of the grouped-heads and cross-attention ops: H_kv = H / BENCH_GQA_GROUP (at
+ * least 1, dividing H), or the condition tokens of cross-attention. */
+static void kv_side(bench_op_id op, bench_shape *s)
+{
+    if (op == BENCH_OP_MHLA_GQA || op == BENCH_OP_MHLA_GQA_BWD || op == BENCH_OP_DECODE_GQA) {
+        s->kv_heads = s->heads % BENCH_GQA_GROUP == 0 ? s->heads / BENCH_GQA_GROUP : 1;
+    } else if (op == BENCH_OP_MHLA_CROSS) {
+        s->kv_t = BENCH_CROSS_TOKENS, s->kv_bt = BENCH_CROSS_BLOCKS;
+    }
+}
 
 /* The rows of one shape, written at rows[count...] when rows is not NULL: the mhla rows (one per M
  * of --m, or the rule's M), then linear, blas (one per M, as mhla), softmax, and on 1D shapes
@@ -45,9 +57,14 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
         const bench_op_id op = shape_ops[i];
         if (!(o->ops & (1u << op)) || (bench_shape_is_2d(s) && bench_op_get(op)->one_d_only))
             continue;
+        /* cross-attention: an image's tokens attend to the condition tokens (which its k and v
+         * buffers, the image's size, hold) */
+        if (op == BENCH_OP_MHLA_CROSS && (!bench_shape_is_2d(s) || bench_shape_n(s) < BENCH_CROSS_TOKENS))
+            continue;
         /* on MHLA's block grid */
-        const int blocked =
-            op == BENCH_OP_MHLA || op == BENCH_OP_BLAS || op == BENCH_OP_MHLA_BWD || op == BENCH_OP_MHLA_BWD_SAVED;
+        const int blocked = op == BENCH_OP_MHLA || op == BENCH_OP_BLAS || op == BENCH_OP_MHLA_BWD ||
+                            op == BENCH_OP_MHLA_BWD_SAVED || op == BENCH_OP_MHLA_GQA || op == BENCH_OP_MHLA_GQA_BWD ||
+                            op == BENCH_OP_MHLA_CROSS;
         const int chunked =
             op == BENCH_OP_MHLA_CAUSAL || op == BENCH_OP_MHLA_CAUSAL_BWD || op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED;
         const size_t variants = blocked && o->m_count ? o->m_count : chunked ? o->chunk_count : 1;
@@ -56,6 +73,7 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
             if (!rows)
                 continue;
             bench_row *r = &rows[count];
+            kv_side(op, &r->shape);
             if (chunked)
                 bench_set_chunk(&r->shape, o->chunk[v]);
             if (!blocked)
@@ -74,15 +92,19 @@ static size_t shape_rows(const bench_options *o, const bench_shape *s, bench_row
 /* The decode rows of one head setting: per chunk size, one per context of --decode-context. */
 static size_t decode_rows(const bench_options *o, const bench_shape *sizes, bench_row *rows, size_t count)
 {
-    if (!(o->ops & (1u << BENCH_OP_DECODE)))
-        return count;
-    for (size_t ci = 0; ci < o->chunk_count; ++ci)
-        for (size_t i = 0; i < o->decode_ctx_count; ++i, ++count) {
-            bench_shape s = *sizes;
-            s.t = o->decode_ctx[i], s.h = s.w = 1;
-            bench_set_chunk(&s, o->chunk[ci]);
-            init_row(rows, count, BENCH_OP_DECODE, &s);
-        }
+    static const bench_op_id decode_ops[2] = {BENCH_OP_DECODE, BENCH_OP_DECODE_GQA};
+    for (int k = 0; k < 2; ++k) {
+        if (!(o->ops & (1u << decode_ops[k])))
+            continue;
+        for (size_t ci = 0; ci < o->chunk_count; ++ci)
+            for (size_t i = 0; i < o->decode_ctx_count; ++i, ++count) {
+                bench_shape s = *sizes;
+                s.t = o->decode_ctx[i], s.h = s.w = 1;
+                bench_set_chunk(&s, o->chunk[ci]);
+                kv_side(decode_ops[k], &s);
+                init_row(rows, count, decode_ops[k], &s);
+            }
+    }
     return count;
 }
 
@@ -92,12 +114,12 @@ static size_t plan_rows(const bench_options *o, bench_row *rows)
 {
     size_t count = 0;
     if (o->ops & (1u << BENCH_OP_SGEMM)) { /* one square SGEMM, whatever the sweep's sizes */
-        const bench_shape g = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, o->layout, 0};
+        const bench_shape g = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, o->layout, 0, 0, 0, 0};
         init_row(rows, count++, BENCH_OP_SGEMM, &g);
     }
     for (size_t di = 0; di < o->dims_count; ++di)
         for (size_t hi = 0; hi < o->heads_count; ++hi) {
-            bench_shape s = {o->batch, o->heads[hi], 1, 1, 1, 1, 1, 1, o->dk[di], o->dv[di], o->layout, 0};
+            bench_shape s = {o->batch, o->heads[hi], 1, 1, 1, 1, 1, 1, o->dk[di], o->dv[di], o->layout, 0, 0, 0, 0};
             for (size_t gi = 0; gi < o->n_count + o->image_count; ++gi) {
                 s.t = s.h = s.w = 1;
                 if (gi < o->n_count)

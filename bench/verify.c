@@ -26,8 +26,7 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
 {
     bench_shape v = *s;
     const int64_t n = bench_shape_n(s);
-    const int bwd = op == BENCH_OP_MHLA_BWD || op == BENCH_OP_LINEAR_BWD || op == BENCH_OP_MHLA_CAUSAL_BWD ||
-                    op == BENCH_OP_MHLA_BWD_SAVED || op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED;
+    const int bwd = bench_op_is_backward(op);
     const int64_t tokens = bwd ? VERIFY_BWD_TOKENS : VERIFY_TOKENS;
     switch (op) {
     case BENCH_OP_MHLA:
@@ -36,6 +35,9 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
     case BENCH_OP_MHLA_BWD:
     case BENCH_OP_MHLA_BWD_SAVED:
     case BENCH_OP_LINEAR_BWD:
+    case BENCH_OP_MHLA_GQA:
+    case BENCH_OP_MHLA_GQA_BWD:
+    case BENCH_OP_MHLA_CROSS: /* (its condition tokens kept: they are few) */
         if (bench_shape_is_2d(s)) {
             const int64_t side = max64(1, (int64_t)floor(sqrt((double)tokens / (double)(s->bh * s->bw))));
             v.h = s->bh * min64(s->h / s->bh, side);
@@ -54,6 +56,7 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
         bench_set_chunk(&v, s->chunk);
         break;
     case BENCH_OP_DECODE: /* a shorter context at the same offset in its chunk: the same step starts one */
+    case BENCH_OP_DECODE_GQA:
         v.t = min64(n, max64(1, VERIFY_TOKENS / s->chunk) * s->chunk + n % s->chunk), v.h = v.w = 1;
         bench_set_chunk(&v, s->chunk);
         break;
@@ -67,7 +70,8 @@ bench_shape bench_verify_shape(bench_op_id op, const bench_shape *s)
 /* Random host q, k, v for shape v and their device copies, with a NaN-filled out. */
 typedef struct verify_data {
     float *q, *k, *v, *mix;
-    size_t nq, nv, nm;
+    size_t nq, nv, nm; /* q's and out's elements (k and v: as many where the shape has no key/value side) */
+    size_t nk, nkv;    /* k's and v's */
     bench_inputs in;
 } verify_data;
 
@@ -93,15 +97,20 @@ static mhla_status nan_fill(mhla_context *ctx, cl_mem buf, size_t bytes)
 static mhla_status data_make(mhla_context *ctx, const bench_shape *v, uint64_t seed, verify_data *d)
 {
     const size_t rows = (size_t)(v->batch * v->heads * bench_shape_n(v));
+    const size_t kv_rows = (size_t)(v->batch * (v->kv_heads ? v->kv_heads : v->heads) *
+                                    (v->kv_t ? v->kv_t : bench_shape_n(v)));
     d->nq = rows * (size_t)v->dk, d->nv = rows * (size_t)v->dv;
-    d->q = malloc(d->nq * sizeof *d->q), d->k = malloc(d->nq * sizeof *d->k), d->v = malloc(d->nv * sizeof *d->v);
+    d->nk = kv_rows * (size_t)v->dk, d->nkv = kv_rows * (size_t)v->dv;
+    /* v's buffer holds out's elements at least: the backward rows pass it as dO too (ops.c) */
+    const size_t nvbuf = d->nkv > d->nv ? d->nkv : d->nv;
+    d->q = malloc(d->nq * sizeof *d->q), d->k = malloc(d->nk * sizeof *d->k), d->v = malloc(nvbuf * sizeof *d->v);
     if (!d->q || !d->k || !d->v)
         return MHLA_ERR_OUT_OF_HOST_MEMORY;
     bench_fill_random(d->q, d->nq, seed * 4 + 0);
-    bench_fill_random(d->k, d->nq, seed * 4 + 1);
-    bench_fill_random(d->v, d->nv, seed * 4 + 2);
+    bench_fill_random(d->k, d->nk, seed * 4 + 1);
+    bench_fill_random(d->v, nvbuf, seed * 4 + 2);
     const float *host[3] = {d->q, d->k, d->v};
-    const size_t elems[4] = {d->nq, d->nq, d->nv, d->nv};
+    const size_t elems[4] = {d->nq, d->nk, nvbuf, d->nv};
     cl_mem *mems[4] = {&d->in.q, &d->in.k, &d->in.v, &d->in.out};
     cl_int e = CL_SUCCESS;
     for (int i = 0; i < 4 && e == CL_SUCCESS; ++i)
@@ -130,10 +139,11 @@ static mhla_status read_mixing(mhla_context *ctx, cl_mem mixing, verify_data *d)
 }
 
 /* The decode op's sequence: the context's tokens, then `steps` copies of the token every step
- * feeds ([B,H,D], the first B*H*D values of the inputs), in the shape's layout. */
-static float *decode_sequence(const bench_shape *v, const float *x, int64_t d, int64_t steps)
+ * feeds ([B,H,D], the first B*H*D values of the inputs), in the shape's layout; H heads (k and v:
+ * the key/value heads). */
+static float *decode_sequence(const bench_shape *v, const float *x, int64_t H, int64_t d, int64_t steps)
 {
-    const int64_t B = v->batch, H = v->heads, N = bench_shape_n(v), total = N + steps;
+    const int64_t B = v->batch, N = bench_shape_n(v), total = N + steps;
     float *seq = malloc((size_t)(B * total * H * d) * sizeof *seq);
     if (!seq)
         return NULL;
@@ -159,8 +169,9 @@ static mhla_status verify_decode(bench_case *c, const bench_op *op, const bench_
     const size_t tok = (size_t)(B * H * v->dv);
     cl_command_queue queue = mhla_context_queue(c->ctx);
     cl_event done = NULL;
-    float *q = decode_sequence(v, d->q, v->dk, C), *k = decode_sequence(v, d->k, v->dk, C);
-    float *vv = decode_sequence(v, d->v, v->dv, C), *out = malloc((size_t)total * tok * sizeof *out);
+    const int64_t HK = v->kv_heads ? v->kv_heads : H;
+    float *q = decode_sequence(v, d->q, H, v->dk, C), *k = decode_sequence(v, d->k, HK, v->dk, C);
+    float *vv = decode_sequence(v, d->v, HK, v->dv, C), *out = malloc((size_t)total * tok * sizeof *out);
     float *got = malloc((size_t)total * tok * sizeof *got), *last = malloc(tok * sizeof *last);
     double *ref = malloc((size_t)total * tok * sizeof *ref), *cmp = malloc((size_t)total * tok * sizeof *cmp);
     if (!q || !k || !vv || !out || !got || !last || !ref || !cmp) {
@@ -265,7 +276,7 @@ static mhla_status verify_backward(bench_case *c, bench_op_id id, const bench_op
                                 : bench_config(v);
     if ((st = read_mixing(c->ctx, c->mixing, d)) != MHLA_OK)
         return st;
-    const size_t n[4] = {d->nq, d->nq, d->nv, d->nm};
+    const size_t n[4] = {d->nq, d->nk, d->nkv, d->nm};
     float *got[4] = {NULL};
     double *ref[4] = {NULL};
     for (int i = 0; i < 4; ++i)
@@ -334,12 +345,11 @@ void bench_verify_op(mhla_context *ctx, const bench_options *o, const bench_op *
         return;
     c.ctx = ctx, c.in = &d.in;
     r->verify_n = bench_shape_n(&v);
-    const int bwd = r->op == BENCH_OP_MHLA_BWD || r->op == BENCH_OP_LINEAR_BWD || r->op == BENCH_OP_MHLA_CAUSAL_BWD ||
-                    r->op == BENCH_OP_MHLA_BWD_SAVED || r->op == BENCH_OP_MHLA_CAUSAL_BWD_SAVED;
+    const int bwd = bench_op_is_backward(r->op);
     r->verify_tolerance = bwd ? mhla_reference_backward_tolerance(MHLA_DTYPE_F32)
                               : mhla_reference_tolerance(MHLA_DTYPE_F32, bench_shape_n(&v));
     if ((st = data_make(ctx, &v, o->seed + 0x5EED, &d)) == MHLA_OK && (st = op->create(&c, &v)) == MHLA_OK) {
-        if (r->op == BENCH_OP_DECODE) {
+        if (r->op == BENCH_OP_DECODE || r->op == BENCH_OP_DECODE_GQA) {
             st = verify_decode(&c, op, &v, &d, &err);
         } else if (bwd) {
             st = verify_backward(&c, r->op, op, &v, &d, &err);

@@ -474,6 +474,7 @@ enum {
     F_DMIX = 1 << 18,
     F_TL = 1 << 19,
     F_TLO = 1 << 20,
+    F_GROUP = 1 << 21,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -535,6 +536,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d", t->tl_tk, t->tl_td, t->tl_tv);
     if (r & F_TLO)
         mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d", t->tl_tq, t->tl_tv, t->tl_dc);
+    if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */
+        mhla__opts_add(opts, "-DKV_GROUP=%lld", (long long)(c->kv_heads ? c->heads / c->kv_heads : 1));
 }
 
 mhla_status mhla__program_for(mhla_context *ctx, mhla_kernel_file f, const mhla_config *c, const mhla_tiles *t,

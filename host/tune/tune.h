@@ -172,7 +172,7 @@ typedef struct mhla_tiles {
     KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM | F_SLOT)                                   \
     KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
     KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
-    KF(DECODER, decoder, F_SHAPE | F_SLOT)                                                         \
+    KF(DECODER, decoder, F_SHAPE | F_SLOT | F_GROUP)                                               \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
     KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD | F_BNT)                                \
