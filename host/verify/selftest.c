@@ -99,6 +99,15 @@ static size_t make_cases(int quick, selftest_case *cases)
     n = add(cases, n, RUN_FORWARD, &c, "forward-1d/%s%s", "dk24-dv40", NULL);
     c = small_config(0, 40, 1);
     n = add(cases, n, RUN_FORWARD, &c, "forward-1d/%s%s", "m1-linear", NULL);
+    /* grouped key/value heads (one of the two heads': multi-query) and cross-attention: an 8x6 image
+     * in 2x3 blocks attending to 20 tokens in 4 blocks; causal grouped heads below */
+    c = small_config(0, 48, 4);
+    c.kv_heads = 1;
+    n = add(cases, n, RUN_FORWARD, &c, "forward-1d/%s%s", "gqa", NULL);
+    c = small_config(0, 1, 4);
+    c.seq_h = 8, c.seq_w = 6, c.block_t = 1, c.block_h = 2, c.block_w = 3, c.kv_heads = 1;
+    c.kv_seq_t = 20, c.kv_seq_h = c.kv_seq_w = 1, c.kv_block_t = 4, c.kv_block_h = c.kv_block_w = 1;
+    n = add(cases, n, RUN_FORWARD, &c, "cross/%s%s", "2d-1d-gqa", NULL);
     if (!quick) { /* long blocks are split in segments and reduced */
         c = small_config(0, 1024, 2);
         c.batch = 1, c.heads = 1;
@@ -112,6 +121,8 @@ static size_t make_cases(int quick, selftest_case *cases)
     c = small_config(1, 37, 7);
     c.layout = MHLA_LAYOUT_BHND, c.dk = 8, c.dv = 20;
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "bhnd-c7", NULL);
+    c.kv_heads = 1;
+    n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "bhnd-c7-gqa", NULL);
     /* 38 chunks: the prefix GEMM blocks (CLBlast, 32 chunks) are reached where the row uses them. */
     c = small_config(1, 600, 16);
     c.batch = 1, c.heads = 1, c.dk = 8, c.dv = 8;
@@ -165,6 +176,7 @@ typedef struct run_state {
     double *ref;
     void *q_dev, *k_dev, *v_dev, *out_dev; /* what the device reads and writes (f32, or 16-bit) */
     size_t nq, nv, nm;
+    size_t nk, nkv, no; /* k's, v's and out's elements (nq, nv and nv but for cross-attention and grouped heads) */
     int64_t rows; /* of the mixing matrix */
 } run_state;
 
@@ -220,22 +232,25 @@ static mhla_status make_inputs(run_state *s, uint32_t seed)
     const mhla_dtype t = c->dtype;
     s->nq = mhla_config_tensor_elems(c, MHLA_TENSOR_Q);
     s->nv = mhla_config_tensor_elems(c, MHLA_TENSOR_V);
+    s->nk = mhla_config_tensor_elems(c, MHLA_TENSOR_K);
+    s->nkv = s->nv;
+    s->no = mhla_config_tensor_elems(c, MHLA_TENSOR_OUT);
     s->rows = c->causal ? (c->mixing_rows ? c->mixing_rows : (c->seq_t + c->chunk - 1) / c->chunk)
                         : c->block_t * c->block_h * c->block_w;
-    s->nm = (size_t)(s->rows * s->rows);
-    s->q = mhla__malloc(s->nq * sizeof(float)), s->k = mhla__malloc(s->nq * sizeof(float));
-    s->v = mhla__malloc(s->nv * sizeof(float)), s->out = mhla__malloc(s->nv * sizeof(float));
-    s->mix = mhla__malloc(s->nm * sizeof(float)), s->ref = mhla__malloc(s->nv * sizeof(double));
-    s->q_dev = mhla__malloc(s->nq * elem_size(t)), s->k_dev = mhla__malloc(s->nq * elem_size(t));
-    s->v_dev = mhla__malloc(s->nv * elem_size(t)), s->out_dev = mhla__malloc(s->nv * elem_size(t));
+    s->nm = c->causal ? (size_t)(s->rows * s->rows) : mhla_config_tensor_elems(c, MHLA_TENSOR_MIXING); /* M x M_kv */
+    s->q = mhla__malloc(s->nq * sizeof(float)), s->k = mhla__malloc(s->nk * sizeof(float));
+    s->v = mhla__malloc(s->nkv * sizeof(float)), s->out = mhla__malloc(s->no * sizeof(float));
+    s->mix = mhla__malloc(s->nm * sizeof(float)), s->ref = mhla__malloc(s->no * sizeof(double));
+    s->q_dev = mhla__malloc(s->nq * elem_size(t)), s->k_dev = mhla__malloc(s->nk * elem_size(t));
+    s->v_dev = mhla__malloc(s->nkv * elem_size(t)), s->out_dev = mhla__malloc(s->no * elem_size(t));
     if (!s->q || !s->k || !s->v || !s->out || !s->mix || !s->ref || !s->q_dev || !s->k_dev || !s->v_dev ||
         !s->out_dev)
         return mhla__fail(s->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the selftest's inputs");
     /* Positive q, k for the identity feature map (as a caller who applied its own map passes). */
     const float lo = c->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
     fill(s->q, s->nq, seed * 4 + 1, lo, 1.0f);
-    fill(s->k, s->nq, seed * 4 + 2, lo, 1.0f);
-    fill(s->v, s->nv, seed * 4 + 3, -1.0f, 1.0f);
+    fill(s->k, s->nk, seed * 4 + 2, lo, 1.0f);
+    fill(s->v, s->nkv, seed * 4 + 3, -1.0f, 1.0f);
     /* A stand-in for a trained Mc: positive weights where a denominator must stay away from 0;
      * causal matrices get NaN above the diagonal, which no causal path may read. */
     fill(s->mix, s->nm, seed * 4 + 4, c->normalizer == MHLA_NORMALIZER_NONE ? -0.5f : 0.05f, 1.0f);
@@ -244,8 +259,8 @@ static mhla_status make_inputs(run_state *s, uint32_t seed)
             for (int64_t j = i + 1; j < s->rows; ++j)
                 s->mix[i * s->rows + j] = NAN;
     to_storage(t, s->q, s->q_dev, s->nq);
-    to_storage(t, s->k, s->k_dev, s->nq);
-    to_storage(t, s->v, s->v_dev, s->nv);
+    to_storage(t, s->k, s->k_dev, s->nk);
+    to_storage(t, s->v, s->v_dev, s->nkv);
     return MHLA_OK;
 }
 
@@ -271,9 +286,9 @@ static mhla_status run_plan(run_state *s)
     else
         MHLA_FORWARD_IF_ERROR(st, mhla_plan_create(ctx, c, &plan));
     MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->q_dev, s->nq * es, c->dtype, &b[MHLA_TENSOR_Q]));
-    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->k_dev, s->nq * es, c->dtype, &b[MHLA_TENSOR_K]));
-    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->v_dev, s->nv * es, c->dtype, &b[MHLA_TENSOR_V]));
-    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, NULL, s->nv * es, c->dtype, &b[MHLA_TENSOR_OUT]));
+    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->k_dev, s->nk * es, c->dtype, &b[MHLA_TENSOR_K]));
+    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->v_dev, s->nkv * es, c->dtype, &b[MHLA_TENSOR_V]));
+    MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, NULL, s->no * es, c->dtype, &b[MHLA_TENSOR_OUT]));
     MHLA_FORWARD_IF_ERROR(st, device_buffer(ctx, s->mix, s->nm * sizeof(float), MHLA_DTYPE_F32,
                                             &b[MHLA_TENSOR_MIXING]));
     if (s->tc->kind == RUN_VARLEN)
@@ -282,7 +297,7 @@ static mhla_status run_plan(run_state *s)
     else
         MHLA_FORWARD_IF_ERROR(st, mhla_forward(plan, b[0], b[1], b[2], b[4], b[3], 0, NULL, &done));
     MHLA_CL_TRY(st, ctx,
-                clEnqueueReadBuffer(mhla_context_queue(ctx), b[MHLA_TENSOR_OUT], CL_TRUE, 0, s->nv * es, s->out_dev,
+                clEnqueueReadBuffer(mhla_context_queue(ctx), b[MHLA_TENSOR_OUT], CL_TRUE, 0, s->no * es, s->out_dev,
                                     1, &done, NULL),
                 "clEnqueueReadBuffer (selftest output)");
 cleanup:
@@ -411,9 +426,9 @@ static void run_case(mhla_context *ctx, const selftest_case *tc, uint32_t seed, 
         st = tc->kind == RUN_DECODER_STEP || tc->kind == RUN_DECODER_PREFILL ? run_decoder(&s) : run_plan(&s);
     if (st == MHLA_OK) {
         if (c->dtype == MHLA_DTYPE_F32)
-            memcpy(s.out, s.out_dev, s.nv * sizeof(float));
+            memcpy(s.out, s.out_dev, s.no * sizeof(float));
         else
-            mhla_convert(MHLA_DTYPE_F32, s.out, c->dtype, s.out_dev, s.nv);
+            mhla_convert(MHLA_DTYPE_F32, s.out, c->dtype, s.out_dev, s.no);
         if (tc->kind == RUN_SOFTMAX)
             st = mhla_reference_softmax(c, s.q, s.k, s.v, s.ref);
         else if (tc->kind == RUN_VARLEN)
@@ -429,7 +444,7 @@ static void run_case(mhla_context *ctx, const selftest_case *tc, uint32_t seed, 
     }
     r->status = st;
     if (st == MHLA_OK) {
-        r->max_rel_err = mhla_max_rel_err(s.out, s.ref, s.nv);
+        r->max_rel_err = mhla_max_rel_err(s.out, s.ref, s.no);
         r->passed = r->max_rel_err <= r->tolerance;
         if (!r->passed)
             snprintf(r->message, sizeof r->message, "max_rel_err %.3g above the tolerance %.3g", r->max_rel_err,

@@ -11,7 +11,8 @@
 #include <string.h>
 
 #define CAPACITY 16
-#define HEADER_FIELDS 96 /* bytes of the 128-byte header that hold fields (include/mhla.h) */
+#define HEADER_FIELDS 96 /* bytes of the 128-byte header compared: the fields before kv_heads (include/mhla.h;
+                             a restored state's kv_heads of 0, written before the field, reads back as heads) */
 
 static mhla_context *ctx;
 static mhla_decoder *dec;
