@@ -182,10 +182,7 @@ mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
     /* the forward's tiles, with the backward's read-outs (tune/tiling.c) */
     b->tiles = plan->causal ? plan->causal->kern->tiling : plan->tiles;
     mhla__tiles_backward(&plan->cfg, plan->causal ? &plan->causal->kern->tuning : &plan->tuning, &b->tiles);
-    if (plan->cfg.causal)
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_causal_setup(plan, b));
-    else
-        MHLA_FORWARD_IF_ERROR(st, setup(plan, b));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_ops(plan)->setup(plan, b));
     plan->bwd = b;
     plan->bwd_destroy = mhla__backward_destroy; /* the plan's layer below cannot name it */
     *out = b;
@@ -302,3 +299,27 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
 cleanup:
     return st;
 }
+
+/* ---- the backward's half of each variant's table (forward/forward.h, mhla_plan_ops) ------------ */
+
+static mhla_status blocks_enqueue(mhla_plan *plan, mhla_bwd *b, const cl_mem x[9], const int32_t *cu_seqlens,
+                                  size_t num_seqs, cl_uint num_wait, const cl_event *wait)
+{
+    (void)cu_seqlens, (void)num_seqs; /* (non-causal plans are not varlen) */
+    return mhla__backward_enqueue(plan, b, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], num_wait, wait);
+}
+
+static mhla_status chunks_enqueue(mhla_plan *plan, mhla_bwd *b, const cl_mem x[9], const int32_t *cu_seqlens,
+                                  size_t num_seqs, cl_uint num_wait, const cl_event *wait)
+{
+    return mhla__backward_causal_enqueue(plan, b, x[0], x[1], x[2], x[3], cu_seqlens, num_seqs, x[4], x[5], x[6],
+                                         x[7], x[8], num_wait, wait);
+}
+
+static const mhla_bwd_ops bwd_ops[MHLA_VARIANTS] = {
+    [MHLA_VARIANT_BLOCKS] = {setup, blocks_enqueue, NULL},
+    [MHLA_VARIANT_CHUNKS] = {mhla__backward_causal_setup, chunks_enqueue, NULL},
+    [MHLA_VARIANT_SOFTMAX] = {NULL, NULL, "the plan is a softmax-attention baseline, which has no backward pass"},
+};
+
+const mhla_bwd_ops *mhla__backward_ops(const mhla_plan *plan) { return &bwd_ops[plan->ops->id]; }

@@ -69,6 +69,17 @@ typedef struct mhla_bwd {
     size_t n_mix_tiles;
 } mhla_bwd;
 
+/* The backward's half of a plan variant's table (forward/forward.h, mhla_plan_ops): its kernels and
+ * workspace, made on the first call, and one backward pass on the buffers b (backward_call.c's
+ * order: q, k, v, mixing, dout, dq, dk, dv, dmixing); `refusal` where the variant has none. */
+typedef struct mhla_bwd_ops {
+    mhla_status (*setup)(mhla_plan *plan, mhla_bwd *b);
+    mhla_status (*enqueue)(mhla_plan *plan, mhla_bwd *b, const cl_mem bufs[9], const int32_t *cu_seqlens,
+                           size_t num_seqs, cl_uint num_wait, const cl_event *wait);
+    const char *refusal;
+} mhla_bwd_ops;
+const mhla_bwd_ops *mhla__backward_ops(const mhla_plan *plan);
+
 /* The plan's backward, made on first use (kernels built, workspace counted in the plan's). */
 mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out);
 /* A workspace buffer of the backward, counted in mhla_plan_workspace_size(). */

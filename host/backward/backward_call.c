@@ -24,8 +24,8 @@ static mhla_status check(mhla_plan *plan, const char *fn, const cl_mem bufs[N_BU
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    MHLA_FAIL_IF(st, plan->softmax, ctx, MHLA_ERR_UNSUPPORTED,
-                 "%s: the plan is a softmax-attention baseline, which has no backward pass", fn);
+    MHLA_FAIL_IF(st, mhla__backward_ops(plan)->refusal, ctx, MHLA_ERR_UNSUPPORTED, "%s: %s", fn,
+                 mhla__backward_ops(plan)->refusal);
     MHLA_FAIL_IF(st, plan->shard, ctx, MHLA_ERR_UNSUPPORTED,
                  "%s: the plan is a shard plan (sequence parallelism): the backward runs on whole-sequence plans "
                  "only", fn);
@@ -65,15 +65,8 @@ static mhla_status run(mhla_plan *plan, const char *fn, const cl_mem bufs[N_BUFS
     MHLA_FAIL_IF(st, cu_seqlens && !plan->cfg.varlen, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "%s: the plan is not for packed variable-length sequences (causal = 1, varlen = 1)", fn);
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_get(plan, &b));
-    if (plan->cfg.causal)
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_causal_enqueue(
-                                      plan, b, bufs[IN_Q], bufs[IN_K], bufs[IN_V], bufs[IN_MIXING], cu_seqlens,
-                                      num_seqs, bufs[IN_DOUT], bufs[OUT_DQ], bufs[OUT_DK], bufs[OUT_DV],
-                                      bufs[OUT_DMIXING], num_wait, wait));
-    else
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_enqueue(plan, b, bufs[IN_Q], bufs[IN_K], bufs[IN_V],
-                                                         bufs[IN_MIXING], bufs[IN_DOUT], bufs[OUT_DQ], bufs[OUT_DK],
-                                                         bufs[OUT_DV], bufs[OUT_DMIXING], num_wait, wait));
+    /* the variant's backward (backward/backward.c, mhla__backward_ops) */
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_ops(plan)->enqueue(plan, b, bufs, cu_seqlens, num_seqs, num_wait, wait));
     if (done) /* with no wait list, a marker follows everything enqueued before it, in any queue */
         MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done), "clEnqueueMarkerWithWaitList");
 cleanup:
@@ -131,8 +124,8 @@ static mhla_status run_host(mhla_plan *plan, const char *fn, const void *const i
 
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
     ctx = plan->ctx;
-    MHLA_FAIL_IF(st, plan->softmax, ctx, MHLA_ERR_UNSUPPORTED,
-                 "%s: the plan is a softmax-attention baseline, which has no backward pass", fn);
+    MHLA_FAIL_IF(st, mhla__backward_ops(plan)->refusal, ctx, MHLA_ERR_UNSUPPORTED, "%s: %s", fn,
+                 mhla__backward_ops(plan)->refusal);
     MHLA_FAIL_IF(st, plan->shard, ctx, MHLA_ERR_UNSUPPORTED,
                  "%s: the plan is a shard plan (sequence parallelism): the backward runs on whole-sequence plans "
                  "only", fn);

@@ -234,6 +234,11 @@ mhla_status mhla__config_validate(const mhla_config *cfg, mhla_shape *shape, cha
                   (long long)cfg->chunk, (long long)cfg->mixing_rows, (long long)(cfg->chunk * cfg->mixing_rows));
         CHECK(cfg->mixing_rows <= 1 << 20, MHLA_ERR_INVALID_SHAPE, "mixing_rows = %lld is implausibly large",
               (long long)cfg->mixing_rows);
+        /* mixing_rows 0 resolves to the chunk count: the same limit, so that a configuration valid
+         * as given stays valid once resolved (found by tests/fuzz/fuzz_config) */
+        CHECK(cfg->mixing_rows != 0 || sh.m <= 1 << 20, MHLA_ERR_INVALID_SHAPE,
+              "%lld tokens in chunks of %lld make %lld chunks, an implausibly large mixing matrix (at most %d rows)",
+              (long long)n, (long long)cfg->chunk, (long long)sh.m, 1 << 20);
     }
     const mhla_status kv = kv_side(cfg, &sh, msg, msg_size);
     if (kv != MHLA_OK)

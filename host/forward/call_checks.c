@@ -36,12 +36,12 @@ mhla_status mhla__forward_check(mhla_plan *plan, const char *fn, const cl_mem bu
                                 const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
-    /* A softmax plan has no mixing matrix: its argument is ignored. */
-    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING;
+    /* A variant without a mixing matrix (softmax) ignores its argument. */
+    const int last = plan->ops->takes_mixing ? MHLA_TENSOR_MIXING : MHLA_TENSOR_OUT;
     for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FORWARD_IF_ERROR(st, mhla__check_mem(plan->ctx, fn, (mhla_tensor)t, bufs[t],
                                                   mhla_plan_tensor_bytes(plan, (mhla_tensor)t), mhla__plan_tensor_shape, plan));
-    MHLA_FORWARD_IF_ERROR(st, mhla__check_call(plan->ctx, fn, bufs, !plan->softmax, num_wait, wait));
+    MHLA_FORWARD_IF_ERROR(st, mhla__check_call(plan->ctx, fn, bufs, plan->ops->takes_mixing, num_wait, wait));
 cleanup:
     return st;
 }

@@ -2,6 +2,8 @@
  * causal plan through them. */
 #include "forward/forward.h"
 
+#include <stdio.h>
+
 #include <string.h>
 
 void mhla__causal_plan_destroy(mhla_causal_plan *cp)
@@ -87,3 +89,32 @@ mhla_status mhla__causal_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, 
 cleanup:
     return st;
 }
+
+/* The chunks variant's table (forward/forward.h, mhla_plan_ops): the forward and description of a
+ * causal plan; the backward's half is backward/backward.c's. */
+static mhla_status chunks_forward(mhla_plan *plan, const cl_mem b[5], cl_uint num_wait, const cl_event *wait,
+                                  cl_event *done)
+{
+    /* its chunk summaries and prefix mixtures stay in the plan's slots for the next backward
+     * (backward/backward_causal.c copies them into its own layout) */
+    return mhla__causal_forward(plan, b[MHLA_TENSOR_Q], b[MHLA_TENSOR_K], b[MHLA_TENSOR_V], b[MHLA_TENSOR_MIXING],
+                                b[MHLA_TENSOR_OUT], num_wait, wait, done);
+}
+
+static void chunks_describe(const mhla_plan *plan, char *buf, size_t size)
+{
+    if (!plan->causal) { /* a shard of no chunks: nothing was built */
+        snprintf(buf, size, "no chunks (an empty shard): no kernels");
+        return;
+    }
+    const mhla_tiles *t = &plan->causal->kern->tiling;
+    const mhla_tuning *tu = &plan->causal->kern->tuning;
+    snprintf(buf, size,
+             "%s; summary %dx(%dx%d) in sums of %d tokens%s, output %dx(%dx%d) dc %d in groups of %d tokens, %d "
+             "keys per pass; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
+             tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
+             t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
+}
+
+const mhla_plan_ops mhla__variant_chunks = {MHLA_VARIANT_CHUNKS, "chunks", 1, 1, mhla__causal_plan_setup,
+                                            chunks_forward, chunks_describe};

@@ -19,37 +19,16 @@ mhla_status mhla_forward(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem m
                  "mhla_shard_output(), or mhla_forward_sharded() (libmhla_mpi)");
     const cl_mem bufs[] = {q, k, v, out, mixing};
     MHLA_FORWARD_IF_ERROR(st, mhla__forward_check(plan, "mhla_forward", bufs, num_wait, wait));
-    if (plan->softmax) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__softmax_enqueue(plan, q, k, v, out, num_wait, wait, done));
-        goto cleanup;
-    }
     /* Refused before anything is enqueued (the start marker included). */
     MHLA_FAIL_IF(st, plan->cfg.causal && plan->cfg.varlen, ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_forward: the plan is for packed variable-length sequences (varlen = 1): use "
                  "mhla_forward_varlen() with their cu_seqlens");
-    MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
-    plan->saved = 0;
-    if (plan->cfg.causal) {
-        /* its chunk summaries and prefix mixtures stay in the plan's slots for the next backward
-         * (backward/backward_causal.c copies them into its own layout) */
-        MHLA_FORWARD_IF_ERROR(st, mhla__causal_forward(plan, q, k, v, mixing, out, num_wait, wait, done));
-    } else {
-        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
-        if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
-            MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
-            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        }
-        if (!mhla__output_mixes(plan)) { /* else the tiled read-out mixes (few blocks and segments) */
-            MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
-            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        }
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));
-        MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, mixing, out, done));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[3]));
+    if (plan->ops->stages) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__forward_mark_start(plan, num_wait, wait));
+        plan->saved = 0;
     }
-    if (plan->save_for_backward) { /* for the next mhla_backward() of these buffers */
+    MHLA_FORWARD_IF_ERROR(st, plan->ops->forward(plan, bufs, num_wait, wait, done)); /* the variant's */
+    if (plan->save_for_backward && plan->ops->stages) { /* for the next mhla_backward() of these buffers */
         plan->saved = 1;
         plan->saved_in[0] = q, plan->saved_in[1] = k, plan->saved_in[2] = v, plan->saved_in[3] = mixing;
     }
@@ -68,9 +47,10 @@ mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)
     ctx = plan->ctx;
     MHLA_FAIL_IF(st, !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
                  "mhla_plan_stage_times: the queue was created without CL_QUEUE_PROFILING_ENABLE");
-    MHLA_FAIL_IF(st, plan->softmax, ctx, MHLA_ERR_UNSUPPORTED,
-                 "mhla_plan_stage_times: a softmax plan runs one kernel, not stages: time the event mhla_forward() "
-                 "returns");
+    MHLA_FAIL_IF(st, !plan->ops->stages, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_plan_stage_times: a %s plan runs one kernel, not stages: time the event mhla_forward() "
+                 "returns",
+                 plan->ops->name);
     MHLA_FAIL_IF(st, !plan->marks[3], ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_plan_stage_times: the plan has not run a forward pass yet");
     MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &plan->marks[3]), "clWaitForEvents (stage markers)");

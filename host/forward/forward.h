@@ -7,9 +7,37 @@
 
 #include "causal/causal.h"
 
+/* The kinds of plan. Each has one table of operations, defined in its own file (blocks.c,
+ * causal_plan.c, softmax.c), that the plan picks when it is made; the backward's half of each table
+ * is backward/backward.c's (docs/architecture.md "How to add a variant"). */
+typedef enum mhla_variant {
+    MHLA_VARIANT_BLOCKS,  /* non-causal MHLA over a block grid (cross-attention, grouped heads) */
+    MHLA_VARIANT_CHUNKS,  /* causal MHLA, the chunk form (varlen packed batches too) */
+    MHLA_VARIANT_SOFTMAX, /* the softmax-attention baseline */
+    MHLA_VARIANTS
+} mhla_variant;
+
+typedef struct mhla_plan_ops {
+    mhla_variant id;
+    const char *name;
+    int takes_mixing; /* mhla_forward's mixing argument is read (not by softmax) */
+    int stages;       /* stage markers (mhla_plan_stage_times) and summaries kept for a backward */
+    /* kernels and workspace of a validated, resolved configuration (NULL: made by its own creator) */
+    mhla_status (*setup)(mhla_plan *plan);
+    /* mhla_forward after its checks; b in mhla_tensor order (q, k, v, out, mixing) */
+    mhla_status (*forward)(mhla_plan *plan, const cl_mem b[5], cl_uint num_wait, const cl_event *wait,
+                           cl_event *done);
+    /* mhla_plan_tuning()'s text after the tuning's origin */
+    void (*describe)(const mhla_plan *plan, char *buf, size_t size);
+} mhla_plan_ops;
+
+extern const mhla_plan_ops mhla__variant_blocks, mhla__variant_chunks, mhla__variant_softmax;
+/* The variant of an MHLA configuration (blocks or chunks). */
+const mhla_plan_ops *mhla__plan_variant(const mhla_config *cfg);
+
 struct mhla_plan {
     mhla_context *ctx;
-    int softmax;     /* a softmax-attention baseline plan (mhla_softmax_plan_create) */
+    const mhla_plan_ops *ops; /* the variant */
     mhla_config cfg; /* resolved */
     mhla_shape shape;
     mhla_grid grid;    /* the queries' side: the read-outs */

@@ -33,7 +33,7 @@ mhla_status mhla__forward_host(mhla_plan *plan, const char *fn, const void *q, c
 
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
     const void *inputs[] = {q, k, v, NULL, mixing};
-    const int last = plan->softmax ? MHLA_TENSOR_OUT : MHLA_TENSOR_MIXING; /* softmax: no mixing */
+    const int last = plan->ops->takes_mixing ? MHLA_TENSOR_MIXING : MHLA_TENSOR_OUT; /* softmax: no mixing */
     for (int t = MHLA_TENSOR_Q; t <= last; ++t)
         MHLA_FAIL_IF(st, t == MHLA_TENSOR_OUT ? !out : !inputs[t], plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
                      "%s: %s pointer is NULL", fn, mhla__tensor_name((mhla_tensor)t));

@@ -48,36 +48,6 @@ void mhla__plan_fill_grid(mhla_plan *plan)
     plan->kv_grid.bh = (cl_int)s->bh_kv;
 }
 
-static mhla_status create_workspace(mhla_plan *plan)
-{
-    mhla_status st = MHLA_OK;
-    mhla_context *ctx = plan->ctx;
-    /* one row per block of the key/value grid, and one mixed row per query block, each of B*H_kv heads */
-    const size_t head_bytes = (size_t)plan->shape.bh_kv * (size_t)plan->cfg.dk * (size_t)plan->shape.summary_cols *
-                              sizeof(float);
-    const size_t summary_bytes = (size_t)plan->shape.m_kv * head_bytes, mixed_bytes = (size_t)plan->shape.m * head_bytes;
-    const size_t dots_bytes = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL
-                                  ? (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float)
-                                  : 0;
-    size_t total = summary_bytes + mixed_bytes + 2 * dots_bytes;
-    MHLA_FAIL_IF(st, total > ctx->limits.global_mem_bytes, ctx, MHLA_ERR_OUT_OF_DEVICE_MEMORY,
-                 "the plan's workspace needs %zu bytes, more than the device's %llu bytes of global memory (%s)",
-                 total, (unsigned long long)ctx->limits.global_mem_bytes, ctx->device_name);
-    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, summary_bytes, "the block summaries",
-                                                  &plan->summary));
-    MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, mixed_bytes, "the mixed summaries",
-                                                  &plan->mixed));
-    if (dots_bytes) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,
-                                                      "the official normalizer's dot products", &plan->dots));
-        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, dots_bytes,
-                                                      "the official normalizer's denominators", &plan->den));
-    }
-    plan->workspace_bytes += total;
-cleanup:
-    return st;
-}
-
 mhla_status mhla__plan_setup(mhla_plan *plan)
 {
     mhla_status st = MHLA_OK;
@@ -87,25 +57,15 @@ mhla_status mhla__plan_setup(mhla_plan *plan)
     st = mhla__config_validate(&plan->cfg, &plan->shape, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
     mhla__plan_fill_grid(plan);
-    if (plan->cfg.causal) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__causal_plan_setup(plan)); /* its own kernels and workspace */
-    } else {
-        /* A shard takes the whole sequence's tiles (block splits included): its blocks are then
-         * summed in the same order as on one device. */
-        const mhla_config *tcfg = plan->shard ? &plan->shard->global : &plan->cfg;
-        const mhla_shape *tshape = plan->shard ? &plan->shard->gshape : &plan->shape;
-        MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, tcfg, &plan->tuning));
-        mhla__tiles_forward(ctx, tcfg, tshape, &plan->tuning, &plan->tiles);
-        if (plan->shard) /* its mixing reads the gathered summaries: the untiled stages */
-            plan->tiles.tiled = 0;
-        MHLA_FORWARD_IF_ERROR(st, create_workspace(plan));
-        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
-        MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan));
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
-        plan->workspace_bytes += plan->gemm_temp_bytes;
-    }
+    plan->ops = mhla__plan_variant(&plan->cfg);
+    MHLA_FORWARD_IF_ERROR(st, plan->ops->setup(plan)); /* its kernels and workspace (the variant's file) */
 cleanup:
     return st;
+}
+
+const mhla_plan_ops *mhla__plan_variant(const mhla_config *cfg)
+{
+    return cfg->causal ? &mhla__variant_chunks : &mhla__variant_blocks;
 }
 
 mhla_status mhla_plan_create(mhla_context *ctx, const mhla_config *cfg, mhla_plan **out)
@@ -178,33 +138,7 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
     MHLA_FAIL_IF(st, !plan, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_tuning: plan is NULL");
     MHLA_FAIL_IF(st, !buf || size == 0, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_plan_tuning: buf is NULL or size 0");
-    const mhla_tiles *t = plan->causal ? &plan->causal->kern->tiling : &plan->tiles;
-    const mhla_tuning *tu = plan->causal ? &plan->causal->kern->tuning : &plan->tuning;
-    if (plan->softmax)
-        snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", tu->origin, t->sm_vw, t->sm_bk,
-                 t->sm_bq, t->sm_rows ? ", row copies" : "");
-    else if (plan->causal)
-        snprintf(buf, size,
-                 "%s; summary %dx(%dx%d) in sums of %d tokens%s, output %dx(%dx%d) dc %d in groups of %d tokens, %d "
-                 "keys per pass; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
-                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
-                 t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv,
-                 t->gemm_rows);
-    else if (t->tiled)
-        snprintf(buf, size,
-                 "%s; tiled: summary groups of %dx%d in tiles of %d tokens, %d segment(s) per block; output groups "
-                 "of %d tokens x %d columns, %d key dimensions per tile; %s %d",
-                 tu->origin, t->tl_td, t->tl_tv, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_dc,
-                 mhla__output_mixes(plan) ? "mixed inside the read-out (tl_fuse)" : "segments added and mixed in rows of",
-                 mhla__output_mixes(plan) ? t->tl_fuse : t->mix_mr);
-    else
-        snprintf(buf, size,
-                 "%s; summary %dx(%dx%d) in sums of %d tokens%s%s, %d segment(s) per block; output %dx(%dx%d) dc "
-                 "%d%s; %s",
-                 tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
-                 t->pf ? " prefetched" : "", t->splits,
-                 t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->out_nt ? ", streaming stores" : "",
-                 tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast");
+    plan->ops->describe(plan, buf, size);
 cleanup:
     return st;
 }
@@ -213,7 +147,7 @@ const mhla_config *mhla_plan_config(const mhla_plan *plan) { return plan ? &plan
 
 size_t mhla_plan_tensor_bytes(const mhla_plan *plan, mhla_tensor tensor)
 {
-    if (!plan || (plan->softmax && tensor == MHLA_TENSOR_MIXING))
+    if (!plan || (!plan->ops->takes_mixing && tensor == MHLA_TENSOR_MIXING))
         return 0;
     /* From the shapes the plan derived when it was made: a call validates nothing again. */
     if (plan->shard && (tensor == MHLA_TENSOR_MIXING || plan->shard->count == 0)) /* the whole Mc; no tokens */

@@ -55,7 +55,7 @@ mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, 
     plan = mhla__calloc(1, sizeof *plan);
     MHLA_FAIL_IF(st, !plan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory creating a plan");
     plan->ctx = ctx;
-    plan->softmax = 1;
+    plan->ops = &mhla__variant_softmax;
     st = mhla__softmax_config(cfg, &plan->cfg, &plan->shape, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, ctx, st, "%s", msg);
     mhla__plan_fill_grid(plan);
@@ -96,3 +96,22 @@ mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
 cleanup:
     return st;
 }
+
+/* The softmax variant's table (forward/forward.h, mhla_plan_ops): no setup of its own
+ * (mhla_softmax_plan_create makes it), one kernel, no mixing; no backward (backward/backward.c). */
+static mhla_status softmax_forward(mhla_plan *plan, const cl_mem b[5], cl_uint num_wait, const cl_event *wait,
+                                   cl_event *done)
+{
+    return mhla__softmax_enqueue(plan, b[MHLA_TENSOR_Q], b[MHLA_TENSOR_K], b[MHLA_TENSOR_V], b[MHLA_TENSOR_OUT],
+                                 num_wait, wait, done);
+}
+
+static void softmax_describe(const mhla_plan *plan, char *buf, size_t size)
+{
+    const mhla_tiles *t = &plan->tiles;
+    snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", plan->tuning.origin, t->sm_vw,
+             t->sm_bk, t->sm_bq, t->sm_rows ? ", row copies" : "");
+}
+
+const mhla_plan_ops mhla__variant_softmax = {MHLA_VARIANT_SOFTMAX, "softmax", 0, 0, NULL, softmax_forward,
+                                             softmax_describe};

@@ -125,6 +125,7 @@ static mhla_status create_shard(mhla_context *ctx, const char *fn, const mhla_co
         /* Nothing to run: the plan only answers questions about the sequence. */
         plan->cfg = sh->global;
         plan->shape = sh->gshape;
+        plan->ops = mhla__plan_variant(&plan->cfg);
     } else {
         MHLA_FORWARD_IF_ERROR(st, mhla__plan_setup(plan));
         if (cu)
