@@ -170,10 +170,6 @@ int run_read_inputs(run_job *job)
                             opt->value, shape[i], i == 1 ? "--q" : "--k", job->o[i == 1 ? O_Q : O_K].value,
                             shape[i == 1 ? 0 : 1], i == 1 ? "B and Dk" : (bhnd ? "B, H and N" : "B, N and H"));
     }
-    if (strcmp(cmd, "diagnose") == 0 && memcmp(job->in[1].shape, job->in[0].shape, 3 * sizeof(int64_t)) != 0)
-        return cli_fail(CLI_USAGE, "--k %s: shape %s does not match --q %s %s (B, N and H must agree: mhla diagnose "
-                                   "does not take cross-attention or grouped key/value heads yet)",
-                        job->o[O_K].value, shape[1], job->o[O_Q].value, shape[0]);
     const int64_t *ks = job->in[1].shape, hkv = bhnd ? ks[1] : ks[2];
     const int64_t hq = bhnd ? job->in[0].shape[1] : job->in[0].shape[2];
     if (hq % hkv != 0)

@@ -149,6 +149,41 @@ static void test_rank_bounds_on_random_inputs(void **state)
     }
 }
 
+/* Cross-attention with grouped heads: a 10x10 image (100 query rows) attending to 30 tokens in 3
+ * blocks, two query heads on one key head. The matrices are 100 x 30: softmax's rank is the 30 keys,
+ * linear attention's Dk, MHLA's M_kv * min(Nb_kv, Dk) = 3 * 4 = 12 (reached on random inputs); the
+ * spectrum past the keys is zero. */
+static void test_cross_attention(void **state)
+{
+    (void)state;
+    mhla_config c;
+    mhla_config_init(&c);
+    c.seq_h = 10, c.seq_w = 10, c.block_h = 2, c.block_w = 2, c.dk = c.dv = 4, c.heads = 2, c.kv_heads = 1;
+    c.kv_seq_t = 30, c.kv_seq_h = c.kv_seq_w = 1, c.kv_block_t = 3, c.kv_block_h = c.kv_block_w = 1;
+    c.feature_map = MHLA_FEATURE_ELU1;
+    /* Mc of 4 query blocks x 3 key blocks, every column different along the rows (the initializers'
+     * matrix for these two grids has equal rows: every query block is as far from a key block as the
+     * others, and MHLA's rank would collapse to linear attention's, docs/spec.md) */
+    float *q = random_floats(100 * 2 * 4, 5), *k = random_floats(30 * 1 * 4, 6), mc[12];
+    for (int j = 0; j < 12; ++j)
+        mc[j] = 0.1f + 0.07f * (float)((j * 7) % 12);
+    mhla_diagnose_result r;
+    if (mhla_diagnose(&c, q, k, mc, NULL, &r) != MHLA_OK)
+        fail_msg("mhla_diagnose: %s", mhla_last_message());
+    assert_int_equal(r.n, 100), assert_int_equal(r.rows, 100);
+    assert_int_equal(r.rank_bound[SM], 30), assert_int_equal(r.rank_bound[LIN], 4), assert_int_equal(r.rank_bound[MH], 12);
+    for (int64_t h = 0; h < 2; ++h) {
+        if (r.rank[AT(r, h, SM)] != 30.0 || r.rank[AT(r, h, LIN)] != 4.0 || r.rank[AT(r, h, MH)] != 12.0)
+            fail_msg("head %lld: ranks softmax %.1f, linear %.1f, MHLA %.1f; expected 30, 4, 12", (long long)h,
+                     r.rank[AT(r, h, SM)], r.rank[AT(r, h, LIN)], r.rank[AT(r, h, MH)]);
+        const double *s = r.sigma + AT(r, h, SM) * r.rows;
+        assert_true(s[29] > r.rank_rtol * s[0] && s[30] <= 1e-6 * s[0]); /* (eigenvalue rounding: ~1e-8) */
+        assert_true(r.entropy[AT(r, h, SM)] <= log(30.0) + 1e-12);
+    }
+    mhla_diagnose_result_free(&r);
+    free(q), free(k);
+}
+
 /* Beyond max_rows: a sample of distinct rows, the same for the same seed, other for another; off
  * (sample = 0) it is refused naming N and the limit. */
 static void test_sampling_and_limit(void **state)
@@ -224,7 +259,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uniform_rows_closed_form), cmocka_unit_test(test_causal_rows),
         cmocka_unit_test(test_rank_bounds_on_random_inputs), cmocka_unit_test(test_sampling_and_limit),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusals), cmocka_unit_test(test_cross_attention),
     };
     return run_group("diagnose", tests, NULL, NULL);
 }

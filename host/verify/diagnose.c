@@ -30,11 +30,12 @@ void mhla_diagnose_result_free(mhla_diagnose_result *res)
     memset(res, 0, sizeof *res);
 }
 
-/* Block of token t on the token grid (docs/spec.md "Token grid and blocks"). */
-static int64_t block_of(const mhla_config *c, const mhla_shape *s, int64_t t)
+/* Block of token t on a token grid of (seq_h, seq_w) planes in blocks of (pt, ph, pw) tokens
+ * (docs/spec.md "Token grid and blocks"). */
+static int64_t block_of(int64_t seq_h, int64_t seq_w, int64_t pt, int64_t ph, int64_t pw, int64_t t)
 {
-    const int64_t x = t % c->seq_w, y = (t / c->seq_w) % c->seq_h, f = t / (c->seq_w * c->seq_h);
-    return ((f / s->pt) * c->block_h + y / s->ph) * c->block_w + x / s->pw;
+    const int64_t x = t % seq_w, y = (t / seq_w) % seq_h, f = t / (seq_w * seq_h);
+    return ((f / pt) * (seq_h / ph) + y / ph) * (seq_w / pw) + x / pw;
 }
 
 static uint64_t splitmix64(uint64_t *state)
@@ -84,15 +85,18 @@ static int pick_rows(int64_t n, int64_t r, uint32_t seed, int64_t *rows)
 
 typedef struct diag_work {
     const mhla_config *cfg;
+    mhla_config kcfg; /* k's tensor: H_kv heads (grouped key/value heads) */
     const float *mixing;
-    int64_t n, r, dk;
-    int64_t mix_rows; /* Mc's row stride: M, or the causal R */
+    int64_t n, nk, r, dk; /* query tokens, key tokens (N_kv: cross-attention), rows, Dk */
+    int64_t group;        /* query heads per key/value head */
+    int64_t mix_stride;   /* Mc's row stride: M_kv, or the causal R */
     const int64_t *rows;
-    double *qk;   /* [r + n][dk] one head's q rows, then its k rows, as stored */
+    const int64_t *qblk, *kblk; /* block (causal: chunk) of each query token and each key token */
+    double *qk;   /* [r + nk][dk] one head's q rows, then its k rows, as stored */
     double *qkf;  /* the same with the feature map (and scale on q) applied */
-    double *raw;  /* [r][n] q_t . k_s: softmax's logits before its scale */
-    double *dots; /* [r][n] q~_t . k~_s, shared by linear attention and MHLA */
-    double *a;    /* [r][n] the kind's matrix */
+    double *raw;  /* [r][nk] q_t . k_s: softmax's logits before its scale */
+    double *dots; /* [r][nk] q~_t . k~_s, shared by linear attention and MHLA */
+    double *a;    /* [r][nk] the kind's matrix */
     double *gram; /* [r][r] */
     double *eig;  /* [r] */
 } diag_work;
@@ -102,9 +106,9 @@ static int sees(const diag_work *w, int64_t t, int64_t s) { return !w->cfg->caus
 
 /* Row i of the kind's matrix into w->a (normalised by sum |weight|); returns the row's entropy, or
  * -1 for a row whose weights are all zero. */
-static double build_row(diag_work *w, mhla_attention_kind kind, int64_t i, const int64_t *blk)
+static double build_row(diag_work *w, mhla_attention_kind kind, int64_t i)
 {
-    const int64_t n = w->n, t = w->rows[i];
+    const int64_t n = w->nk, t = w->rows[i];
     double *row = w->a + i * n;
     if (kind == MHLA_ATTENTION_SOFTMAX) {
         const double scale = 1.0 / sqrt((double)w->dk), *raw = w->raw + i * n;
@@ -117,11 +121,11 @@ static double build_row(diag_work *w, mhla_attention_kind kind, int64_t i, const
             row[s] = sees(w, t, s) ? exp(row[s] - top) : 0.0;
     } else {
         const double *dots = w->dots + i * n;
-        const int64_t R = w->mix_rows, bt = blk[t];
+        const int64_t R = w->mix_stride, bt = w->qblk[t];
         for (int64_t s = 0; s < n; ++s)
             row[s] = !sees(w, t, s) ? 0.0
                      : kind == MHLA_ATTENTION_LINEAR ? dots[s]
-                                                      : (double)w->mixing[bt * R + blk[s]] * dots[s];
+                                                      : (double)w->mixing[bt * R + w->kblk[s]] * dots[s];
     }
     double total = 0.0;
     for (int64_t s = 0; s < n; ++s)
@@ -145,13 +149,15 @@ static double build_row(diag_work *w, mhla_attention_kind kind, int64_t i, const
 static void head_products(diag_work *w, const float *q, const float *k, int64_t b, int64_t h)
 {
     const mhla_config *c = w->cfg;
-    const int64_t n = w->n, r = w->r, dk = w->dk;
+    const int64_t n = w->nk, r = w->r, dk = w->dk;
     for (int64_t i = 0; i < r + n; ++i) {
         const int is_q = i < r;
         const float *x = is_q ? q : k;
         const int64_t t = is_q ? w->rows[i] : i - r;
         for (int64_t d = 0; d < dk; ++d) {
-            const double v = x[mhla__ref_offset(c, n, b, t, h, d, dk)];
+            /* q of head h; k of its key/value head, in a tensor of N_kv tokens and H_kv heads */
+            const double v = is_q ? x[mhla__ref_offset(c, w->n, b, t, h, d, dk)]
+                                  : x[mhla__ref_offset(&w->kcfg, n, b, t, h / w->group, d, dk)];
             w->qk[i * dk + d] = v;
             w->qkf[i * dk + d] = (is_q ? c->scale : 1.0) * mhla__ref_feature(v, c->feature_map, c->feature_eps);
         }
@@ -168,10 +174,10 @@ static void head_products(diag_work *w, const float *q, const float *k, int64_t 
         }
 }
 
-/* The singular values of w->a (r x n), descending, into sv; 0, or -1 when out of memory. */
+/* The singular values of w->a (r x nk), descending, into sv; 0, or -1 when out of memory. */
 static int singular_values(diag_work *w, double *sv)
 {
-    const int64_t r = w->r, n = w->n;
+    const int64_t r = w->r, n = w->nk;
     for (int64_t i = 0; i < r; ++i)
         for (int64_t j = i; j < r; ++j) {
             const double *x = w->a + i * n, *y = w->a + j * n;
@@ -188,8 +194,8 @@ static int singular_values(diag_work *w, double *sv)
     return 0;
 }
 
-static mhla_status check_inputs(const mhla_config *c, int64_t n, int64_t mix_rows, const float *q, const float *k,
-                                const float *mixing, const mhla_diagnose_options *opt)
+static mhla_status check_inputs(const mhla_config *c, const mhla_shape *sh, int64_t mix_elems, const float *q,
+                                const float *k, const float *mixing, const mhla_diagnose_options *opt)
 {
     mhla_status st = MHLA_OK;
     MHLA_FAIL_IF(st, opt->max_rows < 1 || opt->max_rows > 65536, NULL, MHLA_ERR_INVALID_ARGUMENT,
@@ -198,18 +204,19 @@ static mhla_status check_inputs(const mhla_config *c, int64_t n, int64_t mix_row
                  "mhla_diagnose: sample = %d, expected 0 or 1", opt->sample);
     MHLA_FAIL_IF(st, !(opt->rank_rtol > 0.0 && opt->rank_rtol < 1.0), NULL, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_diagnose: rank_rtol = %g, expected a number in (0, 1)", opt->rank_rtol);
+    const int64_t n = sh->n;
     MHLA_FAIL_IF(st, n > opt->max_rows && !opt->sample, NULL, MHLA_ERR_INVALID_SHAPE,
                  "mhla_diagnose: N = %lld tokens is over the limit of %lld materialised query rows; allow a random "
                  "sample of %lld rows, or raise the limit",
                  (long long)n, (long long)opt->max_rows, (long long)opt->max_rows);
-    const size_t count = (size_t)(c->batch * n * c->heads * c->dk);
-    for (size_t i = 0; i < count; ++i) {
+    const size_t count = (size_t)(c->batch * n * c->heads * c->dk), kcount = (size_t)(sh->bh_kv * sh->n_kv * c->dk);
+    for (size_t i = 0; i < count; ++i)
         MHLA_FAIL_IF(st, !isfinite(q[i]), NULL, MHLA_ERR_INVALID_ARGUMENT,
                      "mhla_diagnose: q[%zu] = %g is not finite", i, (double)q[i]);
+    for (size_t i = 0; i < kcount; ++i)
         MHLA_FAIL_IF(st, !isfinite(k[i]), NULL, MHLA_ERR_INVALID_ARGUMENT,
                      "mhla_diagnose: k[%zu] = %g is not finite", i, (double)k[i]);
-    }
-    const size_t mc = (size_t)(mix_rows * mix_rows);
+    const size_t mc = (size_t)mix_elems;
     for (size_t i = 0; i < mc; ++i)
         MHLA_FAIL_IF(st, !isfinite(mixing[i]), NULL, MHLA_ERR_INVALID_ARGUMENT,
                      "mhla_diagnose: mixing[%zu] = %g is not finite", i, (double)mixing[i]);
@@ -237,32 +244,31 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
                  "mhla_diagnose: a varlen configuration (diagnose one sequence at a time)");
     st = mhla__config_validate(cfg_in, &shape, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "mhla_diagnose: %s", msg);
-    MHLA_FAIL_IF(st, shape.cross || shape.group != 1, NULL, MHLA_ERR_UNSUPPORTED,
-                 "mhla_diagnose: %s is not diagnosed yet (kv_heads = %lld of heads = %lld, %lld key tokens for %lld "
-                 "queries)",
-                 shape.cross ? "cross-attention" : "a configuration of grouped key/value heads",
-                 (long long)shape.heads_kv, (long long)cfg_in->heads, (long long)shape.n_kv, (long long)shape.n);
     cfg = *cfg_in;
     mhla__config_resolve(&cfg);
     if (opt_in)
         opt = *opt_in;
     else
         mhla_diagnose_options_init(&opt);
-    const int64_t n = cfg.seq_t * cfg.seq_h * cfg.seq_w, H = cfg.heads, B = cfg.batch, K = MHLA_ATTENTION_KINDS;
-    const int64_t mix_rows = cfg.causal ? cfg.mixing_rows : shape.m;
-    if ((st = check_inputs(&cfg, n, mix_rows, q, k, mixing, &opt)) != MHLA_OK)
+    /* queries on the query grid; keys on the key/value grid, of H_kv heads (the same but for
+     * cross-attention and grouped heads); Mc rows x cols */
+    const int64_t n = shape.n, nk = shape.n_kv, H = cfg.heads, B = cfg.batch, K = MHLA_ATTENTION_KINDS;
+    const int64_t mix_rows = cfg.causal ? cfg.mixing_rows : shape.m, mix_cols = cfg.causal ? cfg.mixing_rows : shape.m_kv;
+    if ((st = check_inputs(&cfg, &shape, mix_rows * mix_cols, q, k, mixing, &opt)) != MHLA_OK)
         goto cleanup;
     const int64_t r = n < opt.max_rows ? n : opt.max_rows;
 
-    w = (diag_work){.cfg = &cfg, .mixing = mixing, .n = n, .r = r, .dk = cfg.dk, .mix_rows = mix_rows};
+    w = (diag_work){.cfg = &cfg, .kcfg = cfg, .mixing = mixing, .n = n, .nk = nk, .r = r, .dk = cfg.dk,
+                    .group = shape.group, .mix_stride = mix_cols};
+    w.kcfg.heads = shape.heads_kv;
     rows = mhla__malloc((size_t)r * sizeof *rows);
-    blk = mhla__malloc((size_t)n * sizeof *blk);
+    blk = mhla__malloc((size_t)(n + nk) * sizeof *blk);
     sv = mhla__malloc((size_t)r * sizeof *sv);
-    w.qk = mhla__malloc((size_t)((r + n) * cfg.dk) * sizeof *w.qk);
-    w.qkf = mhla__malloc((size_t)((r + n) * cfg.dk) * sizeof *w.qkf);
-    w.raw = mhla__malloc((size_t)(r * n) * sizeof *w.raw);
-    w.dots = mhla__malloc((size_t)(r * n) * sizeof *w.dots);
-    w.a = mhla__malloc((size_t)(r * n) * sizeof *w.a);
+    w.qk = mhla__malloc((size_t)((r + nk) * cfg.dk) * sizeof *w.qk);
+    w.qkf = mhla__malloc((size_t)((r + nk) * cfg.dk) * sizeof *w.qkf);
+    w.raw = mhla__malloc((size_t)(r * nk) * sizeof *w.raw);
+    w.dots = mhla__malloc((size_t)(r * nk) * sizeof *w.dots);
+    w.a = mhla__malloc((size_t)(r * nk) * sizeof *w.a);
     w.gram = mhla__malloc((size_t)(r * r) * sizeof *w.gram);
     w.eig = mhla__malloc((size_t)r * sizeof *w.eig);
     out->rank = calloc((size_t)(H * K), sizeof *out->rank);
@@ -271,12 +277,16 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
     MHLA_FAIL_IF(st, !rows || !blk || !sv || !w.qk || !w.qkf || !w.raw || !w.dots || !w.a || !w.gram || !w.eig || !out->rank || !out->entropy ||
                          !out->sigma,
                  NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
-                 "mhla_diagnose: out of host memory for %lld x %lld matrices", (long long)r, (long long)n);
+                 "mhla_diagnose: out of host memory for %lld x %lld matrices", (long long)r, (long long)nk);
     MHLA_FAIL_IF(st, pick_rows(n, r, opt.seed, rows) != 0, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_diagnose: out of host memory sampling %lld of %lld rows", (long long)r, (long long)n);
     w.rows = rows;
     for (int64_t t = 0; t < n; ++t) /* causal: the chunk; else the block */
-        blk[t] = cfg.causal ? t / cfg.chunk : block_of(&cfg, &shape, t);
+        blk[t] = cfg.causal ? t / cfg.chunk : block_of(cfg.seq_h, cfg.seq_w, shape.pt, shape.ph, shape.pw, t);
+    for (int64_t t = 0; t < nk; ++t) /* the keys' blocks on their own grid */
+        blk[n + t] = cfg.causal ? t / cfg.chunk
+                                : block_of(cfg.kv_seq_h, cfg.kv_seq_w, shape.pt_kv, shape.ph_kv, shape.pw_kv, t);
+    w.qblk = blk, w.kblk = blk + n;
 
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
@@ -285,7 +295,7 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
                 double entropy = 0.0;
                 int64_t counted = 0;
                 for (int64_t i = 0; i < r; ++i) {
-                    const double e = build_row(&w, (mhla_attention_kind)kind, i, blk);
+                    const double e = build_row(&w, (mhla_attention_kind)kind, i);
                     if (e >= 0.0)
                         entropy += e, ++counted;
                 }
@@ -302,10 +312,12 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
             }
         }
     out->heads = H, out->n = n, out->rows = r, out->sampled = r < n, out->rank_rtol = opt.rank_rtol;
-    const int64_t per_block = shape.nb < cfg.dk ? shape.nb : cfg.dk;
-    out->rank_bound[MHLA_ATTENTION_SOFTMAX] = r;
-    out->rank_bound[MHLA_ATTENTION_LINEAR] = cfg.causal || r < cfg.dk ? r : cfg.dk;
-    out->rank_bound[MHLA_ATTENTION_MHLA] = cfg.causal || r < shape.m * per_block ? r : shape.m * per_block;
+    /* MHLA's rows are sums over the key blocks of Dk-dimensional products: rank <= M_kv * min(Nb_kv, Dk) */
+    const int64_t per_block = shape.nb_kv < cfg.dk ? shape.nb_kv : cfg.dk;
+    const int64_t keys = nk < r ? nk : r;
+    out->rank_bound[MHLA_ATTENTION_SOFTMAX] = keys;
+    out->rank_bound[MHLA_ATTENTION_LINEAR] = cfg.causal || keys < cfg.dk ? keys : cfg.dk;
+    out->rank_bound[MHLA_ATTENTION_MHLA] = cfg.causal || keys < shape.m_kv * per_block ? keys : shape.m_kv * per_block;
 cleanup:
     mhla__free(rows), mhla__free(blk), mhla__free(sv);
     mhla__free(w.qk), mhla__free(w.qkf), mhla__free(w.raw), mhla__free(w.dots), mhla__free(w.a), mhla__free(w.gram), mhla__free(w.eig);

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _config
 from ._config import Options, dtype_of, grid3, prepare
-from ._ffi import bad_shape, check, ffi, invalid, lib
+from ._ffi import check, ffi, invalid, lib
 
 
 def version():
@@ -203,9 +203,6 @@ def diagnose(q, k, mixing, *, max_rows=1024, sample=True, seed=1, rank_rtol=1e-5
     numerical rank, mean row entropy (nats) and the singular values, materialised in float64 for up to
     max_rows query rows (a random sample of them beyond, when sample=True). Returns a dict."""
     opts = Options(**options)
-    if getattr(k, "shape", None) != getattr(q, "shape", None):
-        raise bad_shape("k has shape %s but q has %s: diagnose takes self-attention (cross-attention and grouped "
-                        "key/value heads are not diagnosed yet)" % (getattr(k, "shape", None), getattr(q, "shape", None)))
     cfg = prepare(opts, [(q, "q"), (k, "k"), (k, "k")], mixing)[0]  # A needs no v: k's shape stands in
     o = ffi.new("mhla_diagnose_options *")
     lib.mhla_diagnose_options_init(o)

@@ -80,7 +80,7 @@ def test_sampled_rows_and_refusals(rng):
     assert res["rows"] == 50 and res["sampled"] and res["sigma"].shape == (1, 3, 50)
     with pytest.raises(mhla.InvalidShape, match="N = 200 tokens is over the limit of 50"):
         mhla.diagnose(q, q, m, blocks=4, max_rows=50, sample=False)
-    with pytest.raises(mhla.InvalidShape, match="k has shape"):
+    with pytest.raises(mhla.InvalidArgument, match="kv_blocks= is needed"):  # keys of their own: cross
         mhla.diagnose(q, q[:, :100].copy(), m, blocks=4)
     with pytest.raises(mhla.InvalidArgument, match="rank_rtol"):
         mhla.diagnose(q, q, m, blocks=4, rank_rtol=2.0)
@@ -123,8 +123,24 @@ def test_cli_refusals(cli, rng, tmp_path):
     assert p.returncode == 2 and "N = 300 tokens is over the limit of 100" in p.stderr
     assert p.stderr.count("\n") == 1 and not os.path.exists(tmp_path / "x.json")
     p = run("--q", "q.npy", "--k", "k.npy", "--blocks", "3")
-    assert p.returncode == 2 and "does not match --q" in p.stderr
+    assert p.returncode == 2 and "missing --kv-blocks" in p.stderr
     p = run("--q", "q.npy", "--k", "q.npy", "--blocks", "3", "--rtol", "1.5")
     assert p.returncode == 2 and "--rtol 1.5" in p.stderr
     p = run("--q", "q.npy", "--k", "q.npy", "--blocks", "3", "--check")
     assert p.returncode == 2 and "--check" in p.stderr
+
+
+def test_cross_attention_and_grouped_heads(rng):
+    """Cross-attention's matrices are (query rows) x (key tokens): an 8x8 image attending to 24
+    tokens in 3 blocks, two query heads sharing one key head. MHLA's rank stays within its bound,
+    M_kv blocks of min(Nb_kv, Dk) directions each."""
+    q = rng.standard_normal((1, 64, 2, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 24, 1, 4)).astype(np.float32)
+    m = rng.uniform(0.1, 1.0, (4, 3)).astype(np.float32)  # (an initializer's rows are equal on these grids)
+    res = mhla.diagnose(q, k, m, grid=(8, 8), blocks=(2, 2), kv_blocks=3)
+    assert res["n"] == 64 and res["rows"] == 64 and res["sigma"].shape == (2, 3, 64)
+    assert res["rank_bound"] == (24, 4, 12)
+    assert (res["rank"][:, 2] <= 12).all() and (res["rank"][:, 1] <= 4).all()
+    assert (res["sigma"][:, :, 24:] < 1e-6 * res["sigma"][:, :, :1]).all()  # at most 24 keys: rank <= 24
+    # the two query heads read the same keys but their own queries: different spectra
+    assert not np.allclose(res["sigma"][0], res["sigma"][1])
