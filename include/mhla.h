@@ -844,7 +844,8 @@ MHLA_API mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf
  * values through local memory with a running max and sum, so device memory stays O(N) (there is
  * no N x N buffer) and large logits do not overflow. The tile is chosen from the device's limits
  * (local memory, work-group size); every Dk and Dv up to MHLA_MAX_HEAD_DIM is supported.
- * From `cfg` it uses batch, heads, the token grid (only N = T*Hs*Ws matters), dk, dv, layout,
+ * From `cfg` it uses batch, heads, the token grid (only N = T*Hs*Ws matters), dk, dv, layout, the
+ * key/value side (kv_heads, and the kv_seq_* grid for keys of their own length: cross-attention),
  * dtype (f16/bf16 storage with f32 arithmetic, as MHLA plans) and scale (0 selects Dk^-0.5).
  * It ignores the block grid, feature map, feature_eps, normalizer, eps and mixing_rows;
  * mhla_plan_config() reports them at their defaults (block grid 1x1x1). cfg->causal must be 0. `cfg` is copied.

@@ -87,12 +87,13 @@ float hmax(const floatv x)
 
 /* global: (N rounded up to the local size, B*H); local: (query rows per tile, 1). Work-items past
  * the last token still help load the tiles (every work-item must reach the barriers) but write
- * nothing. */
+ * nothing. `g` is the queries' grid, `kg` the keys' and values' (their N_kv tokens and H_kv heads:
+ * the same grid but for cross-attention and grouped key/value heads). */
 kernel void softmax_attention(global const STORE_T *restrict q, global const STORE_T *restrict k,
                               global const STORE_T *restrict v, global STORE_T *restrict out, const mhla_grid g_arg,
-                              const float scale)
+                              const float scale, const mhla_grid kg_arg)
 {
-    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    const mhla_grid g = g_arg, kg = kg_arg; /* kernels/common.h: read the struct arguments once, up front */
     local float kt[DK * BK]; /* key tile, transposed: kt[d*BK + j], so scores form whole vectors */
     local float vt[BK * DVP]; /* value tile: vt[j*DVP + e] */
     local float bias[BK];     /* 0 for a key inside the sequence, -inf past its end */
@@ -101,11 +102,14 @@ kernel void softmax_attention(global const STORE_T *restrict q, global const STO
     const int t = (int)get_global_id(0);
     const int bh = (int)get_global_id(1);
     const int active = t < g.n;
-    const long kbase = row_base(g, bh, DK), kstride = row_stride(g, DK); /* q and k share them */
-    const long vbase = row_base(g, bh, DV), vstride = row_stride(g, DV);
+    const long qbase = row_base(g, bh, DK), qstride = row_stride(g, DK);
+    const long obase = row_base(g, bh, DV), ostride = row_stride(g, DV);
+    const int kvh = kv_of(g, bh); /* the key/value head of this query head */
+    const long kbase = row_base(kg, kvh, DK), kstride = row_stride(kg, DK);
+    const long vbase = row_base(kg, kvh, DV), vstride = row_stride(kg, DV);
 
     float qs[DK];
-    global const STORE_T *qrow = q + kbase + (long)(active ? t : 0) * kstride;
+    global const STORE_T *qrow = q + qbase + (long)(active ? t : 0) * qstride;
     for (int d = 0; d < DK; ++d)
         qs[d] = active ? scale * LOADN(1, d, qrow) : 0.0f;
     floatv acc[NO];
@@ -114,8 +118,8 @@ kernel void softmax_attention(global const STORE_T *restrict q, global const STO
     float m = -INFINITY; /* running max of the scores seen so far */
     float l = 0.0f;      /* running sum of exp(score - m) */
 
-    for (int s0 = 0; s0 < g.n; s0 += BK) {
-        const int valid = min(BK, g.n - s0);
+    for (int s0 = 0; s0 < kg.n; s0 += BK) {
+        const int valid = min(BK, kg.n - s0);
         barrier(CLK_LOCAL_MEM_FENCE); /* every row is done with the previous tile */
 #if COPY_ROWS
         for (int j = lid; j < BK; j += lsize) {
@@ -184,7 +188,7 @@ kernel void softmax_attention(global const STORE_T *restrict q, global const STO
 
     if (!active)
         return;
-    global STORE_T *orow = out + vbase + (long)t * vstride;
+    global STORE_T *orow = out + obase + (long)t * ostride;
     for (int c = 0; c < DV / VW; ++c)
         STOREN(VW, acc[c] / l, c, orow);
 #if DV % VW != 0

@@ -19,11 +19,11 @@ mhla_status mhla_mpi__fail(mhla_context *ctx, int err, const char *what)
 
 /* The fields every rank must agree on, as int64 (floats by their bits, so that 1e-6 and a
  * rounded 1e-6 differ), then the rank's status and shard. */
-enum { N_FIELDS = 23, D_STATUS = N_FIELDS, D_OFFSET, D_COUNT, D_BLOCKS, D_SIZE };
+enum { N_FIELDS = 24, D_STATUS = N_FIELDS, D_OFFSET, D_COUNT, D_BLOCKS, D_SIZE };
 static const char *const field_names[N_FIELDS] = {
     "batch", "heads", "seq_t", "seq_h", "seq_w", "block_t", "block_h", "block_w", "dk", "dv", "layout",
     "feature_map", "feature_eps", "scale", "normalizer", "eps", "dtype", "causal", "chunk", "mixing_rows", "varlen",
-    "num_seqs (varlen)", "cu_seqlens (varlen; shown as their FNV-1a hash)"};
+    "num_seqs (varlen)", "cu_seqlens (varlen; shown as their FNV-1a hash)", "kv_heads"};
 static int is_float_field(int f) { return f == 12 || f == 13 || f == 15; }
 enum { F_CU_HASH = 22 };
 
@@ -54,7 +54,7 @@ static void describe(const mhla_shard_info *info, mhla_status local, int64_t *d)
                                      c->block_w, c->dk, c->dv, c->layout, c->feature_map, bits_of(c->feature_eps),
                                      bits_of(c->scale), c->normalizer, bits_of(c->eps), c->dtype, c->causal,
                                      c->chunk, c->mixing_rows, c->varlen, (int64_t)info->num_seqs,
-                                     cu_hash(info->cu_seqlens, info->num_seqs)};
+                                     cu_hash(info->cu_seqlens, info->num_seqs), c->kv_heads ? c->kv_heads : c->heads};
         memcpy(d, v, sizeof v);
         d[D_OFFSET] = info->block_offset;
         d[D_COUNT] = info->block_count;

@@ -469,7 +469,9 @@ mhla_status test_inputs_make(const mhla_config *cfg, mhla_init_kind init, uint32
     in->nq = mhla_config_tensor_elems(cfg, MHLA_TENSOR_Q);
     in->nv = mhla_config_tensor_elems(cfg, MHLA_TENSOR_V);
     in->nm = mhla_config_tensor_elems(cfg, MHLA_TENSOR_MIXING);
-    in->q = malloc(in->nq * sizeof(float)), in->k = malloc(in->nq * sizeof(float));
+    in->nk = mhla_config_tensor_elems(cfg, MHLA_TENSOR_K);
+    in->no = mhla_config_tensor_elems(cfg, MHLA_TENSOR_OUT);
+    in->q = malloc(in->nq * sizeof(float)), in->k = malloc(in->nk * sizeof(float));
     in->v = malloc(in->nv * sizeof(float)), in->mix = malloc(in->nm * sizeof(float));
     if (!in->q || !in->k || !in->v || !in->mix || in->nq == 0) {
         test_inputs_free(in);
@@ -477,7 +479,7 @@ mhla_status test_inputs_make(const mhla_config *cfg, mhla_init_kind init, uint32
     }
     const float lo = cfg->feature_map == MHLA_FEATURE_NONE ? 0.05f : -1.0f;
     fill_uniform(in->q, in->nq, seed * 3 + 1, lo, 1.0f);
-    fill_uniform(in->k, in->nq, seed * 3 + 2, lo, 1.0f);
+    fill_uniform(in->k, in->nk, seed * 3 + 2, lo, 1.0f);
     fill_uniform(in->v, in->nv, seed * 3 + 3, -1.0f, 1.0f);
     if (cfg->causal) {
         in->rows = 1;

@@ -24,6 +24,7 @@ void fill_uniform(float *x, size_t n, uint32_t seed, float lo, float hi);
 typedef struct test_inputs {
     float *q, *k, *v, *mix;
     size_t nq, nv, nm;
+    size_t nk, no; /* k's and out's elements: nq and nv but for grouped key/value heads and cross-attention */
     int64_t rows; /* of the mixing matrix */
 } test_inputs;
 

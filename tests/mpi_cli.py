@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`mhla run --mpi` under mpirun -np 1..3 writes the same bytes as `mhla run` on one device
 (non-causal with the official normalizer, video blocks in BHND; causal with a partial last chunk; packed
-varlen sequences of --cu-seqlens, shards splitting them inside and between sequences), each
+varlen sequences of --cu-seqlens, shards splitting them inside and between sequences; grouped key/value
+heads), each
 rank reading only its token range; then a bad --out fails on every rank with no file left behind.
 Usage: mpi_cli.py MPIRUN_WRAPPER MPIRUN MHLA."""
 import os
@@ -39,6 +40,8 @@ with tempfile.TemporaryDirectory() as d:
         "causal": ((2, 100, 2, 8), ["--causal", "--chunk", "16"]),
         # 40, 0, 37, 3 and 43 tokens in chunks of 16: 10 chunks (-np 2 and 3 split inside sequences).
         "varlen": ((1, 123, 2, 8), ["--causal", "--chunk", "16", "--cu-seqlens", "CU"]),
+        # grouped key/value heads: k and v with 1 head of q's 2 (the exchanged rows: the one head's)
+        "gqa": ((2, 64, 2, 8), ["--blocks", "4", "KV1"]),
     }
     cu = os.path.join(d, "cu.npy")
     hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }"
@@ -47,11 +50,13 @@ with tempfile.TemporaryDirectory() as d:
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
         f.write(struct.pack("<6i", 0, 40, 40, 77, 80, 123))
     for name, (shape, opts) in cases.items():
-        opts = [cu if o == "CU" else o for o in opts]
-        n = shape[0] * shape[1] * shape[2] * shape[3]
+        kv1 = "KV1" in opts
+        opts = [cu if o == "CU" else o for o in opts if o != "KV1"]
         io = []
         for t in "qkv":
-            save(os.path.join(d, t + ".npy"), shape, [random.uniform(-1, 1) for _ in range(n)])
+            sh = (shape[0], shape[1], 1, shape[3]) if kv1 and t != "q" else shape
+            n = sh[0] * sh[1] * sh[2] * sh[3]
+            save(os.path.join(d, t + ".npy"), sh, [random.uniform(-1, 1) for _ in range(n)])
             io += ["--" + t, os.path.join(d, t + ".npy")]
         one = os.path.join(d, name + "-one.npy")
         # The run without --mpi under the same wrapper: on the device rank 0 gets (PoCL's first).

@@ -56,7 +56,7 @@ static int64_t block_start(const mhla_config *c, const int32_t *cu, size_t nseq,
  * normalizer B*H*Nb dot products. */
 static size_t row_floats_of(const mhla_config *c, const int32_t *cu, size_t nseq)
 {
-    const int64_t bhk = c->batch * c->heads * c->dk;
+    const int64_t bhk = c->batch * (c->kv_heads ? c->kv_heads : c->heads) * c->dk; /* the summaries' heads */
     if (c->causal)
         return (size_t)(bhk * (c->dv + (c->normalizer == MHLA_NORMALIZER_PAPER)));
     const int64_t nb = tokens_of(c) / blocks_of(c, cu, nseq);
@@ -72,6 +72,14 @@ typedef struct shard {
     cl_mem q, k, v, out;
     int64_t off, cnt, t0, n; /* blocks [off, off + cnt), tokens [t0, t0 + n) */
 } shard;
+
+/* cfg with k's and v's heads in place of the queries' (grouped key/value heads), for their tokens. */
+static mhla_config kv_config(const mhla_config *cfg)
+{
+    mhla_config c = *cfg;
+    c.heads = cfg->kv_heads ? cfg->kv_heads : cfg->heads;
+    return c;
+}
 
 /* A device buffer holding tokens [t0, t0 + n) of x (an [.., N, .., D] float tensor) in cfg's storage. */
 static cl_mem upload_tokens(mhla_context *ctx, const mhla_config *cfg, const float *x, int64_t d, int64_t t0, int64_t n)
@@ -140,13 +148,13 @@ static float *forward_whole(mhla_context *ctx, const mhla_config *cfg, const int
                             const test_inputs *in, int *bitwise)
 {
     const size_t es = elem_bytes(cfg->dtype);
-    void *q = malloc(in->nq * es), *k = malloc(in->nq * es), *v = malloc(in->nv * es), *o = malloc(in->nv * es);
-    float *out = nan_floats(in->nv);
+    void *q = malloc(in->nq * es), *k = malloc(in->nk * es), *v = malloc(in->nv * es), *o = malloc(in->no * es);
+    float *out = nan_floats(in->no);
     assert_non_null(q), assert_non_null(k), assert_non_null(v), assert_non_null(o);
     assert_int_equal(mhla_convert(cfg->dtype, q, MHLA_DTYPE_F32, in->q, in->nq), MHLA_OK);
-    assert_int_equal(mhla_convert(cfg->dtype, k, MHLA_DTYPE_F32, in->k, in->nq), MHLA_OK);
+    assert_int_equal(mhla_convert(cfg->dtype, k, MHLA_DTYPE_F32, in->k, in->nk), MHLA_OK);
     assert_int_equal(mhla_convert(cfg->dtype, v, MHLA_DTYPE_F32, in->v, in->nv), MHLA_OK);
-    assert_int_equal(mhla_convert(cfg->dtype, o, MHLA_DTYPE_F32, out, in->nv), MHLA_OK);
+    assert_int_equal(mhla_convert(cfg->dtype, o, MHLA_DTYPE_F32, out, in->no), MHLA_OK);
     mhla_plan *plan = NULL;
     mhla_status st = mhla_plan_create(ctx, cfg, &plan);
     if (st == MHLA_OK)
@@ -155,7 +163,7 @@ static float *forward_whole(mhla_context *ctx, const mhla_config *cfg, const int
     if (st != MHLA_OK)
         fail_msg("the whole sequence: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
     *bitwise = mixes_by_kernel(plan);
-    assert_int_equal(mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o, in->nv), MHLA_OK);
+    assert_int_equal(mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o, in->no), MHLA_OK);
     mhla_plan_destroy(plan);
     free(q), free(k), free(v), free(o);
     return out;
@@ -176,7 +184,7 @@ static void run_sharded(mhla_context *ctx, const char *name, const mhla_config *
         uint16_t *h = malloc(in.nv > in.nq ? in.nv * 2 : in.nq * 2);
         assert_non_null(h);
         float *xs[] = {in.q, in.k, in.v};
-        const size_t ns[] = {in.nq, in.nq, in.nv};
+        const size_t ns[] = {in.nq, in.nk, in.nv};
         for (int i = 0; i < 3; ++i) {
             assert_int_equal(mhla_convert(cfg->dtype, h, MHLA_DTYPE_F32, xs[i], ns[i]), MHLA_OK);
             assert_int_equal(mhla_convert(MHLA_DTYPE_F32, xs[i], cfg->dtype, h, ns[i]), MHLA_OK);
@@ -186,7 +194,8 @@ static void run_sharded(mhla_context *ctx, const char *name, const mhla_config *
     const int64_t blocks = blocks_of(cfg, cu, nseq);
     const size_t rowf = row_floats_of(cfg, cu, nseq), es = elem_bytes(cfg->dtype);
     assert_true(bounds[0] == 0 && bounds[nshards] == blocks); /* the test's own split covers the sequence */
-    float *gathered = nan_floats((size_t)blocks * rowf), *out = nan_floats(in.nv);
+    float *gathered = nan_floats((size_t)blocks * rowf), *out = nan_floats(in.no);
+    const mhla_config kvc = kv_config(cfg);
     cl_int cl_err = CL_SUCCESS;
     cl_mem mix = clCreateBuffer(mhla_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                 in.nm * sizeof(float), in.mix, &cl_err);
@@ -209,8 +218,8 @@ static void run_sharded(mhla_context *ctx, const char *name, const mhla_config *
         float *rows = NULL;
         if (s->cnt > 0) { /* a shard of no blocks takes NULL buffers and rows */
             s->q = upload_tokens(ctx, cfg, in.q, cfg->dk, s->t0, s->n);
-            s->k = upload_tokens(ctx, cfg, in.k, cfg->dk, s->t0, s->n);
-            s->v = upload_tokens(ctx, cfg, in.v, cfg->dv, s->t0, s->n);
+            s->k = upload_tokens(ctx, &kvc, in.k, cfg->dk, s->t0, s->n);
+            s->v = upload_tokens(ctx, &kvc, in.v, cfg->dv, s->t0, s->n);
             s->out = nan_buffer(ctx, (size_t)(cfg->batch * cfg->heads * s->n * cfg->dv) * es);
             rows = nan_floats((size_t)(s->cnt + 1) * rowf); /* one row more, to stay NaN */
         }
@@ -229,8 +238,8 @@ static void run_sharded(mhla_context *ctx, const char *name, const mhla_config *
             fail_msg("%s: gathered row %zu, float %zu is %g", name, j / rowf, j % rowf, (double)gathered[j]);
 
     /* Second half: each shard's output, its tokens put back in place. */
-    void *part = malloc(in.nv * es + 1);
-    float *partf = malloc(in.nv * sizeof *partf + 1);
+    void *part = malloc(in.no * es + 1);
+    float *partf = malloc(in.no * sizeof *partf + 1);
     assert_non_null(part), assert_non_null(partf);
     for (size_t i = 0; i < nshards; ++i) {
         shard *s = &sh[i];
@@ -251,27 +260,27 @@ static void run_sharded(mhla_context *ctx, const char *name, const mhla_config *
     }
     free(part), free(partf);
 
-    double *ref = malloc(in.nv * sizeof *ref);
+    double *ref = malloc(in.no * sizeof *ref);
     assert_non_null(ref);
     assert_int_equal(cu ? mhla_reference_forward_varlen(cfg, in.q, in.k, in.v, in.mix, cu, nseq, ref)
                         : mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref),
                      MHLA_OK);
-    const double err = expect_within(out, ref, in.nv, mhla_reference_tolerance(cfg->dtype, tokens_of(cfg)), name);
+    const double err = expect_within(out, ref, in.no, mhla_reference_tolerance(cfg->dtype, tokens_of(cfg)), name);
     int bitwise = 0;
     float *whole = forward_whole(ctx, cfg, cu, nseq, &in, &bitwise);
     size_t differ = 0, first = 0;
-    for (size_t j = in.nv; j-- > 0;)
+    for (size_t j = in.no; j-- > 0;)
         if (memcmp(&out[j], &whole[j], sizeof *out) != 0)
             ++differ, first = j;
     if (bitwise && differ)
         fail_msg("%s: %zu of %zu outputs differ from mhla_forward() of the whole sequence, the first [%zu]: %.9g "
                  "against %.9g (mhla.h: bit for bit where kernels/mixing.cl mixes)",
-                 name, differ, in.nv, first, (double)out[first], (double)whole[first]);
-    double *whole_d = malloc(in.nv * sizeof *whole_d);
+                 name, differ, in.no, first, (double)out[first], (double)whole[first]);
+    double *whole_d = malloc(in.no * sizeof *whole_d);
     assert_non_null(whole_d);
-    for (size_t j = 0; j < in.nv; ++j)
+    for (size_t j = 0; j < in.no; ++j)
         whole_d[j] = whole[j];
-    const double err_whole = expect_within(out, whole_d, in.nv, 1e-6, name);
+    const double err_whole = expect_within(out, whole_d, in.no, 1e-6, name);
     print_message("    %-34s shards", name);
     for (size_t i = 0; i < nshards; ++i)
         print_message(" [%lld,+%lld)", (long long)sh[i].off, (long long)sh[i].cnt);
@@ -360,6 +369,21 @@ static void test_causal_chunks(void **state)
         RUN(ctx, name, &cfg, NULL, 0, (uint32_t)(62 + paper), 0, 3, 3, 7);
         RUN(ctx, name, &cfg, NULL, 0, (uint32_t)(64 + paper), 0, 1, 6, 7, 7);
     }
+}
+
+/* Grouped key/value heads (two key/value heads for four query heads; one for four, causal): the
+ * exchanged rows hold the key/value heads' summaries (row_floats_of counts B*H_kv), and k and v
+ * are sliced with their own heads. The dims of the cases above: no kernel is built anew. */
+static void test_grouped_heads(void **state)
+{
+    mhla_context *ctx = *state;
+    mhla_config cfg = config_1d(2, 4, 96, 6, 16, 24);
+    cfg.kv_heads = 2;
+    set_test_eps(&cfg);
+    RUN(ctx, "1d gqa 4/2", &cfg, NULL, 0, 70, 0, 1, 4, 4, 6);
+    cfg = config_causal(2, 4, 100, 16, 16, 24);
+    cfg.kv_heads = 1, cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    RUN(ctx, "causal mqa 4/1", &cfg, NULL, 0, 71, 0, 3, 3, 7);
 }
 
 /* Packed varlen (cu_packed, chunks: sequence 0 [0, 3), the empty one none, 2 [3, 6), 3 [6, 7),
@@ -540,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_3d_frames),      cmocka_unit_test(test_causal_chunks),
         cmocka_unit_test(test_varlen_chunks),  cmocka_unit_test(test_varlen_f16),
         cmocka_unit_test(test_shard_info),     cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_grouped_heads),
     };
     return run_group("shard", tests, context_setup, context_teardown);
 }

@@ -329,22 +329,17 @@ mhla_status mhla__softmax_config(const mhla_config *cfg, mhla_config *resolved, 
     c.feature_eps = defaults.feature_eps;
     c.normalizer = defaults.normalizer;
     c.eps = defaults.eps;
-    /* A key/value grid equal to the queries' (as mhla_plan_config() spells it out) is self-attention. */
+    /* A key/value grid equal to the queries' (as mhla_plan_config() spells it out) is self-attention;
+     * one of its own (cross-attention) is one block too: every query sees every key. */
     if (c.kv_seq_t == c.seq_t && c.kv_seq_h == c.seq_h && c.kv_seq_w == c.seq_w)
         c.kv_seq_t = c.kv_seq_h = c.kv_seq_w = 0;
     if (!c.kv_seq_t && !c.kv_seq_h && !c.kv_seq_w)
         c.kv_block_t = c.kv_block_h = c.kv_block_w = 0;
+    else
+        c.kv_block_t = c.kv_block_h = c.kv_block_w = 1;
     mhla_status st = mhla__config_validate(&c, shape, msg, msg_size);
     if (st != MHLA_OK)
         return st;
-    if (shape->cross || shape->group != 1) {
-        snprintf(msg, msg_size,
-                 "the softmax baseline is not implemented for %s yet (kv_heads = %lld of heads = %lld, key/value "
-                 "grid of %lld tokens for %lld queries)",
-                 shape->cross ? "cross-attention" : "grouped key/value heads", (long long)shape->heads_kv,
-                 (long long)c.heads, (long long)shape->n_kv, (long long)shape->n);
-        return MHLA_ERR_UNSUPPORTED;
-    }
     if (c.scale == 0.0f)
         c.scale = (float)(1.0 / sqrt((double)c.dk));
     mhla__config_resolve(&c);

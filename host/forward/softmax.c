@@ -90,7 +90,7 @@ mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
     const size_t global[2] = {mhla__round_up((size_t)plan->shape.n, local[0]), (size_t)plan->shape.bh};
 
     MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(out), MHLA_ARG(plan->grid),
-                  MHLA_ARG(scale));
+                  MHLA_ARG(scale), MHLA_ARG(plan->kv_grid));
     MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kern, 2, NULL, global, local, num_wait, wait, done),
                 "clEnqueueNDRangeKernel(softmax_attention)");
 cleanup:

@@ -26,20 +26,21 @@ static mhla_status shard_describe(mhla_context *ctx, const char *fn, mhla_shard 
                              : "blocks of the sequence");
     sh->offset = offset, sh->count = count;
     *local = *g;
-    /* self-attention over the shard's own grid (create_shard refuses the rest) */
-    local->kv_heads = local->kv_seq_t = local->kv_seq_h = local->kv_seq_w = 0;
+    /* the shard's own grid for queries and keys (create_shard refuses cross-attention); grouped
+     * key/value heads stay, and its rows hold B*H_kv heads' summaries */
+    local->kv_seq_t = local->kv_seq_h = local->kv_seq_w = 0;
     local->kv_block_t = local->kv_block_h = local->kv_block_w = 0;
     if (g->varlen) {
         mhla__shard_varlen_tokens(sh, offset, count, &sh->token_offset, &sh->tokens);
         local->seq_t = sh->tokens;
-        sh->sum_floats = (size_t)s->bh * (size_t)g->dk * (size_t)(g->dv + (g->normalizer == MHLA_NORMALIZER_PAPER));
+        sh->sum_floats = (size_t)s->bh_kv * (size_t)g->dk * (size_t)(g->dv + (g->normalizer == MHLA_NORMALIZER_PAPER));
     } else if (g->causal) {
         /* An empty shard past the last (partial) chunk starts at N. */
         sh->token_offset = offset * g->chunk < s->n ? offset * g->chunk : s->n;
         const int64_t end = (offset + count) * g->chunk < s->n ? (offset + count) * g->chunk : s->n;
         sh->tokens = end - sh->token_offset;
         local->seq_t = sh->tokens;
-        sh->sum_floats = (size_t)s->bh * (size_t)g->dk * (size_t)(g->dv + (g->normalizer == MHLA_NORMALIZER_PAPER));
+        sh->sum_floats = (size_t)s->bh_kv * (size_t)g->dk * (size_t)(g->dv + (g->normalizer == MHLA_NORMALIZER_PAPER));
     } else {
         /* Whole block frames: the shard is then a contiguous token range and a grid of its own. */
         const int64_t frame = g->block_h * g->block_w;
@@ -52,7 +53,7 @@ static mhla_status shard_describe(mhla_context *ctx, const char *fn, mhla_shard 
         local->seq_t = local->block_t * s->pt;
         sh->token_offset = offset / frame * s->pt * g->seq_h * g->seq_w;
         sh->tokens = local->seq_t * g->seq_h * g->seq_w;
-        sh->sum_floats = (size_t)s->bh * (size_t)g->dk * (size_t)s->summary_cols;
+        sh->sum_floats = (size_t)s->bh_kv * (size_t)g->dk * (size_t)s->summary_cols;
         sh->dots_floats = g->normalizer == MHLA_NORMALIZER_OFFICIAL ? (size_t)s->bh * (size_t)s->nb : 0;
     }
     sh->row_floats = sh->sum_floats + sh->dots_floats;
@@ -106,10 +107,10 @@ static mhla_status create_shard(mhla_context *ctx, const char *fn, const mhla_co
     sh->global = *cfg;
     mhla__config_resolve(&sh->global);
     MHLA_FORWARD_IF_ERROR(st, mhla__config_validate(&sh->global, &sh->gshape, NULL, 0));
-    MHLA_FAIL_IF(st, sh->gshape.cross || sh->gshape.group != 1, ctx, MHLA_ERR_UNSUPPORTED,
-                 "%s: shards of %s are not implemented yet (kv_heads = %lld of heads = %lld)", fn,
-                 sh->gshape.cross ? "a cross-attention configuration" : "grouped key/value heads",
-                 (long long)sh->gshape.heads_kv, (long long)sh->global.heads);
+    MHLA_FAIL_IF(st, sh->gshape.cross, ctx, MHLA_ERR_UNSUPPORTED,
+                 "%s: shards of a cross-attention configuration are not implemented yet (%lld key tokens for %lld "
+                 "queries)",
+                 fn, (long long)sh->gshape.n_kv, (long long)sh->gshape.n);
     if (cu) {
         st = mhla__cu_seqlens_check(cu, num_seqs, sh->gshape.n, sh->global.chunk, sh->global.mixing_rows, msg,
                                     sizeof msg);

@@ -291,28 +291,30 @@ mhla_status mhla_reference_softmax(const mhla_config *cfg_in, const float *q, co
                  "mhla_reference_softmax: a tensor pointer is NULL");
     st = mhla__softmax_config(cfg_in, &cfg, &s, msg, sizeof msg);
     MHLA_FAIL_IF(st, st != MHLA_OK, NULL, st, "mhla_reference_softmax: %s", msg);
-    const int64_t N = s.n, Dk = cfg.dk, Dv = cfg.dv;
-    logit = mhla__malloc((size_t)N * sizeof *logit);
+    /* keys and values: N_kv tokens of H_kv heads (cross-attention, grouped heads) */
+    const int64_t N = s.n, Nk = s.n_kv, Dk = cfg.dk, Dv = cfg.dv;
+    logit = mhla__malloc((size_t)Nk * sizeof *logit);
     MHLA_FAIL_IF(st, !logit, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY, "mhla_reference_softmax: out of host memory");
     for (int64_t b = 0; b < cfg.batch; ++b)
         for (int64_t h = 0; h < cfg.heads; ++h)
             for (int64_t t = 0; t < N; ++t) {
+                const int64_t hk = h / s.group;
                 double mx = -INFINITY, sum = 0.0;
-                for (int64_t u = 0; u < N; ++u) {
+                for (int64_t u = 0; u < Nk; ++u) {
                     double dot = 0.0;
                     for (int64_t d = 0; d < Dk; ++d)
-                        dot += (double)q[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)] * k[mhla__ref_offset(&cfg, N, b, u, h, d, Dk)];
+                        dot += (double)q[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)] * k[kv_offset(&cfg, &s, b, u, hk, d, Dk)];
                     logit[u] = cfg.scale * dot;
                     mx = fmax(mx, logit[u]);
                 }
-                for (int64_t u = 0; u < N; ++u) {
+                for (int64_t u = 0; u < Nk; ++u) {
                     logit[u] = exp(logit[u] - mx); /* now the unnormalized weight */
                     sum += logit[u];
                 }
                 for (int64_t e = 0; e < Dv; ++e) {
                     double acc = 0.0;
-                    for (int64_t u = 0; u < N; ++u)
-                        acc += logit[u] * v[mhla__ref_offset(&cfg, N, b, u, h, e, Dv)];
+                    for (int64_t u = 0; u < Nk; ++u)
+                        acc += logit[u] * v[kv_offset(&cfg, &s, b, u, hk, e, Dv)];
                     out[mhla__ref_offset(&cfg, N, b, t, h, e, Dv)] = acc / sum;
                 }
             }

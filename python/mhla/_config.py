@@ -141,10 +141,11 @@ def build(opts, q_shape, k_shape, v_shape, mixing_shape):
     if opts.feature_eps is not None:
         cfg.feature_eps = float(opts.feature_eps)
 
-    if opts.causal or opts.softmax:
-        if opts.kv_grid is not None or opts.kv_blocks is not None or n_kv != n:
-            raise _bad("kv_grid, kv_blocks or keys of their own length (%d for %d queries): cross-attention is "
-                       "non-causal MHLA only" % (n_kv, n))
+    if opts.causal and (opts.kv_grid is not None or opts.kv_blocks is not None or n_kv != n):
+        raise _bad("kv_grid, kv_blocks or keys of their own length (%d for %d queries): cross-attention is "
+                   "non-causal" % (n_kv, n))
+    if opts.softmax and n_kv != n:  # every query sees every key: the keys' grid does not matter
+        cfg.kv_seq_t, cfg.kv_seq_h, cfg.kv_seq_w = n_kv, 1, 1
     if opts.causal:
         if opts.grid is not None and grid3(opts.grid, n, "grid")[1:] != (1, 1):
             raise _bad("grid=%r: the causal chunk form takes a 1D sequence" % (opts.grid,))

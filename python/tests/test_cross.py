@@ -135,3 +135,11 @@ def test_causal_gqa_and_decoder_state(ctx, rng):
         sizes.append(len(dec.state()) - 128)
         dec.close()
     assert sizes[1] * 2 == sizes[0]
+
+
+def test_softmax_baseline(ctx, rng):
+    """The softmax baseline with keys of their own (cross-attention) and grouped heads."""
+    q, k, v = rand(rng, (1, 48, 4, 8)), rand(rng, (1, 20, 2, 8)), rand(rng, (1, 20, 2, 6))
+    out = ctx.softmax(q, k, v)
+    assert out.shape == (1, 48, 4, 6)
+    assert mhla.max_rel_err(out, mhla.reference_forward(q, k, v, softmax=True)) <= TOL_FWD
