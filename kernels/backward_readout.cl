@@ -144,7 +144,7 @@ kernel void bwd_dq_official(global const STORE_T *restrict q, global STORE_T *re
     const int t = token_of(g, blk, p);
     global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
     global STORE_T *dqrow = dq + row_offset(g, bh, t, DK);
-    global const float *z = summary + summary_z_offset(g.bh, blk, bh);
+    global const float *z = summary + summary_z_offset(kv_count(g), blk, kv_of(g, bh)); /* its key/value head's */
     const float w = scale * rmix[((long)blk * g.bh + bh) * g.nb + p];
     #pragma unroll
     for (int j = 0; j < BWD_NK; ++j) {

@@ -119,17 +119,21 @@ kernel void bwd_official_dz_part(global const STORE_T *restrict q, global const 
     VSTOREN(BWD_VK, acc, j, partial + (((long)part * g.m + blk) * g.bh + bh) * DK);
 }
 
-/* global: (DK / BWD_VK, B*H, M). The parts' sums, added in part order (bit-identical run to run),
- * written over the z column. */
+/* global: (DK / BWD_VK, B*H_kv, M). The parts' sums of the query heads that share a key/value head
+ * (one but for grouped heads), added in part order, then head order (bit-identical run to run),
+ * written over that head's z column. */
 kernel void bwd_official_dz_sum(global const float *restrict partial, global float *restrict dsum, const mhla_grid g_arg,
                                 const int parts)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int j = (int)get_global_id(0), bh = (int)get_global_id(1), blk = (int)get_global_id(2);
-    if (j >= DK / BWD_VK || bh >= g.bh || blk >= g.m)
+    const int j = (int)get_global_id(0), kvh = (int)get_global_id(1), blk = (int)get_global_id(2);
+    const int group = g.heads / g.kv_heads, batch = kvh / g.kv_heads;
+    const int first = batch * g.heads + (kvh - batch * g.kv_heads) * group;
+    if (j >= DK / BWD_VK || kvh >= kv_count(g) || blk >= g.m)
         return;
     VEC(BWD_VK) acc = (VEC(BWD_VK))(0.0f);
     for (int part = 0; part < parts; ++part)
-        acc += VLOADN(BWD_VK, j, partial + (((long)part * g.m + blk) * g.bh + bh) * DK);
-    VSTOREN(BWD_VK, acc, j, dsum + summary_z_offset(g.bh, blk, bh));
+        for (int h = 0; h < group; ++h)
+            acc += VLOADN(BWD_VK, j, partial + (((long)part * g.m + blk) * g.bh + first + h) * DK);
+    VSTOREN(BWD_VK, acc, j, dsum + summary_z_offset(kv_count(g), blk, kvh));
 }

@@ -101,7 +101,7 @@ kernel void official_dots(global const STORE_T *restrict q, global const float *
     const int p = ip - blk * g.nb;
     const int t = token_of(g, blk, p);
     global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
-    global const float *z = summary + summary_z_offset(g.bh, blk, bh);
+    global const float *z = summary + summary_z_offset(kv_count(g), blk, kv_of(g, bh)); /* its key/value head's */
     float acc = 0.0f;
     for (int d = 0; d < DK; ++d)
         acc += scale * feature(LOADN(1, d, qrow), feature_eps) * z[d];

@@ -41,6 +41,8 @@ static const cross_case cases[] = {
      MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU},
     {"cross Mkv = 1", 1, 2, 0, 16, 8, {2, 4, 4}, {2, 2, 1}, {20, 1, 1}, {1, 1, 1}, MHLA_LAYOUT_BNHD,
      MHLA_NORMALIZER_NONE, MHLA_FEATURE_RELU_EPS},
+    {"gqa 4/2 official", 2, 4, 2, 16, 8, {1, 8, 6}, {1, 2, 3}, {0, 0, 0}, {0, 0, 0}, MHLA_LAYOUT_BHND,
+     MHLA_NORMALIZER_OFFICIAL, MHLA_FEATURE_RELU_EPS},
     {"cross + gqa 4/2", 1, 4, 2, 16, 8, {32, 1, 1}, {4, 1, 1}, {1, 4, 6}, {1, 2, 3}, MHLA_LAYOUT_BNHD,
      MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS},
 };
@@ -428,9 +430,6 @@ static void test_refusals(void **state)
     c.dk = c.dv = 8, c.seq_t = 64, c.kv_seq_t = 32, c.kv_seq_h = c.kv_seq_w = 1, c.kv_block_t = 1;
     c.kv_block_h = c.kv_block_w = 1;
     expect_refused(&c, MHLA_ERR_UNSUPPORTED, "cross-attention is non-causal");
-    c = case_config(&cases[0], MHLA_DTYPE_F32);
-    c.normalizer = MHLA_NORMALIZER_OFFICIAL;
-    expect_refused(&c, MHLA_ERR_UNSUPPORTED, "not implemented with the official normalizer yet");
     /* shards of cross-attention are refused, naming what */
     mhla_plan *p = NULL;
     c = case_config(&cases[2], MHLA_DTYPE_F32);

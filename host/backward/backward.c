@@ -142,7 +142,7 @@ static mhla_status official_dz(mhla_plan *plan, mhla_bwd *b, cl_mem q)
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, pext, b->lws_zpart, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_official_dz_part)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    const size_t ext[3] = {zvec, bh, m};
+    const size_t ext[3] = {zvec, (size_t)plan->shape.bh_kv, m}; /* per key/value head */
     kr = b->k_official_dz_sum;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(b->dz_partial), MHLA_ARG(b->dsum), MHLA_ARG(plan->grid), MHLA_ARG(parts));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zsum, 0, NULL, NULL,

@@ -90,12 +90,6 @@ static mhla_status kv_side(const mhla_config *cfg, mhla_shape *sh, char *msg, si
         blk[i] = blk_given ? kv_blk[i] : q_blk[i];
         same_blocks &= blk[i] == q_blk[i];
     }
-    /* Grouped heads with the official normalizer's per-token dots are not built yet: refused, not
-     * computed wrongly (the causal backward refuses them too: backward/backward.c). */
-    CHECK(hkv == cfg->heads || cfg->normalizer != MHLA_NORMALIZER_OFFICIAL, MHLA_ERR_UNSUPPORTED,
-          "grouped key/value heads (kv_heads = %lld of heads = %lld) are not implemented with the official "
-          "normalizer yet: use paper or none",
-          (long long)hkv, (long long)cfg->heads);
     sh->heads_kv = hkv;
     sh->group = cfg->heads / hkv;
     sh->bh_kv = cfg->batch * hkv; /* <= batch * heads */
