@@ -121,6 +121,40 @@ static float *as_floats(mhla_dtype dtype, void *x, size_t n)
     return f;
 }
 
+/* The plan's backward (varlen where cu is not NULL) against the reference's: dq, dk and dv (each key/value
+ * head's summed over its query heads) and dMc, each named "<what> dq" etc. in a failure. */
+static void check_gradients(mhla_context *ctx, mhla_plan *plan, const mhla_config *cfg, const inputs *in,
+                            const int32_t *cu, size_t nseq, const char *what)
+{
+    const size_t gn[4] = {in->n[0], in->n[1], in->n[2], in->n[4]};
+    double *gref[4];
+    float *g[4];
+    for (int j = 0; j < 4; ++j) {
+        gref[j] = malloc(gn[j] * sizeof(double));
+        g[j] = nan_floats(gn[j]);
+        assert_non_null(gref[j]);
+    }
+    const float *const *x = (const float *const *)in->x;
+    const mhla_status rs = cu ? mhla_reference_backward_varlen(cfg, x[0], x[1], x[2], x[4], cu, nseq, x[3], gref[0],
+                                                               gref[1], gref[2], gref[3])
+                              : mhla_reference_backward(cfg, x[0], x[1], x[2], x[4], x[3], gref[0], gref[1], gref[2],
+                                                        gref[3]);
+    assert_int_equal(rs, MHLA_OK);
+    const mhla_status st = cu ? mhla_backward_varlen_host(plan, x[0], x[1], x[2], x[4], cu, nseq, x[3], g[0], g[1],
+                                                          g[2], g[3])
+                              : mhla_backward_host(plan, x[0], x[1], x[2], x[4], x[3], g[0], g[1], g[2], g[3]);
+    if (st != MHLA_OK)
+        fail_msg("%s: backward: %s", what, mhla_context_message(ctx));
+    static const char *const names[4] = {"dq", "dk", "dv", "dmixing"};
+    for (int j = 0; j < 4; ++j) {
+        char gwhat[192];
+        snprintf(gwhat, sizeof gwhat, "%s %s", what, names[j]);
+        expect_within(g[j], gref[j], gn[j], mhla_reference_backward_tolerance(cfg->dtype), gwhat);
+        free(g[j]);
+        free(gref[j]);
+    }
+}
+
 /* The forward and (f32) the backward of `cfg` on ctx against the reference. */
 static void check_case(mhla_context *ctx, const cross_case *c, mhla_dtype dtype, const char *tuning, int backward)
 {
@@ -152,26 +186,8 @@ static void check_case(mhla_context *ctx, const cross_case *c, mhla_dtype dtype,
     free(ref);
 
     if (backward) {
-        double *gref[4];
-        const size_t gn[4] = {in.n[0], in.n[1], in.n[2], in.n[4]};
-        float *g[4];
-        for (int i = 0; i < 4; ++i) {
-            gref[i] = malloc(gn[i] * sizeof(double));
-            g[i] = nan_floats(gn[i]);
-            assert_non_null(gref[i]);
-        }
-        assert_int_equal(mhla_reference_backward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], gref[0], gref[1],
-                                                 gref[2], gref[3]),
-                         MHLA_OK);
-        if (mhla_backward_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], g[0], g[1], g[2], g[3]) != MHLA_OK)
-            fail_msg("%s: mhla_backward_host: %s", c->name, mhla_context_message(ctx));
-        static const char *const names[4] = {"dq", "dk", "dv", "dmixing"};
-        for (int i = 0; i < 4; ++i) {
-            snprintf(what, sizeof what, "%s %s %s", c->name, tuning, names[i]);
-            expect_within(g[i], gref[i], gn[i], mhla_reference_backward_tolerance(dtype), what);
-            free(g[i]);
-            free(gref[i]);
-        }
+        snprintf(what, sizeof what, "%s %s", c->name, tuning);
+        check_gradients(ctx, plan, &cfg, &in, NULL, 0, what);
     }
     mhla_plan_destroy(plan);
     inputs_free(&in);
@@ -279,30 +295,7 @@ static void test_causal_gqa(void **state)
                  cases[i].tuning);
         expect_within(out, ref, in.n[3], mhla_reference_tolerance(MHLA_DTYPE_F32, cfg.seq_t), what);
         /* the backward: dk and dv summed over each key/value head's query heads */
-        {
-            const size_t gn[4] = {in.n[0], in.n[1], in.n[2], in.n[4]};
-            double *gref[4];
-            float *g[4];
-            for (int j = 0; j < 4; ++j) {
-                gref[j] = malloc(gn[j] * sizeof(double));
-                g[j] = nan_floats(gn[j]);
-                assert_non_null(gref[j]);
-            }
-            assert_int_equal(mhla_reference_backward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], gref[0],
-                                                     gref[1], gref[2], gref[3]),
-                             MHLA_OK);
-            if (mhla_backward_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], in.x[3], g[0], g[1], g[2], g[3]) !=
-                MHLA_OK)
-                fail_msg("causal gqa backward: %s", mhla_context_message(ctx));
-            static const char *const names[4] = {"dq", "dk", "dv", "dmixing"};
-            for (int j = 0; j < 4; ++j) {
-                char gwhat[128];
-                snprintf(gwhat, sizeof gwhat, "%s %s", what, names[j]);
-                expect_within(g[j], gref[j], gn[j], mhla_reference_backward_tolerance(MHLA_DTYPE_F32), gwhat);
-                free(g[j]);
-                free(gref[j]);
-            }
-        }
+        check_gradients(ctx, plan, &cfg, &in, NULL, 0, what);
         mhla_plan_destroy(plan);
 
         /* the decoder, one token at a time over the same sequence */
@@ -345,26 +338,7 @@ static void test_varlen_gqa(void **state)
         fail_msg("varlen gqa: %s", mhla_context_message(ctx));
     expect_within(out, ref, in.n[3], mhla_reference_tolerance(MHLA_DTYPE_F32, 28), "varlen gqa");
     /* and its backward, dk and dv summed over each group */
-    double *gref[4];
-    float *g[4];
-    const size_t gn[4] = {in.n[0], in.n[1], in.n[2], in.n[4]};
-    for (int j = 0; j < 4; ++j) {
-        gref[j] = malloc(gn[j] * sizeof(double));
-        g[j] = nan_floats(gn[j]);
-        assert_non_null(gref[j]);
-    }
-    assert_int_equal(mhla_reference_backward_varlen(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, in.x[3], gref[0],
-                                                    gref[1], gref[2], gref[3]),
-                     MHLA_OK);
-    if (mhla_backward_varlen_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, in.x[3], g[0], g[1], g[2], g[3]) !=
-        MHLA_OK)
-        fail_msg("varlen gqa backward: %s", mhla_context_message(ctx));
-    static const char *const names[4] = {"varlen gqa dq", "varlen gqa dk", "varlen gqa dv", "varlen gqa dmixing"};
-    for (int j = 0; j < 4; ++j) {
-        expect_within(g[j], gref[j], gn[j], mhla_reference_backward_tolerance(MHLA_DTYPE_F32), names[j]);
-        free(g[j]);
-        free(gref[j]);
-    }
+    check_gradients(ctx, plan, &cfg, &in, cu, 3, "varlen gqa");
     mhla_plan_destroy(plan);
     free(out);
     free(ref);
