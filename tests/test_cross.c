@@ -206,6 +206,17 @@ static void test_cases(void **state)
         }
 }
 
+/* Cross-attention whose two grids have blocks of the same length, more of them on the query side,
+ * each split into segments (split_min_len=4: four segments of four tokens): the backward's
+ * weighted summaries of the query blocks are then split as the key/value blocks are, into the
+ * plan's segment buffer, which must hold the larger side's. */
+static void test_split_blocks(void **state)
+{
+    static const cross_case split = {"cross split, nb = nb_kv", 1, 2, 0, 16, 8, {64, 1, 1}, {4, 1, 1}, {32, 1, 1},
+                                     {2, 1, 1}, MHLA_LAYOUT_BNHD, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS};
+    check_case(*state, &split, MHLA_DTYPE_F32, "split_min_len=4", 1);
+}
+
 /* 16-bit storage: the forward of a grouped cross-attention case. */
 static void test_storage(void **state)
 {
@@ -431,6 +442,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_storage),
+        cmocka_unit_test(test_split_blocks),
         cmocka_unit_test(test_gqa_equals_repeated),
         cmocka_unit_test(test_causal_gqa),
         cmocka_unit_test(test_varlen_gqa),

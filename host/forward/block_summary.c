@@ -37,9 +37,10 @@ mhla_status mhla__block_summary_setup(mhla_plan *plan)
     }
     if (t->splits > 1) {
         /* the key/value side's segments, and the backward's weighted summaries of the query side
-         * (its B*H heads) where its blocks are split alike (summary_split) */
+         * where its blocks are as long (summary_launch): room for the side with more blocks */
         const mhla_shape *sh = &plan->shape;
-        const size_t heads = (size_t)(sh->cross ? sh->bh_kv * sh->m_kv : sh->bh * sh->m);
+        const int64_t q_side = sh->bh * sh->m, kv_side = sh->bh_kv * sh->m_kv;
+        const size_t heads = (size_t)(q_side > kv_side ? q_side : kv_side);
         const size_t bytes = heads * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1) * sizeof(float) * (size_t)t->splits;
         if (plan->k_reduce)
             plan->lws_reduce = mhla__local_size(ctx, plan->k_reduce, (size_t)t->wg);
