@@ -219,11 +219,11 @@ int run_convert_inputs(run_job *job)
     return 0;
 }
 
-/* A token grid option (`grid_opt`, default: n tokens in 1D) and its block grid (`blocks_opt`, or
- * `blocks_default` where not given) into grid[3] and blocks[3], checked against n and each other;
- * `tensor` names the input whose N it must match. */
-static int side_grid(run_job *job, int grid_opt, int blocks_opt, const int64_t *grid_default,
-                     const int64_t *blocks_default, int64_t n, const char *tensor, int64_t grid[3], int64_t blocks[3])
+/* A token grid option (`grid_opt`; where not given `grid_default`, else n tokens in 1D) and its block
+ * grid (`blocks_opt`; 1x1x1 where not given) into grid[3] and blocks[3], checked against n and each
+ * other; `tensor` names the input whose N it must match. */
+static int side_grid(run_job *job, int grid_opt, int blocks_opt, const int64_t *grid_default, int64_t n,
+                     const char *tensor, int64_t grid[3], int64_t blocks[3])
 {
     int grid_ndim = 1, blocks_ndim = 1, rc;
     char text[96];
@@ -239,10 +239,6 @@ static int side_grid(run_job *job, int grid_opt, int blocks_opt, const int64_t *
         if (grid[0] * grid[1] * grid[2] != n)
             return cli_fail(CLI_USAGE, "%s %s: %lld tokens, but %s has N = %lld", go->name, go->value,
                             (long long)(grid[0] * grid[1] * grid[2]), tensor, (long long)n);
-    }
-    if (!bo->value && blocks_default) {
-        memcpy(blocks, blocks_default, 3 * sizeof *blocks);
-        return 0;
     }
     if (bo->value) {
         if ((rc = args_dims(cmd, bo, blocks, &blocks_ndim)) != 0)
@@ -274,7 +270,7 @@ static int shape_grid(run_job *job)
     char qname[600], kname[600];
     snprintf(qname, sizeof qname, "--q %s", job->o[O_Q].value);
     snprintf(kname, sizeof kname, "--k %s", job->o[O_K].value);
-    if ((rc = side_grid(job, O_GRID, O_BLOCKS, NULL, NULL, n, qname, grid, blocks)) != 0)
+    if ((rc = side_grid(job, O_GRID, O_BLOCKS, NULL, n, qname, grid, blocks)) != 0)
         return rc;
     cfg->seq_t = grid[0], cfg->seq_h = grid[1], cfg->seq_w = grid[2];
     cfg->block_t = blocks[0], cfg->block_h = blocks[1], cfg->block_w = blocks[2];
@@ -288,7 +284,7 @@ static int shape_grid(run_job *job)
     if (same_n)
         memcpy(kv_default_grid, grid, sizeof grid);
     /* the query blocks are the default only on the query grid, known once --kv-grid is read */
-    if ((rc = side_grid(job, O_KV_GRID, O_KV_BLOCKS, kv_default_grid, NULL, n_kv, kname, kv_grid, kv_blocks)) != 0)
+    if ((rc = side_grid(job, O_KV_GRID, O_KV_BLOCKS, kv_default_grid, n_kv, kname, kv_grid, kv_blocks)) != 0)
         return rc;
     const int same_grid = memcmp(kv_grid, grid, sizeof grid) == 0;
     if (!job->o[O_KV_BLOCKS].value) {
@@ -312,8 +308,9 @@ static int load_mixing(run_job *job)
     const int64_t m = cfg->causal ? (job->longest + cfg->chunk - 1) / cfg->chunk
                                   : cfg->block_t * cfg->block_h * cfg->block_w;
     const int64_t m_kv = cfg->causal ? m : cfg->kv_block_t * cfg->kv_block_h * cfg->kv_block_w;
-    const int cross = !cfg->causal && (m_kv != m || cfg->kv_block_t != cfg->block_t || cfg->kv_block_h != cfg->block_h ||
-                                       cfg->kv_seq_t != cfg->seq_t || cfg->kv_seq_h != cfg->seq_h);
+    /* Mc and its initializer depend on the two block grids only (not on the token grids they divide) */
+    const int cross = !cfg->causal && (cfg->kv_block_t != cfg->block_t || cfg->kv_block_h != cfg->block_h ||
+                                       cfg->kv_block_w != cfg->block_w);
     job->mixing_cols = m_kv;
     const cli_option *opt = &job->o[O_MIXING];
     if (!opt->value) {
