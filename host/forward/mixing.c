@@ -61,7 +61,7 @@ cleanup:
     return st;
 }
 
-static mhla_status mix(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x)
+mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -77,11 +77,6 @@ static mhla_status mix(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem 
                                            "clEnqueueNDRangeKernel(mixing_gemm)"));
 cleanup:
     return st;
-}
-
-mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x)
-{
-    return mix(plan, a, rows, k, b, c, x);
 }
 
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
@@ -104,12 +99,12 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
                                                NULL, "clEnqueueNDRangeKernel(mixing_splits)"));
         goto cleanup;
     }
-    MHLA_FORWARD_IF_ERROR(st, mix(plan, a, m, k, s, plan->mixed, summary_cols(plan)));
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, s, plan->mixed, summary_cols(plan)));
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         /* Both GEMMs share the temporary buffer; an out-of-order queue must not overlap them. */
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
-        MHLA_FORWARD_IF_ERROR(st, mix(plan, a, m, k, sh ? sh->gathered_dots : plan->dots, plan->den,
-                                            dots_cols(plan)));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, sh ? sh->gathered_dots : plan->dots, plan->den,
+                                                    dots_cols(plan)));
     }
 cleanup:
     return st;
