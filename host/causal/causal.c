@@ -79,9 +79,11 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_DECODER, cfg, t, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
         mhla_fit step_fit = *fit;
-        /* (kernels/decoder.cl: q~ of STEP_QG = 4 query heads, k~, and their numerators and denominators) */
-        r = mhla__fit_check(ctx, c->k_step, 1, (uint64_t)(5 * cfg->dk + 4 * (cfg->dv + 1)) * sizeof(float),
-                            &step_fit);
+        /* (kernels/decoder.cl: q~ of one query head, or of STEP_QG = 4 where key/value heads are
+         * grouped, k~, and their numerators and denominators) */
+        const uint64_t qg = c->bh_kv != c->bh ? 4 : 1;
+        const uint64_t step_floats = (qg + 1) * (uint64_t)cfg->dk + qg * (uint64_t)(cfg->dv + 1);
+        r = mhla__fit_check(ctx, c->k_step, 1, step_floats * sizeof(float), &step_fit);
         MHLA_FAIL_IF(st, r > 0, ctx, MHLA_ERR_UNSUPPORTED,
                      "the decoder's step kernel (dk = %lld, dv = %lld) needs more local memory than %s has (%llu "
                      "bytes)",
