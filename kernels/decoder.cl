@@ -10,17 +10,19 @@
 #define KV_GROUP 1 /* the query heads that share a key/value head (the host's -D: H / H_kv) */
 #endif
 
+/* Both forms' arguments, as host/causal/decoder.c sets them. */
+#define DECODER_STEP_ARGS                                                                                              \
+    global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,              \
+        global const float *restrict mixing, global float *restrict sums, global const float *restrict pref,           \
+        global STORE_T *restrict out, const mhla_grid g_arg, const int token, const int chunk, const int rows_mc,      \
+        const int fresh, const float feature_eps, const float scale, const float eps
+
 #if KV_GROUP == 1
 /* global: (local size, B*H): one work-group per (batch, head); work-item lid owns summary
  * columns lid, lid + local size, ... of DV + ZCOL (column DV is z for the paper normalizer).
  * token: the token's index in q/k/v/out, tensors of g.n tokens. chunk: i, the summary slot of
  * the running chunk. fresh: 1 on the chunk's first token (the slot is overwritten, not read). */
-kernel void decoder_step(global const STORE_T *restrict q, global const STORE_T *restrict k,
-                         global const STORE_T *restrict v, global const float *restrict mixing,
-                         global float *restrict sums, global const float *restrict pref,
-                         global STORE_T *restrict out, const mhla_grid g_arg, const int token, const int chunk,
-                         const int rows_mc, const int fresh, const float feature_eps, const float scale,
-                         const float eps)
+kernel void decoder_step(DECODER_STEP_ARGS)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float ql[DK], kl[DK];
@@ -83,12 +85,7 @@ kernel void decoder_step(global const STORE_T *restrict q, global const STORE_T 
  * (column DV is z for the paper normalizer), so it reads back only what it wrote itself.
  * token: the token's index in q/k/v/out, tensors of g.n tokens. chunk: i, the summary slot of
  * the running chunk. fresh: 1 on the chunk's first token (the slot is overwritten, not read). */
-kernel void decoder_step(global const STORE_T *restrict q, global const STORE_T *restrict k,
-                         global const STORE_T *restrict v, global const float *restrict mixing,
-                         global float *restrict sums, global const float *restrict pref,
-                         global STORE_T *restrict out, const mhla_grid g_arg, const int token, const int chunk,
-                         const int rows_mc, const int fresh, const float feature_eps, const float scale,
-                         const float eps)
+kernel void decoder_step(DECODER_STEP_ARGS)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float ql[STEP_QG * DK], kl[DK];
