@@ -244,6 +244,18 @@ uint16_t *nan16(size_t n)
     return x;
 }
 
+void *to_storage(mhla_dtype dtype, float *x, size_t n)
+{
+    if (dtype == MHLA_DTYPE_F32)
+        return x;
+    uint16_t *bits = malloc((n ? n : 1) * sizeof *bits);
+    if (!bits)
+        fail_msg("out of host memory for %zu halves", n);
+    mhla_convert(dtype, bits, MHLA_DTYPE_F32, x, n);
+    mhla_convert(MHLA_DTYPE_F32, x, dtype, bits, n);
+    return bits;
+}
+
 void nan_fill(mhla_context *ctx, cl_mem buf, size_t bytes)
 {
     const cl_ushort nan16 = 0x7FFF;

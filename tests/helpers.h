@@ -46,6 +46,9 @@ void fill_nan(float *x, size_t n);
 float *nan_floats(size_t n);
 /* n 16-bit outputs, all NaN: 0x7FFF in f16 and in bf16 (malloc'd, as nan_floats). */
 uint16_t *nan16(size_t n);
+/* Storage of n floats in dtype: x itself for f32, else the 16-bit bits for the device (malloc'd),
+ * with x rounded to them as the device sees it. */
+void *to_storage(mhla_dtype dtype, float *x, size_t n);
 /* A device buffer of `bytes` filled with 0x7FFF halves: NaN as f16 and bf16, and as f32 in pairs
  * (a failed cmocka assertion if it cannot be made). */
 cl_mem nan_buffer(mhla_context *ctx, size_t bytes);

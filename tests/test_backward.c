@@ -17,18 +17,6 @@
 
 static const char *const grad_names[4] = {"dq", "dk", "dv", "dmixing"};
 
-/* Storage of n floats in dtype: the bits for the device, and x rounded as the device sees it. */
-static void *to_storage(mhla_dtype dtype, float *x, size_t n)
-{
-    if (dtype == MHLA_DTYPE_F32)
-        return x;
-    uint16_t *bits = malloc(n * sizeof *bits);
-    assert_non_null(bits);
-    mhla_convert(dtype, bits, MHLA_DTYPE_F32, x, n);
-    mhla_convert(MHLA_DTYPE_F32, x, dtype, bits, n);
-    return bits;
-}
-
 /* The inputs of a backward case: test_inputs_make()'s q, k, v and Mc, and dout uniform in [-1, 1).
  * With `zeros`, about a third of the elements of q and of k, at random places (not whole columns: a
  * column of k all 0 makes its gradient 0 whatever the derivative), become exactly 0.0f, where
