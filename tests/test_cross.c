@@ -69,17 +69,6 @@ typedef struct inputs {
     void *bits[4];
 } inputs;
 
-static void *storage(mhla_dtype dtype, float *x, size_t n)
-{
-    if (dtype == MHLA_DTYPE_F32)
-        return x;
-    uint16_t *b = malloc(n * sizeof *b);
-    assert_non_null(b);
-    mhla_convert(dtype, b, MHLA_DTYPE_F32, x, n);
-    mhla_convert(MHLA_DTYPE_F32, x, dtype, b, n);
-    return b;
-}
-
 static void inputs_make(const mhla_config *cfg, uint32_t seed, inputs *in)
 {
     const mhla_tensor t[5] = {MHLA_TENSOR_Q, MHLA_TENSOR_K, MHLA_TENSOR_V, MHLA_TENSOR_OUT, MHLA_TENSOR_MIXING};
@@ -93,7 +82,7 @@ static void inputs_make(const mhla_config *cfg, uint32_t seed, inputs *in)
         fill_uniform(in->x[i], in->n[i], seed * 7 + (uint32_t)i, i == 4 ? 0.05f : i < 2 ? lo : -1.0f, 1.0f);
     }
     for (int i = 0; i < 4; ++i)
-        in->bits[i] = storage(cfg->dtype, in->x[i], in->n[i]);
+        in->bits[i] = to_storage(cfg->dtype, in->x[i], in->n[i]);
 }
 
 static void inputs_free(inputs *in)
@@ -119,6 +108,30 @@ static float *as_floats(mhla_dtype dtype, void *x, size_t n)
     mhla_convert(MHLA_DTYPE_F32, f, dtype, x, n);
     free(x);
     return f;
+}
+
+/* The plan's forward (varlen where cu is not NULL) against the reference's, within the tolerance for
+ * `tokens` summed over, named `what` in a failure; returns the reference's output (the caller frees it). */
+static double *check_forward(mhla_context *ctx, mhla_plan *plan, const mhla_config *cfg, const inputs *in,
+                             const int32_t *cu, size_t nseq, int64_t tokens, const char *what)
+{
+    const size_t n = in->n[3];
+    double *ref = malloc(n * sizeof *ref);
+    assert_non_null(ref);
+    const float *const *x = (const float *const *)in->x;
+    const mhla_status rs = cu ? mhla_reference_forward_varlen(cfg, x[0], x[1], x[2], x[4], cu, nseq, ref)
+                              : mhla_reference_forward(cfg, x[0], x[1], x[2], x[4], ref);
+    assert_int_equal(rs, MHLA_OK);
+    void *const *b = in->bits;
+    void *out = nan_storage(cfg->dtype, n);
+    const mhla_status st = cu ? mhla_forward_varlen_host(plan, b[0], b[1], b[2], x[4], cu, nseq, out)
+                              : mhla_forward_host(plan, b[0], b[1], b[2], x[4], out);
+    if (st != MHLA_OK)
+        fail_msg("%s: forward: %s", what, mhla_context_message(ctx));
+    float *outf = as_floats(cfg->dtype, out, n);
+    expect_within(outf, ref, n, mhla_reference_tolerance(cfg->dtype, tokens), what);
+    free(outf);
+    return ref;
 }
 
 /* The plan's backward (varlen where cu is not NULL) against the reference's: dq, dk and dv (each key/value
@@ -171,19 +184,9 @@ static void check_case(mhla_context *ctx, const cross_case *c, mhla_dtype dtype,
     assert_int_equal(mhla_plan_tensor_bytes(plan, MHLA_TENSOR_V), in.n[2] * es);
     assert_int_equal(mhla_plan_tensor_bytes(plan, MHLA_TENSOR_MIXING), in.n[4] * sizeof(float));
 
-    double *ref = malloc(in.n[3] * sizeof *ref);
-    assert_non_null(ref);
-    assert_int_equal(mhla_reference_forward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], ref), MHLA_OK);
-    void *out = nan_storage(dtype, in.n[3]);
-    if (mhla_forward_host(plan, in.bits[0], in.bits[1], in.bits[2], in.x[4], out) != MHLA_OK)
-        fail_msg("%s: mhla_forward_host: %s", c->name, mhla_context_message(ctx));
-    float *outf = as_floats(dtype, out, in.n[3]);
     char what[160];
     snprintf(what, sizeof what, "%s %s %s forward", c->name, mhla_dtype_name(dtype), tuning);
-    const int64_t n = cfg.seq_t * cfg.seq_h * cfg.seq_w;
-    expect_within(outf, ref, in.n[3], mhla_reference_tolerance(dtype, n), what);
-    free(outf);
-    free(ref);
+    free(check_forward(ctx, plan, &cfg, &in, NULL, 0, cfg.seq_t * cfg.seq_h * cfg.seq_w, what));
 
     if (backward) {
         snprintf(what, sizeof what, "%s %s", c->name, tuning);
@@ -292,19 +295,14 @@ static void test_causal_gqa(void **state)
         const mhla_config cfg = causal_gqa(cases[i].layout, cases[i].norm, cases[i].heads, cases[i].kv_heads);
         inputs in;
         inputs_make(&cfg, 21, &in);
-        double *ref = malloc(in.n[3] * sizeof *ref);
-        float *out = nan_floats(in.n[3]);
-        assert_non_null(ref);
-        assert_int_equal(mhla_reference_forward(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], ref), MHLA_OK);
         assert_int_equal(mhla_context_set_tuning(ctx, cases[i].tuning), MHLA_OK);
         mhla_plan *plan = NULL;
         if (mhla_plan_create(ctx, &cfg, &plan) != MHLA_OK)
             fail_msg("causal gqa %zu: %s", i, mhla_context_message(ctx));
-        assert_int_equal(mhla_forward_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], out), MHLA_OK);
         char what[96];
         snprintf(what, sizeof what, "causal gqa %lld/%lld %s", (long long)cfg.heads, (long long)cfg.kv_heads,
                  cases[i].tuning);
-        expect_within(out, ref, in.n[3], mhla_reference_tolerance(MHLA_DTYPE_F32, cfg.seq_t), what);
+        double *ref = check_forward(ctx, plan, &cfg, &in, NULL, 0, cfg.seq_t, what);
         /* the backward: dk and dv summed over each key/value head's query heads */
         check_gradients(ctx, plan, &cfg, &in, NULL, 0, what);
         mhla_plan_destroy(plan);
@@ -312,7 +310,7 @@ static void test_causal_gqa(void **state)
         /* the decoder, one token at a time over the same sequence */
         mhla_decoder *dec = NULL;
         assert_int_equal(mhla_decoder_create(ctx, &cfg, cfg.seq_t, &dec), MHLA_OK);
-        fill_nan(out, in.n[3]);
+        float *out = nan_floats(in.n[3]);
         if (mhla_decoder_step_host(dec, in.x[0], in.x[1], in.x[2], in.x[4], out, cfg.seq_t) != MHLA_OK)
             fail_msg("decoder: %s", mhla_context_message(ctx));
         snprintf(what, sizeof what, "decoder gqa %lld/%lld %s", (long long)cfg.heads, (long long)cfg.kv_heads,
@@ -339,20 +337,12 @@ static void test_varlen_gqa(void **state)
     cfg.mixing_rows = 2;
     inputs in;
     inputs_make(&cfg, 23, &in);
-    double *ref = malloc(in.n[3] * sizeof *ref);
-    float *out = nan_floats(in.n[3]);
-    assert_non_null(ref);
-    assert_int_equal(mhla_reference_forward_varlen(&cfg, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, ref), MHLA_OK);
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
-    if (mhla_forward_varlen_host(plan, in.x[0], in.x[1], in.x[2], in.x[4], cu, 3, out) != MHLA_OK)
-        fail_msg("varlen gqa: %s", mhla_context_message(ctx));
-    expect_within(out, ref, in.n[3], mhla_reference_tolerance(MHLA_DTYPE_F32, 28), "varlen gqa");
+    free(check_forward(ctx, plan, &cfg, &in, cu, 3, 28, "varlen gqa"));
     /* and its backward, dk and dv summed over each group */
     check_gradients(ctx, plan, &cfg, &in, cu, 3, "varlen gqa");
     mhla_plan_destroy(plan);
-    free(out);
-    free(ref);
     inputs_free(&in);
 }
 
