@@ -30,14 +30,6 @@ void mhla_diagnose_result_free(mhla_diagnose_result *res)
     memset(res, 0, sizeof *res);
 }
 
-/* Block of token t on a token grid of (seq_h, seq_w) planes in blocks of (pt, ph, pw) tokens
- * (docs/spec.md "Token grid and blocks"). */
-static int64_t block_of(int64_t seq_h, int64_t seq_w, int64_t pt, int64_t ph, int64_t pw, int64_t t)
-{
-    const int64_t x = t % seq_w, y = (t / seq_w) % seq_h, f = t / (seq_w * seq_h);
-    return ((f / pt) * (seq_h / ph) + y / ph) * (seq_w / pw) + x / pw;
-}
-
 static uint64_t splitmix64(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
@@ -281,11 +273,15 @@ mhla_status mhla_diagnose(const mhla_config *cfg_in, const float *q, const float
     MHLA_FAIL_IF(st, pick_rows(n, r, opt.seed, rows) != 0, NULL, MHLA_ERR_OUT_OF_HOST_MEMORY,
                  "mhla_diagnose: out of host memory sampling %lld of %lld rows", (long long)r, (long long)n);
     w.rows = rows;
-    for (int64_t t = 0; t < n; ++t) /* causal: the chunk; else the block */
-        blk[t] = cfg.causal ? t / cfg.chunk : block_of(cfg.seq_h, cfg.seq_w, shape.pt, shape.ph, shape.pw, t);
-    for (int64_t t = 0; t < nk; ++t) /* the keys' blocks on their own grid */
-        blk[n + t] = cfg.causal ? t / cfg.chunk
-                                : block_of(cfg.kv_seq_h, cfg.kv_seq_w, shape.pt_kv, shape.ph_kv, shape.pw_kv, t);
+    /* causal: the chunk; else the block, the keys' on their own grid */
+    for (int64_t t = 0; t < n + nk; ++t) {
+        const int kv = t >= n;
+        const int64_t tok = kv ? t - n : t;
+        if (cfg.causal)
+            blk[t] = tok / cfg.chunk;
+        else
+            mhla__ref_locate(&cfg, &shape, kv, tok, &blk[t], NULL);
+    }
     w.qblk = blk, w.kblk = blk + n;
 
     for (int64_t b = 0; b < B; ++b)

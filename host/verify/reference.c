@@ -33,25 +33,35 @@ size_t mhla__ref_offset(const mhla_config *c, int64_t n, int64_t b, int64_t t, i
     return (size_t)((((b * n + t) * c->heads) + h) * dim + d);
 }
 
-/* Token index of position p in block blk of a grid of (T, Hs, Ws) tokens in blocks of
- * (pt, ph, pw) tokens (docs/spec.md "Token grid and blocks"). */
-static int64_t grid_token(int64_t seq_h, int64_t seq_w, int64_t pt, int64_t ph, int64_t pw, int64_t blk, int64_t p)
+/* One side's grid: (T, seq_h, seq_w) tokens in blocks of (pt, ph, pw) tokens. */
+typedef struct side_grid {
+    int64_t seq_h, seq_w, pt, ph, pw;
+} side_grid;
+
+static side_grid side_of(const mhla_config *c, const mhla_shape *s, int kv)
 {
-    const int64_t blk_w = seq_w / pw, blk_h = seq_h / ph;
-    const int64_t bw_i = blk % blk_w, bh_i = (blk / blk_w) % blk_h, bt_i = blk / (blk_w * blk_h);
-    const int64_t px = p % pw, py = (p / pw) % ph, pf = p / (pw * ph);
-    const int64_t f = bt_i * pt + pf, y = bh_i * ph + py, x = bw_i * pw + px;
-    return (f * seq_h + y) * seq_w + x;
+    const side_grid q = {c->seq_h, c->seq_w, s->pt, s->ph, s->pw};
+    const side_grid k = {c->kv_seq_h, c->kv_seq_w, s->pt_kv, s->ph_kv, s->pw_kv};
+    return kv ? k : q;
 }
 
-/* The query grid's and the key/value grid's (cfg resolved: kv_seq_* spelled out). */
-static int64_t token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, int64_t p)
+void mhla__ref_locate(const mhla_config *c, const mhla_shape *s, int kv, int64_t t, int64_t *blk, int64_t *pos)
 {
-    return grid_token(c->seq_h, c->seq_w, s->pt, s->ph, s->pw, blk, p);
+    const side_grid g = side_of(c, s, kv);
+    const int64_t x = t % g.seq_w, y = (t / g.seq_w) % g.seq_h, f = t / (g.seq_w * g.seq_h);
+    *blk = ((f / g.pt) * (g.seq_h / g.ph) + y / g.ph) * (g.seq_w / g.pw) + x / g.pw;
+    if (pos)
+        *pos = ((f % g.pt) * g.ph + y % g.ph) * g.pw + x % g.pw;
 }
-static int64_t kv_token_of(const mhla_config *c, const mhla_shape *s, int64_t blk, int64_t p)
+
+int64_t mhla__ref_token(const mhla_config *c, const mhla_shape *s, int kv, int64_t blk, int64_t p)
 {
-    return grid_token(c->kv_seq_h, c->kv_seq_w, s->pt_kv, s->ph_kv, s->pw_kv, blk, p);
+    const side_grid g = side_of(c, s, kv);
+    const int64_t blk_w = g.seq_w / g.pw, blk_h = g.seq_h / g.ph;
+    const int64_t bw_i = blk % blk_w, bh_i = (blk / blk_w) % blk_h, bt_i = blk / (blk_w * blk_h);
+    const int64_t px = p % g.pw, py = (p / g.pw) % g.ph, pf = p / (g.pw * g.ph);
+    const int64_t f = bt_i * g.pt + pf, y = bh_i * g.ph + py, x = bw_i * g.pw + px;
+    return (f * g.seq_h + y) * g.seq_w + x;
 }
 
 /* Offset of element (batch, token, kv head, d) of k or v: N_kv tokens, H_kv heads. */
@@ -215,7 +225,7 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
             memset(S, 0, (size_t)(Mk * Dk * C) * sizeof *S);
             for (int64_t blk = 0; blk < Mk; ++blk)
                 for (int64_t p = 0; p < Nbk; ++p) {
-                    const int64_t t = kv_token_of(&cfg, &s, blk, p);
+                    const int64_t t = mhla__ref_token(&cfg, &s, 1, blk, p);
                     for (int64_t d = 0; d < Dk; ++d) {
                         const double kd = mhla__ref_feature(k[kv_offset(&cfg, &s, b, t, hk, d, Dk)], cfg.feature_map, feps);
                         double *row = S + (blk * Dk + d) * C;
@@ -237,7 +247,7 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
             const int official = cfg.normalizer == MHLA_NORMALIZER_OFFICIAL;
             for (int64_t blk = 0; blk < M; ++blk)
                 for (int64_t p = 0; p < Nb; ++p) {
-                    const int64_t t = token_of(&cfg, &s, blk, p);
+                    const int64_t t = mhla__ref_token(&cfg, &s, 0, blk, p);
                     double dot = 0.0;
                     for (int64_t d = 0; d < Dk; ++d) {
                         const double qd = scale * mhla__ref_feature(q[mhla__ref_offset(&cfg, N, b, t, h, d, Dk)], cfg.feature_map, feps);
@@ -249,7 +259,7 @@ mhla_status mhla_reference_forward(const mhla_config *cfg_in, const float *q, co
             /* 3. o_t = q~ S~_i / normalizer. */
             for (int64_t i = 0; i < M; ++i)
                 for (int64_t p = 0; p < Nb; ++p) {
-                    const int64_t t = token_of(&cfg, &s, i, p);
+                    const int64_t t = mhla__ref_token(&cfg, &s, 0, i, p);
                     const double *qd = qt + (i * Nb + p) * Dk;
                     double den = 1.0;
                     if (cfg.normalizer == MHLA_NORMALIZER_PAPER) {

@@ -185,16 +185,6 @@ cleanup:
     return st;
 }
 
-/* Block and position of token n of a grid of (T, Hs, Ws) tokens in blocks of (pt, ph, pw) tokens,
- * straight from docs/spec.md "Token grid and blocks". */
-static void locate(int64_t seq_h, int64_t seq_w, int64_t pt, int64_t ph, int64_t pw, int64_t n, int64_t *blk,
-                   int64_t *pos)
-{
-    const int64_t x = n % seq_w, y = (n / seq_w) % seq_h, f = n / (seq_w * seq_h);
-    *blk = ((f / pt) * (seq_h / ph) + y / ph) * (seq_w / pw) + x / pw;
-    *pos = ((f % pt) * ph + y % ph) * pw + x % pw;
-}
-
 static mhla_status run(const char *fn, const mhla_config *cfg_in, const float *q, const float *k, const float *v,
                        const float *mixing, const int32_t *cu, size_t num_seqs, const float *dout, double *dq,
                        double *dk, double *dv, double *dmixing)
@@ -241,11 +231,11 @@ static mhla_status run(const char *fn, const mhla_config *cfg_in, const float *q
                    .pos = pos, .grp_kv = cfg.causal ? grp : grp_kv, .at = at, .nb = s.nb};
     if (!cfg.causal) {
         for (int64_t t = 0; t < N; ++t) {
-            locate(cfg.seq_h, cfg.seq_w, s.pt, s.ph, s.pw, t, &grp[t], &pos[t]);
+            mhla__ref_locate(&cfg, &s, 0, t, &grp[t], &pos[t]);
             at[grp[t] * s.nb + pos[t]] = t;
         }
         for (int64_t t = 0; t < Nk; ++t)
-            locate(cfg.kv_seq_h, cfg.kv_seq_w, s.pt_kv, s.ph_kv, s.pw_kv, t, &grp_kv[t], &pos_kv[t]);
+            mhla__ref_locate(&cfg, &s, 1, t, &grp_kv[t], &pos_kv[t]);
     }
     /* Sequences: every batch element (each one sequence), or the packed ones of a varlen batch. */
     const size_t nseq = cu ? num_seqs : (size_t)cfg.batch;
