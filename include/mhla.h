@@ -408,7 +408,8 @@ MHLA_API size_t mhla_plan_workspace_size(const mhla_plan *plan);
 /*! mhla_plan_tuning() :
  * Writes what the plan was built with into buf (truncated to size): where its tuning came from
  * ("built-in row 'cpu', tuned entry 64x64, MHLA_TUNING") and the tiles of each stage as fitted to
- * its sizes and the device. For diagnostics; the format may change.
+ * its sizes and the device; after its first mhla_backward(), the backward's read-outs too. For
+ * diagnostics; the format may change.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL plan or buf or size 0.
  * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size);

@@ -155,17 +155,6 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
 #else
         const float4 y = acc[r];
 #endif
-        global STORE_T *row = ob + token_of(g, blk, p) * os;
-#if DTYPE == 0
-        tiled_store_f32(y, row, DV - c, oa);
-#else
-        if (c + 4 <= DV) {
-            STOREN(4, y, 0, row);
-        } else {
-            const float x[4] = {y.x, y.y, y.z, y.w};
-            for (int j = 0; j < DV - c; ++j)
-                STOREN(1, x[j], j, row);
-        }
-#endif
+        tiled_store(y, ob + token_of(g, blk, p) * os, DV - c, oa);
     }
 }

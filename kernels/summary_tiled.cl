@@ -31,15 +31,16 @@
  * segment) writes rows blk*splits + split of `dst` ([M*splits][row], kernels/common.h's offsets).
  * Work-item (column tile ct fastest, row tile rt): rows 4 rt.. of the group's key rows, columns
  * 4 ct.. of its value columns; in a warp the v tile's float4 reads are contiguous and the k~ reads
- * one address for many work-items (a broadcast). */
-__attribute__((reqd_work_group_size(TL_WG, 1, 1)))
-kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T *restrict v,
-                          global float *restrict dst, const mhla_grid g_arg, const float feature_eps, const int splits,
-                          const int split_len)
+ * one address for many work-items (a broadcast). `weighted` (a constant at each call, so the other
+ * form compiles away): the backward's gradient summaries G = sum q~ [w dO | zscale wz]^T from k = q
+ * and v = dO in place, with per-token weights w and wz ([M][B*H][Nb], as block_summary_weighted's):
+ * each v piece is scaled by its token's w on its way into registers, and the key sums by wz. */
+__attribute__((always_inline)) inline void
+summary_tiled_body(global const STORE_T *k, global const STORE_T *v, global float *dst,
+                   const mhla_grid g, const float feature_eps, const int splits, const int split_len,
+                   const int weighted, global const float *w, global const float *wz, const float zscale,
+                   local float4 *kl, local float4 *vl, local float *zl, local float *wzl)
 {
-    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    local float4 kl[TL_TK * TL_QD], vl[TL_TK * TL_QV];
-    local float zl[TL_TD];
     const int lid = (int)get_local_id(0);
     const int tile = (int)get_group_id(0);
     const int d_base = (tile / TL_NV) * TL_TD, c_base = (tile % TL_NV) * TL_TV;
@@ -48,6 +49,7 @@ kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T
     const int blk = bs / splits;
     const int p_begin = (bs - blk * splits) * split_len;
     const int p_end = min(p_begin + split_len, g.nb);
+    const long at = ((long)blk * g.bh + bh) * g.nb; /* the weights' row */
     global const STORE_T *kb = k + row_base(g, bh, DK) + d_base;
     global const STORE_T *vb = v + row_base(g, bh, DV) + c_base;
     const long ks = row_stride(g, DK), vs = row_stride(g, DV);
@@ -79,6 +81,8 @@ kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T
                          ? tiled_quad(vb + token_of(g, blk, p_) * vs, 4 * (i_ - t_ * TL_QV), DV - c_base, \
                                       va)                                                           \
                          : (float4)(0.0f);                                                          \
+            if (weighted && p_ < p_end)                                                             \
+                vr[j_] *= w[at + p_];                                                               \
         }                                                                                           \
     } while (0)
 
@@ -93,14 +97,21 @@ kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T
         for (int j = 0; j < TL_VQ; ++j)
             if (lid + j * TL_WG < TL_TK * TL_QV)
                 vl[lid + j * TL_WG] = vr[j];
+        if (weighted && zsum)
+            for (int t = lid; t < TL_TK; t += TL_WG)
+                wzl[t] = p0 + t < p_end ? wz[at + p0 + t] : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (p0 + TL_TK < p_end)
             SUMMARY_FETCH(p0 + TL_TK); /* in flight during the multiply-adds below */
         if (zsum)
             for (int d = lid; d < TL_TD; d += TL_WG) {
                 float z = zl[d];
-                for (int t = 0; t < TL_TK; ++t)
-                    z += ((local const float *)kl)[t * TL_TD + d];
+                if (weighted)
+                    for (int t = 0; t < TL_TK; ++t)
+                        z += wzl[t] * ((local const float *)kl)[t * TL_TD + d];
+                else
+                    for (int t = 0; t < TL_TK; ++t)
+                        z += ((local const float *)kl)[t * TL_TD + d];
                 zl[d] = z;
             }
         #pragma unroll 8
@@ -110,11 +121,38 @@ kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T
 #undef SUMMARY_FETCH
     if (zsum)
         for (int d = lid; d < TL_TD && d_base + d < DK; d += TL_WG)
-            dst[summary_z_offset(g.bh, bs, bh) + d_base + d] = zl[d];
+            dst[summary_z_offset(g.bh, bs, bh) + d_base + d] = weighted ? zscale * zl[d] : zl[d];
     const int c = c_base + 4 * ct;
     for (int r = 0; r < 4; ++r) {
         const int d = d_base + 4 * rt + r;
         if (d < DK && c < DV)
             tiled_store_f32(acc[r], dst + summary_s_offset(g.bh, bs, bh, d) + c, DV - c, TILED_SUMMARY_ALIGNED);
     }
+}
+
+/* (The kernels' pointers are restrict; the body's are not: inlined restrict parameters become
+ * llvm.experimental.noalias.scope.decl calls, which Oclgrind cannot run.) */
+__attribute__((reqd_work_group_size(TL_WG, 1, 1)))
+kernel void summary_tiled(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                          global float *restrict dst, const mhla_grid g_arg, const float feature_eps, const int splits,
+                          const int split_len)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    local float4 kl[TL_TK * TL_QD], vl[TL_TK * TL_QV];
+    local float zl[TL_TD];
+    summary_tiled_body(k, v, dst, g, feature_eps, splits, split_len, 0, (global const float *)0,
+                       (global const float *)0, 0.0f, kl, vl, zl, zl);
+}
+
+/* The gradient summaries (the arguments of block_summary_weighted, in its order). */
+__attribute__((reqd_work_group_size(TL_WG, 1, 1)))
+kernel void summary_tiled_weighted(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                                   global float *restrict dst, const mhla_grid g_arg, const float feature_eps,
+                                   const int splits, const int split_len, global const float *restrict w,
+                                   global const float *restrict wz, const float zscale)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    local float4 kl[TL_TK * TL_QD], vl[TL_TK * TL_QV];
+    local float zl[TL_TD], wzl[TL_TK];
+    summary_tiled_body(k, v, dst, g, feature_eps, splits, split_len, 1, w, wz, zscale, kl, vl, zl, wzl);
 }

@@ -80,6 +80,25 @@ void tiled_store_f32(const float4 x, global float *p, const int left, const int 
         p[2] = x.s2;
 }
 
+/* x into row[0..3] of a stored row with `left` values from row on (the read-outs' rows). */
+void tiled_store(const float4 x, global STORE_T *row, const int left, const int aligned)
+{
+#if DTYPE == 0
+    tiled_store_f32(x, row, left, aligned);
+#else
+    (void)aligned;
+    if (left >= 4) {
+        STOREN(4, x, 0, row);
+        return;
+    }
+    STOREN(1, x.s0, 0, row);
+    if (left > 1)
+        STOREN(1, x.s1, 1, row);
+    if (left > 2)
+        STOREN(1, x.s2, 2, row);
+#endif
+}
+
 /* acc += a b^T for a work-item's 4 x 4 tile: the rows of a (4 key rows, or 4 tokens) times the row b
  * (4 columns) read from local memory once per step. */
 void tiled_mad4x4(float4 acc[4], const float4 a, const float4 b)

@@ -3,7 +3,7 @@
 # scripts/gpu_prepare.sh left in gpu-carry/: such a machine has NVIDIA's OpenCL driver but none of
 # our build tools, so nothing is built here. Run from the repository root, with gpu-carry/ carried
 # along; through the device tool that is `run` with carry ["gpu-carry"] and the command
-# `bash scripts/gpu_check.sh`. Everything goes to ${OUT:-gpu-out}/ (at most 8 files):
+# `bash scripts/gpu_check.sh`. Everything goes to ${OUT:-gpu-out}/ (at most 10 files):
 #
 #   info.txt           nvidia-smi -L, `mhla info`, what was built (gpu-carry/source.txt), the
 #                      libraries the programs load, and the steps' verdicts and wall times
@@ -21,13 +21,17 @@
 #                      GPU_CHECK_TUNE_STAGES, default tiled,mixing,backward), stored in this run's
 #                      scratch database, then the bench's table with it
 #   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd) at GPU_CHECK_N
+#   bench-untiledbwd.json  step untiledbwd: the new build's backward rows (GPU_CHECK_UNTILED_OPS,
+#                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0, the untiled
+#                      read-outs (backward_readout.cl) the tiled backward replaced, and --compare of
+#                      them against the same rows of bench-new.json (bench.txt)
 #   bench-noblas.json  step noblas: the new build's causal rows (GPU_CHECK_NOBLAS_OPS, default
 #                      mhla-causal,mhla-causal-bwd, at GPU_CHECK_N) with MHLA_TUNING=mix_kernel=1,
 #                      gemm_rows=0, what a -Dclblast=disabled build runs, and --compare against the
 #                      same rows of bench-new.json (bench.txt)
 #
-# The steps run in the order bench, selftest, tune, suite: the most wanted output first (tune's
-# search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
+# The steps run in the order bench, untiledbwd, noblas, selftest, tune, suite: the most wanted
+# output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
 # cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
 # mhla-bench's stage split (summary/mixing/output device times, the JSON's summary_ms, mixing_ms,
@@ -36,14 +40,14 @@
 #
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
-#   GPU_CHECK_STEPS       the steps to run, of bench,noblas,selftest,suite,tune (default all five; info
-#                         always runs)
+#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,noblas,selftest,suite,tune (default all
+#                         six; info always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
 #   GPU_CHECK_N           the bench's --n (default 1024,4096,16384)
 #   GPU_CHECK_TARGET_MS   the bench's --target-ms (default 60)
 #   GPU_CHECK_OPS         the bench's --ops (default mhla,linear,softmax,mhla-causal,mhla-bwd,
-#                         linear-bwd,mhla-causal-bwd,decode)
+#                         linear-bwd,mhla-causal-bwd,decode,mhla-gqa,mhla-cross,mhla-gqa-bwd,decode-gqa)
 #   GPU_CHECK_CHUNK       the bench's --chunk (default 64,128)
 #   GPU_CHECK_DECODE      the bench's --decode-context (default 8192)
 #   GPU_CHECK_B8_N        N of the B = 8 mhla row (default 4096; 'none': no such row)
@@ -66,14 +70,14 @@ mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
-    tune.txt bench-tuned.json bench-noblas.json)
+    tune.txt bench-tuned.json bench-noblas.json bench-untiledbwd.json)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,noblas,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,noblas,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
-ops=${GPU_CHECK_OPS:-mhla,linear,softmax,mhla-causal,mhla-bwd,linear-bwd,mhla-causal-bwd,decode}
+ops=${GPU_CHECK_OPS:-mhla,linear,softmax,mhla-causal,mhla-bwd,linear-bwd,mhla-causal-bwd,decode,mhla-gqa,mhla-cross,mhla-gqa-bwd,decode-gqa}
 chunk=${GPU_CHECK_CHUNK:-64,128}
 decode=${GPU_CHECK_DECODE:-8192}
 b8_n=${GPU_CHECK_B8_N:-4096}
@@ -216,6 +220,20 @@ if wants noblas; then
         --ops "$noblas_ops" --quiet --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-noblas.json"
     if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-noblas.json" ]; then
         step noblas-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-new.json" "$out/bench-noblas.json"
+    fi
+fi
+
+# ---- untiledbwd: the backward rows with the untiled read-outs, in the same call ------------------
+if wants untiledbwd; then
+    txt=$out/bench.txt
+    lim=$(cap 90)
+    step bench-untiledbwd "$lim" "$txt" env MHLA_TUNING=bt_tq=0 "$new/bench/mhla-bench" \
+        --device "$device" --n "$bench_n" --image none --target-ms "$target_ms" \
+        --ops "${GPU_CHECK_UNTILED_OPS:-mhla-bwd,linear-bwd,mhla-gqa-bwd}" --quiet --max-total-s $(( lim * 4 / 5 )) \
+        --json "$out/bench-untiledbwd.json"
+    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledbwd.json" ]; then
+        step untiledbwd-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledbwd.json" \
+            "$out/bench-new.json"
     fi
 fi
 

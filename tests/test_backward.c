@@ -90,6 +90,9 @@ static size_t expect_zero_grads_at_zeros(const mhla_config *cfg, const test_inpu
 /* One configuration: backward_inputs(), the device's gradients (NaN-filled first) against the
  * reference on the same rounded inputs, and the exact zeros of expect_zero_grads_at_zeros().
  * errs[4] receives each gradient's max relative error. */
+/* What the last run_backward()'s plan said it was built with (mhla_plan_tuning, after its backward). */
+static char last_tuning[768];
+
 static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_t *cu, size_t nseq, uint32_t seed,
                          int zeros, const char *name, double errs[4])
 {
@@ -124,6 +127,7 @@ static void run_backward(mhla_context *ctx, const mhla_config *cfg, const int32_
             memcpy(gotf[j], got[j], n[j] * sizeof(float));
         errs[j] = finite_rel_err(gotf[j], ref[j], n[j], name);
     }
+    assert_int_equal(mhla_plan_tuning(plan, last_tuning, sizeof last_tuning), MHLA_OK);
     const size_t checked = expect_zero_grads_at_zeros(cfg, &in, gotf, ref, name);
     if (zeros)
         print_message("%-40s dq, dk exactly 0 at all %zu zeros of q and k\n", name, checked);
@@ -690,6 +694,43 @@ static void test_backward_saved_summaries_causal(void **state)
     }
 }
 
+/* The tiled backward (the GPU rows: backward_tiled.cl's read-outs, summary_tiled_weighted, the
+ * segments added in mixing_splits) on this device under the limits of the devices it is for
+ * (MHLA_LIMITS: its groups are fitted to what the context holds), as test_forward's
+ * test_tiled_limits does the forward. A phone's 64-wide groups and 16 KiB: two long blocks in
+ * segments (G's added by the mixing, which also writes G whole for dMc), 4 dimensions per local
+ * tile (bt_dc=4: the loop over several tiles at head dimensions 16 x 8); 128-wide groups and 32 KiB: odd head dimensions in
+ * [B,H,N,D] (rows of no whole float4, several token tiles a block). The sizes are those of other
+ * cases and of test_forward's (one build of the forward's kernels serves both). Grouped heads and
+ * cross-attention: test_cross's test_tiled_limits; 256 to 1024 work-items and 48 KiB: the GPU
+ * row's own fit (backward_gpu_row). Each plan must say that its backward ran tiled. */
+static void test_backward_tiled_limits(void **state)
+{
+    (void)state;
+    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K"};
+    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu"};
+    mhla_config cfgs[2];
+    cfgs[0] = config_1d(1, 2, 512, 2, 16, 8);
+    cfgs[0].feature_map = MHLA_FEATURE_RELU_EPS;
+    cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
+    cfgs[1].layout = MHLA_LAYOUT_BHND;
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
+        setenv("MHLA_LIMITS", limits[c], 1);
+        mhla_context *ctx = test_context();
+        unsetenv("MHLA_LIMITS");
+        assert_int_equal(mhla_context_set_tuning(ctx, tunings[c]), MHLA_OK);
+        set_test_eps(&cfgs[c]); /* eps and feature_eps that move the gradients */
+        char label[160];
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s %s, tiled backward, Dk %lld Dv %lld", limits[c], tunings[c],
+                 (long long)cfgs[c].dk, (long long)cfgs[c].dv);
+        last_tuning[0] = 0;
+        expect_backward(ctx, &cfgs[c], NULL, 0, label, (uint32_t)(41 + c));
+        if (last_tuning[0] && !strstr(last_tuning, "; backward: tiled read-outs")) /* (empty: thinned) */
+            fail_msg("%s: the backward is not tiled: %s", label, last_tuning);
+        mhla_context_destroy(ctx);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -704,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_backward_waits_for_events),
         cmocka_unit_test(test_backward_saved_summaries),
         cmocka_unit_test(test_backward_saved_summaries_causal),
+        cmocka_unit_test(test_backward_tiled_limits),
     };
     return run_group("backward", tests, context_setup, context_teardown);
 }

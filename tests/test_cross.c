@@ -169,6 +169,9 @@ static void check_gradients(mhla_context *ctx, mhla_plan *plan, const mhla_confi
 }
 
 /* The forward and (f32) the backward of `cfg` on ctx against the reference. */
+/* What the last check_case()'s plan said it was built with (mhla_plan_tuning, after its backward). */
+static char last_tuning[768];
+
 static void check_case(mhla_context *ctx, const cross_case *c, mhla_dtype dtype, const char *tuning, int backward)
 {
     const mhla_config cfg = case_config(c, dtype);
@@ -192,6 +195,7 @@ static void check_case(mhla_context *ctx, const cross_case *c, mhla_dtype dtype,
         snprintf(what, sizeof what, "%s %s", c->name, tuning);
         check_gradients(ctx, plan, &cfg, &in, NULL, 0, what);
     }
+    assert_int_equal(mhla_plan_tuning(plan, last_tuning, sizeof last_tuning), MHLA_OK);
     mhla_plan_destroy(plan);
     inputs_free(&in);
 }
@@ -218,6 +222,23 @@ static void test_split_blocks(void **state)
     static const cross_case split = {"cross split, nb = nb_kv", 1, 2, 0, 16, 8, {64, 1, 1}, {4, 1, 1}, {32, 1, 1},
                                      {2, 1, 1}, MHLA_LAYOUT_BNHD, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS};
     check_case(*state, &split, MHLA_DTYPE_F32, "split_min_len=4", 1);
+}
+
+/* The GPU row's tiled backward (its read-outs through local memory, the gradient summaries tiled)
+ * of grouped heads in cross-attention under a phone's limits (MHLA_LIMITS: 64-wide groups, 16 KiB;
+ * test_backward's test_tiled_limits for the other shapes): G added per key/value head before the
+ * mixing, dk and dv on the key/value grid's own blocks. */
+static void test_tiled_limits(void **state)
+{
+    (void)state;
+    setenv("MHLA_LIMITS", "wg=64,local=16K", 1);
+    mhla_context *ctx = test_context();
+    unsetenv("MHLA_LIMITS");
+    last_tuning[0] = 0;
+    check_case(ctx, &cases[N_CASES - 1], MHLA_DTYPE_F32, "row=gpu", 1);
+    if (!strstr(last_tuning, "; backward: tiled read-outs"))
+        fail_msg("%s under 64-wide groups: the backward is not tiled: %s", cases[N_CASES - 1].name, last_tuning);
+    mhla_context_destroy(ctx);
 }
 
 /* 16-bit storage: the forward of a grouped cross-attention case. */
@@ -433,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_storage),
         cmocka_unit_test(test_split_blocks),
+        cmocka_unit_test(test_tiled_limits),
         cmocka_unit_test(test_gqa_equals_repeated),
         cmocka_unit_test(test_causal_gqa),
         cmocka_unit_test(test_varlen_gqa),

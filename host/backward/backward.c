@@ -15,9 +15,9 @@ void mhla__backward_destroy(mhla_bwd *b)
 {
     if (!b)
         return;
-    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq,  b->k_dkv,
-                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum, b->k_gsum,
-                           b->k_group_sum};
+    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq,       b->k_dkv,
+                           b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum,     b->k_gsum,
+                           b->k_group_sum,   b->k_dq_tiled,    b->k_dk_tiled,        b->k_dv_tiled};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -64,42 +64,54 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     const size_t xmax = c->normalizer == MHLA_NORMALIZER_OFFICIAL && dcols > scols ? dcols : scols;
     const size_t m_most = m > m_kv ? m : m_kv;
 
+    /* the tiled read-outs and gradient summaries where they fit; else the untiled ones */
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_tiled_setup(plan, b));
+    const int tiled = b->tiles.bt_tq > 0;
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_SUMMARY, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
+    if (!tiled)
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose_summary", &b->k_tsum));
     if (sh->group > 1) {
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_group_sum", &b->k_group_sum));
         const size_t gext[3] = {scols, m, 1};
         mhla__local_size_3d(ctx, b->k_group_sum, gext, wg, b->lws_group);
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_part", &b->k_official_dz));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_sum", &b->k_official_dz_sum));
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_readout", &b->k_dq));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
-    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, &b->k_gsum));
-    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_official", &b->k_dq_official));
+    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_part", &b->k_official_dz));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_official_dz_sum", &b->k_official_dz_sum));
+    }
+    if (!tiled) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_READOUT, c, &b->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_readout", &b->k_dq));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, 0, &b->k_gsum));
+        if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
+            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_official", &b->k_dq_official));
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m_most, xmax, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
-    const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
-    b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
-    b->rows_ext[1] = bh, b->rows_ext[2] = m;
-    b->kv_rows_ext[0] = ((size_t)sh->nb_kv + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
-    b->kv_rows_ext[1] = bh_kv, b->kv_rows_ext[2] = m_kv;
-    if (b->k_dq_official)
-        local_size(ctx, b->k_dq_official, tok, wg, b->tiles.bwd_heads, b->lws_token);
-    local_size(ctx, b->k_dq, b->rows_ext, wg, b->tiles.bwd_heads, b->lws_dq);
-    local_size(ctx, b->k_dkv, b->kv_rows_ext, wg, b->tiles.bwd_heads, b->lws_dkv);
-    /* The z columns' parts: 256 tokens each (a work-item's walk), at most 64 per block. */
-    const int64_t nb = plan->shape.nb;
-    b->dz_part_len = (cl_int)(nb <= 256 * 64 ? 256 : (nb + 63) / 64);
-    b->dz_parts = (cl_int)((nb + b->dz_part_len - 1) / b->dz_part_len);
-    const size_t zvec = (size_t)(c->dk / b->tiles.bwd_vk);
-    const size_t zext[3] = {zvec, bh, m * (size_t)b->dz_parts}, sext[3] = {zvec, bh, m};
-    mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zpart);
-    mhla__local_size_3d(ctx, b->k_official_dz_sum, sext, wg, b->lws_zsum);
-    const size_t text[3] = {(size_t)(c->dk + 3) / 4, bh_kv, m_most}; /* four rows of S per work-item */
-    mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
+    if (!tiled) {
+        const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
+        b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
+        b->rows_ext[1] = bh, b->rows_ext[2] = m;
+        b->kv_rows_ext[0] = ((size_t)sh->nb_kv + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
+        b->kv_rows_ext[1] = bh_kv, b->kv_rows_ext[2] = m_kv;
+        if (b->k_dq_official)
+            local_size(ctx, b->k_dq_official, tok, wg, b->tiles.bwd_heads, b->lws_token);
+        local_size(ctx, b->k_dq, b->rows_ext, wg, b->tiles.bwd_heads, b->lws_dq);
+        local_size(ctx, b->k_dkv, b->kv_rows_ext, wg, b->tiles.bwd_heads, b->lws_dkv);
+        const size_t text[3] = {(size_t)(c->dk + 3) / 4, bh_kv, m_most}; /* four rows of S per work-item */
+        mhla__local_size_3d(ctx, b->k_tsum, text, wg, b->lws_tsum);
+    }
+    if (c->normalizer == MHLA_NORMALIZER_OFFICIAL) {
+        /* The z columns' parts: 256 tokens each (a work-item's walk), at most 64 per block. */
+        const int64_t nb = plan->shape.nb;
+        b->dz_part_len = (cl_int)(nb <= 256 * 64 ? 256 : (nb + 63) / 64);
+        b->dz_parts = (cl_int)((nb + b->dz_part_len - 1) / b->dz_part_len);
+        const size_t zvec = (size_t)(c->dk / b->tiles.bwd_vk);
+        const size_t zext[3] = {zvec, bh, m * (size_t)b->dz_parts}, sext[3] = {zvec, bh, m};
+        mhla__local_size_3d(ctx, b->k_official_dz, zext, wg, b->lws_zpart);
+        mhla__local_size_3d(ctx, b->k_official_dz_sum, sext, wg, b->lws_zsum);
+    }
 
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * bh * head_bytes, "the gradient summaries G", &b->grad));
     b->grad_kv = b->grad;
@@ -108,9 +120,11 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
                                                         "the gradient summaries of the key/value heads", &b->grad_kv));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m_kv * bh_kv * head_bytes, "the mixed gradient summaries dS",
                                                     &b->dsum));
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
-                                                    m_most * bh_kv * (size_t)c->dv * (size_t)(c->dk + 1) * sizeof(float),
-                                                    "a transposed summary", &b->tsum));
+    if (!tiled)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
+                                                        m_most * bh_kv * (size_t)c->dv * (size_t)(c->dk + 1) *
+                                                            sizeof(float),
+                                                        "a transposed summary", &b->tsum));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, m * m_kv * sizeof(float), "Mc transposed", &b->mix_t));
     const size_t per_token = dcols * m * sizeof(float);
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, per_token, "the per-token scale/den", &b->inv));
@@ -168,6 +182,18 @@ cleanup:
     return st;
 }
 
+/* "; backward: ..." after the plan's own description (mhla_plan_tuning). */
+static void describe(const mhla_bwd *b, char *buf, size_t size)
+{
+    const mhla_tiles *t = &b->tiles;
+    if (t->bt_tq > 0)
+        snprintf(buf, size, "; backward: tiled read-outs of %d tokens x %d columns, %d dimensions per tile", t->bt_tq,
+                 t->bt_tv, t->bt_dc);
+    else
+        snprintf(buf, size, "; backward: read-outs of %d token(s) x %d/%d-wide vectors", t->bwd_rt, t->bwd_vk,
+                 t->bwd_vv);
+}
+
 mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
 {
     mhla_status st = MHLA_OK;
@@ -185,6 +211,7 @@ mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_ops(plan)->setup(plan, b));
     plan->bwd = b;
     plan->bwd_destroy = mhla__backward_destroy; /* the plan's layer below cannot name it */
+    plan->bwd_describe = describe;
     *out = b;
     b = NULL;
 cleanup:
@@ -230,6 +257,9 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
 
+    if (b->k_dq_tiled)
+        return mhla__backward_tiled_enqueue(plan, b, q, k, v, mixing, dout, dq, dk, dv, dmixing);
+
     /* dq, r_t and G's weights scale/den_t from u_t = S~_i dO_t, in one read-out */
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed, m));
     {
@@ -244,8 +274,8 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     /* G_i = sum_t phi(q_t) [scale dO_t / den_t | scale r_t]^T with the forward's summary kernel,
      * weighted; G's z column is read by the paper normalizer only (0 otherwise) */
     const float zscale = c->normalizer == MHLA_NORMALIZER_PAPER ? scale : 0.0f;
-    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_enqueue(plan, b->k_gsum, q, dout, b->inv, b->r, zscale,
-                                                                   b->grad));
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_enqueue(plan, b->k_gsum, 0, q, dout, b->inv, b->r, zscale,
+                                                                   b->grad, NULL));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (b->k_group_sum) { /* each key/value head's G: the sum of its query heads', in head order */
         const size_t ext[3] = {scols, (size_t)m, 1};

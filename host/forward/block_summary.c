@@ -52,30 +52,34 @@ cleanup:
     return st;
 }
 
-/* Launches `kern` (block_summary or block_summary_weighted, whose further arguments the caller
- * has set) into `out`, through the segments' partial summaries where blocks are split. The
- * forward's summaries are of the key/value grid (`g` plan->kv_grid); the backward's weighted ones
- * of the query grid (plan->grid), whose blocks are split as the key/value grid's only where the
- * two grids are the same (a cross-attention plan sums its query blocks whole). */
-static mhla_status summary_launch(mhla_plan *plan, const mhla_grid *g, cl_kernel kern, cl_mem k, cl_mem v, cl_mem out,
-                                  cl_uint num_wait, const cl_event *wait, const char *what)
+/* Segments per block of the summaries over grid g: the key/value grid's, and the query grid's
+ * only where its blocks are as long (a cross-attention plan sums its query blocks whole). */
+static cl_int grid_splits(const mhla_plan *plan, const mhla_grid *g)
+{
+    return g->nb != plan->kv_grid.nb ? 1 : plan->tiles.splits;
+}
+
+/* Launches `kern` (block_summary or block_summary_weighted, or their tiled forms: `tiled`; the
+ * caller has set their further arguments) into `out`, through the segments' partial summaries
+ * where blocks are split: added into `out` (summary_reduce), or, `leave`, left in plan->partial for
+ * mixing_splits to add. The forward's summaries are of the key/value grid (`g` plan->kv_grid); the
+ * backward's weighted ones of the query grid (plan->grid). */
+static mhla_status summary_launch(mhla_plan *plan, const mhla_grid *g, cl_kernel kern, int tiled, int leave, cl_mem k,
+                                  cl_mem v, cl_mem out, cl_uint num_wait, const cl_event *wait, const char *what)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const float feature_eps = plan->cfg.feature_eps;
-    const int whole = g->nb != plan->kv_grid.nb;
-    const cl_int splits = whole ? 1 : plan->tiles.splits, split_len = whole ? g->nb : plan->tiles.split_len;
+    const cl_int splits = grid_splits(plan, g), split_len = splits > 1 ? plan->tiles.split_len : g->nb;
     cl_mem dst = splits > 1 ? plan->partial : out;
-    /* The tiled summary leaves its segments to the mixing (mixing_splits adds them) */
-    const int tiled = plan->tiles.tiled && kern == plan->k_summary;
     const size_t extent[3] = {tiled ? plan->lws_summary[0] * tiled_groups(plan) : summary_tiles(plan), (size_t)g->bh,
                               (size_t)g->m * (size_t)splits};
 
     MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(dst), MHLA_ARG(*g),
                   MHLA_ARG(feature_eps), MHLA_ARG(splits), MHLA_ARG(split_len));
-    const size_t *local = kern == plan->k_summary ? plan->lws_summary : plan->lws_weighted;
+    const size_t *local = kern == plan->k_summary || tiled ? plan->lws_summary : plan->lws_weighted;
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, local, num_wait, wait, NULL, what));
-    if (splits > 1 && !tiled) {
+    if (splits > 1 && !leave) {
         const size_t row = (size_t)g->bh * (size_t)plan->cfg.dk * (size_t)(plan->cfg.dv + 1);
         const size_t rextent[3] = {(row + 3) / 4, (size_t)g->m, 1};
         const size_t rlocal[3] = {plan->lws_reduce, 1, 1};
@@ -92,23 +96,42 @@ cleanup:
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait)
 {
-    return summary_launch(plan, &plan->kv_grid, plan->k_summary, k, v, plan->summary, num_wait, wait,
-                          "clEnqueueNDRangeKernel(block_summary)");
+    /* The tiled summary leaves its segments to the mixing (mixing_splits adds them) */
+    const int tiled = plan->tiles.tiled;
+    return summary_launch(plan, &plan->kv_grid, plan->k_summary, tiled, tiled, k, v, plan->summary, num_wait, wait,
+                          tiled ? "clEnqueueNDRangeKernel(summary_tiled)" : "clEnqueueNDRangeKernel(block_summary)");
 }
 
-mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, cl_kernel *out)
+mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, int tiled, cl_kernel *out)
 {
     mhla_status st = MHLA_OK;
     cl_program prog = NULL;
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, &plan->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_summary_weighted", out));
-    if (plan->tiles.tiled) { /* the plan's own summary is the tiled one, launched otherwise */
-        const size_t extent[3] = {summary_tiles(plan), 1, 1};
-        mhla__local_size_3d(plan->ctx, *out, extent, (size_t)plan->tiles.wg, plan->lws_weighted);
-    } else {
-        memcpy(plan->lws_weighted, plan->lws_summary, sizeof plan->lws_weighted);
+    if (tiled) { /* the same program as the plan's summary_tiled, the same group */
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_SUMMARY_TILED, &plan->cfg, &plan->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "summary_tiled_weighted", out));
+        size_t wg = 0;
+        MHLA_CL_TRY(st, plan->ctx,
+                    clGetKernelWorkGroupInfo(*out, plan->ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL),
+                    "clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)");
+        if (wg < plan->lws_summary[0]) { /* built for fewer work-items than summary_tiled: not taken */
+            clReleaseKernel(*out);
+            *out = NULL;
+            return MHLA_OK;
+        }
     }
-    if (plan->tiles.splits > 1 && !plan->k_reduce) { /* a tiled plan's forward needs no reduction */
+    const int reduce = plan->tiles.splits > 1 && !plan->k_reduce; /* a tiled plan's forward needs none */
+    if (!tiled || reduce)
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_BLOCK_SUMMARY, &plan->cfg, &plan->tiles, &prog));
+    if (!tiled) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_summary_weighted", out));
+        if (plan->tiles.tiled) { /* the plan's own summary is the tiled one, launched otherwise */
+            const size_t extent[3] = {summary_tiles(plan), 1, 1};
+            mhla__local_size_3d(plan->ctx, *out, extent, (size_t)plan->tiles.wg, plan->lws_weighted);
+        } else {
+            memcpy(plan->lws_weighted, plan->lws_summary, sizeof plan->lws_weighted);
+        }
+    }
+    if (reduce) {
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "summary_reduce", &plan->k_reduce));
         plan->lws_reduce = mhla__local_size(plan->ctx, plan->k_reduce, (size_t)plan->tiles.wg);
     }
@@ -116,13 +139,17 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_mem v, cl_mem w,
-                                                 cl_mem wz, float zscale, cl_mem out)
+mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern, int tiled, cl_mem k, cl_mem v,
+                                                 cl_mem w, cl_mem wz, float zscale, cl_mem out, cl_int *segments)
 {
     mhla_status st = MHLA_OK;
     MHLA_SET_ARGS(st, plan->ctx, kern, 7, MHLA_ARG(w), MHLA_ARG(wz), MHLA_ARG(zscale));
-    MHLA_FORWARD_IF_ERROR(st, summary_launch(plan, &plan->grid, kern, k, v, out, 0, NULL,
-                                             "clEnqueueNDRangeKernel(block_summary_weighted)"));
+    const cl_int splits = grid_splits(plan, &plan->grid);
+    if (segments)
+        *segments = splits;
+    MHLA_FORWARD_IF_ERROR(st, summary_launch(plan, &plan->grid, kern, tiled, segments != NULL, k, v, out, 0, NULL,
+                                             tiled ? "clEnqueueNDRangeKernel(summary_tiled_weighted)"
+                                                   : "clEnqueueNDRangeKernel(block_summary_weighted)"));
 cleanup:
     return st;
 }

@@ -69,6 +69,7 @@ struct mhla_plan {
     struct mhla_shard *shard;        /* shard plans: the whole sequence and the exchange (shard/) */
     struct mhla_bwd *bwd;            /* mhla_backward's kernels and workspace, made on first use */
     void (*bwd_destroy)(struct mhla_bwd *bwd); /* set with bwd by backward/ (a layer above this one) */
+    void (*bwd_describe)(const struct mhla_bwd *bwd, char *buf, size_t size); /* likewise: its tiles */
     /* mhla_plan_save_for_backward(): summary, mixed (dots, den) hold what the last mhla_forward()
      * computed from saved_in (q, k, v, mixing) while `saved` is 1; every other writer clears it */
     int save_for_backward, saved;
@@ -102,14 +103,21 @@ mhla_status mhla__tiled_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_setup(mhla_plan *plan);
 mhla_status mhla__block_summary_enqueue(mhla_plan *plan, cl_mem k, cl_mem v, cl_uint num_wait,
                                         const cl_event *wait);
-/* The backward's gradient summaries: block_summary_weighted (made from the plan's summary program)
- * into `out` (summary-sized), S part sum (w_p k~) v^T and z column sum (zscale wz_p) k~ with w and
- * wz per token as [M][B*H][Nb]. */
-mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, cl_kernel *out);
-mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern, cl_mem k, cl_mem v, cl_mem w,
-                                                 cl_mem wz, float zscale, cl_mem out);
+/* The backward's gradient summaries: block_summary_weighted (made from the plan's summary program),
+ * or `tiled` summary_tiled_weighted (a tiled plan's summary program; *out NULL where the device
+ * builds it for fewer work-items than the plan's summary_tiled), into `out` (summary-sized), S part
+ * sum (w_p k~) v^T and z column sum (zscale wz_p) k~ with w and wz per token as [M][B*H][Nb].
+ * `segments` NULL: split blocks' segments are added into `out`; else *segments receives the
+ * segments per block, left in plan->partial where more than 1 (for mhla__mixing_splits). */
+mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, int tiled, cl_kernel *out);
+mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern, int tiled, cl_mem k, cl_mem v,
+                                                 cl_mem w, cl_mem wz, float zscale, cl_mem out, cl_int *segments);
 mhla_status mhla__mixing_setup(mhla_plan *plan);
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
+/* Tiled plans: c = a * (the segments of `part` added), with a rows x k and `part` k*splits rows of x
+ * floats (mixing.cl's mixing_splits); where splits > 1 the added rows also into `sum`. */
+mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem part, cl_int splits,
+                                cl_mem sum, cl_mem c, size_t x);
 /* c[rows x x] = a[rows x k] * b[k x x] with the plan's mixing GEMM (kernel or CLBlast; rows and k
  * among M and M_kv, x at most the forward's widths, whose temporary buffer the plan holds). */
 mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x);

@@ -79,6 +79,23 @@ cleanup:
     return st;
 }
 
+mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem part, cl_int splits,
+                                cl_mem sum, cl_mem c, size_t x)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const cl_int mi = (cl_int)rows, ki = (cl_int)k;
+    const cl_long xl = (cl_long)x;
+    const size_t cols = (size_t)plan->tiles.mix_nv * (size_t)plan->tiles.mix_ve, mr = (size_t)plan->tiles.mix_mr;
+    const size_t extent[3] = {(x + cols - 1) / cols, (rows + mr - 1) / mr, 1};
+    MHLA_SET_ARGS(st, ctx, plan->k_mix_splits, 0, MHLA_ARG(a), MHLA_ARG(part), MHLA_ARG(sum), MHLA_ARG(c),
+                  MHLA_ARG(mi), MHLA_ARG(ki), MHLA_ARG(splits), MHLA_ARG(xl));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_mix_splits, 2, extent, plan->lws_mix_splits, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(mixing_splits)"));
+cleanup:
+    return st;
+}
+
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
 {
     mhla_status st = MHLA_OK;
@@ -86,19 +103,9 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
     const mhla_shard *sh = plan->shard;
     cl_mem a = sh ? sh->mc_rows : mixing, s = sh ? sh->gathered : plan->summary;
     const size_t m = mixed_rows(plan), k = source_rows(plan);
-    if (plan->k_mix_splits) { /* the tiled summary's segments, added here in order, then mixed */
-        mhla_context *ctx = plan->ctx;
-        const cl_int mi = (cl_int)m, ki = (cl_int)k, splits = plan->tiles.splits;
-        const cl_long x = (cl_long)summary_cols(plan);
-        cl_mem part = splits > 1 ? plan->partial : plan->summary;
-        const size_t cols = (size_t)plan->tiles.mix_nv * (size_t)plan->tiles.mix_ve, mr = (size_t)plan->tiles.mix_mr;
-        const size_t extent[3] = {((size_t)x + cols - 1) / cols, (m + mr - 1) / mr, 1};
-        MHLA_SET_ARGS(st, ctx, plan->k_mix_splits, 0, MHLA_ARG(a), MHLA_ARG(part), MHLA_ARG(plan->summary),
-                      MHLA_ARG(plan->mixed), MHLA_ARG(mi), MHLA_ARG(ki), MHLA_ARG(splits), MHLA_ARG(x));
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_mix_splits, 2, extent, plan->lws_mix_splits, 0, NULL,
-                                               NULL, "clEnqueueNDRangeKernel(mixing_splits)"));
-        goto cleanup;
-    }
+    if (plan->k_mix_splits) /* the tiled summary's segments, added here in order, then mixed */
+        return mhla__mixing_splits(plan, a, m, k, plan->tiles.splits > 1 ? plan->partial : plan->summary,
+                                   plan->tiles.splits, plan->summary, plan->mixed, summary_cols(plan));
     MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, s, plan->mixed, summary_cols(plan)));
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         /* Both GEMMs share the temporary buffer; an out-of-order queue must not overlap them. */

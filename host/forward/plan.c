@@ -139,6 +139,9 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
     MHLA_FAIL_IF(st, !buf || size == 0, plan->ctx, MHLA_ERR_INVALID_ARGUMENT,
                  "mhla_plan_tuning: buf is NULL or size 0");
     plan->ops->describe(plan, buf, size);
+    const size_t used = strlen(buf);
+    if (plan->bwd && plan->bwd_describe && used + 1 < size)
+        plan->bwd_describe(plan->bwd, buf + used, size - used);
 cleanup:
     return st;
 }

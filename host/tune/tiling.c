@@ -149,6 +149,41 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
         out->mix_mr *= 2;
 }
 
+size_t mhla__bwd_tiled_wg(const mhla_tiles *t) { return (size_t)(t->bt_tq / 4) * (size_t)(t->bt_tv / 4); }
+
+uint64_t mhla__bwd_tiled_local(const mhla_tiles *t)
+{
+    /* xl[BT_DC][BT_TQ/4 + 1] and wl[BT_DC][BT_TV/4 + 1] float4, bwd_dq_tiled's per-token inv_l and r_l
+     * and its dots' parts dpart and opart [BT_TQ][BT_TV/4] (kernels/backward_tiled.cl) */
+    const uint64_t tq = (uint64_t)t->bt_tq, tv = (uint64_t)t->bt_tv, dc = (uint64_t)t->bt_dc;
+    return (dc * (tq / 4 + 1) * 4 + dc * (tv / 4 + 1) * 4 + 2 * tq + 2 * tq * (tv / 4)) * sizeof(float);
+}
+
+void mhla__tiles_backward_tiled(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t,
+                                const mhla_fit *fit, mhla_tiles *out)
+{
+    out->bt_tq = 0;
+    if (!out->tiled || t->bt_tq < 1)
+        return;
+    /* one column tile holds a Dk-wide row (bwd_dq_tiled sums a token's dots in its group); dv's
+     * Dv-wide rows take as many tiles as they need */
+    const int tv = up4(cfg->dk);
+    if ((size_t)(tv / 4) > fit->wg)
+        return;
+    const int64_t nb = shape->nb > shape->nb_kv ? shape->nb : shape->nb_kv;
+    int tq = min_int(tile4(t->bt_tq), up4(nb));
+    while ((size_t)(tq / 4) * (size_t)(tv / 4) > fit->wg && tq > 4)
+        tq = tile4(tq / 2);
+    out->bt_tq = tq, out->bt_tv = tv;
+    out->bt_dc = min_int(tile4(t->bt_dc), up4(cfg->dk > cfg->dv ? cfg->dk : cfg->dv));
+    while (out->bt_dc > 4 && mhla__bwd_tiled_local(out) > fit->local_bytes)
+        out->bt_dc = tile4(out->bt_dc / 2);
+    while (out->bt_tq > 4 && mhla__bwd_tiled_local(out) > fit->local_bytes)
+        out->bt_tq = tile4(out->bt_tq / 2);
+    if (mhla__bwd_tiled_local(out) > fit->local_bytes)
+        out->bt_tq = 0;
+}
+
 /* Blocks of nb tokens in `splits` segments (at most nb / seg_min of them), each a whole number of
  * `whole` tokens where there are several: out's split_len and splits. */
 static void split_blocks(int64_t nb, int64_t splits, int64_t seg_min, int64_t whole, mhla_tiles *out)
@@ -475,6 +510,7 @@ enum {
     F_TL = 1 << 19,
     F_TLO = 1 << 20,
     F_GROUP = 1 << 21,
+    F_BT = 1 << 22,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -536,6 +572,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d", t->tl_tk, t->tl_td, t->tl_tv);
     if (r & F_TLO)
         mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d", t->tl_tq, t->tl_tv, t->tl_dc);
+    if (r & F_BT)
+        mhla__opts_add(opts, "-DBT_TQ=%d -DBT_TV=%d -DBT_DC=%d", t->bt_tq, t->bt_tv, t->bt_dc);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */
         mhla__opts_add(opts, "-DKV_GROUP=%lld", (long long)(c->kv_heads ? c->heads / c->kv_heads : 1));
 }

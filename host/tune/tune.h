@@ -78,7 +78,11 @@
     X(tl_tq, 4, ",")        /* tiled read-out: tokens per group */                                  \
     X(tl_dc, 1, ",")        /* tiled read-out: key dimensions per local tile */                    \
     X(tl_fuse, 0, ",")      /* tiled: the read-out mixes the summaries itself where M x segments is \
-                               at most this (0 never): one launch fewer at small N */
+                               at most this (0 never): one launch fewer at small N */             \
+    X(bt_tq, 0, ",")        /* tiled plans' backward: tokens per group of its tiled read-outs and  \
+                               gradient summaries (backward_tiled.cl), 0 = the untiled backward     \
+                               (backward_readout.cl) */                                             \
+    X(bt_dc, 1, ",")        /* tiled backward read-outs: dimensions per local tile */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -157,6 +161,9 @@ typedef struct mhla_tiles {
     int tl_tk, tl_td, tl_tv;            /* TL_TK tokens per tile, TL_TD key rows x TL_TV columns per group */
     int tl_tq, tl_dc;                   /* TL_TQ tokens per read-out group, TL_DC key dimensions per tile */
     int tl_fuse;                        /* the read-out mixes where M x segments is at most this */
+    int bt_tq, bt_tv, bt_dc;            /* the tiled backward read-outs (backward_tiled.cl): BT_TQ tokens x
+                                           BT_TV columns per group, BT_DC dimensions per local tile;
+                                           bt_tq 0: the untiled backward */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
@@ -177,6 +184,7 @@ typedef struct mhla_tiles {
     KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
     KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD | F_BNT)                                \
     KF(BACKWARD_MIXING, backward_mixing, F_BWD | F_DMIX)                                           \
+    KF(BACKWARD_TILED, backward_tiled, F_SHAPE | F_BT)                                             \
     KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT | F_SLOT)                         \
     KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT | F_BCF)
 
@@ -236,6 +244,13 @@ int mhla__causal_output_wg(const mhla_tiles *t, int64_t dv);
  * within *fit: out's other fields are kept. */
 void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t, const mhla_fit *fit,
                        mhla_tiles *out);
+/* The tiled backward's read-outs (backward_tiled.cl) within *fit, on a tiled plan whose tuning asks
+ * for them: bt_tq 0 where they do not fit (a Dk-wide row needs more work-items than a group has). */
+void mhla__tiles_backward_tiled(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t,
+                                const mhla_fit *fit, mhla_tiles *out);
+/* Work-items of a tiled backward read-out group, and the local memory its arrays take. */
+size_t mhla__bwd_tiled_wg(const mhla_tiles *t);
+uint64_t mhla__bwd_tiled_local(const mhla_tiles *t);
 /* Local memory output_tiled.cl's arrays take. */
 uint64_t mhla__output_tiled_local(const mhla_tiles *t);
 /* Local memory the causal output kernel's arrays take. */

@@ -117,6 +117,11 @@ MUTATIONS = [
              [("kernels/backward_summary.cl", "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), feature_eps)",
                "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), 0.0f)", 1)],
              [("backward", "test_backward_eps_non_causal", "relu-eps")]),
+    Mutation("tiled-backward-dots-one-piece", "the tiled backward's per-token dots keep one work-item's piece of "
+             "the row",
+             [("kernels/backward_tiled.cl", "for (int j = 0; j < BT_QV; ++j)\n            dn += dpart",
+               "for (int j = 0; j < 1; ++j)\n            dn += dpart", 1)],
+             [("backward", "test_backward_tiled_limits", "tiled backward, Dk 16 Dv 8")]),
     Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
              [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
                "(bh - batch * g.heads) % g.kv_heads;", 1)],

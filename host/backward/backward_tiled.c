@@ -1,0 +1,145 @@
+/* The non-causal backward of a tiled plan (the GPU rows; docs/tuning-notes.md "On GPUs"): after the
+ * forward's summaries and mixtures, dq with G's per-token weights (bwd_dq_tiled), the gradient
+ * summaries G (summary_tiled_weighted, its split blocks' segments left for the mixing), dS = Mc^T G
+ * with the segments added on the way (mixing_splits, which also writes G whole for dMc), dk and dv
+ * (bwd_dk_tiled, bwd_dv_tiled, one stage), and dMc as the untiled form has it. Each read-out is a
+ * tiled product through local memory (kernels/backward_tiled.cl) reading S~ and dS as they are
+ * stored: no transposed copies, and no CLBlast GEMM. */
+#include "backward/backward.h"
+
+/* The three read-outs, fitted to what the device builds them for (as forward/tiled.c fits the
+ * forward's): each try halves the groups below what a kernel reported. */
+static mhla_status readouts_build(mhla_plan *plan, mhla_bwd *b, mhla_fit *fit, int *refit)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    cl_program prog = NULL;
+    *refit = 0;
+    mhla__tiles_backward_tiled(&plan->cfg, &plan->shape, &plan->tuning, fit, &b->tiles);
+    if (b->tiles.bt_tq == 0)
+        return MHLA_OK;
+    const size_t want = mhla__bwd_tiled_wg(&b->tiles);
+    const uint64_t local = mhla__bwd_tiled_local(&b->tiles);
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_TILED, &plan->cfg, &b->tiles, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_tiled", &b->k_dq_tiled));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dk_tiled", &b->k_dk_tiled));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dv_tiled", &b->k_dv_tiled));
+    cl_kernel kernels[3] = {b->k_dq_tiled, b->k_dk_tiled, b->k_dv_tiled};
+    for (int i = 0; i < 3; ++i) {
+        const int r = mhla__fit_check(ctx, kernels[i], want, local, fit);
+        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo failed for the tiled backward");
+        *refit |= r;
+    }
+    b->wg_bt = want;
+cleanup:
+    return st;
+}
+
+static void readouts_release(mhla_bwd *b)
+{
+    cl_kernel *kernels[3] = {&b->k_dq_tiled, &b->k_dk_tiled, &b->k_dv_tiled};
+    for (int i = 0; i < 3; ++i) {
+        if (*kernels[i])
+            clReleaseKernel(*kernels[i]);
+        *kernels[i] = NULL;
+    }
+}
+
+mhla_status mhla__backward_tiled_setup(mhla_plan *plan, mhla_bwd *b)
+{
+    mhla_status st = MHLA_OK;
+    b->tiles.bt_tq = 0;
+    if (!plan->tiles.tiled || plan->tuning.bt_tq < 1)
+        return MHLA_OK;
+    mhla_fit fit;
+    mhla__fit_init(plan->ctx, &fit);
+    for (int tries = 0; tries < 6; ++tries) { /* each try at least halves a group: a few suffice */
+        int refit = 0;
+        MHLA_FORWARD_IF_ERROR(st, readouts_build(plan, b, &fit, &refit));
+        if (b->tiles.bt_tq == 0 || !refit)
+            break;
+        readouts_release(b);
+    }
+    if (b->k_dq_tiled && b->tiles.bt_tq > 0)
+        MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, 1, &b->k_gsum));
+    if (!b->k_gsum) { /* the untiled backward, whole */
+        readouts_release(b);
+        b->tiles.bt_tq = 0;
+    }
+cleanup:
+    return st;
+}
+
+/* A read-out over `g`'s tokens: (BT_WG * column tiles, heads, blocks * token tiles). */
+static mhla_status readout_launch(mhla_plan *plan, mhla_bwd *b, cl_kernel kern, const mhla_grid *g, int64_t width,
+                                  const char *what)
+{
+    const size_t tq = (size_t)b->tiles.bt_tq, tv = (size_t)b->tiles.bt_tv;
+    const size_t extent[3] = {b->wg_bt * (((size_t)width + tv - 1) / tv), (size_t)g->bh,
+                              (size_t)g->m * (((size_t)g->nb + tq - 1) / tq)};
+    const size_t local[3] = {b->wg_bt, 1, 1};
+    return mhla__launch(plan->ctx, kern, 3, extent, local, 0, NULL, NULL, what);
+}
+
+mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
+                                         cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const mhla_config *c = &plan->cfg;
+    const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
+    const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv;
+    const size_t scols = (size_t)plan->shape.bh_kv * (size_t)c->dk * (size_t)plan->shape.summary_cols;
+
+    { /* Mc^T for dS, beside dq's read-out */
+        const cl_int lda = m_kv;
+        const size_t ext[3] = {(size_t)m, (size_t)m_kv, 1}, local[3] = {1, 1, 1};
+        MHLA_SET_ARGS(st, ctx, b->k_transpose, 0, MHLA_ARG(mixing), MHLA_ARG(b->mix_t), MHLA_ARG(m), MHLA_ARG(m_kv),
+                      MHLA_ARG(lda));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_transpose, 2, ext, local, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_transpose)"));
+    }
+    MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(plan->mixed), MHLA_ARG(dq),
+                  MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps), MHLA_ARG(scale),
+                  MHLA_ARG(eps));
+    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dq_tiled, &plan->grid, c->dk,
+                                             "clEnqueueNDRangeKernel(bwd_dq_tiled)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+
+    /* G_i = sum_t phi(q_t) [scale dO_t / den_t | scale r_t]^T; its z column is read by the paper
+     * normalizer only. Grouped heads add G over each key/value head's query heads first, so their
+     * segments are added here; otherwise the mixing adds them. */
+    const float zscale = c->normalizer == MHLA_NORMALIZER_PAPER ? scale : 0.0f;
+    const int grouped = b->k_group_sum != NULL;
+    cl_int segments = 1;
+    MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_enqueue(plan, b->k_gsum, 1, q, dout, b->inv, b->r, zscale,
+                                                                   b->grad, grouped ? NULL : &segments));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (grouped) {
+        const size_t ext[3] = {scols, (size_t)m, 1};
+        MHLA_SET_ARGS(st, ctx, b->k_group_sum, 0, MHLA_ARG(b->grad), MHLA_ARG(b->grad_kv), MHLA_ARG(plan->grid));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_group_sum, 2, ext, b->lws_group, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(bwd_group_sum)"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    }
+    /* dS = Mc^T G: M_kv x M times the M rows of G (their segments added), G whole into grad */
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, b->mix_t, (size_t)m_kv, (size_t)m,
+                                                  segments > 1 ? plan->partial : b->grad_kv, segments, b->grad_kv,
+                                                  b->dsum, scols));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+
+    /* dk and dv of the H_kv heads on the key/value grid */
+    MHLA_SET_ARGS(st, ctx, b->k_dk_tiled, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(b->dsum), MHLA_ARG(dk),
+                  MHLA_ARG(plan->kv_grid));
+    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dk_tiled, &plan->kv_grid, c->dk,
+                                             "clEnqueueNDRangeKernel(bwd_dk_tiled)"));
+    MHLA_SET_ARGS(st, ctx, b->k_dv_tiled, 0, MHLA_ARG(k), MHLA_ARG(b->dsum), MHLA_ARG(dv), MHLA_ARG(plan->kv_grid),
+                  MHLA_ARG(feps));
+    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dv_tiled, &plan->kv_grid, c->dv,
+                                             "clEnqueueNDRangeKernel(bwd_dv_tiled)"));
+    if (dmixing) /* dMc[i,j] = <G_i, S_j> over the key/value heads */
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing, m,
+                                                         m_kv, m_kv, 0, 0));
+cleanup:
+    return st;
+}

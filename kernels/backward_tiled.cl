@@ -1,0 +1,258 @@
+/* The non-causal backward's per-token read-outs on GPUs (the tiled plans of the GPU rows): the
+ * products of backward_readout.cl, each as a tiled product of a tile of BT_TQ tokens of one block
+ * with a matrix of that block held in local memory, as output_tiled.cl reads out the forward:
+ *   bwd_dq_tiled: u_t = S~_i dO_t       x = dO_t (Dv wide),  w = S~_i^T (Dv x Dk)
+ *                 then den_t, r_t, dq_t and the gradient summaries' weights (backward_readout.cl)
+ *   bwd_dk_tiled: dk_s = phi'(k_s) (dS_b v_s + dz_b)    x = v_s,   w = dS_b^T (Dv x Dk)
+ *   bwd_dv_tiled: dv_s = dS_b^T k~_s                     x = k~_s,  w = dS_b   (Dk x Dv)
+ * The group copies BT_DC dimensions of its tokens' x rows (transposed: a work-item reads its 4
+ * tokens as one float4) and the same rows of w into local memory, and every work-item adds a
+ * 4-token x 4-column register tile over them; the next pieces are loaded into registers meanwhile.
+ * w^T is read as the summary's rows are stored (neighbouring work-items, neighbouring 16 bytes of a
+ * row) and transposed on its way into local memory: no transposed copy of S~ or dS is made (the
+ * CPU form's bwd_transpose_summary). */
+#include "common.h"
+#include "tiled.h"
+#include "backward.h"
+
+#ifndef BT_TQ
+#define BT_TQ 64 /* tokens per group (a multiple of 4) */
+#endif
+#ifndef BT_TV
+#define BT_TV 64 /* output columns per group (a multiple of 4; bwd_dq_tiled needs all of Dk) */
+#endif
+#ifndef BT_DC
+#define BT_DC 16 /* dimensions of x per local tile (a multiple of 4) */
+#endif
+#define BT_QQ (BT_TQ / 4) /* float4 of a transposed x row: 4 tokens each */
+#define BT_QV (BT_TV / 4)
+#define BT_QC (BT_DC / 4) /* float4 of an x row's BT_DC dimensions */
+#define BT_WG (BT_QQ * BT_QV)
+#define BT_LQ (BT_QQ + 1) /* rows of the local tiles, padded: the transposing stores spread over the banks */
+#define BT_LW (BT_QV + 1)
+#define BT_PX ((BT_TQ * BT_QC + BT_WG - 1) / BT_WG) /* x pieces a work-item copies per tile */
+#define BT_PW ((BT_DC * BT_QV + BT_WG - 1) / BT_WG) /* w pieces */
+
+#define BT_DQ 0
+#define BT_DK 1
+#define BT_DV 2
+
+/* x_t . w for the group's BT_TQ tokens from p0 of block blk and its BT_TV columns from c_base, into
+ * the work-item's acc (tokens 4 rq.., columns c_base + 4 ct..). `kind` is a constant at every call
+ * (the other forms compile away). x rows (head base xb, stride xs, din wide): dO or v as stored, k
+ * through the feature map. w: the block's matrix, Dk rows of Dv floats from ws (a summary's S part);
+ * read as it is (bwd_dv_tiled: din = Dk, the output Dv wide) or transposed (the others: din = Dv,
+ * the output Dk wide). */
+__attribute__((always_inline)) inline void bt_product(const int kind, global const STORE_T *xb, const long xs,
+                                                      const int xa, global const float *ws, const mhla_grid g,
+                                                      const int blk, const int p0, const int c_base,
+                                                      const float feature_eps, local float4 *xl, local float4 *wl,
+                                                      float4 acc[4])
+{
+    const int din = kind == BT_DV ? DK : DV, dout = kind == BT_DV ? DV : DK;
+    const int lid = (int)get_local_id(0), ct = lid % BT_QV, rq = lid / BT_QV;
+    float4 xr[BT_PX], wr[BT_PW];
+    for (int r = 0; r < 4; ++r)
+        acc[r] = (float4)(0.0f);
+
+    /* Dimensions d0.. into xr and wr. x piece i: token i / BT_QC, dimensions 4 (i % BT_QC)..; w piece
+     * i read as stored: row d0 + i / BT_QV, columns 4 (i % BT_QV)..; transposed: column i / BT_QC of
+     * the output (a row of the summary), rows 4 (i % BT_QC)..; zeros past the block and the rows. */
+#define BT_FETCH(d0_)                                                                                \
+    do {                                                                                             \
+        _Pragma("unroll") for (int j_ = 0; j_ < BT_PX; ++j_) {                                       \
+            const int i_ = lid + j_ * BT_WG, t_ = i_ / BT_QC, p_ = p0 + t_;                          \
+            const int d_ = (d0_) + 4 * (i_ - t_ * BT_QC);                                            \
+            global const STORE_T *row_ = xb + token_of(g, blk, min(p_, g.nb - 1)) * xs;              \
+            xr[j_] = i_ >= BT_TQ * BT_QC || p_ >= g.nb ? (float4)(0.0f)                              \
+                     : kind == BT_DV                  ? tiled_feature_quad(row_, d_, din, xa, feature_eps) \
+                                                      : tiled_quad(row_, d_, din, xa);               \
+        }                                                                                            \
+        _Pragma("unroll") for (int j_ = 0; j_ < BT_PW; ++j_) {                                       \
+            const int i_ = lid + j_ * BT_WG;                                                         \
+            if (kind == BT_DV) {                                                                     \
+                const int d_ = i_ / BT_QV;                                                           \
+                wr[j_] = i_ < BT_DC * BT_QV && (d0_) + d_ < din                                      \
+                             ? tiled_quad_f32(ws + (long)((d0_) + d_) * DV, c_base + 4 * (i_ - d_ * BT_QV), \
+                                              dout, TILED_SUMMARY_ALIGNED)                           \
+                             : (float4)(0.0f);                                                       \
+            } else {                                                                                 \
+                const int c_ = i_ / BT_QC;                                                           \
+                wr[j_] = i_ < BT_DC * BT_QV && c_base + c_ < dout                                    \
+                             ? tiled_quad_f32(ws + (long)(c_base + c_) * DV, (d0_) + 4 * (i_ - c_ * BT_QC), \
+                                              din, TILED_SUMMARY_ALIGNED)                            \
+                             : (float4)(0.0f);                                                       \
+            }                                                                                        \
+        }                                                                                            \
+    } while (0)
+
+    BT_FETCH(0);
+    for (int d0 = 0; d0 < din; d0 += BT_DC) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done with xl and wl */
+        #pragma unroll
+        for (int j = 0; j < BT_PX; ++j) { /* transposed: dimension-major, 4 tokens a float4 */
+            const int i = lid + j * BT_WG, t = i / BT_QC, d = 4 * (i - t * BT_QC);
+            if (i < BT_TQ * BT_QC) {
+                local float *col = (local float *)xl + t;
+                col[(d + 0) * 4 * BT_LQ] = xr[j].s0;
+                col[(d + 1) * 4 * BT_LQ] = xr[j].s1;
+                col[(d + 2) * 4 * BT_LQ] = xr[j].s2;
+                col[(d + 3) * 4 * BT_LQ] = xr[j].s3;
+            }
+        }
+        #pragma unroll
+        for (int j = 0; j < BT_PW; ++j) {
+            const int i = lid + j * BT_WG;
+            if (i >= BT_DC * BT_QV)
+                continue;
+            if (kind == BT_DV) {
+                const int d = i / BT_QV;
+                wl[d * BT_LW + (i - d * BT_QV)] = wr[j];
+            } else { /* a summary row's 4 values: one column of 4 rows of w */
+                const int c = i / BT_QC, d = 4 * (i - c * BT_QC);
+                local float *col = (local float *)wl + c;
+                col[(d + 0) * 4 * BT_LW] = wr[j].s0;
+                col[(d + 1) * 4 * BT_LW] = wr[j].s1;
+                col[(d + 2) * 4 * BT_LW] = wr[j].s2;
+                col[(d + 3) * 4 * BT_LW] = wr[j].s3;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (d0 + BT_DC < din)
+            BT_FETCH(d0 + BT_DC); /* in flight during the multiply-adds below */
+        #pragma unroll 8
+        for (int d = 0; d < BT_DC; ++d)
+            tiled_mad4x4(acc, xl[d * BT_LQ + rq], wl[d * BT_LW + ct]);
+    }
+#undef BT_FETCH
+}
+
+/* The tile's group: global (BT_WG * column tiles, heads, M * ceil(Nb / BT_TQ)), local (BT_WG, 1, 1). */
+#define BT_GROUP(g)                                                                                 \
+    const int lid = (int)get_local_id(0), ct = lid % BT_QV, rq = lid / BT_QV;                       \
+    const int c_base = (int)get_group_id(0) * BT_TV, c = c_base + 4 * ct;                           \
+    const int bh = (int)get_global_id(1);                                                           \
+    const int groups = ((g).nb + BT_TQ - 1) / BT_TQ;                                                \
+    const int blk = (int)get_global_id(2) / groups;                                                 \
+    const int p0 = ((int)get_global_id(2) - blk * groups) * BT_TQ;                                  \
+    local float4 xl[BT_DC * BT_LQ], wl[BT_DC * BT_LW];                                              \
+    float4 acc[4]
+
+#if BT_TV >= DK /* (the host builds it only so: a token's whole Dk-wide row in one group) */
+/* From dO: u_t = S~_i dO_t, then per token den_t = q~_t . z~_i, 1/den_t, r_t = -(q~_t . u_t)/den_t^2,
+ * dq_t = scale phi'(q_t) (u_t/den_t + r_t z~_i) and the gradient summaries' weights scale/den_t and
+ * r_t at ((i*BH + bh)*Nb + p), as bwd_dq_readout (without a normalizer den_t = 1, r_t = 0). The two
+ * dots of a token are summed over its row's work-items through local memory, in a fixed order. */
+__attribute__((reqd_work_group_size(BT_WG, 1, 1)))
+kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T *restrict dout,
+                         global const float *restrict mixed, global STORE_T *restrict dq, global float *restrict w_out,
+                         global float *restrict r_out, const mhla_grid g_arg, const float feature_eps,
+                         const float scale, const float eps)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    BT_GROUP(g);
+    const int heads = kv_count(g), kvh = kv_of(g, bh); /* the summary head this query head reads */
+    const int oa = (DV % 4 == 0) & TILED_BASE_OK(dout), qa = (DK % 4 == 0) & TILED_BASE_OK(q),
+              da = (DK % 4 == 0) & TILED_BASE_OK(dq);
+    bt_product(BT_DQ, dout + row_base(g, bh, DV), row_stride(g, DV), oa, mixed + summary_s_offset(heads, blk, kvh, 0),
+               g, blk, p0, c_base, feature_eps, xl, wl, acc);
+    global const STORE_T *qb = q + row_base(g, bh, DK);
+    global STORE_T *dqb = dq + row_base(g, bh, DK);
+    const long qs = row_stride(g, DK);
+    const float4 z = tiled_quad_f32(mixed + summary_z_offset(heads, blk, kvh), c, DK, TILED_SUMMARY_ALIGNED);
+    float4 qx[4];
+    for (int r = 0; r < 4; ++r) {
+        const int p = p0 + 4 * rq + r;
+        qx[r] = p < g.nb ? tiled_quad(qb + token_of(g, blk, p) * qs, c, DK, qa) : (float4)(0.0f);
+    }
+    local float inv_l[BT_TQ], r_l[BT_TQ];
+    const long at = ((long)blk * g.bh + bh) * g.nb + p0;
+#if NORMALIZER == 0
+    local float dpart[BT_TQ * BT_QV], opart[BT_TQ * BT_QV];
+    for (int r = 0; r < 4; ++r) {
+        float4 qt = scale * FEATURE_V(4, qx[r], feature_eps);
+        if (c + 4 > DK) /* the feature map of a zero past the row is not zero (relu-eps) */
+            qt = (float4)(c < DK ? qt.s0 : 0.0f, c + 1 < DK ? qt.s1 : 0.0f, c + 2 < DK ? qt.s2 : 0.0f, 0.0f);
+        dpart[(4 * rq + r) * BT_QV + ct] = dot(qt, z);
+        opart[(4 * rq + r) * BT_QV + ct] = dot(qt, acc[r]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < BT_TQ; t += BT_WG) {
+        float dn = 0.0f, od = 0.0f;
+        for (int j = 0; j < BT_QV; ++j)
+            dn += dpart[t * BT_QV + j], od += opart[t * BT_QV + j];
+        const float inv = 1.0f / (dn + eps);
+        inv_l[t] = inv, r_l[t] = -od * inv * inv;
+    }
+#else
+    for (int t = lid; t < BT_TQ; t += BT_WG)
+        inv_l[t] = 1.0f, r_l[t] = 0.0f;
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < BT_TQ && p0 + t < g.nb; t += BT_WG)
+        w_out[at + t] = scale * inv_l[t], r_out[at + t] = r_l[t];
+    if (c >= DK)
+        return;
+    for (int r = 0; r < 4; ++r) {
+        const int t = 4 * rq + r, p = p0 + t;
+        if (p >= g.nb)
+            break;
+        float4 d = acc[r] * inv_l[t];
+#if NORMALIZER == 0
+        d += r_l[t] * z;
+#endif
+        tiled_store(scale * FEATURE_GRAD_V(4, qx[r]) * d, dqb + token_of(g, blk, p) * qs + c, DK - c, da);
+    }
+    (void)eps;
+}
+#endif
+
+/* On the key/value grid (`g` the plan's kv_grid, its heads H_kv): dk_s = phi'(k_s) (dS_b v_s + dz_b)
+ * from dS's rows read transposed, and dS's z column. */
+__attribute__((reqd_work_group_size(BT_WG, 1, 1)))
+kernel void bwd_dk_tiled(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                         global const float *restrict dsum, global STORE_T *restrict dk, const mhla_grid g_arg)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    BT_GROUP(g);
+    const int va = (DV % 4 == 0) & TILED_BASE_OK(v), ka = (DK % 4 == 0) & TILED_BASE_OK(k),
+              da = (DK % 4 == 0) & TILED_BASE_OK(dk);
+    bt_product(BT_DK, v + row_base(g, bh, DV), row_stride(g, DV), va, dsum + summary_s_offset(g.bh, blk, bh, 0), g,
+               blk, p0, c_base, 0.0f, xl, wl, acc);
+    if (c >= DK)
+        return;
+    const float4 dz = tiled_quad_f32(dsum + summary_z_offset(g.bh, blk, bh), c, DK, TILED_SUMMARY_ALIGNED);
+    const long ks = row_stride(g, DK);
+    global const STORE_T *kb = k + row_base(g, bh, DK);
+    global STORE_T *dkb = dk + row_base(g, bh, DK);
+    for (int r = 0; r < 4; ++r) {
+        const int p = p0 + 4 * rq + r;
+        if (p >= g.nb)
+            break;
+        const long off = token_of(g, blk, p) * ks;
+        const float4 x = tiled_quad(kb + off, c, DK, ka);
+        tiled_store((acc[r] + dz) * FEATURE_GRAD_V(4, x), dkb + off + c, DK - c, da);
+    }
+}
+
+/* On the key/value grid: dv_s = dS_b^T k~_s from dS's rows as stored. */
+__attribute__((reqd_work_group_size(BT_WG, 1, 1)))
+kernel void bwd_dv_tiled(global const STORE_T *restrict k, global const float *restrict dsum,
+                         global STORE_T *restrict dv, const mhla_grid g_arg, const float feature_eps)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    BT_GROUP(g);
+    const int ka = (DK % 4 == 0) & TILED_BASE_OK(k), da = (DV % 4 == 0) & TILED_BASE_OK(dv);
+    bt_product(BT_DV, k + row_base(g, bh, DK), row_stride(g, DK), ka, dsum + summary_s_offset(g.bh, blk, bh, 0), g,
+               blk, p0, c_base, feature_eps, xl, wl, acc);
+    if (c >= DV)
+        return;
+    const long vs = row_stride(g, DV);
+    global STORE_T *dvb = dv + row_base(g, bh, DV);
+    for (int r = 0; r < 4; ++r) {
+        const int p = p0 + 4 * rq + r;
+        if (p >= g.nb)
+            break;
+        tiled_store(acc[r], dvb + token_of(g, blk, p) * vs + c, DV - c, da);
+    }
+}
