@@ -222,6 +222,7 @@ typedef struct bench_options {
     unsigned ops; /* bit (1 << bench_op_id) per op */
     uint32_t seed;
     int quiet;
+    int kernels; /* --kernels: each row's device time per kernel, from one more run */
     const char *device;
     const char *json_path, *csv_path, *plot_path;
     const char *compare[2]; /* --compare A.json B.json */
@@ -283,6 +284,9 @@ typedef struct bench_row {
     int64_t verify_n;
     double verified, verify_tolerance;
     int verify_failed;
+    /* --kernels: one run's device time per kernel, mhla_context_kernel_times()'s lines ("NAME
+     * CALLS MS"; decode: one whole run of steps); empty otherwise */
+    char kernels[2048];
 } bench_row;
 
 /* How a row was timed (bench_row.host_clock, "host_clock" in the JSON). */

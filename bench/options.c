@@ -48,6 +48,9 @@ static const char usage[] =
     "  --csv FILE        one line per row, with the device and parameters on each\n"
     "  --plot FILE.svg   time vs N, log-log, mhla/linear/softmax, crossover marked\n"
     "  --quiet           no progress line on stderr\n"
+    "  --kernels         after each row's timed runs, one more with every kernel's device time\n"
+    "                    recorded (mhla_context_profile_kernels): a table per row after the main\n"
+    "                    one, and each JSON row's \"kernels\"\n"
     "other:\n"
     "  --device SPEC     as MHLA_DEVICE: \"P:D\", an index, or a name substring\n"
     "  --seed N          random inputs' seed (default 1)\n"
@@ -204,6 +207,10 @@ int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char
             continue; /* applied with the defaults */
         if (strcmp(opt, "--quiet") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(opt, "--kernels") == 0) {
+            o->kernels = 1;
             continue;
         }
         if (i + 1 >= argc) {

@@ -67,6 +67,7 @@ static const field parameter_fields[] = {
 
 static const field row_fields[] = {
     STR(bench_row, "note", note),
+    STR(bench_row, "kernels", kernels), /* --kernels: "NAME CALLS MS" lines; "" without */
     NUM(bench_row, "batch", shape.batch, F_I64),
     NUM(bench_row, "heads", shape.heads, F_I64),
     NUM(bench_row, "seq_t", shape.t, F_I64),

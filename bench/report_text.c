@@ -106,6 +106,39 @@ static void write_decode(FILE *f, const bench_report *rep)
     }
 }
 
+/* --kernels: each row's kernels, by device time, with their share of the row's run. */
+static void write_kernels(FILE *f, const bench_report *rep)
+{
+    for (size_t i = 0; i < rep->row_count; ++i) {
+        const bench_row *r = &rep->rows[i];
+        if (!r->kernels[0])
+            continue;
+        char shape[64];
+        bench_shape_label(&r->shape, shape, sizeof shape);
+        double total = 0.0;
+        for (const char *p = r->kernels; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
+            char name[128];
+            unsigned long calls = 0;
+            double ms = 0.0;
+            if (sscanf(p, "%127s %lu %lf", name, &calls, &ms) == 3)
+                total += ms;
+        }
+        fprintf(f, "\nkernels of %s %s, H=%lld Dk=%lld Dv=%lld (one run; device ms, calls, share):\n",
+                bench_op_get(r->op)->name, shape, (long long)r->shape.heads, (long long)r->shape.dk,
+                (long long)r->shape.dv);
+        for (const char *p = r->kernels; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
+            char name[128];
+            unsigned long calls = 0;
+            double ms = 0.0;
+            if (sscanf(p, "%127s %lu %lf", name, &calls, &ms) == 3)
+                fprintf(f, "  %-28s %10.4f %5lu %5.1f%%\n", name, ms, calls, total > 0 ? 100.0 * ms / total : 0.0);
+            else
+                fprintf(f, "  %.*s\n", (int)(strchr(p, '\n') ? strchr(p, '\n') - p : (long)strlen(p)), p);
+        }
+        fprintf(f, "  %-28s %10.4f\n", "(sum of kernels)", total);
+    }
+}
+
 void bench_write_table(FILE *f, const bench_report *rep)
 {
     print_header(f, rep);
@@ -175,6 +208,7 @@ void bench_write_table(FILE *f, const bench_report *rep)
                    "a smaller N.\n");
     if (decode)
         write_decode(f, rep);
+    write_kernels(f, rep);
     fprintf(f, "total %.1f s\n", rep->wall_s);
 }
 

@@ -291,6 +291,25 @@ static mhla_status case_step_ends(void *arg, cl_ulong *end_ns)
     return a->op->step_ends(a->c, end_ns);
 }
 
+/* --kernels: one more run with every kernel's device time recorded, into r->kernels. */
+static mhla_status kernel_times(mhla_context *ctx, const bench_op *op, bench_case *c, bench_row *r)
+{
+    mhla_status st = op->prepare ? op->prepare(c) : MHLA_OK;
+    cl_event done = NULL;
+    if (st == MHLA_OK)
+        st = mhla_context_profile_kernels(ctx, 1);
+    if (st == MHLA_OK)
+        st = op->enqueue(c, &done);
+    if (done) {
+        clWaitForEvents(1, &done);
+        clReleaseEvent(done);
+    }
+    if (st == MHLA_OK)
+        st = mhla_context_kernel_times(ctx, r->kernels, sizeof r->kernels);
+    mhla_context_profile_kernels(ctx, 0);
+    return st;
+}
+
 static void run_row(mhla_context *ctx, const bench_options *o, const bench_inputs *in, bench_row *r)
 {
     const bench_op *op = bench_op_get(r->op);
@@ -313,6 +332,8 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
         st = bench_time(mhla_context_queue(ctx), &job, o->warmup, o->target_ms, o->min_iters, o->max_iters, &t, err,
                         sizeof err);
         r->steps = steps;
+        if (st == MHLA_OK && o->kernels && !op->host)
+            st = kernel_times(ctx, op, &c, r);
     }
     if (st != MHLA_OK && !err[0]) /* a hook's failure: the op's own reason, or the library's */
         snprintf(err, sizeof err, "%s", c.why[0] ? c.why : mhla_context_message(ctx));

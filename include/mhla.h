@@ -215,6 +215,29 @@ MHLA_API cl_command_queue mhla_context_queue(const mhla_context *ctx);
 MHLA_API cl_device_id mhla_context_device(const mhla_context *ctx);
 MHLA_API const char *mhla_context_device_name(const mhla_context *ctx);
 
+/*! mhla_context_profile_kernels() :
+ * on != 0: from now on, every kernel the library enqueues on ctx's queue (its own and CLBlast's
+ * GEMMs), from any plan or decoder of ctx, is recorded with its OpenCL event, for
+ * mhla_context_kernel_times(); the records start empty. on == 0: recording stops and the records
+ * are dropped. Costs one event per launch while on; nothing while off (the default).
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the context's queue has no profiling
+ *         (mhla_context_wrap() of a queue made without CL_QUEUE_PROFILING_ENABLE);
+ *         MHLA_ERR_INVALID_ARGUMENT for NULL ctx.
+ * Thread-safety: shares the context (the records are guarded). */
+MHLA_API mhla_status mhla_context_profile_kernels(mhla_context *ctx, int on);
+
+/*! mhla_context_kernel_times() :
+ * Waits for ctx's queue (clFinish), then writes the recorded launches into buf, one line per
+ * kernel in the order of first launch: "NAME CALLS MS\n", MS the device time summed over its
+ * launches (each event's CL_PROFILING_COMMAND_START to _END), or "NAME CALLS untimed\n" where the
+ * implementation gave no times; whole lines only (truncated to size), and a last line
+ * "(dropped N launches ...)" where more were launched than the records hold. The records are
+ * then emptied; recording goes on while it is on.
+ * @return MHLA_OK (buf "" when nothing was recorded), MHLA_ERR_INVALID_ARGUMENT for NULL ctx or
+ *         buf or size 0, MHLA_ERR_OPENCL when the queue failed.
+ * Thread-safety: shares the context. */
+MHLA_API mhla_status mhla_context_kernel_times(mhla_context *ctx, char *buf, size_t size);
+
 /*! mhla_context_set_tuning() :
  * Overrides the per-device tuning (tile sizes, vector widths, work-group sizes, which GEMM
  * mixes) for plans and decoders created on this context afterwards. `spec` is

@@ -34,9 +34,9 @@
 # output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
 # cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
-# mhla-bench's stage split (summary/mixing/output device times, the JSON's summary_ms, mixing_ms,
-# output_ms) is the finest profile the tools offer: there is no per-kernel one, and none for
-# the backward.
+# The new build's bench runs with --kernels: after each row's timed runs one more records every
+# kernel's device time (mhla_context_profile_kernels), printed per row in bench.txt and kept in
+# each JSON row's "kernels", the backward's and the causal form's kernels included.
 #
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
@@ -177,8 +177,9 @@ if wants bench; then
     # mhla-bench writes its table and JSON at the end: --max-total-s has it estimate, not run, the
     # rows that would not fit before the step's timeout, so that a slow sweep still reports.
     lim=$(cap 180)
-    step bench-new "$lim" "$txt" "$new/bench/mhla-bench" "${bench_args[@]}" --max-total-s $(( lim * 4 / 5 )) \
-        --json "$out/bench-new.json"
+    # the new build's rows with each kernel's device time (--kernels: one more run a row)
+    step bench-new "$lim" "$txt" "$new/bench/mhla-bench" "${bench_args[@]}" --kernels \
+        --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-new.json"
     if [ -n "$base" ]; then
         lim=$(cap 180)
         step bench-base "$lim" "$txt" "$base/bench/mhla-bench" "${bench_args[@]}" --max-total-s $(( lim * 4 / 5 )) \

@@ -26,7 +26,7 @@ if pocl_icd:
 env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
 # Each rank compiles into a PoCL kernel cache of its own: ranks building the same kernel at once into
 # one cold cache made PoCL fail a build now and then ("Device ... failed to build the program", empty
-# log; seen once in a cold run of mpi_np3_gpu_row). Kept between runs, so only the first is cold.
+# log; seen once in a cold run of the GPU row's three ranks). Kept between runs, so only the first is cold.
 cache = env.get("POCL_CACHE_DIR") or os.path.join(
     env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pocl")
 # A rank's cache starts as a copy of rank 0's (the mpi tests run one at a time, so nothing writes to

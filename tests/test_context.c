@@ -226,6 +226,10 @@ static void wrap_case(cl_command_queue_properties props)
         assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
         assert_int_equal(mhla_forward_host(plan, x, x, x, mix, o), MHLA_OK);
         assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_ERR_UNSUPPORTED);
+        /* nor kernel times, said so; turning it off is always fine */
+        assert_int_equal(mhla_context_profile_kernels(ctx, 1), MHLA_ERR_UNSUPPORTED);
+        assert_message_has(ctx, "CL_QUEUE_PROFILING_ENABLE");
+        assert_int_equal(mhla_context_profile_kernels(ctx, 0), MHLA_OK);
         mhla_plan_destroy(plan);
     }
     mhla_context_destroy(ctx);

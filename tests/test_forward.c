@@ -437,6 +437,49 @@ static void test_events_no_hidden_finish(void **state)
 
 /* Stage times come from the last forward: each stage takes some time, and the device's span fits in
  * the host's wall time of the call. */
+/* mhla_context_profile_kernels / mhla_context_kernel_times on a forward of `plan` (inputs x, Mc
+ * mix, output o): one line per kernel, each launched, its device time within the run's wall time
+ * (an independent clock, as check_stage_times); nothing recorded once off; bad arguments refused. */
+static void check_kernel_times(mhla_context *ctx, mhla_plan *plan, const float *x, const float *mix, float *o)
+{
+    char text[2048];
+    assert_int_equal(mhla_context_profile_kernels(ctx, 1), MHLA_OK);
+    const double t0 = host_ms();
+    assert_int_equal(mhla_forward_host(plan, x, x, x, mix, o), MHLA_OK);
+    const double wall = host_ms() - t0;
+    assert_int_equal(mhla_context_kernel_times(ctx, text, sizeof text), MHLA_OK);
+    size_t lines = 0, untimed = 0;
+    double sum = 0.0;
+    for (const char *p = text; *p; ++lines) {
+        char name[128], ms[32];
+        unsigned long calls = 0;
+        if (sscanf(p, "%127s %lu %31s", name, &calls, ms) != 3 || calls < 1)
+            fail_msg("kernel times: a malformed line in\n%s", text);
+        if (strcmp(ms, "untimed") == 0)
+            ++untimed;
+        else
+            sum += strtod(ms, NULL);
+        const char *nl = strchr(p, '\n');
+        assert_non_null(nl);
+        p = nl + 1;
+    }
+    /* the official normalizer's forward: summaries, dots, two mixings, the read-out */
+    if (lines < 3 || !strstr(text, "output"))
+        fail_msg("kernel times: %zu kernel(s), none named output:\n%s", lines, text);
+    if (!untimed && !(sum > 0.0 && sum <= wall))
+        fail_msg("kernel times: %.4f ms of kernels in a run of %.4f ms wall:\n%s", sum, wall, text);
+    assert_int_equal(mhla_context_kernel_times(ctx, text, sizeof text), MHLA_OK); /* emptied */
+    assert_string_equal(text, "");
+    assert_int_equal(mhla_context_profile_kernels(ctx, 0), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, x, x, x, mix, o), MHLA_OK);
+    assert_int_equal(mhla_context_kernel_times(ctx, text, sizeof text), MHLA_OK); /* off: nothing */
+    assert_string_equal(text, "");
+    assert_int_equal(mhla_context_kernel_times(NULL, text, sizeof text), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_context_kernel_times(ctx, NULL, 8), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_context_kernel_times(ctx, text, 0), MHLA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(mhla_context_profile_kernels(NULL, 1), MHLA_ERR_INVALID_ARGUMENT);
+}
+
 static void test_stage_times(void **state)
 {
     mhla_context *ctx = *state;
@@ -458,6 +501,7 @@ static void test_stage_times(void **state)
     const double wall = host_ms() - t0;
     if (stage_times_or_unusable(plan, &t))
         check_stage_times(&t, wall);
+    check_kernel_times(ctx, plan, x, mix, o);
     mhla_plan_destroy(plan);
     free(x), free(o);
 }

@@ -304,8 +304,8 @@ mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run
                       MHLA_ARG(run->mixing), MHLA_ARG(run->chunks), MHLA_ARG(run->out), MHLA_ARG(grid),
                       MHLA_ARG(rows_mc), MHLA_ARG(tiles_per_chunk), MHLA_ARG(feature_eps), MHLA_ARG(scale),
                       MHLA_ARG(eps));
-        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ko, 3, NULL, global, local, 0, NULL, done),
-                    "clEnqueueNDRangeKernel(causal_output)");
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ko, 3, global, local, 0, NULL, done,
+                                               "clEnqueueNDRangeKernel(causal_output)"));
     }
     if (run->marks)
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[2]));

@@ -187,20 +187,21 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
         const cl_long width = (cl_long)c->slot_floats;
         MHLA_SET_ARGS(st, ctx, kp, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix), MHLA_ARG(rows_mc),
                       MHLA_ARG(width), MHLA_ARG(chunk));
-        MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kp, 1, NULL, &global, &local, num_wait, wait, NULL),
-                    "clEnqueueNDRangeKernel(causal_prefix_one)");
+        const size_t g3[3] = {global, 1, 1}, l3[3] = {local, 1, 1};
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kp, 1, g3, l3, num_wait, wait, NULL,
+                                               "clEnqueueNDRangeKernel(causal_prefix_one)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         num_wait = 0, wait = NULL;
     }
     cl_kernel ks = c->k_step;
-    const size_t local[2] = {c->lws_step, 1};
-    const size_t global[2] = {c->lws_step, (size_t)c->bh_kv}; /* one group per key/value head */
+    const size_t local[3] = {c->lws_step, 1, 1};
+    const size_t global[3] = {c->lws_step, (size_t)c->bh_kv, 1}; /* one group per key/value head */
     MHLA_SET_ARGS(st, ctx, ks, 0, MHLA_ARG(bufs[MHLA_TENSOR_Q]), MHLA_ARG(bufs[MHLA_TENSOR_K]),
                   MHLA_ARG(bufs[MHLA_TENSOR_V]), MHLA_ARG(mixing), MHLA_ARG(dec->sums), MHLA_ARG(dec->prefix),
                   MHLA_ARG(bufs[MHLA_TENSOR_OUT]), MHLA_ARG(grid), MHLA_ARG(token), MHLA_ARG(chunk), MHLA_ARG(rows_mc),
                   MHLA_ARG(fresh), MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps));
-    MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, ks, 2, NULL, global, local, num_wait, wait, done),
-                "clEnqueueNDRangeKernel(decoder_step)");
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 2, global, local, num_wait, wait, done,
+                                           "clEnqueueNDRangeKernel(decoder_step)"));
     dec->position += 1;
 cleanup:
     return st;

@@ -97,6 +97,9 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
     cl_command_queue queue = ctx->queue;
     CLBlastStatusCode s;
     blas_used(ctx);
+    cl_event own = NULL; /* kernel profiling (core/profile.c) wants the GEMM's event */
+    if (!ev && ctx->kprof_on)
+        ev = &own;
     if (temp)
         s = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
                                        a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, &queue, ev, temp);
@@ -105,6 +108,8 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
                          b, b_off, ldb, beta, c, c_off, ldc, &queue, ev);
     if (s != CLBlastSuccess)
         st = fail_blas(ctx, s, "CLBlastSgemm", __FILE__, __LINE__);
+    else if (ctx->kprof_on && *ev && (ev == &own || clRetainEvent(*ev) == CL_SUCCESS))
+        mhla__kprof_record(ctx, "CLBlastSgemm", *ev);
     return st;
 }
 

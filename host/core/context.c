@@ -135,6 +135,7 @@ static void context_init_locks(mhla_context *ctx)
 {
     mhla__mutex_init(&ctx->lock);
     mhla__mutex_init(&ctx->message_lock);
+    mhla__mutex_init(&ctx->kprof_lock);
 }
 
 mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
@@ -216,6 +217,7 @@ void mhla_context_destroy(mhla_context *ctx)
     }
     mhla__free(ctx->tuning);
     mhla__free(ctx->tuned_db);
+    mhla__kprof_free(ctx);
     mhla__blas_release(ctx); /* while the queue and context are still alive */
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
@@ -223,6 +225,7 @@ void mhla_context_destroy(mhla_context *ctx)
         clReleaseContext(ctx->cl);
     mhla__mutex_destroy(&ctx->lock);
     mhla__mutex_destroy(&ctx->message_lock);
+    mhla__mutex_destroy(&ctx->kprof_lock);
     mhla__free(ctx);
 }
 

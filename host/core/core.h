@@ -144,9 +144,22 @@ struct mhla_context {
     char *tuned_db;   /* the device's tuning database (tune/tuning_db.c), read on first use, or NULL */
     int tuned_loaded; /* tuned_db has been read (it may be NULL: no database) */
     atomic_int used_blas; /* CLBlast has built programs for this context (core/blas.c) */
+    /* mhla_context_profile_kernels() (core/profile.c): while kprof_on, every kernel the library
+     * enqueues, with its event; guarded by kprof_lock (threads share the queue) */
+    mhla_mutex kprof_lock;
+    int kprof_on;
+    struct mhla_kprof_rec *kprof;
+    size_t kprof_n, kprof_cap, kprof_dropped;
     cl_int last_cl_error;
     char message[MHLA_MESSAGE_MAX];
 };
+
+/* While kernel profiling is on (core/profile.c), records `ev` as a launch of `what`
+ * ("clEnqueueNDRangeKernel(NAME)", a string literal) and takes over the caller's reference
+ * (released now when the record is full); off, releases ev. */
+void mhla__kprof_record(mhla_context *ctx, const char *what, cl_event ev);
+/* Releases what the records hold (context teardown). */
+void mhla__kprof_free(mhla_context *ctx);
 
 /* Fills ctx->limits and the name fields from ctx->device. */
 mhla_status mhla__context_read_device(mhla_context *ctx);

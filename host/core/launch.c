@@ -89,8 +89,17 @@ mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, cons
     size_t global[3];
     for (cl_uint i = 0; i < dims; ++i)
         global[i] = mhla__round_up(extent[i], local[i]);
-    MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, num_wait, wait, done),
+    /* kernel profiling (core/profile.c) wants every launch's event, the caller's too */
+    cl_event ev = NULL;
+    const int profile = ctx->kprof_on;
+    MHLA_CL_TRY(st, ctx,
+                clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, num_wait, wait,
+                                       done ? done : profile ? &ev : NULL),
                 what);
+    if (profile && done && *done && clRetainEvent(*done) == CL_SUCCESS)
+        ev = *done;
+    if (ev)
+        mhla__kprof_record(ctx, what, ev);
 cleanup:
     return st;
 }

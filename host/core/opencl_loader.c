@@ -96,6 +96,7 @@
     X(cl_int, clWaitForEvents, (cl_uint n, const cl_event *wl), (n, wl))                            \
     X(cl_int, clGetEventProfilingInfo, (cl_event e, cl_profiling_info i, size_t s, void *v, size_t *r), \
       (e, i, s, v, r))                                                                              \
+    X(cl_int, clRetainEvent, (cl_event e), (e))                                                     \
     X(cl_int, clReleaseEvent, (cl_event e), (e))                                                    \
     X(cl_int, clFinish, (cl_command_queue q), (q))
 

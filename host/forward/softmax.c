@@ -86,13 +86,13 @@ mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
     mhla_context *ctx = plan->ctx;
     cl_kernel kern = plan->k_softmax;
     const float scale = plan->cfg.scale;
-    const size_t local[2] = {plan->lws_softmax, 1};
-    const size_t global[2] = {mhla__round_up((size_t)plan->shape.n, local[0]), (size_t)plan->shape.bh};
+    const size_t local[3] = {plan->lws_softmax, 1, 1};
+    const size_t global[3] = {mhla__round_up((size_t)plan->shape.n, local[0]), (size_t)plan->shape.bh, 1};
 
     MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(out), MHLA_ARG(plan->grid),
                   MHLA_ARG(scale), MHLA_ARG(plan->kv_grid));
-    MHLA_CL_TRY(st, ctx, clEnqueueNDRangeKernel(ctx->queue, kern, 2, NULL, global, local, num_wait, wait, done),
-                "clEnqueueNDRangeKernel(softmax_attention)");
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 2, global, local, num_wait, wait, done,
+                                           "clEnqueueNDRangeKernel(softmax_attention)"));
 cleanup:
     return st;
 }
