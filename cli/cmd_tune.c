@@ -43,7 +43,8 @@ static const char help[] =
     "                    and backward stages run N/4 tokens in chunks of 64, softmax 2048 tokens\n"
     "  --heads H         heads of the timed problems (default 8)\n"
     "  --stages LIST     only these stages, comma-separated: tiled (the GPU rows' forward), summary,\n"
-    "                    output, mixing, causal, softmax, backward (the causal backward; default all)\n"
+    "                    output, mixing, causal, softmax, backward (the causal backward),\n"
+    "                    tiled-backward (the GPU rows' non-causal backward; default all)\n"
     "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
     "  --dry-run         search and report, but store nothing\n";
 
@@ -179,7 +180,7 @@ static mhla_status make_buffers(mhla_context *ctx, const mhla_config *cfg, cl_me
 static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *cfg, int kind, double ms[4],
                            int *wrong)
 {
-    const int softmax = kind == 2, backward = kind == 3;
+    const int softmax = kind == 2, backward = kind == 3 || kind == 4;
     mhla_status st = MHLA_OK;
     mhla_plan *plan = NULL;
     tune_backward *bwd = NULL;
@@ -265,7 +266,7 @@ typedef struct tune_stage {
     const char *name;
     int objective; /* index into measure()'s ms: 0 summary, 1 mixing, 2 output, 3 the whole run */
     int kind;      /* measure()'s: 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax
-                      (2048), 3 the causal backward (1's problem) */
+                      (2048), 3 the causal backward (1's problem), 4 the backward of 0's problem */
     tune_field fields[9];
     /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
      * together (NULL: the stage has none). */
@@ -312,6 +313,10 @@ static const tune_stage stages[] = {
     {"backward", 3, 3,
      {{"bct_fuse", 2, {0, 1}}, {"dg_parts", 3, {1, 8, 32}}, {"bwd_acc", 3, {4, 8, 16}}, {"dmix_tm", 3, {2, 3, 4}},
       {NULL, 0, {0}}},
+     NULL, NULL, NULL, 0, {0}, 0, 0},
+    /* The tiled plans' backward (GPU rows): its read-outs' token groups and local tiles, timed over
+     * the non-causal backward of the forward's shape (bt_tq 0: the untiled read-outs). */
+    {"tiled-backward", 3, 4, {{"bt_tq", 4, {0, 16, 32, 64}}, {"bt_dc", 3, {8, 16, 32}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])
@@ -493,13 +498,14 @@ static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, t
     return 0;
 }
 
-/* Whether field `name` belongs to a causal-backward stage (kind 3): no forward reads one. */
-static int is_backward_field(const char *name)
+/* The backward kind (3 causal, 4 non-causal) of the stage field `name` belongs to, or 0 (a
+ * forward field): no forward reads a backward field. */
+static int backward_kind(const char *name)
 {
     for (size_t k = 0; k < STAGE_COUNT; ++k)
-        for (const tune_field *f = stages[k].fields; stages[k].kind == 3 && f->name; ++f)
+        for (const tune_field *f = stages[k].fields; stages[k].kind >= 3 && f->name; ++f)
             if (strcmp(name, f->name) == 0)
-                return 1;
+                return stages[k].kind;
     return 0;
 }
 
@@ -508,12 +514,25 @@ static int count_fields(const tune_spec *spec, int want)
 {
     int n = 0;
     for (int i = 0; i < spec->count; ++i)
-        n += is_backward_field(spec->name[i]) == want;
+        n += (backward_kind(spec->name[i]) != 0) == want;
     return n;
 }
 
+/* The backward `spec` is confirmed on: the non-causal one where it changed a tiled-backward field
+ * (those read nothing else), else the causal one (0 without backward fields). */
+static int confirm_kind(const tune_spec *spec)
+{
+    int kind = 0;
+    for (int i = 0; i < spec->count; ++i) {
+        const int k = backward_kind(spec->name[i]);
+        kind = k == 4 || kind == 4 ? 4 : k ? k : kind;
+    }
+    return kind;
+}
+
 /* The forward of shape s with the built-in row and with `best`, timed alternately, medians into
- * fwd[0] (built-in) and fwd[1] (best); with `backward`, the causal backward's too into bwd[]. */
+ * fwd[0] (built-in) and fwd[1] (best); with `backward` (a measure() kind: 3 or 4), that backward's
+ * too into bwd[]. */
 static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best, int backward, double fwd[2],
                            double bwd[2])
 {
@@ -522,11 +541,11 @@ static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best,
     row.count = 0;
     double times[2][2][CONFIRM_ROUNDS], ms[4]; /* [forward, backward][built-in, best][round] */
     int wrong = 0;
-    const mhla_config cfg[2] = {stage_config(t, s, 0), stage_config(t, s, 3)};
+    const mhla_config cfg[2] = {stage_config(t, s, 0), stage_config(t, s, backward ? backward : 3)};
     for (int r = 0; r < CONFIRM_ROUNDS && st == MHLA_OK; ++r)
         for (int which = 0; which < 1 + !!backward && st == MHLA_OK; ++which)
             for (int tuned = 0; tuned < 2 && st == MHLA_OK; ++tuned)
-                if ((st = measure(t, tuned ? best : &row, &cfg[which], which ? 3 : 0, ms, &wrong)) == MHLA_OK)
+                if ((st = measure(t, tuned ? best : &row, &cfg[which], which ? backward : 0, ms, &wrong)) == MHLA_OK)
                     times[which][tuned][r] = wrong ? INFINITY : ms[3];
     for (int which = 0; which < 1 + !!backward && st == MHLA_OK; ++which)
         for (int tuned = 0; tuned < 2; ++tuned)
@@ -534,30 +553,34 @@ static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best,
     return st;
 }
 
-/* Why the confirmed timings (fwd[], bwd[]: built-in, tuned; bwd only when `backward`) do not earn
- * the entry its place, or NULL to store it: faster over the forward, or over the causal backward
- * when a backward field changed, and the other not slower by more than the margin (a training
+/* Why the confirmed timings (fwd[], bwd[]: built-in, tuned; bwd only when `backward`, the backward
+ * confirmed on: 3 causal, 4 non-causal) do not earn the entry its place, or NULL to store it:
+ * faster over the forward, or over that backward when a backward field changed, and the other not slower by more than the margin (a training
  * step runs both, and a loss within the noise is none). An entry of backward fields alone must be
  * faster over the backward: its forward builds the same kernels, and any difference is noise. */
 static const char *not_stored_why(const double fwd[2], const double bwd[2], int backward, int forward_fields,
                                   char *buf, size_t size)
 {
     const int fwd_faster = fwd[1] < fwd[0], fwd_ok = fwd[1] <= fwd[0] * (1.0 + MARGIN);
+    const char *which = backward == 4 ? "backward" : "causal backward";
     if (!backward)
         return fwd_faster ? NULL : "not faster over the whole forward";
     const int bwd_faster = bwd[1] < bwd[0], bwd_ok = bwd[1] <= bwd[0] * (1.0 + MARGIN);
-    if (!forward_fields)
-        return bwd_faster ? NULL : "backward fields only, and not faster over the causal backward";
-    if ((fwd_faster && bwd_ok) || (bwd_faster && fwd_ok))
+    if (!forward_fields) {
+        if (bwd_faster)
+            return NULL;
+        snprintf(buf, size, "backward fields only, and not faster over the %s", which);
+    } else if ((fwd_faster && bwd_ok) || (bwd_faster && fwd_ok)) {
         return NULL;
-    if (!fwd_faster && !bwd_faster)
-        return "faster over neither the forward nor the causal backward";
-    if (fwd_faster)
-        snprintf(buf, size, "the forward is faster, but the causal backward %.1f%% slower (more than %.0f%%)",
+    } else if (!fwd_faster && !bwd_faster) {
+        snprintf(buf, size, "faster over neither the forward nor the %s", which);
+    } else if (fwd_faster) {
+        snprintf(buf, size, "the forward is faster, but the %s %.1f%% slower (more than %.0f%%)", which,
                  100.0 * (bwd[1] - bwd[0]) / bwd[0], MARGIN * 100);
-    else
-        snprintf(buf, size, "the causal backward is faster, but the forward %.1f%% slower (more than %.0f%%)",
+    } else {
+        snprintf(buf, size, "the %s is faster, but the forward %.1f%% slower (more than %.0f%%)", which,
                  100.0 * (fwd[1] - fwd[0]) / fwd[0], MARGIN * 100);
+    }
     return buf;
 }
 
@@ -678,7 +701,7 @@ int cmd_tune(int argc, char **argv)
             if (k == STAGE_COUNT)
                 return cli_usage(cmd,
                                  "--stages %s: unknown stage '%s' (tiled, summary, output, mixing, causal, softmax, "
-                                 "backward)",
+                                 "backward, tiled-backward)",
                                  o[O_STAGES].value, tok);
             stage_mask |= 1u << k;
         }
@@ -754,7 +777,7 @@ int cmd_tune(int argc, char **argv)
                    (long long)s->dv, MARGIN * 100);
             continue;
         }
-        const int backward = count_fields(&best, 1) > 0;
+        const int backward = confirm_kind(&best); /* 0, or the backward to confirm on (3, 4) */
         if ((st = confirm(&t, s, &best, backward, fwd, bwd)) != MHLA_OK) {
             rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
             break;
@@ -765,16 +788,17 @@ int cmd_tune(int argc, char **argv)
         int len = snprintf(note, sizeof note, "tuned %s, N=%lld M=%lld H=%lld: forward %.3f -> %.3f ms", day,
                            (long long)s->n, (long long)s->m, (long long)heads, fwd[0], fwd[1]);
         if (backward && len > 0 && (size_t)len < sizeof note)
-            snprintf(note + len, sizeof note - (size_t)len, ", causal backward %.3f -> %.3f ms", bwd[0], bwd[1]);
+            snprintf(note + len, sizeof note - (size_t)len, ", %s %.3f -> %.3f ms",
+                     backward == 4 ? "backward" : "causal backward", bwd[0], bwd[1]);
         printf("tune: %lldx%lld: %s\n      forward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of "
                "%d alternate runs)\n",
                (long long)s->dk, (long long)s->dv, spec, fwd[0], fwd[1], 100.0 * (fwd[1] - fwd[0]) / fwd[0],
                CONFIRM_ROUNDS);
         if (backward)
             printf("      backward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of %d alternate "
-                   "runs; causal, N=%lld)\n",
+                   "runs; %s, N=%lld)\n",
                    bwd[0], bwd[1], 100.0 * (bwd[1] - bwd[0]) / bwd[0], CONFIRM_ROUNDS,
-                   (long long)stage_config(&t, s, 3).seq_t);
+                   backward == 4 ? "non-causal" : "causal", (long long)stage_config(&t, s, backward).seq_t);
         const char *why = not_stored_why(fwd, bwd, backward, count_fields(&best, 0) > 0, why_buf, sizeof why_buf);
         if (why) {
             printf("tune: %lldx%lld: %s: nothing stored\n", (long long)s->dk, (long long)s->dv, why);

@@ -1,4 +1,5 @@
-/* `mhla tune`'s causal backward stage (cmd_tune.c's `backward`): the fields only the backward reads
+/* `mhla tune`'s backward stages (cmd_tune.c's `backward`, the causal backward, and `tiled-backward`,
+ * the non-causal one of tiled plans): the fields only the backward reads
  * (bct_fuse, dg_parts, bwd_acc, dmix_tm) never change a forward, so the forward's self-test cannot tell a
  * wrong candidate; each is checked here on the backward itself against the double reference, and
  * timed on a plan that recomputes the forward's summaries, as a plain mhla_backward() does. */
@@ -51,12 +52,13 @@ mhla_status tune_backward_check(mhla_context *ctx, const mhla_config *small, int
     }
     for (int i = 0; i < IN_COUNT; ++i) /* a seed per tensor: q = k would hide a swapped gradient */
         tune_fill(in[i], n_in[i], 0x243F6A8885A308D3ULL + 977ULL * (uint64_t)i);
-    /* Mc's rows are the chunks (mixing_rows 0: ceil(N / C)); only its lower triangle may be read,
-     * so NaN above the diagonal makes a kernel that reads there wrong. */
+    /* A causal plan's Mc rows are the chunks (mixing_rows 0: ceil(N / C)); only its lower triangle
+     * may be read, so NaN above the diagonal makes a kernel that reads there wrong. (A non-causal
+     * plan reads all of its M x M.) */
     size_t rows = 1;
-    while (rows * rows < n_in[MIX])
+    while (small->causal && rows * rows < n_in[MIX])
         ++rows;
-    for (size_t i = 0; i < rows; ++i)
+    for (size_t i = 0; small->causal && i < rows; ++i)
         for (size_t j = i + 1; j < rows; ++j)
             in[MIX][i * rows + j] = NAN;
     for (int j = 0; j < 4; ++j) /* NaN: an element the backward does not write fails the check */

@@ -2311,6 +2311,14 @@ static void test_tune(void **state)
     if (strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 summary ") ||
         strstr(r->out, " 16x8 causal "))
         fail_msg("--stages backward: a wrong candidate, or another stage searched:\n%s", r->out);
+    /* The tiled plans' backward stage: the non-causal backward of the forward's shape, checked and
+     * timed (a CPU row's plans are untiled: its candidates run the same kernels). */
+    r = MHLA_ENV(plain, "tune", "--stages", "tiled-backward", "--budget", "5", "--shapes", "16x8@512:2", "--heads",
+                 "2", "--dry-run");
+    expect_ok(r);
+    if (!strstr(line_after(r->out, " 16x8 tiled-backward bt_tq=", bline, sizeof bline), " ms") ||
+        strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 backward "))
+        fail_msg("--stages tiled-backward: no timed bt_tq candidate, a wrong one, or another stage:\n%s", r->out);
     r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");
@@ -2454,7 +2462,7 @@ static void test_tune_joint(void **state)
     const char *plain[] = {cache, "MHLA_TUNING=", NULL};
     expect_fail(MHLA_ENV(plain, "tune", "--stages", "summary,frob"), 2,
                 "--stages summary,frob: unknown stage 'frob' (tiled, summary, output, mixing, causal, softmax, "
-                "backward)");
+                "backward, tiled-backward)");
     const result *r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");
