@@ -94,7 +94,10 @@ static void test_forced_tiles(void **state)
     const char *tiles[] = {"sm_bq=7,sm_bk=4,sm_vw=4,sm_rows=0",    "sm_bq=16,sm_bk=8,sm_vw=1,sm_rows=1",
                            "sm_bq=5,sm_bk=2,sm_vw=2,sm_rows=0",    "sm_bq=9,sm_bk=8,sm_vw=8,sm_rows=1",
                            "sm_bq=3,sm_bk=16,sm_vw=16,sm_rows=1",  "sm_bq=64,sm_bk=32,sm_vw=4,sm_rows=0",
-                           "sm_bq=64,sm_bk=16,sm_vw=16,sm_rows=1", "sm_bq=8,sm_bk=12,sm_vw=3,sm_rows=0"};
+                           "sm_bq=64,sm_bk=16,sm_vw=16,sm_rows=1", "sm_bq=8,sm_bk=12,sm_vw=3,sm_rows=0",
+                           /* softmax_tiled.cl: groups of 2 x 1 work-items (one key quad of a partial
+                            * last tile), 3 x 2 (queries not a multiple of the group), the GPU row's */
+                           "sm_tiled=1,sm_bq=8,sm_bk=4", "sm_tiled=1,sm_bq=12,sm_bk=8", "sm_tiled=1,sm_bq=64,sm_bk=16"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; ++i) {
         assert_int_equal(setenv("MHLA_TUNING", tiles[i], 1), 0);
         mhla_config cfg = config_1d(2, 2, 45, 1, 20, 13);
@@ -104,7 +107,11 @@ static void test_forced_tiles(void **state)
         expect_close(ctx, &cfg, (uint32_t)(100 + i * 2 + (i % 2)), -1.0f, 1.0f, label);
     }
     /* A key tile beyond local memory (1 MiB on PoCL, 32-64 KiB on GPUs) is shrunk to fit, staying
-     * a multiple of the vector width (1000 -> 500 keys with PoCL's 1 MiB). */
+     * a multiple of the vector width (1000 -> 500 keys with PoCL's 1 MiB); the tiled form's group
+     * shrinks to the work-group limit too (1000 keys: 250 key quads a row). */
+    assert_int_equal(setenv("MHLA_TUNING", "sm_tiled=1,sm_bq=64,sm_bk=1000", 1), 0);
+    mhla_config wide = config_1d(1, 1, 45, 1, 96, 40);
+    expect_close(ctx, &wide, 121, -1.0f, 1.0f, "tiled, 1000-key tile shrunk to the group limit");
     assert_int_equal(setenv("MHLA_TUNING", "sm_bq=16,sm_bk=1000,sm_vw=4,sm_rows=0", 1), 0);
     mhla_config big = config_1d(1, 1, 45, 1, 256, 256);
     expect_close(ctx, &big, 120, -1.0f, 1.0f, "1000-key tile shrunk to local memory");
@@ -114,6 +121,40 @@ static void test_forced_tiles(void **state)
 /* Logits far beyond what exp() holds in float (exp(89) overflows): q, k in [1, 9) on a grid of
  * 1/4 so that float dot products are exact and only the softmax itself is under test. A naive
  * exp(logit) / sum would give Inf/Inf = NaN. (Logits are ~190 +- 20.) */
+/* The GPU row's tiled softmax (softmax_tiled.cl) under the limits of the devices it is for
+ * (MHLA_LIMITS: its group and arrays are fitted to what the context holds): a phone's 64-wide groups
+ * and 16 KiB at head dimensions 64 (the group shrinks), 128-wide groups and 32 KiB with odd ones in
+ * [B,H,N,D], and 16 KiB at head dimensions 256, where even 4 queries x 4 keys do not fit and the
+ * plan takes softmax.cl. */
+static void test_tiled_limits(void **state)
+{
+    (void)state;
+    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=256,local=16K"};
+    mhla_config cfgs[3];
+    cfgs[0] = config_1d(1, 2, 200, 1, 64, 64);
+    cfgs[1] = config_1d(2, 3, 77, 1, 24, 20);
+    cfgs[1].layout = MHLA_LAYOUT_BHND;
+    cfgs[2] = config_1d(1, 1, 40, 1, 256, 256);
+    for (size_t c = 0; c < 3; ++c) {
+        setenv("MHLA_LIMITS", limits[c], 1);
+        mhla_context *ctx = test_context();
+        unsetenv("MHLA_LIMITS");
+        assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
+        mhla_plan *plan = NULL;
+        char text[512], label[128];
+        assert_int_equal(mhla_softmax_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
+        assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+        mhla_plan_destroy(plan);
+        const int tiled = strstr(text, "softmax tiled") != NULL;
+        if (tiled != (c < 2))
+            fail_msg("MHLA_LIMITS=%s, Dk %lld: %s", limits[c], (long long)cfgs[c].dk, text);
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s, %s, Dk %lld Dv %lld", limits[c], tiled ? "tiled" : "untiled",
+                 (long long)cfgs[c].dk, (long long)cfgs[c].dv);
+        expect_close(ctx, &cfgs[c], (uint32_t)(130 + c), -1.0f, 1.0f, label);
+        mhla_context_destroy(ctx);
+    }
+}
+
 static void test_large_logits(void **state)
 {
     mhla_context *ctx = *state;
@@ -230,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_dims_layouts_lengths),
         cmocka_unit_test(test_large_dims_and_long_sequence),
         cmocka_unit_test(test_forced_tiles),
+        cmocka_unit_test(test_tiled_limits),
         cmocka_unit_test(test_large_logits),
         cmocka_unit_test(test_nan),
         cmocka_unit_test(test_api),

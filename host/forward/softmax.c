@@ -1,4 +1,5 @@
-/* The softmax-attention baseline, host side: kernels/softmax.cl behind an mhla_plan that
+/* The softmax-attention baseline, host side: kernels/softmax.cl (or softmax_tiled.cl where the tuning's
+ * sm_tiled asks: the GPU rows) behind an mhla_plan that
  * mhla_forward() runs like an MHLA plan. Its tile comes from the tuning table (tune/tuning_rows.c, sm_*)
  * and is shrunk until the key/value tiles fit the device's local memory (tune/tiling.c). */
 #include "forward/forward.h"
@@ -16,9 +17,14 @@ static mhla_status attempt(void *arg, mhla_fit *fit, int *refit)
     mhla_context *ctx = plan->ctx;
     cl_program prog = NULL;
     MHLA_FORWARD_IF_ERROR(st, mhla__tiles_softmax(ctx, &plan->cfg, &plan->tuning, fit, &plan->tiles));
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_SOFTMAX, &plan->cfg, &plan->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "softmax_attention", &plan->k_softmax));
-    *refit = mhla__fit_check(ctx, plan->k_softmax, 1, mhla__softmax_local(&plan->cfg, &plan->tiles), fit);
+    const mhla_tiles *t = &plan->tiles;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, t->sm_tiled ? MHLA_KF_SOFTMAX_TILED : MHLA_KF_SOFTMAX,
+                                                &plan->cfg, t, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, t->sm_tiled ? "softmax_tiled" : "softmax_attention",
+                                                  &plan->k_softmax));
+    /* the tiled form is built for exactly its group (reqd_work_group_size) */
+    const size_t want = t->sm_tiled ? (size_t)(t->sm_bq / 4) * (size_t)(t->sm_bk / 4) : 1;
+    *refit = mhla__fit_check(ctx, plan->k_softmax, want, mhla__softmax_local(&plan->cfg, t), fit);
     MHLA_FAIL_IF(st, *refit < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(softmax_attention) failed on %s",
                  ctx->device_name);
 cleanup:
@@ -62,6 +68,12 @@ mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, 
     MHLA_FORWARD_IF_ERROR(st, mhla__tuning_lookup(ctx, &plan->cfg, &plan->tuning));
     const mhla_fit_loop loop = {attempt, release_try, why_not, plan, 4};
     MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
+    if (plan->tiles.sm_tiled) { /* its group: sm_bq/4 x sm_bk/4 work-items, sm_bq queries */
+        plan->lws_softmax = (size_t)(plan->tiles.sm_bq / 4) * (size_t)(plan->tiles.sm_bk / 4);
+        *out = plan;
+        plan = NULL;
+        goto cleanup;
+    }
     /* No more query rows per group than the sequence has (rounded to the kernel's preferred multiple):
      * the rows past its end would compute scores for nothing. */
     size_t multiple = 1;
@@ -87,12 +99,16 @@ mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v,
     cl_kernel kern = plan->k_softmax;
     const float scale = plan->cfg.scale;
     const size_t local[3] = {plan->lws_softmax, 1, 1};
-    const size_t global[3] = {mhla__round_up((size_t)plan->shape.n, local[0]), (size_t)plan->shape.bh, 1};
+    /* softmax_tiled: a group per sm_bq queries; softmax_attention: a work-item per query */
+    const size_t n = (size_t)plan->shape.n, sq = (size_t)plan->tiles.sm_bq;
+    const size_t items = plan->tiles.sm_tiled ? plan->lws_softmax * ((n + sq - 1) / sq) : n;
+    const size_t global[3] = {mhla__round_up(items, local[0]), (size_t)plan->shape.bh, 1};
 
     MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(out), MHLA_ARG(plan->grid),
                   MHLA_ARG(scale), MHLA_ARG(plan->kv_grid));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 2, global, local, num_wait, wait, done,
-                                           "clEnqueueNDRangeKernel(softmax_attention)"));
+                                           plan->tiles.sm_tiled ? "clEnqueueNDRangeKernel(softmax_tiled)"
+                                                                : "clEnqueueNDRangeKernel(softmax_attention)"));
 cleanup:
     return st;
 }
@@ -109,8 +125,12 @@ static mhla_status softmax_forward(mhla_plan *plan, const cl_mem b[5], cl_uint n
 static void softmax_describe(const mhla_plan *plan, char *buf, size_t size)
 {
     const mhla_tiles *t = &plan->tiles;
-    snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", plan->tuning.origin, t->sm_vw,
-             t->sm_bk, t->sm_bq, t->sm_rows ? ", row copies" : "");
+    if (t->sm_tiled)
+        snprintf(buf, size, "%s; softmax tiled: groups of %d queries x %d keys per tile (%d work-items)",
+                 plan->tuning.origin, t->sm_bq, t->sm_bk, (t->sm_bq / 4) * (t->sm_bk / 4));
+    else
+        snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", plan->tuning.origin,
+                 t->sm_vw, t->sm_bk, t->sm_bq, t->sm_rows ? ", row copies" : "");
 }
 
 const mhla_plan_ops mhla__variant_softmax = {MHLA_VARIANT_SOFTMAX, "softmax", 0, 0, NULL, softmax_forward,

@@ -341,6 +341,13 @@ cleanup:
 
 uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t)
 {
+    if (t->sm_tiled) {
+        /* qt[DK][SQ+4], kt[DK][BK+4], vt[BK][DVP], pt[BK][SQ+4], red[SQ][BK/4], four [SQ] rows
+         * (kernels/softmax_tiled.cl) */
+        const uint64_t sq = (uint64_t)t->sm_bq, bk = (uint64_t)t->sm_bk, dk = (uint64_t)cfg->dk;
+        const uint64_t dvp = (uint64_t)up4(cfg->dv);
+        return sizeof(float) * (dk * (sq + 4) + dk * (bk + 4) + bk * dvp + bk * (sq + 4) + sq * (bk / 4) + 4 * sq);
+    }
     /* kt[DK*BK] + vt[BK*DVP] + bias[BK] floats (kernels/softmax.cl) */
     const uint64_t dvp = (uint64_t)mhla__round_up((size_t)cfg->dv, (size_t)t->sm_vw);
     return sizeof(float) * (uint64_t)t->sm_bk * ((uint64_t)cfg->dk + dvp + 1);
@@ -358,6 +365,28 @@ mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const
     x.sm_rows = t->sm_rows != 0;
     x.wg = t->wg;
     x.splits = x.split_len = 1;
+    if (t->sm_tiled) {
+        /* a group of sm_bq/4 x sm_bk/4 work-items: keys halved first (a row's work-items), then
+         * queries, until the group and its arrays fit; where even 4 x 4 do not (head dimensions of
+         * hundreds in 16 KiB), the untiled form below, whose arrays are a few rows */
+        x.sm_tiled = 1;
+        const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w; /* no more queries a group than there are */
+        x.sm_bq = min_int(tile4(t->sm_bq), up4(n)), x.sm_bk = tile4(t->sm_bk);
+        while (((size_t)(x.sm_bq / 4) * (size_t)(x.sm_bk / 4) > fit->wg ||
+                mhla__softmax_local(cfg, &x) > fit->local_bytes) &&
+               (x.sm_bk > 4 || x.sm_bq > 4)) {
+            if (x.sm_bk > 4 && x.sm_bk >= x.sm_bq / 4)
+                x.sm_bk = tile4(x.sm_bk / 2);
+            else
+                x.sm_bq = tile4(x.sm_bq / 2);
+        }
+        const size_t items = (size_t)(x.sm_bq / 4) * (size_t)(x.sm_bk / 4);
+        if (mhla__softmax_local(cfg, &x) <= fit->local_bytes && items <= fit->wg) {
+            *out = x;
+            goto cleanup;
+        }
+        x.sm_tiled = 0, x.sm_bq = t->sm_bq, x.sm_bk = round_down_to(t->sm_bk, x.sm_vw);
+    }
     /* Half the keys (still a multiple of the width), then narrower vectors, until the tiles fit. */
     while (mhla__softmax_local(cfg, &x) > fit->local_bytes && (x.sm_bk > x.sm_vw || x.sm_vw > 1)) {
         if (x.sm_bk > x.sm_vw)
@@ -511,6 +540,7 @@ enum {
     F_TLO = 1 << 20,
     F_GROUP = 1 << 21,
     F_BT = 1 << 22,
+    F_SMT = 1 << 23,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -572,6 +602,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d", t->tl_tk, t->tl_td, t->tl_tv);
     if (r & F_TLO)
         mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d", t->tl_tq, t->tl_tv, t->tl_dc);
+    if (r & F_SMT)
+        mhla__opts_add(opts, "-DSM_SQ=%d -DSM_BK=%d", t->sm_bq, t->sm_bk);
     if (r & F_BT)
         mhla__opts_add(opts, "-DBT_TQ=%d -DBT_TV=%d -DBT_DC=%d", t->bt_tq, t->bt_tv, t->bt_dc);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */

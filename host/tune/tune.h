@@ -56,6 +56,9 @@
     X(sm_bk, 1, ",")        /* softmax: keys per local-memory tile (shrunk to fit local memory) */  \
     X(sm_vw, 1, ",")        /* softmax: vector width */                                             \
     X(sm_rows, 0, ",")      /* softmax: 1 = whole tile rows per work-item, 0 = coalesced copy */    \
+    X(sm_tiled, 0, ",")     /* softmax: 1 = tiled products through local memory (softmax_tiled.cl:  \
+                               sm_bq queries per group, sm_bk keys per tile; GPUs), 0 = a query row \
+                               per work-item (softmax.cl) */                                        \
     X(dg_parts, 1, " ")     /* causal backward: bc_diag's work-items per (chunk, head), query rows  \
                                interleaved (1 on CPUs: one walks the chunk; GPUs want a work-group  \
                                of lanes) */                                                         \
@@ -139,7 +142,9 @@ typedef struct mhla_tiles {
     int gemm_rows;                      /* causal prefix blocks through CLBlast (a multiple of mix_mr) */
     int slot_pad;                       /* SLOT_PAD: causal slots padded to an odd number of 64-byte lines,
                                            where the prefix is all our kernel's (gemm_rows 0; kernels/causal.h) */
-    int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group */
+    int sm_vw, sm_bk, sm_bq, sm_rows;   /* softmax.cl: VW, BK, COPY_ROWS; query rows per group
+                                           (softmax_tiled.cl: SM_SQ = sm_bq, SM_BK = sm_bk) */
+    int sm_tiled;                       /* softmax_tiled.cl (its group: sm_bq/4 x sm_bk/4 work-items) */
     int wg;                             /* work-group size aimed at */
     int pf;                             /* PREFETCH: software prefetch in the summary (2: prefetch
                                            instructions in its sum_lk form, PoCL's CPU device) */
@@ -181,6 +186,7 @@ typedef struct mhla_tiles {
     KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
     KF(DECODER, decoder, F_SHAPE | F_SLOT | F_GROUP)                                               \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
+    KF(SOFTMAX_TILED, softmax_tiled, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SMT)                     \
     KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
     KF(BACKWARD_READOUT, backward_readout, F_SHAPE | F_BWD | F_BNT)                                \
     KF(BACKWARD_MIXING, backward_mixing, F_BWD | F_DMIX)                                           \
@@ -258,7 +264,7 @@ uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
 /* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */
 mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                 mhla_tiles *out);
-/* Local memory the softmax kernel's arrays take. */
+/* Local memory the softmax kernel's arrays take (either form, as tiles.sm_tiled says). */
 uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t);
 /* The backward's read-outs (kernels/backward_readout.cl, and the causal form's other kernels):
  * bwd_* over the plan's tiles in *out, vector widths and tokens per work-item within t->bwd_acc. */

@@ -738,6 +738,7 @@ static void test_flags_are_read(void **state)
         [MHLA_KF_BACKWARD_MIXING] = "backward_mixing", [MHLA_KF_BACKWARD_CAUSAL] = "backward_causal",
         [MHLA_KF_BACKWARD_CAUSAL_READOUT] = "backward_causal_readout", [MHLA_KF_SUMMARY_TILED] = "summary_tiled",
         [MHLA_KF_OUTPUT_TILED] = "output_tiled", [MHLA_KF_BACKWARD_TILED] = "backward_tiled",
+        [MHLA_KF_SOFTMAX_TILED] = "softmax_tiled",
     };
     mhla_config cfg;
     mhla_tiles x;
