@@ -168,7 +168,7 @@ static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64
     free_context(ctx);
 }
 
-static void expect_softmax(const fake_device *d, uint64_t local, int vw, int bk, int bq, int rows,
+static void expect_softmax(const fake_device *d, uint64_t local, int tiled, int vw, int bk, int bq, int rows,
                            uint64_t bytes)
 {
     mhla_context *ctx = fake_context(d, 1024, local);
@@ -178,9 +178,9 @@ static void expect_softmax(const fake_device *d, uint64_t local, int vw, int bk,
     mhla__fit_init(ctx, &fit);
     mhla_tiles x;
     assert_int_equal(mhla__tiles_softmax(ctx, &cfg, &t, &fit, &x), MHLA_OK);
-    if (x.sm_vw != vw || x.sm_bk != bk || x.sm_bq != bq || x.sm_rows != rows)
-        fail_msg("%s, %llu bytes: softmax VW %d BK %d BQ %d rows %d; expected %d %d %d %d", d->name,
-                 (unsigned long long)local, x.sm_vw, x.sm_bk, x.sm_bq, x.sm_rows, vw, bk, bq, rows);
+    if (x.sm_tiled != tiled || x.sm_vw != vw || x.sm_bk != bk || x.sm_bq != bq || x.sm_rows != rows)
+        fail_msg("%s, %llu bytes: softmax tiled %d VW %d BK %d BQ %d rows %d; expected %d %d %d %d %d", d->name,
+                 (unsigned long long)local, x.sm_tiled, x.sm_vw, x.sm_bk, x.sm_bq, x.sm_rows, tiled, vw, bk, bq, rows);
     assert_int_equal(mhla__softmax_local(&cfg, &x), bytes);
     free_context(ctx);
 }
@@ -234,9 +234,9 @@ static void test_cpu_row_d64(void **state)
     const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480};
     expect_causal(&avx512, 4096, 65536, 64, 64, &wide);
 
-    expect_softmax(&haswell, 65536, 8, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
-    expect_softmax(&haswell, 32768, 8, 32, 256, 1, 4 * 32 * (64 + 64 + 1));
-    expect_softmax(&avx512, 65536, 16, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
+    expect_softmax(&haswell, 65536, 0, 8, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
+    expect_softmax(&haswell, 32768, 0, 8, 32, 256, 1, 4 * 32 * (64 + 64 + 1));
+    expect_softmax(&avx512, 65536, 0, 16, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
 }
 
 /* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 128 tokens and the
@@ -303,8 +303,10 @@ static void test_gpu_row_d64(void **state)
     const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480};
     expect_causal(&llvmpipe, 1024, 32768, 64, 64, &lp);
 
-    expect_softmax(&gpu, 65536, 4, 16, 64, 0, 4 * 16 * (64 + 64 + 1));
-    expect_softmax(&llvmpipe, 32768, 4, 16, 64, 0, 4 * 16 * (64 + 64 + 1));
+    /* softmax_tiled.cl: 64 queries x 16 keys, qt, kt, vt, pt, the row parts and the four rows */
+    expect_softmax(&gpu, 65536, 1, 4, 16, 64, 0,
+                   4 * (64 * 68 + 64 * 20 + 16 * 64 + 16 * 68 + 64 * 4 + 4 * 64));
+    expect_softmax(&llvmpipe, 32768, 0, 4, 16, 64, 0, 4 * 16 * (64 + 64 + 1));
 
     /* rusticl's built output kernel allows 32 work-items (mhla__fit_check tightens the fit): tokens
      * halve to 8 per group. */
@@ -543,7 +545,16 @@ static void test_sweep(void **state)
                     const mhla_status ss = mhla__tiles_softmax(ctx, &cfg, &t, &fit, &x);
                     const uint64_t least_sm = (uint64_t)(dk + dv + 1) * sizeof(float); /* one key, scalars */
                     CHECK_RULE(ss == (least_sm <= fit.local_bytes ? MHLA_OK : MHLA_ERR_UNSUPPORTED));
-                    if (ss == MHLA_OK) {
+                    if (ss == MHLA_OK && x.sm_tiled) { /* softmax_tiled.cl: its group and arrays fit */
+                        CHECK_RULE(t.sm_tiled && x.sm_bq % 4 == 0 && x.sm_bk % 4 == 0);
+                        CHECK_RULE(x.sm_bq >= 4 && x.sm_bq <= t.sm_bq && x.sm_bk >= 4 && x.sm_bk <= t.sm_bk);
+                        CHECK_RULE((size_t)(x.sm_bq / 4) * (size_t)(x.sm_bk / 4) <= fit.wg);
+                        const uint64_t sq = (uint64_t)x.sm_bq, bk = (uint64_t)x.sm_bk, dvp = (uint64_t)(dv + 3) / 4 * 4;
+                        const uint64_t sl = mhla__softmax_local(&cfg, &x);
+                        CHECK_RULE(sl == sizeof(float) * ((uint64_t)dk * (sq + 4) + (uint64_t)dk * (bk + 4) + bk * dvp +
+                                                          bk * (sq + 4) + sq * (bk / 4) + 4 * sq));
+                        CHECK_RULE(sl <= fit.local_bytes);
+                    } else if (ss == MHLA_OK) {
                         CHECK_RULE(is_pow2(x.sm_vw) && x.sm_vw <= t.sm_vw);
                         CHECK_RULE(x.sm_bk >= x.sm_vw && x.sm_bk % x.sm_vw == 0 && x.sm_bk <= t.sm_bk);
                         const uint64_t dvp = (uint64_t)((dv + x.sm_vw - 1) / x.sm_vw * x.sm_vw);
