@@ -54,10 +54,13 @@ typedef struct tuning_row {
  *   block is split only where that doubles the groups: its partial summaries cost traffic); on the
  *   H100 the forward 2.0x faster than the untiled kernels at N = 16384 (docs/tuning-notes.md "On
  *   GPUs"). Where M x segments is at most 16 (N = 1024 at the bench's M) the read-out mixes the
- *   summaries itself, one launch fewer (tl_fuse; not yet run on a GPU). Softmax: float4 loads from
- *   local memory, 16-key tiles so that the private score row stays in registers (the layout of
- *   llama.cpp's OpenCL flash attention), coalesced tile copies; the backward's read-outs keep 8
- *   accumulator vectors (bwd_acc: 32 floats) per work-item.
+ *   summaries itself, one launch fewer (tl_fuse; not yet run on a GPU). The non-causal backward's
+ *   read-outs and gradient summaries run tiled too (bt_tq: groups of 64 tokens x a Dk-wide row, 16
+ *   dimensions a local tile; not yet run on a GPU). Softmax runs tiled (sm_tiled, softmax_tiled.cl:
+ *   groups of 64 queries, 16-key tiles, each product a 4 x 4 register tile per work-item through
+ *   local memory; not yet run on a GPU: softmax.cl's one query row per work-item ran at 20% of the
+ *   H100's peak probe). The causal backward's read-outs keep 8 accumulator vectors (bwd_acc: 32
+ *   floats) per work-item.
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
  *   (256 bits), like a GPU; it reports a float width of 1.
  * - Anything else (phones' GPUs among them): GPU-like choices with smaller tiles, the tiled forward
