@@ -107,11 +107,8 @@ static void test_forced_tiles(void **state)
         expect_close(ctx, &cfg, (uint32_t)(100 + i * 2 + (i % 2)), -1.0f, 1.0f, label);
     }
     /* A key tile beyond local memory (1 MiB on PoCL, 32-64 KiB on GPUs) is shrunk to fit, staying
-     * a multiple of the vector width (1000 -> 500 keys with PoCL's 1 MiB); the tiled form's group
-     * shrinks to the work-group limit too (1000 keys: 250 key quads a row). */
-    assert_int_equal(setenv("MHLA_TUNING", "sm_tiled=1,sm_bq=64,sm_bk=1000", 1), 0);
-    mhla_config wide = config_1d(1, 1, 45, 1, 96, 40);
-    expect_close(ctx, &wide, 121, -1.0f, 1.0f, "tiled, 1000-key tile shrunk to the group limit");
+     * a multiple of the vector width (1000 -> 500 keys with PoCL's 1 MiB). (The tiled form's
+     * shrinking: test_tiled_limits.) */
     assert_int_equal(setenv("MHLA_TUNING", "sm_bq=16,sm_bk=1000,sm_vw=4,sm_rows=0", 1), 0);
     mhla_config big = config_1d(1, 1, 45, 1, 256, 256);
     expect_close(ctx, &big, 120, -1.0f, 1.0f, "1000-key tile shrunk to local memory");
