@@ -91,14 +91,9 @@ __attribute__((always_inline)) inline void bt_product(const int kind, global con
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done with xl and wl */
         #pragma unroll
         for (int j = 0; j < BT_PX; ++j) { /* transposed: dimension-major, 4 tokens a float4 */
-            const int i = lid + j * BT_WG, t = i / BT_QC, d = 4 * (i - t * BT_QC);
-            if (i < BT_TQ * BT_QC) {
-                local float *col = (local float *)xl + t;
-                col[(d + 0) * 4 * BT_LQ] = xr[j].s0;
-                col[(d + 1) * 4 * BT_LQ] = xr[j].s1;
-                col[(d + 2) * 4 * BT_LQ] = xr[j].s2;
-                col[(d + 3) * 4 * BT_LQ] = xr[j].s3;
-            }
+            const int i = lid + j * BT_WG, t = i / BT_QC;
+            if (i < BT_TQ * BT_QC)
+                tiled_put_column(xl, BT_LQ, 4 * (i - t * BT_QC), t, xr[j]);
         }
         #pragma unroll
         for (int j = 0; j < BT_PW; ++j) {
@@ -109,12 +104,8 @@ __attribute__((always_inline)) inline void bt_product(const int kind, global con
                 const int d = i / BT_QV;
                 wl[d * BT_LW + (i - d * BT_QV)] = wr[j];
             } else { /* a summary row's 4 values: one column of 4 rows of w */
-                const int c = i / BT_QC, d = 4 * (i - c * BT_QC);
-                local float *col = (local float *)wl + c;
-                col[(d + 0) * 4 * BT_LW] = wr[j].s0;
-                col[(d + 1) * 4 * BT_LW] = wr[j].s1;
-                col[(d + 2) * 4 * BT_LW] = wr[j].s2;
-                col[(d + 3) * 4 * BT_LW] = wr[j].s3;
+                const int c = i / BT_QC;
+                tiled_put_column(wl, BT_LW, 4 * (i - c * BT_QC), c, wr[j]);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

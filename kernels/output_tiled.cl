@@ -104,14 +104,9 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done with ql, sl and zl */
         #pragma unroll
         for (int j = 0; j < TL_PQ; ++j) { /* transposed: dimension-major, 4 tokens a float4 */
-            const int i = lid + j * TL_WG, t = i / TL_QC, d = 4 * (i - t * TL_QC);
-            if (i < TL_TQ * TL_QC) {
-                local float *col = (local float *)ql + t;
-                col[(d + 0) * 4 * TL_LQ] = qr[j].s0;
-                col[(d + 1) * 4 * TL_LQ] = qr[j].s1;
-                col[(d + 2) * 4 * TL_LQ] = qr[j].s2;
-                col[(d + 3) * 4 * TL_LQ] = qr[j].s3;
-            }
+            const int i = lid + j * TL_WG, t = i / TL_QC;
+            if (i < TL_TQ * TL_QC)
+                tiled_put_column(ql, TL_LQ, 4 * (i - t * TL_QC), t, qr[j]);
         }
         #pragma unroll
         for (int j = 0; j < TL_PS; ++j)

@@ -105,11 +105,7 @@ kernel void softmax_tiled(global const STORE_T *restrict q, global const STORE_T
             const int row = 4 * rq + r;
             const float4 p = exp(sc[r] - row_shift[row]);
             red[row * SM_CQ + cq] = (p.s0 + p.s1) + (p.s2 + p.s3);
-            local float *col = (local float *)pt + row;
-            col[(4 * cq + 0) * 4 * SM_LQ] = p.s0;
-            col[(4 * cq + 1) * 4 * SM_LQ] = p.s1;
-            col[(4 * cq + 2) * 4 * SM_LQ] = p.s2;
-            col[(4 * cq + 3) * 4 * SM_LQ] = p.s3;
+            tiled_put_column(pt, SM_LQ, 4 * cq, row, p); /* keys 4 cq.. of this query */
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int r = lid; r < SM_SQ; r += SM_WG) {

@@ -99,6 +99,18 @@ void tiled_store(const float4 x, global STORE_T *row, const int left, const int 
 #endif
 }
 
+/* x's four values into rows d..d+3 at column `col` (in floats) of a local array whose rows are
+ * `row4` float4: a piece of a token's row stored transposed, so that one float4 read of a row then
+ * serves 4 tokens (the read-outs' tiles of q~, dO, v or k~, and a summary's rows read transposed). */
+void tiled_put_column(local float4 *a, const int row4, const int d, const int col, const float4 x)
+{
+    local float *c = (local float *)a + col;
+    c[(d + 0) * 4 * row4] = x.s0;
+    c[(d + 1) * 4 * row4] = x.s1;
+    c[(d + 2) * 4 * row4] = x.s2;
+    c[(d + 3) * 4 * row4] = x.s3;
+}
+
 /* acc += a b^T for a work-item's 4 x 4 tile: the rows of a (4 key rows, or 4 tokens) times the row b
  * (4 columns) read from local memory once per step. */
 void tiled_mad4x4(float4 acc[4], const float4 a, const float4 b)

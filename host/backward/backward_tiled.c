@@ -91,14 +91,7 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv;
     const size_t scols = (size_t)plan->shape.bh_kv * (size_t)c->dk * (size_t)plan->shape.summary_cols;
 
-    { /* Mc^T for dS, beside dq's read-out */
-        const cl_int lda = m_kv;
-        const size_t ext[3] = {(size_t)m, (size_t)m_kv, 1}, local[3] = {1, 1, 1};
-        MHLA_SET_ARGS(st, ctx, b->k_transpose, 0, MHLA_ARG(mixing), MHLA_ARG(b->mix_t), MHLA_ARG(m), MHLA_ARG(m_kv),
-                      MHLA_ARG(lda));
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_transpose, 2, ext, local, 0, NULL, NULL,
-                                               "clEnqueueNDRangeKernel(bwd_transpose)"));
-    }
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_mixing_transpose(plan, b, mixing)); /* for dS, beside dq's read-out */
     MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(plan->mixed), MHLA_ARG(dq),
                   MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps), MHLA_ARG(scale),
                   MHLA_ARG(eps));
