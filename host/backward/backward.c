@@ -194,20 +194,6 @@ static void describe(const mhla_bwd *b, char *buf, size_t size)
                  t->bwd_vv);
 }
 
-mhla_status mhla__backward_mixing_transpose(mhla_plan *plan, mhla_bwd *b, cl_mem mixing)
-{
-    mhla_status st = MHLA_OK;
-    mhla_context *ctx = plan->ctx;
-    const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv, lda = m_kv;
-    const size_t ext[3] = {(size_t)m, (size_t)m_kv, 1}, local[3] = {1, 1, 1};
-    MHLA_SET_ARGS(st, ctx, b->k_transpose, 0, MHLA_ARG(mixing), MHLA_ARG(b->mix_t), MHLA_ARG(m), MHLA_ARG(m_kv),
-                  MHLA_ARG(lda));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_transpose, 2, ext, local, 0, NULL, NULL,
-                                           "clEnqueueNDRangeKernel(bwd_transpose)"));
-cleanup:
-    return st;
-}
-
 mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)
 {
     mhla_status st = MHLA_OK;

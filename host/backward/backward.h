@@ -100,7 +100,7 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
 mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                    cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,
                                    const cl_event *wait);
-/* b->mix_t = Mc^T (M_kv x M), for dS = Mc^T G (bwd_transpose; backward/backward.c). */
+/* b->mix_t = Mc^T (M_kv x M), for dS = Mc^T G (bwd_transpose; backward/dmixing.c). */
 mhla_status mhla__backward_mixing_transpose(mhla_plan *plan, mhla_bwd *b, cl_mem mixing);
 /* Tiled plans (backward/backward_tiled.c): the tiled read-outs and gradient summaries where the
  * tuning asks for them and they fit (else tiles.bt_tq is 0 and nothing is made), and the stages

@@ -1,5 +1,6 @@
-/* What both backward forms share: a workspace buffer counted in the plan's, and dMc[i,b] = <A_i, B_b>
- * in a fixed order (kernels/backward_mixing.cl: partial sums per chunk of the rows, then their sum). */
+/* What the backward forms share: a workspace buffer counted in the plan's, dMc[i,b] = <A_i, B_b> in a
+ * fixed order (kernels/backward_mixing.cl: partial sums per chunk of the rows, then their sum), and
+ * Mc^T for the non-causal forms' dS = Mc^T G. */
 #include "backward/backward.h"
 
 mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out)
@@ -56,6 +57,20 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
                   MHLA_ARG(ldo), MHLA_ARG(accumulate));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmix_reduce, 2, rext, rlocal, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing_reduce)"));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_mixing_transpose(mhla_plan *plan, mhla_bwd *b, cl_mem mixing)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv, lda = m_kv;
+    const size_t ext[3] = {(size_t)m, (size_t)m_kv, 1}, local[3] = {1, 1, 1};
+    MHLA_SET_ARGS(st, ctx, b->k_transpose, 0, MHLA_ARG(mixing), MHLA_ARG(b->mix_t), MHLA_ARG(m), MHLA_ARG(m_kv),
+                  MHLA_ARG(lda));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_transpose, 2, ext, local, 0, NULL, NULL,
+                                           "clEnqueueNDRangeKernel(bwd_transpose)"));
 cleanup:
     return st;
 }
