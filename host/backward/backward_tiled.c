@@ -53,14 +53,14 @@ mhla_status mhla__backward_tiled_setup(mhla_plan *plan, mhla_bwd *b)
         return MHLA_OK;
     mhla_fit fit;
     mhla__fit_init(plan->ctx, &fit);
-    for (int tries = 0; tries < 6; ++tries) { /* each try at least halves a group: a few suffice */
-        int refit = 0;
-        MHLA_FORWARD_IF_ERROR(st, readouts_build(plan, b, &fit, &refit));
-        if (b->tiles.bt_tq == 0 || !refit)
-            break;
+    int refit = 1;
+    for (int tries = 0; tries < 6 && refit; ++tries) { /* each try at least halves a group: a few suffice */
         readouts_release(b);
+        MHLA_FORWARD_IF_ERROR(st, readouts_build(plan, b, &fit, &refit));
+        if (b->tiles.bt_tq == 0)
+            break;
     }
-    if (b->k_dq_tiled && b->tiles.bt_tq > 0)
+    if (!refit && b->tiles.bt_tq > 0) /* fitted (else none fits, or still too large after the tries) */
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, 1, &b->k_gsum));
     if (!b->k_gsum) { /* the untiled backward, whole */
         readouts_release(b);

@@ -97,8 +97,11 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
     cl_command_queue queue = ctx->queue;
     CLBlastStatusCode s;
     blas_used(ctx);
-    cl_event own = NULL; /* kernel profiling (core/profile.c) wants the GEMM's event */
-    if (!ev && ctx->kprof_on)
+    /* kernel profiling (core/profile.c) wants the GEMM's event; read once (another thread may turn it
+     * on or off meanwhile) */
+    const int profile = ctx->kprof_on;
+    cl_event own = NULL;
+    if (!ev && profile)
         ev = &own;
     if (temp)
         s = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
@@ -108,7 +111,7 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
                          b, b_off, ldb, beta, c, c_off, ldc, &queue, ev);
     if (s != CLBlastSuccess)
         st = fail_blas(ctx, s, "CLBlastSgemm", __FILE__, __LINE__);
-    else if (ctx->kprof_on && *ev && (ev == &own || clRetainEvent(*ev) == CL_SUCCESS))
+    else if (profile && *ev && (ev == &own || clRetainEvent(*ev) == CL_SUCCESS))
         mhla__kprof_record(ctx, "CLBlastSgemm", *ev);
     return st;
 }

@@ -147,7 +147,7 @@ struct mhla_context {
     /* mhla_context_profile_kernels() (core/profile.c): while kprof_on, every kernel the library
      * enqueues, with its event; guarded by kprof_lock (threads share the queue) */
     mhla_mutex kprof_lock;
-    int kprof_on;
+    atomic_int kprof_on; /* read without the lock by every launch */
     struct mhla_kprof_rec *kprof;
     size_t kprof_n, kprof_cap, kprof_dropped;
     cl_int last_cl_error;
