@@ -106,6 +106,13 @@ static void write_decode(FILE *f, const bench_report *rep)
     }
 }
 
+/* The line after p's (its end: the text's end where p's is the last). */
+static const char *next_line(const char *p)
+{
+    const char *nl = strchr(p, '\n');
+    return nl ? nl + 1 : p + strlen(p);
+}
+
 /* --kernels: each row's kernels, by device time, with their share of the row's run. */
 static void write_kernels(FILE *f, const bench_report *rep)
 {
@@ -113,27 +120,21 @@ static void write_kernels(FILE *f, const bench_report *rep)
         const bench_row *r = &rep->rows[i];
         if (!r->kernels[0])
             continue;
-        char shape[64];
+        char shape[64], name[128];
+        unsigned long calls = 0;
+        double ms = 0.0, total = 0.0;
         bench_shape_label(&r->shape, shape, sizeof shape);
-        double total = 0.0;
-        for (const char *p = r->kernels; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
-            char name[128];
-            unsigned long calls = 0;
-            double ms = 0.0;
+        for (const char *p = r->kernels; *p; p = next_line(p))
             if (sscanf(p, "%127s %lu %lf", name, &calls, &ms) == 3)
                 total += ms;
-        }
         fprintf(f, "\nkernels of %s %s, H=%lld Dk=%lld Dv=%lld (one run; device ms, calls, share):\n",
                 bench_op_get(r->op)->name, shape, (long long)r->shape.heads, (long long)r->shape.dk,
                 (long long)r->shape.dv);
-        for (const char *p = r->kernels; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
-            char name[128];
-            unsigned long calls = 0;
-            double ms = 0.0;
+        for (const char *p = r->kernels; *p; p = next_line(p)) {
             if (sscanf(p, "%127s %lu %lf", name, &calls, &ms) == 3)
                 fprintf(f, "  %-28s %10.4f %5lu %5.1f%%\n", name, ms, calls, total > 0 ? 100.0 * ms / total : 0.0);
-            else
-                fprintf(f, "  %.*s\n", (int)(strchr(p, '\n') ? strchr(p, '\n') - p : (long)strlen(p)), p);
+            else /* an untimed kernel, or the dropped launches' line: as the library wrote it */
+                fprintf(f, "  %.*s\n", (int)strcspn(p, "\n"), p);
         }
         fprintf(f, "  %-28s %10.4f\n", "(sum of kernels)", total);
     }

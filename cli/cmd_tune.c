@@ -555,9 +555,10 @@ static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best,
 
 /* Why the confirmed timings (fwd[], bwd[]: built-in, tuned; bwd only when `backward`, the backward
  * confirmed on: 3 causal, 4 non-causal) do not earn the entry its place, or NULL to store it:
- * faster over the forward, or over that backward when a backward field changed, and the other not slower by more than the margin (a training
- * step runs both, and a loss within the noise is none). An entry of backward fields alone must be
- * faster over the backward: its forward builds the same kernels, and any difference is noise. */
+ * faster over the forward, or over that backward when a backward field changed, and the other not
+ * slower by more than the margin (a training step runs both, and a loss within the noise is none).
+ * An entry of backward fields alone must be faster over the backward: its forward builds the same
+ * kernels, and any difference is noise. */
 static const char *not_stored_why(const double fwd[2], const double bwd[2], int backward, int forward_fields,
                                   char *buf, size_t size)
 {

@@ -23,7 +23,7 @@ static mhla_status attempt(void *arg, mhla_fit *fit, int *refit)
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, t->sm_tiled ? "softmax_tiled" : "softmax_attention",
                                                   &plan->k_softmax));
     /* the tiled form is built for exactly its group (reqd_work_group_size) */
-    const size_t want = t->sm_tiled ? (size_t)(t->sm_bq / 4) * (size_t)(t->sm_bk / 4) : 1;
+    const size_t want = t->sm_tiled ? mhla__softmax_tiled_wg(t) : 1;
     *refit = mhla__fit_check(ctx, plan->k_softmax, want, mhla__softmax_local(&plan->cfg, t), fit);
     MHLA_FAIL_IF(st, *refit < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(softmax_attention) failed on %s",
                  ctx->device_name);
@@ -69,7 +69,7 @@ mhla_status mhla_softmax_plan_create(mhla_context *ctx, const mhla_config *cfg, 
     const mhla_fit_loop loop = {attempt, release_try, why_not, plan, 4};
     MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
     if (plan->tiles.sm_tiled) { /* its group: sm_bq/4 x sm_bk/4 work-items, sm_bq queries */
-        plan->lws_softmax = (size_t)(plan->tiles.sm_bq / 4) * (size_t)(plan->tiles.sm_bk / 4);
+        plan->lws_softmax = mhla__softmax_tiled_wg(&plan->tiles);
         *out = plan;
         plan = NULL;
         goto cleanup;
@@ -126,8 +126,8 @@ static void softmax_describe(const mhla_plan *plan, char *buf, size_t size)
 {
     const mhla_tiles *t = &plan->tiles;
     if (t->sm_tiled)
-        snprintf(buf, size, "%s; softmax tiled: groups of %d queries x %d keys per tile (%d work-items)",
-                 plan->tuning.origin, t->sm_bq, t->sm_bk, (t->sm_bq / 4) * (t->sm_bk / 4));
+        snprintf(buf, size, "%s; softmax tiled: groups of %d queries x %d keys per tile (%zu work-items)",
+                 plan->tuning.origin, t->sm_bq, t->sm_bk, mhla__softmax_tiled_wg(t));
     else
         snprintf(buf, size, "%s; softmax %d-wide, %d keys per tile, %d query rows%s", plan->tuning.origin,
                  t->sm_vw, t->sm_bk, t->sm_bq, t->sm_rows ? ", row copies" : "");

@@ -339,6 +339,8 @@ cleanup:
     return st;
 }
 
+size_t mhla__softmax_tiled_wg(const mhla_tiles *t) { return (size_t)(t->sm_bq / 4) * (size_t)(t->sm_bk / 4); }
+
 uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t)
 {
     if (t->sm_tiled) {
@@ -372,16 +374,14 @@ mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const
         x.sm_tiled = 1;
         const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w; /* no more queries a group than there are */
         x.sm_bq = min_int(tile4(t->sm_bq), up4(n)), x.sm_bk = tile4(t->sm_bk);
-        while (((size_t)(x.sm_bq / 4) * (size_t)(x.sm_bk / 4) > fit->wg ||
-                mhla__softmax_local(cfg, &x) > fit->local_bytes) &&
+        while ((mhla__softmax_tiled_wg(&x) > fit->wg || mhla__softmax_local(cfg, &x) > fit->local_bytes) &&
                (x.sm_bk > 4 || x.sm_bq > 4)) {
             if (x.sm_bk > 4 && x.sm_bk >= x.sm_bq / 4)
                 x.sm_bk = tile4(x.sm_bk / 2);
             else
                 x.sm_bq = tile4(x.sm_bq / 2);
         }
-        const size_t items = (size_t)(x.sm_bq / 4) * (size_t)(x.sm_bk / 4);
-        if (mhla__softmax_local(cfg, &x) <= fit->local_bytes && items <= fit->wg) {
+        if (mhla__softmax_local(cfg, &x) <= fit->local_bytes && mhla__softmax_tiled_wg(&x) <= fit->wg) {
             *out = x;
             goto cleanup;
         }

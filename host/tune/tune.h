@@ -264,6 +264,8 @@ uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
 /* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */
 mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                 mhla_tiles *out);
+/* Work-items of softmax_tiled.cl's group: sm_bq/4 query quads x sm_bk/4 key quads. */
+size_t mhla__softmax_tiled_wg(const mhla_tiles *t);
 /* Local memory the softmax kernel's arrays take (either form, as tiles.sm_tiled says). */
 uint64_t mhla__softmax_local(const mhla_config *cfg, const mhla_tiles *t);
 /* The backward's read-outs (kernels/backward_readout.cl, and the causal form's other kernels):
