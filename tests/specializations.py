@@ -27,52 +27,9 @@ def run_spec(spec, extra_env=None, **kwargs):
     return subprocess.run([exe] + args, env=env, **kwargs)
 
 
-def _share_key(programs):
-    """What the collected set depends on: the program specs, the environment they start from (MHLA_*
-    and POCL_* but the per-test cache folder), and the times of the programs and of the library
-    beside them (BUILD/host/libmhla*, which embeds the kernels)."""
-    parts = list(programs)
-    parts += sorted("%s=%s" % (k, v) for k, v in os.environ.items()
-                    if k.startswith(("MHLA_", "POCL_")) and k not in ("MHLA_CACHE_DIR", "MHLA_SPEC_SHARE"))
-    paths = []
-    for spec in programs:
-        exe = os.path.abspath(spec.split(" ")[0].split("@")[0])
-        host = os.path.join(os.path.dirname(os.path.dirname(exe)), "host")
-        libs = sorted(os.path.join(host, f) for f in os.listdir(host) if f.startswith("libmhla")) \
-            if os.path.isdir(host) else []
-        paths += [p for p in [exe] + libs if p not in paths]
-    parts += ["%s %d" % (path, os.stat(path).st_mtime_ns) for path in paths]
-    return "\n".join(parts)
-
-
 def collect(programs, tool):
     """Runs each program spec with MHLA_DUMP_PROGRAMS; returns the set of (kernel, options).
-    A program that fails ends the calling test (exit 1, its stderr shown). With MHLA_SPEC_SHARE=PATH
-    (tests/meson.build: kernels_clang and device_build_log, which start together and collect from the
-    same programs) the first to come collects and stores the set at PATH under a lock, keyed by the
-    programs and their build times; the other waits for the lock and reads it."""
-    share = os.environ.get("MHLA_SPEC_SHARE")
-    if not share:
-        return _collect(programs, tool)
-    import fcntl
-    key = _share_key(programs)
-    with open(share + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            with open(share, encoding="utf-8") as f:
-                stored_key, _, body = f.read().partition("\n\n")
-            if stored_key == key:
-                return {tuple(line.split("\t", 1)) for line in body.splitlines() if "\t" in line}
-        except OSError:
-            pass
-        specs = _collect(programs, tool)
-        with open(share + ".tmp", "w", encoding="utf-8") as f:
-            f.write(key + "\n\n" + "".join("%s\t%s\n" % spec for spec in sorted(specs)))
-        os.replace(share + ".tmp", share)
-        return specs
-
-
-def _collect(programs, tool):
+    A program that fails ends the calling test (exit 1, its stderr shown)."""
     fd, dump = tempfile.mkstemp(prefix="mhla-programs-")
     os.close(fd)
     try:
