@@ -539,12 +539,14 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
     if ((st = test_inputs_make(cfg, init, seed, &in)) != MHLA_OK)
         return st;
     const int half = cfg->dtype != MHLA_DTYPE_F32;
-    out = nan_floats(in.nv);
-    ref = malloc(in.nv * sizeof *ref);
+    /* the output has the query side's tokens and heads: cross-attention and grouped key/value heads
+     * have other counts in k and v */
+    out = nan_floats(in.no);
+    ref = malloc(in.no * sizeof *ref);
     if (half) {
-        q16 = malloc(in.nq * 2), k16 = malloc(in.nq * 2);
-        v16 = malloc(in.nv * 2), o16 = malloc(in.nv * 2);
-        for (size_t i = 0; o16 && i < in.nv; ++i)
+        q16 = malloc(in.nq * 2), k16 = malloc(in.nk * 2);
+        v16 = malloc(in.nv * 2), o16 = malloc(in.no * 2);
+        for (size_t i = 0; o16 && i < in.no; ++i)
             o16[i] = 0x7FFF; /* NaN as f16 and bf16 */
     }
     if (!out || !ref || (half && (!q16 || !k16 || !v16 || !o16))) {
@@ -552,20 +554,20 @@ mhla_status run_against_reference(mhla_context *ctx, const mhla_config *cfg, mhl
         goto cleanup;
     }
     round_to_storage(cfg->dtype, in.q, q16, in.nq);
-    round_to_storage(cfg->dtype, in.k, k16, in.nq);
+    round_to_storage(cfg->dtype, in.k, k16, in.nk);
     round_to_storage(cfg->dtype, in.v, v16, in.nv);
     if ((st = mhla_plan_create(ctx, cfg, &plan)) != MHLA_OK)
         goto cleanup;
     if (half) {
         if ((st = mhla_forward_host(plan, q16, k16, v16, in.mix, o16)) != MHLA_OK)
             goto cleanup;
-        mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o16, in.nv);
+        mhla_convert(MHLA_DTYPE_F32, out, cfg->dtype, o16, in.no);
     } else if ((st = mhla_forward_host(plan, in.q, in.k, in.v, in.mix, out)) != MHLA_OK) {
         goto cleanup;
     }
     if ((st = mhla_reference_forward(cfg, in.q, in.k, in.v, in.mix, ref)) != MHLA_OK)
         goto cleanup;
-    *err = finite_rel_err(out, ref, in.nv, "output");
+    *err = finite_rel_err(out, ref, in.no, "output");
     if (out_keep) {
         *out_keep = out;
         out = NULL;

@@ -169,6 +169,33 @@ static void test_larger_mixing(void **state)
 /* Exact causality, without the reference: poisoning every token from t on (NaN in q, k and v,
  * Inf in some v) leaves the outputs of tokens before t bit for bit unchanged, including the
  * tokens of t's own chunk and the prefix mixtures of later chunks never leak backwards. */
+/* NaN in q and k and NaN or Inf in v from token `cut` on (every head) change nothing before it:
+ * those outputs are finite and bit-equal to `base` (the plan's output for `in`), and every later
+ * one is NaN. */
+static void expect_cut_exact(mhla_plan *plan, const mhla_config *cfg, uint32_t seed, int64_t cut, const float *base,
+                             const char *label)
+{
+    const int64_t N = cfg->seq_t, width = cfg->heads * cfg->dk, vwidth = cfg->heads * cfg->dv;
+    test_inputs bad;
+    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &bad), MHLA_OK);
+    float *out = nan_floats(bad.no);
+    assert_non_null(out);
+    for (int64_t t = cut; t < N; ++t) { /* batch 1 */
+        for (int64_t x = 0; x < width; ++x)
+            bad.q[t * width + x] = bad.k[t * width + x] = NAN;
+        for (int64_t x = 0; x < vwidth; ++x)
+            bad.v[t * vwidth + x] = x % 3 ? NAN : INFINITY;
+    }
+    assert_int_equal(mhla_forward_host(plan, bad.q, bad.k, bad.v, bad.mix, out), MHLA_OK);
+    const size_t before = (size_t)(cut * vwidth);
+    for (size_t x = 0; x < bad.no; ++x)
+        if (x < before ? !(isfinite(out[x]) && memcmp(&out[x], &base[x], sizeof *out) == 0) : !isnan(out[x]))
+            fail_msg("%s, NaN/Inf from token %lld on: output %zu (token %lld) is %g, %s", label, (long long)cut, x,
+                     (long long)(x / (size_t)vwidth), out[x], x < before ? "not the clean run's" : "not NaN");
+    free(out);
+    test_inputs_free(&bad);
+}
+
 static void test_causality_exact(void **state)
 {
     mhla_context *ctx = *state;
@@ -179,32 +206,66 @@ static void test_causality_exact(void **state)
         cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
         test_inputs in;
         assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 90, &in), MHLA_OK);
-        float *base = nan_floats(in.nv), *cut = nan_floats(in.nv);
-        assert_non_null(base), assert_non_null(cut);
+        float *base = nan_floats(in.no);
+        assert_non_null(base);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
         assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, base), MHLA_OK);
-        for (size_t c = 0; c < 3; ++c) {
-            test_inputs bad;
-            assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 90, &bad), MHLA_OK);
-            for (int64_t t = cuts[c]; t < N; ++t)
-                for (int64_t x = 0; x < H * D; ++x) {
-                    bad.q[t * H * D + x] = NAN;
-                    bad.k[t * H * D + x] = NAN;
-                    bad.v[t * H * D + x] = x % 3 ? NAN : INFINITY;
-                }
-            assert_int_equal(mhla_forward_host(plan, bad.q, bad.k, bad.v, bad.mix, cut), MHLA_OK);
-            const size_t before = (size_t)(cuts[c] * H * D);
-            assert_memory_equal(base, cut, before * sizeof *base);
-            for (size_t x = 0; x < before; ++x)
-                assert_true(isfinite(cut[x]));
-            for (size_t x = before; x < in.nv; ++x)
-                assert_true(isnan(cut[x]));
-            test_inputs_free(&bad);
-        }
+        for (size_t c = 0; c < 3; ++c)
+            expect_cut_exact(plan, &cfg, 90, cuts[c], base, paper ? "paper" : "none");
         mhla_plan_destroy(plan);
         test_inputs_free(&in);
-        free(base), free(cut);
+        free(base);
+    }
+}
+
+/* The GPU rows' tiled read-out (causal_tiled.cl) under the limits of the devices it is for
+ * (MHLA_LIMITS: its group and arrays are fitted to what the context holds): a phone's 64-wide
+ * groups and 16 KiB at head dimensions 64 (the group shrinks; the paper normalizer, and NaN and Inf
+ * from mid-chunk on), 128-wide groups and 32 KiB with odd head dimensions and a chunk of 37 in
+ * [B,H,N,D], 1024-wide groups and 48 KiB with grouped key/value heads, and 16 KiB at head dimensions
+ * 256, where even 4 tokens x 4 keys do not fit and the plan takes causal_output.cl. */
+static void test_tiled_limits(void **state)
+{
+    (void)state;
+    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=1024,local=48K", "wg=256,local=16K"};
+    mhla_config cfgs[4];
+    cfgs[0] = config_causal(1, 2, 200, 64, 64, 64);
+    cfgs[0].normalizer = MHLA_NORMALIZER_PAPER;
+    cfgs[1] = config_causal(2, 3, 150, 37, 24, 20);
+    cfgs[1].layout = MHLA_LAYOUT_BHND;
+    cfgs[1].feature_map = MHLA_FEATURE_ELU1;
+    cfgs[2] = config_causal(1, 4, 300, 64, 32, 32);
+    cfgs[2].kv_heads = 2;
+    cfgs[2].normalizer = MHLA_NORMALIZER_PAPER;
+    cfgs[3] = config_causal(1, 1, 40, 16, 256, 256);
+    for (size_t c = 0; c < 4; ++c) {
+        setenv("MHLA_LIMITS", limits[c], 1);
+        mhla_context *ctx = test_context();
+        unsetenv("MHLA_LIMITS");
+        assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
+        mhla_plan *plan = NULL;
+        char text[768], label[160];
+        assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
+        assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+        const int tiled = strstr(text, "output tiled") != NULL;
+        if (tiled != (c < 3))
+            fail_msg("MHLA_LIMITS=%s, Dk %lld: %s", limits[c], (long long)cfgs[c].dk, text);
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s, %s, Dk %lld Dv %lld C %lld", limits[c],
+                 tiled ? "tiled" : "untiled", (long long)cfgs[c].dk, (long long)cfgs[c].dv, (long long)cfgs[c].chunk);
+        expect_close(ctx, &cfgs[c], TEST_INIT_RANDOM, (uint32_t)(140 + c), label);
+        if (c == 0) {
+            test_inputs in;
+            assert_int_equal(test_inputs_make(&cfgs[c], TEST_INIT_RANDOM, 144, &in), MHLA_OK);
+            float *base = nan_floats(in.no);
+            assert_non_null(base);
+            assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, base), MHLA_OK);
+            expect_cut_exact(plan, &cfgs[c], 144, 70, base, label); /* mid-chunk, mid-group */
+            free(base);
+            test_inputs_free(&in);
+        }
+        mhla_plan_destroy(plan);
+        mhla_context_destroy(ctx);
     }
 }
 
@@ -340,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_odd_tiling),
         cmocka_unit_test(test_larger_mixing),
         cmocka_unit_test(test_causality_exact),
+        cmocka_unit_test(test_tiled_limits),
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_stage_times),
         cmocka_unit_test(test_deterministic),

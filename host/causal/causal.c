@@ -63,15 +63,18 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
     const mhla_config *cfg = &c->cfg;
     const mhla_tiles *t = &c->tiling;
     cl_program prog = NULL;
-    const char *what = "causal_output";
+    const char *what = t->ct_sq ? "causal_output_tiled" : "causal_output";
 
     *refit = 0;
     /* The output kernel first: its tiles are the ones a device may refuse. It is built for exactly
-     * this many work-items per group. */
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_OUTPUT, cfg, t, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_output", &c->k_output));
-    c->lws_output = (size_t)mhla__causal_output_wg(t, cfg->dv);
-    int r = mhla__fit_check(ctx, c->k_output, c->lws_output, mhla__causal_output_local(t, cfg->dk), fit);
+     * this many work-items per group: the tiled form's where the tuning asks for it and it fits
+     * (tune/tiling.c), else the CPU form's. */
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, t->ct_sq ? MHLA_KF_CAUSAL_TILED : MHLA_KF_CAUSAL_OUTPUT, cfg, t,
+                                                &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_output));
+    c->lws_output = t->ct_sq ? mhla__causal_tiled_wg(t) : (size_t)mhla__causal_output_wg(t, cfg->dv);
+    int r = mhla__fit_check(ctx, c->k_output, c->lws_output,
+                            t->ct_sq ? mhla__causal_tiled_local(cfg, t) : mhla__causal_output_local(t, cfg->dk), fit);
     if (r == 0 && with_step) {
         /* The step kernel's arrays (q~, k~, numerators: a few KiB) cannot shrink: a device without
          * room for them is refused below. */
@@ -274,7 +277,8 @@ mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run
     const cl_long width = (cl_long)c->slot_floats;
     const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
     const int64_t span = t->max_len < 1 ? 1 : t->max_len;
-    const cl_int tiles_per_chunk = (cl_int)((span + c->tiling.tq - 1) / c->tiling.tq);
+    const int group_tokens = c->tiling.ct_sq ? c->tiling.ct_sq : c->tiling.tq; /* the output's */
+    const cl_int tiles_per_chunk = (cl_int)((span + group_tokens - 1) / group_tokens);
     cl_kernel kp = c->k_prefix, ko = c->k_output;
 
     /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
@@ -305,7 +309,8 @@ mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run
                       MHLA_ARG(rows_mc), MHLA_ARG(tiles_per_chunk), MHLA_ARG(feature_eps), MHLA_ARG(scale),
                       MHLA_ARG(eps));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ko, 3, global, local, 0, NULL, done,
-                                               "clEnqueueNDRangeKernel(causal_output)"));
+                                               c->tiling.ct_sq ? "clEnqueueNDRangeKernel(causal_output_tiled)"
+                                                               : "clEnqueueNDRangeKernel(causal_output)"));
     }
     if (run->marks)
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &run->marks[2]));

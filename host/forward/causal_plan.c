@@ -109,11 +109,16 @@ static void chunks_describe(const mhla_plan *plan, char *buf, size_t size)
     }
     const mhla_tiles *t = &plan->causal->kern->tiling;
     const mhla_tuning *tu = &plan->causal->kern->tuning;
-    snprintf(buf, size,
-             "%s; summary %dx(%dx%d) in sums of %d tokens%s, output %dx(%dx%d) dc %d in groups of %d tokens, %d "
-             "keys per pass; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
+    char output[128];
+    if (t->ct_sq)
+        snprintf(output, sizeof output, "output tiled (causal_tiled.cl): groups of %d tokens, %d keys a tile, 4x4 "
+                 "per work-item", t->ct_sq, t->ct_bk);
+    else
+        snprintf(output, sizeof output, "output %dx(%dx%d) dc %d in groups of %d tokens, %d keys per pass", t->out_rt,
+                 t->out_ve, t->out_nv, t->out_dc, t->tq, t->kt);
+    snprintf(buf, size, "%s; summary %dx(%dx%d) in sums of %d tokens%s, %s; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
              tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
-             t->out_rt, t->out_ve, t->out_nv, t->out_dc, t->tq, t->kt, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
+             output, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
 }
 
 const mhla_plan_ops mhla__variant_chunks = {MHLA_VARIANT_CHUNKS, "chunks", 1, 1, mhla__causal_plan_setup,

@@ -258,6 +258,17 @@ uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk)
 
 static int round_down_to(int x, int m) { return x < m ? m : x / m * m; }
 
+size_t mhla__causal_tiled_wg(const mhla_tiles *t) { return (size_t)(t->ct_sq / 4) * (size_t)(t->ct_bk / 4); }
+
+uint64_t mhla__causal_tiled_local(const mhla_config *cfg, const mhla_tiles *t)
+{
+    /* qt[DK][SQ+4], kt[DK][BK+4], vt[BK][DVP], pt[BK][SQ+4], red[SQ][BK/4], dl[SQ] (the last two for
+     * the paper normalizer; counted always) floats (kernels/causal_tiled.cl) */
+    const uint64_t sq = (uint64_t)t->ct_sq, bk = (uint64_t)t->ct_bk, dk = (uint64_t)cfg->dk;
+    const uint64_t dvp = ((uint64_t)cfg->dv + 3) / 4 * 4;
+    return sizeof(float) * (dk * (sq + 4) + dk * (bk + 4) + bk * dvp + bk * (sq + 4) + sq * (bk / 4) + sq);
+}
+
 /* One step towards fitting the causal output kernel in the limits: fewer tokens per group, then
  * wider column tiles (fewer work-items); for local memory fewer keys per pass, fewer tokens, then
  * narrower vectors (keys pass in whole vectors). Returns 0 when nothing is left to shrink. */
@@ -298,6 +309,28 @@ static int causal_shrink(const mhla_config *cfg, const mhla_fit *fit, mhla_tiles
     return 0;
 }
 
+/* causal_tiled.cl's group where the tuning asks for it (ct_sq > 0): no more tokens or keys than a
+ * chunk has (rounded up to 4), keys halved first (a token's work-items), then tokens, until the
+ * group and its arrays fit; where even 4 x 4 do not (head dimensions of hundreds in 16 KiB),
+ * ct_sq 0: causal_output.cl, whose tiles shrink further. */
+static void causal_tiled_fit(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *x)
+{
+    x->ct_sq = x->ct_bk = 0;
+    if (t->ct_sq <= 0)
+        return;
+    const int chunk = (int)(cfg->chunk < 1 << 20 ? cfg->chunk : 1 << 20);
+    x->ct_sq = min_int(tile4(t->ct_sq), up4(chunk)), x->ct_bk = min_int(tile4(t->ct_bk), up4(chunk));
+    while ((mhla__causal_tiled_wg(x) > fit->wg || mhla__causal_tiled_local(cfg, x) > fit->local_bytes) &&
+           (x->ct_bk > 4 || x->ct_sq > 4)) {
+        if (x->ct_bk > 4 && x->ct_bk >= x->ct_sq / 4)
+            x->ct_bk = tile4(x->ct_bk / 2);
+        else
+            x->ct_sq = tile4(x->ct_sq / 2);
+    }
+    if (mhla__causal_tiled_wg(x) > fit->wg || mhla__causal_tiled_local(cfg, x) > fit->local_bytes)
+        x->ct_sq = x->ct_bk = 0;
+}
+
 mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                mhla_tiles *out)
 {
@@ -334,6 +367,7 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
      * CLBlast's GEMM reads them (gemm_rows > 0) padding slowed the prefix on a GPU, likely a copy
      * into its temporary for an off-tile leading dimension (docs/tuning-notes.md "On GPUs"). */
     x.slot_pad = x.gemm_rows == 0;
+    causal_tiled_fit(cfg, t, fit, &x);
     *out = x;
 cleanup:
     return st;
@@ -541,6 +575,7 @@ enum {
     F_GROUP = 1 << 21,
     F_BT = 1 << 22,
     F_SMT = 1 << 23,
+    F_CT = 1 << 24,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -606,6 +641,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DSM_SQ=%d -DSM_BK=%d", t->sm_bq, t->sm_bk);
     if (r & F_BT)
         mhla__opts_add(opts, "-DBT_TQ=%d -DBT_TV=%d -DBT_DC=%d", t->bt_tq, t->bt_tv, t->bt_dc);
+    if (r & F_CT)
+        mhla__opts_add(opts, "-DCT_SQ=%d -DCT_BK=%d", t->ct_sq, t->ct_bk);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */
         mhla__opts_add(opts, "-DKV_GROUP=%lld", (long long)(c->kv_heads ? c->heads / c->kv_heads : 1));
 }

@@ -85,7 +85,11 @@
     X(bt_tq, 0, ",")        /* tiled plans' backward: tokens per group of its tiled read-outs and  \
                                gradient summaries (backward_tiled.cl), 0 = the untiled backward     \
                                (backward_readout.cl) */                                             \
-    X(bt_dc, 1, ",")        /* tiled backward read-outs: dimensions per local tile */
+    X(bt_dc, 1, ",")        /* tiled backward read-outs: dimensions per local tile */                \
+    X(ct_sq, 0, " ")        /* causal read-out: tokens per group of causal_tiled.cl (both products  \
+                               tiled through local memory, 4 x 4 per work-item: GPUs), 0 = the      \
+                               causal_output.cl form (CPUs) */                                      \
+    X(ct_bk, 4, ",")        /* causal_tiled.cl: keys, and rows of P_i, per local tile */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -169,6 +173,8 @@ typedef struct mhla_tiles {
     int bt_tq, bt_tv, bt_dc;            /* the tiled backward read-outs (backward_tiled.cl): BT_TQ tokens x
                                            BT_TV columns per group, BT_DC dimensions per local tile;
                                            bt_tq 0: the untiled backward */
+    int ct_sq, ct_bk;                   /* causal_tiled.cl: CT_SQ tokens per group, CT_BK keys per tile;
+                                           ct_sq 0: causal_output.cl */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
@@ -184,6 +190,7 @@ typedef struct mhla_tiles {
     KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM | F_SLOT)                                   \
     KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
     KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
+    KF(CAUSAL_TILED, causal_tiled, F_SHAPE | F_SLOT | F_CT)                                        \
     KF(DECODER, decoder, F_SHAPE | F_SLOT | F_GROUP)                                               \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(SOFTMAX_TILED, softmax_tiled, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SMT)                     \
@@ -261,6 +268,9 @@ uint64_t mhla__bwd_tiled_local(const mhla_tiles *t);
 uint64_t mhla__output_tiled_local(const mhla_tiles *t);
 /* Local memory the causal output kernel's arrays take. */
 uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
+/* causal_tiled.cl's group (ct_sq/4 token quads x ct_bk/4 key quads) and the local memory it takes. */
+size_t mhla__causal_tiled_wg(const mhla_tiles *t);
+uint64_t mhla__causal_tiled_local(const mhla_config *cfg, const mhla_tiles *t);
 /* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */
 mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                 mhla_tiles *out);
