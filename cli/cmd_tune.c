@@ -44,7 +44,8 @@ static const char help[] =
     "  --heads H         heads of the timed problems (default 8)\n"
     "  --stages LIST     only these stages, comma-separated: tiled (the GPU rows' forward), summary,\n"
     "                    output, mixing, causal, softmax, backward (the causal backward),\n"
-    "                    tiled-backward (the GPU rows' non-causal backward; default all)\n"
+    "                    tiled-backward (the GPU rows' non-causal backward), tiled-causal (the GPU\n"
+    "                    rows' causal forward; default all)\n"
     "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
     "  --dry-run         search and report, but store nothing\n";
 
@@ -317,6 +318,13 @@ static const tune_stage stages[] = {
     /* The tiled plans' backward (GPU rows): its read-outs' token groups and local tiles, timed over
      * the non-causal backward of the forward's shape (bt_tq 0: the untiled read-outs). */
     {"tiled-backward", 3, 4, {{"bt_tq", 4, {0, 16, 32, 64}}, {"bt_dc", 3, {8, 16, 32}}, {NULL, 0, {0}}},
+     NULL, NULL, NULL, 0, {0}, 0, 0},
+    /* The GPU rows' causal forward: its tiled read-out's token groups and key tiles, its tiled
+     * prefix's groups of chunks and columns and its tiles of earlier chunks, timed over the causal
+     * forward (ct_sq 0, cp_ti 0: the untiled kernels, the prefix with CLBlast's blocks). */
+    {"tiled-causal", 3, 1,
+     {{"ct_sq", 3, {0, 32, 64}}, {"ct_bk", 3, {8, 16, 32}}, {"cp_ti", 4, {0, 16, 32, 64}}, {"cp_tw", 3, {32, 64, 128}},
+      {"cp_tj", 3, {8, 16, 32}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])
@@ -702,7 +710,7 @@ int cmd_tune(int argc, char **argv)
             if (k == STAGE_COUNT)
                 return cli_usage(cmd,
                                  "--stages %s: unknown stage '%s' (tiled, summary, output, mixing, causal, softmax, "
-                                 "backward, tiled-backward)",
+                                 "backward, tiled-backward, tiled-causal)",
                                  o[O_STAGES].value, tok);
             stage_mask |= 1u << k;
         }

@@ -25,12 +25,14 @@
 #                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0, the untiled
 #                      read-outs (backward_readout.cl) the tiled backward replaced, and --compare of
 #                      them against the same rows of bench-new.json (bench.txt)
-#   bench-noblas.json  step noblas: the new build's causal rows (GPU_CHECK_NOBLAS_OPS, default
-#                      mhla-causal,mhla-causal-bwd, at GPU_CHECK_N) with MHLA_TUNING=mix_kernel=1,
-#                      gemm_rows=0, what a -Dclblast=disabled build runs, and --compare against the
-#                      same rows of bench-new.json (bench.txt)
+#   bench-untiledcausal.json  step untiledcausal: the new build's causal rows
+#                      (GPU_CHECK_UNTILED_CAUSAL_OPS, default mhla-causal,mhla-causal-bwd, at GPU_CHECK_N)
+#                      with MHLA_TUNING=ct_sq=0,cp_ti=0: the untiled read-out (causal_output.cl) and
+#                      the prefix of causal_prefix.cl plus CLBlast's GEMM blocks that the tiled
+#                      kernels replaced, and --compare of them against the same rows of
+#                      bench-new.json (bench.txt)
 #
-# The steps run in the order bench, untiledbwd, noblas, selftest, tune, suite: the most wanted
+# The steps run in the order bench, untiledbwd, untiledcausal, selftest, tune, suite: the most wanted
 # output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
 # cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
@@ -40,7 +42,7 @@
 #
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
-#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,noblas,selftest,suite,tune (default all
+#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,selftest,suite,tune (default all
 #                         six; info always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
@@ -70,10 +72,10 @@ mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
-    tune.txt bench-tuned.json bench-noblas.json bench-untiledbwd.json)
+    tune.txt bench-tuned.json bench-untiledcausal.json bench-untiledbwd.json)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,noblas,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
@@ -211,19 +213,6 @@ EOF
     fi
 fi
 
-# ---- noblas: the causal rows without CLBlast (a -Dclblast=disabled build's tuning) ----------------
-if wants noblas; then
-    txt=$out/bench.txt
-    noblas_ops=${GPU_CHECK_NOBLAS_OPS:-mhla-causal,mhla-causal-bwd}
-    lim=$(cap 90)
-    step bench-noblas "$lim" "$txt" env MHLA_TUNING=mix_kernel=1,gemm_rows=0 "$new/bench/mhla-bench" \
-        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --target-ms "$target_ms" \
-        --ops "$noblas_ops" --quiet --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-noblas.json"
-    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-noblas.json" ]; then
-        step noblas-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-new.json" "$out/bench-noblas.json"
-    fi
-fi
-
 # ---- untiledbwd: the backward rows with the untiled read-outs, in the same call ------------------
 if wants untiledbwd; then
     txt=$out/bench.txt
@@ -234,6 +223,20 @@ if wants untiledbwd; then
         --json "$out/bench-untiledbwd.json"
     if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledbwd.json" ]; then
         step untiledbwd-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledbwd.json" \
+            "$out/bench-new.json"
+    fi
+fi
+
+# ---- untiledcausal: the causal rows with the untiled read-out and prefix, in the same call --------
+if wants untiledcausal; then
+    txt=$out/bench.txt
+    lim=$(cap 90)
+    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0 "$new/bench/mhla-bench" \
+        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --target-ms "$target_ms" \
+        --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd}" --quiet --max-total-s $(( lim * 4 / 5 )) \
+        --json "$out/bench-untiledcausal.json"
+    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledcausal.json" ]; then
+        step untiledcausal-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledcausal.json" \
             "$out/bench-new.json"
     fi
 fi

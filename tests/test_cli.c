@@ -2319,6 +2319,14 @@ static void test_tune(void **state)
     if (!strstr(line_after(r->out, " 16x8 tiled-backward bt_tq=", bline, sizeof bline), " ms") ||
         strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 backward "))
         fail_msg("--stages tiled-backward: no timed bt_tq candidate, a wrong one, or another stage:\n%s", r->out);
+    /* The GPU rows' causal stage: a CPU row's untiled causal forward against the tiled read-out
+     * (ct_sq 32, 64) and prefix (cp_ti), each checked against the reference before it is timed. */
+    r = MHLA_ENV(plain, "tune", "--stages", "tiled-causal", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2",
+                 "--dry-run");
+    expect_ok(r);
+    if (!strstr(line_after(r->out, " 16x8 tiled-causal ct_sq=32", bline, sizeof bline), " ms") ||
+        strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 causal "))
+        fail_msg("--stages tiled-causal: no timed ct_sq=32 candidate, a wrong one, or another stage:\n%s", r->out);
     r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");
@@ -2462,7 +2470,7 @@ static void test_tune_joint(void **state)
     const char *plain[] = {cache, "MHLA_TUNING=", NULL};
     expect_fail(MHLA_ENV(plain, "tune", "--stages", "summary,frob"), 2,
                 "--stages summary,frob: unknown stage 'frob' (tiled, summary, output, mixing, causal, softmax, "
-                "backward, tiled-backward)");
+                "backward, tiled-backward, tiled-causal)");
     const result *r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");

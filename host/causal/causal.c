@@ -36,7 +36,8 @@ static size_t summary_tiles(const mhla_causal *c)
 
 static void release_kernels(mhla_causal *c)
 {
-    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix, &c->k_prefix_one, &c->k_output, &c->k_step};
+    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix, &c->k_prefix_one, &c->k_output, &c->k_step,
+                            &c->k_prefix_tiled};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) {
         if (*kernels[i])
             clReleaseKernel(*kernels[i]);
@@ -93,6 +94,12 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
                      (long long)cfg->dk, (long long)cfg->dv, ctx->device_name,
                      (unsigned long long)ctx->limits.local_mem_bytes);
         c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+    }
+    if (r == 0 && t->cp_ti) {
+        what = "causal_prefix_tiled";
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX_TILED, cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_prefix_tiled));
+        r = mhla__fit_check(ctx, c->k_prefix_tiled, mhla__prefix_tiled_wg(t), mhla__prefix_tiled_local(t), fit);
     }
     MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", what,
                  ctx->device_name);
@@ -281,9 +288,20 @@ mhla_status mhla__causal_enqueue_rest(mhla_causal *c, const mhla_causal_run *run
     const cl_int tiles_per_chunk = (cl_int)((span + group_tokens - 1) / group_tokens);
     cl_kernel kp = c->k_prefix, ko = c->k_output;
 
-    /* 2. P_i of every chunk: the kernel sums each row's own block of chunks (one launch over all
-     *    tiles), then CLBlast adds the earlier blocks. */
-    {
+    /* 2. P_i of every chunk: on GPU rows one tiled product over every earlier chunk; else the
+     *    kernel sums each row's own block of chunks (one launch over all tiles), then CLBlast adds
+     *    the earlier blocks. */
+    if (c->tiling.cp_ti) {
+        cl_kernel kt = c->k_prefix_tiled;
+        const size_t wg = mhla__prefix_tiled_wg(&c->tiling);
+        const size_t local[3] = {wg, 1, 1};
+        const size_t extent[3] = {wg * ((c->slot_floats + (size_t)c->tiling.cp_tw - 1) / (size_t)c->tiling.cp_tw),
+                                  t->n_tiles, 1};
+        MHLA_SET_ARGS(st, ctx, kt, 0, MHLA_ARG(run->sums), MHLA_ARG(run->mixing), MHLA_ARG(run->tiles),
+                      MHLA_ARG(run->pref), MHLA_ARG(rows_mc), MHLA_ARG(width));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kt, 2, extent, local, 0, NULL, NULL,
+                                               "clEnqueueNDRangeKernel(causal_prefix_tiled)"));
+    } else {
         const size_t cols = (size_t)c->tiling.pre_ve * (size_t)c->tiling.mix_nv; /* of one work-item */
         const cl_int n_tiles = (cl_int)t->n_tiles;
         const size_t local[3] = {t->n_tiles < c->lws_prefix ? t->n_tiles : c->lws_prefix, 1, 1};

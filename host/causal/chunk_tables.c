@@ -39,7 +39,7 @@ mhla_status mhla__chunk_tables_add(mhla_context *ctx, mhla_chunk_tables *t, int6
                                    const mhla_tiles *tiling)
 {
     mhla_status st = MHLA_OK;
-    const int64_t nchunks = (len + chunk - 1) / chunk, pr = tiling->mix_mr, gr = tiling->gemm_rows;
+    const int64_t nchunks = (len + chunk - 1) / chunk, pr = mhla__prefix_tile_rows(tiling), gr = tiling->gemm_rows;
     int64_t tile_rows = 0; /* rows left in the open tile */
     for (int64_t c = 0; c < nchunks; ++c) {
         const int64_t i = first_chunk + c, off = c * chunk, clen = len - off < chunk ? len - off : chunk;

@@ -116,9 +116,15 @@ static void chunks_describe(const mhla_plan *plan, char *buf, size_t size)
     else
         snprintf(output, sizeof output, "output %dx(%dx%d) dc %d in groups of %d tokens, %d keys per pass", t->out_rt,
                  t->out_ve, t->out_nv, t->out_dc, t->tq, t->kt);
-    snprintf(buf, size, "%s; summary %dx(%dx%d) in sums of %d tokens%s, %s; prefix %dx(%dx%d), CLBlast blocks of %d chunks",
-             tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
-             output, t->mix_mr, t->pre_ve, t->mix_nv, t->gemm_rows);
+    char prefix[128];
+    if (t->cp_ti)
+        snprintf(prefix, sizeof prefix, "prefix tiled (causal_prefix_tiled.cl): %d chunks x %d columns a group, %d "
+                 "chunks a tile", t->cp_ti, t->cp_tw, t->cp_tj);
+    else
+        snprintf(prefix, sizeof prefix, "prefix %dx(%dx%d), CLBlast blocks of %d chunks", t->mix_mr, t->pre_ve,
+                 t->mix_nv, t->gemm_rows);
+    snprintf(buf, size, "%s; summary %dx(%dx%d) in sums of %d tokens%s, %s; %s", tu->origin, t->sum_rd, t->sum_ve,
+             t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "", output, prefix);
 }
 
 const mhla_plan_ops mhla__variant_chunks = {MHLA_VARIANT_CHUNKS, "chunks", 1, 1, mhla__causal_plan_setup,

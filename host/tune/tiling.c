@@ -258,6 +258,16 @@ uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk)
 
 static int round_down_to(int x, int m) { return x < m ? m : x / m * m; }
 
+size_t mhla__prefix_tiled_wg(const mhla_tiles *t) { return (size_t)(t->cp_ti / 4) * (size_t)(t->cp_tw / 4); }
+
+uint64_t mhla__prefix_tiled_local(const mhla_tiles *t)
+{
+    /* mt[TJ][TI/4 + 1] and st[TJ][TW/4] float4 (kernels/causal_prefix_tiled.cl) */
+    return 16u * (uint64_t)t->cp_tj * ((uint64_t)t->cp_ti / 4 + 1 + (uint64_t)t->cp_tw / 4);
+}
+
+int mhla__prefix_tile_rows(const mhla_tiles *t) { return t->cp_ti ? t->cp_ti : t->mix_mr; }
+
 size_t mhla__causal_tiled_wg(const mhla_tiles *t) { return (size_t)(t->ct_sq / 4) * (size_t)(t->ct_bk / 4); }
 
 uint64_t mhla__causal_tiled_local(const mhla_config *cfg, const mhla_tiles *t)
@@ -331,6 +341,31 @@ static void causal_tiled_fit(const mhla_config *cfg, const mhla_tuning *t, const
         x->ct_sq = x->ct_bk = 0;
 }
 
+/* causal_prefix_tiled.cl's group where the tuning asks for it (cp_ti > 0): columns, then rows, then
+ * chunks per tile halved until it fits; it always does at 4 x 4 (16 work-items, a few hundred
+ * bytes). Its tiles are the prefix table's: gemm_rows 0 (no CLBlast blocks). */
+static void prefix_tiled_fit(const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *x)
+{
+    x->cp_ti = x->cp_tw = x->cp_tj = 0;
+    if (t->cp_ti <= 0)
+        return;
+    x->cp_ti = tile4(t->cp_ti), x->cp_tw = tile4(t->cp_tw), x->cp_tj = t->cp_tj < 1 ? 1 : t->cp_tj;
+    while (mhla__prefix_tiled_wg(x) > fit->wg || mhla__prefix_tiled_local(x) > fit->local_bytes) {
+        if (x->cp_tw > 4 && x->cp_tw >= x->cp_ti)
+            x->cp_tw = tile4(x->cp_tw / 2);
+        else if (x->cp_ti > 4)
+            x->cp_ti = tile4(x->cp_ti / 2);
+        else if (x->cp_tj > 1)
+            x->cp_tj /= 2;
+        else
+            break;
+    }
+    if (mhla__prefix_tiled_wg(x) > fit->wg || mhla__prefix_tiled_local(x) > fit->local_bytes)
+        x->cp_ti = x->cp_tw = x->cp_tj = 0;
+    else
+        x->gemm_rows = 0;
+}
+
 mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                mhla_tiles *out)
 {
@@ -366,7 +401,8 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
     /* The slots are padded where our prefix kernel reads every chunk's column of them; where
      * CLBlast's GEMM reads them (gemm_rows > 0) padding slowed the prefix on a GPU, likely a copy
      * into its temporary for an off-tile leading dimension (docs/tuning-notes.md "On GPUs"). */
-    x.slot_pad = x.gemm_rows == 0;
+    prefix_tiled_fit(t, fit, &x);
+    x.slot_pad = x.gemm_rows == 0 && x.cp_ti == 0; /* (a GPU's tiled prefix reads whole rows of slots) */
     causal_tiled_fit(cfg, t, fit, &x);
     *out = x;
 cleanup:
@@ -576,6 +612,7 @@ enum {
     F_BT = 1 << 22,
     F_SMT = 1 << 23,
     F_CT = 1 << 24,
+    F_CP = 1 << 25,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -643,6 +680,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DBT_TQ=%d -DBT_TV=%d -DBT_DC=%d", t->bt_tq, t->bt_tv, t->bt_dc);
     if (r & F_CT)
         mhla__opts_add(opts, "-DCT_SQ=%d -DCT_BK=%d", t->ct_sq, t->ct_bk);
+    if (r & F_CP)
+        mhla__opts_add(opts, "-DCP_TI=%d -DCP_TW=%d -DCP_TJ=%d", t->cp_ti, t->cp_tw, t->cp_tj);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */
         mhla__opts_add(opts, "-DKV_GROUP=%lld", (long long)(c->kv_heads ? c->heads / c->kv_heads : 1));
 }

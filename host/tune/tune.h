@@ -89,7 +89,12 @@
     X(ct_sq, 0, " ")        /* causal read-out: tokens per group of causal_tiled.cl (both products  \
                                tiled through local memory, 4 x 4 per work-item: GPUs), 0 = the      \
                                causal_output.cl form (CPUs) */                                      \
-    X(ct_bk, 4, ",")        /* causal_tiled.cl: keys, and rows of P_i, per local tile */
+    X(ct_bk, 4, ",")        /* causal_tiled.cl: keys, and rows of P_i, per local tile */             \
+    X(cp_ti, 0, " ")        /* causal prefix: chunks per group of causal_prefix_tiled.cl (one tiled  \
+                               product over every earlier chunk, 4 x 4 per work-item: GPUs; no     \
+                               CLBlast blocks), 0 = causal_prefix.cl and gemm_rows */               \
+    X(cp_tw, 4, ",")        /* causal_prefix_tiled.cl: slot columns per group */                    \
+    X(cp_tj, 1, ",")        /* causal_prefix_tiled.cl: earlier chunks per local tile */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -175,6 +180,8 @@ typedef struct mhla_tiles {
                                            bt_tq 0: the untiled backward */
     int ct_sq, ct_bk;                   /* causal_tiled.cl: CT_SQ tokens per group, CT_BK keys per tile;
                                            ct_sq 0: causal_output.cl */
+    int cp_ti, cp_tw, cp_tj;            /* causal_prefix_tiled.cl: CP_TI chunks x CP_TW columns per group,
+                                           CP_TJ earlier chunks per tile; cp_ti 0: causal_prefix.cl */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
@@ -191,6 +198,7 @@ typedef struct mhla_tiles {
     KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
     KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
     KF(CAUSAL_TILED, causal_tiled, F_SHAPE | F_SLOT | F_CT)                                        \
+    KF(CAUSAL_PREFIX_TILED, causal_prefix_tiled, F_CP)                                             \
     KF(DECODER, decoder, F_SHAPE | F_SLOT | F_GROUP)                                               \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(SOFTMAX_TILED, softmax_tiled, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SMT)                     \
@@ -271,6 +279,12 @@ uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
 /* causal_tiled.cl's group (ct_sq/4 token quads x ct_bk/4 key quads) and the local memory it takes. */
 size_t mhla__causal_tiled_wg(const mhla_tiles *t);
 uint64_t mhla__causal_tiled_local(const mhla_config *cfg, const mhla_tiles *t);
+/* causal_prefix_tiled.cl's group (cp_ti/4 row quads x cp_tw/4 column quads) and its local memory. */
+size_t mhla__prefix_tiled_wg(const mhla_tiles *t);
+uint64_t mhla__prefix_tiled_local(const mhla_tiles *t);
+/* Chunks per tile of the prefix's table (host/causal/chunk_tables.c): cp_ti, or causal_prefix.cl's
+ * mix_mr. */
+int mhla__prefix_tile_rows(const mhla_tiles *t);
 /* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */
 mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                 mhla_tiles *out);

@@ -132,6 +132,13 @@ MUTATIONS = [
              "(a later token's NaN reaches an earlier one)",
              [("kernels/causal_tiled.cl", "if (ks <= t0 + 1)\n", "if (ks <= t0 + 2)\n", 1)],
              [("causal", "test_tiled_limits", "NaN/Inf from token 70 on")]),
+    Mutation("causal-prefix-tiled-own-chunk", "the tiled causal prefix adds a row's own chunk (j <= i) on the "
+             "diagonal tile",
+             [("kernels/causal_prefix_tiled.cl", "if (j < i0 + 1)\n", "if (j <= i0 + 1)\n", 1)],
+             [("causal", "test_tiled_limits", "NaN/Inf from token 70 on")]),
+    Mutation("causal-prefix-tiled-skips-tiles", "the tiled causal prefix reads only the first tile of earlier chunks",
+             [("kernels/causal_prefix_tiled.cl", "j0 < jend; j0 += CP_TJ", "j0 < min(jend, CP_TJ); j0 += CP_TJ", 1)],
+             [("causal", "test_tiled_limits", "MHLA_LIMITS=wg=128,local=32K, tiled")]),
     Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
              [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
                "(bh - batch * g.heads) % g.kv_heads;", 1)],

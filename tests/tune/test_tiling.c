@@ -142,6 +142,7 @@ typedef struct causal_expect {
     int out_rt, out_ve, out_nv, tq, kt, gemm_rows, mix_mr, mix_nv, pre_ve;
     int wg;          /* mhla__causal_output_wg */
     uint64_t local; /* mhla__causal_output_local */
+    int ct_sq, ct_bk, cp_ti, cp_tw, cp_tj; /* the tiled read-out and prefix (0: untiled) */
 } causal_expect;
 
 static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64_t dk, int64_t dv,
@@ -154,12 +155,12 @@ static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64
     mhla__fit_init(ctx, &fit);
     mhla_tiles x;
     assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
-    const int got[] = {x.out_rt, x.out_ve, x.out_nv, x.tq, x.kt, x.gemm_rows, x.mix_mr, x.mix_nv, x.pre_ve,
-                       mhla__causal_output_wg(&x, dv)};
+    const int got[] = {x.out_rt, x.out_ve, x.out_nv, x.tq,    x.kt,    x.gemm_rows, x.mix_mr, x.mix_nv,
+                       x.pre_ve, mhla__causal_output_wg(&x, dv), x.ct_sq, x.ct_bk, x.cp_ti, x.cp_tw, x.cp_tj};
     const int want[] = {e->out_rt, e->out_ve, e->out_nv, e->tq, e->kt, e->gemm_rows, e->mix_mr, e->mix_nv,
-                        e->pre_ve, e->wg};
+                        e->pre_ve, e->wg, e->ct_sq, e->ct_bk, e->cp_ti, e->cp_tw, e->cp_tj};
     static const char *const names[] = {"out_rt", "out_ve", "out_nv", "tq", "kt", "gemm_rows", "mix_mr", "mix_nv",
-                                        "pre_ve", "output work-items"};
+                                        "pre_ve", "output work-items", "ct_sq", "ct_bk", "cp_ti", "cp_tw", "cp_tj"};
     for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
         if (got[i] != want[i])
             fail_msg("%s, %zu work-items, %llu bytes, D = %lldx%lld: %s = %d, expected %d", d->name, wg,
@@ -225,13 +226,14 @@ static void test_cpu_row_d64(void **state)
     static const int forward_loads[16] = {6, 8, 2, 256, 1, 8, 8, 4, 0, 0, 1, 2, 8, 4, 64, 1};
     expect_forward(&loads_only, 4096, 8, forward_loads);
 
-    const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480};
+    /* CPU rows: causal_output.cl and causal_prefix.cl (ct_sq 0, cp_ti 0) */
+    const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480, 0, 0, 0, 0, 0};
     expect_causal(&haswell, 4096, 65536, 64, 64, &full);
     expect_causal(&haswell, 4096, 32768, 64, 64, &full); /* llvmpipe's 32 KiB: still fits */
-    const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4};
+    const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4, 0, 0, 0, 0, 0};
     expect_causal(&haswell, 4096, 16384, 64, 64, &keys16);
     /* AVX-512: 16-float vectors, 32 registers: read-out 4 tokens x 4 vectors, prefix 8 x 2. */
-    const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480};
+    const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480, 0, 0, 0, 0, 0};
     expect_causal(&avx512, 4096, 65536, 64, 64, &wide);
 
     expect_softmax(&haswell, 65536, 0, 8, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
@@ -290,17 +292,28 @@ static void test_gpu_row_d64(void **state)
     static const int forward[16] = {4, 4, 1, 32, 4, 4, 1, 4, 0, 0, 0, 4, 4, 1, 128, 0};
     expect_forward(&gpu, 256, 4, forward);
 
-    const causal_expect g256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480};
+    /* The tiled read-out (causal_tiled.cl: 64 tokens x 16 keys, 64 work-items) and prefix
+     * (causal_prefix_tiled.cl: 32 chunks x 64 columns, 128 work-items; no CLBlast blocks), then
+     * smaller groups: the read-out's keys halved before its tokens, the prefix's columns before its
+     * chunks. The untiled kernels' tiles (the fallback) are fitted as before. */
+    const causal_expect g256 = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 64, 16, 32, 64, 16};
     expect_causal(&gpu, 256, 65536, 64, 64, &g256);
-    const causal_expect g64 = {4, 4, 1, 16, 32, 32, 4, 1, 4, 64, (16 * 64 + 64 * 32 + 16 * 32) * 4};
+    const causal_expect g64 = {4, 4, 1, 16, 32, 0, 4, 1, 4, 64, (16 * 64 + 64 * 32 + 16 * 32) * 4, 64, 16, 32, 32, 16};
     expect_causal(&gpu, 64, 65536, 64, 64, &g64);
-    /* Under 64 work-items CLBlast's GEMMs cannot run: the prefix kernel sums every chunk. */
-    const causal_expect g16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4};
+    const causal_expect g16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 16, 16, 16};
     expect_causal(&gpu, 16, 65536, 64, 64, &g16);
-    const causal_expect g8 = {4, 4, 2, 4, 32, 0, 4, 1, 4, 8, (4 * 64 + 64 * 32 + 4 * 32) * 4};
+    const causal_expect g8 = {4, 4, 2, 4, 32, 0, 4, 1, 4, 8, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 4, 16, 8, 16};
     expect_causal(&gpu, 8, 65536, 64, 64, &g8);
+    /* The prefix with CLBlast's blocks where the tuning turns the tiled one off (cp_ti 0), under
+     * 64 work-items without them (CLBlast's GEMM kernels cannot run there). */
+    setenv("MHLA_TUNING", "cp_ti=0", 1);
+    const causal_expect b256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480, 64, 16, 0, 0, 0};
+    expect_causal(&gpu, 256, 65536, 64, 64, &b256);
+    const causal_expect b16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 0, 0, 0};
+    expect_causal(&gpu, 16, 65536, 64, 64, &b16);
+    unsetenv("MHLA_TUNING");
     /* llvmpipe: the GPU-like row of its own, with the prefix summed in the kernel. */
-    const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480};
+    const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 0, 0, 0, 0, 0};
     expect_causal(&llvmpipe, 1024, 32768, 64, 64, &lp);
 
     /* softmax_tiled.cl: 64 queries x 16 keys, qt, kt, vt, pt, the row parts and the four rows */
@@ -532,7 +545,20 @@ static void test_sweep(void **state)
                         CHECK_RULE(x.gemm_rows >= 0 && x.gemm_rows % x.mix_mr == 0 && x.gemm_rows <= t.gemm_rows);
                         CHECK_RULE(fit.wg >= 64 || x.gemm_rows == 0);
                         /* padded slots only where no CLBlast GEMM reads them (kernels/causal.h) */
-                        CHECK_RULE(x.slot_pad == (x.gemm_rows == 0));
+                        CHECK_RULE(x.slot_pad == (x.gemm_rows == 0 && x.cp_ti == 0));
+                        /* the tiled read-out and prefix: 4 x 4 tiles, groups and arrays that fit, no
+                         * more than the tuning asks; the prefix's with no CLBlast blocks */
+                        CHECK_RULE(x.ct_sq == 0 ? x.ct_bk == 0
+                                                : t.ct_sq > 0 && x.ct_sq % 4 == 0 && x.ct_bk % 4 == 0 &&
+                                                      x.ct_sq >= 4 && x.ct_sq <= t.ct_sq && x.ct_bk >= 4 &&
+                                                      x.ct_bk <= t.ct_bk && mhla__causal_tiled_wg(&x) <= fit.wg &&
+                                                      mhla__causal_tiled_local(&cfg, &x) <= fit.local_bytes);
+                        CHECK_RULE(x.cp_ti == 0 ? x.cp_tw == 0 && x.cp_tj == 0
+                                                : x.cp_ti % 4 == 0 && x.cp_tw % 4 == 0 && x.cp_ti <= t.cp_ti &&
+                                                      x.cp_tw <= t.cp_tw && x.cp_tj >= 1 && x.gemm_rows == 0 &&
+                                                      mhla__prefix_tiled_wg(&x) <= fit.wg &&
+                                                      mhla__prefix_tiled_local(&x) <= fit.local_bytes);
+                        CHECK_RULE((x.cp_ti > 0) == (t.cp_ti > 0)); /* 4 x 4 x 1 fits every device */
                         const int owg = mhla__causal_output_wg(&x, dv);
                         CHECK_RULE(owg == (int)(dv / (x.out_ve * x.out_nv)) * (x.tq / x.out_rt));
                         CHECK_RULE(owg >= 1 && (size_t)owg <= fit.wg);
@@ -749,7 +775,8 @@ static void test_flags_are_read(void **state)
         [MHLA_KF_BACKWARD_MIXING] = "backward_mixing", [MHLA_KF_BACKWARD_CAUSAL] = "backward_causal",
         [MHLA_KF_BACKWARD_CAUSAL_READOUT] = "backward_causal_readout", [MHLA_KF_SUMMARY_TILED] = "summary_tiled",
         [MHLA_KF_OUTPUT_TILED] = "output_tiled", [MHLA_KF_BACKWARD_TILED] = "backward_tiled",
-        [MHLA_KF_SOFTMAX_TILED] = "softmax_tiled",
+        [MHLA_KF_SOFTMAX_TILED] = "softmax_tiled", [MHLA_KF_CAUSAL_TILED] = "causal_tiled",
+        [MHLA_KF_CAUSAL_PREFIX_TILED] = "causal_prefix_tiled",
     };
     mhla_config cfg;
     mhla_tiles x;

@@ -1,0 +1,90 @@
+/* Causal stage 2 on GPUs (the GPU rows' cp_ti): the prefix mixtures P_i = sum_{j<i} Mc[i,j] S_j of
+ * every chunk as one tiled matrix product, in place of causal_prefix.cl's register tiles over
+ * global memory plus CLBlast's GEMMs for the earlier blocks of chunks. A group owns CP_TI
+ * consecutive chunks of one sequence (a tile of the host's table) and CP_TW columns of their slots;
+ * for each CP_TJ earlier chunks it copies their weights (transposed: one float4 read serves 4 rows)
+ * and their summaries' columns into local memory, and each work-item adds a 4-row x 4-column
+ * register tile. Only the strictly lower triangle of Mc and only earlier chunks' summaries are
+ * used: a later chunk's summary (NaN included) is skipped, never multiplied by a zero weight. The
+ * sums run over j in order, so results do not depend on the launch. */
+#include "common.h"
+#include "tiled.h"
+
+#ifndef CP_TI
+#define CP_TI 32 /* rows (chunks) per group, a multiple of 4 */
+#endif
+#ifndef CP_TW
+#define CP_TW 64 /* slot columns per group, a multiple of 4 */
+#endif
+#ifndef CP_TJ
+#define CP_TJ 16 /* earlier chunks per local tile */
+#endif
+#define CP_RQ (CP_TI / 4)
+#define CP_CQ (CP_TW / 4)
+#define CP_WG (CP_RQ * CP_CQ)
+#define CP_LQ (CP_RQ + 1) /* float4 per transposed weight row, padded (the copy's stores spread) */
+
+/* A tile (int4, host/causal/chunk_tables.c): x = first row of P written, y = rows (<= CP_TI), z =
+ * chunk index i of the first row, w = summary slot of the sequence's chunk 0. Row x + r is P_{z + r}.
+ * global: (CP_WG * ceil(width / CP_TW), tiles), local (CP_WG, 1). Work-item (column quad cq fastest,
+ * row quad rq): rows 4 rq.., columns 4 cq.. of the group's. */
+__attribute__((reqd_work_group_size(CP_WG, 1, 1)))
+kernel void causal_prefix_tiled(global const float *restrict sums, global const float *restrict mixing,
+                                global const int4 *restrict tiles, global float *restrict pref, const int rows_mc,
+                                const long width)
+{
+    local float4 mt[CP_TJ * CP_LQ]; /* weights Mc[i][j], transposed: mt[j][row quad] */
+    local float4 st[CP_TJ * CP_CQ]; /* the chunks' summary columns: st[j][column quad] */
+    const int lid = (int)get_local_id(0), cq = lid % CP_CQ, rq = lid / CP_CQ;
+    const int4 tile = tiles[get_group_id(1)];
+    const long c0 = (long)get_group_id(0) * CP_TW;
+    const int jend = tile.z + tile.y - 1; /* the last row reads chunks j < jend */
+    const int i0 = tile.z + 4 * rq;       /* the work-item's first row */
+    const int aligned = (width & 3) == 0; /* rows of whole float4 (the library's own buffers) */
+    float4 acc[4];
+    #pragma unroll
+    for (int r = 0; r < 4; ++r)
+        acc[r] = (float4)(0.0f);
+
+    for (int j0 = 0; j0 < jend; j0 += CP_TJ) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
+        for (int x = lid; x < CP_TI * CP_TJ; x += CP_WG) {
+            const int r = x / CP_TJ, jj = x - r * CP_TJ, i = tile.z + r, j = j0 + jj;
+            ((local float *)mt)[jj * 4 * CP_LQ + r] = r < tile.y && j < i ? mixing[(long)i * rows_mc + j] : 0.0f;
+        }
+        for (int x = lid; x < CP_TJ * CP_CQ; x += CP_WG) {
+            const int jj = x / CP_CQ, j = j0 + jj;
+            const long col = c0 + 4 * (x - jj * CP_CQ);
+            st[x] = j < jend && col < width
+                        ? tiled_quad_f32(sums + (long)(tile.w + j) * width + col, 0, (int)min((long)4, width - col), aligned)
+                        : (float4)(0.0f);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (j0 + CP_TJ <= i0) { /* every chunk of the tile is before each of the work-item's rows */
+            #pragma unroll 8
+            for (int jj = 0; jj < CP_TJ; ++jj)
+                tiled_mad4x4(acc, mt[jj * CP_LQ + rq], st[jj * CP_CQ + cq]);
+        } else {
+            for (int jj = 0; jj < CP_TJ && j0 + jj < i0 + 3; ++jj) {
+                const int j = j0 + jj;
+                const float4 a = mt[jj * CP_LQ + rq], b = st[jj * CP_CQ + cq];
+                if (j < i0)
+                    acc[0] += a.x * b;
+                if (j < i0 + 1)
+                    acc[1] += a.y * b;
+                if (j < i0 + 2)
+                    acc[2] += a.z * b;
+                acc[3] += a.w * b; /* j < i0 + 3: the loop's bound */
+            }
+        }
+    }
+
+    const long col = c0 + 4 * cq;
+    if (col >= width)
+        return;
+    #pragma unroll
+    for (int r = 0; r < 4; ++r)
+        if (4 * rq + r < tile.y)
+            tiled_store_f32(acc[r], pref + (long)(tile.x + 4 * rq + r) * width + col, (int)min((long)4, width - col),
+                            aligned);
+}
