@@ -320,11 +320,12 @@ static const tune_stage stages[] = {
     {"tiled-backward", 3, 4, {{"bt_tq", 4, {0, 16, 32, 64}}, {"bt_dc", 3, {8, 16, 32}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     /* The GPU rows' causal forward: its tiled read-out's token groups and key tiles, its tiled
-     * prefix's groups of chunks and columns and its tiles of earlier chunks, timed over the causal
-     * forward (ct_sq 0, cp_ti 0: the untiled kernels, the prefix with CLBlast's blocks). */
+     * prefix's groups of chunks and columns and its tiles of earlier chunks, its tiled chunk
+     * summaries' tokens per tile, timed over the causal forward (ct_sq, cp_ti, cs_tk 0: the untiled
+     * kernels, the prefix with CLBlast's blocks). */
     {"tiled-causal", 3, 1,
      {{"ct_sq", 3, {0, 32, 64}}, {"ct_bk", 3, {8, 16, 32}}, {"cp_ti", 4, {0, 16, 32, 64}}, {"cp_tw", 3, {32, 64, 128}},
-      {"cp_tj", 3, {8, 16, 32}}, {NULL, 0, {0}}},
+      {"cp_tj", 3, {8, 16, 32}}, {"cs_tk", 4, {0, 8, 16, 32}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])

@@ -219,13 +219,14 @@ static void test_causality_exact(void **state)
     }
 }
 
-/* The GPU rows' tiled read-out and prefix (causal_tiled.cl, causal_prefix_tiled.cl) under the limits
+/* The GPU rows' tiled chunk summaries, read-out and prefix (causal_summary_tiled.cl, causal_tiled.cl,
+ * causal_prefix_tiled.cl) under the limits
  * of the devices they are for (MHLA_LIMITS: groups and arrays are fitted to what the context holds): a phone's 64-wide
  * groups and 16 KiB at head dimensions 64 (the group shrinks; the paper normalizer, and NaN and Inf
  * from mid-chunk on), 128-wide groups and 32 KiB with odd head dimensions and 78 chunks of 9 in
  * [B,H,N,D] (the prefix over several tiles of earlier chunks), 1024-wide groups and 48 KiB with
  * grouped key/value heads, and 16 KiB at head dimensions 256, where even 4 tokens x 4 keys do not
- * fit and the plan takes causal_output.cl (the prefix stays tiled). */
+ * fit and the plan takes causal_output.cl (the summaries and the prefix stay tiled). */
 static void test_tiled_limits(void **state)
 {
     (void)state;
@@ -250,7 +251,7 @@ static void test_tiled_limits(void **state)
         assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
         assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
         const int tiled = strstr(text, "output tiled") != NULL; /* the prefix fits at 4 x 4 always */
-        if (tiled != (c < 3) || !strstr(text, "prefix tiled"))
+        if (tiled != (c < 3) || !strstr(text, "prefix tiled") || !strstr(text, "summary tiled"))
             fail_msg("MHLA_LIMITS=%s, Dk %lld: %s", limits[c], (long long)cfgs[c].dk, text);
         snprintf(label, sizeof label, "MHLA_LIMITS=%s, %s, Dk %lld Dv %lld C %lld", limits[c],
                  tiled ? "tiled" : "untiled", (long long)cfgs[c].dk, (long long)cfgs[c].dv, (long long)cfgs[c].chunk);

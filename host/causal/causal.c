@@ -107,11 +107,25 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
         *refit = 1;
         goto cleanup;
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY, cfg, t, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
-    /* One chunk per group (the kernel's barriers count the chunk's tokens). */
-    c->lws_summary = mhla__local_size(ctx, c->k_summary,
-                                      summary_tiles(c) < (size_t)t->wg ? summary_tiles(c) : (size_t)t->wg);
+    if (t->cs_tk) { /* the tiled form: built for exactly its group */
+        what = "causal_summary_tiled";
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY_TILED, cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_summary));
+        c->lws_summary = mhla__causal_summary_tiled_wg(t);
+        r = mhla__fit_check(ctx, c->k_summary, c->lws_summary, mhla__causal_summary_tiled_local(t), fit);
+        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", what,
+                     ctx->device_name);
+        if (r > 0) {
+            *refit = 1;
+            goto cleanup;
+        }
+    } else {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY, cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
+        /* One chunk per group (the kernel's barriers count the chunk's tokens). */
+        c->lws_summary = mhla__local_size(ctx, c->k_summary,
+                                          summary_tiles(c) < (size_t)t->wg ? summary_tiles(c) : (size_t)t->wg);
+    }
     /* The prefix mixtures see slots as rows of floats: only their tiles specialize them. */
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, cfg, t, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
@@ -260,11 +274,15 @@ mhla_status mhla__causal_enqueue_summaries(mhla_causal *c, const mhla_causal_run
     /* 1. S_j of every chunk into its slot, per key/value head. */
     {
         const size_t local[3] = {c->lws_summary, 1, 1};
-        const size_t extent[3] = {summary_tiles(c), (size_t)c->bh_kv, t->n_chunks};
+        const size_t tn = (size_t)c->tiling.cs_tn; /* the tiled form: groups of tn rows x tn columns */
+        const size_t tiles = tn ? c->lws_summary * (((size_t)c->cfg.dk + tn - 1) / tn) * (((size_t)c->cfg.dv + tn - 1) / tn)
+                                : summary_tiles(c);
+        const size_t extent[3] = {tiles, (size_t)c->bh_kv, t->n_chunks};
         MHLA_SET_ARGS(st, ctx, ks, 0, MHLA_ARG(run->k), MHLA_ARG(run->v), MHLA_ARG(run->chunks), MHLA_ARG(run->sums),
                       MHLA_ARG(grid), MHLA_ARG(feature_eps));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 3, extent, local, num_wait, wait, NULL,
-                                               "clEnqueueNDRangeKernel(causal_summary)"));
+                                               tn ? "clEnqueueNDRangeKernel(causal_summary_tiled)"
+                                                  : "clEnqueueNDRangeKernel(causal_summary)"));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     if (run->marks)

@@ -123,8 +123,14 @@ static void chunks_describe(const mhla_plan *plan, char *buf, size_t size)
     else
         snprintf(prefix, sizeof prefix, "prefix %dx(%dx%d), CLBlast blocks of %d chunks", t->mix_mr, t->pre_ve,
                  t->mix_nv, t->gemm_rows);
-    snprintf(buf, size, "%s; summary %dx(%dx%d) in sums of %d tokens%s, %s; %s", tu->origin, t->sum_rd, t->sum_ve,
-             t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "", output, prefix);
+    char summary[128];
+    if (t->cs_tk)
+        snprintf(summary, sizeof summary, "summary tiled (causal_summary_tiled.cl): %dx%d a group, %d tokens a tile",
+                 t->cs_tn, t->cs_tn, t->cs_tk);
+    else
+        snprintf(summary, sizeof summary, "summary %dx(%dx%d) in sums of %d tokens%s", t->sum_rd, t->sum_ve,
+                 t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "");
+    snprintf(buf, size, "%s; %s, %s; %s", tu->origin, summary, output, prefix);
 }
 
 const mhla_plan_ops mhla__variant_chunks = {MHLA_VARIANT_CHUNKS, "chunks", 1, 1, mhla__causal_plan_setup,

@@ -268,6 +268,14 @@ uint64_t mhla__prefix_tiled_local(const mhla_tiles *t)
 
 int mhla__prefix_tile_rows(const mhla_tiles *t) { return t->cp_ti ? t->cp_ti : t->mix_mr; }
 
+size_t mhla__causal_summary_tiled_wg(const mhla_tiles *t) { return (size_t)(t->cs_tn / 4) * (size_t)(t->cs_tn / 4); }
+
+uint64_t mhla__causal_summary_tiled_local(const mhla_tiles *t)
+{
+    /* kl[TK][TN/4] and vl[TK][TN/4] float4, zl[TN] (kernels/causal_summary_tiled.cl) */
+    return 2u * 16u * (uint64_t)t->cs_tk * ((uint64_t)t->cs_tn / 4) + 4u * (uint64_t)t->cs_tn;
+}
+
 size_t mhla__causal_tiled_wg(const mhla_tiles *t) { return (size_t)(t->ct_sq / 4) * (size_t)(t->ct_bk / 4); }
 
 uint64_t mhla__causal_tiled_local(const mhla_config *cfg, const mhla_tiles *t)
@@ -366,6 +374,24 @@ static void prefix_tiled_fit(const mhla_tuning *t, const mhla_fit *fit, mhla_til
         x->gemm_rows = 0;
 }
 
+/* causal_summary_tiled.cl's group where the tuning asks for it (cs_tk > 0): tl_tn key rows and
+ * columns (no more than the head has, rounded up to 4), halved until the group fits, then tokens per
+ * tile halved; it always fits at 4 x 4 (one work-item). */
+static void summary_tiled_fit(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *x)
+{
+    x->cs_tk = x->cs_tn = 0;
+    if (t->cs_tk <= 0)
+        return;
+    const int dmax = (int)(cfg->dk > cfg->dv ? cfg->dk : cfg->dv);
+    x->cs_tk = t->cs_tk, x->cs_tn = min_int(tile4(t->tl_tn), up4(dmax));
+    while (mhla__causal_summary_tiled_wg(x) > fit->wg && x->cs_tn > 4)
+        x->cs_tn = tile4(x->cs_tn / 2);
+    while (mhla__causal_summary_tiled_local(x) > fit->local_bytes && x->cs_tk > 1)
+        x->cs_tk /= 2;
+    if (mhla__causal_summary_tiled_wg(x) > fit->wg || mhla__causal_summary_tiled_local(x) > fit->local_bytes)
+        x->cs_tk = x->cs_tn = 0;
+}
+
 mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                mhla_tiles *out)
 {
@@ -404,6 +430,7 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
     prefix_tiled_fit(t, fit, &x);
     x.slot_pad = x.gemm_rows == 0 && x.cp_ti == 0; /* (a GPU's tiled prefix reads whole rows of slots) */
     causal_tiled_fit(cfg, t, fit, &x);
+    summary_tiled_fit(cfg, t, fit, &x);
     *out = x;
 cleanup:
     return st;
@@ -613,6 +640,7 @@ enum {
     F_SMT = 1 << 23,
     F_CT = 1 << 24,
     F_CP = 1 << 25,
+    F_CS = 1 << 26,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -680,6 +708,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DBT_TQ=%d -DBT_TV=%d -DBT_DC=%d", t->bt_tq, t->bt_tv, t->bt_dc);
     if (r & F_CT)
         mhla__opts_add(opts, "-DCT_SQ=%d -DCT_BK=%d", t->ct_sq, t->ct_bk);
+    if (r & F_CS)
+        mhla__opts_add(opts, "-DCS_TK=%d -DCS_TN=%d", t->cs_tk, t->cs_tn);
     if (r & F_CP)
         mhla__opts_add(opts, "-DCP_TI=%d -DCP_TW=%d -DCP_TJ=%d", t->cp_ti, t->cp_tw, t->cp_tj);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */

@@ -94,7 +94,10 @@
                                product over every earlier chunk, 4 x 4 per work-item: GPUs; no     \
                                CLBlast blocks), 0 = causal_prefix.cl and gemm_rows */               \
     X(cp_tw, 4, ",")        /* causal_prefix_tiled.cl: slot columns per group */                    \
-    X(cp_tj, 1, ",")        /* causal_prefix_tiled.cl: earlier chunks per local tile */
+    X(cp_tj, 1, ",")        /* causal_prefix_tiled.cl: earlier chunks per local tile */              \
+    X(cs_tk, 0, " ")        /* causal chunk summaries: tokens per local tile of                     \
+                               causal_summary_tiled.cl (groups of tl_tn key rows x tl_tn columns,    \
+                               4 x 4 per work-item: GPUs), 0 = causal_summary.cl */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -182,6 +185,8 @@ typedef struct mhla_tiles {
                                            ct_sq 0: causal_output.cl */
     int cp_ti, cp_tw, cp_tj;            /* causal_prefix_tiled.cl: CP_TI chunks x CP_TW columns per group,
                                            CP_TJ earlier chunks per tile; cp_ti 0: causal_prefix.cl */
+    int cs_tk, cs_tn;                   /* causal_summary_tiled.cl: CS_TK tokens per tile, CS_TN key rows x
+                                           CS_TN columns per group; cs_tk 0: causal_summary.cl */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
@@ -199,6 +204,7 @@ typedef struct mhla_tiles {
     KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
     KF(CAUSAL_TILED, causal_tiled, F_SHAPE | F_SLOT | F_CT)                                        \
     KF(CAUSAL_PREFIX_TILED, causal_prefix_tiled, F_CP)                                             \
+    KF(CAUSAL_SUMMARY_TILED, causal_summary_tiled, F_SHAPE | F_SLOT | F_CS)                        \
     KF(DECODER, decoder, F_SHAPE | F_SLOT | F_GROUP)                                               \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(SOFTMAX_TILED, softmax_tiled, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SMT)                     \
@@ -285,6 +291,9 @@ uint64_t mhla__prefix_tiled_local(const mhla_tiles *t);
 /* Chunks per tile of the prefix's table (host/causal/chunk_tables.c): cp_ti, or causal_prefix.cl's
  * mix_mr. */
 int mhla__prefix_tile_rows(const mhla_tiles *t);
+/* causal_summary_tiled.cl's group ((cs_tn/4)^2 work-items) and its local memory. */
+size_t mhla__causal_summary_tiled_wg(const mhla_tiles *t);
+uint64_t mhla__causal_summary_tiled_local(const mhla_tiles *t);
 /* The softmax baseline: vector width, key tile (within fit->local_bytes) and query rows. */
 mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                 mhla_tiles *out);

@@ -139,6 +139,10 @@ MUTATIONS = [
     Mutation("causal-prefix-tiled-skips-tiles", "the tiled causal prefix reads only the first tile of earlier chunks",
              [("kernels/causal_prefix_tiled.cl", "j0 < jend; j0 += CP_TJ", "j0 < min(jend, CP_TJ); j0 += CP_TJ", 1)],
              [("causal", "test_tiled_limits", "MHLA_LIMITS=wg=128,local=32K, tiled")]),
+    Mutation("causal-summary-tiled-whole-tiles-only", "the tiled chunk summaries drop a chunk's last partial "
+             "tile of tokens",
+             [("kernels/causal_summary_tiled.cl", "p0 < ch.y; p0 += CS_TK", "p0 + CS_TK <= ch.y; p0 += CS_TK", 1)],
+             [("causal", "test_tiled_limits", "MHLA_LIMITS=wg=128,local=32K, tiled")]),
     Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
              [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
                "(bh - batch * g.heads) % g.kv_heads;", 1)],

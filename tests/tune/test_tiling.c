@@ -143,6 +143,7 @@ typedef struct causal_expect {
     int wg;          /* mhla__causal_output_wg */
     uint64_t local; /* mhla__causal_output_local */
     int ct_sq, ct_bk, cp_ti, cp_tw, cp_tj; /* the tiled read-out and prefix (0: untiled) */
+    int cs_tk, cs_tn;                      /* the tiled chunk summaries (0: untiled) */
 } causal_expect;
 
 static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64_t dk, int64_t dv,
@@ -156,11 +157,12 @@ static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64
     mhla_tiles x;
     assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
     const int got[] = {x.out_rt, x.out_ve, x.out_nv, x.tq,    x.kt,    x.gemm_rows, x.mix_mr, x.mix_nv,
-                       x.pre_ve, mhla__causal_output_wg(&x, dv), x.ct_sq, x.ct_bk, x.cp_ti, x.cp_tw, x.cp_tj};
+                       x.pre_ve, mhla__causal_output_wg(&x, dv), x.ct_sq, x.ct_bk, x.cp_ti, x.cp_tw, x.cp_tj, x.cs_tk, x.cs_tn};
     const int want[] = {e->out_rt, e->out_ve, e->out_nv, e->tq, e->kt, e->gemm_rows, e->mix_mr, e->mix_nv,
-                        e->pre_ve, e->wg, e->ct_sq, e->ct_bk, e->cp_ti, e->cp_tw, e->cp_tj};
+                        e->pre_ve, e->wg, e->ct_sq, e->ct_bk, e->cp_ti, e->cp_tw, e->cp_tj, e->cs_tk, e->cs_tn};
     static const char *const names[] = {"out_rt", "out_ve", "out_nv", "tq", "kt", "gemm_rows", "mix_mr", "mix_nv",
-                                        "pre_ve", "output work-items", "ct_sq", "ct_bk", "cp_ti", "cp_tw", "cp_tj"};
+                                        "pre_ve", "output work-items", "ct_sq", "ct_bk", "cp_ti", "cp_tw", "cp_tj",
+                                        "cs_tk", "cs_tn"};
     for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
         if (got[i] != want[i])
             fail_msg("%s, %zu work-items, %llu bytes, D = %lldx%lld: %s = %d, expected %d", d->name, wg,
@@ -227,13 +229,13 @@ static void test_cpu_row_d64(void **state)
     expect_forward(&loads_only, 4096, 8, forward_loads);
 
     /* CPU rows: causal_output.cl and causal_prefix.cl (ct_sq 0, cp_ti 0) */
-    const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480, 0, 0, 0, 0, 0};
+    const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480, 0, 0, 0, 0, 0, 0, 0};
     expect_causal(&haswell, 4096, 65536, 64, 64, &full);
     expect_causal(&haswell, 4096, 32768, 64, 64, &full); /* llvmpipe's 32 KiB: still fits */
-    const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4, 0, 0, 0, 0, 0};
+    const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4, 0, 0, 0, 0, 0, 0, 0};
     expect_causal(&haswell, 4096, 16384, 64, 64, &keys16);
     /* AVX-512: 16-float vectors, 32 registers: read-out 4 tokens x 4 vectors, prefix 8 x 2. */
-    const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480, 0, 0, 0, 0, 0};
+    const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480, 0, 0, 0, 0, 0, 0, 0};
     expect_causal(&avx512, 4096, 65536, 64, 64, &wide);
 
     expect_softmax(&haswell, 65536, 0, 8, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
@@ -292,28 +294,29 @@ static void test_gpu_row_d64(void **state)
     static const int forward[16] = {4, 4, 1, 32, 4, 4, 1, 4, 0, 0, 0, 4, 4, 1, 128, 0};
     expect_forward(&gpu, 256, 4, forward);
 
-    /* The tiled read-out (causal_tiled.cl: 64 tokens x 16 keys, 64 work-items) and prefix
+    /* The tiled chunk summaries (causal_summary_tiled.cl: 64 x 64, 16 tokens a tile, 256 work-items;
+     * the rows and columns halved to the group limit), read-out (causal_tiled.cl: 64 tokens x 16 keys, 64 work-items) and prefix
      * (causal_prefix_tiled.cl: 32 chunks x 64 columns, 128 work-items; no CLBlast blocks), then
      * smaller groups: the read-out's keys halved before its tokens, the prefix's columns before its
      * chunks. The untiled kernels' tiles (the fallback) are fitted as before. */
-    const causal_expect g256 = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 64, 16, 32, 64, 16};
+    const causal_expect g256 = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 64, 16, 32, 64, 16, 16, 64};
     expect_causal(&gpu, 256, 65536, 64, 64, &g256);
-    const causal_expect g64 = {4, 4, 1, 16, 32, 0, 4, 1, 4, 64, (16 * 64 + 64 * 32 + 16 * 32) * 4, 64, 16, 32, 32, 16};
+    const causal_expect g64 = {4, 4, 1, 16, 32, 0, 4, 1, 4, 64, (16 * 64 + 64 * 32 + 16 * 32) * 4, 64, 16, 32, 32, 16, 16, 32};
     expect_causal(&gpu, 64, 65536, 64, 64, &g64);
-    const causal_expect g16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 16, 16, 16};
+    const causal_expect g16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 16, 16, 16, 16, 16};
     expect_causal(&gpu, 16, 65536, 64, 64, &g16);
-    const causal_expect g8 = {4, 4, 2, 4, 32, 0, 4, 1, 4, 8, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 4, 16, 8, 16};
+    const causal_expect g8 = {4, 4, 2, 4, 32, 0, 4, 1, 4, 8, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 4, 16, 8, 16, 16, 8};
     expect_causal(&gpu, 8, 65536, 64, 64, &g8);
     /* The prefix with CLBlast's blocks where the tuning turns the tiled one off (cp_ti 0), under
      * 64 work-items without them (CLBlast's GEMM kernels cannot run there). */
     setenv("MHLA_TUNING", "cp_ti=0", 1);
-    const causal_expect b256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480, 64, 16, 0, 0, 0};
+    const causal_expect b256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480, 64, 16, 0, 0, 0, 16, 64};
     expect_causal(&gpu, 256, 65536, 64, 64, &b256);
-    const causal_expect b16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 0, 0, 0};
+    const causal_expect b16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 0, 0, 0, 16, 16};
     expect_causal(&gpu, 16, 65536, 64, 64, &b16);
     unsetenv("MHLA_TUNING");
     /* llvmpipe: the GPU-like row of its own, with the prefix summed in the kernel. */
-    const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 0, 0, 0, 0, 0};
+    const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 0, 0, 0, 0, 0, 0, 0};
     expect_causal(&llvmpipe, 1024, 32768, 64, 64, &lp);
 
     /* softmax_tiled.cl: 64 queries x 16 keys, qt, kt, vt, pt, the row parts and the four rows */
@@ -559,6 +562,11 @@ static void test_sweep(void **state)
                                                       mhla__prefix_tiled_wg(&x) <= fit.wg &&
                                                       mhla__prefix_tiled_local(&x) <= fit.local_bytes);
                         CHECK_RULE((x.cp_ti > 0) == (t.cp_ti > 0)); /* 4 x 4 x 1 fits every device */
+                        CHECK_RULE(x.cs_tk == 0 ? x.cs_tn == 0 && t.cs_tk == 0
+                                                : x.cs_tn % 4 == 0 && x.cs_tn >= 4 && x.cs_tn <= t.tl_tn &&
+                                                      x.cs_tk >= 1 && x.cs_tk <= t.cs_tk &&
+                                                      mhla__causal_summary_tiled_wg(&x) <= fit.wg &&
+                                                      mhla__causal_summary_tiled_local(&x) <= fit.local_bytes);
                         const int owg = mhla__causal_output_wg(&x, dv);
                         CHECK_RULE(owg == (int)(dv / (x.out_ve * x.out_nv)) * (x.tq / x.out_rt));
                         CHECK_RULE(owg >= 1 && (size_t)owg <= fit.wg);
@@ -776,7 +784,7 @@ static void test_flags_are_read(void **state)
         [MHLA_KF_BACKWARD_CAUSAL_READOUT] = "backward_causal_readout", [MHLA_KF_SUMMARY_TILED] = "summary_tiled",
         [MHLA_KF_OUTPUT_TILED] = "output_tiled", [MHLA_KF_BACKWARD_TILED] = "backward_tiled",
         [MHLA_KF_SOFTMAX_TILED] = "softmax_tiled", [MHLA_KF_CAUSAL_TILED] = "causal_tiled",
-        [MHLA_KF_CAUSAL_PREFIX_TILED] = "causal_prefix_tiled",
+        [MHLA_KF_CAUSAL_PREFIX_TILED] = "causal_prefix_tiled", [MHLA_KF_CAUSAL_SUMMARY_TILED] = "causal_summary_tiled",
     };
     mhla_config cfg;
     mhla_tiles x;
