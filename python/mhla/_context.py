@@ -110,6 +110,31 @@ class Context:
                 lib.mhla_plan_destroy(plan.handle)
             self._plans.clear()
 
+    # ---- device time per kernel ----------------------------------------------------------------
+    def profile_kernels(self, on=True):
+        """Records every kernel this context enqueues from now on, the library's and CLBlast's
+        (on=True; one OpenCL event per launch), for kernel_times(); on=False stops and drops the
+        records. Raises mhla.Error (MHLA_ERR_UNSUPPORTED) for a wrapped queue made without
+        profiling."""
+        check(lib.mhla_context_profile_kernels(self._handle(), 1 if on else 0), self._ctx)
+
+    def kernel_times(self):
+        """Waits for the queue, then returns the launches recorded since the last call as a list
+        of (name, calls, ms) in the order of first launch: ms is the device time summed over the
+        calls, None where the implementation gave no times. Launches past the records' capacity
+        come last as ("(dropped)", count, None). The records are emptied; recording goes on."""
+        size = 1 << 16
+        buf = ffi.new("char[]", size)
+        check(lib.mhla_context_kernel_times(self._handle(), buf, size), self._ctx)
+        rows = []
+        for line in ffi.string(buf).decode().splitlines():
+            if line.startswith("(dropped "):
+                rows.append(("(dropped)", int(line.split()[1]), None))
+                continue
+            name, calls, ms = line.rsplit(" ", 2)
+            rows.append((name, int(calls), None if ms == "untimed" else float(ms)))
+        return rows
+
     # ---- plans ---------------------------------------------------------------------------------
     def _plan(self, cfg, key, softmax):
         with self._lock:

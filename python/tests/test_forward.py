@@ -181,3 +181,22 @@ def test_out_is_written_in_place(ctx, rng):
         ctx.forward(q, k, v, mixing, blocks=4, out=np.empty((1, 64, 2, 4), np.float32))
     with pytest.raises(mhla.InvalidArgument, match="share no memory"):
         ctx.forward(q, k, v, mixing, blocks=4, out=v)
+
+
+def test_kernel_times(rng):
+    """Device time per kernel: a causal forward's three stages (the GPU row's tiled kernels) and a
+    non-causal one's, in the order of first launch, each with a positive time; nothing recorded
+    once profiling is off."""
+    with mhla.Context() as ctx:
+        ctx.set_tuning("row=gpu")
+        q, k, v = qkv(rng, b=1, n=96, h=2, dk=8, dv=8)
+        ctx.profile_kernels()
+        ctx.forward(q, k, v, np.tril(mhla.init_mixing("paper", 3)), causal=True, chunk=32)
+        rows = ctx.kernel_times()
+        names = [r[0] for r in rows]
+        assert names == ["causal_summary_tiled", "causal_prefix_tiled", "causal_output_tiled"], rows
+        assert all(calls == 1 and ms is not None and ms > 0 for _, calls, ms in rows), rows
+        assert ctx.kernel_times() == []  # emptied by the last call
+        ctx.profile_kernels(False)
+        ctx.forward(q, k, v, mhla.init_mixing("paper", 4), blocks=4)
+        assert ctx.kernel_times() == []
