@@ -44,6 +44,14 @@ long slot_z(const int slot, const int bh, const int bhs)
     return (long)slot * slot_len(bhs) + (long)bhs * DK * DV + (long)bh * DK;
 }
 
+/* The read-out's arguments (causal_output.cl, and causal_tiled.cl for GPU rows), as
+ * host/causal/causal.c sets them. */
+#define CAUSAL_OUTPUT_ARGS                                                                                             \
+    global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,              \
+        global const float *restrict pref, global const float *restrict mixing, global const int4 *restrict chunks,    \
+        global STORE_T *restrict out, const mhla_grid g_arg, const int rows_mc, const int tiles_per_chunk,             \
+        const float feature_eps, const float scale, const float eps
+
 /* A chunk, as host/causal/chunk_tables.c lays it out (int4): x = first token in the q/k/v/out tensors,
  * y = tokens in the chunk, z = chunk index i inside its sequence (the row of Mc),
  * w = summary slot of the sequence's chunk 0 (the chunk's own slot is w + z). */

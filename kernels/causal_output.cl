@@ -90,12 +90,7 @@ void stage_keys(global const STORE_T *kp, const long kstride, const int nk, cons
 /* global: (OUT_WG, B*H, chunks * tiles_per_chunk) (heads first, as output.cl); local: (OUT_WG, 1,
  * 1). Work-item (column tile et, token group tg) owns rows tg*OUT_RT .. +OUT_RT-1 of the group's
  * tokens, columns et*OUT_COLS .. +OUT_COLS-1. pref row c is chunk entry c's P (its S part, then z). */
-kernel void causal_output(global const STORE_T *restrict q, global const STORE_T *restrict k,
-                          global const STORE_T *restrict v, global const float *restrict pref,
-                          global const float *restrict mixing, global const int4 *restrict chunks,
-                          global STORE_T *restrict out, const mhla_grid g_arg, const int rows_mc,
-                          const int tiles_per_chunk, const float feature_eps, const float scale,
-                          const float eps)
+kernel void causal_output(CAUSAL_OUTPUT_ARGS)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float qs[CAUSAL_TQ * DK]; /* q~ of the group's tokens */

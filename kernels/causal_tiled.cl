@@ -46,12 +46,7 @@ void ct_mad_row(float4 acc[CT_NV][4], const float4 a, local const float4 *row, c
  * compute on zeros and store nothing; keys past the group's last token are zeros. pref row c is
  * chunk entry c's P (its S part, then z). */
 __attribute__((reqd_work_group_size(CT_WG, 1, 1)))
-kernel void causal_output_tiled(global const STORE_T *restrict q, global const STORE_T *restrict k,
-                                global const STORE_T *restrict v, global const float *restrict pref,
-                                global const float *restrict mixing, global const int4 *restrict chunks,
-                                global STORE_T *restrict out, const mhla_grid g_arg, const int rows_mc,
-                                const int tiles_per_chunk, const float feature_eps, const float scale,
-                                const float eps)
+kernel void causal_output_tiled(CAUSAL_OUTPUT_ARGS)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float4 qt[DK * CT_LQ];        /* q~ of the group's tokens, transposed: qt[d][token quad] */

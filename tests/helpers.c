@@ -304,6 +304,16 @@ mhla_context *test_context(void)
     return ctx;
 }
 
+mhla_context *limited_context(const char *limits, const char *tuning)
+{
+    assert_int_equal(setenv("MHLA_LIMITS", limits, 1), 0);
+    mhla_context *ctx = test_context();
+    unsetenv("MHLA_LIMITS");
+    if (tuning && mhla_context_set_tuning(ctx, tuning) != MHLA_OK)
+        fail_msg("MHLA_LIMITS=%s, tuning '%s': %s", limits, tuning, mhla_context_message(ctx));
+    return ctx;
+}
+
 int user_event_gates_hang(mhla_context *ctx)
 {
     return strncmp(mhla_context_device_name(ctx), "basic-", 6) == 0;

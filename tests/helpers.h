@@ -119,6 +119,10 @@ void expect_eps_visible(const mhla_config *cfg, uint32_t seed, double factor);
 /* A context on the default device (MHLA_DEVICE honoured), or a failed cmocka assertion. The first
  * one a program opens prints its device with say_device(). */
 mhla_context *test_context(void);
+/* test_context() under forced device limits (MHLA_LIMITS, e.g. "wg=64,local=16K": the context
+ * keeps them, and every plan of it is fitted to them), with `tuning` set on it
+ * (mhla_context_set_tuning; NULL: none). */
+mhla_context *limited_context(const char *limits, const char *tuning);
 /* Prints "device: <platform> <device>", the line tests/device_claims.py reads to check that a test
  * ran on the device it claims. */
 void say_device(mhla_context *ctx);

@@ -715,10 +715,7 @@ static void test_backward_tiled_limits(void **state)
     cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
     cfgs[1].layout = MHLA_LAYOUT_BHND;
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
-        setenv("MHLA_LIMITS", limits[c], 1);
-        mhla_context *ctx = test_context();
-        unsetenv("MHLA_LIMITS");
-        assert_int_equal(mhla_context_set_tuning(ctx, tunings[c]), MHLA_OK);
+        mhla_context *ctx = limited_context(limits[c], tunings[c]);
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the gradients */
         char label[160];
         snprintf(label, sizeof label, "MHLA_LIMITS=%s %s, tiled backward, Dk %lld Dv %lld", limits[c], tunings[c],

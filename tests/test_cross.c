@@ -231,9 +231,7 @@ static void test_split_blocks(void **state)
 static void test_tiled_limits(void **state)
 {
     (void)state;
-    setenv("MHLA_LIMITS", "wg=64,local=16K", 1);
-    mhla_context *ctx = test_context();
-    unsetenv("MHLA_LIMITS");
+    mhla_context *ctx = limited_context("wg=64,local=16K", NULL);
     last_tuning[0] = 0;
     check_case(ctx, &cases[N_CASES - 1], MHLA_DTYPE_F32, "row=gpu", 1);
     if (!strstr(last_tuning, "; backward: tiled read-outs"))

@@ -530,11 +530,8 @@ static void test_tiled_limits(void **state)
     cfgs[4].dk = 16, cfgs[4].dv = 24;
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
         const char *lim = limits[c % (sizeof limits / sizeof limits[0])];
-        setenv("MHLA_LIMITS", lim, 1);
-        mhla_context *ctx = test_context();
-        unsetenv("MHLA_LIMITS");
         /* odd configurations with the mixing as its own launch, even ones inside the read-out */
-        assert_int_equal(mhla_context_set_tuning(ctx, c % 2 ? "row=gpu,tl_fuse=0" : "row=gpu,tl_fuse=64"), MHLA_OK);
+        mhla_context *ctx = limited_context(lim, c % 2 ? "row=gpu,tl_fuse=0" : "row=gpu,tl_fuse=64");
         char label[160];
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the outputs: a kernel dropping either fails */
         snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled%s, Dk %lld Dv %lld (config %zu)", lim,

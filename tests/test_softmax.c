@@ -133,10 +133,7 @@ static void test_tiled_limits(void **state)
     cfgs[1].layout = MHLA_LAYOUT_BHND;
     cfgs[2] = config_1d(1, 1, 40, 1, 256, 256);
     for (size_t c = 0; c < 3; ++c) {
-        setenv("MHLA_LIMITS", limits[c], 1);
-        mhla_context *ctx = test_context();
-        unsetenv("MHLA_LIMITS");
-        assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
+        mhla_context *ctx = limited_context(limits[c], "row=gpu");
         mhla_plan *plan = NULL;
         char text[512], label[128];
         assert_int_equal(mhla_softmax_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
