@@ -6,7 +6,9 @@
  * and their summaries' columns into local memory, and each work-item adds a 4-row x 4-column
  * register tile. Only the strictly lower triangle of Mc and only earlier chunks' summaries are
  * used: a later chunk's summary (NaN included) is skipped, never multiplied by a zero weight. The
- * sums run over j in order, so results do not depend on the launch. */
+ * sums run over j in order, so results do not depend on the launch. The causal backward of a GPU
+ * row takes its prefix mixtures from here too, and its suffix mixtures from the transposed twin
+ * below (causal_suffix_tiled). */
 #include "common.h"
 #include "tiled.h"
 
@@ -87,4 +89,72 @@ kernel void causal_prefix_tiled(global const float *restrict sums, global const 
         if (4 * rq + r < tile.y)
             tiled_store_f32(acc[r], pref + (long)(tile.x + 4 * rq + r) * width + col, (int)min((long)4, width - col),
                             aligned);
+}
+
+/* The backward's suffix mixtures dS_j = sum_{i>j} Mc[i,j] G_i (host/backward/backward_causal.c), the
+ * transposed triangle in the same groups: a tile of the backward's table is x = chunks of the
+ * tile's sequence, y = rows (<= CP_TI), z = chunk index j0 of the first row, w = the slot of the
+ * sequence's chunk 0; row r (chunk j0 + r) reads the chunks i in (j0 + r, x). Weights Mc[i][j] and
+ * the later chunks' summaries go through local memory CP_TJ chunks at a time, as above; a chunk not
+ * after a row (its i <= j) is skipped, never multiplied by a zero weight. */
+__attribute__((reqd_work_group_size(CP_WG, 1, 1)))
+kernel void causal_suffix_tiled(global const float *restrict src, global const float *restrict mixing,
+                                global const int4 *restrict tiles, global float *restrict dst, const int rows_mc,
+                                const long width)
+{
+    local float4 mt[CP_TJ * CP_LQ]; /* weights Mc[i][j], transposed: mt[i][row quad] */
+    local float4 st[CP_TJ * CP_CQ]; /* the later chunks' columns: st[i][column quad] */
+    const int lid = (int)get_local_id(0), cq = lid % CP_CQ, rq = lid / CP_CQ;
+    const int4 tile = tiles[get_group_id(1)];
+    const int m = tile.x, j0 = tile.z;
+    const long c0 = (long)get_group_id(0) * CP_TW;
+    const int jr = j0 + 4 * rq; /* the work-item's first row */
+    const int aligned = (width & 3) == 0;
+    float4 acc[4];
+    #pragma unroll
+    for (int r = 0; r < 4; ++r)
+        acc[r] = (float4)(0.0f);
+
+    for (int i0 = j0 + 1; i0 < m; i0 += CP_TJ) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
+        for (int x = lid; x < CP_TI * CP_TJ; x += CP_WG) {
+            const int r = x / CP_TJ, ii = x - r * CP_TJ, j = j0 + r, i = i0 + ii;
+            ((local float *)mt)[ii * 4 * CP_LQ + r] = r < tile.y && i > j && i < m ? mixing[(long)i * rows_mc + j] : 0.0f;
+        }
+        for (int x = lid; x < CP_TJ * CP_CQ; x += CP_WG) {
+            const int ii = x / CP_CQ, i = i0 + ii;
+            const long col = c0 + 4 * (x - ii * CP_CQ);
+            st[x] = i < m && col < width
+                        ? tiled_quad_f32(src + (long)(tile.w + i) * width + col, 0, (int)min((long)4, width - col), aligned)
+                        : (float4)(0.0f);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (i0 > jr + 3) { /* every chunk of the tile is after each of the work-item's rows */
+            #pragma unroll 8
+            for (int ii = 0; ii < CP_TJ; ++ii)
+                tiled_mad4x4(acc, mt[ii * CP_LQ + rq], st[ii * CP_CQ + cq]);
+        } else {
+            for (int ii = 0; ii < CP_TJ; ++ii) {
+                const int i = i0 + ii;
+                const float4 a = mt[ii * CP_LQ + rq], b = st[ii * CP_CQ + cq];
+                if (i > jr)
+                    acc[0] += a.x * b;
+                if (i > jr + 1)
+                    acc[1] += a.y * b;
+                if (i > jr + 2)
+                    acc[2] += a.z * b;
+                if (i > jr + 3)
+                    acc[3] += a.w * b;
+            }
+        }
+    }
+
+    const long col = c0 + 4 * cq;
+    if (col >= width)
+        return;
+    #pragma unroll
+    for (int r = 0; r < 4; ++r)
+        if (4 * rq + r < tile.y)
+            tiled_store_f32(acc[r], dst + (long)(tile.w + j0 + 4 * rq + r) * width + col,
+                            (int)min((long)4, width - col), aligned);
 }

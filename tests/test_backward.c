@@ -703,26 +703,32 @@ static void test_backward_saved_summaries_causal(void **state)
  * [B,H,N,D] (rows of no whole float4, several token tiles a block). The sizes are those of other
  * cases and of test_forward's (one build of the forward's kernels serves both). Grouped heads and
  * cross-attention: test_cross's test_tiled_limits; 256 to 1024 work-items and 48 KiB: the GPU
- * row's own fit (backward_gpu_row). Each plan must say that its backward ran tiled. */
+ * row's own fit (backward_gpu_row). And the causal form's prefix and suffix mixtures
+ * (causal_prefix_tiled.cl) over 38 chunks at 64-wide groups. Each plan must say that it ran tiled. */
 static void test_backward_tiled_limits(void **state)
 {
     (void)state;
-    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K"};
-    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu"};
-    mhla_config cfgs[2];
+    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=64,local=16K"};
+    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu", "row=gpu"};
+    mhla_config cfgs[3];
     cfgs[0] = config_1d(1, 2, 512, 2, 16, 8);
     cfgs[0].feature_map = MHLA_FEATURE_RELU_EPS;
     cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
     cfgs[1].layout = MHLA_LAYOUT_BHND;
+    /* the causal form's prefix and suffix mixtures as tiled products (causal_prefix_tiled.cl):
+     * 38 chunks, two tiles of rows, several of earlier and later chunks */
+    cfgs[2] = config_causal(1, 2, 300, 8, 16, 8);
+    cfgs[2].normalizer = MHLA_NORMALIZER_PAPER;
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
         mhla_context *ctx = limited_context(limits[c], tunings[c]);
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the gradients */
         char label[160];
-        snprintf(label, sizeof label, "MHLA_LIMITS=%s %s, tiled backward, Dk %lld Dv %lld", limits[c], tunings[c],
-                 (long long)cfgs[c].dk, (long long)cfgs[c].dv);
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s %s, tiled %sbackward, Dk %lld Dv %lld", limits[c], tunings[c],
+                 cfgs[c].causal ? "causal " : "", (long long)cfgs[c].dk, (long long)cfgs[c].dv);
         last_tuning[0] = 0;
         expect_backward(ctx, &cfgs[c], NULL, 0, label, (uint32_t)(41 + c));
-        if (last_tuning[0] && !strstr(last_tuning, "; backward: tiled read-outs")) /* (empty: thinned) */
+        const char *tiled = cfgs[c].causal ? "prefix tiled" : "; backward: tiled read-outs";
+        if (last_tuning[0] && !strstr(last_tuning, tiled)) /* (empty: thinned) */
             fail_msg("%s: the backward is not tiled: %s", label, last_tuning);
         mhla_context_destroy(ctx);
     }

@@ -134,14 +134,28 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_from_forward", &b->k_bc_from_forward));
     if (c->normalizer == MHLA_NORMALIZER_PAPER)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_scalars", &b->k_bc_scalars));
-    /* P_i and dS_j: the forward's register-tiled prefix kernel and its transposed twin, over rows
-     * of a whole chunk entry's slots (every head) */
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, c, &b->tiles, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &b->k_bc_prefix));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_suffix", &b->k_bc_suffix));
-    b->lws_bc_mix = mhla__local_size(ctx, b->k_bc_prefix, wg);
-    if (mhla__local_size(ctx, b->k_bc_suffix, wg) < b->lws_bc_mix)
-        b->lws_bc_mix = mhla__local_size(ctx, b->k_bc_suffix, wg);
+    /* P_i and dS_j: the forward's prefix kernel and its transposed twin, over rows of a whole chunk
+     * entry's slots (every head): the tiled products where the forward's prefix is tiled (GPU
+     * rows: cp_ti, its groups already fitted to this device), else the register-tiled ones */
+    if (b->tiles.cp_ti) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX_TILED, c, &b->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_tiled", &b->k_bc_prefix));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_suffix_tiled", &b->k_bc_suffix));
+        b->lws_bc_mix = mhla__prefix_tiled_wg(&b->tiles);
+        mhla_fit fit;
+        mhla__fit_init(ctx, &fit);
+        const int r = mhla__fit_check(ctx, b->k_bc_suffix, b->lws_bc_mix, mhla__prefix_tiled_local(&b->tiles), &fit);
+        MHLA_FAIL_IF(st, r != 0, ctx, MHLA_ERR_UNSUPPORTED,
+                     "the causal backward's suffix kernel (%d chunks x %d columns a group) does not fit %s",
+                     b->tiles.cp_ti, b->tiles.cp_tw, ctx->device_name);
+    } else {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, c, &b->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &b->k_bc_prefix));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_suffix", &b->k_bc_suffix));
+        b->lws_bc_mix = mhla__local_size(ctx, b->k_bc_prefix, wg);
+        if (mhla__local_size(ctx, b->k_bc_suffix, wg) < b->lws_bc_mix)
+            b->lws_bc_mix = mhla__local_size(ctx, b->k_bc_suffix, wg);
+    }
     /* dMc below the diagonal: each sequence's <G_i, S_j> with the non-causal tiled product */
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
                                                            heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
@@ -172,7 +186,8 @@ cleanup:
 }
 
 /* The chunk table of one call into b->table, and the mixtures' tiles into b->mix_tiles: runs of
- * up to mix_mr consecutive chunks of one sequence, starting at multiples of mix_mr as the forward's;
+ * up to mix_mr (or the tiled kernels' cp_ti) consecutive chunks of one sequence, starting at
+ * multiples of it as the forward's;
  * the prefix tile {first entry, rows, i, entry of chunk 0} and the suffix tile {chunks of the
  * sequence, rows, i, entry of chunk 0}. Returns the entries, *tiles the tiles; `write` 0 counts them
  * only (before the arrays are sized for them: a call with more chunks than the last must not write
@@ -180,7 +195,7 @@ cleanup:
 static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, size_t num_seqs, int write,
                          size_t *tiles)
 {
-    const int64_t C = plan->cfg.chunk, mr = b->tiles.mix_mr;
+    const int64_t C = plan->cfg.chunk, mr = mhla__prefix_tile_rows(&b->tiles);
     size_t k = 0, nt = 0;
     const size_t nseq = cu ? num_seqs : (size_t)plan->cfg.batch;
     for (size_t s = 0; s < nseq; ++s) {
@@ -319,8 +334,15 @@ static void shapes(bc_call *x)
     x->tokens = (size_t)x->plan->shape.nb; /* a chunk's tokens */
     x->tile[0] = (size_t)(c->dk / b->tiles.bct_sr), x->tile[1] = (size_t)x->heads, x->tile[2] = x->entries;
     /* the mixtures: MIX_MR chunks x PRE_VE * MIX_NV floats of their entries' slots per work-item, the
-     * tiles the fast dimension (kernels/causal_prefix.cl) */
+     * tiles the fast dimension (kernels/causal_prefix.cl); tiled (cp_ti): a group per CP_TW columns
+     * of a tile's rows, the tiles second (kernels/causal_prefix_tiled.cl) */
     x->width = (cl_long)x->heads * c->dk * (c->dv + 1);
+    if (b->tiles.cp_ti) {
+        const size_t tw = (size_t)b->tiles.cp_tw;
+        x->mext[0] = b->lws_bc_mix * (((size_t)x->width + tw - 1) / tw), x->mext[1] = x->ntiles, x->mext[2] = 1;
+        x->mloc[0] = b->lws_bc_mix, x->mloc[1] = x->mloc[2] = 1;
+        return;
+    }
     const size_t cols = (size_t)b->tiles.pre_ve * (size_t)b->tiles.mix_nv;
     x->mext[0] = x->ntiles, x->mext[1] = ((size_t)x->width + cols - 1) / cols, x->mext[2] = 1;
     x->mloc[0] = x->ntiles < b->lws_bc_mix ? x->ntiles : b->lws_bc_mix, x->mloc[1] = x->mloc[2] = 1;
@@ -366,8 +388,12 @@ static mhla_status prefix_mixtures(const bc_call *x)
     const cl_int n_tiles = (cl_int)x->ntiles, no_gemm = 0;
     cl_kernel kr = x->b->k_bc_prefix;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->slots_s), MHLA_ARG(x->mixing), MHLA_ARG(x->pre_tiles),
-                  MHLA_ARG(x->b->slots_p), MHLA_ARG(x->lda), MHLA_ARG(x->width), MHLA_ARG(no_gemm), MHLA_ARG(n_tiles));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL, "causal_prefix (backward)"));
+                  MHLA_ARG(x->b->slots_p), MHLA_ARG(x->lda), MHLA_ARG(x->width));
+    if (!x->b->tiles.cp_ti) /* (causal_prefix_tiled.cl takes no more) */
+        MHLA_SET_ARGS(st, ctx, kr, 6, MHLA_ARG(no_gemm), MHLA_ARG(n_tiles));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL,
+                                           x->b->tiles.cp_ti ? "clEnqueueNDRangeKernel(causal_prefix_tiled)"
+                                                             : "clEnqueueNDRangeKernel(causal_prefix)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
     return st;
@@ -425,8 +451,12 @@ static mhla_status suffix_mixtures(const bc_call *x)
     const cl_int n_tiles = (cl_int)x->ntiles;
     cl_kernel kr = x->b->k_bc_suffix;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->slots_g), MHLA_ARG(x->mixing), MHLA_ARG(x->suf_tiles),
-                  MHLA_ARG(x->b->slots_ds), MHLA_ARG(x->lda), MHLA_ARG(x->width), MHLA_ARG(n_tiles));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL, "causal_suffix (backward)"));
+                  MHLA_ARG(x->b->slots_ds), MHLA_ARG(x->lda), MHLA_ARG(x->width));
+    if (!x->b->tiles.cp_ti) /* (causal_suffix_tiled takes no more) */
+        MHLA_SET_ARGS(st, ctx, kr, 6, MHLA_ARG(n_tiles));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, x->mext, x->mloc, 0, NULL, NULL,
+                                           x->b->tiles.cp_ti ? "clEnqueueNDRangeKernel(causal_suffix_tiled)"
+                                                             : "clEnqueueNDRangeKernel(causal_suffix)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     kr = x->b->k_bc_transpose;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->slots_ds), MHLA_ARG(x->b->slots_dst), MHLA_ARG(x->heads),

@@ -143,6 +143,10 @@ MUTATIONS = [
              "tile of tokens",
              [("kernels/causal_summary_tiled.cl", "p0 < ch.y; p0 += CS_TK", "p0 + CS_TK <= ch.y; p0 += CS_TK", 1)],
              [("causal", "test_tiled_limits", "MHLA_LIMITS=wg=128,local=32K, tiled")]),
+    Mutation("causal-suffix-tiled-first-tile-only", "the backward's tiled suffix mixtures read only the first tile "
+             "of later chunks",
+             [("kernels/causal_prefix_tiled.cl", "i0 < m; i0 += CP_TJ", "i0 < min(m, j0 + 1 + CP_TJ); i0 += CP_TJ", 1)],
+             [("backward", "test_backward_tiled_limits", "MHLA_LIMITS=wg=64,local=16K row=gpu, tiled causal backward, Dk 16 Dv 8")]),
     Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
              [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
                "(bh - batch * g.heads) % g.kv_heads;", 1)],
