@@ -54,12 +54,32 @@ def collect(programs, tool):
 FORMULA_MACROS = ("LAYOUT_BHND", "FEATURE_MAP", "NORMALIZER")
 
 
+# Head dimensions: sizes, not types or widths. What a kernel's widths depend on is their
+# divisibility (a row staged in vectors of OUT_VE where it divides Dk, float4 loads where 4 does):
+# one specialization per power-of-two divisor up to 16 (the widest vector) checks each choice.
+SIZE_MACROS = ("DK", "DV")
+
+
+def shape_option(option):
+    """option as one_per_shape keys it: None for a formula macro, "-DDK%16=4" for Dk = 36."""
+    macro, _, value = option[2:].partition("=")
+    if macro in FORMULA_MACROS:
+        return None
+    if macro in SIZE_MACROS and value.isdigit() and int(value) > 0:
+        n, div = int(value), 1
+        while div < 16 and n % (2 * div) == 0:
+            div *= 2
+        return "-D%s%%16=%d" % (macro, div)
+    return option
+
+
 def one_per_shape(specs):
-    """specs with one specialization kept per kernel file and options other than FORMULA_MACROS:
-    what a device build checks (device_build_log.py, avx2_emulated.py), a fraction of the builds."""
+    """specs with one specialization kept per kernel file and options other than FORMULA_MACROS, head
+    dimensions by their divisibility (SIZE_MACROS): what a device build checks (device_build_log.py,
+    avx2_emulated.py), a fraction of the builds."""
     kept = {}
     for name, opts in sorted(specs):
-        key = (name, " ".join(o for o in opts.split() if o.split("=")[0][2:] not in FORMULA_MACROS))
+        key = (name, " ".join(k for k in (shape_option(o) for o in opts.split()) if k))
         kept.setdefault(key, (name, opts))
     return set(kept.values())
 
