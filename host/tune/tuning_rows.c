@@ -59,7 +59,8 @@ typedef struct tuning_row {
  *   dimensions a local tile; not yet run on a GPU). Softmax runs tiled (sm_tiled, softmax_tiled.cl:
  *   groups of 64 queries, 16-key tiles, each product a 4 x 4 register tile per work-item through
  *   local memory; not yet run on a GPU: softmax.cl's one query row per work-item ran at 20% of the
- *   H100's peak probe). The causal forward's read-out and prefix run tiled too (ct_sq, cp_ti:
+ *   H100's peak probe). The causal forward's chunk summaries, read-out and prefix run tiled too
+ *   (cs_tk: causal_summary_tiled.cl, summary_tiled.cl's groups over the chunk table; ct_sq, cp_ti:
  *   causal_tiled.cl, 64 tokens x 16 keys a group, the masked scores and both products 4 x 4 per
  *   work-item through local memory; causal_prefix_tiled.cl, 32 chunks x 64 columns a group over
  *   every earlier chunk, no CLBlast blocks; not yet run on a GPU: the untiled kernels took 0.30 and
