@@ -26,6 +26,33 @@
 #define CP_WG (CP_RQ * CP_CQ)
 #define CP_LQ (CP_RQ + 1) /* float4 per transposed weight row, padded (the copy's stores spread) */
 
+/* st[k][column quad] = columns c0.. of row first + k of `rows` (rows of `width` floats), zeros from
+ * row `end` on and past the row's end: the group's tile of CP_TJ summaries. */
+void cp_stage_rows(local float4 *st, global const float *rows, const int first, const int end, const long c0,
+                   const long width, const int aligned, const int lid)
+{
+    for (int x = lid; x < CP_TJ * CP_CQ; x += CP_WG) {
+        const int k = x / CP_CQ, row = first + k;
+        const long col = c0 + 4 * (x - k * CP_CQ);
+        st[x] = row < end && col < width
+                    ? tiled_quad_f32(rows + (long)row * width + col, 0, (int)min((long)4, width - col), aligned)
+                    : (float4)(0.0f);
+    }
+}
+
+/* The work-item's 4 rows x 4 columns into rows row0.. of `dst` (only the first `rows` of the group's). */
+void cp_store(const float4 acc[4], global float *dst, const int row0, const int rows, const int rq, const int cq,
+              const long c0, const long width, const int aligned)
+{
+    const long col = c0 + 4 * cq;
+    if (col >= width)
+        return;
+    for (int r = 0; r < 4; ++r)
+        if (4 * rq + r < rows)
+            tiled_store_f32(acc[r], dst + (long)(row0 + 4 * rq + r) * width + col, (int)min((long)4, width - col),
+                            aligned);
+}
+
 /* A tile (int4, host/causal/chunk_tables.c): x = first row of P written, y = rows (<= CP_TI), z =
  * chunk index i of the first row, w = summary slot of the sequence's chunk 0. Row x + r is P_{z + r}.
  * global: (CP_WG * ceil(width / CP_TW), tiles), local (CP_WG, 1). Work-item (column quad cq fastest,
@@ -54,13 +81,7 @@ kernel void causal_prefix_tiled(global const float *restrict sums, global const 
             const int r = x / CP_TJ, jj = x - r * CP_TJ, i = tile.z + r, j = j0 + jj;
             ((local float *)mt)[jj * 4 * CP_LQ + r] = r < tile.y && j < i ? mixing[(long)i * rows_mc + j] : 0.0f;
         }
-        for (int x = lid; x < CP_TJ * CP_CQ; x += CP_WG) {
-            const int jj = x / CP_CQ, j = j0 + jj;
-            const long col = c0 + 4 * (x - jj * CP_CQ);
-            st[x] = j < jend && col < width
-                        ? tiled_quad_f32(sums + (long)(tile.w + j) * width + col, 0, (int)min((long)4, width - col), aligned)
-                        : (float4)(0.0f);
-        }
+        cp_stage_rows(st, sums + (long)tile.w * width, j0, jend, c0, width, aligned, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (j0 + CP_TJ <= i0) { /* every chunk of the tile is before each of the work-item's rows */
             #pragma unroll 8
@@ -81,14 +102,7 @@ kernel void causal_prefix_tiled(global const float *restrict sums, global const 
         }
     }
 
-    const long col = c0 + 4 * cq;
-    if (col >= width)
-        return;
-    #pragma unroll
-    for (int r = 0; r < 4; ++r)
-        if (4 * rq + r < tile.y)
-            tiled_store_f32(acc[r], pref + (long)(tile.x + 4 * rq + r) * width + col, (int)min((long)4, width - col),
-                            aligned);
+    cp_store(acc, pref, tile.x, tile.y, rq, cq, c0, width, aligned);
 }
 
 /* The backward's suffix mixtures dS_j = sum_{i>j} Mc[i,j] G_i (host/backward/backward_causal.c), the
@@ -121,13 +135,7 @@ kernel void causal_suffix_tiled(global const float *restrict src, global const f
             const int r = x / CP_TJ, ii = x - r * CP_TJ, j = j0 + r, i = i0 + ii;
             ((local float *)mt)[ii * 4 * CP_LQ + r] = r < tile.y && i > j && i < m ? mixing[(long)i * rows_mc + j] : 0.0f;
         }
-        for (int x = lid; x < CP_TJ * CP_CQ; x += CP_WG) {
-            const int ii = x / CP_CQ, i = i0 + ii;
-            const long col = c0 + 4 * (x - ii * CP_CQ);
-            st[x] = i < m && col < width
-                        ? tiled_quad_f32(src + (long)(tile.w + i) * width + col, 0, (int)min((long)4, width - col), aligned)
-                        : (float4)(0.0f);
-        }
+        cp_stage_rows(st, src + (long)tile.w * width, i0, m, c0, width, aligned, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (i0 > jr + 3) { /* every chunk of the tile is after each of the work-item's rows */
             #pragma unroll 8
@@ -149,12 +157,5 @@ kernel void causal_suffix_tiled(global const float *restrict src, global const f
         }
     }
 
-    const long col = c0 + 4 * cq;
-    if (col >= width)
-        return;
-    #pragma unroll
-    for (int r = 0; r < 4; ++r)
-        if (4 * rq + r < tile.y)
-            tiled_store_f32(acc[r], dst + (long)(tile.w + j0 + 4 * rq + r) * width + col,
-                            (int)min((long)4, width - col), aligned);
+    cp_store(acc, dst, tile.w + j0, tile.y, rq, cq, c0, width, aligned);
 }
