@@ -18,9 +18,10 @@
 #   suite.txt          scripts/device_suite.py: the opencl, unit and cli tests on the device, then
 #                      the last lines of each failed test's log
 #   tune.txt           with GPU_CHECK_TUNE=SECONDS: `mhla tune --export` for that long (stages
-#                      GPU_CHECK_TUNE_STAGES, default tiled,tiled-backward,mixing,backward), stored in
+#                      GPU_CHECK_TUNE_STAGES, default tiled,tiled-backward,tiled-causal,mixing,backward), stored in
 #                      this run's scratch database, then the bench's table with it
-#   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd) at GPU_CHECK_N
+#   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd,mhla-causal) at
+#                      GPU_CHECK_N (and GPU_CHECK_CHUNK)
 #   bench-untiledbwd.json  step untiledbwd: the new build's backward rows (GPU_CHECK_UNTILED_OPS,
 #                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0, the untiled
 #                      read-outs (backward_readout.cl) the tiled backward replaced, and --compare of
@@ -259,11 +260,11 @@ elif wants tune; then
     # Stored in this run's scratch database (MHLA_CACHE_DIR, deleted at the end), then the forward
     # rows timed again with it: the tuned figures beside the built-in row's, on the same machine.
     step tune $(( tune_s + 90 )) "$log" "$new/cli/mhla" tune --device "$device" --budget "$tune_s" \
-        --stages "${GPU_CHECK_TUNE_STAGES:-tiled,tiled-backward,mixing,backward}" --export
+        --stages "${GPU_CHECK_TUNE_STAGES:-tiled,tiled-backward,tiled-causal,mixing,backward}" --export
     grep -E '^tune: ' "$log" | tail -n 6
     lim=$(cap 120)
     step bench-tuned "$lim" "$log" "$new/bench/mhla-bench" --device "$device" --n "$bench_n" --image none \
-        --target-ms "$target_ms" --ops "${GPU_CHECK_TUNED_OPS:-mhla,linear,mhla-bwd}" --quiet \
+        --target-ms "$target_ms" --chunk "$chunk" --ops "${GPU_CHECK_TUNED_OPS:-mhla,linear,mhla-bwd,mhla-causal}" --quiet \
         --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-tuned.json"
 fi
 
