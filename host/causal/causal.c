@@ -101,38 +101,39 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_prefix_tiled));
         r = mhla__fit_check(ctx, c->k_prefix_tiled, mhla__prefix_tiled_wg(t), mhla__prefix_tiled_local(t), fit);
     }
+    if (r == 0 && t->cs_tk) { /* the tiled summaries: built for exactly their group */
+        what = "causal_summary_tiled";
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY_TILED, cfg, t, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_summary));
+        c->lws_summary = mhla__causal_summary_tiled_wg(t);
+        r = mhla__fit_check(ctx, c->k_summary, c->lws_summary, mhla__causal_summary_tiled_local(t), fit);
+    }
     MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", what,
                  ctx->device_name);
     if (r > 0) {
         *refit = 1;
         goto cleanup;
     }
-    if (t->cs_tk) { /* the tiled form: built for exactly its group */
-        what = "causal_summary_tiled";
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY_TILED, cfg, t, &prog));
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_summary));
-        c->lws_summary = mhla__causal_summary_tiled_wg(t);
-        r = mhla__fit_check(ctx, c->k_summary, c->lws_summary, mhla__causal_summary_tiled_local(t), fit);
-        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", what,
-                     ctx->device_name);
-        if (r > 0) {
-            *refit = 1;
-            goto cleanup;
-        }
-    } else {
+    if (!t->cs_tk) {
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_SUMMARY, cfg, t, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_summary", &c->k_summary));
         /* One chunk per group (the kernel's barriers count the chunk's tokens). */
         c->lws_summary = mhla__local_size(ctx, c->k_summary,
                                           summary_tiles(c) < (size_t)t->wg ? summary_tiles(c) : (size_t)t->wg);
     }
-    /* The prefix mixtures see slots as rows of floats: only their tiles specialize them. */
+    /* causal_prefix.cl: a run's prefix where it is not tiled, and a decoder's chunk start (one
+     * chunk's mixture, causal_prefix_one) either way. The prefix mixtures see slots as rows of
+     * floats: only their tiles specialize them. */
+    if (t->cp_ti && !with_step)
+        goto cleanup;
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, cfg, t, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
-    c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)t->wg);
-    if (mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg) < c->lws_prefix)
-        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg);
+    c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg);
+    if (!t->cp_ti) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
+        if (mhla__local_size(ctx, c->k_prefix, (size_t)t->wg) < c->lws_prefix)
+            c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)t->wg);
+    }
 cleanup:
     return st;
 }

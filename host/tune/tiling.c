@@ -327,10 +327,35 @@ static int causal_shrink(const mhla_config *cfg, const mhla_fit *fit, mhla_tiles
     return 0;
 }
 
+/* Whether causal_tiled.cl's, or softmax_tiled.cl's, group and arrays fit (fits_fn). */
+typedef int (*fits_fn)(const mhla_config *cfg, const mhla_tiles *x, const mhla_fit *fit);
+static int causal_tiled_fits(const mhla_config *cfg, const mhla_tiles *x, const mhla_fit *fit)
+{
+    return mhla__causal_tiled_wg(x) <= fit->wg && mhla__causal_tiled_local(cfg, x) <= fit->local_bytes;
+}
+static int softmax_tiled_fits(const mhla_config *cfg, const mhla_tiles *x, const mhla_fit *fit)
+{
+    return mhla__softmax_tiled_wg(x) <= fit->wg && mhla__softmax_local(cfg, x) <= fit->local_bytes;
+}
+
+/* A group of (*rows/4) x (*keys/4) work-items of 4 x 4 tiles (the fields of x that `fits` reads):
+ * keys halved first (a row's work-items) while at least a quarter of the rows, then rows, until it
+ * fits or both are 4. Returns whether it fits. */
+static int shrink_quad_group(const mhla_config *cfg, const mhla_fit *fit, mhla_tiles *x, int *rows, int *keys,
+                             fits_fn fits)
+{
+    while (!fits(cfg, x, fit) && (*keys > 4 || *rows > 4)) {
+        if (*keys > 4 && *keys >= *rows / 4)
+            *keys = tile4(*keys / 2);
+        else
+            *rows = tile4(*rows / 2);
+    }
+    return fits(cfg, x, fit);
+}
+
 /* causal_tiled.cl's group where the tuning asks for it (ct_sq > 0): no more tokens or keys than a
- * chunk has (rounded up to 4), keys halved first (a token's work-items), then tokens, until the
- * group and its arrays fit; where even 4 x 4 do not (head dimensions of hundreds in 16 KiB),
- * ct_sq 0: causal_output.cl, whose tiles shrink further. */
+ * chunk has (rounded up to 4), shrunk until the group and its arrays fit; where even 4 x 4 do not
+ * (head dimensions of hundreds in 16 KiB), ct_sq 0: causal_output.cl, whose tiles shrink further. */
 static void causal_tiled_fit(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *x)
 {
     x->ct_sq = x->ct_bk = 0;
@@ -338,14 +363,7 @@ static void causal_tiled_fit(const mhla_config *cfg, const mhla_tuning *t, const
         return;
     const int chunk = (int)(cfg->chunk < 1 << 20 ? cfg->chunk : 1 << 20);
     x->ct_sq = min_int(tile4(t->ct_sq), up4(chunk)), x->ct_bk = min_int(tile4(t->ct_bk), up4(chunk));
-    while ((mhla__causal_tiled_wg(x) > fit->wg || mhla__causal_tiled_local(cfg, x) > fit->local_bytes) &&
-           (x->ct_bk > 4 || x->ct_sq > 4)) {
-        if (x->ct_bk > 4 && x->ct_bk >= x->ct_sq / 4)
-            x->ct_bk = tile4(x->ct_bk / 2);
-        else
-            x->ct_sq = tile4(x->ct_sq / 2);
-    }
-    if (mhla__causal_tiled_wg(x) > fit->wg || mhla__causal_tiled_local(cfg, x) > fit->local_bytes)
+    if (!shrink_quad_group(cfg, fit, x, &x->ct_sq, &x->ct_bk, causal_tiled_fits))
         x->ct_sq = x->ct_bk = 0;
 }
 
@@ -424,11 +442,12 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
                  "tiles; %s has %llu (%llu usable)",
                  (unsigned long long)mhla__causal_output_local(&x, cfg->dk), (long long)cfg->dk, ctx->device_name,
                  (unsigned long long)ctx->limits.local_mem_bytes, (unsigned long long)fit->local_bytes);
+    prefix_tiled_fit(t, fit, &x);
     /* The slots are padded where our prefix kernel reads every chunk's column of them; where
      * CLBlast's GEMM reads them (gemm_rows > 0) padding slowed the prefix on a GPU, likely a copy
-     * into its temporary for an off-tile leading dimension (docs/tuning-notes.md "On GPUs"). */
-    prefix_tiled_fit(t, fit, &x);
-    x.slot_pad = x.gemm_rows == 0 && x.cp_ti == 0; /* (a GPU's tiled prefix reads whole rows of slots) */
+     * into its temporary for an off-tile leading dimension (docs/tuning-notes.md "On GPUs"), and a
+     * GPU's tiled prefix (cp_ti) reads whole rows of them. */
+    x.slot_pad = x.gemm_rows == 0 && x.cp_ti == 0;
     causal_tiled_fit(cfg, t, fit, &x);
     summary_tiled_fit(cfg, t, fit, &x);
     *out = x;
@@ -471,14 +490,7 @@ mhla_status mhla__tiles_softmax(mhla_context *ctx, const mhla_config *cfg, const
         x.sm_tiled = 1;
         const int64_t n = cfg->seq_t * cfg->seq_h * cfg->seq_w; /* no more queries a group than there are */
         x.sm_bq = min_int(tile4(t->sm_bq), up4(n)), x.sm_bk = tile4(t->sm_bk);
-        while ((mhla__softmax_tiled_wg(&x) > fit->wg || mhla__softmax_local(cfg, &x) > fit->local_bytes) &&
-               (x.sm_bk > 4 || x.sm_bq > 4)) {
-            if (x.sm_bk > 4 && x.sm_bk >= x.sm_bq / 4)
-                x.sm_bk = tile4(x.sm_bk / 2);
-            else
-                x.sm_bq = tile4(x.sm_bq / 2);
-        }
-        if (mhla__softmax_local(cfg, &x) <= fit->local_bytes && mhla__softmax_tiled_wg(&x) <= fit->wg) {
+        if (shrink_quad_group(cfg, fit, &x, &x.sm_bq, &x.sm_bk, softmax_tiled_fits)) {
             *out = x;
             goto cleanup;
         }
