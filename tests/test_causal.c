@@ -171,36 +171,43 @@ static void test_larger_mixing(void **state)
     free(out), free(out_lead), free(ref);
 }
 
+/* For each cut t: NaN in q and k and NaN or Inf in v from token t on (every head; batch 1) change
+ * nothing before it: those outputs are finite and bit-equal to the plan's output for the clean
+ * inputs (random, from `seed`), and every later one is NaN. */
+static void expect_cuts_exact(mhla_plan *plan, const mhla_config *cfg, uint32_t seed, const int64_t *cuts,
+                              size_t ncuts, const char *label)
+{
+    const int64_t N = cfg->seq_t, width = cfg->heads * cfg->dk, vwidth = cfg->heads * cfg->dv;
+    test_inputs in;
+    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &in), MHLA_OK);
+    float *base = nan_floats(in.no), *out = nan_floats(in.no);
+    assert_non_null(base), assert_non_null(out);
+    assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, base), MHLA_OK);
+    for (size_t c = 0; c < ncuts; ++c) {
+        const int64_t cut = cuts[c];
+        test_inputs bad;
+        assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &bad), MHLA_OK);
+        for (int64_t t = cut; t < N; ++t) {
+            for (int64_t x = 0; x < width; ++x)
+                bad.q[t * width + x] = bad.k[t * width + x] = NAN;
+            for (int64_t x = 0; x < vwidth; ++x)
+                bad.v[t * vwidth + x] = x % 3 ? NAN : INFINITY;
+        }
+        assert_int_equal(mhla_forward_host(plan, bad.q, bad.k, bad.v, bad.mix, out), MHLA_OK);
+        const size_t before = (size_t)(cut * vwidth);
+        for (size_t x = 0; x < in.no; ++x)
+            if (x < before ? !(isfinite(out[x]) && memcmp(&out[x], &base[x], sizeof *out) == 0) : !isnan(out[x]))
+                fail_msg("%s, NaN/Inf from token %lld on: output %zu (token %lld) is %g, %s", label, (long long)cut,
+                         x, (long long)(x / (size_t)vwidth), out[x], x < before ? "not the clean run's" : "not NaN");
+        test_inputs_free(&bad);
+    }
+    free(base), free(out);
+    test_inputs_free(&in);
+}
+
 /* Exact causality, without the reference: poisoning every token from t on (NaN in q, k and v,
  * Inf in some v) leaves the outputs of tokens before t bit for bit unchanged, including the
  * tokens of t's own chunk and the prefix mixtures of later chunks never leak backwards. */
-/* NaN in q and k and NaN or Inf in v from token `cut` on (every head) change nothing before it:
- * those outputs are finite and bit-equal to `base` (the plan's output for `in`), and every later
- * one is NaN. */
-static void expect_cut_exact(mhla_plan *plan, const mhla_config *cfg, uint32_t seed, int64_t cut, const float *base,
-                             const char *label)
-{
-    const int64_t N = cfg->seq_t, width = cfg->heads * cfg->dk, vwidth = cfg->heads * cfg->dv;
-    test_inputs bad;
-    assert_int_equal(test_inputs_make(cfg, TEST_INIT_RANDOM, seed, &bad), MHLA_OK);
-    float *out = nan_floats(bad.no);
-    assert_non_null(out);
-    for (int64_t t = cut; t < N; ++t) { /* batch 1 */
-        for (int64_t x = 0; x < width; ++x)
-            bad.q[t * width + x] = bad.k[t * width + x] = NAN;
-        for (int64_t x = 0; x < vwidth; ++x)
-            bad.v[t * vwidth + x] = x % 3 ? NAN : INFINITY;
-    }
-    assert_int_equal(mhla_forward_host(plan, bad.q, bad.k, bad.v, bad.mix, out), MHLA_OK);
-    const size_t before = (size_t)(cut * vwidth);
-    for (size_t x = 0; x < bad.no; ++x)
-        if (x < before ? !(isfinite(out[x]) && memcmp(&out[x], &base[x], sizeof *out) == 0) : !isnan(out[x]))
-            fail_msg("%s, NaN/Inf from token %lld on: output %zu (token %lld) is %g, %s", label, (long long)cut, x,
-                     (long long)(x / (size_t)vwidth), out[x], x < before ? "not the clean run's" : "not NaN");
-    free(out);
-    test_inputs_free(&bad);
-}
-
 static void test_causality_exact(void **state)
 {
     mhla_context *ctx = *state;
@@ -209,26 +216,18 @@ static void test_causality_exact(void **state)
     for (int paper = 0; paper <= 1; ++paper) {
         mhla_config cfg = config_causal(1, H, N, C, D, D);
         cfg.normalizer = paper ? MHLA_NORMALIZER_PAPER : MHLA_NORMALIZER_NONE;
-        test_inputs in;
-        assert_int_equal(test_inputs_make(&cfg, TEST_INIT_RANDOM, 90, &in), MHLA_OK);
-        float *base = nan_floats(in.no);
-        assert_non_null(base);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
-        assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, base), MHLA_OK);
-        for (size_t c = 0; c < 3; ++c)
-            expect_cut_exact(plan, &cfg, 90, cuts[c], base, paper ? "paper" : "none");
+        expect_cuts_exact(plan, &cfg, 90, cuts, 3, paper ? "paper" : "none");
         mhla_plan_destroy(plan);
-        test_inputs_free(&in);
-        free(base);
     }
 }
 
 /* The GPU rows' tiled chunk summaries, read-out and prefix (causal_summary_tiled.cl, causal_tiled.cl,
- * causal_prefix_tiled.cl) under the limits
- * of the devices they are for (MHLA_LIMITS: groups and arrays are fitted to what the context holds): a phone's 64-wide
- * groups and 16 KiB at head dimensions 64 (the group shrinks; the paper normalizer, and NaN and Inf
- * from mid-chunk on), 128-wide groups and 32 KiB with odd head dimensions and 78 chunks of 9 in
+ * causal_prefix_tiled.cl) under the limits of the devices they are for (MHLA_LIMITS: groups and
+ * arrays are fitted to what the context holds): a phone's 64-wide groups and 16 KiB at head
+ * dimensions 64 (the group shrinks; the paper normalizer, and NaN and Inf from mid-chunk on),
+ * 128-wide groups and 32 KiB with odd head dimensions and 78 chunks of 9 in
  * [B,H,N,D] (the prefix over several tiles of earlier chunks), 1024-wide groups and 48 KiB with
  * grouped key/value heads, and 16 KiB at head dimensions 256, where even 4 tokens x 4 keys do not
  * fit and the plan takes causal_output.cl (the summaries and the prefix stay tiled). */
@@ -261,14 +260,8 @@ static void test_tiled_limits(void **state)
                  tiled ? "tiled" : "untiled", (long long)cfgs[c].dk, (long long)cfgs[c].dv, (long long)cfgs[c].chunk);
         check_close(ctx, &cfgs[c], TEST_INIT_RANDOM, (uint32_t)(140 + c), label);
         if (c == 0) {
-            test_inputs in;
-            assert_int_equal(test_inputs_make(&cfgs[c], TEST_INIT_RANDOM, 144, &in), MHLA_OK);
-            float *base = nan_floats(in.no);
-            assert_non_null(base);
-            assert_int_equal(mhla_forward_host(plan, in.q, in.k, in.v, in.mix, base), MHLA_OK);
-            expect_cut_exact(plan, &cfgs[c], 144, 70, base, label); /* mid-chunk, mid-group */
-            free(base);
-            test_inputs_free(&in);
+            const int64_t cut = 70; /* mid-chunk, mid-group */
+            expect_cuts_exact(plan, &cfgs[c], 144, &cut, 1, label);
         }
         mhla_plan_destroy(plan);
         mhla_context_destroy(ctx);
