@@ -114,7 +114,7 @@ class Context:
     def profile_kernels(self, on=True):
         """Records every kernel this context enqueues from now on, the library's and CLBlast's
         (on=True; one OpenCL event per launch), for kernel_times(); on=False stops and drops the
-        records. Raises mhla.Error (MHLA_ERR_UNSUPPORTED) for a wrapped queue made without
+        records. Raises mhla.Unsupported for a wrapped queue made without
         profiling."""
         check(lib.mhla_context_profile_kernels(self._handle(), 1 if on else 0), self._ctx)
 
