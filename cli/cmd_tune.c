@@ -2,16 +2,19 @@
  * CLBlast's tuners and Triton's autotune do, and stores the winners in the device's tuning database
  * (mhla_tuning_db_put), which plans then use by themselves. Every candidate is checked against the
  * double reference before it is timed (mhla_selftest_config; the causal backward's fields, which no
- * forward reads, on the backward itself: tune_backward.c); a wrong one is discarded. The search
+ * forward reads, on the backward itself: tune_backward.c; the decoder's on a decoder: tune_decode.c);
+ * a wrong one is discarded. The search
  * is coordinate descent from the device's built-in row: one field at a time, each stage timed by
  * its own device time (mhla_plan_stage_times), a change kept only when it wins by more than the
  * noise margin; then a joint pass over the fields that only pay together (a stage's register tile
  * rows x vectors x vector width x work-group size); the whole forward (and the causal backward,
  * when a backward field changed) is timed again against the built-in row at the end, alternately,
- * and the entry is stored only if it is faster without slowing the other down. */
+ * and the entry is stored only if it is faster without slowing the other down; a decoder field is
+ * kept only if the decoder's steps are faster with it. */
 #include "args.h"
 #include "cli.h"
 #include "tune_backward.h"
+#include "tune_decode.h"
 
 #include <mhla_reference.h>
 
@@ -32,7 +35,8 @@ static const char help[] =
     "vectors x vector width x work-group size). Each candidate is checked against the double\n"
     "reference first (a wrong one is discarded), then timed (device time per stage, median of runs).\n"
     "The winner is timed again against the built-in row over the whole forward (and the causal\n"
-    "backward, when it changed a backward field) and kept only if faster. It goes to the device's\n"
+    "backward, when it changed a backward field; decode steps, when it changed the decoder's) and\n"
+    "kept only if faster. It goes to the device's\n"
     "tuning database (keyed by device, driver and library version), which every plan with the same\n"
     "head dimensions then uses; `mhla info` shows the entries.\n"
     "\n"
@@ -45,7 +49,7 @@ static const char help[] =
     "  --stages LIST     only these stages, comma-separated: tiled (the GPU rows' forward), summary,\n"
     "                    output, mixing, causal, softmax, backward (the causal backward),\n"
     "                    tiled-backward (the GPU rows' non-causal backward), tiled-causal (the GPU\n"
-    "                    rows' causal forward; default all)\n"
+    "                    rows' causal forward), decode (the decoder's steps; default all)\n"
     "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
     "                    (a GPU's as its vendor's row: nvidia, amd, intel-gpu or mobile)\n"
     "  --dry-run         search and report, but store nothing\n";
@@ -176,16 +180,18 @@ static mhla_status make_buffers(mhla_context *ctx, const mhla_config *cfg, cl_me
 }
 
 /* Checks `spec` on a small problem, then times it on cfg. kind: 0 the forward, 1 the causal forward,
- * 2 softmax, 3 the causal backward (of the causal cfg). ms[0..2]: the forward stages' medians (NaN
- * without stage times, and for kinds 2 and 3), ms[3] the whole run's. *wrong is set for a
+ * 2 softmax, 3 the causal backward (of the causal cfg), 4 the non-causal backward, 5 decode (a token's
+ * steps after cfg's tokens of context). ms[0..2]: the forward stages' medians (NaN without stage
+ * times, and for kinds 2 to 5), ms[3] the whole run's (decode: a token's). *wrong is set for a
  * candidate that fails the check. */
 static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *cfg, int kind, double ms[4],
                            int *wrong)
 {
-    const int softmax = kind == 2, backward = kind == 3 || kind == 4;
+    const int softmax = kind == 2, backward = kind == 3 || kind == 4, decode = kind == 5;
     mhla_status st = MHLA_OK;
     mhla_plan *plan = NULL;
     tune_backward *bwd = NULL;
+    tune_decode *dec = NULL;
     cl_mem b[5] = {NULL, NULL, NULL, NULL, NULL};
     double runs[4][RUNS];
     char s[1024];
@@ -198,6 +204,8 @@ static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *c
     int passed = 0;
     if (backward)
         st = tune_backward_check(t->ctx, &small, &passed);
+    else if (decode)
+        st = tune_decode_check(t->ctx, &small, &passed);
     else if ((st = mhla_selftest_config(t->ctx, &small, softmax, 7, &r)) == MHLA_OK)
         passed = r.passed;
     if (st != MHLA_OK)
@@ -208,6 +216,8 @@ static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *c
     }
     if (backward)
         st = tune_backward_open(t->ctx, cfg, &bwd);
+    else if (decode)
+        st = tune_decode_open(t->ctx, cfg, &dec);
     else if ((st = softmax ? mhla_softmax_plan_create(t->ctx, cfg, &plan) : mhla_plan_create(t->ctx, cfg, &plan)) ==
              MHLA_OK)
         st = make_buffers(t->ctx, cfg, b);
@@ -219,6 +229,8 @@ static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *c
         double wall = 0;
         if (backward) {
             st = tune_backward_run(bwd, &wall);
+        } else if (decode) {
+            st = tune_decode_run(dec, &wall);
         } else {
             cl_event done = NULL;
             clFinish(queue);
@@ -242,7 +254,7 @@ static mhla_status measure(tuner *t, const tune_spec *spec, const mhla_config *c
             if (kind < 2)
                 t->stage_clock = 0; /* rusticl 22.3: no usable timestamps, the forward's host time */
             runs[0][i] = runs[1][i] = runs[2][i] = NAN;
-            runs[3][i] = wall; /* softmax and the backward have no stage times: the wall time */
+            runs[3][i] = wall; /* softmax, the backward and decode have no stage times: the wall time */
         }
     }
     for (int k = 0; k < 4 && st == MHLA_OK; ++k)
@@ -253,6 +265,7 @@ cleanup:
             clReleaseMemObject(b[i]);
     mhla_plan_destroy(plan);
     tune_backward_close(bwd);
+    tune_decode_close(dec);
     return st;
 }
 
@@ -328,13 +341,16 @@ static const tune_stage stages[] = {
      {{"ct_sq", 3, {0, 32, 64}}, {"ct_bk", 3, {8, 16, 32}}, {"cp_ti", 4, {0, 16, 32, 64}}, {"cp_tw", 3, {32, 64, 128}},
       {"cp_tj", 3, {8, 16, 32}}, {"cs_tk", 4, {0, 8, 16, 32}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
+    /* The decoder: its step's parts of Dk and its chunk start's parts of the earlier chunks, timed
+     * per token over C steps after the causal stages' N of context (tune_decode.c). */
+    {"decode", 3, 5, {{"dec_dp", 5, {1, 2, 4, 8, 16}}, {NULL, 0, {0}}}, NULL, NULL, NULL, 0, {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])
 
 static mhla_config stage_config(const tuner *t, const tune_shape *s, int kind)
 {
     mhla_config c;
-    if (kind == 1 || kind == 3) { /* the backward's problem is the causal forward's */
+    if (kind == 1 || kind == 3 || kind == 5) { /* the backward's and decode's are the causal forward's */
         mhla_config_init_causal(&c);
         c.seq_t = s->n / 4 > 256 ? s->n / 4 : 256;
     } else {
@@ -508,9 +524,9 @@ static int joint_stage(tuner *t, const tune_shape *s, const tune_stage *stage, t
     return 0;
 }
 
-/* The backward kind (3 causal, 4 non-causal) of the stage field `name` belongs to, or 0 (a
- * forward field): no forward reads a backward field. */
-static int backward_kind(const char *name)
+/* The kind of the stage the field `name` belongs to where no forward reads it: 3 the causal backward,
+ * 4 the non-causal one, 5 decode; 0 for a forward field. */
+static int field_kind(const char *name)
 {
     for (size_t k = 0; k < STAGE_COUNT; ++k)
         for (const tune_field *f = stages[k].fields; stages[k].kind >= 3 && f->name; ++f)
@@ -519,13 +535,53 @@ static int backward_kind(const char *name)
     return 0;
 }
 
-/* How many of `spec`'s fields are backward fields (want 1) or forward ones (want 0). */
+/* The backward kind (3, 4) of the field `name`, or 0. */
+static int backward_kind(const char *name)
+{
+    const int k = field_kind(name);
+    return k == 3 || k == 4 ? k : 0;
+}
+
+/* How many of `spec`'s fields are of the kind `want` (0 the forward's, 3 or 4 the backward's, 5 the
+ * decoder's; -1 any backward). */
 static int count_fields(const tune_spec *spec, int want)
 {
     int n = 0;
-    for (int i = 0; i < spec->count; ++i)
-        n += (backward_kind(spec->name[i]) != 0) == want;
+    for (int i = 0; i < spec->count; ++i) {
+        const int k = field_kind(spec->name[i]);
+        n += want < 0 ? k == 3 || k == 4 : k == want;
+    }
     return n;
+}
+
+/* `spec` without the decoder's fields. */
+static void drop_decode_fields(tune_spec *spec)
+{
+    int kept = 0;
+    for (int i = 0; i < spec->count; ++i)
+        if (field_kind(spec->name[i]) != 5) {
+            memmove(spec->name[kept], spec->name[i], sizeof spec->name[0]);
+            spec->value[kept++] = spec->value[i];
+        }
+    spec->count = kept;
+}
+
+/* Decode per token with the built-in row and with `best`, alternately: medians into dec[0], dec[1]. */
+static mhla_status confirm_decode(tuner *t, const tune_shape *s, const tune_spec *best, double dec[2])
+{
+    mhla_status st = MHLA_OK;
+    tune_spec row = *best;
+    row.count = 0;
+    double times[2][CONFIRM_ROUNDS], ms[4];
+    int wrong = 0;
+    const mhla_config cfg = stage_config(t, s, 5);
+    for (int r = 0; r < CONFIRM_ROUNDS && st == MHLA_OK; ++r)
+        for (int tuned = 0; tuned < 2 && st == MHLA_OK; ++tuned)
+            if ((st = measure(t, tuned ? best : &row, &cfg, 5, ms, &wrong)) == MHLA_OK)
+                times[tuned][r] = wrong ? INFINITY : ms[3];
+    for (int tuned = 0; tuned < 2 && st == MHLA_OK; ++tuned)
+        dec[tuned] = median(times[tuned], CONFIRM_ROUNDS);
+    return st;
 }
 
 /* The backward `spec` is confirmed on: the non-causal one where it changed a tiled-backward field
@@ -727,7 +783,7 @@ int cmd_tune(int argc, char **argv)
             if (k == STAGE_COUNT)
                 return cli_usage(cmd,
                                  "--stages %s: unknown stage '%s' (tiled, summary, output, mixing, causal, softmax, "
-                                 "backward, tiled-backward, tiled-causal)",
+                                 "backward, tiled-backward, tiled-causal, decode)",
                                  o[O_STAGES].value, tok);
             stage_mask |= 1u << k;
         }
@@ -795,37 +851,63 @@ int cmd_tune(int argc, char **argv)
             break;
         if (out_of_time)
             printf("[%6.1f s] budget reached: the search stops here\n", elapsed_s(&t));
-        char spec[1024], note[512];
+        char spec[1024], note[512], decode_note[96] = "";
+        double fwd[2] = {0, 0}, bwd[2] = {0, 0}, dec[2] = {0, 0};
+        /* The decoder's fields first: kept only where its steps are faster with them (no forward
+         * or backward reads them). */
+        if (count_fields(&best, 5)) {
+            if ((st = confirm_decode(&t, s, &best, dec)) != MHLA_OK) {
+                rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
+                break;
+            }
+            const int faster = dec[1] < dec[0];
+            printf("      decode %.4f ms a token with the built-in row, %.4f ms tuned (%+.1f%%, medians of %d "
+                   "alternate runs; N=%lld)%s\n",
+                   dec[0], dec[1], 100.0 * (dec[1] - dec[0]) / dec[0], CONFIRM_ROUNDS,
+                   (long long)stage_config(&t, s, 5).seq_t, faster ? "" : ": the decoder's fields are left out");
+            if (faster)
+                snprintf(decode_note, sizeof decode_note, ", decode %.4f -> %.4f ms a token", dec[0], dec[1]);
+            else
+                drop_decode_fields(&best);
+        }
         spec_text(&best, 0, spec, sizeof spec);
-        double fwd[2] = {0, 0}, bwd[2] = {0, 0};
         if (!best.count) {
             printf("tune: %lldx%lld: nothing beats the built-in row by %.0f%%: nothing stored\n", (long long)s->dk,
                    (long long)s->dv, MARGIN * 100);
             continue;
         }
         const int backward = confirm_kind(&best); /* 0, or the backward to confirm on (3, 4) */
-        if ((st = confirm(&t, s, &best, backward, fwd, bwd)) != MHLA_OK) {
+        /* decoder fields alone: their confirmation above is the entry's */
+        const int decode_only = count_fields(&best, 0) == 0 && !backward;
+        if (!decode_only && (st = confirm(&t, s, &best, backward, fwd, bwd)) != MHLA_OK) {
             rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
             break;
         }
         const time_t now = time(NULL);
         char day[16], why_buf[160];
         strftime(day, sizeof day, "%Y-%m-%d", gmtime(&now));
-        int len = snprintf(note, sizeof note, "tuned %s, N=%lld M=%lld H=%lld: forward %.3f -> %.3f ms", day,
-                           (long long)s->n, (long long)s->m, (long long)heads, fwd[0], fwd[1]);
+        int len = snprintf(note, sizeof note, "tuned %s, N=%lld M=%lld H=%lld", day, (long long)s->n, (long long)s->m,
+                           (long long)heads);
+        if (!decode_only && len > 0 && (size_t)len < sizeof note)
+            len += snprintf(note + len, sizeof note - (size_t)len, ": forward %.3f -> %.3f ms", fwd[0], fwd[1]);
         if (backward && len > 0 && (size_t)len < sizeof note)
-            snprintf(note + len, sizeof note - (size_t)len, ", %s %.3f -> %.3f ms",
-                     backward == 4 ? "backward" : "causal backward", bwd[0], bwd[1]);
-        printf("tune: %lldx%lld: %s\n      forward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of "
-               "%d alternate runs)\n",
-               (long long)s->dk, (long long)s->dv, spec, fwd[0], fwd[1], 100.0 * (fwd[1] - fwd[0]) / fwd[0],
-               CONFIRM_ROUNDS);
+            len += snprintf(note + len, sizeof note - (size_t)len, ", %s %.3f -> %.3f ms",
+                            backward == 4 ? "backward" : "causal backward", bwd[0], bwd[1]);
+        if (len > 0 && (size_t)len < sizeof note)
+            snprintf(note + len, sizeof note - (size_t)len, "%s%s", decode_only ? ":" : "",
+                     decode_only ? decode_note + 1 : decode_note);
+        printf("tune: %lldx%lld: %s\n", (long long)s->dk, (long long)s->dv, spec);
+        if (!decode_only)
+            printf("      forward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of %d alternate "
+                   "runs)\n",
+                   fwd[0], fwd[1], 100.0 * (fwd[1] - fwd[0]) / fwd[0], CONFIRM_ROUNDS);
         if (backward)
             printf("      backward %.3f ms with the built-in row, %.3f ms tuned (%+.1f%%, medians of %d alternate "
                    "runs; %s, N=%lld)\n",
                    bwd[0], bwd[1], 100.0 * (bwd[1] - bwd[0]) / bwd[0], CONFIRM_ROUNDS,
                    backward == 4 ? "non-causal" : "causal", (long long)stage_config(&t, s, backward).seq_t);
-        const char *why = not_stored_why(fwd, bwd, backward, count_fields(&best, 0) > 0, why_buf, sizeof why_buf);
+        const char *why =
+            decode_only ? NULL : not_stored_why(fwd, bwd, backward, count_fields(&best, 0) > 0, why_buf, sizeof why_buf);
         if (why) {
             printf("tune: %lldx%lld: %s: nothing stored\n", (long long)s->dk, (long long)s->dv, why);
             continue;

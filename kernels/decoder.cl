@@ -1,23 +1,33 @@
 /* The streaming decoder's step: one token for every batch element and head, in the recurrent
  * form o_t = q~_t (P_i + Mc[i,i] S_cur) with S_cur updated by k~_t v_t^T first. O(DK*DV) per
- * (batch, head) whatever the context; P_i is built when the chunk starts (causal_prefix.cl). Two
- * forms, chosen at build time: one work-group per head, and for grouped key/value heads one per
- * key/value head that reads out its KV_GROUP query heads (a loop with barriers in it made PoCL's
- * step 18% slower for every head: the first form keeps none). */
+ * (batch, head) whatever the context; P_i is built when the chunk starts (causal_prefix.cl's
+ * causal_prefix_one, or decoder_prefix below). Three forms, chosen at build time:
+ * - STEP_DP 1 (CPUs): a work-item walks all of Dk for its summary columns. One work-group per head,
+ *   and for grouped key/value heads one per key/value head that reads out its KV_GROUP query heads
+ *   (a loop with barriers in it made PoCL's step 18% slower for every head: the first form keeps
+ *   none).
+ * - STEP_DP > 1 (GPUs): the key dimensions split into STEP_DP parts, each work-item a column and a
+ *   part, the parts' partial dot products added in local memory in a fixed order. One group per
+ *   key/value head, a chain of Dk/STEP_DP multiply-adds per work-item instead of Dk: at B = 1, H = 8
+ *   a step is 8 groups, whose latency is the step's time. The chunk start's prefix comes from
+ *   decoder_prefix, split over the earlier chunks the same way. */
 #include "causal.h"
 
 #ifndef KV_GROUP
 #define KV_GROUP 1 /* the query heads that share a key/value head (the host's -D: H / H_kv) */
 #endif
+#ifndef STEP_DP
+#define STEP_DP 1 /* parts of Dk per step, and of the earlier chunks per chunk start (tiling.dec_dp) */
+#endif
 
-/* Both forms' arguments, as host/causal/decoder.c sets them. */
+/* Every form's arguments, as host/causal/decoder.c sets them. */
 #define DECODER_STEP_ARGS                                                                                              \
     global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,              \
         global const float *restrict mixing, global float *restrict sums, global const float *restrict pref,           \
         global STORE_T *restrict out, const mhla_grid g_arg, const int token, const int chunk, const int rows_mc,      \
         const int fresh, const float feature_eps, const float scale, const float eps
 
-#if KV_GROUP == 1
+#if STEP_DP == 1 && KV_GROUP == 1
 /* global: (local size, B*H): one work-group per (batch, head); work-item lid owns summary
  * columns lid, lid + local size, ... of DV + ZCOL (column DV is z for the paper normalizer).
  * token: the token's index in q/k/v/out, tensors of g.n tokens. chunk: i, the summary slot of
@@ -73,7 +83,7 @@ kernel void decoder_step(DECODER_STEP_ARGS)
 #endif
 }
 
-#else /* grouped key/value heads */
+#elif STEP_DP == 1 /* grouped key/value heads */
 
 /* Query heads a work-group reads out per pass over the running summary (grouped key/value heads:
  * H / H_kv share it); host/causal/causal.c sizes the local memory by it. */
@@ -169,4 +179,129 @@ kernel void decoder_step(DECODER_STEP_ARGS)
     }
 }
 
-#endif /* KV_GROUP */
+#else /* STEP_DP > 1 */
+
+/* Column lanes a group has at most: the host's local sizes are at most DP_LANES * STEP_DP
+ * (host/causal/causal.c). */
+#define DP_LANES 64
+/* Query heads a pass reads out: those that share the key/value head, 4 at most. */
+#define DP_QG (KV_GROUP < 4 ? KV_GROUP : 4)
+#define DP_COLS (DV + ZCOL) /* summary columns: S's, then z (the paper normalizer) */
+
+/* global: (local size, B*H_kv), the local size a multiple of STEP_DP: one work-group per (batch,
+ * key/value head). Work-item lid is column lane lx = lid % lanes and part p = lid / lanes (lanes =
+ * local size / STEP_DP): it owns summary columns lx, lx + lanes, ... of DP_COLS and key dimensions
+ * p, p + STEP_DP, ... of them, so it updates its own elements of the running summary and reads back
+ * only what it wrote. Neighbouring work-items take neighbouring columns of one row: whole lines.
+ * Each pass reads out DP_QG query heads; the parts' sums go through local memory, added in the
+ * order of p. token: the token's index in q/k/v/out, tensors of g.n tokens. chunk: i, the summary
+ * slot of the running chunk. fresh: 1 on the chunk's first token (the slot is overwritten, not
+ * read). */
+kernel void decoder_step(DECODER_STEP_ARGS)
+{
+    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
+    local float ql[DP_QG * DK], kl[DK];
+    local float part[STEP_DP * DP_QG * DP_COLS]; /* [part][query head][column] */
+    const int lid = (int)get_local_id(0), lsz = (int)get_local_size(0);
+    const int lanes = lsz / STEP_DP, p = lid / lanes, lx = lid - p * lanes;
+    const int kvh = (int)get_group_id(1), kvc = kv_count(g), group = KV_GROUP;
+    const int batch = kvh / g.kv_heads, first = batch * g.heads + (kvh - batch * g.kv_heads) * group;
+    const long krow = kv_row_base(g, first, DK) + (long)token * kv_row_stride(g, DK);
+    const long vrow = kv_row_base(g, first, DV) + (long)token * kv_row_stride(g, DV);
+    for (int d = lid; d < DK; d += lsz)
+        kl[d] = feature(LOADN(1, krow + d, k), feature_eps);
+    const float mii = mixing[(long)chunk * rows_mc + chunk];
+#if !ZCOL
+    (void)eps;
+#endif
+
+    for (int j0 = 0; j0 < group; j0 += DP_QG) {
+        const int nj = min(DP_QG, group - j0);
+        for (int j = 0; j < nj; ++j) {
+            const long qrow = row_offset(g, first + j0 + j, token, DK);
+            for (int d = lid; d < DK; d += lsz)
+                ql[j * DK + d] = scale * feature(LOADN(1, qrow + d, q), feature_eps);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lx; e < DP_COLS; e += lanes) {
+            /* column e of S (stride DV), or z (stride 1); the first pass adds the token to it */
+            const long at = e < DV ? slot_s(chunk, kvh, kvc) + e : slot_z(chunk, kvh, kvc);
+            const long pfirst = e < DV ? slot_s(0, kvh, kvc) + e : slot_z(0, kvh, kvc);
+            const int stride = e < DV ? DV : 1;
+            const float ve = e < DV ? LOADN(1, vrow + e, v) : 1.0f;
+            float acc[DP_QG];
+            #pragma unroll
+            for (int j = 0; j < DP_QG; ++j)
+                acc[j] = 0.0f;
+            for (int d = p; d < DK; d += STEP_DP) {
+                global float *sd = sums + at + (long)d * stride;
+                float s = j0 == 0 && fresh ? 0.0f : *sd; /* (a fresh slot's stale value is not read) */
+                if (j0 == 0) {
+                    s += kl[d] * ve;
+                    *sd = s;
+                }
+                const float x = pref[pfirst + (long)d * stride] + mii * s;
+                #pragma unroll
+                for (int j = 0; j < DP_QG; ++j)
+                    acc[j] += ql[j * DK + d] * x; /* (rows past nj: stale, never stored) */
+            }
+            for (int j = 0; j < nj; ++j)
+                part[(p * DP_QG + j) * DP_COLS + e] = acc[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* The parts added in order of p, each sum by the work-item that owns it (part 0's row
+         * receives it: nobody else reads that element). */
+        for (int i = lid; i < nj * DP_COLS; i += lsz) {
+            const int j = i / DP_COLS, e = i - j * DP_COLS;
+            float sum = part[j * DP_COLS + e];
+            for (int r = 1; r < STEP_DP; ++r)
+                sum += part[(r * DP_QG + j) * DP_COLS + e];
+#if ZCOL
+            part[j * DP_COLS + e] = sum;
+#else
+            STOREN(1, sum, row_offset(g, first + j0 + j, token, DV) + e, out);
+#endif
+        }
+#if ZCOL
+        barrier(CLK_LOCAL_MEM_FENCE); /* numerators and denominators are summed */
+        for (int i = lid; i < nj * DV; i += lsz) {
+            const int j = i / DV, e = i - j * DV;
+            STOREN(1, part[j * DP_COLS + e] / (part[j * DP_COLS + DV] + eps),
+                   row_offset(g, first + j0 + j, token, DV) + e, out);
+        }
+#endif
+        /* ql's and part's readers are done before the next pass writes them; the condition is the
+         * same for the whole group */
+        if (j0 + DP_QG < group)
+            barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* P_i = sum_{j<i} Mc[i,j] S_j for the chunk a decoder starts, over slots of `width` floats.
+ * global: (groups x local size), the local size a multiple of STEP_DP: a group owns `lanes` =
+ * local size / STEP_DP consecutive floats of the slot, work-item (lx, p) sums the earlier chunks
+ * j = p, p + STEP_DP, ... of float lx; `part` adds the parts in order of p.
+ * Only Mc's row up to i - 1 and the finished summaries are read: nothing of the running chunk. */
+kernel void decoder_prefix(global const float *restrict sums, global const float *restrict mixing,
+                           global float *restrict pref, const int rows_mc, const long width, const int chunk)
+{
+    local float part[DP_LANES * STEP_DP];
+    const int lid = (int)get_local_id(0), lanes = (int)get_local_size(0) / STEP_DP;
+    const int p = lid / lanes, lx = lid - p * lanes;
+    const long col = (long)get_group_id(0) * lanes + lx;
+    global const float *m = mixing + (long)chunk * rows_mc;
+    float acc = 0.0f;
+    if (col < width)
+        for (int j = p; j < chunk; j += STEP_DP)
+            acc += m[j] * sums[(long)j * width + col];
+    part[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (p == 0 && col < width) {
+        float sum = acc;
+        for (int r = 1; r < STEP_DP; ++r)
+            sum += part[r * lanes + lx];
+        pref[col] = sum;
+    }
+}
+
+#endif /* STEP_DP, KV_GROUP */

@@ -18,20 +18,22 @@
 #   suite.txt          scripts/device_suite.py: the opencl, unit and cli tests on the device, then
 #                      the last lines of each failed test's log
 #   tune.txt           with GPU_CHECK_TUNE=SECONDS: `mhla tune --export` for that long (stages
-#                      GPU_CHECK_TUNE_STAGES, default tiled,tiled-backward,tiled-causal,mixing,backward), stored in
+#                      GPU_CHECK_TUNE_STAGES, default tiled,tiled-backward,tiled-causal,decode,mixing,backward), stored in
 #                      this run's scratch database, then the bench's table with it
-#   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd,mhla-causal) at
-#                      GPU_CHECK_N (and GPU_CHECK_CHUNK)
+#   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd,mhla-causal,decode) at
+#                      GPU_CHECK_N (and GPU_CHECK_CHUNK, GPU_CHECK_DECODE)
 #   bench-untiledbwd.json  step untiledbwd: the new build's backward rows (GPU_CHECK_UNTILED_OPS,
 #                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0, the untiled
 #                      read-outs (backward_readout.cl) the tiled backward replaced, and --compare of
 #                      them against the same rows of bench-new.json (bench.txt)
 #   bench-untiledcausal.json  step untiledcausal: the new build's causal rows
-#                      (GPU_CHECK_UNTILED_CAUSAL_OPS, default mhla-causal,mhla-causal-bwd, at GPU_CHECK_N)
-#                      with MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0: the untiled chunk summaries
-#                      (causal_summary.cl), read-out (causal_output.cl) and prefix (causal_prefix.cl
-#                      plus CLBlast's GEMM blocks) that the tiled kernels replaced, and --compare of
-#                      them against the same rows of bench-new.json (bench.txt)
+#                      (GPU_CHECK_UNTILED_CAUSAL_OPS, default mhla-causal,mhla-causal-bwd,decode, at
+#                      GPU_CHECK_N and GPU_CHECK_DECODE) with MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,dec_dp=1:
+#                      the untiled chunk summaries (causal_summary.cl), read-out (causal_output.cl) and
+#                      prefix (causal_prefix.cl plus CLBlast's GEMM blocks) that the tiled kernels
+#                      replaced, the decoder's step walking Dk per work-item and its chunk start in
+#                      causal_prefix_one (not in parts), and --compare of them against the same rows of
+#                      bench-new.json (bench.txt)
 #
 # The steps run in the order bench, untiledbwd, untiledcausal, selftest, tune, suite: the most wanted
 # output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
@@ -228,13 +230,14 @@ if wants untiledbwd; then
     fi
 fi
 
-# ---- untiledcausal: the causal rows with the untiled read-out and prefix, in the same call --------
+# ---- untiledcausal: the causal rows (and decode) with the untiled kernels, in the same call -------
 if wants untiledcausal; then
     txt=$out/bench.txt
     lim=$(cap 90)
-    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0 "$new/bench/mhla-bench" \
-        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --target-ms "$target_ms" \
-        --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd}" --quiet --max-total-s $(( lim * 4 / 5 )) \
+    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,dec_dp=1 "$new/bench/mhla-bench" \
+        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --decode-context "$decode" \
+        --target-ms "$target_ms" --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd,decode}" --quiet \
+        --max-total-s $(( lim * 4 / 5 )) \
         --json "$out/bench-untiledcausal.json"
     if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledcausal.json" ]; then
         step untiledcausal-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledcausal.json" \
@@ -260,11 +263,12 @@ elif wants tune; then
     # Stored in this run's scratch database (MHLA_CACHE_DIR, deleted at the end), then the forward
     # rows timed again with it: the tuned figures beside the built-in row's, on the same machine.
     step tune $(( tune_s + 90 )) "$log" "$new/cli/mhla" tune --device "$device" --budget "$tune_s" \
-        --stages "${GPU_CHECK_TUNE_STAGES:-tiled,tiled-backward,tiled-causal,mixing,backward}" --export
+        --stages "${GPU_CHECK_TUNE_STAGES:-tiled,tiled-backward,tiled-causal,decode,mixing,backward}" --export
     grep -E '^tune: ' "$log" | tail -n 6
     lim=$(cap 120)
     step bench-tuned "$lim" "$log" "$new/bench/mhla-bench" --device "$device" --n "$bench_n" --image none \
-        --target-ms "$target_ms" --chunk "$chunk" --ops "${GPU_CHECK_TUNED_OPS:-mhla,linear,mhla-bwd,mhla-causal}" --quiet \
+        --target-ms "$target_ms" --chunk "$chunk" --decode-context "$decode" \
+        --ops "${GPU_CHECK_TUNED_OPS:-mhla,linear,mhla-bwd,mhla-causal,decode}" --quiet \
         --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-tuned.json"
 fi
 

@@ -2330,6 +2330,15 @@ static void test_tune(void **state)
     if (!strstr(line_after(r->out, " 16x8 tiled-causal ct_sq=32", bline, sizeof bline), " ms") ||
         strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 causal "))
         fail_msg("--stages tiled-causal: no timed ct_sq=32 candidate, a wrong one, or another stage:\n%s", r->out);
+    /* The decoder's stage: a CPU row's step walking Dk per work-item against the parts form (dec_dp 2
+     * to 16: decoder.cl's STEP_DP and decoder_prefix), each checked on a decoder against the
+     * reference, then timed per token after N/4 of context. */
+    r = MHLA_ENV(plain, "tune", "--stages", "decode", "--budget", "5", "--shapes", "16x8@512:2", "--heads", "2",
+                 "--dry-run");
+    expect_ok(r);
+    if (!strstr(line_after(r->out, " 16x8 decode  dec_dp=2", bline, sizeof bline), " ms") ||
+        strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 causal "))
+        fail_msg("--stages decode: no timed dec_dp=2 candidate, a wrong one, or another stage:\n%s", r->out);
     r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");
@@ -2473,7 +2482,7 @@ static void test_tune_joint(void **state)
     const char *plain[] = {cache, "MHLA_TUNING=", NULL};
     expect_fail(MHLA_ENV(plain, "tune", "--stages", "summary,frob"), 2,
                 "--stages summary,frob: unknown stage 'frob' (tiled, summary, output, mixing, causal, softmax, "
-                "backward, tiled-backward, tiled-causal)");
+                "backward, tiled-backward, tiled-causal, decode)");
     const result *r = MHLA_ENV(plain, "info");
     expect_ok(r);
     const char *row = strstr(r->out, "tuning: built-in row '");

@@ -22,12 +22,14 @@ static mhla_status feed(mhla_decoder *dec, const mhla_config *cfg, const test_in
                         int prefill, float *out)
 {
     const int64_t N = cfg->seq_t, B = cfg->batch, H = cfg->heads;
-    float *q = malloc((size_t)(B * n * H * cfg->dk) * 4), *k = malloc((size_t)(B * n * H * cfg->dk) * 4);
-    float *v = malloc((size_t)(B * n * H * cfg->dv) * 4), *o = nan_floats((size_t)(B * n * H * cfg->dv));
+    mhla_config kv = *cfg; /* k and v: H_kv heads (grouped key/value heads) */
+    kv.heads = cfg->kv_heads ? cfg->kv_heads : cfg->heads;
+    float *q = malloc((size_t)(B * n * H * cfg->dk) * 4), *k = malloc((size_t)(B * n * kv.heads * cfg->dk) * 4);
+    float *v = malloc((size_t)(B * n * kv.heads * cfg->dv) * 4), *o = nan_floats((size_t)(B * n * H * cfg->dv));
     assert_non_null(q), assert_non_null(k), assert_non_null(v), assert_non_null(o);
     slice_tokens(cfg, N, cfg->dk, in->q, t0, n, q);
-    slice_tokens(cfg, N, cfg->dk, in->k, t0, n, k);
-    slice_tokens(cfg, N, cfg->dv, in->v, t0, n, v);
+    slice_tokens(&kv, N, cfg->dk, in->k, t0, n, k);
+    slice_tokens(&kv, N, cfg->dv, in->v, t0, n, v);
     mhla_status st = prefill ? mhla_decoder_prefill_host(dec, q, k, v, in->mix, o, n)
                              : mhla_decoder_step_host(dec, q, k, v, in->mix, o, n);
     if (st == MHLA_OK)
@@ -44,7 +46,7 @@ static float *run_schedule(mhla_context *ctx, const mhla_config *cfg, const test
     mhla_status st = mhla_decoder_create(ctx, cfg, cfg->seq_t, &dec);
     if (st != MHLA_OK)
         fail_msg("mhla_decoder_create: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
-    float *out = nan_floats(in->nv);
+    float *out = nan_floats(in->no);
     int64_t t = 0;
     for (const char *p = schedule; *p;) {
         char kind = 0;
@@ -69,7 +71,7 @@ static float *run_schedule(mhla_context *ctx, const mhla_config *cfg, const test
  * prefill must equal. */
 static float *chunk_run(mhla_context *ctx, const mhla_config *cfg, const test_inputs *in)
 {
-    float *out = nan_floats(in->nv);
+    float *out = nan_floats(in->no);
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, cfg, &plan), MHLA_OK);
     assert_int_equal(mhla_forward_host(plan, in->q, in->k, in->v, in->mix, out), MHLA_OK);
@@ -80,7 +82,7 @@ static float *chunk_run(mhla_context *ctx, const mhla_config *cfg, const test_in
 /* The double-precision reference of the whole sequence: what every decoder output is held to. */
 static double *reference_run(const mhla_config *cfg, const test_inputs *in)
 {
-    double *ref = malloc(in->nv * sizeof *ref);
+    double *ref = malloc(in->no * sizeof *ref);
     assert_non_null(ref);
     assert_int_equal(mhla_reference_forward(cfg, in->q, in->k, in->v, in->mix, ref), MHLA_OK);
     return ref;
@@ -228,6 +230,58 @@ static void test_odd_tiling(void **state)
     }
     restore_test_env(NULL);
     print_message("decoder, odd tiling (C = 4): worst max_rel_err vs reference %.3g\n", worst);
+}
+
+/* The GPU row's step in parts (decoder.cl's STEP_DP > 1: the key dimensions split over a group's
+ * work-items, the chunk start's prefix over the earlier chunks; decoder_prefix its kernel) within
+ * forced device limits, against the reference: 64-wide groups and 16 KiB (8 column lanes for 25
+ * columns, Dk 20 in parts of uneven length), grouped heads in two passes of query heads (8 on one
+ * key/value head) at 128 and 32 KiB in [B,H,N,D], three query heads per key/value head at 1024 and
+ * 48 KiB with chunks of 4 (15 chunk starts), and head dimensions 128 with 4 query heads at 16 KiB,
+ * where the parts' sums fit only in fewer parts (dec_dp 8 -> 4, and 2 on rusticl, whose kernels
+ * take twice their arrays). Steps and prefills mixed. */
+static void test_step_parts_limits(void **state)
+{
+    (void)state;
+    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=1024,local=48K", "wg=256,local=16K"};
+    static const char *const schedules[] = {"s30 p50 s70", "s37 p20 s43", "s60", "s3 p9 s12"};
+    mhla_config cfgs[4];
+    cfgs[0] = config_causal(1, 2, 150, 8, 20, 24);
+    cfgs[0].normalizer = MHLA_NORMALIZER_PAPER;
+    cfgs[1] = config_causal(1, 8, 100, 16, 64, 64);
+    cfgs[1].kv_heads = 1;
+    cfgs[1].layout = MHLA_LAYOUT_BHND;
+    cfgs[2] = config_causal(2, 6, 60, 4, 32, 16);
+    cfgs[2].kv_heads = 2;
+    cfgs[2].normalizer = MHLA_NORMALIZER_PAPER;
+    cfgs[2].feature_map = MHLA_FEATURE_ELU1;
+    cfgs[3] = config_causal(1, 4, 24, 8, 128, 128);
+    cfgs[3].kv_heads = 1;
+    cfgs[3].normalizer = MHLA_NORMALIZER_PAPER;
+    double worst = 0.0;
+    for (size_t c = 0; c < 4; ++c) {
+        if (test_config_thinned()) /* (the portability runs: every decoder built here is a compile) */
+            continue;
+        mhla_context *ctx = limited_context(limits[c], "row=gpu");
+        assert_int_equal(mhla_context_profile_kernels(ctx, 1), MHLA_OK);
+        test_inputs in;
+        assert_int_equal(test_inputs_make(&cfgs[c], TEST_INIT_RANDOM, (uint32_t)(150 + c), &in), MHLA_OK);
+        float *out = run_schedule(ctx, &cfgs[c], &in, schedules[c]);
+        char times[2048], what[160];
+        assert_int_equal(mhla_context_kernel_times(ctx, times, sizeof times), MHLA_OK);
+        if (!strstr(times, "decoder_prefix ") || !strstr(times, "decoder_step ") || strstr(times, "causal_prefix_one"))
+            fail_msg("MHLA_LIMITS=%s: not the parts form:\n%s", limits[c], times);
+        double *ref = reference_run(&cfgs[c], &in);
+        snprintf(what, sizeof what, "MHLA_LIMITS=%s, Dk %lld Dv %lld, H %lld on %lld, C %lld, %s", limits[c],
+                 (long long)cfgs[c].dk, (long long)cfgs[c].dv, (long long)cfgs[c].heads,
+                 (long long)(cfgs[c].kv_heads ? cfgs[c].kv_heads : cfgs[c].heads), (long long)cfgs[c].chunk,
+                 schedules[c]);
+        worst = fmax(worst, check_reference(out, ref, in.no, what));
+        free(out), free(ref);
+        test_inputs_free(&in);
+        mhla_context_destroy(ctx);
+    }
+    print_message("decoder in parts, forced limits: worst max_rel_err vs reference %.3g\n", worst);
 }
 
 /* A prompt of more chunks than one chunk-path run takes (64): 151 chunks of 2 tokens, from the
@@ -605,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_prompt_then_decode),
         cmocka_unit_test(test_decode_maps_and_eps),
         cmocka_unit_test(test_odd_tiling),
+        cmocka_unit_test(test_step_parts_limits),
         cmocka_unit_test(test_long_prefill),
         cmocka_unit_test(test_state_save_restore),
         cmocka_unit_test(test_state_errors),

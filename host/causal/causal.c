@@ -36,8 +36,8 @@ static size_t summary_tiles(const mhla_causal *c)
 
 static void release_kernels(mhla_causal *c)
 {
-    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix, &c->k_prefix_one, &c->k_output, &c->k_step,
-                            &c->k_prefix_tiled};
+    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix,       &c->k_prefix_one, &c->k_output,
+                            &c->k_step,    &c->k_prefix_tiled, &c->k_step_prefix};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) {
         if (*kernels[i])
             clReleaseKernel(*kernels[i]);
@@ -77,23 +77,34 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
     int r = mhla__fit_check(ctx, c->k_output, c->lws_output,
                             t->ct_sq ? mhla__causal_tiled_local(cfg, t) : mhla__causal_output_local(t, cfg->dk), fit);
     if (r == 0 && with_step) {
-        /* The step kernel's arrays (q~, k~, numerators: a few KiB) cannot shrink: a device without
-         * room for them is refused below. */
         what = "decoder_step";
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_DECODER, cfg, t, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
-        mhla_fit step_fit = *fit;
-        /* (kernels/decoder.cl: q~ of one query head, or of STEP_QG = 4 where key/value heads are
-         * grouped, k~, and their numerators and denominators) */
-        const uint64_t qg = c->bh_kv != c->bh ? 4 : 1;
-        const uint64_t step_floats = (qg + 1) * (uint64_t)cfg->dk + qg * (uint64_t)(cfg->dv + 1);
-        r = mhla__fit_check(ctx, c->k_step, 1, step_floats * sizeof(float), &step_fit);
-        MHLA_FAIL_IF(st, r > 0, ctx, MHLA_ERR_UNSUPPORTED,
-                     "the decoder's step kernel (dk = %lld, dv = %lld) needs more local memory than %s has (%llu "
-                     "bytes)",
-                     (long long)cfg->dk, (long long)cfg->dv, ctx->device_name,
-                     (unsigned long long)ctx->limits.local_mem_bytes);
-        c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+        const size_t dp = (size_t)t->dec_dp;
+        if (dp > 1) {
+            /* The parts form: groups of whole column lanes (64 at most: DP_LANES in decoder.cl), one
+             * per part at least; where the built kernels allow less (work-items, local memory),
+             * fewer parts and a rebuild. */
+            r = mhla__fit_check(ctx, c->k_step, dp, mhla__decoder_step_local(cfg, t), fit);
+            c->lws_step = mhla__local_size(ctx, c->k_step, 64 * dp) / dp * dp;
+            if (r == 0) {
+                what = "decoder_prefix";
+                MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_step_prefix));
+                r = mhla__fit_check(ctx, c->k_step_prefix, dp, 64 * dp * sizeof(float), fit);
+                c->lws_step_prefix = mhla__local_size(ctx, c->k_step_prefix, 64 * dp) / dp * dp;
+            }
+        } else {
+            /* A work-item walks Dk: its arrays (q~, k~, numerators: a few KiB) cannot shrink, and a
+             * device without room for them is refused. */
+            mhla_fit step_fit = *fit;
+            r = mhla__fit_check(ctx, c->k_step, 1, mhla__decoder_step_local(cfg, t), &step_fit);
+            MHLA_FAIL_IF(st, r > 0, ctx, MHLA_ERR_UNSUPPORTED,
+                         "the decoder's step kernel (dk = %lld, dv = %lld) needs more local memory than %s has "
+                         "(%llu bytes)",
+                         (long long)cfg->dk, (long long)cfg->dv, ctx->device_name,
+                         (unsigned long long)ctx->limits.local_mem_bytes);
+            c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+        }
     }
     if (r == 0 && t->cp_ti) {
         what = "causal_prefix_tiled";
@@ -122,9 +133,9 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
                                           summary_tiles(c) < (size_t)t->wg ? summary_tiles(c) : (size_t)t->wg);
     }
     /* causal_prefix.cl: a run's prefix where it is not tiled, and a decoder's chunk start (one
-     * chunk's mixture, causal_prefix_one) either way. The prefix mixtures see slots as rows of
-     * floats: only their tiles specialize them. */
-    if (t->cp_ti && !with_step)
+     * chunk's mixture, causal_prefix_one) where decoder.cl's parts form does not build it. The
+     * prefix mixtures see slots as rows of floats: only their tiles specialize them. */
+    if (t->cp_ti && (!with_step || t->dec_dp > 1))
         goto cleanup;
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, cfg, t, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));

@@ -20,8 +20,10 @@ typedef struct mhla_causal {
                            tiling.slot_pad; kernels/causal.h) */
     size_t slot_used;   /* B*H_kv*Dk*scols of them hold summaries (what a decoder state stores) */
     cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
-    cl_kernel k_prefix_tiled; /* where tiling.cp_ti: the prefix of a run (k_prefix_one stays the decoder's) */
-    size_t lws_summary, lws_prefix, lws_output, lws_step;
+    cl_kernel k_prefix_tiled; /* where tiling.cp_ti: the prefix of a run */
+    cl_kernel k_step_prefix;  /* decoders with tiling.dec_dp > 1: decoder_prefix, the chunk start's P_i
+                                 (else k_prefix_one) */
+    size_t lws_summary, lws_prefix, lws_output, lws_step, lws_step_prefix;
     cl_mem gemm_temp; /* CLBlast's temporary buffer for the prefix GEMMs, grown on demand */
     size_t gemm_temp_bytes;
 } mhla_causal;

@@ -180,16 +180,26 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
 
     if (fresh) {
         /* P_i = sum_{j<i} Mc[i,j] S_j: one pass over the finished summaries. */
-        cl_kernel kp = c->k_prefix_one;
-        const size_t vecs = (size_t)c->tiling.mix_mr * (size_t)c->tiling.mix_nv; /* ONE_NV in causal_prefix.cl */
-        const size_t cols = (size_t)c->tiling.pre_ve * (vecs > 16 ? 16 : vecs);
-        const size_t local = c->lws_prefix, global = mhla__round_up((c->slot_floats + cols - 1) / cols, local);
         const cl_long width = (cl_long)c->slot_floats;
-        MHLA_SET_ARGS(st, ctx, kp, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix), MHLA_ARG(rows_mc),
-                      MHLA_ARG(width), MHLA_ARG(chunk));
+        size_t local, global;
+        if (c->k_step_prefix) { /* decoder.cl's parts: a group per lws / dec_dp floats of the slot */
+            local = c->lws_step_prefix;
+            const size_t lanes = local / (size_t)c->tiling.dec_dp;
+            global = (c->slot_floats + lanes - 1) / lanes * local;
+            MHLA_SET_ARGS(st, ctx, c->k_step_prefix, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix),
+                          MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(chunk));
+        } else { /* causal_prefix.cl: ONE_COLS floats per work-item */
+            const size_t vecs = (size_t)c->tiling.mix_mr * (size_t)c->tiling.mix_nv; /* ONE_NV */
+            const size_t cols = (size_t)c->tiling.pre_ve * (vecs > 16 ? 16 : vecs);
+            local = c->lws_prefix, global = mhla__round_up((c->slot_floats + cols - 1) / cols, local);
+            MHLA_SET_ARGS(st, ctx, c->k_prefix_one, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix),
+                          MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(chunk));
+        }
         const size_t g3[3] = {global, 1, 1}, l3[3] = {local, 1, 1};
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kp, 1, g3, l3, num_wait, wait, NULL,
-                                               "clEnqueueNDRangeKernel(causal_prefix_one)"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, c->k_step_prefix ? c->k_step_prefix : c->k_prefix_one, 1, g3, l3,
+                                               num_wait, wait, NULL,
+                                               c->k_step_prefix ? "clEnqueueNDRangeKernel(decoder_prefix)"
+                                                                : "clEnqueueNDRangeKernel(causal_prefix_one)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         num_wait = 0, wait = NULL;
     }

@@ -410,6 +410,30 @@ static void summary_tiled_fit(const mhla_config *cfg, const mhla_tuning *t, cons
         x->cs_tk = x->cs_tn = 0;
 }
 
+uint64_t mhla__decoder_step_local(const mhla_config *cfg, const mhla_tiles *t)
+{
+    /* kernels/decoder.cl: q~ of the query heads a pass reads out (one, or STEP_QG = 4 where
+     * key/value heads are grouped; the parts form: no more than share a key/value head), k~, and
+     * the numerators and denominators (the parts form: one row of them per part) */
+    const int64_t group = cfg->kv_heads ? cfg->heads / cfg->kv_heads : 1;
+    const uint64_t dk = (uint64_t)cfg->dk, cols = (uint64_t)cfg->dv + 1;
+    if (t->dec_dp <= 1) {
+        const uint64_t qg = group > 1 ? 4 : 1;
+        return sizeof(float) * ((qg + 1) * dk + qg * cols);
+    }
+    const uint64_t qg = group < 4 ? (uint64_t)group : 4;
+    return sizeof(float) * ((qg + 1) * dk + (uint64_t)t->dec_dp * qg * cols);
+}
+
+/* The decoder's parts (dec_dp > 1): no more than Dk, and halved until a group of one column lane
+ * per part and its arrays fit (1: the form a work-item walks Dk in, whose arrays always go). */
+static void decoder_parts_fit(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *x)
+{
+    x->dec_dp = t->dec_dp < 1 ? 1 : t->dec_dp > cfg->dk ? (int)cfg->dk : t->dec_dp;
+    while (x->dec_dp > 1 && ((size_t)x->dec_dp > fit->wg || mhla__decoder_step_local(cfg, x) > fit->local_bytes))
+        x->dec_dp /= 2;
+}
+
 mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit,
                                mhla_tiles *out)
 {
@@ -450,6 +474,7 @@ mhla_status mhla__tiles_causal(mhla_context *ctx, const mhla_config *cfg, const 
     x.slot_pad = x.gemm_rows == 0 && x.cp_ti == 0;
     causal_tiled_fit(cfg, t, fit, &x);
     summary_tiled_fit(cfg, t, fit, &x);
+    decoder_parts_fit(cfg, t, fit, &x);
     *out = x;
 cleanup:
     return st;
@@ -653,6 +678,7 @@ enum {
     F_CT = 1 << 24,
     F_CP = 1 << 25,
     F_CS = 1 << 26,
+    F_DEC = 1 << 27,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -724,6 +750,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DCS_TK=%d -DCS_TN=%d", t->cs_tk, t->cs_tn);
     if (r & F_CP)
         mhla__opts_add(opts, "-DCP_TI=%d -DCP_TW=%d -DCP_TJ=%d", t->cp_ti, t->cp_tw, t->cp_tj);
+    if (r & F_DEC)
+        mhla__opts_add(opts, "-DSTEP_DP=%d", t->dec_dp);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */
         mhla__opts_add(opts, "-DKV_GROUP=%lld", (long long)(c->kv_heads ? c->heads / c->kv_heads : 1));
 }

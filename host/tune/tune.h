@@ -97,7 +97,11 @@
     X(cp_tj, 1, ",")        /* causal_prefix_tiled.cl: earlier chunks per local tile */              \
     X(cs_tk, 0, " ")        /* causal chunk summaries: tokens per local tile of                     \
                                causal_summary_tiled.cl (groups of tl_tn key rows x tl_tn columns,    \
-                               4 x 4 per work-item: GPUs), 0 = causal_summary.cl */
+                               4 x 4 per work-item: GPUs), 0 = causal_summary.cl */                 \
+    X(dec_dp, 1, " ")       /* decoder: parts its step splits the key dimensions into, and its chunk \
+                               start the earlier chunks into, added in local memory in a fixed     \
+                               order (GPUs: many short chains, not a group walking Dk or every     \
+                               chunk), 1 = a work-item walks them all (CPUs) */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -187,6 +191,8 @@ typedef struct mhla_tiles {
                                            CP_TJ earlier chunks per tile; cp_ti 0: causal_prefix.cl */
     int cs_tk, cs_tn;                   /* causal_summary_tiled.cl: CS_TK tokens per tile, CS_TN key rows x
                                            CS_TN columns per group; cs_tk 0: causal_summary.cl */
+    int dec_dp;                         /* decoder.cl: STEP_DP parts of Dk per step (and of the earlier
+                                           chunks per chunk start); 1: a work-item walks them all */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the
@@ -205,7 +211,7 @@ typedef struct mhla_tiles {
     KF(CAUSAL_TILED, causal_tiled, F_SHAPE | F_SLOT | F_CT)                                        \
     KF(CAUSAL_PREFIX_TILED, causal_prefix_tiled, F_CP)                                             \
     KF(CAUSAL_SUMMARY_TILED, causal_summary_tiled, F_SHAPE | F_SLOT | F_CS)                        \
-    KF(DECODER, decoder, F_SHAPE | F_SLOT | F_GROUP)                                               \
+    KF(DECODER, decoder, F_SHAPE | F_SLOT | F_GROUP | F_DEC)                                       \
     KF(SOFTMAX, softmax, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SOFTMAX)                             \
     KF(SOFTMAX_TILED, softmax_tiled, F_DK | F_DV | F_LAYOUT | F_DTYPE | F_SMT)                     \
     KF(BACKWARD_SUMMARY, backward_summary, F_SHAPE | F_BWD)                                        \
@@ -285,6 +291,8 @@ uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
 /* causal_tiled.cl's group (ct_sq/4 token quads x ct_bk/4 key quads) and the local memory it takes. */
 size_t mhla__causal_tiled_wg(const mhla_tiles *t);
 uint64_t mhla__causal_tiled_local(const mhla_config *cfg, const mhla_tiles *t);
+/* Local memory decoder.cl's step takes, for its form (dec_dp). */
+uint64_t mhla__decoder_step_local(const mhla_config *cfg, const mhla_tiles *t);
 /* causal_prefix_tiled.cl's group (cp_ti/4 row quads x cp_tw/4 column quads) and its local memory. */
 size_t mhla__prefix_tiled_wg(const mhla_tiles *t);
 uint64_t mhla__prefix_tiled_local(const mhla_tiles *t);

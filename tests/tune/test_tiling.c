@@ -144,6 +144,7 @@ typedef struct causal_expect {
     uint64_t local; /* mhla__causal_output_local */
     int ct_sq, ct_bk, cp_ti, cp_tw, cp_tj; /* the tiled read-out and prefix (0: untiled) */
     int cs_tk, cs_tn;                      /* the tiled chunk summaries (0: untiled) */
+    int dec_dp;                            /* the decoder's parts (1: a work-item walks Dk) */
 } causal_expect;
 
 static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64_t dk, int64_t dv,
@@ -157,12 +158,14 @@ static void expect_causal(const fake_device *d, size_t wg, uint64_t local, int64
     mhla_tiles x;
     assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
     const int got[] = {x.out_rt, x.out_ve, x.out_nv, x.tq,    x.kt,    x.gemm_rows, x.mix_mr, x.mix_nv,
-                       x.pre_ve, mhla__causal_output_wg(&x, dv), x.ct_sq, x.ct_bk, x.cp_ti, x.cp_tw, x.cp_tj, x.cs_tk, x.cs_tn};
+                       x.pre_ve, mhla__causal_output_wg(&x, dv), x.ct_sq, x.ct_bk, x.cp_ti, x.cp_tw, x.cp_tj, x.cs_tk, x.cs_tn,
+                       x.dec_dp};
     const int want[] = {e->out_rt, e->out_ve, e->out_nv, e->tq, e->kt, e->gemm_rows, e->mix_mr, e->mix_nv,
-                        e->pre_ve, e->wg, e->ct_sq, e->ct_bk, e->cp_ti, e->cp_tw, e->cp_tj, e->cs_tk, e->cs_tn};
+                        e->pre_ve, e->wg, e->ct_sq, e->ct_bk, e->cp_ti, e->cp_tw, e->cp_tj, e->cs_tk, e->cs_tn,
+                        e->dec_dp};
     static const char *const names[] = {"out_rt", "out_ve", "out_nv", "tq", "kt", "gemm_rows", "mix_mr", "mix_nv",
                                         "pre_ve", "output work-items", "ct_sq", "ct_bk", "cp_ti", "cp_tw", "cp_tj",
-                                        "cs_tk", "cs_tn"};
+                                        "cs_tk", "cs_tn", "dec_dp"};
     for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
         if (got[i] != want[i])
             fail_msg("%s, %zu work-items, %llu bytes, D = %lldx%lld: %s = %d, expected %d", d->name, wg,
@@ -229,13 +232,13 @@ static void test_cpu_row_d64(void **state)
     expect_forward(&loads_only, 4096, 8, forward_loads);
 
     /* CPU rows: causal_output.cl and causal_prefix.cl (ct_sq 0, cp_ti 0) */
-    const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480, 0, 0, 0, 0, 0, 0, 0};
+    const causal_expect full = {1, 8, 8, 32, 32, 0, 4, 2, 8, 32, 20480, 0, 0, 0, 0, 0, 0, 0, 1};
     expect_causal(&haswell, 4096, 65536, 64, 64, &full);
     expect_causal(&haswell, 4096, 32768, 64, 64, &full); /* llvmpipe's 32 KiB: still fits */
-    const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4, 0, 0, 0, 0, 0, 0, 0};
+    const causal_expect keys16 = {1, 8, 8, 32, 16, 0, 4, 2, 8, 32, (32 * 64 + 64 * 16 + 32 * 16) * 4, 0, 0, 0, 0, 0, 0, 0, 1};
     expect_causal(&haswell, 4096, 16384, 64, 64, &keys16);
     /* AVX-512: 16-float vectors, 32 registers: read-out 4 tokens x 4 vectors, prefix 8 x 2. */
-    const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480, 0, 0, 0, 0, 0, 0, 0};
+    const causal_expect wide = {4, 16, 4, 32, 32, 0, 8, 2, 16, 8, 20480, 0, 0, 0, 0, 0, 0, 0, 1};
     expect_causal(&avx512, 4096, 65536, 64, 64, &wide);
 
     expect_softmax(&haswell, 65536, 0, 8, 64, 256, 1, 4 * 64 * (64 + 64 + 1));
@@ -299,24 +302,24 @@ static void test_gpu_row_d64(void **state)
      * (causal_prefix_tiled.cl: 32 chunks x 64 columns, 128 work-items; no CLBlast blocks), then
      * smaller groups: the read-out's keys halved before its tokens, the prefix's columns before its
      * chunks. The untiled kernels' tiles (the fallback) are fitted as before. */
-    const causal_expect g256 = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 64, 16, 32, 64, 16, 16, 64};
+    const causal_expect g256 = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 64, 16, 32, 64, 16, 16, 64, 8};
     expect_causal(&gpu, 256, 65536, 64, 64, &g256);
-    const causal_expect g64 = {4, 4, 1, 16, 32, 0, 4, 1, 4, 64, (16 * 64 + 64 * 32 + 16 * 32) * 4, 64, 16, 32, 32, 16, 16, 32};
+    const causal_expect g64 = {4, 4, 1, 16, 32, 0, 4, 1, 4, 64, (16 * 64 + 64 * 32 + 16 * 32) * 4, 64, 16, 32, 32, 16, 16, 32, 8};
     expect_causal(&gpu, 64, 65536, 64, 64, &g64);
-    const causal_expect g16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 16, 16, 16, 16, 16};
+    const causal_expect g16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 16, 16, 16, 16, 16, 8};
     expect_causal(&gpu, 16, 65536, 64, 64, &g16);
-    const causal_expect g8 = {4, 4, 2, 4, 32, 0, 4, 1, 4, 8, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 4, 16, 8, 16, 16, 8};
+    const causal_expect g8 = {4, 4, 2, 4, 32, 0, 4, 1, 4, 8, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 4, 16, 8, 16, 16, 8, 8};
     expect_causal(&gpu, 8, 65536, 64, 64, &g8);
     /* The prefix with CLBlast's blocks where the tuning turns the tiled one off (cp_ti 0), under
      * 64 work-items without them (CLBlast's GEMM kernels cannot run there). */
     setenv("MHLA_TUNING", "cp_ti=0", 1);
-    const causal_expect b256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480, 64, 16, 0, 0, 0, 16, 64};
+    const causal_expect b256 = {4, 4, 1, 32, 32, 32, 4, 1, 4, 128, 20480, 64, 16, 0, 0, 0, 16, 64, 8};
     expect_causal(&gpu, 256, 65536, 64, 64, &b256);
-    const causal_expect b16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 0, 0, 0, 16, 16};
+    const causal_expect b16 = {4, 4, 1, 4, 32, 0, 4, 1, 4, 16, (4 * 64 + 64 * 32 + 4 * 32) * 4, 32, 8, 0, 0, 0, 16, 16, 8};
     expect_causal(&gpu, 16, 65536, 64, 64, &b16);
     unsetenv("MHLA_TUNING");
     /* llvmpipe: the GPU-like row of its own, with the prefix summed in the kernel. */
-    const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 0, 0, 0, 0, 0, 0, 0};
+    const causal_expect lp = {4, 4, 1, 32, 32, 0, 4, 1, 4, 128, 20480, 0, 0, 0, 0, 0, 0, 0, 1};
     expect_causal(&llvmpipe, 1024, 32768, 64, 64, &lp);
 
     /* softmax_tiled.cl: 64 queries x 16 keys, qt, kt, vt, pt, the row parts and the four rows */
@@ -567,6 +570,11 @@ static void test_sweep(void **state)
                                                       x.cs_tk >= 1 && x.cs_tk <= t.cs_tk &&
                                                       mhla__causal_summary_tiled_wg(&x) <= fit.wg &&
                                                       mhla__causal_summary_tiled_local(&x) <= fit.local_bytes);
+                        /* the decoder's parts: no more than asked or than Dk, a group of one lane
+                         * per part and its arrays within the limits (1 always goes) */
+                        CHECK_RULE(x.dec_dp >= 1 && x.dec_dp <= (t.dec_dp > 1 ? t.dec_dp : 1) && x.dec_dp <= dk);
+                        CHECK_RULE(x.dec_dp == 1 || ((size_t)x.dec_dp <= fit.wg &&
+                                                     mhla__decoder_step_local(&cfg, &x) <= fit.local_bytes));
                         const int owg = mhla__causal_output_wg(&x, dv);
                         CHECK_RULE(owg == (int)(dv / (x.out_ve * x.out_nv)) * (x.tq / x.out_rt));
                         CHECK_RULE(owg >= 1 && (size_t)owg <= fit.wg);
@@ -725,7 +733,7 @@ static void test_build_options(void **state)
         {MHLA_KF_BLOCK_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DDTYPE=0 "
                                 "-DSUM_RD=6 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DSUM_LK=1 -DPREFETCH=1"},
         /* a CPU row: no prefix GEMM blocks, so padded slots */
-        {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 -DSLOT_PAD=1 -DKV_GROUP=1"},
+        {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 -DSLOT_PAD=1 -DSTEP_DP=1 -DKV_GROUP=1"},
         /* softmax: no feature map, no normalizer */
         {MHLA_KF_SOFTMAX, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DDTYPE=0 -DVW=8 -DBK=64 -DCOPY_ROWS=1"},
     };
