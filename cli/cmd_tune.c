@@ -29,8 +29,9 @@ static const char help[] =
     "                 [--export] [--dry-run]\n"
     "\n"
     "Searches the tiles, vector widths, work-group sizes, block splits and the mixing GEMM (built-in\n"
-    "kernel or CLBlast) of each stage, the causal score tiles, the softmax tiles and the causal\n"
-    "backward's kernels (fused or not, bc_diag's work-items, read-out accumulators) for this device,\n"
+    "kernel or CLBlast) of each stage, the causal score tiles, the softmax tiles, the causal\n"
+    "backward's kernels (fused or not, bc_diag's work-items, read-out accumulators, the GPU rows'\n"
+    "tiled read-outs) and the decoder's step for this device,\n"
     "one field at a time from its built-in tuning row, then jointly (each stage's register tile rows x\n"
     "vectors x vector width x work-group size). Each candidate is checked against the double\n"
     "reference first (a wrong one is discarded), then timed (device time per stage, median of runs).\n"
@@ -281,7 +282,8 @@ typedef struct tune_stage {
     const char *name;
     int objective; /* index into measure()'s ms: 0 summary, 1 mixing, 2 output, 3 the whole run */
     int kind;      /* measure()'s: 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax
-                      (2048), 3 the causal backward (1's problem), 4 the backward of 0's problem */
+                      (2048), 3 the causal backward (1's problem), 4 the backward of 0's problem, 5 decode
+                      (a token's steps after 1's tokens of context) */
     tune_field fields[9];
     /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
      * together (NULL: the stage has none). */
@@ -323,11 +325,11 @@ static const tune_stage stages[] = {
       {"sm_rows", 2, {0, 1}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     /* The fields only the backward reads: the fused group per (chunk, head) or three read-outs and
-     * bc_diag, bc_diag's work-items, the read-outs' accumulator vectors, and the rows per work-item
-     * of dMc's products. */
+     * bc_diag, bc_diag's work-items, the read-outs' accumulator vectors, the rows per work-item of
+     * dMc's products, and the GPU rows' tiled read-outs (bc_sq 0: the CPU form). */
     {"backward", 3, 3,
      {{"bct_fuse", 2, {0, 1}}, {"dg_parts", 3, {1, 8, 32}}, {"bwd_acc", 3, {4, 8, 16}}, {"dmix_tm", 3, {2, 3, 4}},
-      {NULL, 0, {0}}},
+      {"bc_sq", 3, {0, 32, 64}}, {"bc_bk", 3, {8, 16, 32}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     /* The tiled plans' backward (GPU rows): its read-outs' token groups and local tiles, timed over
      * the non-causal backward of the forward's shape (bt_tq 0: the untiled read-outs). */

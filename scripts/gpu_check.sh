@@ -28,12 +28,13 @@
 #                      them against the same rows of bench-new.json (bench.txt)
 #   bench-untiledcausal.json  step untiledcausal: the new build's causal rows
 #                      (GPU_CHECK_UNTILED_CAUSAL_OPS, default mhla-causal,mhla-causal-bwd,decode, at
-#                      GPU_CHECK_N and GPU_CHECK_DECODE) with MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,dec_dp=1:
-#                      the untiled chunk summaries (causal_summary.cl), read-out (causal_output.cl) and
-#                      prefix (causal_prefix.cl plus CLBlast's GEMM blocks) that the tiled kernels
-#                      replaced, the decoder's step walking Dk per work-item and its chunk start in
-#                      causal_prefix_one (not in parts), and --compare of them against the same rows of
-#                      bench-new.json (bench.txt)
+#                      GPU_CHECK_N and GPU_CHECK_DECODE) with
+#                      MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dec_dp=1: the untiled chunk summaries
+#                      (causal_summary.cl), read-out (causal_output.cl) and prefix (causal_prefix.cl
+#                      plus CLBlast's GEMM blocks) that the tiled kernels replaced, the backward's
+#                      read-outs of backward_causal_readout.cl, the decoder's step walking Dk per
+#                      work-item and its chunk start in causal_prefix_one (not in parts), and --compare
+#                      of them against the same rows of bench-new.json (bench.txt)
 #
 # The steps run in the order bench, untiledbwd, untiledcausal, selftest, tune, suite: the most wanted
 # output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
@@ -234,7 +235,7 @@ fi
 if wants untiledcausal; then
     txt=$out/bench.txt
     lim=$(cap 90)
-    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,dec_dp=1 "$new/bench/mhla-bench" \
+    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dec_dp=1 "$new/bench/mhla-bench" \
         --device "$device" --n "$bench_n" --image none --chunk "$chunk" --decode-context "$decode" \
         --target-ms "$target_ms" --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd,decode}" --quiet \
         --max-total-s $(( lim * 4 / 5 )) \

@@ -704,13 +704,19 @@ static void test_backward_saved_summaries_causal(void **state)
  * cases and of test_forward's (one build of the forward's kernels serves both). Grouped heads and
  * cross-attention: test_cross's test_tiled_limits; 256 to 1024 work-items and 48 KiB: the GPU
  * row's own fit (backward_gpu_row). And the causal form's prefix and suffix mixtures
- * (causal_prefix_tiled.cl) over 38 chunks at 64-wide groups. Each plan must say that it ran tiled. */
+ * (causal_prefix_tiled.cl) over 38 chunks at 64-wide groups, and its tiled read-outs
+ * (backward_causal_tiled.cl): 4 groups of 16 tokens a chunk in 8-token pair tiles with Dv 18 (rows
+ * of no whole float4) and the paper normalizer's r_t terms in [B,H,N,D] at 128 and 32 KiB, and
+ * chunks of 128 in 64-token groups at 1024 and 48 KiB, each with a short last chunk. Each plan must
+ * say that it ran tiled. */
 static void test_backward_tiled_limits(void **state)
 {
     (void)state;
-    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=64,local=16K"};
-    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu", "row=gpu"};
-    mhla_config cfgs[3];
+    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=64,local=16K",
+                                         "wg=128,local=32K", "wg=1024,local=48K"};
+    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu", "row=gpu", "row=gpu,bc_sq=16,bc_bk=8",
+                                          "row=gpu"};
+    mhla_config cfgs[5];
     cfgs[0] = config_1d(1, 2, 512, 2, 16, 8);
     cfgs[0].feature_map = MHLA_FEATURE_RELU_EPS;
     cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
@@ -719,6 +725,11 @@ static void test_backward_tiled_limits(void **state)
      * 38 chunks, two tiles of rows, several of earlier and later chunks */
     cfgs[2] = config_causal(1, 2, 300, 8, 16, 8);
     cfgs[2].normalizer = MHLA_NORMALIZER_PAPER;
+    cfgs[3] = config_causal(2, 2, 150, 64, 24, 18);
+    cfgs[3].normalizer = MHLA_NORMALIZER_PAPER;
+    cfgs[3].layout = MHLA_LAYOUT_BHND;
+    cfgs[3].feature_map = MHLA_FEATURE_ELU1;
+    cfgs[4] = config_causal(1, 2, 200, 128, 32, 32);
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
         mhla_context *ctx = limited_context(limits[c], tunings[c]);
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the gradients */
@@ -728,8 +739,9 @@ static void test_backward_tiled_limits(void **state)
         last_tuning[0] = 0;
         expect_backward(ctx, &cfgs[c], NULL, 0, label, (uint32_t)(41 + c));
         const char *tiled = cfgs[c].causal ? "prefix tiled" : "; backward: tiled read-outs";
-        if (last_tuning[0] && !strstr(last_tuning, tiled)) /* (empty: thinned) */
-            fail_msg("%s: the backward is not tiled: %s", label, last_tuning);
+        if (last_tuning[0] && (!strstr(last_tuning, tiled) ||
+                               (cfgs[c].causal && !strstr(last_tuning, "; backward: tiled causal read-outs"))))
+            fail_msg("%s: the backward is not tiled: %s", label, last_tuning); /* (empty: thinned) */
         mhla_context_destroy(ctx);
     }
 }

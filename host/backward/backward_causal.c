@@ -32,7 +32,7 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
 typedef struct readout_try {
     mhla_plan *plan;
     mhla_bwd *b;
-    cl_program prog;
+    cl_program prog; /* backward_causal_readout.cl: the read-outs, bc_diag and bc_dmix_finish */
 } readout_try;
 
 static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
@@ -57,13 +57,25 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
         *refit |= r;
         goto cleanup;
     }
+    /* GPU rows: backward_causal_tiled.cl's read-outs, built for exactly their group */
+    cl_program tiled = NULL;
+    static const char *const tiled_names[3] = {"bc_dq_tiled", "bc_dk_tiled", "bc_dv_tiled"};
+    if (b->tiles.bc_sq)
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_TILED, c, &b->tiles, &tiled));
     for (int i = 0; i < 3; ++i) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, rt->prog, names[i], ks[i]));
         const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
-        b->wg_bc_readout[i] = mhla__bc_readout_wg(&b->tiles, dw);
-        const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], mhla__bc_readout_local(&b->tiles, dx), fit);
-        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s", names[i],
-                     ctx->device_name);
+        if (tiled) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, tiled, tiled_names[i], ks[i]));
+            b->wg_bc_readout[i] = mhla__bc_tiled_wg(&b->tiles);
+        } else {
+            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, rt->prog, names[i], ks[i]));
+            b->wg_bc_readout[i] = mhla__bc_readout_wg(&b->tiles, dw);
+        }
+        const uint64_t local =
+            tiled ? mhla__bc_tiled_local(c, &b->tiles) : mhla__bc_readout_local(&b->tiles, dx);
+        const int r = mhla__fit_check(ctx, *ks[i], b->wg_bc_readout[i], local, fit);
+        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(%s) failed on %s",
+                     tiled ? tiled_names[i] : names[i], ctx->device_name);
         *refit |= r;
     }
 cleanup:
@@ -485,16 +497,20 @@ cleanup:
     return st;
 }
 
-/* The tiled read-outs: dq from P^T, dk from dS^T, dv from dS. */
+/* The three read-outs (backward_causal_readout.cl's, or backward_causal_tiled.cl's on GPU rows): dq
+ * from P^T, dk from dS^T, dv from dS. */
 static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
     const mhla_bwd *b = x->b;
-    const cl_int tiles_per_chunk = (cl_int)((x->tokens + (size_t)b->tiles.bct_tq - 1) / (size_t)b->tiles.bct_tq);
+    const size_t tq = (size_t)(b->tiles.bc_sq ? b->tiles.bc_sq : b->tiles.bct_tq); /* a group's tokens */
+    const cl_int tiles_per_chunk = (cl_int)((x->tokens + tq - 1) / tq);
     const cl_kernel ks[3] = {b->k_bc_dq, b->k_bc_dk, b->k_bc_dv};
     const cl_mem from[3] = {b->slots_p, b->slots_dst, b->slots_ds}, to[3] = {dq, dk, dv};
-    static const char *const names[3] = {"bc_dq", "bc_dk", "bc_dv"};
+    static const char *const plain[3] = {"bc_dq", "bc_dk", "bc_dv"};
+    static const char *const tiled[3] = {"bc_dq_tiled", "bc_dk_tiled", "bc_dv_tiled"};
+    const char *const *names = b->tiles.bc_sq ? tiled : plain;
     for (int i = 0; i < 3; ++i) {
         cl_kernel kr = ks[i];
         MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, from[i]));

@@ -580,6 +580,27 @@ uint64_t mhla__bc_fused_local(const mhla_tiles *t, int64_t dk, int64_t dv)
     return (2 * fc * dx + fc * fc + fc + (uint64_t)mhla__bc_fused_wg(t, dk, dv)) * sizeof(float);
 }
 
+size_t mhla__bc_tiled_wg(const mhla_tiles *t) { return (size_t)(t->bc_sq / 4) * (size_t)(t->bc_bk / 4); }
+
+uint64_t mhla__bc_tiled_local(const mhla_config *cfg, const mhla_tiles *t)
+{
+    /* xt[DX][SQ+4], yt[DX][BK+4], wt[BK][DWP], pt[BK][SQ+4], xb[SQ], cb[BK] floats
+     * (kernels/backward_causal_tiled.cl), the kind whose arrays are the largest */
+    const uint64_t sq = (uint64_t)t->bc_sq, bk = (uint64_t)t->bc_bk;
+    uint64_t worst = 0;
+    for (int kind = 0; kind < 2; ++kind) { /* dq and dk (x: Dv, w: Dk), dv (x: Dk, w: Dv) */
+        const uint64_t dx = (uint64_t)(kind ? cfg->dk : cfg->dv), dwp = ((uint64_t)(kind ? cfg->dv : cfg->dk) + 3) / 4 * 4;
+        const uint64_t b = sizeof(float) * (dx * (sq + 4) + dx * (bk + 4) + bk * dwp + bk * (sq + 4) + sq + bk);
+        worst = b > worst ? b : worst;
+    }
+    return worst;
+}
+
+static int bc_tiled_fits(const mhla_config *cfg, const mhla_tiles *x, const mhla_fit *fit)
+{
+    return mhla__bc_tiled_wg(x) <= fit->wg && mhla__bc_tiled_local(cfg, x) <= fit->local_bytes;
+}
+
 /* The tiled read-outs start from the forward's causal read-out (causal_output.cl) on the same
  * device: its token rows, its vector width and vectors as far as they divide both Dk and Dv, its
  * tokens per group and keys per pass; then halve keys, tokens, vectors and token rows, in that
@@ -636,6 +657,18 @@ mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cf
             mhla__bc_fused_local(&x, cfg->dk, cfg->dv) > fit->local_bytes)
             x.bct_fc = 0;
     }
+    /* backward_causal_tiled.cl where the row asks for it (bc_sq > 0: GPUs): no more tokens than a
+     * chunk has (rounded up to 4), shrunk until the group and its arrays fit; it takes the place of
+     * bc_dqkv and of the three read-outs above (still built: their program holds bc_diag). */
+    x.bc_sq = x.bc_bk = 0;
+    if (t->bc_sq > 0) {
+        const int chunk = (int)(shape->nb < 1 << 20 ? shape->nb : 1 << 20);
+        x.bc_sq = min_int(tile4(t->bc_sq), up4(chunk)), x.bc_bk = min_int(tile4(t->bc_bk), up4(chunk));
+        if (shrink_quad_group(cfg, fit, &x, &x.bc_sq, &x.bc_bk, bc_tiled_fits))
+            x.bct_fc = 0;
+        else
+            x.bc_sq = x.bc_bk = 0;
+    }
     /* bc_dqkv's score steps: the causal output's (sc_rt x sc_kv), in whole rows and vectors of
      * the chunk. */
     x.bcf_srt = x.bct_fc ? mhla__pow2_divisor(x.bct_fc, t->sc_rt) : 1;
@@ -679,6 +712,7 @@ enum {
     F_CP = 1 << 25,
     F_CS = 1 << 26,
     F_DEC = 1 << 27,
+    F_BCC = 1 << 28,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -750,6 +784,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DCS_TK=%d -DCS_TN=%d", t->cs_tk, t->cs_tn);
     if (r & F_CP)
         mhla__opts_add(opts, "-DCP_TI=%d -DCP_TW=%d -DCP_TJ=%d", t->cp_ti, t->cp_tw, t->cp_tj);
+    if (r & F_BCC)
+        mhla__opts_add(opts, "-DBC_SQ=%d -DBC_BK=%d", t->bc_sq, t->bc_bk);
     if (r & F_DEC)
         mhla__opts_add(opts, "-DSTEP_DP=%d", t->dec_dp);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */

@@ -98,6 +98,11 @@
     X(cs_tk, 0, " ")        /* causal chunk summaries: tokens per local tile of                     \
                                causal_summary_tiled.cl (groups of tl_tn key rows x tl_tn columns,    \
                                4 x 4 per work-item: GPUs), 0 = causal_summary.cl */                 \
+    X(bc_sq, 0, " ")        /* causal backward: tokens per group of its tiled read-outs           \
+                               (backward_causal_tiled.cl: x rows, slot rows and pair scores 4 x 4  \
+                               per work-item through local memory: GPUs), 0 = the CPU form        \
+                               (backward_causal_readout.cl) */                                     \
+    X(bc_bk, 4, ",")        /* backward_causal_tiled.cl: pair tokens, and slot rows, per local tile */ \
     X(dec_dp, 1, " ")       /* decoder: parts its step splits the key dimensions into, and its chunk \
                                start the earlier chunks into, added in local memory in a fixed     \
                                order (GPUs: many short chains, not a group walking Dk or every     \
@@ -191,6 +196,8 @@ typedef struct mhla_tiles {
                                            CP_TJ earlier chunks per tile; cp_ti 0: causal_prefix.cl */
     int cs_tk, cs_tn;                   /* causal_summary_tiled.cl: CS_TK tokens per tile, CS_TN key rows x
                                            CS_TN columns per group; cs_tk 0: causal_summary.cl */
+    int bc_sq, bc_bk;                   /* backward_causal_tiled.cl: BC_SQ tokens per group, BC_BK per
+                                           tile; bc_sq 0: backward_causal_readout.cl's read-outs */
     int dec_dp;                         /* decoder.cl: STEP_DP parts of Dk per step (and of the earlier
                                            chunks per chunk start); 1: a work-item walks them all */
 } mhla_tiles;
@@ -219,7 +226,8 @@ typedef struct mhla_tiles {
     KF(BACKWARD_MIXING, backward_mixing, F_BWD | F_DMIX)                                           \
     KF(BACKWARD_TILED, backward_tiled, F_SHAPE | F_BT)                                             \
     KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT | F_SLOT)                         \
-    KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT | F_BCF)
+    KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT | F_BCF)          \
+    KF(BACKWARD_CAUSAL_TILED, backward_causal_tiled, F_SHAPE | F_BCC)
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program
  * is not rebuilt for a value it never sees). */
@@ -291,6 +299,10 @@ uint64_t mhla__causal_output_local(const mhla_tiles *t, int64_t dk);
 /* causal_tiled.cl's group (ct_sq/4 token quads x ct_bk/4 key quads) and the local memory it takes. */
 size_t mhla__causal_tiled_wg(const mhla_tiles *t);
 uint64_t mhla__causal_tiled_local(const mhla_config *cfg, const mhla_tiles *t);
+/* backward_causal_tiled.cl's group (bc_sq/4 row quads x bc_bk/4 token quads) and the local memory
+ * its widest kind takes. */
+size_t mhla__bc_tiled_wg(const mhla_tiles *t);
+uint64_t mhla__bc_tiled_local(const mhla_config *cfg, const mhla_tiles *t);
 /* Local memory decoder.cl's step takes, for its form (dec_dp). */
 uint64_t mhla__decoder_step_local(const mhla_config *cfg, const mhla_tiles *t);
 /* causal_prefix_tiled.cl's group (cp_ti/4 row quads x cp_tw/4 column quads) and its local memory. */

@@ -64,8 +64,9 @@ typedef struct tuning_row {
  *   causal_tiled.cl, 64 tokens x 16 keys a group, the masked scores and both products 4 x 4 per
  *   work-item through local memory; causal_prefix_tiled.cl, 32 chunks x 64 columns a group over
  *   every earlier chunk, no CLBlast blocks; not yet run on a GPU: the untiled kernels took 0.30 and
- *   0.41 ms of the H100's 1.07 at N = 16384, C = 64). The causal backward's read-outs keep 8
- *   accumulator vectors (bwd_acc: 32 floats) per work-item. The decoder's step splits the key
+ *   0.41 ms of the H100's 1.07 at N = 16384, C = 64). The causal backward's read-outs run tiled
+ *   the same way (bc_sq: backward_causal_tiled.cl, 64 tokens x 16 pair tokens a group; not yet run
+ *   on a GPU); its other kernels keep 8 accumulator vectors (bwd_acc: 32 floats) per work-item. The decoder's step splits the key
  *   dimensions into 8 parts per column (dec_dp: chains of Dk/8 in groups of 64 lanes x 8 parts, the
  *   parts added in local memory) and its chunk start the earlier chunks the same way (not yet run on
  *   a GPU: the H100's step walked all of Dk per work-item in 8 groups, 16.6 us, and its chunk start
@@ -82,7 +83,7 @@ typedef struct tuning_row {
      .groups_per_cu = 256, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32,          \
      .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_rows = 1, .sm_tiled = 0, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1,  \
      .tiled = 0, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_dc = 32, .tl_fuse = 0, .bt_tq = 0, .bt_dc = 16, \
-     .ct_sq = 0, .ct_bk = 16, .cp_ti = 0, .cp_tw = 64, .cp_tj = 16, .cs_tk = 0, .dec_dp = 1}
+     .ct_sq = 0, .ct_bk = 16, .cp_ti = 0, .cp_tw = 64, .cp_tj = 16, .cs_tk = 0, .bc_sq = 0, .bc_bk = 16, .dec_dp = 1}
 static const tuning_row rows[] = {
     {"llvmpipe", NULL, "llvmpipe", 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
@@ -91,7 +92,7 @@ static const tuning_row rows[] = {
       .sc_rt = 1, .sc_kv = 1, .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 0, .dg_parts = 1,
       .bwd_acc = 8, .dmix_tm = 4, .tiled = 0, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_dc = 32, .tl_fuse = 0,
       .bt_tq = 0, .bt_dc = 16, .ct_sq = 0, .ct_bk = 16,
-      .cp_ti = 0, .cp_tw = 64, .cp_tj = 16, .cs_tk = 0, .dec_dp = 1}},
+      .cp_ti = 0, .cp_tw = 64, .cp_tj = 16, .cs_tk = 0, .bc_sq = 0, .bc_bk = 16, .dec_dp = 1}},
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
      * the SIMD target (tune/cpu_row.c). 'cpu-intel' takes Intel's CPUs, 'cpu' every other CPU
      * device; 'cpu-wide' (32 registers at the device's width) only by name.
@@ -113,7 +114,7 @@ static const tuning_row rows[] = {
       .dg_parts = 32,
       .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_dc = 16,
       .tl_fuse = 16, .bt_tq = 64, .bt_dc = 16, .ct_sq = 64, .ct_bk = 16,
-      .cp_ti = 32, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .dec_dp = 8}},
+      .cp_ti = 32, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 64, .bc_bk = 16, .dec_dp = 8}},
     {"default", NULL, NULL, 0, -1,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
@@ -122,7 +123,7 @@ static const tuning_row rows[] = {
       .dg_parts = 8,
       .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 32, .tl_tq = 32, .tl_dc = 16,
       .tl_fuse = 16, .bt_tq = 32, .bt_dc = 16, .ct_sq = 32, .ct_bk = 16,
-      .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .dec_dp = 4}},
+      .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 32, .bc_bk = 16, .dec_dp = 4}},
 };
 #undef CPU_ROW_FIELDS
 #define ROW_COUNT (sizeof rows / sizeof rows[0])

@@ -147,6 +147,21 @@ MUTATIONS = [
              "of later chunks",
              [("kernels/causal_prefix_tiled.cl", "i0 < m; i0 += CP_TJ", "i0 < min(m, j0 + 1 + CP_TJ); i0 += CP_TJ", 1)],
              [("backward", "test_backward_tiled_limits", "MHLA_LIMITS=wg=64,local=16K row=gpu, tiled causal backward, Dk 16 Dv 8")]),
+    Mutation("bc-tiled-skips-visible-pairs", "the causal backward's tiled read-outs skip a pair tile's tokens "
+             "one row too early on the diagonal",
+             [("kernels/backward_causal_tiled.cl", "if (kind == KIND_DQ ? ks > x0 + 3 : ks < x0)",
+               "if (kind == KIND_DQ ? ks > x0 + 2 : ks < x0 + 1)", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
+    Mutation("bc-tiled-dk-drops-pair-bias", "the causal backward's tiled dk drops the paper normalizer's r_t of "
+             "each pair",
+             [("kernels/backward_causal_tiled.cl", "cb[c] = c < nk ? bcc_r(rs, (long)bh * g.n + t0 + kb + c) : 0.0f;",
+               "cb[c] = 0.0f;", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dk")]),
+    Mutation("bc-tiled-slot-first-rows", "the causal backward's tiled read-outs take only the first tile of the "
+             "slot's rows",
+             [("kernels/backward_causal_tiled.cl", "for (int pb = 0; pb < DX; pb += BC_BK)",
+               "for (int pb = 0; pb < min(DX, BC_BK); pb += BC_BK)", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dv")]),
     Mutation("decoder-parts-drop-last", "the decoder's step in parts adds all but the last part of Dk",
              [("kernels/decoder.cl", "for (int r = 1; r < STEP_DP; ++r)\n                sum += part[(r * DP_QG + j)",
                "for (int r = 1; r < STEP_DP - 1; ++r)\n                sum += part[(r * DP_QG + j)", 1)],

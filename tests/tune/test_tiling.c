@@ -379,6 +379,59 @@ static void expect_fused(const fake_device *d, uint64_t local, int64_t chunk, co
     expect_fused_n(d, local, 4096, chunk, tuning, fc, wg, bytes);
 }
 
+/* backward_causal_tiled.cl's group (bc_sq tokens x bc_bk pair tokens) for `d` with `wg` work-items,
+ * `local` bytes and chunk C; where it is tiled, BCT_FC is 0 (bc_dqkv is not built). */
+static void expect_bc_tiled(const fake_device *d, size_t wg, uint64_t local, int64_t chunk, const char *tuning, int sq,
+                            int bk)
+{
+    mhla_context *ctx = fake_context(d, wg, local);
+    mhla_config cfg = causal_config(64, 64);
+    cfg.chunk = chunk;
+    mhla_tuning t = lookup(ctx, &cfg);
+    if (tuning)
+        assert_int_equal(mhla__tuning_apply(ctx, "test", tuning, &t), MHLA_OK);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    mhla_tiles x;
+    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
+    mhla__tiles_backward(&cfg, &t, &x);
+    mhla_shape shape;
+    assert_int_equal(mhla__config_validate(&cfg, &shape, NULL, 0), MHLA_OK);
+    assert_int_equal(mhla__tiles_backward_causal(ctx, &cfg, &shape, &t, &fit, &x), MHLA_OK);
+    if (x.bc_sq != sq || x.bc_bk != bk)
+        fail_msg("%s, %zu work-items, %llu bytes, C = %lld%s%s: bc_sq %d, bc_bk %d; expected %d, %d", d->name, wg,
+                 (unsigned long long)local, (long long)chunk, tuning ? ", " : "", tuning ? tuning : "", x.bc_sq,
+                 x.bc_bk, sq, bk);
+    if (sq) {
+        assert_int_equal(x.bct_fc, 0);
+        assert_true(mhla__bc_tiled_wg(&x) <= fit.wg && mhla__bc_tiled_local(&cfg, &x) <= fit.local_bytes);
+    }
+    free_context(ctx);
+}
+
+/* The GPU row's tiled causal read-outs: 64 tokens x 16 pair tokens (64 work-items, 7824 floats at
+ * D = 64); at 16 KiB the pair tiles halve, then the tokens, then the pair tiles again (32 x 4: 13008
+ * bytes); no more than a chunk of 8 has; bc_sq=0 and the CPU rows keep the CPU form. */
+static void test_tiled_causal_backward(void **state)
+{
+    (void)state;
+    expect_bc_tiled(&gpu, 1024, 65536, 64, NULL, 64, 16);
+    mhla_context *ctx = fake_context(&gpu, 1024, 65536);
+    mhla_config cfg = causal_config(64, 64);
+    mhla_tiles x;
+    memset(&x, 0, sizeof x);
+    x.bc_sq = 64, x.bc_bk = 16;
+    assert_int_equal(mhla__bc_tiled_local(&cfg, &x), 7824 * 4);
+    assert_int_equal(mhla__bc_tiled_wg(&x), 64);
+    free_context(ctx);
+    expect_bc_tiled(&gpu, 1024, 16384, 64, NULL, 32, 4);
+    expect_bc_tiled(&gpu, 16, 65536, 64, NULL, 32, 8); /* 16 work-items: 8 x 2 */
+    expect_bc_tiled(&gpu, 1024, 65536, 8, NULL, 8, 8);
+    expect_bc_tiled(&gpu, 1024, 65536, 64, "bc_sq=0", 0, 0);
+    expect_bc_tiled(&avx512, 1024, 1u << 20, 64, NULL, 0, 0);
+    expect_bc_tiled(&avx512, 1024, 1u << 20, 64, "bc_sq=32", 32, 16); /* and no bc_dqkv */
+}
+
 /* bc_dqkv (bct_fuse): on CPU rows where a chunk's group fits local memory. AVX-512: 4 rows x 64
  * columns per work-item, 16 for a chunk of 64, (2*64*64 + 64*64 + 64 + 16) floats; the chunk rounded
  * up to 16-float vectors; a chunk too large for the local memory, the GPU row, and bct_fuse=0 keep
@@ -833,7 +886,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_init),       cmocka_unit_test(test_cpu_row_d64),
         cmocka_unit_test(test_gpu_row_d64),    cmocka_unit_test(test_cpu_vendor_rows),
-        cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_prefix_width),
+        cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_tiled_causal_backward),    cmocka_unit_test(test_prefix_width),
         cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_too_small),      cmocka_unit_test(test_build_options),
         cmocka_unit_test(test_flags_are_read),

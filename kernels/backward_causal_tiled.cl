@@ -1,0 +1,284 @@
+/* The causal backward's read-outs on GPUs (the GPU rows' bc_sq): dq, dk and dv of a tile of BC_SQ
+ * tokens of one chunk, as causal_tiled.cl arranges the forward's read-out, each the product of the
+ * tile's rows x_r with a slot plus the masked intra-chunk pairs (the formulas:
+ * kernels/backward_causal.cl; the operands: backward_causal_readout.cl, the CPU form):
+ *   dq~_t: x = g_t,   slot P_i^T (+ r_t zP_i), y = v_s,  bias r_t (the row's), w = k~_s, pairs s <= t
+ *   dk~_s: x = v_s,   slot dS_j^T (+ dz_j),    y = g_t,  bias r_t (the pair's), w = q~_t, pairs t >= s
+ *   dv_s:  x = k~_s,  slot dS_j,               y = q~_t,                      w = g_t,  pairs t >= s
+ * with Mc[i,i] folded into each score. The tile's x rows sit in local memory transposed (one float4
+ * read serves 4 rows); the slot's rows go through local memory BC_BK at a time; the pairs take
+ * BC_BK tokens at a time (y transposed, w as stored): each work-item computes a 4-row x 4-token
+ * tile of scores, the masked ones replaced by zero, the tile goes to local memory transposed, and
+ * each work-item adds it times W into 4 rows x 4 columns per column tile it owns. Masked pairs on
+ * the diagonal tile are skipped, never added as zero times their w. */
+#include "common.h"
+#include "backward.h"
+#include "tiled.h"
+
+#ifndef BC_SQ
+#define BC_SQ 32 /* rows (tokens) per group, a multiple of 4 */
+#endif
+#ifndef BC_BK
+#define BC_BK 16 /* tokens of the pairs, and rows of the slot, per local tile (a multiple of 4) */
+#endif
+#define BC_RQ (BC_SQ / 4) /* row quads: work-items along the rows */
+#define BC_CQ (BC_BK / 4) /* token quads of a pair tile: work-items along a row */
+#define BC_WG (BC_RQ * BC_CQ)
+#define BC_LQ (BC_RQ + 1) /* float4 per transposed x row, padded (the copy's stores spread) */
+#define BC_LK (BC_CQ + 1) /* float4 per transposed y row, padded */
+#define KIND_DQ 0
+#define KIND_DK 1
+#define KIND_DV 2
+/* The widths of a kind: x and y rows (the scores' dimensions), w rows and the output (DW, padded
+ * to whole float4: the pad is zero), and the stride of the slot's rows. */
+#define BC_DX(kind) ((kind) == KIND_DV ? DK : DV)
+#define BC_DW(kind) ((kind) == KIND_DV ? DV : DK)
+#define BC_WQ(kind) ((BC_DW(kind) + 3) / 4)
+#define BC_NV(kind) ((BC_WQ(kind) + BC_CQ - 1) / BC_CQ) /* column quads per work-item */
+#define BC_NV_MAX ((((DK > DV ? DK : DV) + 3) / 4 + BC_CQ - 1) / BC_CQ)
+
+/* 1/den_t and dL/dden_t of the token at `at` (1 and 0 without a normalizer). */
+float bcc_inv(global const float *invs, const long at)
+{
+#if NORMALIZER == 0
+    return invs[at];
+#else
+    (void)invs, (void)at;
+    return 1.0f;
+#endif
+}
+
+float bcc_r(global const float *rs, const long at)
+{
+#if NORMALIZER == 0
+    return rs[at];
+#else
+    (void)rs, (void)at;
+    return 0.0f;
+#endif
+}
+
+/* Element p of token t's row of each operand: g_t = dO_t / den_t, v, k~ and q~ (scale folded in). */
+__attribute__((always_inline)) inline float bcc_g(global const STORE_T *dout, global const float *invs,
+                                                  const mhla_grid g, const int bh, const int t, const int p)
+{
+    return LOADN(1, row_offset(g, bh, t, DV) + p, dout) * bcc_inv(invs, (long)bh * g.n + t);
+}
+
+/* x (which 0), y (1) or w (2) of `kind` at element p of token t. */
+__attribute__((always_inline)) inline float bcc_operand(const int kind, const int which, global const STORE_T *q,
+                                                        global const STORE_T *k, global const STORE_T *v,
+                                                        global const STORE_T *dout, global const float *invs,
+                                                        const mhla_grid g, const int bh, const int t, const int p,
+                                                        const float feature_eps, const float scale)
+{
+    /* 0 g, 1 v, 2 k~, 3 q~: the table above, row by row */
+    const int op = kind == KIND_DQ ? (which == 0 ? 0 : which == 1 ? 1 : 2)
+                   : kind == KIND_DK ? (which == 0 ? 1 : which == 1 ? 0 : 3)
+                                     : (which == 0 ? 2 : which == 1 ? 3 : 0);
+    if (op == 0)
+        return bcc_g(dout, invs, g, bh, t, p);
+    if (op == 1)
+        return LOADN(1, row_offset(g, bh, t, DV) + p, v);
+    if (op == 2)
+        return feature(LOADN(1, row_offset(g, bh, t, DK) + p, k), feature_eps);
+    return scale * feature(LOADN(1, row_offset(g, bh, t, DK) + p, q), feature_eps);
+}
+
+/* acc[j] += a b_j over the work-item's column quads cq + BC_CQ j of a row of nq quads. */
+__attribute__((always_inline)) inline void bcc_mad_row(float4 acc[BC_NV_MAX][4], const float4 a, local const float4 *row,
+                                                       const int cq, const int nq)
+{
+    #pragma unroll
+    for (int j = 0; j < BC_NV_MAX; ++j)
+        if (cq + BC_CQ * j < nq)
+            tiled_mad4x4(acc[j], a, row[cq + BC_CQ * j]);
+}
+
+/* The read-out of `kind` (a constant: each kernel below is this function specialized; its pointers
+ * are not restrict-qualified, as backward_causal_readout.cl's, for Oclgrind). Local arrays:
+ * xt[DX][BC_LQ] and yt[DX][BC_LK] float4 (transposed rows), wt[BC_BK][WQ] float4 (w rows, or the
+ * slot's rows), pt[BC_BK][BC_LQ] float4 (the scores, transposed), xb[BC_SQ] (dq: each row's r_t),
+ * cb[BC_BK] (dk: each pair token's r_t). global: (BC_WG, H, entries * tiles_per_chunk), local
+ * (BC_WG, 1, 1); work-item (token quad cq fastest, row quad rq): rows 4 rq.. of the group's, pair
+ * tokens 4 cq.. of each tile, column quads cq + BC_CQ j. Rows past the chunk compute on zeros and
+ * store nothing. */
+__attribute__((always_inline)) inline void
+bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, global const STORE_T *v,
+            global const STORE_T *dout, global const float *mix, const int lda, global const int *tab,
+            global const float *slots, global const float *invs, global const float *rs, global STORE_T *out,
+            const mhla_grid g, const float feature_eps, const float scale, const int tiles_per_chunk,
+            local float4 *xt, local float4 *yt, local float4 *wt, local float4 *pt, local float *xb, local float *cb)
+{
+    const int DX = BC_DX(kind), DW = BC_DW(kind), WQ = BC_WQ(kind);
+    const int mstride = kind == KIND_DV ? SC : DK; /* floats between the slot's rows */
+    const int lid = (int)get_local_id(0), cq = lid % BC_CQ, rq = lid / BC_CQ;
+    const int kk = (int)get_group_id(2) / tiles_per_chunk, h = (int)get_group_id(1);
+    const int p0 = ((int)get_group_id(2) - kk * tiles_per_chunk) * BC_SQ;
+    const int len = ENT(kk, 1);
+    if (p0 >= len)
+        return; /* the whole group: a tile past the end of a short chunk */
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), i = ENT(kk, 2), nq = min(BC_SQ, len - p0);
+    const float mii = mix[(long)i * lda + i];
+    global const float *slot = slots + bc_slot(kk, h, g.heads);
+
+    /* The tile's x rows, transposed; neighbouring work-items, neighbouring elements of a row. */
+    for (int e = lid; e < BC_SQ * DX; e += BC_WG) {
+        const int r = e / DX, p = e - r * DX;
+        ((local float *)xt)[p * 4 * BC_LQ + r] =
+            r < nq ? bcc_operand(kind, 0, q, k, v, dout, invs, g, bh, t0 + p0 + r, p, feature_eps, scale) : 0.0f;
+    }
+    if (kind == KIND_DQ)
+        for (int r = lid; r < BC_SQ; r += BC_WG)
+            xb[r] = r < nq ? bcc_r(rs, (long)bh * g.n + t0 + p0 + r) : 0.0f;
+    float4 acc[BC_NV_MAX][4];
+    #pragma unroll
+    for (int j = 0; j < BC_NV_MAX; ++j)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r)
+            acc[j][r] = (float4)(0.0f);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* x times the slot, BC_BK of its rows at a time. */
+    for (int pb = 0; pb < DX; pb += BC_BK) {
+        for (int e = lid; e < BC_BK * WQ; e += BC_WG) {
+            const int rr = e / WQ, cc = 4 * (e - rr * WQ);
+            wt[e] = pb + rr < DX ? tiled_quad_f32(slot + (long)(pb + rr) * mstride, cc, DW, 0) : (float4)(0.0f);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int rr = 0; rr < BC_BK && pb + rr < DX; ++rr)
+            bcc_mad_row(acc, xt[(pb + rr) * BC_LQ + rq], wt + rr * WQ, cq, WQ);
+        barrier(CLK_LOCAL_MEM_FENCE); /* wt is overwritten next */
+    }
+#if NORMALIZER == 0
+    if (kind != KIND_DV) { /* dq: r_t zP_i; dk: dz_j (the slot's z row) */
+        const float4 w = kind == KIND_DQ ? vload4(rq, xb) : (float4)(1.0f);
+        #pragma unroll
+        for (int j = 0; j < BC_NV_MAX; ++j) {
+            const int cc = 4 * (cq + BC_CQ * j);
+            if (cq + BC_CQ * j < WQ)
+                tiled_mad4x4(acc[j], w, tiled_quad_f32(slot + (long)DV * DK, cc, DK, 0));
+        }
+    }
+#endif
+
+    /* The pairs inside the chunk: dq over tokens 0 .. p0 + nq - 1, dk and dv over p0 .. len - 1. */
+    const int x0 = p0 + 4 * rq; /* the work-item's first row, in the chunk */
+    const int cstart = kind == KIND_DQ ? 0 : p0, cend = kind == KIND_DQ ? p0 + nq : len;
+    for (int kb = cstart; kb < cend; kb += BC_BK) {
+        const int nk = min(BC_BK, cend - kb);
+        for (int e = lid; e < BC_BK * DX; e += BC_WG) {
+            const int c = e / DX, p = e - c * DX;
+            ((local float *)yt)[p * 4 * BC_LK + c] =
+                c < nk ? bcc_operand(kind, 1, q, k, v, dout, invs, g, bh, t0 + kb + c, p, feature_eps, scale) : 0.0f;
+        }
+        for (int e = lid; e < BC_BK * 4 * WQ; e += BC_WG) {
+            const int c = e / (4 * WQ), o = e - c * 4 * WQ;
+            ((local float *)wt)[e] = c < nk && o < DW ? bcc_operand(kind, 2, q, k, v, dout, invs, g, bh, t0 + kb + c, o,
+                                                                    feature_eps, scale)
+                                                      : 0.0f;
+        }
+        if (kind == KIND_DK)
+            for (int c = lid; c < BC_BK; c += BC_WG)
+                cb[c] = c < nk ? bcc_r(rs, (long)bh * g.n + t0 + kb + c) : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float4 sc[4];
+        #pragma unroll
+        for (int r = 0; r < 4; ++r)
+            sc[r] = (float4)(0.0f);
+        #pragma unroll 8
+        for (int p = 0; p < DX; ++p)
+            tiled_mad4x4(sc, xt[p * BC_LQ + rq], yt[p * BC_LK + cq]);
+        /* Row x and pair token c: dq sees c <= x, dk and dv c >= x. A masked score is replaced (not
+         * multiplied) by zero. */
+        const int key = kb + 4 * cq;
+        const float4 bias = kind == KIND_DQ ? vload4(rq, xb) : (float4)(0.0f);
+        const float4 cbias = kind == KIND_DK ? vload4(cq, cb) : (float4)(0.0f);
+        const float sb[4] = {bias.x, bias.y, bias.z, bias.w};
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int x = x0 + r;
+            const float4 s = sc[r] + sb[r] + cbias;
+            float4 pv;
+            if (kind == KIND_DQ)
+                pv = (float4)(key <= x ? mii * s.s0 : 0.0f, key + 1 <= x ? mii * s.s1 : 0.0f,
+                              key + 2 <= x ? mii * s.s2 : 0.0f, key + 3 <= x ? mii * s.s3 : 0.0f);
+            else
+                pv = (float4)(key >= x ? mii * s.s0 : 0.0f, key + 1 >= x ? mii * s.s1 : 0.0f,
+                              key + 2 >= x ? mii * s.s2 : 0.0f, key + 3 >= x ? mii * s.s3 : 0.0f);
+            tiled_put_column(pt, BC_LQ, 4 * cq, 4 * rq + r, pv);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* P W. A masked pair is skipped for its row, not added as zero times its w: only on the
+         * diagonal tile. */
+        const int all = kind == KIND_DQ ? kb + BC_BK - 1 <= x0 : kb >= x0 + 3;
+        if (all) {
+            #pragma unroll 4
+            for (int s = 0; s < BC_BK; ++s)
+                bcc_mad_row(acc, pt[s * BC_LQ + rq], wt + s * WQ, cq, WQ);
+        } else {
+            for (int s = 0; s < BC_BK; ++s) {
+                const int ks = kb + s;
+                if (kind == KIND_DQ ? ks > x0 + 3 : ks < x0)
+                    continue; /* masked for all four rows */
+                const float4 a = pt[s * BC_LQ + rq];
+                #pragma unroll
+                for (int j = 0; j < BC_NV_MAX; ++j)
+                    if (cq + BC_CQ * j < WQ) {
+                        const float4 b = wt[s * WQ + cq + BC_CQ * j];
+                        if (kind == KIND_DQ ? ks <= x0 : ks >= x0)
+                            acc[j][0] += a.x * b;
+                        if (kind == KIND_DQ ? ks <= x0 + 1 : ks >= x0 + 1)
+                            acc[j][1] += a.y * b;
+                        if (kind == KIND_DQ ? ks <= x0 + 2 : ks >= x0 + 2)
+                            acc[j][2] += a.z * b;
+                        if (kind == KIND_DQ ? ks <= x0 + 3 : ks >= x0 + 3)
+                            acc[j][3] += a.w * b;
+                    }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* yt, wt, pt and cb are overwritten next */
+    }
+
+    /* dq = scale phi'(q) dq~, dk = phi'(k) dk~, dv as it is */
+    for (int r = 0; r < 4; ++r) {
+        const int row = 4 * rq + r;
+        if (row >= nq)
+            break;
+        const long at = row_offset(g, bh, t0 + p0 + row, DW);
+        #pragma unroll
+        for (int j = 0; j < BC_NV_MAX; ++j) {
+            const int cc = 4 * (cq + BC_CQ * j);
+            if (cq + BC_CQ * j < WQ) {
+                float4 y = acc[j][r];
+                if (kind == KIND_DQ)
+                    y *= scale * FEATURE_GRAD_V(4, tiled_quad(q + at, cc, DK, 0));
+                else if (kind == KIND_DK)
+                    y *= FEATURE_GRAD_V(4, tiled_quad(k + at, cc, DK, 0));
+                tiled_store(y, out + at + cc, DW - cc, 0);
+            }
+        }
+    }
+}
+
+#define BCC_ARGS                                                                                                       \
+    global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,              \
+        global const STORE_T *restrict dout, global const float *restrict mix, const int lda,                          \
+        global const int *restrict tab, global const float *restrict slots, global const float *restrict invs,         \
+        global const float *restrict rs, global STORE_T *restrict out, const mhla_grid g_arg, const float feature_eps, \
+        const float scale, const int tiles_per_chunk
+
+/* The arrays of one kind, at kernel scope (OpenCL C 1.2), and the call. */
+#define BCC_KERNEL(name, kind)                                                                                         \
+    __attribute__((reqd_work_group_size(BC_WG, 1, 1))) kernel void name(BCC_ARGS)                                      \
+    {                                                                                                                  \
+        local float4 xt[BC_DX(kind) * BC_LQ], yt[BC_DX(kind) * BC_LK], wt[BC_BK * BC_WQ(kind)], pt[BC_BK * BC_LQ];    \
+        local float xb[BC_SQ], cb[BC_BK];                                                                              \
+        bcc_readout(kind, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, g_arg, feature_eps, scale,               \
+                    tiles_per_chunk, xt, yt, wt, pt, xb, cb);                                                          \
+    }
+
+BCC_KERNEL(bc_dq_tiled, KIND_DQ)
+BCC_KERNEL(bc_dk_tiled, KIND_DK)
+BCC_KERNEL(bc_dv_tiled, KIND_DV)
