@@ -5,7 +5,10 @@
  *   dq~_t: x = g_t,   slot P_i^T (+ r_t zP_i), y = v_s,  bias r_t (the row's), w = k~_s, pairs s <= t
  *   dk~_s: x = v_s,   slot dS_j^T (+ dz_j),    y = g_t,  bias r_t (the pair's), w = q~_t, pairs t >= s
  *   dv_s:  x = k~_s,  slot dS_j,               y = q~_t,                      w = g_t,  pairs t >= s
- * with Mc[i,i] folded into each score. The tile's x rows sit in local memory transposed (one float4
+ * with Mc[i,i] folded into each score; and, for the paper normalizer, the per-token scalars the
+ * others read (backward_causal.cl's bc_scalars): the forward's numerator and denominator again,
+ *   [num_t | den_t]: x = q~_t, slot [P_i | zP_i] (P^T read across), y = k~_s, w = [v_s | 1], pairs s <= t,
+ * then 1/(den_t + eps) and dL/dden_t = -(dO_t . num_t) / (den_t + eps)^2. The tile's x rows sit in local memory transposed (one float4
  * read serves 4 rows); the slot's rows go through local memory BC_BK at a time; the pairs take
  * BC_BK tokens at a time (y transposed, w as stored): each work-item computes a 4-row x 4-token
  * tile of scores, the masked ones replaced by zero, the tile goes to local memory transposed, and
@@ -29,13 +32,19 @@
 #define KIND_DQ 0
 #define KIND_DK 1
 #define KIND_DV 2
+#define KIND_SC 3 /* the scalars */
 /* The widths of a kind: x and y rows (the scores' dimensions), w rows and the output (DW, padded
  * to whole float4: the pad is zero), and the stride of the slot's rows. */
-#define BC_DX(kind) ((kind) == KIND_DV ? DK : DV)
-#define BC_DW(kind) ((kind) == KIND_DV ? DV : DK)
+#define BC_DX(kind) ((kind) == KIND_DV || (kind) == KIND_SC ? DK : DV)
+#define BC_DW(kind) ((kind) == KIND_DV ? DV : (kind) == KIND_SC ? DV + 1 : DK)
 #define BC_WQ(kind) ((BC_DW(kind) + 3) / 4)
 #define BC_NV(kind) ((BC_WQ(kind) + BC_CQ - 1) / BC_CQ) /* column quads per work-item */
-#define BC_NV_MAX ((((DK > DV ? DK : DV) + 3) / 4 + BC_CQ - 1) / BC_CQ)
+/* Quads of a row of wt: every work-item's, those past DW zero, so that every work-item updates all
+ * of its accumulators. With only some work-items of the group owning a last column quad, PoCL 3.1
+ * (pthread) gave that quad wrong values once the slot took two tiles of rows (dv at Dk 16, Dv 12 in
+ * groups of 8 x 8); rusticl and Oclgrind did not. */
+#define BC_WQP(kind) (BC_NV(kind) * BC_CQ)
+#define BC_NV_MAX ((((DK > DV + 1 ? DK : DV + 1) + 3) / 4 + BC_CQ - 1) / BC_CQ)
 
 /* 1/den_t and dL/dden_t of the token at `at` (1 and 0 without a normalizer). */
 float bcc_inv(global const float *invs, const long at)
@@ -72,10 +81,12 @@ __attribute__((always_inline)) inline float bcc_operand(const int kind, const in
                                                         const mhla_grid g, const int bh, const int t, const int p,
                                                         const float feature_eps, const float scale)
 {
-    /* 0 g, 1 v, 2 k~, 3 q~: the table above, row by row */
+    /* 0 g, 1 v, 2 k~, 3 q~: the table above, row by row (the scalars' w: v, its last column 1 by
+     * the caller) */
     const int op = kind == KIND_DQ ? (which == 0 ? 0 : which == 1 ? 1 : 2)
                    : kind == KIND_DK ? (which == 0 ? 1 : which == 1 ? 0 : 3)
-                                     : (which == 0 ? 2 : which == 1 ? 3 : 0);
+                   : kind == KIND_DV ? (which == 0 ? 2 : which == 1 ? 3 : 0)
+                                     : (which == 0 ? 3 : which == 1 ? 2 : 1);
     if (op == 0)
         return bcc_g(dout, invs, g, bh, t, p);
     if (op == 1)
@@ -85,19 +96,20 @@ __attribute__((always_inline)) inline float bcc_operand(const int kind, const in
     return scale * feature(LOADN(1, row_offset(g, bh, t, DK) + p, q), feature_eps);
 }
 
-/* acc[j] += a b_j over the work-item's column quads cq + BC_CQ j of a row of nq quads. */
+/* acc[j] += a b_j over the work-item's column quads cq + BC_CQ j, j < nv (the same for every
+ * work-item), of a row of wt. */
 __attribute__((always_inline)) inline void bcc_mad_row(float4 acc[BC_NV_MAX][4], const float4 a, local const float4 *row,
-                                                       const int cq, const int nq)
+                                                       const int cq, const int nv)
 {
     #pragma unroll
     for (int j = 0; j < BC_NV_MAX; ++j)
-        if (cq + BC_CQ * j < nq)
+        if (j < nv)
             tiled_mad4x4(acc[j], a, row[cq + BC_CQ * j]);
 }
 
 /* The read-out of `kind` (a constant: each kernel below is this function specialized; its pointers
  * are not restrict-qualified, as backward_causal_readout.cl's, for Oclgrind). Local arrays:
- * xt[DX][BC_LQ] and yt[DX][BC_LK] float4 (transposed rows), wt[BC_BK][WQ] float4 (w rows, or the
+ * xt[DX][BC_LQ] and yt[DX][BC_LK] float4 (transposed rows), wt[BC_BK][WQP] float4 (w rows, or the
  * slot's rows), pt[BC_BK][BC_LQ] float4 (the scores, transposed), xb[BC_SQ] (dq: each row's r_t),
  * cb[BC_BK] (dk: each pair token's r_t). global: (BC_WG, H, entries * tiles_per_chunk), local
  * (BC_WG, 1, 1); work-item (token quad cq fastest, row quad rq): rows 4 rq.. of the group's, pair
@@ -107,10 +119,11 @@ __attribute__((always_inline)) inline void
 bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, global const STORE_T *v,
             global const STORE_T *dout, global const float *mix, const int lda, global const int *tab,
             global const float *slots, global const float *invs, global const float *rs, global STORE_T *out,
-            const mhla_grid g, const float feature_eps, const float scale, const int tiles_per_chunk,
-            local float4 *xt, local float4 *yt, local float4 *wt, local float4 *pt, local float *xb, local float *cb)
+            global float *inv_out, global float *r_out, const mhla_grid g, const float feature_eps, const float scale,
+            const float eps, const int tiles_per_chunk, local float4 *xt, local float4 *yt, local float4 *wt,
+            local float4 *pt, local float *xb, local float *cb, local float *red)
 {
-    const int DX = BC_DX(kind), DW = BC_DW(kind), WQ = BC_WQ(kind);
+    const int DX = BC_DX(kind), DW = BC_DW(kind), WQ = BC_WQ(kind), WQP = BC_WQP(kind), NV = BC_NV(kind);
     const int mstride = kind == KIND_DV ? SC : DK; /* floats between the slot's rows */
     const int lid = (int)get_local_id(0), cq = lid % BC_CQ, rq = lid / BC_CQ;
     const int kk = (int)get_group_id(2) / tiles_per_chunk, h = (int)get_group_id(1);
@@ -139,24 +152,35 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
             acc[j][r] = (float4)(0.0f);
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* x times the slot, BC_BK of its rows at a time. */
+    /* x times the slot, BC_BK of its rows at a time (the scalars': P^T's columns, z its row DV). */
     for (int pb = 0; pb < DX; pb += BC_BK) {
-        for (int e = lid; e < BC_BK * WQ; e += BC_WG) {
-            const int rr = e / WQ, cc = 4 * (e - rr * WQ);
-            wt[e] = pb + rr < DX ? tiled_quad_f32(slot + (long)(pb + rr) * mstride, cc, DW, 0) : (float4)(0.0f);
+        if (kind == KIND_SC) {
+            for (int e = lid; e < BC_BK * WQP; e += BC_WG) {
+                const int rr = e / WQP, cc = 4 * (e - rr * WQP), d = pb + rr;
+                global const float *col = slot + d; /* row d of P, read across P^T's rows */
+                wt[e] = d < DX ? (float4)(cc < DW ? col[(long)cc * DK] : 0.0f, cc + 1 < DW ? col[(long)(cc + 1) * DK] : 0.0f,
+                                          cc + 2 < DW ? col[(long)(cc + 2) * DK] : 0.0f,
+                                          cc + 3 < DW ? col[(long)(cc + 3) * DK] : 0.0f)
+                               : (float4)(0.0f);
+            }
+        } else {
+            for (int e = lid; e < BC_BK * WQP; e += BC_WG) {
+                const int rr = e / WQP, cc = 4 * (e - rr * WQP);
+                wt[e] = pb + rr < DX ? tiled_quad_f32(slot + (long)(pb + rr) * mstride, cc, DW, 0) : (float4)(0.0f);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int rr = 0; rr < BC_BK && pb + rr < DX; ++rr)
-            bcc_mad_row(acc, xt[(pb + rr) * BC_LQ + rq], wt + rr * WQ, cq, WQ);
+            bcc_mad_row(acc, xt[(pb + rr) * BC_LQ + rq], wt + rr * WQP, cq, NV);
         barrier(CLK_LOCAL_MEM_FENCE); /* wt is overwritten next */
     }
 #if NORMALIZER == 0
-    if (kind != KIND_DV) { /* dq: r_t zP_i; dk: dz_j (the slot's z row) */
+    if (kind == KIND_DQ || kind == KIND_DK) { /* dq: r_t zP_i; dk: dz_j (the slot's z row) */
         const float4 w = kind == KIND_DQ ? vload4(rq, xb) : (float4)(1.0f);
         #pragma unroll
         for (int j = 0; j < BC_NV_MAX; ++j) {
             const int cc = 4 * (cq + BC_CQ * j);
-            if (cq + BC_CQ * j < WQ)
+            if (j < NV) /* (zeros past Dk) */
                 tiled_mad4x4(acc[j], w, tiled_quad_f32(slot + (long)DV * DK, cc, DK, 0));
         }
     }
@@ -164,7 +188,8 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
 
     /* The pairs inside the chunk: dq over tokens 0 .. p0 + nq - 1, dk and dv over p0 .. len - 1. */
     const int x0 = p0 + 4 * rq; /* the work-item's first row, in the chunk */
-    const int cstart = kind == KIND_DQ ? 0 : p0, cend = kind == KIND_DQ ? p0 + nq : len;
+    const int before = kind == KIND_DQ || kind == KIND_SC; /* pairs s <= t (else t >= s) */
+    const int cstart = before ? 0 : p0, cend = before ? p0 + nq : len;
     for (int kb = cstart; kb < cend; kb += BC_BK) {
         const int nk = min(BC_BK, cend - kb);
         for (int e = lid; e < BC_BK * DX; e += BC_WG) {
@@ -172,11 +197,13 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
             ((local float *)yt)[p * 4 * BC_LK + c] =
                 c < nk ? bcc_operand(kind, 1, q, k, v, dout, invs, g, bh, t0 + kb + c, p, feature_eps, scale) : 0.0f;
         }
-        for (int e = lid; e < BC_BK * 4 * WQ; e += BC_WG) {
-            const int c = e / (4 * WQ), o = e - c * 4 * WQ;
-            ((local float *)wt)[e] = c < nk && o < DW ? bcc_operand(kind, 2, q, k, v, dout, invs, g, bh, t0 + kb + c, o,
-                                                                    feature_eps, scale)
-                                                      : 0.0f;
+        for (int e = lid; e < BC_BK * 4 * WQP; e += BC_WG) {
+            const int c = e / (4 * WQP), o = e - c * 4 * WQP;
+            ((local float *)wt)[e] = c >= nk || o >= DW ? 0.0f
+                                     : kind == KIND_SC && o == DV
+                                         ? 1.0f
+                                         : bcc_operand(kind, 2, q, k, v, dout, invs, g, bh, t0 + kb + c, o, feature_eps,
+                                                       scale);
         }
         if (kind == KIND_DK)
             for (int c = lid; c < BC_BK; c += BC_WG)
@@ -201,7 +228,7 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
             const int x = x0 + r;
             const float4 s = sc[r] + sb[r] + cbias;
             float4 pv;
-            if (kind == KIND_DQ)
+            if (before)
                 pv = (float4)(key <= x ? mii * s.s0 : 0.0f, key + 1 <= x ? mii * s.s1 : 0.0f,
                               key + 2 <= x ? mii * s.s2 : 0.0f, key + 3 <= x ? mii * s.s3 : 0.0f);
             else
@@ -212,28 +239,28 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
         barrier(CLK_LOCAL_MEM_FENCE);
         /* P W. A masked pair is skipped for its row, not added as zero times its w: only on the
          * diagonal tile. */
-        const int all = kind == KIND_DQ ? kb + BC_BK - 1 <= x0 : kb >= x0 + 3;
+        const int all = before ? kb + BC_BK - 1 <= x0 : kb >= x0 + 3;
         if (all) {
             #pragma unroll 4
             for (int s = 0; s < BC_BK; ++s)
-                bcc_mad_row(acc, pt[s * BC_LQ + rq], wt + s * WQ, cq, WQ);
+                bcc_mad_row(acc, pt[s * BC_LQ + rq], wt + s * WQP, cq, NV);
         } else {
-            for (int s = 0; s < BC_BK; ++s) {
+            /* the tokens visible to at least one of the four rows */
+            const int s0 = before ? 0 : max(0, x0 - kb), s1 = before ? min(BC_BK, x0 + 4 - kb) : BC_BK;
+            for (int s = s0; s < s1; ++s) {
                 const int ks = kb + s;
-                if (kind == KIND_DQ ? ks > x0 + 3 : ks < x0)
-                    continue; /* masked for all four rows */
                 const float4 a = pt[s * BC_LQ + rq];
                 #pragma unroll
                 for (int j = 0; j < BC_NV_MAX; ++j)
-                    if (cq + BC_CQ * j < WQ) {
-                        const float4 b = wt[s * WQ + cq + BC_CQ * j];
-                        if (kind == KIND_DQ ? ks <= x0 : ks >= x0)
+                    if (j < NV) {
+                        const float4 b = wt[s * WQP + cq + BC_CQ * j];
+                        if (before ? ks <= x0 : ks >= x0)
                             acc[j][0] += a.x * b;
-                        if (kind == KIND_DQ ? ks <= x0 + 1 : ks >= x0 + 1)
+                        if (before ? ks <= x0 + 1 : ks >= x0 + 1)
                             acc[j][1] += a.y * b;
-                        if (kind == KIND_DQ ? ks <= x0 + 2 : ks >= x0 + 2)
+                        if (before ? ks <= x0 + 2 : ks >= x0 + 2)
                             acc[j][2] += a.z * b;
-                        if (kind == KIND_DQ ? ks <= x0 + 3 : ks >= x0 + 3)
+                        if (before ? ks <= x0 + 3 : ks >= x0 + 3)
                             acc[j][3] += a.w * b;
                     }
             }
@@ -241,6 +268,40 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
         barrier(CLK_LOCAL_MEM_FENCE); /* yt, wt, pt and cb are overwritten next */
     }
 
+    if (kind == KIND_SC) {
+        /* dO_t . num_t: each work-item's columns, then its row's parts in order; den_t from the
+         * work-item that owns column DV */
+        for (int r = 0; r < 4; ++r) {
+            const int row = 4 * rq + r;
+            global const STORE_T *orow = dout + row_offset(g, bh, t0 + p0 + min(row, nq - 1), DV);
+            float od = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < BC_NV_MAX; ++j) {
+                const int cc = 4 * (cq + BC_CQ * j);
+                if (j < NV) {
+                    const float4 a = acc[j][r], o = tiled_quad(orow, cc, DV, 0); /* 0 past Dv */
+                    od += (a.x * o.x + a.y * o.y) + (a.z * o.z + a.w * o.w);
+                }
+            }
+            red[row * BC_CQ + cq] = od;
+            if (cq == (DV / 4) % BC_CQ) { /* the work-item that owns column DV */
+                const float4 a = acc[(DV / 4) / BC_CQ][r];
+                xb[row] = DV % 4 == 0 ? a.x : DV % 4 == 1 ? a.y : DV % 4 == 2 ? a.z : a.w;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int row = lid; row < nq; row += BC_WG) {
+            float od = 0.0f;
+            for (int c = 0; c < BC_CQ; ++c)
+                od += red[row * BC_CQ + c];
+            const float inv = 1.0f / (xb[row] + eps);
+            const long at = (long)bh * g.n + t0 + p0 + row;
+            inv_out[at] = inv;
+            r_out[at] = -od * inv * inv;
+        }
+        return;
+    }
+    (void)eps, (void)inv_out, (void)r_out, (void)red;
     /* dq = scale phi'(q) dq~, dk = phi'(k) dk~, dv as it is */
     for (int r = 0; r < 4; ++r) {
         const int row = 4 * rq + r;
@@ -273,12 +334,29 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
 #define BCC_KERNEL(name, kind)                                                                                         \
     __attribute__((reqd_work_group_size(BC_WG, 1, 1))) kernel void name(BCC_ARGS)                                      \
     {                                                                                                                  \
-        local float4 xt[BC_DX(kind) * BC_LQ], yt[BC_DX(kind) * BC_LK], wt[BC_BK * BC_WQ(kind)], pt[BC_BK * BC_LQ];    \
+        local float4 xt[BC_DX(kind) * BC_LQ], yt[BC_DX(kind) * BC_LK], wt[BC_BK * BC_WQP(kind)], pt[BC_BK * BC_LQ];   \
         local float xb[BC_SQ], cb[BC_BK];                                                                              \
-        bcc_readout(kind, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, g_arg, feature_eps, scale,               \
-                    tiles_per_chunk, xt, yt, wt, pt, xb, cb);                                                          \
+        bcc_readout(kind, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, (global float *)0, (global float *)0,    \
+                    g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, xt, yt, wt, pt, xb, cb, cb);                     \
     }
 
 BCC_KERNEL(bc_dq_tiled, KIND_DQ)
 BCC_KERNEL(bc_dk_tiled, KIND_DK)
 BCC_KERNEL(bc_dv_tiled, KIND_DV)
+
+#if NORMALIZER == 0
+/* The paper normalizer's per-token 1/den_t and dL/dden_t at [bh][t], the read-outs' first
+ * arguments as bc_scalars takes them. global, local: as the read-outs'. */
+__attribute__((reqd_work_group_size(BC_WG, 1, 1))) kernel void
+bc_scalars_tiled(global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,
+                 global const STORE_T *restrict dout, global const float *restrict mix, const int lda,
+                 global const int *restrict tab, global const float *restrict slots, global float *restrict invs,
+                 global float *restrict rs, const mhla_grid g_arg, const float feature_eps, const float scale,
+                 const float eps, const int tiles_per_chunk)
+{
+    local float4 xt[DK * BC_LQ], yt[DK * BC_LK], wt[BC_BK * BC_WQP(KIND_SC)], pt[BC_BK * BC_LQ];
+    local float xb[BC_SQ], cb[BC_BK], red[BC_SQ * BC_CQ];
+    bcc_readout(KIND_SC, q, k, v, dout, mix, lda, tab, slots, invs, rs, (global STORE_T *)0, invs, rs, g_arg,
+                feature_eps, scale, eps, tiles_per_chunk, xt, yt, wt, pt, xb, cb, red);
+}
+#endif

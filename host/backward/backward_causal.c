@@ -78,6 +78,15 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
                      tiled ? tiled_names[i] : names[i], ctx->device_name);
         *refit |= r;
     }
+    /* the paper normalizer's per-token scalars from the same program: the forward's read-out again */
+    if (tiled && c->normalizer == MHLA_NORMALIZER_PAPER) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, tiled, "bc_scalars_tiled", &b->k_bc_scalars));
+        const int r = mhla__fit_check(ctx, b->k_bc_scalars, mhla__bc_tiled_wg(&b->tiles),
+                                      mhla__bc_tiled_local(c, &b->tiles), fit);
+        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(bc_scalars_tiled) failed on %s",
+                     ctx->device_name);
+        *refit |= r;
+    }
 cleanup:
     return st;
 }
@@ -85,8 +94,8 @@ cleanup:
 static void readout_release(void *arg)
 {
     mhla_bwd *b = ((readout_try *)arg)->b;
-    cl_kernel *ks[4] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv, &b->k_bc_dqkv};
-    for (int i = 0; i < 4; ++i) {
+    cl_kernel *ks[5] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv, &b->k_bc_dqkv, &b->k_bc_scalars};
+    for (int i = 0; i < 5; ++i) {
         if (*ks[i])
             clReleaseKernel(*ks[i]);
         *ks[i] = NULL;
@@ -144,7 +153,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad", &b->k_bc_grad));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_transpose", &b->k_bc_transpose));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_from_forward", &b->k_bc_from_forward));
-    if (c->normalizer == MHLA_NORMALIZER_PAPER)
+    if (c->normalizer == MHLA_NORMALIZER_PAPER && !b->k_bc_scalars) /* (GPU rows: bc_scalars_tiled, above) */
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_scalars", &b->k_bc_scalars));
     /* P_i and dS_j: the forward's prefix kernel and its transposed twin, over rows of a whole chunk
      * entry's slots (every head): the tiled products where the forward's prefix is tiled (GPU
@@ -172,7 +181,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
                                                            heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
     const size_t tok[3] = {(size_t)plan->shape.nb, heads, 1}; /* a chunk's tokens */
-    if (b->k_bc_scalars)
+    if (b->k_bc_scalars && !b->tiles.bc_sq)
         mhla__local_size_3d(ctx, b->k_bc_scalars, tok, wg, b->lws_bc_token);
     const size_t tile[3] = {(size_t)(c->dk / b->tiles.bct_sr), heads, 1};
     mhla__local_size_3d(ctx, b->k_bc_grad, tile, wg, b->lws_bc_tile);
@@ -424,17 +433,29 @@ cleanup:
     return st;
 }
 
-/* The paper normalizer's per-token 1/den_t and dL/dden_t (bc_scalars, from P). */
+/* The paper normalizer's per-token 1/den_t and dL/dden_t (bc_scalars, from P; GPU rows:
+ * bc_scalars_tiled in the read-outs' groups). */
 static mhla_status scalars(const bc_call *x)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
+    const mhla_bwd *b = x->b;
+    cl_kernel kr = b->k_bc_scalars;
+    MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, b->slots_p));
+    if (b->tiles.bc_sq) {
+        const size_t sq = (size_t)b->tiles.bc_sq, wgt = mhla__bc_tiled_wg(&b->tiles);
+        const cl_int tiles_per_chunk = (cl_int)((x->tokens + sq - 1) / sq);
+        const size_t ext[3] = {wgt, (size_t)x->heads, x->entries * (size_t)tiles_per_chunk}, loc[3] = {wgt, 1, 1};
+        MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale),
+                      MHLA_ARG(x->eps), MHLA_ARG(tiles_per_chunk));
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, "bc_scalars_tiled"));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        goto cleanup;
+    }
     const size_t tok[3] = {x->tokens, (size_t)x->heads, x->entries};
-    cl_kernel kr = x->b->k_bc_scalars;
-    MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, x->b->slots_p));
     MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale), MHLA_ARG(x->eps),
                   MHLA_ARG(x->nent));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, x->b->lws_bc_token, 0, NULL, NULL, "bc_scalars"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_bc_token, 0, NULL, NULL, "bc_scalars"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 cleanup:
     return st;

@@ -149,8 +149,8 @@ MUTATIONS = [
              [("backward", "test_backward_tiled_limits", "MHLA_LIMITS=wg=64,local=16K row=gpu, tiled causal backward, Dk 16 Dv 8")]),
     Mutation("bc-tiled-skips-visible-pairs", "the causal backward's tiled read-outs skip a pair tile's tokens "
              "one row too early on the diagonal",
-             [("kernels/backward_causal_tiled.cl", "if (kind == KIND_DQ ? ks > x0 + 3 : ks < x0)",
-               "if (kind == KIND_DQ ? ks > x0 + 2 : ks < x0 + 1)", 1)],
+             [("kernels/backward_causal_tiled.cl", "s0 = before ? 0 : max(0, x0 - kb), s1 = before ? min(BC_BK, x0 + 4 - kb)",
+               "s0 = before ? 0 : max(0, x0 + 1 - kb), s1 = before ? min(BC_BK, x0 + 3 - kb)", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
     Mutation("bc-tiled-dk-drops-pair-bias", "the causal backward's tiled dk drops the paper normalizer's r_t of "
              "each pair",
@@ -161,7 +161,12 @@ MUTATIONS = [
              "slot's rows",
              [("kernels/backward_causal_tiled.cl", "for (int pb = 0; pb < DX; pb += BC_BK)",
                "for (int pb = 0; pb < min(DX, BC_BK); pb += BC_BK)", 1)],
-             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dv")]),
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
+    Mutation("bc-tiled-scalars-den-prefix-only", "the causal backward's tiled per-token scalars leave the "
+             "intra-chunk pairs out of the paper normalizer's denominator",
+             [("kernels/backward_causal_tiled.cl", ": kind == KIND_SC && o == DV\n                                         ? 1.0f",
+               ": kind == KIND_SC && o == DV\n                                         ? 0.0f", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
     Mutation("decoder-parts-drop-last", "the decoder's step in parts adds all but the last part of Dk",
              [("kernels/decoder.cl", "for (int r = 1; r < STEP_DP; ++r)\n                sum += part[(r * DP_QG + j)",
                "for (int r = 1; r < STEP_DP - 1; ++r)\n                sum += part[(r * DP_QG + j)", 1)],

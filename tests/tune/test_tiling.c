@@ -410,7 +410,7 @@ static void expect_bc_tiled(const fake_device *d, size_t wg, uint64_t local, int
 }
 
 /* The GPU row's tiled causal read-outs: 64 tokens x 16 pair tokens (64 work-items, 7824 floats at
- * D = 64); at 16 KiB the pair tiles halve, then the tokens, then the pair tiles again (32 x 4: 13008
+ * D = 64, 8336 with the paper normalizer's scalars); at 16 KiB the pair tiles halve, then the tokens, then the pair tiles again (32 x 4: 13008
  * bytes); no more than a chunk of 8 has; bc_sq=0 and the CPU rows keep the CPU form. */
 static void test_tiled_causal_backward(void **state)
 {
@@ -423,6 +423,10 @@ static void test_tiled_causal_backward(void **state)
     x.bc_sq = 64, x.bc_bk = 16;
     assert_int_equal(mhla__bc_tiled_local(&cfg, &x), 7824 * 4);
     assert_int_equal(mhla__bc_tiled_wg(&x), 64);
+    /* the paper normalizer's scalars: w rows of Dv + 1 padded to 20 quads (5 per work-item), and
+     * their row parts: 64 x 68 + 64 x 20 + 16 x 80 + 16 x 68 + 64 + 16 + 64 x 4 floats */
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    assert_int_equal(mhla__bc_tiled_local(&cfg, &x), 8336 * 4);
     free_context(ctx);
     expect_bc_tiled(&gpu, 1024, 16384, 64, NULL, 32, 4);
     expect_bc_tiled(&gpu, 16, 65536, 64, NULL, 32, 8); /* 16 work-items: 8 x 2 */
