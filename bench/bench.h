@@ -257,6 +257,7 @@ typedef struct bench_row {
     int steps;                        /* decode: steps per run (C, one chunk start among them); else 0 */
     double step_mean_ms;              /* decode: median over the runs of the mean step; NAN otherwise */
     double chunk_start_ms;            /* decode: median time of the step that starts a chunk; NAN */
+    double gate_ms, span_ms;          /* bench_timing's (span: NAN for decode rows); NAN for host ops */
     double tokens_per_s;              /* decode: batch tokens per second at step_mean_ms; NAN */
     double flops, bytes;              /* per run, as the op counts them */
     double gflops, gbps;              /* from ms_median */
@@ -351,6 +352,11 @@ typedef struct bench_timing {
     double step_median, step_min, step_max; /* over every step of every timed run */
     double step_mean;                       /* median over the runs of run time / steps */
     double marked_ms;                       /* median over the runs of the marked step */
+    /* Medians over the runs of the gate's latency (from the gate's opening, the end of its marker,
+     * to the start of a 4-byte fill enqueued right after it: how long the runtime takes to start a
+     * run held behind a user event) and of the span (from that fill's end to the run's end: the
+     * device time of the run's own commands and the gaps between them); NAN on the host clock. */
+    double gate_ms, span_ms;
     int host_clock; /* a bench_clock: FALLBACK when the device's timestamps were unusable */
 } bench_timing;
 

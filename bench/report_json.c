@@ -90,6 +90,8 @@ static const field row_fields[] = {
     NUM(bench_row, "summary_ms", stage_ms[0], F_DOUBLE),
     NUM(bench_row, "mixing_ms", stage_ms[1], F_DOUBLE),
     NUM(bench_row, "output_ms", stage_ms[2], F_DOUBLE),
+    NUM(bench_row, "gate_ms", gate_ms, F_DOUBLE),
+    NUM(bench_row, "span_ms", span_ms, F_DOUBLE),
     NUM(bench_row, "flops", flops, F_DOUBLE),
     NUM(bench_row, "bytes", bytes, F_DOUBLE),
     NUM(bench_row, "gflops", gflops, F_DOUBLE),

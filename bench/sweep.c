@@ -17,6 +17,7 @@ static void init_row(bench_row *rows, size_t count, bench_op_id op, const bench_
     r->op = op;
     r->shape = *s;
     r->ms_median = r->ms_min = r->ms_max = NAN; /* no time until the row runs (null in the JSON) */
+    r->gate_ms = r->span_ms = NAN;
     r->ratio_mhla_linear = r->ratio_softmax_mhla = r->ratio_causal_mhla = r->ratio_context = NAN;
     r->ratio_blas_mhla = r->pct_sgemm = NAN;
     r->stage_ms[0] = r->stage_ms[1] = r->stage_ms[2] = NAN;
@@ -253,6 +254,7 @@ static int reuse_same_problem(const bench_row *done, size_t n_done, bench_row *r
         r->status = BENCH_STATUS_OK;
         r->iters = d->iters;
         r->ms_median = d->ms_median, r->ms_min = d->ms_min, r->ms_max = d->ms_max;
+        r->gate_ms = d->gate_ms, r->span_ms = d->span_ms;
         memcpy(r->stage_ms, d->stage_ms, sizeof r->stage_ms);
         r->verify_n = d->verify_n, r->verified = d->verified, r->verify_tolerance = d->verify_tolerance;
         r->verify_failed = d->verify_failed;
@@ -355,6 +357,7 @@ static void run_row(mhla_context *ctx, const bench_options *o, const bench_input
     r->ms_min = t.ms_min;
     r->ms_max = t.ms_max;
     memcpy(r->stage_ms, t.stage_ms, sizeof r->stage_ms);
+    r->gate_ms = t.gate_ms, r->span_ms = r->steps ? NAN : t.span_ms;
     if (r->steps) { /* the row's times are per step (token); its runs' mean step and chunk start beside */
         r->ms_median = t.step_median, r->ms_min = t.step_min, r->ms_max = t.step_max;
         r->step_mean_ms = t.step_mean;

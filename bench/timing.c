@@ -29,6 +29,16 @@ double bench_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The median of v's finite values (NAN when there are none); reorders v. */
+static double bench_median_finite(double *v, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; ++i)
+        if (isfinite(v[i]))
+            v[k++] = v[i];
+    return k ? bench_median(v, k) : NAN;
+}
+
 void bench_step_stats(double *step_ms, int runs, int steps, int marked, bench_timing *out)
 {
     double *per_run = malloc((size_t)(runs > 0 ? runs : 1) * sizeof *per_run);
@@ -56,23 +66,38 @@ void bench_step_stats(double *step_ms, int runs, int steps, int marked, bench_ti
 
 /* One run's device time in ms. The run is gated behind a user event so that it starts only once
  * all its commands are enqueued: the time from the gate's marker to the last command's end is the
- * device's, with no host enqueue cost (CLBlast's included) inside it. A run of steps also gets
+ * device's, with no host enqueue cost (CLBlast's included) inside it, less the device time of a
+ * 4-byte fill enqueued first (the probe: *gate_ms from the gate's marker to its start, the
+ * runtime's latency in starting the gated commands; *span_ms from its end to the run's). A run of steps also gets
  * each step's time in step_ms (the ends' ns go through ends_ns, job->steps of them). Where the
  * device's timestamps are unusable (all equal: rusticl 22.3 on llvmpipe) the run is timed with
  * the host clock from the gate's opening to the last command's completion (*host set), and each
  * of its steps gets the run's mean (no step stands out: the chunk start is not measured). */
 static mhla_status timed_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
-                             cl_ulong *ends_ns, int *host, char *err, size_t err_size)
+                             cl_ulong *ends_ns, int *host, double *gate_ms, double *span_ms, char *err,
+                             size_t err_size)
 {
     mhla_status st = MHLA_OK;
     cl_context clctx = NULL;
-    cl_event gate = NULL, start = NULL, done = NULL;
-    cl_ulong t0 = 0, t1 = 0;
+    cl_event gate = NULL, start = NULL, done = NULL, probe = NULL;
+    cl_mem probe_buf = NULL;
+    const cl_uint zero = 0;
+    cl_ulong t0 = 0, t1 = 0, p0 = 0, p1 = 0;
+    *gate_ms = *span_ms = NAN;
     cl_int e = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof clctx, &clctx, NULL);
     if (e == CL_SUCCESS)
         gate = clCreateUserEvent(clctx, &e);
     if (e == CL_SUCCESS)
+        probe_buf = clCreateBuffer(clctx, CL_MEM_READ_WRITE, sizeof zero, NULL, &e);
+    if (e == CL_SUCCESS)
         e = clEnqueueMarkerWithWaitList(queue, 1, &gate, &start);
+    if (e == CL_SUCCESS) /* the probe waits for the marker (an out-of-order queue too) */
+        e = clEnqueueFillBuffer(queue, probe_buf, &zero, sizeof zero, 0, sizeof zero, 1, &start, &probe);
+    cl_command_queue_properties qprops = 0;
+    if (e == CL_SUCCESS &&
+        clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL) == CL_SUCCESS &&
+        (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) /* the run's commands after the probe */
+        e = clEnqueueBarrierWithWaitList(queue, 1, &probe, NULL);
     if (e != CL_SUCCESS) {
         snprintf(err, err_size, "could not enqueue the timing marker (OpenCL error %d)", (int)e);
         st = MHLA_ERR_OPENCL;
@@ -92,6 +117,10 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
         e = clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
     if (e == CL_SUCCESS)
         e = clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    if (e == CL_SUCCESS)
+        e = clGetEventProfilingInfo(probe, CL_PROFILING_COMMAND_START, sizeof p0, &p0, NULL);
+    if (e == CL_SUCCESS)
+        e = clGetEventProfilingInfo(probe, CL_PROFILING_COMMAND_END, sizeof p1, &p1, NULL);
     if (e != CL_SUCCESS) {
         snprintf(err, err_size, "no profiling information (OpenCL error %d): the queue needs "
                                 "CL_QUEUE_PROFILING_ENABLE", (int)e);
@@ -99,7 +128,13 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
         goto cleanup;
     }
     *host = t1 <= t0;
-    *ms = *host ? wall_ms : (double)(t1 - t0) * 1e-6;
+    /* the probe's own device time is not the run's (a device whose probe times make no sense: the
+     * plain marker-to-end time) */
+    const int probe_ok = !*host && t0 <= p0 && p0 <= p1 && p1 <= t1;
+    const cl_ulong probe_ns = probe_ok ? p1 - p0 : 0;
+    *ms = *host ? wall_ms : (double)(t1 - t0 - probe_ns) * 1e-6;
+    if (probe_ok)
+        *gate_ms = (double)(p0 - t0) * 1e-6, *span_ms = (double)(t1 - p1) * 1e-6;
     if (job->steps > 0 && step_ms && *host) {
         for (int i = 0; i < job->steps; ++i)
             step_ms[i] = *ms / job->steps;
@@ -109,7 +144,7 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
             goto cleanup;
         }
         for (int i = 0; i < job->steps; ++i) {
-            const cl_ulong from = i ? ends_ns[i - 1] : t0;
+            const cl_ulong from = i ? ends_ns[i - 1] : t0 + probe_ns;
             step_ms[i] = ends_ns[i] > from ? (double)(ends_ns[i] - from) * 1e-6 : 0.0;
         }
     }
@@ -120,6 +155,10 @@ cleanup:
         clReleaseEvent(start);
     if (done)
         clReleaseEvent(done);
+    if (probe)
+        clReleaseEvent(probe);
+    if (probe_buf)
+        clReleaseMemObject(probe_buf);
     return st;
 }
 
@@ -141,13 +180,14 @@ static mhla_status host_run(const bench_job *job, double *ms, double *step_ms, c
 }
 
 static mhla_status one_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
-                           cl_ulong *ends_ns, int *host, char *err, size_t err_size)
+                           cl_ulong *ends_ns, int *host, double *gate_ms, double *span_ms, char *err, size_t err_size)
 {
     if (job->host) {
         *host = 0;
+        *gate_ms = *span_ms = NAN;
         return host_run(job, ms, step_ms, err);
     }
-    return timed_run(queue, job, ms, step_ms, ends_ns, host, err, err_size);
+    return timed_run(queue, job, ms, step_ms, ends_ns, host, gate_ms, span_ms, err, err_size);
 }
 
 /* The job's prepare hook, if any; *wall_ms gets its host time. */
@@ -163,7 +203,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
                        int max_iters, bench_timing *out, char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
-    double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, *step_ms = NULL, one = 0.0, prep = 0.0;
+    double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, *step_ms = NULL, *gates = NULL, *spans = NULL, one = 0.0,
+           prep = 0.0, g1 = 0.0, s1 = 0.0;
     int host = 0;
     out->host_clock = 0;
     const size_t steps = job->steps > 0 ? (size_t)job->steps : 0;
@@ -177,7 +218,7 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     for (int i = 0; i < warmup; ++i) {
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = one_run(queue, job, &one, NULL, ends, &host, err, err_size)) != MHLA_OK)
+            (st = one_run(queue, job, &one, NULL, ends, &host, &g1, &s1, err, err_size)) != MHLA_OK)
             goto cleanup;
     }
     /* Runs that fill target_ms, the untimed preparation included (it takes the row's time too). */
@@ -188,11 +229,13 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     if (iters < 1)
         iters = 1;
     ms = malloc((size_t)iters * sizeof *ms);
+    gates = malloc((size_t)iters * sizeof *gates);
+    spans = malloc((size_t)iters * sizeof *spans);
     for (int s = 0; s < 3 && job->stages; ++s)
         stage[s] = malloc((size_t)iters * sizeof *stage[s]);
     if (steps)
         step_ms = malloc((size_t)iters * steps * sizeof *step_ms);
-    if (!ms || (job->stages && (!stage[0] || !stage[1] || !stage[2])) || (steps && !step_ms)) {
+    if (!ms || !gates || !spans || (job->stages && (!stage[0] || !stage[1] || !stage[2])) || (steps && !step_ms)) {
         snprintf(err, err_size, "out of host memory");
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
@@ -201,8 +244,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
         double s3[3];
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = one_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, &host, err,
-                          err_size)) != MHLA_OK)
+            (st = one_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, &host, &gates[i],
+                          &spans[i], err, err_size)) != MHLA_OK)
             goto cleanup;
         if (host)
             out->host_clock = BENCH_CLOCK_FALLBACK;
@@ -215,6 +258,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     out->ms_median = bench_median(ms, (size_t)iters); /* sorts */
     out->ms_min = ms[0];
     out->ms_max = ms[iters - 1];
+    out->gate_ms = bench_median_finite(gates, (size_t)iters);
+    out->span_ms = bench_median_finite(spans, (size_t)iters);
     for (int s = 0; s < 3; ++s)
         out->stage_ms[s] = job->stages ? bench_median(stage[s], (size_t)iters) : NAN;
     bench_step_stats(step_ms, steps ? iters : 0, job->steps, job->marked_step, out);
@@ -226,6 +271,8 @@ cleanup:
     free(ends);
     free(step_ms);
     free(ms);
+    free(gates);
+    free(spans);
     for (int s = 0; s < 3; ++s)
         free(stage[s]);
     return st;

@@ -116,6 +116,17 @@ def main(bench):
         host = r["op"] == "blas"
         check(r["host_clock"] == 2 if host else r["host_clock"] in (0, 1),
               label + ": host_clock %d (2 for host ops only)" % r["host_clock"])
+        # The probe's split of a device-timed run: the gate's latency, then the run's own span (every run's
+        # two add up to its time; their medians stay within the runs' range). Host clocks have neither.
+        if r["host_clock"] == 0:
+            check(r["gate_ms"] is not None and r["gate_ms"] >= 0, label + ": gate_ms %s" % r["gate_ms"])
+            if r["op"] == "decode":
+                check(r["span_ms"] is None, label + ": no span for decode rows")
+            else:
+                check(r["span_ms"] is not None and 0 < r["span_ms"] <= r["ms_max"] * (1 + 1e-9),
+                      label + ": span_ms %s within the runs (max %s)" % (r["span_ms"], r["ms_max"]))
+        else:
+            check(r["gate_ms"] is None and r["span_ms"] is None, label + ": no gate or span on the host clock")
         if sgemm_gflops:  # every rate as a percentage of the sgemm row's
             check(math.isclose(r["pct_sgemm"], 100 * r["gflops"] / sgemm_gflops, rel_tol=1e-6),
                   label + ": %%sgemm %s" % r["pct_sgemm"])

@@ -320,6 +320,7 @@ static void test_host_timing(void **state)
     assert_int_equal(t.host_clock, BENCH_CLOCK_HOST_OP);
     assert_true(t.ms_min >= 2.0 && t.ms_min <= t.ms_median && t.ms_median <= t.ms_max);
     assert_true(isnan(t.stage_ms[0]) && isnan(t.marked_ms));
+    assert_true(isnan(t.gate_ms) && isnan(t.span_ms)); /* no device clock, no probe */
     /* A failing hook's status comes back, its explanation left to the hook's channel. */
     host_job bad = {0, MHLA_ERR_UNSUPPORTED};
     const bench_job failing = {NULL, host_enqueue, NULL, NULL, 0, -1, 1, &bad};
