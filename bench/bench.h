@@ -223,10 +223,22 @@ typedef struct bench_options {
     uint32_t seed;
     int quiet;
     int kernels; /* --kernels: each row's device time per kernel, from one more run */
+    int gate;    /* --gate: BENCH_GATE_AUTO (a kernel on GPUs, an event elsewhere), _EVENT or _KERNEL */
+    double gate_us; /* the kernel gate's device time actually set (bench/gate.c); 0: event gate */
     const char *device;
     const char *json_path, *csv_path, *plot_path;
     const char *compare[2]; /* --compare A.json B.json */
 } bench_options;
+
+enum { BENCH_GATE_AUTO, BENCH_GATE_EVENT, BENCH_GATE_KERNEL };
+
+/* The gate every device-timed run waits behind (bench/gate.c): a user event (the runtime holds the
+ * run's commands until it is set) or, with kernel, a single work-item kernel of about a millisecond
+ * that the commands queue up behind on the device. Chooses for auto from the device type, builds
+ * and calibrates the kernel, and hands it to bench_time; o->gate_us receives its length (0 for the
+ * event). */
+mhla_status bench_gate_setup(mhla_context *ctx, bench_options *o, char *err, size_t err_size);
+void bench_gate_release(void);
 
 /* Parses argv into `o` (defaults first). Returns 0, 1 for --help (usage printed to `out`), or -1
  * with the reason in err. */
@@ -382,6 +394,9 @@ typedef struct bench_job {
  * it); or MHLA_ERR_OPENCL with the reason in err. */
 mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup, double target_ms, int min_iters,
                        int max_iters, bench_timing *out, char *err, size_t err_size);
+/* The kernel gate for every later bench_time run (bench/gate.c): `spin` (bench_spin, its arguments
+ * but reps set) over one work-item for `reps` steps; NULL: the user event. */
+void bench_time_set_gate(cl_kernel spin, int reps);
 /* Median of n values (sorts them). */
 double bench_median(double *v, size_t n);
 /* Fills the step fields of `out` from step_ms[run * steps + s], `runs` runs of `steps` steps

@@ -109,7 +109,15 @@ int main(int argc, char **argv)
         mhla_context_destroy(ctx);
         return 1;
     }
-    if (bench_sweep_run(ctx, &o, &rep)) {
+    if ((st = bench_gate_setup(ctx, &o, err, sizeof err)) != MHLA_OK) {
+        fprintf(stderr, "mhla-bench: %s\n", err);
+        mhla_context_destroy(ctx);
+        return 1;
+    }
+    rep.opts.gate = o.gate, rep.opts.gate_us = o.gate_us;
+    const int failed = bench_sweep_run(ctx, &o, &rep);
+    bench_gate_release();
+    if (failed) {
         fprintf(stderr, "mhla-bench: out of host memory\n");
         mhla_context_destroy(ctx);
         return 1;

@@ -53,6 +53,9 @@ static const char usage[] =
     "                    one, and each JSON row's \"kernels\"\n"
     "other:\n"
     "  --device SPEC     as MHLA_DEVICE: \"P:D\", an index, or a name substring\n"
+    "  --gate G          what a timed run waits behind until all its commands are enqueued: event (a\n"
+    "                    user event), kernel (a single work-item kernel of about 1 ms), auto (default:\n"
+    "                    kernel on GPUs, event elsewhere)\n"
     "  --seed N          random inputs' seed (default 1)\n"
     "  --compare A B     per-row ratios of two --json files (B over A)\n"
     "  --help\n";
@@ -268,6 +271,16 @@ int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char
             o->seed = (uint32_t)x;
         } else if (strcmp(opt, "--device") == 0) {
             o->device = arg;
+        } else if (strcmp(opt, "--gate") == 0) {
+            ok = 1;
+            if (strcmp(arg, "auto") == 0)
+                o->gate = BENCH_GATE_AUTO;
+            else if (strcmp(arg, "event") == 0)
+                o->gate = BENCH_GATE_EVENT;
+            else if (strcmp(arg, "kernel") == 0)
+                o->gate = BENCH_GATE_KERNEL;
+            else
+                ok = 0;
         } else if (strcmp(opt, "--json") == 0) {
             o->json_path = arg;
         } else if (strcmp(opt, "--csv") == 0) {

@@ -245,10 +245,14 @@ int bench_write_json(FILE *f, const bench_report *rep)
         host |= rep->rows[i].host_clock == BENCH_CLOCK_FALLBACK;
         host_ops |= rep->rows[i].host_clock == BENCH_CLOCK_HOST_OP;
     }
-    char time[160], blas[256];
+    char time[160], blas[256], gate[96];
     snprintf(time, sizeof time, "%s%s",
              host ? "host clock: the device's profiling timestamps are unusable" : "device time, OpenCL profiling events",
              host_ops ? "; blas and sgemm rows: host wall time (they run on the CPU)" : "");
+    if (rep->opts.gate == BENCH_GATE_KERNEL)
+        snprintf(gate, sizeof gate, "kernel, %.0f us", rep->opts.gate_us);
+    else
+        snprintf(gate, sizeof gate, "event");
     if (bench_blas_available())
         snprintf(blas, sizeof blas, "%s, %d threads", bench_blas_config(), bench_blas_threads());
     else
@@ -265,6 +269,7 @@ int bench_write_json(FILE *f, const bench_report *rep)
                   {"causal_mixing_init", mhla_init_kind_name(BENCH_CAUSAL_MIXING_INIT)},
                   {"softmax_scale", "Dk^-0.5"},
                   {"time", time},
+                  {"gate", gate},
                   {"blas", blas}};
     for (size_t i = 0; i < COUNT(shared); ++i) {
         fputs(", ", f);

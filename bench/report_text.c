@@ -42,6 +42,8 @@ static void print_header(FILE *f, const bench_report *rep)
         fprintf(f, "timing     device time (profiling events), ");
     fprintf(f, "median of the runs after %d warm-up; about %.0f ms per row, %d..%d runs\n", rep->opts.warmup,
             rep->opts.target_ms, rep->opts.min_iters, rep->opts.max_iters);
+    if (rep->opts.gate == BENCH_GATE_KERNEL)
+        fprintf(f, "           each run queued behind a %.0f us kernel on the device (--gate kernel)\n", rep->opts.gate_us);
     if (host_ops) {
         const char *blas = bench_blas_config();
         fprintf(f, "           blas and sgemm rows: host wall time (they run on the CPU, not the device), %s with "

@@ -21,6 +21,18 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The kernel gate (bench/gate.c), or none: the user event. Its length doubles whenever a run's
+ * commands took the host longer to enqueue than most of it: the device must not wait for them. */
+static cl_kernel gate_spin;
+static int gate_reps, gate_reps_max;
+
+void bench_time_set_gate(cl_kernel spin, int reps)
+{
+    gate_spin = spin;
+    gate_reps = reps;
+    gate_reps_max = reps < (1 << 26) ? reps * 16 : 1 << 30; /* (a first run's lazy compiles must not grow it on) */
+}
+
 double bench_median(double *v, size_t n)
 {
     if (n == 0)
@@ -85,12 +97,19 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
     cl_ulong t0 = 0, t1 = 0, p0 = 0, p1 = 0;
     *gate_ms = *span_ms = NAN;
     cl_int e = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof clctx, &clctx, NULL);
-    if (e == CL_SUCCESS)
+    if (e == CL_SUCCESS && !gate_spin)
         gate = clCreateUserEvent(clctx, &e);
     if (e == CL_SUCCESS)
         probe_buf = clCreateBuffer(clctx, CL_MEM_READ_WRITE, sizeof zero, NULL, &e);
-    if (e == CL_SUCCESS)
+    const double enqueue_from = bench_now();
+    if (e == CL_SUCCESS && gate_spin) {
+        const size_t one = 1;
+        e = clSetKernelArg(gate_spin, 2, sizeof gate_reps, &gate_reps);
+        if (e == CL_SUCCESS)
+            e = clEnqueueNDRangeKernel(queue, gate_spin, 1, NULL, &one, &one, 0, NULL, &start);
+    } else if (e == CL_SUCCESS) {
         e = clEnqueueMarkerWithWaitList(queue, 1, &gate, &start);
+    }
     if (e == CL_SUCCESS) /* the probe waits for the marker (an out-of-order queue too) */
         e = clEnqueueFillBuffer(queue, probe_buf, &zero, sizeof zero, 0, sizeof zero, 1, &start, &probe);
     cl_command_queue_properties qprops = 0;
@@ -105,7 +124,10 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
     }
     st = job->enqueue(job->arg, &done);
     const double opened = bench_now();
-    clSetUserEventStatus(gate, st == MHLA_OK ? CL_COMPLETE : -1);
+    if (gate)
+        clSetUserEventStatus(gate, st == MHLA_OK ? CL_COMPLETE : -1);
+    else
+        clFlush(queue);
     if (st != MHLA_OK) { /* explained where the hook explains itself (the context message) */
         err[0] = '\0';
         clFinish(queue);
@@ -135,6 +157,12 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
     *ms = *host ? wall_ms : (double)(t1 - t0 - probe_ns) * 1e-6;
     if (probe_ok)
         *gate_ms = (double)(p0 - t0) * 1e-6, *span_ms = (double)(t1 - p1) * 1e-6;
+    if (gate_spin && !*host) { /* the spin's device time against the host's enqueue of what follows it */
+        cl_ulong s0 = 0;
+        if (clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_START, sizeof s0, &s0, NULL) == CL_SUCCESS &&
+            t0 > s0 && (opened - enqueue_from) * 1e9 > 0.8 * (double)(t0 - s0) && gate_reps < gate_reps_max)
+            gate_reps *= 2;
+    }
     if (job->steps > 0 && step_ms && *host) {
         for (int i = 0; i < job->steps; ++i)
             step_ms[i] = *ms / job->steps;

@@ -360,3 +360,99 @@ bc_scalars_tiled(global const STORE_T *restrict q, global const STORE_T *restric
                 feature_eps, scale, eps, tiles_per_chunk, xt, yt, wt, pt, xb, cb, red);
 }
 #endif
+
+/* ---- the chunk summaries S_j and gradient summaries G_i (GPU rows with cs_tk) -------------------
+ * Each (chunk, head) slot is a sum over the chunk's tokens of a row times a row: S = k~ [v | 1]^T,
+ * stored transposed (S^T: rows of Dk, z the last), and G = q~ [g | r]^T, stored as rows of SC and
+ * transposed (G^T, for dMc). As causal_summary_tiled.cl does the forward's: the group copies CS_TK
+ * tokens of both rows into local memory, the feature map and 1/den applied once on the copy, and
+ * each work-item adds a 4 x 4 register tile over them; backward_causal.cl's bc_summary and bc_grad,
+ * the CPU form, have each work-item walk its own row of the slot through every token. */
+#if CS_TK > 0
+#define BCS_Q (CS_TN / 4)
+#define BCS_WG (BCS_Q * BCS_Q)
+#define BCS_RT ((DK + CS_TN - 1) / CS_TN) /* row tiles of the slot */
+#define BCS_CT ((SC + CS_TN - 1) / CS_TN) /* column tiles */
+
+/* global: (BCS_WG, H, entries * BCS_RT * BCS_CT), local (BCS_WG, 1, 1). grad 0: S^T into out; 1: G
+ * into out and G^T into outt. Work-item (column quad ct fastest, row quad rt): rows 4 rt.. and
+ * columns 4 ct.. of the group's tile. */
+__attribute__((always_inline)) inline void
+bcs_summary(const int grad, global const STORE_T *q, global const STORE_T *k, global const STORE_T *v,
+            global const STORE_T *dout, global const float *invs, global const float *rs, global const int *tab,
+            global float *out, global float *outt, const mhla_grid g, const float feature_eps, const float scale,
+            local float4 *al, local float4 *bl)
+{
+    const int lid = (int)get_local_id(0), ct = lid % BCS_Q, rt = lid / BCS_Q;
+    const int h = (int)get_group_id(1), kk = (int)get_group_id(2) / (BCS_RT * BCS_CT);
+    const int tile = (int)get_group_id(2) - kk * (BCS_RT * BCS_CT);
+    const int d_base = (tile / BCS_CT) * CS_TN, c_base = (tile % BCS_CT) * CS_TN;
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), len = ENT(kk, 1);
+    float4 acc[4];
+    #pragma unroll
+    for (int r = 0; r < 4; ++r)
+        acc[r] = (float4)(0.0f);
+    for (int s0 = 0; s0 < len; s0 += CS_TK) {
+        /* the rows of CS_TK tokens (zeros past the chunk or the slot): a = k~ or q~, b = [v | 1] or
+         * [dO / den | r]; neighbouring work-items, neighbouring elements of a row */
+        for (int e = lid; e < CS_TK * CS_TN; e += BCS_WG) {
+            const int s = e / CS_TN, d = e - s * CS_TN, t = t0 + s0 + s, row = d_base + d, col = c_base + d;
+            float a = 0.0f, b = 0.0f;
+            if (s0 + s < len) {
+                if (row < DK)
+                    a = grad ? scale * feature(LOADN(1, row_offset(g, bh, t, DK) + row, q), feature_eps)
+                             : feature(LOADN(1, row_offset(g, bh, t, DK) + row, k), feature_eps);
+                if (col < DV)
+                    b = grad ? LOADN(1, row_offset(g, bh, t, DV) + col, dout) * bcc_inv(invs, (long)bh * g.n + t)
+                             : LOADN(1, row_offset(g, bh, t, DV) + col, v);
+                else if (col == DV)
+                    b = grad ? bcc_r(rs, (long)bh * g.n + t) : 1.0f;
+            }
+            ((local float *)al)[e] = a;
+            ((local float *)bl)[e] = b;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n = min(CS_TK, len - s0);
+        for (int s = 0; s < n; ++s)
+            tiled_mad4x4(acc, al[s * BCS_Q + rt], bl[s * BCS_Q + ct]);
+        barrier(CLK_LOCAL_MEM_FENCE); /* al and bl are overwritten next */
+    }
+    /* S^T[e][d] (and z as row DV); G[d][e] and G^T[e][d] */
+    global float *slot = out + bc_slot(kk, h, g.heads), *slott = outt + bc_slot(kk, h, g.heads);
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int d = d_base + 4 * rt + r;
+        const float y[4] = {acc[r].x, acc[r].y, acc[r].z, acc[r].w};
+        #pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const int e = c_base + 4 * ct + c;
+            if (d < DK && e < SC) {
+                if (grad) {
+                    slot[(long)d * SC + e] = y[c];
+                    slott[(long)e * DK + d] = y[c];
+                } else {
+                    slot[(long)e * DK + d] = y[c];
+                }
+            }
+        }
+    }
+}
+
+#define BCS_ARGS                                                                                                       \
+    global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,              \
+        global const STORE_T *restrict dout, global const float *restrict invs, global const float *restrict rs,       \
+        global const int *restrict tab, global float *restrict out, global float *restrict outt,                       \
+        const mhla_grid g_arg, const float feature_eps, const float scale
+
+__attribute__((reqd_work_group_size(BCS_WG, 1, 1))) kernel void bc_summary_tiled(BCS_ARGS)
+{
+    local float4 al[CS_TK * BCS_Q], bl[CS_TK * BCS_Q];
+    bcs_summary(0, q, k, v, dout, invs, rs, tab, out, outt, g_arg, feature_eps, scale, al, bl);
+}
+
+__attribute__((reqd_work_group_size(BCS_WG, 1, 1))) kernel void bc_grad_tiled(BCS_ARGS)
+{
+    local float4 al[CS_TK * BCS_Q], bl[CS_TK * BCS_Q];
+    bcs_summary(1, q, k, v, dout, invs, rs, tab, out, outt, g_arg, feature_eps, scale, al, bl);
+}
+#endif /* CS_TK */

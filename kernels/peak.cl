@@ -75,3 +75,15 @@ kernel void peak_copy(global const float4 *restrict in, global float4 *restrict 
     const size_t i = get_global_id(0);
     out[i] = in[i];
 }
+
+/* mhla-bench's gate on GPUs (bench/gate.c): one work-item's chain of `reps` dependent
+ * multiply-adds, a device-side wait of a calibrated length that a run's commands queue up behind
+ * (a user event holds them on the host instead, and some runtimes then take tens of microseconds to
+ * start them). The result is written so that the chain is not dead code. */
+kernel void bench_spin(global float *restrict out, const float y, const int reps)
+{
+    float a = (float)get_global_id(0) * 1e-7f;
+    for (int r = 0; r < reps; ++r)
+        a = mad(a, y, 0.5f);
+    out[0] = a;
+}

@@ -22,6 +22,10 @@
 #                      this run's scratch database, then the bench's table with it
 #   bench-tuned.json   that bench: GPU_CHECK_TUNED_OPS (default mhla,linear,mhla-bwd,mhla-causal,decode) at
 #                      GPU_CHECK_N (and GPU_CHECK_CHUNK, GPU_CHECK_DECODE)
+#   bench-kernelgate.json  the new build's mhla, mhla-causal and decode rows at GPU_CHECK_GATE_N (default
+#                      1024,4096) with --gate kernel (every other bench call here: --gate event, as the
+#                      baseline build's bench times), and --compare of them against bench-new.json:
+#                      how much of the small rows' time was the runtime starting a gated run
 #   bench-untiledbwd.json  step untiledbwd: the new build's backward rows (GPU_CHECK_UNTILED_OPS,
 #                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0, the untiled
 #                      read-outs (backward_readout.cl) the tiled backward replaced, and --compare of
@@ -184,15 +188,26 @@ if wants bench; then
     # rows that would not fit before the step's timeout, so that a slow sweep still reports.
     lim=$(cap 180)
     # the new build's rows with each kernel's device time (--kernels: one more run a row)
-    step bench-new "$lim" "$txt" "$new/bench/mhla-bench" "${bench_args[@]}" --kernels \
+    # --gate event: the baseline build's bench holds its runs behind a user event; the new build's
+    # rows are timed the same way for the A/B, and again behind its kernel gate below.
+    step bench-new "$lim" "$txt" "$new/bench/mhla-bench" "${bench_args[@]}" --gate event --kernels \
         --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-new.json"
     if [ -n "$base" ]; then
         lim=$(cap 180)
-        step bench-base "$lim" "$txt" "$base/bench/mhla-bench" "${bench_args[@]}" --max-total-s $(( lim * 4 / 5 )) \
-            --json "$out/bench-base.json"
+        step bench-base "$lim" "$txt" "$base/bench/mhla-bench" "${bench_args[@]}" \
+            --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-base.json"
     fi
+    # The small rows again behind the kernel gate (bench/gate.c): how much of their time was the
+    # runtime starting a run held by a user event (gate_ms in the JSON, and the --compare ratio)
+    lim=$(cap 60)
+    step bench-kernelgate "$lim" "$txt" "$new/bench/mhla-bench" --device "$device" --n "${GPU_CHECK_GATE_N:-1024,4096}" \
+        --image none --chunk 64 --decode-context "$decode" --target-ms "$target_ms" --ops mhla,mhla-causal,decode \
+        --quiet --gate kernel --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-kernelgate.json"
+    [ -f "$out/bench-new.json" ] && [ -f "$out/bench-kernelgate.json" ] &&
+        step kernelgate-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-new.json" \
+            "$out/bench-kernelgate.json"
     if [ "$b8_n" != none ]; then
-        step bench-new-b8 60 "$txt" "$new/bench/mhla-bench" "${b8_args[@]}" --json "$tmp/b8-new.json"
+        step bench-new-b8 60 "$txt" "$new/bench/mhla-bench" "${b8_args[@]}" --gate event --json "$tmp/b8-new.json"
         [ -n "$base" ] && step bench-base-b8 60 "$txt" "$base/bench/mhla-bench" "${b8_args[@]}" \
             --json "$tmp/b8-base.json"
         # The B = 8 rows join their build's file (its rows carry their batch).
@@ -223,7 +238,7 @@ if wants untiledbwd; then
     lim=$(cap 90)
     step bench-untiledbwd "$lim" "$txt" env MHLA_TUNING=bt_tq=0 "$new/bench/mhla-bench" \
         --device "$device" --n "$bench_n" --image none --target-ms "$target_ms" \
-        --ops "${GPU_CHECK_UNTILED_OPS:-mhla-bwd,linear-bwd,mhla-gqa-bwd}" --quiet --max-total-s $(( lim * 4 / 5 )) \
+        --ops "${GPU_CHECK_UNTILED_OPS:-mhla-bwd,linear-bwd,mhla-gqa-bwd}" --quiet --gate event --max-total-s $(( lim * 4 / 5 )) \
         --json "$out/bench-untiledbwd.json"
     if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledbwd.json" ]; then
         step untiledbwd-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledbwd.json" \
@@ -237,7 +252,7 @@ if wants untiledcausal; then
     lim=$(cap 90)
     step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dec_dp=1 "$new/bench/mhla-bench" \
         --device "$device" --n "$bench_n" --image none --chunk "$chunk" --decode-context "$decode" \
-        --target-ms "$target_ms" --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd,decode}" --quiet \
+        --target-ms "$target_ms" --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd,decode}" --quiet --gate event \
         --max-total-s $(( lim * 4 / 5 )) \
         --json "$out/bench-untiledcausal.json"
     if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledcausal.json" ]; then
@@ -269,7 +284,7 @@ elif wants tune; then
     lim=$(cap 120)
     step bench-tuned "$lim" "$log" "$new/bench/mhla-bench" --device "$device" --n "$bench_n" --image none \
         --target-ms "$target_ms" --chunk "$chunk" --decode-context "$decode" \
-        --ops "${GPU_CHECK_TUNED_OPS:-mhla,linear,mhla-bwd,mhla-causal,decode}" --quiet \
+        --ops "${GPU_CHECK_TUNED_OPS:-mhla,linear,mhla-bwd,mhla-causal,decode}" --quiet --gate event \
         --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-tuned.json"
 fi
 

@@ -241,6 +241,22 @@ def main(bench):
         check(r["status"] == "ok" and r["m"] == f["m"], r["op"] + ": measured on its forward's blocks")
         check(math.isclose(r["ratio_bwd_fwd"], r["ms_median"] / f["ms_median"], rel_tol=1e-6), r["op"] + ": bwd/fwd")
         check(math.isclose(r["flops"], 2 * f["flops"]), r["op"] + ": flops twice the forward's")
+    # The kernel gate (--gate kernel; the default on GPUs): each run queued behind a calibrated
+    # single work-item kernel, not a user event; the rows measured and checked as before.
+    gj = os.path.join(tmp, "g.json")
+    run = subprocess.run([bench, "--n", "256", "--image", "none", "--heads", "2", "--dims", "32x16", "--chunk", "32",
+                          "--decode-context", "256", "--ops", "mhla,decode", "--target-ms", "1", "--min-iters", "2",
+                          "--gate", "kernel", "--quick", "--json", gj], capture_output=True, text=True, timeout=600)
+    check(run.returncode == 0, "--gate kernel: exit %d\n%s%s" % (run.returncode, run.stdout, run.stderr))
+    g = json.load(open(gj))
+    gate = g["parameters"]["gate"]
+    check(gate.startswith("kernel, ") and gate.endswith(" us") or gate == "event",  # (event: no device timestamps)
+          "--gate kernel: parameters.gate %r" % gate)
+    check("queued behind a" in run.stdout if gate != "event" else True, "--gate kernel: the table's header says so")
+    for r in g["rows"]:
+        check(r["status"] == "ok" and r["verify_failed"] == 0 and r["ms_median"] > 0,
+              "--gate kernel %s: %s %s" % (r["op"], r["status"], r["ms_median"]))
+        check(r["host_clock"] != 0 or r["gate_ms"] >= 0, "--gate kernel %s: gate_ms %s" % (r["op"], r["gate_ms"]))
     print("bench_smoke: %d rows checked, peak %.1f GFLOP/s, %.1f GB/s, %s" %
           (len(rows), rep["peak"]["gflops"], rep["peak"]["copy_gbps"],
            "sgemm %.1f GFLOP/s" % sgemm_gflops if blas_built else NO_BLAS))

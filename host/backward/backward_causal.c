@@ -11,7 +11,8 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
 {
     cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_transpose, b->k_bc_scalars,
                            b->k_bc_grad,    b->k_bc_dq,     b->k_bc_dk,     b->k_bc_dv,        b->k_bc_diag,
-                           b->k_bc_dmix_finish, b->k_bc_from_forward, b->k_bc_dqkv};
+                           b->k_bc_dmix_finish, b->k_bc_from_forward, b->k_bc_dqkv, b->k_bc_summary_tiled,
+                           b->k_bc_grad_tiled};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -185,6 +186,22 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
         mhla__local_size_3d(ctx, b->k_bc_scalars, tok, wg, b->lws_bc_token);
     const size_t tile[3] = {(size_t)(c->dk / b->tiles.bct_sr), heads, 1};
     mhla__local_size_3d(ctx, b->k_bc_grad, tile, wg, b->lws_bc_tile);
+    /* GPU rows: the chunk and gradient summaries in the forward's tiled summaries' groups (cs_tk,
+     * cs_tn: fitted to this device already), where the built kernels take them */
+    if (b->tiles.bc_sq && b->tiles.cs_tk) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_TILED, c, &b->tiles, &prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_summary_tiled", &b->k_bc_summary_tiled));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_grad_tiled", &b->k_bc_grad_tiled));
+        mhla_fit fit;
+        mhla__fit_init(ctx, &fit);
+        const size_t swg = mhla__causal_summary_tiled_wg(&b->tiles);
+        const uint64_t slocal = 2u * sizeof(float) * (uint64_t)b->tiles.cs_tk * (uint64_t)b->tiles.cs_tn;
+        if (mhla__fit_check(ctx, b->k_bc_summary_tiled, swg, slocal, &fit) != 0 ||
+            mhla__fit_check(ctx, b->k_bc_grad_tiled, swg, slocal, &fit) != 0) {
+            clReleaseKernel(b->k_bc_summary_tiled), clReleaseKernel(b->k_bc_grad_tiled);
+            b->k_bc_summary_tiled = b->k_bc_grad_tiled = NULL; /* bc_summary and bc_grad, then */
+        }
+    }
     if (c->normalizer == MHLA_NORMALIZER_PAPER) {
         const size_t bytes = (size_t)plan->shape.bh * (size_t)plan->shape.n * sizeof(float);
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, bytes, "the per-token 1/den", &b->inv));
@@ -386,11 +403,34 @@ cleanup:
     return st;
 }
 
+/* bc_summary_tiled or bc_grad_tiled: S^T into `out`, or G into `out` and G^T into `outt`. */
+static mhla_status summary_tiled(const bc_call *x, cl_kernel kr, cl_mem out, cl_mem outt, cl_uint num_wait,
+                                 const cl_event *wait, const char *what)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const mhla_config *c = &x->plan->cfg;
+    const mhla_tiles *t = &x->b->tiles;
+    const size_t tn = (size_t)t->cs_tn, wgs = mhla__causal_summary_tiled_wg(t);
+    const size_t tiles = (((size_t)c->dk + tn - 1) / tn) * (((size_t)c->dv + 1 + tn - 1) / tn);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[0]), MHLA_ARG(x->in[1]), MHLA_ARG(x->in[2]), MHLA_ARG(x->in[3]),
+                  MHLA_ARG(x->inv), MHLA_ARG(x->r), MHLA_ARG(x->tab), MHLA_ARG(out), MHLA_ARG(outt),
+                  MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale));
+    const size_t ext[3] = {wgs, (size_t)x->heads, x->entries * tiles}, loc[3] = {wgs, 1, 1};
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, num_wait, wait, NULL, what));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
 /* The chunk summaries S_j, recomputed (bc_summary). */
 static mhla_status summaries(const bc_call *x, cl_uint num_wait, const cl_event *wait)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
+    if (x->b->k_bc_summary_tiled)
+        return summary_tiled(x, x->b->k_bc_summary_tiled, x->b->slots_s, x->b->slots_s, num_wait, wait,
+                             "bc_summary_tiled");
     cl_kernel kr = x->b->k_bc_summary;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[1]), MHLA_ARG(x->in[2]), MHLA_ARG(x->tab), MHLA_ARG(x->b->slots_s),
                   MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->nent));
@@ -466,6 +506,8 @@ static mhla_status gradient_summaries(const bc_call *x)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
+    if (x->b->k_bc_grad_tiled)
+        return summary_tiled(x, x->b->k_bc_grad_tiled, x->b->slots_g, x->b->slots_gt, 0, NULL, "bc_grad_tiled");
     cl_kernel kr = x->b->k_bc_grad;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[0]), MHLA_ARG(x->in[3]), MHLA_ARG(x->inv), MHLA_ARG(x->r),
                   MHLA_ARG(x->tab), MHLA_ARG(x->b->slots_g), MHLA_ARG(x->b->slots_gt), MHLA_ARG(x->plan->grid),

@@ -227,7 +227,7 @@ typedef struct mhla_tiles {
     KF(BACKWARD_TILED, backward_tiled, F_SHAPE | F_BT)                                             \
     KF(BACKWARD_CAUSAL, backward_causal, F_SHAPE | F_BWD | F_BCT | F_SLOT)                         \
     KF(BACKWARD_CAUSAL_READOUT, backward_causal_readout, F_SHAPE | F_BWD | F_BCT | F_BCF)          \
-    KF(BACKWARD_CAUSAL_TILED, backward_causal_tiled, F_SHAPE | F_BCC)
+    KF(BACKWARD_CAUSAL_TILED, backward_causal_tiled, F_SHAPE | F_BCC | F_CS)
 
 /* The kernel files, for their -D flags (each reads only some of the configuration, so a program
  * is not rebuilt for a value it never sees). */

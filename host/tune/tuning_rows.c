@@ -66,7 +66,8 @@ typedef struct tuning_row {
  *   every earlier chunk, no CLBlast blocks; not yet run on a GPU: the untiled kernels took 0.30 and
  *   0.41 ms of the H100's 1.07 at N = 16384, C = 64). The causal backward's read-outs and the
  *   paper normalizer's per-token scalars run tiled the same way (bc_sq: backward_causal_tiled.cl, 64
- *   tokens x 16 pair tokens a group; not yet run on a GPU); its other kernels keep 8 accumulator
+ *   tokens x 16 pair tokens a group), its chunk and gradient summaries in the forward's summary
+ *   groups (cs_tk; not yet run on a GPU); its other kernels keep 8 accumulator
  *   vectors (bwd_acc: 32 floats) per work-item. The decoder's step splits the key
  *   dimensions into 8 parts per column (dec_dp: chains of Dk/8 in groups of 64 lanes x 8 parts, the
  *   parts added in local memory) and its chunk start the earlier chunks the same way (not yet run on

@@ -167,6 +167,11 @@ MUTATIONS = [
              [("kernels/backward_causal_tiled.cl", ": kind == KIND_SC && o == DV\n                                         ? 1.0f",
                ": kind == KIND_SC && o == DV\n                                         ? 0.0f", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
+    Mutation("bc-summary-tiled-whole-tiles-only", "the causal backward's tiled chunk and gradient summaries drop "
+             "a chunk's last partial tile of tokens",
+             [("kernels/backward_causal_tiled.cl", "for (int s0 = 0; s0 < len; s0 += CS_TK)",
+               "for (int s0 = 0; s0 + CS_TK <= len; s0 += CS_TK)", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
     Mutation("decoder-parts-drop-last", "the decoder's step in parts adds all but the last part of Dk",
              [("kernels/decoder.cl", "for (int r = 1; r < STEP_DP; ++r)\n                sum += part[(r * DP_QG + j)",
                "for (int r = 1; r < STEP_DP - 1; ++r)\n                sum += part[(r * DP_QG + j)", 1)],
