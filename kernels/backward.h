@@ -57,6 +57,27 @@ long bc_slot(const int k, const int h, const int heads)
     return ((long)k * heads + h) * (DK * SC);
 }
 
+/* 1/den_t and dL/dden_t of the token at `at` (1 and 0 without a normalizer). */
+float bct_inv(global const float *invs, const long at)
+{
+#if NORMALIZER == 0
+    return invs[at];
+#else
+    (void)invs, (void)at;
+    return 1.0f;
+#endif
+}
+
+float bct_r(global const float *rs, const long at)
+{
+#if NORMALIZER == 0
+    return rs[at];
+#else
+    (void)rs, (void)at;
+    return 0.0f;
+#endif
+}
+
 /* q~ of token t into qt. */
 void bc_qt(global const STORE_T *q, const mhla_grid g, const int bh, const int t, const float feature_eps,
            const float scale, float *qt)

@@ -40,27 +40,6 @@
 #define BCT_G(W, o, t)                                                                              \
     (LOADN(W, 0, dout + row_offset(g, bh, (t), DV) + (o)) * bct_inv(invs, (long)bh * g.n + (t)))
 
-/* 1/den_t and dL/dden_t of the token at `at` (1 and 0 without a normalizer). */
-float bct_inv(global const float *invs, const long at)
-{
-#if NORMALIZER == 0
-    return invs[at];
-#else
-    (void)invs, (void)at;
-    return 1.0f;
-#endif
-}
-
-float bct_r(global const float *rs, const long at)
-{
-#if NORMALIZER == 0
-    return rs[at];
-#else
-    (void)rs, (void)at;
-    return 0.0f;
-#endif
-}
-
 /* acc = x_r times the slot (`slot`: P^T or dS^T as rows of Dk floats, SC of them, or dS as rows
  * of SC floats, DK of them) for rows r0 .. r0 + BCT_RT - 1 of the nq tokens from t1, columns col0 ..
  * col0 + BCT_COLS - 1, from the rows in global memory; plus the z row's term (dq: r_t zP_i, dk:

@@ -46,32 +46,11 @@
 #define BC_WQP(kind) (BC_NV(kind) * BC_CQ)
 #define BC_NV_MAX ((((DK > DV + 1 ? DK : DV + 1) + 3) / 4 + BC_CQ - 1) / BC_CQ)
 
-/* 1/den_t and dL/dden_t of the token at `at` (1 and 0 without a normalizer). */
-float bcc_inv(global const float *invs, const long at)
-{
-#if NORMALIZER == 0
-    return invs[at];
-#else
-    (void)invs, (void)at;
-    return 1.0f;
-#endif
-}
-
-float bcc_r(global const float *rs, const long at)
-{
-#if NORMALIZER == 0
-    return rs[at];
-#else
-    (void)rs, (void)at;
-    return 0.0f;
-#endif
-}
-
 /* Element p of token t's row of each operand: g_t = dO_t / den_t, v, k~ and q~ (scale folded in). */
 __attribute__((always_inline)) inline float bcc_g(global const STORE_T *dout, global const float *invs,
                                                   const mhla_grid g, const int bh, const int t, const int p)
 {
-    return LOADN(1, row_offset(g, bh, t, DV) + p, dout) * bcc_inv(invs, (long)bh * g.n + t);
+    return LOADN(1, row_offset(g, bh, t, DV) + p, dout) * bct_inv(invs, (long)bh * g.n + t);
 }
 
 /* x (which 0), y (1) or w (2) of `kind` at element p of token t. */
@@ -143,7 +122,7 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
     }
     if (kind == KIND_DQ)
         for (int r = lid; r < BC_SQ; r += BC_WG)
-            xb[r] = r < nq ? bcc_r(rs, (long)bh * g.n + t0 + p0 + r) : 0.0f;
+            xb[r] = r < nq ? bct_r(rs, (long)bh * g.n + t0 + p0 + r) : 0.0f;
     float4 acc[BC_NV_MAX][4];
     #pragma unroll
     for (int j = 0; j < BC_NV_MAX; ++j)
@@ -207,7 +186,7 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
         }
         if (kind == KIND_DK)
             for (int c = lid; c < BC_BK; c += BC_WG)
-                cb[c] = c < nk ? bcc_r(rs, (long)bh * g.n + t0 + kb + c) : 0.0f;
+                cb[c] = c < nk ? bct_r(rs, (long)bh * g.n + t0 + kb + c) : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float4 sc[4];
@@ -403,10 +382,10 @@ bcs_summary(const int grad, global const STORE_T *q, global const STORE_T *k, gl
                     a = grad ? scale * feature(LOADN(1, row_offset(g, bh, t, DK) + row, q), feature_eps)
                              : feature(LOADN(1, row_offset(g, bh, t, DK) + row, k), feature_eps);
                 if (col < DV)
-                    b = grad ? LOADN(1, row_offset(g, bh, t, DV) + col, dout) * bcc_inv(invs, (long)bh * g.n + t)
+                    b = grad ? LOADN(1, row_offset(g, bh, t, DV) + col, dout) * bct_inv(invs, (long)bh * g.n + t)
                              : LOADN(1, row_offset(g, bh, t, DV) + col, v);
                 else if (col == DV)
-                    b = grad ? bcc_r(rs, (long)bh * g.n + t) : 1.0f;
+                    b = grad ? bct_r(rs, (long)bh * g.n + t) : 1.0f;
             }
             ((local float *)al)[e] = a;
             ((local float *)bl)[e] = b;

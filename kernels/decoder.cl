@@ -27,6 +27,36 @@
         global STORE_T *restrict out, const mhla_grid g_arg, const int token, const int chunk, const int rows_mc,      \
         const int fresh, const float feature_eps, const float scale, const float eps
 
+/* The grouped forms' key/value head (one work-group each, group id 1): its first query head and its
+ * token's k and v rows, with k~ mapped into kl by the group's work-items. */
+#define STEP_KV_HEAD(kl, lid, lsz)                                                                                     \
+    const int kvh = (int)get_group_id(1), kvc = kv_count(g), group = KV_GROUP;                                       \
+    const int batch = kvh / g.kv_heads, first = batch * g.heads + (kvh - batch * g.kv_heads) * group;              \
+    const long krow = kv_row_base(g, first, DK) + (long)token * kv_row_stride(g, DK);                                \
+    const long vrow = kv_row_base(g, first, DV) + (long)token * kv_row_stride(g, DV);                                \
+    for (int d = (lid); d < DK; d += (lsz))                                                                          \
+        (kl)[d] = feature(LOADN(1, krow + d, k), feature_eps)
+
+/* q~ of the pass's nj query heads (from query head row `first` on) into ql, a row of DK each. */
+void step_load_q(local float *ql, global const STORE_T *q, const mhla_grid g, const int first, const int nj,
+                 const int token, const int lid, const int lsz, const float scale, const float feature_eps)
+{
+    for (int j = 0; j < nj; ++j) {
+        const long qrow = row_offset(g, first + j, token, DK);
+        for (int d = lid; d < DK; d += lsz)
+            ql[j * DK + d] = scale * feature(LOADN(1, qrow + d, q), feature_eps);
+    }
+}
+
+/* Column e of key/value head kvh's summaries: S's (stride DV), or z (stride 1) for e = DV; *at in
+ * the running chunk's slot, *pfirst in the prefix mixture's. */
+void step_column(const int e, const int chunk, const int kvh, const int kvc, long *at, long *pfirst, int *stride)
+{
+    *at = e < DV ? slot_s(chunk, kvh, kvc) + e : slot_z(chunk, kvh, kvc);
+    *pfirst = e < DV ? slot_s(0, kvh, kvc) + e : slot_z(0, kvh, kvc);
+    *stride = e < DV ? DV : 1;
+}
+
 #if STEP_DP == 1 && KV_GROUP == 1
 /* global: (local size, B*H): one work-group per (batch, head); work-item lid owns summary
  * columns lid, lid + local size, ... of DV + ZCOL (column DV is z for the paper normalizer).
@@ -107,27 +137,18 @@ kernel void decoder_step(DECODER_STEP_ARGS)
 #endif
     const int lid = (int)get_local_id(0);
     const int lsz = (int)get_local_size(0);
-    const int kvh = (int)get_group_id(1), kvc = kv_count(g), group = KV_GROUP;
-    const int batch = kvh / g.kv_heads, first = batch * g.heads + (kvh - batch * g.kv_heads) * group;
-    const long krow = kv_row_base(g, first, DK) + (long)token * kv_row_stride(g, DK);
-    const long vrow = kv_row_base(g, first, DV) + (long)token * kv_row_stride(g, DV);
-    for (int d = lid; d < DK; d += lsz)
-        kl[d] = feature(LOADN(1, krow + d, k), feature_eps);
+    STEP_KV_HEAD(kl, lid, lsz);
     const float mii = mixing[(long)chunk * rows_mc + chunk];
 
     for (int j0 = 0; j0 < group; j0 += STEP_QG) {
         const int nj = min(STEP_QG, group - j0);
-        for (int j = 0; j < nj; ++j) {
-            const long qrow = row_offset(g, first + j0 + j, token, DK);
-            for (int d = lid; d < DK; d += lsz)
-                ql[j * DK + d] = scale * feature(LOADN(1, qrow + d, q), feature_eps);
-        }
+        step_load_q(ql, q, g, first + j0, nj, token, lid, lsz, scale, feature_eps);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = lid; e < DV + ZCOL; e += lsz) {
-            /* column e of S (stride DV), or z (stride 1); the first pass adds the token to it */
-            const long at = e < DV ? slot_s(chunk, kvh, kvc) + e : slot_z(chunk, kvh, kvc);
-            const long pfirst = e < DV ? slot_s(0, kvh, kvc) + e : slot_z(0, kvh, kvc);
-            const int stride = e < DV ? DV : 1;
+            /* column e of S or z; the first pass adds the token to it */
+            long at, pfirst;
+            int stride;
+            step_column(e, chunk, kvh, kvc, &at, &pfirst, &stride);
             const float ve = e < DV ? LOADN(1, vrow + e, v) : 1.0f;
             float acc[STEP_QG];
             #pragma unroll
@@ -204,12 +225,7 @@ kernel void decoder_step(DECODER_STEP_ARGS)
     local float part[STEP_DP * DP_QG * DP_COLS]; /* [part][query head][column] */
     const int lid = (int)get_local_id(0), lsz = (int)get_local_size(0);
     const int lanes = lsz / STEP_DP, p = lid / lanes, lx = lid - p * lanes;
-    const int kvh = (int)get_group_id(1), kvc = kv_count(g), group = KV_GROUP;
-    const int batch = kvh / g.kv_heads, first = batch * g.heads + (kvh - batch * g.kv_heads) * group;
-    const long krow = kv_row_base(g, first, DK) + (long)token * kv_row_stride(g, DK);
-    const long vrow = kv_row_base(g, first, DV) + (long)token * kv_row_stride(g, DV);
-    for (int d = lid; d < DK; d += lsz)
-        kl[d] = feature(LOADN(1, krow + d, k), feature_eps);
+    STEP_KV_HEAD(kl, lid, lsz);
     const float mii = mixing[(long)chunk * rows_mc + chunk];
 #if !ZCOL
     (void)eps;
@@ -217,17 +233,13 @@ kernel void decoder_step(DECODER_STEP_ARGS)
 
     for (int j0 = 0; j0 < group; j0 += DP_QG) {
         const int nj = min(DP_QG, group - j0);
-        for (int j = 0; j < nj; ++j) {
-            const long qrow = row_offset(g, first + j0 + j, token, DK);
-            for (int d = lid; d < DK; d += lsz)
-                ql[j * DK + d] = scale * feature(LOADN(1, qrow + d, q), feature_eps);
-        }
+        step_load_q(ql, q, g, first + j0, nj, token, lid, lsz, scale, feature_eps);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = lx; e < DP_COLS; e += lanes) {
-            /* column e of S (stride DV), or z (stride 1); the first pass adds the token to it */
-            const long at = e < DV ? slot_s(chunk, kvh, kvc) + e : slot_z(chunk, kvh, kvc);
-            const long pfirst = e < DV ? slot_s(0, kvh, kvc) + e : slot_z(0, kvh, kvc);
-            const int stride = e < DV ? DV : 1;
+            /* column e of S or z; the first pass adds the token to it */
+            long at, pfirst;
+            int stride;
+            step_column(e, chunk, kvh, kvc, &at, &pfirst, &stride);
             const float ve = e < DV ? LOADN(1, vrow + e, v) : 1.0f;
             float acc[DP_QG];
             #pragma unroll

@@ -1,7 +1,8 @@
 /* Stage 1 of non-causal MHLA on GPUs: each block's summary S_b = sum k~ v^T and key sum z_b as a
  * work-group tiled reduction. The group copies TL_TK tokens of k~ (the feature map applied once,
  * on the copy) and of v into local memory, neighbouring work-items reading neighbouring 16-byte
- * pieces of a row (coalesced), then every work-item adds a 4 x 4 register tile over those tokens.
+ * pieces of a row (coalesced), then every work-item adds a TL_RR x 4 register tile over those tokens
+ * (8 rows: two float4 of k~ and one of v feed 32 multiply-adds, where 4 x 4 takes 16 from two).
  * Where the CPU kernel (block_summary.cl) has each work-item walk its own k and v columns through
  * cache, here a token's rows cross the memory bus once per group and are read from local memory by
  * all of its work-items. The next tile's rows are loaded into registers while the group multiplies
@@ -20,16 +21,20 @@
 #ifndef TL_TV
 #define TL_TV 64 /* value columns per group (a multiple of 4) */
 #endif
+#ifndef TL_RR
+#define TL_RR 4 /* key rows per work-item, 4 or 8 (dividing TL_TD) */
+#endif
 #define TL_QD (TL_TD / 4) /* float4 pieces of a k~ row of the tile */
 #define TL_QV (TL_TV / 4)
-#define TL_WG (TL_QD * TL_QV)
+#define TL_RQ (TL_RR / 4) /* k~ pieces per work-item row tile */
+#define TL_WG ((TL_TD / TL_RR) * TL_QV)
 #define TL_NV ((DV + TL_TV - 1) / TL_TV) /* column tiles */
 #define TL_KQ ((TL_TK * TL_QD + TL_WG - 1) / TL_WG) /* k~ pieces a work-item copies per tile */
 #define TL_VQ ((TL_TK * TL_QV + TL_WG - 1) / TL_WG)
 
 /* global: (TL_WG * ceil(DK/TL_TD) * TL_NV, B*H, M*splits), local (TL_WG, 1, 1). Group (tile, bh,
  * segment) writes rows blk*splits + split of `dst` ([M*splits][row], kernels/common.h's offsets).
- * Work-item (column tile ct fastest, row tile rt): rows 4 rt.. of the group's key rows, columns
+ * Work-item (column tile ct fastest, row tile rt): rows TL_RR rt.. of the group's key rows, columns
  * 4 ct.. of its value columns; in a warp the v tile's float4 reads are contiguous and the k~ reads
  * one address for many work-items (a broadcast). `weighted` (a constant at each call, so the other
  * form compiles away): the backward's gradient summaries G = sum q~ [w dO | zscale wz]^T from k = q
@@ -60,8 +65,8 @@ summary_tiled_body(global const STORE_T *k, global const STORE_T *v, global floa
     const int zsum = c_base == 0;
     for (int d = lid; d < TL_TD; d += TL_WG)
         zl[d] = 0.0f;
-    float4 acc[4], kr[TL_KQ], vr[TL_VQ];
-    for (int r = 0; r < 4; ++r)
+    float4 acc[TL_RR], kr[TL_KQ], vr[TL_VQ];
+    for (int r = 0; r < TL_RR; ++r)
         acc[r] = (float4)(0.0f);
 
     /* The tile of tokens p0.. into kr and vr: piece i of the k~ tile is token i / TL_QD, columns
@@ -115,16 +120,20 @@ summary_tiled_body(global const STORE_T *k, global const STORE_T *v, global floa
                 zl[d] = z;
             }
         #pragma unroll 8
-        for (int t = 0; t < TL_TK; ++t)
-            tiled_mad4x4(acc, kl[t * TL_QD + rt], vl[t * TL_QV + ct]);
+        for (int t = 0; t < TL_TK; ++t) {
+            const float4 b = vl[t * TL_QV + ct];
+            #pragma unroll
+            for (int q = 0; q < TL_RQ; ++q)
+                tiled_mad4x4(acc + 4 * q, kl[t * TL_QD + rt * TL_RQ + q], b);
+        }
     }
 #undef SUMMARY_FETCH
     if (zsum)
         for (int d = lid; d < TL_TD && d_base + d < DK; d += TL_WG)
             dst[summary_z_offset(g.bh, bs, bh) + d_base + d] = weighted ? zscale * zl[d] : zl[d];
     const int c = c_base + 4 * ct;
-    for (int r = 0; r < 4; ++r) {
-        const int d = d_base + 4 * rt + r;
+    for (int r = 0; r < TL_RR; ++r) {
+        const int d = d_base + TL_RR * rt + r;
         if (d < DK && c < DV)
             tiled_store_f32(acc[r], dst + summary_s_offset(g.bh, bs, bh, d) + c, DV - c, TILED_SUMMARY_ALIGNED);
     }

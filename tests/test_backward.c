@@ -700,7 +700,8 @@ static void test_backward_saved_summaries_causal(void **state)
  * test_tiled_limits does the forward. A phone's 64-wide groups and 16 KiB: two long blocks in
  * segments (G's added by the mixing, which also writes G whole for dMc), 4 dimensions per local
  * tile (bt_dc=4: the loop over several tiles at head dimensions 16 x 8); 128-wide groups and 32 KiB: odd head dimensions in
- * [B,H,N,D] (rows of no whole float4, several token tiles a block). The sizes are those of other
+ * [B,H,N,D] (rows of no whole float4, several token tiles a block; the gradient summaries in 8-row
+ * register tiles, tl_rr=8, past Dk 7). The sizes are those of other
  * cases and of test_forward's (one build of the forward's kernels serves both). Grouped heads and
  * cross-attention: test_cross's test_tiled_limits; 256 to 1024 work-items and 48 KiB: the GPU
  * row's own fit (backward_gpu_row). And the causal form's prefix and suffix mixtures
@@ -714,7 +715,7 @@ static void test_backward_tiled_limits(void **state)
     (void)state;
     static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=64,local=16K",
                                          "wg=128,local=32K", "wg=1024,local=48K"};
-    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu", "row=gpu", "row=gpu,bc_sq=16,bc_bk=8",
+    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu,tl_rr=8", "row=gpu", "row=gpu,bc_sq=16,bc_bk=8",
                                           "row=gpu"};
     mhla_config cfgs[5];
     cfgs[0] = config_1d(1, 2, 512, 2, 16, 8);

@@ -104,8 +104,9 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, uint64_
     out->splits = out->split_len = 1;
 }
 
-/* The tiled forward's sizes (summary_tiled.cl, output_tiled.cl): 4 x 4 register tiles, groups of
- * (TL_TD / 4) x (TL_TV / 4) and (TL_TQ / 4) x (TL_TV / 4) work-items within the work-group limit,
+/* The tiled forward's sizes (summary_tiled.cl, output_tiled.cl): 4 x 4 register tiles (the summary's
+ * 8 x 4 where tl_rr asks), groups of (TL_TD / TL_RR) x (TL_TV / 4) and (TL_TQ / 4) x (TL_TV / 4)
+ * work-items within the work-group limit,
  * their local tiles within the local memory (halved until they fit: a phone's 64 work-items and
  * 16 KiB take 32 x 32 groups). */
 static int tile4(int64_t x) { return x < 4 ? 4 : (int)(x / 4 * 4); }
@@ -124,11 +125,15 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
 {
     const int tn = tile4(t->tl_tn);
     int td = min_int(tn, up4(cfg->dk)), tv = min_int(tn, up4(cfg->dv));
-    while ((size_t)(td / 4) * (size_t)(tv / 4) > fit->wg && (td > 4 || tv > 4)) {
+    /* 8 key rows a work-item where the tuning asks and the group's rows are whole eights of them */
+    int rr = t->tl_rr >= 8 && td % 8 == 0 ? 8 : 4;
+    while ((size_t)(td / rr) * (size_t)(tv / 4) > fit->wg && (td > 4 || tv > 4)) {
         if (td >= tv)
             td = tile4(td / 2);
         else
             tv = tile4(tv / 2);
+        if (td % rr)
+            rr = 4;
     }
     int tq = min_int(tile4(t->tl_tq), up4(shape->nb));
     while ((size_t)(tq / 4) * (size_t)(tv / 4) > fit->wg && tq > 4)
@@ -136,7 +141,7 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
     int tk = t->tl_tk;
     while (tk > 1 && ((uint64_t)tk * (uint64_t)(td + tv) + (uint64_t)td) * sizeof(float) > fit->local_bytes)
         tk /= 2;
-    out->tl_td = td, out->tl_tv = tv, out->tl_tk = tk, out->tl_tq = tq, out->tl_fuse = t->tl_fuse;
+    out->tl_td = td, out->tl_tv = tv, out->tl_tk = tk, out->tl_tq = tq, out->tl_fuse = t->tl_fuse, out->tl_rr = rr;
     out->tl_dc = min_int(tile4(t->tl_dc), up4(cfg->dk)); /* whole float4 of q rows (output_tiled.cl) */
     while (out->tl_dc > 4 && mhla__output_tiled_local(out) > fit->local_bytes)
         out->tl_dc = tile4(out->tl_dc / 2);
@@ -776,7 +781,7 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_DMIX)
         mhla__opts_add(opts, "-DBWD_TM=%d", t->bwd_tm);
     if (r & F_TL)
-        mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d", t->tl_tk, t->tl_td, t->tl_tv);
+        mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d -DTL_RR=%d", t->tl_tk, t->tl_td, t->tl_tv, t->tl_rr);
     if (r & F_TLO)
         mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d", t->tl_tq, t->tl_tv, t->tl_dc);
     if (r & F_SMT)

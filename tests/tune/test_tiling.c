@@ -340,26 +340,37 @@ static void test_gpu_row_d64(void **state)
     free_context(ctx);
 }
 
+/* The causal backward's tiles at D = 64 on `d` with `wg` work-items, `local` bytes, N tokens and
+ * chunk C, the row's tuning and then `tuning` (NULL: none): the forward's causal tiles first, as a
+ * plan builds them. Returns the context (for free_context); *fit is what they were fitted to. */
+static mhla_context *backward_causal_tiles(const fake_device *d, size_t wg, uint64_t local, int64_t n, int64_t chunk,
+                                           const char *tuning, mhla_config *cfg, mhla_fit *fit, mhla_tiles *x)
+{
+    mhla_context *ctx = fake_context(d, wg, local);
+    *cfg = causal_config(64, 64);
+    cfg->seq_t = n;
+    cfg->chunk = chunk;
+    mhla_tuning t = lookup(ctx, cfg);
+    if (tuning)
+        assert_int_equal(mhla__tuning_apply(ctx, "test", tuning, &t), MHLA_OK);
+    mhla__fit_init(ctx, fit);
+    assert_int_equal(mhla__tiles_causal(ctx, cfg, &t, fit, x), MHLA_OK);
+    mhla__tiles_backward(cfg, &t, x);
+    mhla_shape shape;
+    assert_int_equal(mhla__config_validate(cfg, &shape, NULL, 0), MHLA_OK);
+    assert_int_equal(mhla__tiles_backward_causal(ctx, cfg, &shape, &t, fit, x), MHLA_OK);
+    return ctx;
+}
+
 /* The causal backward's tiles of `d` with `local` bytes and chunk C: BCT_FC (0: the three
  * read-outs and bc_diag) and, when fused, bc_dqkv's work-items and local bytes. */
 static void expect_fused_n(const fake_device *d, uint64_t local, int64_t n, int64_t chunk, const char *tuning, int fc,
                            size_t wg, uint64_t bytes)
 {
-    mhla_context *ctx = fake_context(d, 1024, local);
-    mhla_config cfg = causal_config(64, 64);
-    cfg.seq_t = n;
-    cfg.chunk = chunk;
-    mhla_tuning t = lookup(ctx, &cfg);
-    if (tuning)
-        assert_int_equal(mhla__tuning_apply(ctx, "test", tuning, &t), MHLA_OK);
+    mhla_config cfg;
     mhla_fit fit;
-    mhla__fit_init(ctx, &fit);
     mhla_tiles x;
-    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
-    mhla__tiles_backward(&cfg, &t, &x);
-    mhla_shape shape;
-    assert_int_equal(mhla__config_validate(&cfg, &shape, NULL, 0), MHLA_OK);
-    assert_int_equal(mhla__tiles_backward_causal(ctx, &cfg, &shape, &t, &fit, &x), MHLA_OK);
+    mhla_context *ctx = backward_causal_tiles(d, 1024, local, n, chunk, tuning, &cfg, &fit, &x);
     if (x.bct_fc != fc)
         fail_msg("%s, %llu bytes, C = %lld%s%s: BCT_FC %d, expected %d", d->name, (unsigned long long)local,
                  (long long)chunk, tuning ? ", " : "", tuning ? tuning : "", x.bct_fc, fc);
@@ -384,20 +395,10 @@ static void expect_fused(const fake_device *d, uint64_t local, int64_t chunk, co
 static void expect_bc_tiled(const fake_device *d, size_t wg, uint64_t local, int64_t chunk, const char *tuning, int sq,
                             int bk)
 {
-    mhla_context *ctx = fake_context(d, wg, local);
-    mhla_config cfg = causal_config(64, 64);
-    cfg.chunk = chunk;
-    mhla_tuning t = lookup(ctx, &cfg);
-    if (tuning)
-        assert_int_equal(mhla__tuning_apply(ctx, "test", tuning, &t), MHLA_OK);
+    mhla_config cfg;
     mhla_fit fit;
-    mhla__fit_init(ctx, &fit);
     mhla_tiles x;
-    assert_int_equal(mhla__tiles_causal(ctx, &cfg, &t, &fit, &x), MHLA_OK);
-    mhla__tiles_backward(&cfg, &t, &x);
-    mhla_shape shape;
-    assert_int_equal(mhla__config_validate(&cfg, &shape, NULL, 0), MHLA_OK);
-    assert_int_equal(mhla__tiles_backward_causal(ctx, &cfg, &shape, &t, &fit, &x), MHLA_OK);
+    mhla_context *ctx = backward_causal_tiles(d, wg, local, causal_config(64, 64).seq_t, chunk, tuning, &cfg, &fit, &x);
     if (x.bc_sq != sq || x.bc_bk != bk)
         fail_msg("%s, %zu work-items, %llu bytes, C = %lld%s%s: bc_sq %d, bc_bk %d; expected %d, %d", d->name, wg,
                  (unsigned long long)local, (long long)chunk, tuning ? ", " : "", tuning ? tuning : "", x.bc_sq,
@@ -434,6 +435,42 @@ static void test_tiled_causal_backward(void **state)
     expect_bc_tiled(&gpu, 1024, 65536, 64, "bc_sq=0", 0, 0);
     expect_bc_tiled(&avx512, 1024, 1u << 20, 64, NULL, 0, 0);
     expect_bc_tiled(&avx512, 1024, 1u << 20, 64, "bc_sq=32", 32, 16); /* and no bc_dqkv */
+}
+
+/* The tiled summary's register tile (tl_rr): 8 key rows a work-item where the tuning asks and the
+ * group's rows are whole eights (64 x 64: 8 x 16 = 128 work-items), the rows halved first under a
+ * lower limit (64: 32 x 64 in 4 x 16), 4 rows where the head has only 4 (Dk 4) and by default. */
+static void expect_summary_rows(size_t wg, int64_t dk, const char *tuning, int td, int rr)
+{
+    mhla_context *ctx = fake_context(&gpu, wg, 65536);
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 16, cfg.dk = dk, cfg.dv = 64;
+    mhla_tuning t = lookup(ctx, &cfg);
+    if (tuning)
+        assert_int_equal(mhla__tuning_apply(ctx, "test", tuning, &t), MHLA_OK);
+    mhla_shape shape;
+    assert_int_equal(mhla__config_validate(&cfg, &shape, NULL, 0), MHLA_OK);
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    mhla_tiles x;
+    memset(&x, 0, sizeof x);
+    mhla__tiles_tiled(&cfg, &shape, &t, &fit, &x);
+    if (x.tl_td != td || x.tl_rr != rr)
+        fail_msg("%zu work-items, Dk %lld, %s: tl_td %d, tl_rr %d; expected %d, %d", wg, (long long)dk,
+                 tuning ? tuning : "the row", x.tl_td, x.tl_rr, td, rr);
+    assert_true((size_t)(x.tl_td / x.tl_rr) * (size_t)(x.tl_tv / 4) <= fit.wg);
+    free_context(ctx);
+}
+
+static void test_summary_rows(void **state)
+{
+    (void)state;
+    expect_summary_rows(256, 64, NULL, 64, 4);
+    expect_summary_rows(256, 64, "tl_rr=8", 64, 8);
+    expect_summary_rows(64, 64, "tl_rr=8", 32, 8);
+    expect_summary_rows(256, 4, "tl_rr=8", 4, 4);
+    expect_summary_rows(256, 12, "tl_rr=8", 12, 4); /* 12 rows: not whole eights */
 }
 
 /* bc_dqkv (bct_fuse): on CPU rows where a chunk's group fits local memory. AVX-512: 4 rows x 64
@@ -890,7 +927,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_init),       cmocka_unit_test(test_cpu_row_d64),
         cmocka_unit_test(test_gpu_row_d64),    cmocka_unit_test(test_cpu_vendor_rows),
-        cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_tiled_causal_backward),    cmocka_unit_test(test_prefix_width),
+        cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_tiled_causal_backward),
+        cmocka_unit_test(test_summary_rows),    cmocka_unit_test(test_prefix_width),
         cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_too_small),      cmocka_unit_test(test_build_options),
         cmocka_unit_test(test_flags_are_read),
