@@ -284,7 +284,7 @@ typedef struct tune_stage {
     int kind;      /* measure()'s: 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax
                       (2048), 3 the causal backward (1's problem), 4 the backward of 0's problem, 5 decode
                       (a token's steps after 1's tokens of context) */
-    tune_field fields[10];
+    tune_field fields[11];
     /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
      * together (NULL: the stage has none). */
     const char *rows_field, *nv_field, *ve_field;
@@ -302,7 +302,7 @@ static const tune_stage stages[] = {
     {"tiled", 3, 0,
      {{"tiled", 2, {1, 0}}, {"tl_tk", 3, {16, 32, 64}}, {"tl_tn", 2, {32, 64}}, {"tl_tq", 3, {32, 64, 128}},
       {"tl_dc", 3, {16, 32, 64}}, {"tl_fuse", 3, {0, 16, 64}}, {"groups_per_cu", 4, {2, 4, 8, 16}},
-      {"mix_mr", 3, {4, 8, 16}}, {"tl_rr", 2, {4, 8}}, {NULL, 0, {0}}},
+      {"mix_mr", 3, {4, 8, 16}}, {"tl_rr", 2, {4, 8}}, {"tl_qr", 2, {4, 8}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     {"summary", 0, 0,
      {{"sum_rd", 4, {4, 6, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}},

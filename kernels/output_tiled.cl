@@ -2,7 +2,8 @@
  * TL_TQ tokens of one block as a tiled product. The group copies TL_DC key dimensions of the
  * tile's q~ (scale and feature map applied once, on the copy; stored transposed so that a work-item
  * reads its 4 tokens as one float4) and the same rows of the block's mixed summary into local
- * memory, and every work-item adds a 4-token x 4-column register tile over them; the next
+ * memory, and every work-item adds a TL_QR-token x 4-column register tile over them (8 tokens: two
+ * float4 of q~ and one of the summary feed 32 multiply-adds, where 4 take 16 from two); the next
  * dimensions' pieces are loaded into registers meanwhile. Each summary row is then read from global
  * memory once per group instead of once per work-item (output.cl, whose work-items each walk the
  * whole summary: the CPU form). The normalizer's dot products q~ . z~ are summed on the copies, one
@@ -19,10 +20,14 @@
 #ifndef TL_DC
 #define TL_DC 32 /* key dimensions per local tile (a multiple of 4) */
 #endif
+#ifndef TL_QR
+#define TL_QR 4 /* tokens per work-item, 4 or 8 (dividing TL_TQ) */
+#endif
 #define TL_QQ (TL_TQ / 4) /* float4 pieces of a transposed q~ row: 4 tokens each */
 #define TL_QV (TL_TV / 4)
 #define TL_QC (TL_DC / 4) /* float4 pieces of a q row's TL_DC dimensions */
-#define TL_WG (TL_QQ * TL_QV)
+#define TL_RQ (TL_QR / 4) /* q~ pieces per work-item token tile */
+#define TL_WG ((TL_TQ / TL_QR) * TL_QV)
 #define TL_LQ (TL_QQ + 1) /* the transposed q~ rows, padded: the copy's stores spread over the banks */
 #define TL_NV ((DV + TL_TV - 1) / TL_TV)
 #define TL_PQ ((TL_TQ * TL_QC + TL_WG - 1) / TL_WG) /* q pieces a work-item copies per tile */
@@ -71,8 +76,8 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
     const long qs = row_stride(g, DK);
     /* whole float4 of q and output rows: rows of 4n values from an aligned buffer (kernels/tiled.h) */
     const int qa = (DK % 4 == 0) & TILED_BASE_OK(q), oa = (DV % 4 == 0) & TILED_BASE_OK(out);
-    float4 acc[4], qr[TL_PQ], sr[TL_PS];
-    for (int r = 0; r < 4; ++r)
+    float4 acc[TL_QR], qr[TL_PQ], sr[TL_PS];
+    for (int r = 0; r < TL_QR; ++r)
         acc[r] = (float4)(0.0f);
     for (int i = lid; i < TL_TQ; i += TL_WG)
         dl[i] = 0.0f;
@@ -131,8 +136,12 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         }
 #endif
         #pragma unroll 8
-        for (int d = 0; d < TL_DC; ++d)
-            tiled_mad4x4(acc, ql[d * TL_LQ + rq], sl[d * TL_QV + ct]);
+        for (int d = 0; d < TL_DC; ++d) {
+            const float4 b = sl[d * TL_QV + ct];
+            #pragma unroll
+            for (int u = 0; u < TL_RQ; ++u)
+                tiled_mad4x4(acc + 4 * u, ql[d * TL_LQ + rq * TL_RQ + u], b);
+        }
     }
 #undef OUTPUT_FETCH
     barrier(CLK_LOCAL_MEM_FENCE); /* dl's last sums */
@@ -141,8 +150,8 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         return;
     global STORE_T *ob = out + row_base(g, bh, DV) + c;
     const long os = row_stride(g, DV);
-    for (int r = 0; r < 4; ++r) {
-        const int t = 4 * rq + r, p = p0 + t;
+    for (int r = 0; r < TL_QR; ++r) {
+        const int t = TL_QR * rq + r, p = p0 + t;
         if (p >= g.nb)
             break;
 #if NORMALIZER == 0

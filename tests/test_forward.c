@@ -512,8 +512,9 @@ static void test_stage_times(void **state)
  * holds): groups of 64, 128, 256 and 1024 work-items, 16, 32 and 48 KiB of local memory, a
  * configuration each (the fit depends on the pair, the kernels' arithmetic on the configuration):
  * head dimensions spanning several tiles (Dk 96: several tiles of dimensions), odd ones (rows of no
- * whole float4), f16 storage, [B,H,N,D], a block split into segments (M = 1) and a 2D grid; the last
- * three with the summary's 8-row register tiles (tl_rr=8). */
+ * whole float4), f16 storage, [B,H,N,D], a block split into segments (M = 1) and a 2D grid; the
+ * summary's 8-row register tiles (tl_rr=8) in configurations 2 and 4, the read-out's 8-token ones
+ * (tl_qr=8) in 2 and 3. */
 static void test_tiled_limits(void **state)
 {
     (void)state;
@@ -532,20 +533,26 @@ static void test_tiled_limits(void **state)
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
         const char *lim = limits[c % (sizeof limits / sizeof limits[0])];
         /* odd configurations with the mixing as its own launch, even ones inside the read-out */
-        static const char *const tunings[] = {"row=gpu,tl_fuse=64", "row=gpu,tl_fuse=0", "row=gpu,tl_fuse=64,tl_rr=8",
-                                              "row=gpu,tl_fuse=0,tl_rr=8", "row=gpu,tl_fuse=64,tl_rr=8"};
+        static const char *const tunings[] = {"row=gpu,tl_fuse=64", "row=gpu,tl_fuse=0",
+                                              "row=gpu,tl_fuse=64,tl_rr=8,tl_qr=8", "row=gpu,tl_fuse=0,tl_qr=8",
+                                              "row=gpu,tl_fuse=64,tl_rr=8"};
+        const int rr = c == 2 || c == 4 ? 8 : 4, qr = c == 2 || c == 3 ? 8 : 4;
         mhla_context *ctx = limited_context(lim, tunings[c]);
         char label[160];
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the outputs: a kernel dropping either fails */
-        snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled%s%s, Dk %lld Dv %lld (config %zu)", lim,
-                 c % 2 ? "" : " and mixing", c >= 2 ? " 8-row" : "", (long long)cfgs[c].dk, (long long)cfgs[c].dv, c);
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled%s%s%s, Dk %lld Dv %lld (config %zu)", lim,
+                 c % 2 ? "" : " and mixing", rr == 8 ? " 8-row" : "", qr == 8 ? " 8-token" : "", (long long)cfgs[c].dk,
+                 (long long)cfgs[c].dv, c);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
         char text[512];
         assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
         mhla_plan_destroy(plan);
+        char sum_tile[40], out_tile[48];
+        snprintf(sum_tile, sizeof sum_tile, "(%dx4 a work-item) in tiles", rr);
+        snprintf(out_tile, sizeof out_tile, "columns (%dx4 a work-item)", qr);
         if (!strstr(text, "; tiled: ") || !strstr(text, c % 2 ? "segments added and mixed" : "mixed inside the read-out") ||
-            !strstr(text, c >= 2 ? "(8x4 a work-item)" : "(4x4 a work-item)"))
+            !strstr(text, sum_tile) || !strstr(text, out_tile))
             fail_msg("%s: the plan is not tiled so: %s", label, text);
         expect_close(ctx, &cfgs[c], MHLA_INIT_LINEAR, (uint32_t)(31 + c), label);
         mhla_context_destroy(ctx);

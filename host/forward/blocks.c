@@ -91,8 +91,8 @@ static void blocks_describe(const mhla_plan *plan, char *buf, size_t size)
     if (t->tiled)
         snprintf(buf, size,
                  "%s; tiled: summary groups of %dx%d (%dx4 a work-item) in tiles of %d tokens, %d segment(s) per "
-                 "block; output groups of %d tokens x %d columns, %d key dimensions per tile; %s %d",
-                 tu->origin, t->tl_td, t->tl_tv, t->tl_rr, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_dc,
+                 "block; output groups of %d tokens x %d columns (%dx4 a work-item), %d key dimensions per tile; %s %d",
+                 tu->origin, t->tl_td, t->tl_tv, t->tl_rr, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_qr, t->tl_dc,
                  mhla__output_mixes(plan) ? "mixed inside the read-out (tl_fuse)" : "segments added and mixed in rows of",
                  mhla__output_mixes(plan) ? t->tl_fuse : t->mix_mr);
     else

@@ -7,7 +7,7 @@
 
 /* Work-items of the groups (TL_RR x 4 and 4 x 4 tiles each). */
 static size_t summary_group(const mhla_tiles *t) { return (size_t)(t->tl_td / t->tl_rr) * (size_t)(t->tl_tv / 4); }
-static size_t output_group(const mhla_tiles *t) { return (size_t)(t->tl_tq / 4) * (size_t)(t->tl_tv / 4); }
+static size_t output_group(const mhla_tiles *t) { return (size_t)(t->tl_tq / t->tl_qr) * (size_t)(t->tl_tv / 4); }
 
 static mhla_status kernel_of(mhla_plan *plan, mhla_kernel_file f, const char *name, cl_kernel *out, size_t *wg)
 {

@@ -104,8 +104,8 @@ static void register_tiles(const mhla_config *cfg, const mhla_tuning *t, uint64_
     out->splits = out->split_len = 1;
 }
 
-/* The tiled forward's sizes (summary_tiled.cl, output_tiled.cl): 4 x 4 register tiles (the summary's
- * 8 x 4 where tl_rr asks), groups of (TL_TD / TL_RR) x (TL_TV / 4) and (TL_TQ / 4) x (TL_TV / 4)
+/* The tiled forward's sizes (summary_tiled.cl, output_tiled.cl): 4 x 4 register tiles (8 x 4 where
+ * tl_rr or tl_qr asks), groups of (TL_TD / TL_RR) x (TL_TV / 4) and (TL_TQ / TL_QR) x (TL_TV / 4)
  * work-items within the work-group limit,
  * their local tiles within the local memory (halved until they fit: a phone's 64 work-items and
  * 16 KiB take 32 x 32 groups). */
@@ -136,17 +136,25 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
             rr = 4;
     }
     int tq = min_int(tile4(t->tl_tq), up4(shape->nb));
-    while ((size_t)(tq / 4) * (size_t)(tv / 4) > fit->wg && tq > 4)
+    int qr = t->tl_qr >= 8 && tq % 8 == 0 ? 8 : 4; /* 8 tokens a work-item where asked and whole */
+    while ((size_t)(tq / qr) * (size_t)(tv / 4) > fit->wg && tq > 4) {
         tq = tile4(tq / 2);
+        if (tq % qr)
+            qr = 4;
+    }
     int tk = t->tl_tk;
     while (tk > 1 && ((uint64_t)tk * (uint64_t)(td + tv) + (uint64_t)td) * sizeof(float) > fit->local_bytes)
         tk /= 2;
     out->tl_td = td, out->tl_tv = tv, out->tl_tk = tk, out->tl_tq = tq, out->tl_fuse = t->tl_fuse, out->tl_rr = rr;
+    out->tl_qr = qr;
     out->tl_dc = min_int(tile4(t->tl_dc), up4(cfg->dk)); /* whole float4 of q rows (output_tiled.cl) */
     while (out->tl_dc > 4 && mhla__output_tiled_local(out) > fit->local_bytes)
         out->tl_dc = tile4(out->tl_dc / 2);
-    while (out->tl_tq > 4 && mhla__output_tiled_local(out) > fit->local_bytes)
+    while (out->tl_tq > 4 && mhla__output_tiled_local(out) > fit->local_bytes) {
         out->tl_tq = tile4(out->tl_tq / 2);
+        if (out->tl_tq % out->tl_qr)
+            out->tl_qr = 4;
+    }
     /* mixing_splits reads each block's rows once per MIX_MR mixed rows: up to 16 of them (M = 64:
      * the summaries read 4 times from cache instead of 16) */
     out->mix_mr = t->mix_mr;
@@ -783,7 +791,7 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_TL)
         mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d -DTL_RR=%d", t->tl_tk, t->tl_td, t->tl_tv, t->tl_rr);
     if (r & F_TLO)
-        mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d", t->tl_tq, t->tl_tv, t->tl_dc);
+        mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d -DTL_QR=%d", t->tl_tq, t->tl_tv, t->tl_dc, t->tl_qr);
     if (r & F_SMT)
         mhla__opts_add(opts, "-DSM_SQ=%d -DSM_BK=%d", t->sm_bq, t->sm_bk);
     if (r & F_BT)

@@ -81,6 +81,7 @@
     X(tl_tq, 4, ",")        /* tiled read-out: tokens per group */                                  \
     X(tl_rr, 4, ",")        /* tiled summary: key rows per work-item's register tile, 4 or 8 (8:   \
                                two float4 of k~ and one of v feed 32 multiply-adds, not 16) */     \
+    X(tl_qr, 4, ",")        /* tiled read-out: tokens per work-item's register tile, 4 or 8 */     \
     X(tl_dc, 1, ",")        /* tiled read-out: key dimensions per local tile */                    \
     X(tl_fuse, 0, ",")      /* tiled: the read-out mixes the summaries itself where M x segments is \
                                at most this (0 never): one launch fewer at small N */             \
@@ -188,6 +189,7 @@ typedef struct mhla_tiles {
     int tiled;                          /* the tiled forward (summary_tiled.cl, output_tiled.cl) */
     int tl_tk, tl_td, tl_tv;            /* TL_TK tokens per tile, TL_TD key rows x TL_TV columns per group */
     int tl_rr;                          /* TL_RR key rows per work-item (4 or 8; divides TL_TD) */
+    int tl_qr;                          /* TL_QR tokens per work-item of the read-out (4 or 8; divides TL_TQ) */
     int tl_tq, tl_dc;                   /* TL_TQ tokens per read-out group, TL_DC key dimensions per tile */
     int tl_fuse;                        /* the read-out mixes where M x segments is at most this */
     int bt_tq, bt_tv, bt_dc;            /* the tiled backward read-outs (backward_tiled.cl): BT_TQ tokens x

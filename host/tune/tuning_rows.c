@@ -84,7 +84,7 @@ typedef struct tuning_row {
     {.sum_chunk = (chunk), .sum_kb = 1, .sum_lk = 1, .out_dc = 4, .out_nt = (nt), .out_pre = 0, .out_pf = 4, .wg = 64, \
      .groups_per_cu = 256, .split_min_len = 256, .pf = 1, .mix_kernel = 1, .tq = 32, .kt = 32,          \
      .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_rows = 1, .sm_tiled = 0, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1,  \
-     .tiled = 0, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_dc = 32, .tl_fuse = 0, .bt_tq = 0, .bt_dc = 16, \
+     .tiled = 0, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_qr = 4, .tl_dc = 32, .tl_fuse = 0, .bt_tq = 0, .bt_dc = 16, \
      .ct_sq = 0, .ct_bk = 16, .cp_ti = 0, .cp_tw = 64, .cp_tj = 16, .cs_tk = 0, .bc_sq = 0, .bc_bk = 16, .dec_dp = 1}
 static const tuning_row rows[] = {
     {"llvmpipe", NULL, "llvmpipe", 0, -1,
@@ -92,7 +92,7 @@ static const tuning_row rows[] = {
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .sc_rt = 1, .sc_kv = 1, .gemm_rows = 0, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 0, .dg_parts = 1,
-      .bwd_acc = 8, .dmix_tm = 4, .tiled = 0, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_dc = 32, .tl_fuse = 0,
+      .bwd_acc = 8, .dmix_tm = 4, .tiled = 0, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_qr = 4, .tl_dc = 32, .tl_fuse = 0,
       .bt_tq = 0, .bt_dc = 16, .ct_sq = 0, .ct_bk = 16,
       .cp_ti = 0, .cp_tw = 64, .cp_tj = 16, .cs_tk = 0, .bc_sq = 0, .bc_bk = 16, .dec_dp = 1}},
     /* CPU rows: the fields below; the vector widths and register tiles of every stage come from
@@ -114,7 +114,7 @@ static const tuning_row rows[] = {
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 1,
       .dg_parts = 32,
-      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_dc = 16,
+      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_qr = 4, .tl_dc = 16,
       .tl_fuse = 16, .bt_tq = 64, .bt_dc = 16, .ct_sq = 64, .ct_bk = 16,
       .cp_ti = 32, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 64, .bc_bk = 16, .dec_dp = 8}},
     {"default", NULL, NULL, 0, -1,
@@ -123,7 +123,7 @@ static const tuning_row rows[] = {
       .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
       .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 1,
       .dg_parts = 8,
-      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 32, .tl_tq = 32, .tl_rr = 4, .tl_dc = 16,
+      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 32, .tl_tq = 32, .tl_rr = 4, .tl_qr = 4, .tl_dc = 16,
       .tl_fuse = 16, .bt_tq = 32, .bt_dc = 16, .ct_sq = 32, .ct_bk = 16,
       .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 32, .bc_bk = 16, .dec_dp = 4}},
 };

@@ -175,8 +175,12 @@ MUTATIONS = [
     Mutation("summary-tiled-8row-first-quad", "the tiled summary's 8-row register tiles add only their first "
              "four rows",
              [("kernels/summary_tiled.cl", "for (int q = 0; q < TL_RQ; ++q)", "for (int q = 0; q < 1; ++q)", 1)],
-             [("forward", "test_tiled_limits", "tiled and mixing 8-row, Dk 32 Dv 48"),
+             [("forward", "test_tiled_limits", "tiled and mixing 8-row 8-token, Dk 32 Dv 48"),
               ("backward", "test_backward_tiled_limits", "row=gpu,tl_rr=8, tiled backward, Dk 7 Dv 5")]),
+    Mutation("output-tiled-8token-first-quad", "the tiled read-out's 8-token register tiles add only their first "
+             "four tokens",
+             [("kernels/output_tiled.cl", "for (int u = 0; u < TL_RQ; ++u)", "for (int u = 0; u < 1; ++u)", 1)],
+             [("forward", "test_tiled_limits", "tiled and mixing 8-row 8-token, Dk 32 Dv 48")]),
     Mutation("decoder-parts-drop-last", "the decoder's step in parts adds all but the last part of Dk",
              [("kernels/decoder.cl", "for (int r = 1; r < STEP_DP; ++r)\n                sum += part[(r * DP_QG + j)",
                "for (int r = 1; r < STEP_DP - 1; ++r)\n                sum += part[(r * DP_QG + j)", 1)],

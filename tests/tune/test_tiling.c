@@ -437,10 +437,11 @@ static void test_tiled_causal_backward(void **state)
     expect_bc_tiled(&avx512, 1024, 1u << 20, 64, "bc_sq=32", 32, 16); /* and no bc_dqkv */
 }
 
-/* The tiled summary's register tile (tl_rr): 8 key rows a work-item where the tuning asks and the
- * group's rows are whole eights (64 x 64: 8 x 16 = 128 work-items), the rows halved first under a
- * lower limit (64: 32 x 64 in 4 x 16), 4 rows where the head has only 4 (Dk 4) and by default. */
-static void expect_summary_rows(size_t wg, int64_t dk, const char *tuning, int td, int rr)
+/* The tiled summary's and read-out's register tiles (tl_rr, tl_qr): 8 key rows (tokens) a work-item
+ * where the tuning asks and the group's rows are whole eights (64 x 64: 8 x 16 = 128 work-items), the
+ * rows halved first under a lower limit (64: 32 x 64 in 4 x 16), 4 where the head has only 4 (Dk 4)
+ * and by default. */
+static void expect_summary_rows(size_t wg, int64_t dk, const char *tuning, int td, int rr, int qr)
 {
     mhla_context *ctx = fake_context(&gpu, wg, 65536);
     mhla_config cfg;
@@ -456,21 +457,23 @@ static void expect_summary_rows(size_t wg, int64_t dk, const char *tuning, int t
     mhla_tiles x;
     memset(&x, 0, sizeof x);
     mhla__tiles_tiled(&cfg, &shape, &t, &fit, &x);
-    if (x.tl_td != td || x.tl_rr != rr)
-        fail_msg("%zu work-items, Dk %lld, %s: tl_td %d, tl_rr %d; expected %d, %d", wg, (long long)dk,
-                 tuning ? tuning : "the row", x.tl_td, x.tl_rr, td, rr);
+    if (x.tl_td != td || x.tl_rr != rr || x.tl_qr != qr)
+        fail_msg("%zu work-items, Dk %lld, %s: tl_td %d, tl_rr %d, tl_qr %d; expected %d, %d, %d", wg, (long long)dk,
+                 tuning ? tuning : "the row", x.tl_td, x.tl_rr, x.tl_qr, td, rr, qr);
     assert_true((size_t)(x.tl_td / x.tl_rr) * (size_t)(x.tl_tv / 4) <= fit.wg);
+    assert_true((size_t)(x.tl_tq / x.tl_qr) * (size_t)(x.tl_tv / 4) <= fit.wg && x.tl_tq % x.tl_qr == 0);
     free_context(ctx);
 }
 
 static void test_summary_rows(void **state)
 {
     (void)state;
-    expect_summary_rows(256, 64, NULL, 64, 4);
-    expect_summary_rows(256, 64, "tl_rr=8", 64, 8);
-    expect_summary_rows(64, 64, "tl_rr=8", 32, 8);
-    expect_summary_rows(256, 4, "tl_rr=8", 4, 4);
-    expect_summary_rows(256, 12, "tl_rr=8", 12, 4); /* 12 rows: not whole eights */
+    expect_summary_rows(256, 64, NULL, 64, 4, 4);
+    expect_summary_rows(256, 64, "tl_rr=8", 64, 8, 4);
+    expect_summary_rows(64, 64, "tl_rr=8", 32, 8, 4);
+    expect_summary_rows(256, 4, "tl_rr=8", 4, 4, 4);
+    expect_summary_rows(256, 12, "tl_rr=8", 12, 4, 4); /* 12 rows: not whole eights */
+    expect_summary_rows(256, 64, "tl_qr=8", 64, 4, 8);  /* the read-out's 64 tokens in 8 x 16 */
 }
 
 /* bc_dqkv (bct_fuse): on CPU rows where a chunk's group fits local memory. AVX-512: 4 rows x 64
