@@ -154,7 +154,7 @@ MUTATIONS = [
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
     Mutation("bc-tiled-dk-drops-pair-bias", "the causal backward's tiled dk drops the paper normalizer's r_t of "
              "each pair",
-             [("kernels/backward_causal_tiled.cl", "cb[c] = c < nk ? bcc_r(rs, (long)bh * g.n + t0 + kb + c) : 0.0f;",
+             [("kernels/backward_causal_tiled.cl", "cb[c] = c < nk ? bct_r(rs, (long)bh * g.n + t0 + kb + c) : 0.0f;",
                "cb[c] = 0.0f;", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dk")]),
     Mutation("bc-tiled-slot-first-rows", "the causal backward's tiled read-outs take only the first tile of the "
