@@ -85,22 +85,26 @@ void bench_step_stats(double *step_ms, int runs, int steps, int marked, bench_ti
  * device's timestamps are unusable (all equal: rusticl 22.3 on llvmpipe) the run is timed with
  * the host clock from the gate's opening to the last command's completion (*host set), and each
  * of its steps gets the run's mean (no step stands out: the chunk start is not measured). */
-static mhla_status timed_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
-                             cl_ulong *ends_ns, int *host, double *gate_ms, double *span_ms, char *err,
-                             size_t err_size)
+/* The probe's scratch buffer and whether the queue runs out of order (then the run's commands wait
+ * for the probe by a barrier): made once per bench_time. */
+typedef struct run_probe {
+    cl_mem buf;
+    int out_of_order;
+} run_probe;
+
+static mhla_status timed_run(cl_command_queue queue, const bench_job *job, const run_probe *rp, double *ms,
+                             double *step_ms, cl_ulong *ends_ns, int *host, double *gate_ms, double *span_ms,
+                             char *err, size_t err_size)
 {
     mhla_status st = MHLA_OK;
     cl_context clctx = NULL;
     cl_event gate = NULL, start = NULL, done = NULL, probe = NULL;
-    cl_mem probe_buf = NULL;
     const cl_uint zero = 0;
     cl_ulong t0 = 0, t1 = 0, p0 = 0, p1 = 0;
     *gate_ms = *span_ms = NAN;
     cl_int e = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof clctx, &clctx, NULL);
     if (e == CL_SUCCESS && !gate_spin)
         gate = clCreateUserEvent(clctx, &e);
-    if (e == CL_SUCCESS)
-        probe_buf = clCreateBuffer(clctx, CL_MEM_READ_WRITE, sizeof zero, NULL, &e);
     const double enqueue_from = bench_now();
     if (e == CL_SUCCESS && gate_spin) {
         const size_t one = 1;
@@ -111,11 +115,8 @@ static mhla_status timed_run(cl_command_queue queue, const bench_job *job, doubl
         e = clEnqueueMarkerWithWaitList(queue, 1, &gate, &start);
     }
     if (e == CL_SUCCESS) /* the probe waits for the marker (an out-of-order queue too) */
-        e = clEnqueueFillBuffer(queue, probe_buf, &zero, sizeof zero, 0, sizeof zero, 1, &start, &probe);
-    cl_command_queue_properties qprops = 0;
-    if (e == CL_SUCCESS &&
-        clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL) == CL_SUCCESS &&
-        (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) /* the run's commands after the probe */
+        e = clEnqueueFillBuffer(queue, rp->buf, &zero, sizeof zero, 0, sizeof zero, 1, &start, &probe);
+    if (e == CL_SUCCESS && rp->out_of_order) /* the run's commands after the probe */
         e = clEnqueueBarrierWithWaitList(queue, 1, &probe, NULL);
     if (e != CL_SUCCESS) {
         snprintf(err, err_size, "could not enqueue the timing marker (OpenCL error %d)", (int)e);
@@ -185,8 +186,6 @@ cleanup:
         clReleaseEvent(done);
     if (probe)
         clReleaseEvent(probe);
-    if (probe_buf)
-        clReleaseMemObject(probe_buf);
     return st;
 }
 
@@ -207,15 +206,16 @@ static mhla_status host_run(const bench_job *job, double *ms, double *step_ms, c
     return st;
 }
 
-static mhla_status one_run(cl_command_queue queue, const bench_job *job, double *ms, double *step_ms,
-                           cl_ulong *ends_ns, int *host, double *gate_ms, double *span_ms, char *err, size_t err_size)
+static mhla_status one_run(cl_command_queue queue, const bench_job *job, const run_probe *rp, double *ms,
+                           double *step_ms, cl_ulong *ends_ns, int *host, double *gate_ms, double *span_ms, char *err,
+                           size_t err_size)
 {
     if (job->host) {
         *host = 0;
         *gate_ms = *span_ms = NAN;
         return host_run(job, ms, step_ms, err);
     }
-    return timed_run(queue, job, ms, step_ms, ends_ns, host, gate_ms, span_ms, err, err_size);
+    return timed_run(queue, job, rp, ms, step_ms, ends_ns, host, gate_ms, span_ms, err, err_size);
 }
 
 /* The job's prepare hook, if any; *wall_ms gets its host time. */
@@ -234,6 +234,7 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     double *ms = NULL, *stage[3] = {NULL, NULL, NULL}, *step_ms = NULL, *gates = NULL, *spans = NULL, one = 0.0,
            prep = 0.0, g1 = 0.0, s1 = 0.0;
     int host = 0;
+    run_probe rp = {NULL, 0};
     out->host_clock = 0;
     const size_t steps = job->steps > 0 ? (size_t)job->steps : 0;
     cl_ulong *ends = calloc(steps ? steps : 1, sizeof *ends);
@@ -242,11 +243,26 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
         st = MHLA_ERR_OUT_OF_HOST_MEMORY;
         goto cleanup;
     }
+    if (!job->host) {
+        cl_context clctx = NULL;
+        cl_command_queue_properties qprops = 0;
+        cl_int e = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof clctx, &clctx, NULL);
+        if (e == CL_SUCCESS)
+            rp.buf = clCreateBuffer(clctx, CL_MEM_READ_WRITE, sizeof(cl_uint), NULL, &e);
+        if (e == CL_SUCCESS)
+            e = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL);
+        if (e != CL_SUCCESS) {
+            snprintf(err, err_size, "could not make the timing probe's buffer (OpenCL error %d)", (int)e);
+            st = MHLA_ERR_OPENCL;
+            goto cleanup;
+        }
+        rp.out_of_order = (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
+    }
     /* The first run also builds what is built lazily (CLBlast compiles its GEMM then). */
     for (int i = 0; i < warmup; ++i) {
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = one_run(queue, job, &one, NULL, ends, &host, &g1, &s1, err, err_size)) != MHLA_OK)
+            (st = one_run(queue, job, &rp, &one, NULL, ends, &host, &g1, &s1, err, err_size)) != MHLA_OK)
             goto cleanup;
     }
     /* Runs that fill target_ms, the untimed preparation included (it takes the row's time too). */
@@ -272,8 +288,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
         double s3[3];
         err[0] = '\0';
         if ((st = prepare(job, &prep)) != MHLA_OK ||
-            (st = one_run(queue, job, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, &host, &gates[i],
-                          &spans[i], err, err_size)) != MHLA_OK)
+            (st = one_run(queue, job, &rp, &ms[i], steps ? step_ms + (size_t)i * steps : NULL, ends, &host,
+                          &gates[i], &spans[i], err, err_size)) != MHLA_OK)
             goto cleanup;
         if (host)
             out->host_clock = BENCH_CLOCK_FALLBACK;
@@ -296,6 +312,8 @@ mhla_status bench_time(cl_command_queue queue, const bench_job *job, int warmup,
     if (out->host_clock)
         out->marked_ms = NAN; /* host-clock runs are not split into steps */
 cleanup:
+    if (rp.buf)
+        clReleaseMemObject(rp.buf);
     free(ends);
     free(step_ms);
     free(ms);

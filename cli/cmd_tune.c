@@ -545,14 +545,12 @@ static int backward_kind(const char *name)
 }
 
 /* How many of `spec`'s fields are of the kind `want` (0 the forward's, 3 or 4 the backward's, 5 the
- * decoder's; -1 any backward). */
+ * decoder's). */
 static int count_fields(const tune_spec *spec, int want)
 {
     int n = 0;
-    for (int i = 0; i < spec->count; ++i) {
-        const int k = field_kind(spec->name[i]);
-        n += want < 0 ? k == 3 || k == 4 : k == want;
-    }
+    for (int i = 0; i < spec->count; ++i)
+        n += field_kind(spec->name[i]) == want;
     return n;
 }
 
@@ -568,24 +566,6 @@ static void drop_decode_fields(tune_spec *spec)
     spec->count = kept;
 }
 
-/* Decode per token with the built-in row and with `best`, alternately: medians into dec[0], dec[1]. */
-static mhla_status confirm_decode(tuner *t, const tune_shape *s, const tune_spec *best, double dec[2])
-{
-    mhla_status st = MHLA_OK;
-    tune_spec row = *best;
-    row.count = 0;
-    double times[2][CONFIRM_ROUNDS], ms[4];
-    int wrong = 0;
-    const mhla_config cfg = stage_config(t, s, 5);
-    for (int r = 0; r < CONFIRM_ROUNDS && st == MHLA_OK; ++r)
-        for (int tuned = 0; tuned < 2 && st == MHLA_OK; ++tuned)
-            if ((st = measure(t, tuned ? best : &row, &cfg, 5, ms, &wrong)) == MHLA_OK)
-                times[tuned][r] = wrong ? INFINITY : ms[3];
-    for (int tuned = 0; tuned < 2 && st == MHLA_OK; ++tuned)
-        dec[tuned] = median(times[tuned], CONFIRM_ROUNDS);
-    return st;
-}
-
 /* The backward `spec` is confirmed on: the non-causal one where it changed a tiled-backward field
  * (those read nothing else), else the causal one (0 without backward fields). */
 static int confirm_kind(const tune_spec *spec)
@@ -598,26 +578,26 @@ static int confirm_kind(const tune_spec *spec)
     return kind;
 }
 
-/* The forward of shape s with the built-in row and with `best`, timed alternately, medians into
- * fwd[0] (built-in) and fwd[1] (best); with `backward` (a measure() kind: 3 or 4), that backward's
- * too into bwd[]. */
-static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best, int backward, double fwd[2],
-                           double bwd[2])
+/* The problems of measure() kinds kinds[0..n) (n <= 2: the forward and a backward, or decode alone)
+ * with the built-in row and with `best`, timed alternately round by round: medians into out[k][0]
+ * (built-in) and out[k][1] (best); a run that fails the reference check counts as infinitely slow. */
+static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best, const int *kinds, int n,
+                           double out[][2])
 {
     mhla_status st = MHLA_OK;
     tune_spec row = *best;
     row.count = 0;
-    double times[2][2][CONFIRM_ROUNDS], ms[4]; /* [forward, backward][built-in, best][round] */
+    double times[2][2][CONFIRM_ROUNDS], ms[4]; /* [kind][built-in, best][round] */
     int wrong = 0;
-    const mhla_config cfg[2] = {stage_config(t, s, 0), stage_config(t, s, backward ? backward : 3)};
+    const mhla_config cfg[2] = {stage_config(t, s, kinds[0]), stage_config(t, s, n > 1 ? kinds[1] : kinds[0])};
     for (int r = 0; r < CONFIRM_ROUNDS && st == MHLA_OK; ++r)
-        for (int which = 0; which < 1 + !!backward && st == MHLA_OK; ++which)
+        for (int which = 0; which < n && st == MHLA_OK; ++which)
             for (int tuned = 0; tuned < 2 && st == MHLA_OK; ++tuned)
-                if ((st = measure(t, tuned ? best : &row, &cfg[which], which ? backward : 0, ms, &wrong)) == MHLA_OK)
+                if ((st = measure(t, tuned ? best : &row, &cfg[which], kinds[which], ms, &wrong)) == MHLA_OK)
                     times[which][tuned][r] = wrong ? INFINITY : ms[3];
-    for (int which = 0; which < 1 + !!backward && st == MHLA_OK; ++which)
+    for (int which = 0; which < n && st == MHLA_OK; ++which)
         for (int tuned = 0; tuned < 2; ++tuned)
-            (which ? bwd : fwd)[tuned] = median(times[which][tuned], CONFIRM_ROUNDS);
+            out[which][tuned] = median(times[which][tuned], CONFIRM_ROUNDS);
     return st;
 }
 
@@ -854,21 +834,23 @@ int cmd_tune(int argc, char **argv)
         if (out_of_time)
             printf("[%6.1f s] budget reached: the search stops here\n", elapsed_s(&t));
         char spec[1024], note[512], decode_note[96] = "";
-        double fwd[2] = {0, 0}, bwd[2] = {0, 0}, dec[2] = {0, 0};
+        double times[2][2] = {{0, 0}, {0, 0}}, dec[1][2] = {{0, 0}};
+        double *fwd = times[0], *bwd = times[1];
         /* The decoder's fields first: kept only where its steps are faster with them (no forward
          * or backward reads them). */
         if (count_fields(&best, 5)) {
-            if ((st = confirm_decode(&t, s, &best, dec)) != MHLA_OK) {
+            const int decode_kind = 5;
+            if ((st = confirm(&t, s, &best, &decode_kind, 1, dec)) != MHLA_OK) {
                 rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
                 break;
             }
-            const int faster = dec[1] < dec[0];
+            const int faster = dec[0][1] < dec[0][0];
             printf("      decode %.4f ms a token with the built-in row, %.4f ms tuned (%+.1f%%, medians of %d "
                    "alternate runs; N=%lld)%s\n",
-                   dec[0], dec[1], 100.0 * (dec[1] - dec[0]) / dec[0], CONFIRM_ROUNDS,
+                   dec[0][0], dec[0][1], 100.0 * (dec[0][1] - dec[0][0]) / dec[0][0], CONFIRM_ROUNDS,
                    (long long)stage_config(&t, s, 5).seq_t, faster ? "" : ": the decoder's fields are left out");
             if (faster)
-                snprintf(decode_note, sizeof decode_note, ", decode %.4f -> %.4f ms a token", dec[0], dec[1]);
+                snprintf(decode_note, sizeof decode_note, ", decode %.4f -> %.4f ms a token", dec[0][0], dec[0][1]);
             else
                 drop_decode_fields(&best);
         }
@@ -881,7 +863,8 @@ int cmd_tune(int argc, char **argv)
         const int backward = confirm_kind(&best); /* 0, or the backward to confirm on (3, 4) */
         /* decoder fields alone: their confirmation above is the entry's */
         const int decode_only = count_fields(&best, 0) == 0 && !backward;
-        if (!decode_only && (st = confirm(&t, s, &best, backward, fwd, bwd)) != MHLA_OK) {
+        const int kinds[2] = {0, backward};
+        if (!decode_only && (st = confirm(&t, s, &best, kinds, 1 + !!backward, times)) != MHLA_OK) {
             rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
             break;
         }
