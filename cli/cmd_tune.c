@@ -52,7 +52,8 @@ static const char help[] =
     "                    tiled-backward (the GPU rows' non-causal backward), tiled-causal (the GPU\n"
     "                    rows' causal forward), decode (the decoder's steps; default all)\n"
     "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
-    "                    (a GPU's as its vendor's row: nvidia, amd, intel-gpu or mobile)\n"
+    "                    (a GPU's as the fields of its vendor's row: nvidia, amd, intel-gpu,\n"
+    "                    mobile)\n"
     "  --dry-run         search and report, but store nothing\n";
 
 #define MAX_SHAPES 8
@@ -649,25 +650,20 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
             info = all[index];
         free(all);
     }
-    /* A GPU's row is its vendor's (matched by CL_DEVICE_VENDOR, before the 'gpu' row): what one
-     * device of a vendor was tuned to is the best start for its others; anything else is a row for
-     * this device name alone. */
-    static const struct {
-        const char *vendor, *row;
-    } vendors[] = {{"NVIDIA", "nvidia"}, {"Advanced Micro Devices", "amd"}, {"AMD", "amd"}, {"Intel", "intel-gpu"},
-                   {"QUALCOMM", "mobile"}, {"ARM", "mobile"}, {"Imagination", "mobile"}};
-    const char *row = "tuned", *vendor = NULL;
-    for (size_t i = 0; info.is_gpu && i < sizeof vendors / sizeof vendors[0] && !vendor; ++i)
-        if (strstr(info.vendor, vendors[i].vendor))
-            row = vendors[i].row, vendor = vendors[i].vendor;
+    /* A GPU whose vendor has a row of its own (the library matched it: "built-in row 'nvidia'...")
+     * gets that row's fields: what one device of a vendor was tuned to is the best start for its
+     * others. Any other device, a row for this device name alone. */
+    char row[32] = "";
+    if (info.is_gpu && sscanf(text, "built-in row '%31[a-z-]'", row) == 1 &&
+        (strcmp(row, "gpu") == 0 || strcmp(row, "default") == 0))
+        row[0] = '\0';
     printf("/* %s, driver %s: mhla tune, %lldx%lld: %s */\n", mhla_context_device_name(t->ctx), info.driver_version,
            (long long)s->dk, (long long)s->dv, note);
-    if (vendor)
-        printf("/* (%s's GPUs: before the 'gpu' row) */\n{\"%s\", \"%s\", NULL, CL_DEVICE_TYPE_GPU, -1,\n {", vendor, row,
-               vendor);
+    if (*row)
+        printf("/* the fields of the '%s' row (its vendor's GPUs) */\n {", row);
     else
-        printf("{\"tuned\", NULL, \"%s\", %s, -1,\n {", mhla_context_device_name(t->ctx),
-               info.is_gpu ? "CL_DEVICE_TYPE_GPU" : "CL_DEVICE_TYPE_CPU");
+        printf("{\"tuned\", NULL, \"%s\", %s, %s,\n {", mhla_context_device_name(t->ctx),
+               info.is_gpu ? "CL_DEVICE_TYPE_GPU" : "CL_DEVICE_TYPE_CPU", info.is_gpu ? "ROW_GPU" : "ROW_AS_WRITTEN");
     /* Every field as mhla_context_tuning() prints them ("ORIGIN: vec=16 sum_rd=8,sum_ve=16,..."),
      * in its order: the library's one list, not a copy of it here. */
     const char *p = strstr(text, ": vec=");
@@ -679,7 +675,7 @@ static void print_export(tuner *t, const char *device_spec, const tune_shape *s,
         p += used;
         p += *p == ' ' || *p == ',';
     }
-    printf("}},\n");
+    printf(*row ? "}\n" : "}},\n");
 }
 
 /* Runs one search (search_stage or joint_stage) over every stage in order until the budget runs

@@ -286,14 +286,15 @@ static void test_out_of_device_memory(void **state)
 
 /* MHLA_LIMITS (the test option that lowers the device's work-group and local-memory limits): a
  * malformed one fails the context naming it; a valid one reaches the tiles (the GPU row's tiled
- * forward in groups of 64: 32 x 32). */
+ * forward in groups of 64: 32 x 32), and local_type=global the untiled forms of a GPU row. */
 static void test_forced_limits(void **state)
 {
     (void)state;
     static const char *const bad[][2] = {{"wg=0", "'wg' needs a positive whole number"},
                                          {"local=16Q", "'local' needs a positive whole number"},
                                          {"frob=4", "unknown limit 'frob'"},
-                                         {"wg", "expected name=value"}};
+                                         {"wg", "expected name=value"},
+                                         {"local_type=shared", "local_type takes only 'global'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         setenv("MHLA_LIMITS", bad[i][0], 1);
         mhla_context *ctx = NULL;
@@ -319,6 +320,23 @@ static void test_forced_limits(void **state)
         sscanf(outp, "output groups of %d tokens x %d columns", &tq, &cols) != 2 || td > 32 || tv > 32 ||
         (td / 4) * (tv / 4) > 64 || (tq / 4) * (cols / 4) > 64 || td < 4 || tq < 4)
         fail_msg("MHLA_LIMITS=wg=64,local=16KiB: the plan says '%s'", text);
+    mhla_plan_destroy(plan);
+    mhla_context_destroy(ctx);
+
+    /* local_type=global (a Mali's local memory): a GPU row takes its untiled forms, and says so */
+    setenv("MHLA_LIMITS", "local_type=global,wg=128", 1);
+    ctx = test_context();
+    unsetenv("MHLA_LIMITS");
+    assert_int_equal(mhla_context_set_tuning(ctx, "row=mobile"), MHLA_OK);
+    char tuning[2048];
+    assert_int_equal(mhla_context_tuning(ctx, tuning, sizeof tuning), MHLA_OK);
+    if (!strstr(tuning, "built-in row 'mobile' (mhla_context_set_tuning; local memory is global: untiled)") ||
+        !strstr(tuning, " tiled=0,") || !strstr(tuning, "bc_sq=0") || !strstr(tuning, "dec_dp=1"))
+        fail_msg("MHLA_LIMITS=local_type=global, row=mobile: %s", tuning);
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    if (strstr(text, "tiled:"))
+        fail_msg("MHLA_LIMITS=local_type=global, row=mobile: the plan says '%s'", text);
     mhla_plan_destroy(plan);
     mhla_context_destroy(ctx);
 }

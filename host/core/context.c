@@ -19,10 +19,12 @@ static void parse_c_version(const char *text, int *major, int *minor)
     }
 }
 
-/* MHLA_LIMITS="wg=N,local=BYTES" (a K or KiB suffix: 1024 bytes): the device's work-group and
- * local-memory limits lowered to these values, never raised. Kernels are fitted to the limits the
- * context holds, so a CPU device in CI can run the GPU tiles as a phone's 64-wide groups or a GPU's
- * 16 KiB would fit them. A value the device exceeds is taken; one above the device's is ignored. */
+/* MHLA_LIMITS="wg=N,local=BYTES,local_type=global" (a K or KiB suffix: 1024 bytes): the device's
+ * work-group and local-memory limits lowered to these values, never raised. Kernels are fitted to the
+ * limits the context holds, so a CPU device in CI can run the GPU tiles as a phone's 64-wide groups or
+ * a GPU's 16 KiB would fit them. A value the device exceeds is taken; one above the device's is
+ * ignored. local_type=global: the device's local memory taken as global memory, as a Mali's is, on
+ * any device (a GPU row then takes its untiled forms: tune/gpu_row.c). */
 static mhla_status apply_forced_limits(mhla_context *ctx)
 {
     mhla_status st = MHLA_OK;
@@ -37,7 +39,15 @@ static mhla_status apply_forced_limits(mhla_context *ctx)
         while (p[len] && p[len] != '=' && p[len] != ',' && len < (int)sizeof name - 1)
             name[len] = p[len], ++len;
         MHLA_FAIL_IF(st, p[len] != '=', ctx, MHLA_ERR_INVALID_ARGUMENT,
-                     "MHLA_LIMITS='%s': expected name=value at '%s' (names: wg, local)", env, p);
+                     "MHLA_LIMITS='%s': expected name=value at '%s' (names: wg, local, local_type)", env, p);
+        if (strcmp(name, "local_type") == 0) {
+            const char *value = p + len + 1;
+            MHLA_FAIL_IF(st, strncmp(value, "global", 6) != 0 || (value[6] && value[6] != ','), ctx,
+                         MHLA_ERR_INVALID_ARGUMENT, "MHLA_LIMITS='%s': local_type takes only 'global'", env);
+            lim->local_mem_global = 2;
+            p = value[6] ? value + 7 : value + 6;
+            continue;
+        }
         char *end = NULL;
         const unsigned long long v = strtoull(p + len + 1, &end, 10);
         unsigned long long value = v;
@@ -57,8 +67,8 @@ static mhla_status apply_forced_limits(mhla_context *ctx)
             if (value < lim->local_mem_bytes)
                 lim->local_mem_bytes = value;
         } else {
-            MHLA_FAIL_IF(st, 1, ctx, MHLA_ERR_INVALID_ARGUMENT, "MHLA_LIMITS='%s': unknown limit '%s' (wg, local)",
-                         env, name);
+            MHLA_FAIL_IF(st, 1, ctx, MHLA_ERR_INVALID_ARGUMENT,
+                         "MHLA_LIMITS='%s': unknown limit '%s' (wg, local, local_type)", env, name);
         }
         p = *end ? end + 1 : end;
     }
@@ -98,6 +108,10 @@ mhla_status mhla__context_read_device(mhla_context *ctx)
     MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof u, &u, NULL),
                 "clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_SIZE)");
     lim->local_mem_bytes = u;
+    cl_device_local_mem_type local_type = CL_LOCAL;
+    MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_TYPE, sizeof local_type, &local_type, NULL),
+                "clGetDeviceInfo(CL_DEVICE_LOCAL_MEM_TYPE)");
+    lim->local_mem_global = local_type == CL_GLOBAL;
     MHLA_CL_TRY(st, ctx, clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof u, &u, NULL),
                 "clGetDeviceInfo(CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
     lim->max_alloc_bytes = u;

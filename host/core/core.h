@@ -98,6 +98,10 @@ typedef struct mhla_device_limits {
     size_t max_work_group_size;
     size_t max_work_item_sizes[3];
     uint64_t local_mem_bytes;
+    /* CL_DEVICE_LOCAL_MEM_TYPE is CL_GLOBAL: "local" arrays are global memory behind the caches
+     * (ARM's Mali GPUs, CPU runtimes), so tiles staged there buy nothing (tune/gpu_row.c). 1 as the
+     * device reports it; 2 forced by MHLA_LIMITS (local_type=global), which holds on any device. */
+    int local_mem_global;
     uint64_t max_alloc_bytes;
     uint64_t global_mem_bytes;
     int opencl_c_major; /* from CL_DEVICE_OPENCL_C_VERSION */

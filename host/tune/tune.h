@@ -123,6 +123,9 @@ typedef struct mhla_tuning {
  * (tune/cpu_row.c). */
 /* The register tiles and vector widths of the CPU row for the SIMD target s (tune/cpu_row.c). */
 void mhla__cpu_row_fill(mhla_tuning *t, const mhla_simd *s);
+/* A GPU row's choices that follow from the device's limits (tune/gpu_row.c): on a GPU whose local
+ * memory is global memory, the untiled kernels. Returns 1 where it changed *t. */
+int mhla__gpu_row_fill(mhla_tuning *t, const mhla_device_limits *limits);
 /* The row for ctx's device (vendor, name and type; on CPUs derived from its SIMD target), then the
  * tuned entry for cfg's
  * head dimensions (`mhla tune`'s database; cfg may be NULL: none), then MHLA_TUNING, then the

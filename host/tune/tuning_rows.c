@@ -9,13 +9,16 @@
 
 typedef struct tuning_row {
     const char *name;    /* for row=NAME and for messages */
-    const char *vendor;  /* substring of CL_DEVICE_VENDOR, or NULL for any */
+    const char *vendor;  /* substrings of CL_DEVICE_VENDOR separated by '|' (any of them), or NULL for any */
     const char *device;  /* substring of CL_DEVICE_NAME, or NULL for any */
     cl_device_type type; /* 0 for any */
     int registers;       /* CPU rows: register tiles derived (tune/cpu_row.c) for this many vector
-                            registers, 0 for the device's own count; -1: the row's tiles as written */
+                            registers, 0 for the device's own count; ROW_AS_WRITTEN: the row's tiles as
+                            written; ROW_GPU: as written, then what follows from the device's local
+                            memory (tune/gpu_row.c) */
     mhla_tuning t;
 } tuning_row;
+enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
 
 /* First match wins, so specific rows come before the defaults. Why these choices (the measurements
  * behind them: docs/tuning-notes.md, one section per stage):
@@ -75,8 +78,12 @@ typedef struct tuning_row {
  *   took 0.39 ms for 17 MB).
  * - Mesa's llvmpipe (rusticl) is a CPU device that runs work-items as SIMD lanes, 8 at a time
  *   (256 bits), like a GPU; it reports a float width of 1.
- * - Anything else (phones' GPUs among them): GPU-like choices with smaller tiles, the tiled forward
- *   in groups of 8 x 8 work-items, never run on such a device (test_tiled_limits on PoCL and
+ * - GPUs by vendor ('nvidia', 'amd', 'intel-gpu', 'mobile', before 'gpu' for the rest): the GPU
+ *   row's fields, but for what the vendors document of their devices (below); phones' GPUs the
+ *   smaller tiles. Only NVIDIA's has run. A GPU whose local memory is global memory (Mali) takes the
+ *   untiled kernels whatever its row (tune/gpu_row.c).
+ * - Anything neither CPU nor GPU (accelerators): GPU-like choices with smaller tiles, the tiled
+ *   forward in groups of 8 x 8 work-items, never run on such a device (test_tiled_limits on PoCL and
  *   rusticl, and Oclgrind, with 64-wide groups and 16 KiB of local memory forced). */
 /* The fields every CPU row shares (their tiles and widths come from tune/cpu_row.c); the rows differ
  * in the summary's folds and the read-out's streaming stores alone. */
@@ -86,8 +93,27 @@ typedef struct tuning_row {
      .gemm_rows = 0, .sm_bq = 256, .sm_bk = 64, .sm_rows = 1, .sm_tiled = 0, .dg_parts = 1, .bct_fuse = 1, .bwd_heads = 1,  \
      .tiled = 0, .tl_tk = 32, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_qr = 4, .tl_dc = 32, .tl_fuse = 0, .bt_tq = 0, .bt_dc = 16, \
      .ct_sq = 0, .ct_bk = 16, .cp_ti = 0, .cp_tw = 64, .cp_tj = 16, .cs_tk = 0, .bc_sq = 0, .bc_bk = 16, .dec_dp = 1}
+/* The GPU rows' fields: 1D groups of `wg` work-items, the decoder's step in `dec_dp` parts. */
+#define GPU_ROW_FIELDS(wg_, dec_dp_)                                                                   \
+    {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,  \
+     .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = (wg_), .groups_per_cu = 4, .split_min_len = 128, \
+     .pf = 0, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, \
+     .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 1,  \
+     .dg_parts = 32, .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4,   \
+     .tl_qr = 4, .tl_dc = 16, .tl_fuse = 16, .bt_tq = 64, .bt_dc = 16, .ct_sq = 64, .ct_bk = 16, .cp_ti = 32,     \
+     .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 64, .bc_bk = 16, .dec_dp = (dec_dp_)}
+/* Smaller GPU tiles: 2-token read-out tiles, 64-wide groups, the tiled forward in 8 x 8 groups; with
+ * `clblast` 0 the mixing kernel and the causal prefix's own sums instead of CLBlast's GEMMs. */
+#define SMALL_GPU_ROW_FIELDS(clblast)                                                              \
+    {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,  \
+     .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128,    \
+     .pf = 0, .mix_kernel = !(clblast), .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1,      \
+     .tq = 32, .kt = 32, .sc_rt = 1, .sc_kv = 1, .gemm_rows = (clblast) ? 32 : 0, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4,          \
+     .sm_rows = 0, .sm_tiled = 1, .dg_parts = 8, .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 32, \
+     .tl_tq = 32, .tl_rr = 4, .tl_qr = 4, .tl_dc = 16, .tl_fuse = 16, .bt_tq = 32, .bt_dc = 16, .ct_sq = 32,      \
+     .ct_bk = 16, .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 32, .bc_bk = 16, .dec_dp = 4}
 static const tuning_row rows[] = {
-    {"llvmpipe", NULL, "llvmpipe", 0, -1,
+    {"llvmpipe", NULL, "llvmpipe", 0, ROW_AS_WRITTEN,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
       .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 8, .split_min_len = 128, .pf = 0,
       .mix_kernel = 1, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
@@ -108,26 +134,28 @@ static const tuning_row rows[] = {
     {"cpu-intel", "Intel", NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(128, 16)},
     {"cpu", NULL, NULL, CL_DEVICE_TYPE_CPU, 0, CPU_ROW_FIELDS(256, 1)},
     {"cpu-wide", NULL, NULL, CL_DEVICE_TYPE_CPU, 32, CPU_ROW_FIELDS(256, 1)},
-    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, -1,
-     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,
-      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 128, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
-      .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
-      .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 1,
-      .dg_parts = 32,
-      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4, .tl_qr = 4, .tl_dc = 16,
-      .tl_fuse = 16, .bt_tq = 64, .bt_dc = 16, .ct_sq = 64, .ct_bk = 16,
-      .cp_ti = 32, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 64, .bc_bk = 16, .dec_dp = 8}},
-    {"default", NULL, NULL, 0, -1,
-     {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 2, .out_ve = 4, .out_nv = 1,
-      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128, .pf = 0,
-      .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32,
-      .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 1,
-      .dg_parts = 8,
-      .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 32, .tl_tq = 32, .tl_rr = 4, .tl_qr = 4, .tl_dc = 16,
-      .tl_fuse = 16, .bt_tq = 32, .bt_dc = 16, .ct_sq = 32, .ct_bk = 16,
-      .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 32, .bc_bk = 16, .dec_dp = 4}},
+    /* GPUs by vendor: what one of a vendor's devices was tuned to is the best start for its others
+     * (`mhla tune --export` prints a tuned GPU's row as its vendor's). Only NVIDIA's has been run;
+     * the others are the GPU row's fields with what their vendors' documentation says of their
+     * devices, each fitted to the device's limits like every row. */
+    {"nvidia", "NVIDIA", NULL, CL_DEVICE_TYPE_GPU, ROW_GPU, GPU_ROW_FIELDS(128, 8)},
+    /* AMD's compilers build a kernel for groups of at most 256 work-items unless it declares its
+     * size, whatever the device's limit says (1024 on ROCm): the decoder's 64 lanes in 4 parts, not
+     * 8 (a group of 512 would be rebuilt smaller), and 1D groups of 256, a 64-wide wavefront for
+     * each of a compute unit's four SIMDs. */
+    {"amd", "Advanced Micro Devices|AMD", NULL, CL_DEVICE_TYPE_GPU, ROW_GPU, GPU_ROW_FIELDS(256, 4)},
+    {"intel-gpu", "Intel", NULL, CL_DEVICE_TYPE_GPU, ROW_GPU, GPU_ROW_FIELDS(128, 8)},
+    /* Phones' and boards' GPUs (Qualcomm's Adreno, ARM's Mali, Imagination's PowerVR): the smaller
+     * tiles of the 'default' row (fewer registers a work-item, 64-wide groups), the mixing and
+     * prefix kernels rather than CLBlast's GEMMs (Android builds go without it); on Mali, whose local memory is global
+     * memory, the untiled kernels (tune/gpu_row.c). */
+    {"mobile", "QUALCOMM|ARM|Imagination", NULL, CL_DEVICE_TYPE_GPU, ROW_GPU, SMALL_GPU_ROW_FIELDS(0)},
+    {"gpu", NULL, NULL, CL_DEVICE_TYPE_GPU, ROW_GPU, GPU_ROW_FIELDS(128, 8)},
+    {"default", NULL, NULL, 0, ROW_GPU, SMALL_GPU_ROW_FIELDS(1)},
 };
 #undef CPU_ROW_FIELDS
+#undef GPU_ROW_FIELDS
+#undef SMALL_GPU_ROW_FIELDS
 #define ROW_COUNT (sizeof rows / sizeof rows[0])
 
 /* Row r as the starting point of a tuning: CPU rows get their tiles for ctx's SIMD target (or,
@@ -144,6 +172,8 @@ static void row_start(const mhla_context *ctx, size_t r, const char *where, mhla
             s.registers = rows[r].registers;
         mhla__cpu_row_fill(t, &s);
         snprintf(derived, sizeof derived, "%d floats x %d registers: %s", s.width, s.registers, s.target);
+    } else if (rows[r].registers == ROW_GPU && ctx && mhla__gpu_row_fill(t, &ctx->limits)) {
+        snprintf(derived, sizeof derived, "local memory is global: untiled");
     }
     /* "built-in row 'cpu' (MHLA_TUNING; 8 floats x 16 registers: haswell)" */
     const char *sep = where && *derived ? "; " : "";
@@ -154,9 +184,23 @@ static void row_start(const mhla_context *ctx, size_t r, const char *where, mhla
         snprintf(t->origin, sizeof t->origin, "built-in row '%s'", rows[r].name);
 }
 
+/* Whether CL_DEVICE_VENDOR `vendor` contains one of the '|'-separated names in `names`. */
+static int vendor_is(const char *vendor, const char *names)
+{
+    for (const char *p = names; *p;) {
+        const char *bar = strchr(p, '|');
+        const size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        for (const char *v = vendor; *v; ++v)
+            if (strncmp(v, p, len) == 0)
+                return 1;
+        p += len + (bar ? 1 : 0);
+    }
+    return 0;
+}
+
 static int matches(const tuning_row *r, const mhla_context *ctx)
 {
-    if (r->vendor && !strstr(ctx->vendor, r->vendor))
+    if (r->vendor && !vendor_is(ctx->vendor, r->vendor))
         return 0;
     if (r->device && !strstr(ctx->device_name, r->device))
         return 0;
@@ -196,9 +240,13 @@ mhla_status mhla__tuning_apply(mhla_context *ctx, const char *where, const char 
             size_t r = 0;
             while (r < ROW_COUNT && strcmp(rows[r].name, value_text) != 0)
                 ++r;
-            MHLA_FAIL_IF(st, r == ROW_COUNT, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                         "%s: unknown row '%s' (rows: llvmpipe, cpu-intel, cpu, cpu-wide, gpu, default)", where,
-                         value_text);
+            if (r == ROW_COUNT) {
+                char names[160] = "";
+                for (size_t i = 0, len = 0; i < ROW_COUNT && len < sizeof names; ++i)
+                    len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", rows[i].name);
+                MHLA_FAIL_IF(st, 1, ctx, MHLA_ERR_INVALID_ARGUMENT, "%s: unknown row '%s' (rows: %s)", where,
+                             value_text, names);
+            }
             row_start(ctx, r, where, t);
             fields_set = 0;
         } else {

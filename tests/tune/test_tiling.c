@@ -249,7 +249,7 @@ static void test_cpu_row_d64(void **state)
 /* Intel's CPUs get the 'cpu-intel' row, the same derived tiles but folds every 128 tokens and the
  * forward read-out's streaming stores only with 16-wide vectors (AVX-512; the backward's at any
  * width); AMD's and any other vendor's CPUs the 'cpu' row (256, streaming stores at any width); an
- * Intel GPU its GPU row (none). */
+ * Intel GPU Intel's GPU row (none). */
 static void test_cpu_vendor_rows(void **state)
 {
     (void)state;
@@ -262,7 +262,7 @@ static void test_cpu_vendor_rows(void **state)
         {&avx512, "Intel(R) Corporation", "built-in row 'cpu-intel'", 128, 1, 1},
         {&haswell, "AuthenticAMD", "built-in row 'cpu'", 256, 1, 1},
         {&avx512, "Test vendor", "built-in row 'cpu'", 256, 1, 1},
-        {&gpu, "Intel(R) Corporation", "built-in row 'gpu'", 32, 0, 0},
+        {&gpu, "Intel(R) Corporation", "built-in row 'intel-gpu'", 32, 0, 0},
     };
     const mhla_shape shape = self_shape(4, 1024, 8, 65);
     mhla_config cfg;
@@ -284,6 +284,68 @@ static void test_cpu_vendor_rows(void **state)
         if (x.out_nt != cases[i].out_nt || x.bwd_nt != cases[i].bwd_nt)
             fail_msg("%s from %s: streaming stores %d (forward), %d (backward); expected %d, %d", cases[i].d->name,
                      cases[i].vendor, x.out_nt, x.bwd_nt, cases[i].out_nt, cases[i].bwd_nt);
+        free_context(ctx);
+    }
+}
+
+/* GPUs by vendor (CL_DEVICE_VENDOR as their drivers spell it) get their vendor's row, any other GPU
+ * the 'gpu' row and anything neither CPU nor GPU 'default'; a GPU whose local memory is global memory
+ * (ARM's Mali) the untiled kernels, whatever its row, and a CPU reporting the same (PoCL) keeps a GPU
+ * row forced onto it as written, so that the tests run its tiles there, unless MHLA_LIMITS says
+ * local_type=global. */
+static void test_gpu_vendor_rows(void **state)
+{
+    (void)state;
+    static const fake_device accel = {"Test accelerator", CL_DEVICE_TYPE_ACCELERATOR, 4, 0};
+    static const struct {
+        const fake_device *d;
+        const char *vendor;
+        int local_global;
+        const char *force; /* MHLA_TUNING, or NULL */
+        const char *row;
+        int wg, dec_dp, mix_kernel, gemm_rows, tiled; /* the row's fields; tiled: the fitted forward's */
+    } cases[] = {
+        {&gpu, "NVIDIA Corporation", 0, NULL, "built-in row 'nvidia'", 128, 8, 0, 32, 1},
+        {&gpu, "Advanced Micro Devices, Inc.", 0, NULL, "built-in row 'amd'", 256, 4, 0, 32, 1},
+        {&gpu, "AMD", 0, NULL, "built-in row 'amd'", 256, 4, 0, 32, 1},
+        {&gpu, "Intel(R) Corporation", 0, NULL, "built-in row 'intel-gpu'", 128, 8, 0, 32, 1},
+        {&gpu, "QUALCOMM", 0, NULL, "built-in row 'mobile'", 64, 4, 1, 0, 1},
+        {&gpu, "Imagination Technologies", 0, NULL, "built-in row 'mobile'", 64, 4, 1, 0, 1},
+        {&gpu, "ARM", 1, NULL, "built-in row 'mobile' (local memory is global: untiled)", 64, 1, 1, 0, 0},
+        {&gpu, "Test vendor", 1, NULL, "built-in row 'gpu' (local memory is global: untiled)", 128, 1, 1, 0, 0},
+        {&gpu, "Test vendor", 0, NULL, "built-in row 'gpu'", 128, 8, 0, 32, 1},
+        {&accel, "QUALCOMM", 0, NULL, "built-in row 'default'", 64, 4, 0, 32, 1},
+        {&avx512, "ARM", 1, NULL, "built-in row 'cpu' (16 floats x 32 registers: avx512)", 64, 1, 1, 0, 0},
+        {&avx512, "GenuineIntel", 1, "row=gpu", "built-in row 'gpu' (MHLA_TUNING)", 128, 8, 0, 32, 1},
+        {&avx512, "GenuineIntel", 2, "row=mobile", "built-in row 'mobile' (MHLA_TUNING; local memory is global: untiled)",
+         64, 1, 1, 0, 0}, /* MHLA_LIMITS=local_type=global */
+        {&gpu, "ARM", 1, "row=nvidia", "built-in row 'nvidia' (MHLA_TUNING; local memory is global: untiled)", 128, 1,
+         1, 0, 0},
+    };
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.heads = 8, cfg.seq_t = 4096, cfg.block_t = 4, cfg.dk = 64, cfg.dv = 64;
+    const mhla_shape shape = self_shape(4, 1024, 8, 65);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        mhla_context *ctx = fake_context(cases[i].d, 1024, 65536);
+        snprintf(ctx->vendor, sizeof ctx->vendor, "%s", cases[i].vendor);
+        ctx->limits.local_mem_global = cases[i].local_global;
+        if (cases[i].force)
+            setenv("MHLA_TUNING", cases[i].force, 1);
+        const mhla_tuning t = lookup(ctx, &cfg);
+        unsetenv("MHLA_TUNING");
+        mhla_tiles x;
+        mhla__tiles_forward(ctx, &cfg, &shape, &t, &x);
+        const int untiled = !t.tiled && !t.tl_fuse && !t.bt_tq && !t.ct_sq && !t.cp_ti && !t.cs_tk && !t.bc_sq &&
+                            !t.sm_tiled;
+        if (strcmp(t.origin, cases[i].row) != 0 || t.wg != cases[i].wg || t.dec_dp != cases[i].dec_dp ||
+            t.mix_kernel != cases[i].mix_kernel || t.gemm_rows != cases[i].gemm_rows || x.tiled != cases[i].tiled ||
+            untiled == cases[i].tiled)
+            fail_msg("%s from %s%s: %s, wg %d, dec_dp %d, mix_kernel %d, gemm_rows %d, tiled %d (every stage "
+                     "untiled: %d); expected %s, %d, %d, %d, %d, %d",
+                     cases[i].d->name, cases[i].vendor, cases[i].local_global ? " (local memory global)" : "",
+                     t.origin, t.wg, t.dec_dp, t.mix_kernel, t.gemm_rows, x.tiled, untiled, cases[i].row, cases[i].wg,
+                     cases[i].dec_dp, cases[i].mix_kernel, cases[i].gemm_rows, cases[i].tiled);
         free_context(ctx);
     }
 }
@@ -930,6 +992,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fit_init),       cmocka_unit_test(test_cpu_row_d64),
         cmocka_unit_test(test_gpu_row_d64),    cmocka_unit_test(test_cpu_vendor_rows),
+        cmocka_unit_test(test_gpu_vendor_rows),
         cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_tiled_causal_backward),
         cmocka_unit_test(test_summary_rows),    cmocka_unit_test(test_prefix_width),
         cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_sweep),
