@@ -327,10 +327,11 @@ static const tune_stage stages[] = {
      NULL, NULL, NULL, 0, {0}, 0, 0},
     /* The fields only the backward reads: the fused group per (chunk, head) or three read-outs and
      * bc_diag, bc_diag's work-items, the read-outs' accumulator vectors, the rows per work-item of
-     * dMc's products, and the GPU rows' tiled read-outs (bc_sq 0: the CPU form). */
+     * dMc's products, the GPU rows' tiled read-outs (bc_sq 0: the CPU form) and dMc's products in
+     * work-group tiles (dm_t 0: the CPU form; the non-causal backward's too). */
     {"backward", 3, 3,
      {{"bct_fuse", 2, {0, 1}}, {"dg_parts", 3, {1, 8, 32}}, {"bwd_acc", 3, {4, 8, 16}}, {"dmix_tm", 3, {2, 3, 4}},
-      {"bc_sq", 3, {0, 32, 64}}, {"bc_bk", 3, {8, 16, 32}}, {NULL, 0, {0}}},
+      {"bc_sq", 3, {0, 32, 64}}, {"bc_bk", 3, {8, 16, 32}}, {"dm_t", 4, {0, 16, 32, 64}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     /* The tiled plans' backward (GPU rows): its read-outs' token groups and local tiles, timed over
      * the non-causal backward of the forward's shape (bt_tq 0: the untiled read-outs). */

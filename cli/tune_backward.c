@@ -1,6 +1,6 @@
 /* `mhla tune`'s backward stages (cmd_tune.c's `backward`, the causal backward, and `tiled-backward`,
- * the non-causal one of tiled plans): the fields only the backward reads
- * (bct_fuse, dg_parts, bwd_acc, dmix_tm) never change a forward, so the forward's self-test cannot tell a
+ * the non-causal one of tiled plans): the fields only the backward reads (bct_fuse, dg_parts,
+ * bwd_acc, dmix_tm, dm_t, ...) never change a forward, so the forward's self-test cannot tell a
  * wrong candidate; each is checked here on the backward itself against the double reference, and
  * timed on a plan that recomputes the forward's summaries, as a plain mhla_backward() does. */
 #include "tune_backward.h"

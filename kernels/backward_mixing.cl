@@ -77,6 +77,57 @@ kernel void bwd_dmixing_part(global const float *restrict a_arg, global const fl
         }
 }
 
+#ifdef DM_T
+/* The same partial sums by work-group tiles (GPUs: dm_t): a group of (DM_T/4)^2 work-items owns
+ * DM_T rows of a and DM_T rows of bm over chunk c's x, brings DM_K x-values of each row at a time
+ * into local memory (consecutive work-items read consecutive floats of a row), stored across (x
+ * by row, padded to keep float4 reads aligned and the stores spread over the banks), and each
+ * work-item adds 4 x 4 products of its rows per x-value in x order. bwd_dmixing_part's work-items
+ * each read their own 8 rows straight from memory: on a GPU, neighbours far apart and long
+ * chains. global: (ceil(cols/DM_T) * DM_T/4, ceil(rows/DM_T) * DM_T/4, chunks); local: (DM_T/4,
+ * DM_T/4, 1). `lower`: tiles with no pair b < i store zeros, as bwd_dmixing_part's. */
+#define DM_K 16         /* x-values per local tile (host/tune/tune.h's MHLA_DM_K) */
+#define DM_W (DM_T / 4) /* work-items along each side of the tile */
+#define DM_LD (DM_T + 4) /* floats per x-value in the local tiles */
+kernel void bwd_dmixing_tiled(global const float *restrict a_arg, global const float *restrict bm_arg,
+                              global float *restrict part, const long x, const int rows, const int cols,
+                              const long len, const long off, const int lower)
+{
+    local float as[DM_K * DM_LD], bs[DM_K * DM_LD];
+    global const float *a = a_arg + off, *bm = bm_arg + off;
+    const int tb = (int)get_local_id(0), ti = (int)get_local_id(1), lid = ti * DM_W + tb;
+    const int b0 = (int)get_group_id(0) * DM_T, i0 = (int)get_group_id(1) * DM_T, c = (int)get_group_id(2);
+    const long x0 = (long)c * len, x1 = min(x0 + len, x);
+    const int ib = b0 + 4 * tb, ii = i0 + 4 * ti; /* this work-item's first column and row */
+    float4 acc[4] = {(float4)(0.0f), (float4)(0.0f), (float4)(0.0f), (float4)(0.0f)};
+    if (!(lower && b0 >= i0 + DM_T)) { /* the same for the whole group: its barriers are all or none */
+        for (long xk = x0; xk < x1; xk += DM_K) {
+            for (int e = lid; e < DM_T * DM_K; e += DM_W * DM_W) {
+                const int row = e / DM_K, kx = e - row * DM_K;
+                const long xx = xk + kx;
+                as[kx * DM_LD + row] = i0 + row < rows && xx < x1 ? a[(long)(i0 + row) * x + xx] : 0.0f;
+                bs[kx * DM_LD + row] = b0 + row < cols && xx < x1 ? bm[(long)(b0 + row) * x + xx] : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int kx = 0; kx < DM_K; ++kx) {
+                const float4 av = vload4(ti, as + kx * DM_LD), bv = vload4(tb, bs + kx * DM_LD);
+                acc[0] += av.s0 * bv;
+                acc[1] += av.s1 * bv;
+                acc[2] += av.s2 * bv;
+                acc[3] += av.s3 * bv;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+    for (int r = 0; r < 4 && ii + r < rows; ++r) {
+        global float *out = part + ((long)c * rows + ii + r) * cols;
+        const float v[4] = {acc[r].s0, acc[r].s1, acc[r].s2, acc[r].s3};
+        for (int s = 0; s < 4 && ib + s < cols; ++s)
+            out[ib + s] = v[s];
+    }
+}
+#endif
+
 /* global: (cols, rows): out[i*ldo + b] (+= when accumulate) = the sum of the chunks' partial sums,
  * in chunk order. */
 kernel void bwd_dmixing_reduce(global const float *restrict part, global float *restrict out, const int rows,

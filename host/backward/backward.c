@@ -195,6 +195,9 @@ static void describe(const mhla_bwd *b, char *buf, size_t size)
     else
         snprintf(buf, size, "; backward: read-outs of %d token(s) x %d/%d-wide vectors", t->bwd_rt, t->bwd_vk,
                  t->bwd_vv);
+    const size_t len = strlen(buf);
+    if (t->dm_t > 0 && len < size)
+        snprintf(buf + len, size - len, ", dMc in %dx%d tiles", t->dm_t, t->dm_t);
 }
 
 mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out)

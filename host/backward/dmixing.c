@@ -1,6 +1,7 @@
 /* What the backward forms share: a workspace buffer counted in the plan's, dMc[i,b] = <A_i, B_b> in a
- * fixed order (kernels/backward_mixing.cl: partial sums per chunk of the rows, then their sum), and
- * Mc^T for the non-causal forms' dS = Mc^T G. */
+ * fixed order (kernels/backward_mixing.cl: partial sums per chunk of the rows, by work-items of 4
+ * rows each or, on GPU rows, by work-group tiles through local memory; then their sum), and Mc^T
+ * for the non-causal forms' dS = Mc^T G. */
 #include "backward/backward.h"
 
 mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out)
@@ -12,20 +13,67 @@ cleanup:
     return st;
 }
 
+/* The tiled form's kernel (dm_t: bwd_dmixing_tiled) in tiles that fit the device and the built
+ * kernel, or b->tiles.dm_t 0 (bwd_dmixing_part) where none does. */
+static mhla_status dmixing_kernels(mhla_plan *plan, mhla_bwd *b, size_t rows, cl_program *prog)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    mhla_fit fit;
+    mhla__fit_init(ctx, &fit);
+    const int want = b->tiles.dm_t;
+    for (int tries = 0; tries < 6; ++tries) { /* each refit at least halves the tile */
+        b->tiles.dm_t = want > 0 ? mhla__dmix_tile(&fit, want, rows) : 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &plan->cfg, &b->tiles, prog));
+        const int dm = b->tiles.dm_t;
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, dm ? "bwd_dmixing_tiled" : "bwd_dmixing_part",
+                                                      &b->k_dmixing));
+        if (!dm)
+            break;
+        const int refit =
+            mhla__fit_check(ctx, b->k_dmixing, (size_t)(dm / 4) * (size_t)(dm / 4), mhla__dmix_tiled_local(dm), &fit);
+        if (refit == 0)
+            break;
+        clReleaseKernel(b->k_dmixing);
+        b->k_dmixing = NULL;
+        if (refit < 0) /* the kernel's limits cannot be read: the form that needs none */
+            fit.wg = 1;
+    }
+    if (!b->k_dmixing) { /* still too large after the tries */
+        b->tiles.dm_t = 0;
+        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &plan->cfg, &b->tiles, prog));
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_part", &b->k_dmixing));
+    }
+cleanup:
+    return st;
+}
+
 mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &plan->cfg, &b->tiles, prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_part", &b->k_dmixing));
+    MHLA_FORWARD_IF_ERROR(st, dmixing_kernels(plan, b, rows, prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_reduce", &b->k_dmix_reduce));
-    /* Chunks of 1024 floats keep 2*rows rows of one in cache; at least `rows` floats each keep the
-     * partial sums within `rows` summed rows (chunks * rows^2 <= (xmax / rows + 1) * rows^2). From
-     * 128 rows (a causal plan's chunks at long N), 4096 floats: (rows/4)^2 >= 1024 work-items per
-     * chunk still, and a fourth of the tiles' start-up, lane sums and partial sums (256 rows: the
-     * causal backward at N = 16384, C = 64; docs/tuning-notes.md "Causal backward"). */
-    const size_t floor_len = rows >= 128 ? 4096 : 1024;
-    b->dmix_len = mhla__round_up(rows > floor_len ? rows : floor_len, 16);
+    if (b->tiles.dm_t > 0) {
+        /* Tiled: enough groups to fill the device (8 a compute unit) over the tiles of dMc, but 16
+         * local tiles (256 x-values) a group at least, each a barrier pair; the partial sums then
+         * take chunks x rows^2 floats (N = 16384, C = 64 on an H100: about 65 of 512, 17 MB). */
+        const size_t tiles = (rows + (size_t)b->tiles.dm_t - 1) / (size_t)b->tiles.dm_t;
+        const size_t want_groups = 8 * (size_t)ctx->limits.compute_units;
+        size_t chunks = (want_groups + tiles * tiles - 1) / (tiles * tiles);
+        size_t len = (xmax + chunks - 1) / (chunks ? chunks : 1);
+        const size_t floor_len = 16 * MHLA_DM_K;
+        b->dmix_len = mhla__round_up(len > floor_len ? len : floor_len, MHLA_DM_K);
+    } else {
+        /* Chunks of 1024 floats keep 2*rows rows of one in cache; at least `rows` floats each keep
+         * the partial sums within `rows` summed rows (chunks * rows^2 <= (xmax / rows + 1) * rows^2).
+         * From 128 rows (a causal plan's chunks at long N), 4096 floats: (rows/4)^2 >= 1024
+         * work-items per chunk still, and a fourth of the tiles' start-up, lane sums and partial
+         * sums (256 rows: the causal backward at N = 16384, C = 64; docs/tuning-notes.md "Causal
+         * backward"). */
+        const size_t floor_len = rows >= 128 ? 4096 : 1024;
+        b->dmix_len = mhla__round_up(rows > floor_len ? rows : floor_len, 16);
+    }
     b->dmix_chunks = (xmax + b->dmix_len - 1) / b->dmix_len;
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, b->dmix_chunks * rows * rows * sizeof(float),
                                                     "the partial sums of dMc", &b->dmix_part));
@@ -41,16 +89,24 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
     const cl_long xl = (cl_long)x;
     const cl_long len = (cl_long)b->dmix_len, offl = (cl_long)off;
     const cl_int chunks = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
-    const size_t tm = (size_t)b->tiles.bwd_tm; /* kernels/backward_mixing.cl's BWD_TM */
-    const size_t extent[3] = {((size_t)cols + tm - 1) / tm, ((size_t)m + tm - 1) / tm, (size_t)chunks};
     const size_t rext[3] = {(size_t)cols, (size_t)m, 1};
-    size_t local[3], rlocal[3];
-    mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
+    size_t extent[3], local[3], rlocal[3];
+    if (b->tiles.dm_t > 0) { /* a group of (DM_T/4)^2 per DM_T x DM_T tile */
+        const size_t dm = (size_t)b->tiles.dm_t, side = dm / 4;
+        extent[0] = ((size_t)cols + dm - 1) / dm * side, extent[1] = ((size_t)m + dm - 1) / dm * side;
+        extent[2] = (size_t)chunks;
+        local[0] = local[1] = side, local[2] = 1;
+    } else {
+        const size_t tm = (size_t)b->tiles.bwd_tm; /* kernels/backward_mixing.cl's BWD_TM */
+        extent[0] = ((size_t)cols + tm - 1) / tm, extent[1] = ((size_t)m + tm - 1) / tm, extent[2] = (size_t)chunks;
+        mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
+    }
     mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
     MHLA_SET_ARGS(st, ctx, b->k_dmixing, 0, MHLA_ARG(a), MHLA_ARG(bm), MHLA_ARG(b->dmix_part), MHLA_ARG(xl),
                   MHLA_ARG(m), MHLA_ARG(cols), MHLA_ARG(len), MHLA_ARG(offl), MHLA_ARG(lower));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
-                                           "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
+                                           b->tiles.dm_t > 0 ? "clEnqueueNDRangeKernel(bwd_dmixing_tiled)"
+                                                             : "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_SET_ARGS(st, ctx, b->k_dmix_reduce, 0, MHLA_ARG(b->dmix_part), MHLA_ARG(out), MHLA_ARG(m), MHLA_ARG(cols),
                   MHLA_ARG(chunks),

@@ -26,6 +26,7 @@ int mhla__gpu_row_fill(mhla_tuning *t, const mhla_device_limits *limits)
     t->ct_sq = 0, t->cp_ti = 0, t->cs_tk = 0;
     t->bc_sq = 0;
     t->sm_tiled = 0;
+    t->dm_t = 0;
     t->dec_dp = 1;
     t->mix_kernel = 1, t->gemm_rows = 0;
     return 1;

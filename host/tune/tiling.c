@@ -563,6 +563,28 @@ void mhla__tiles_backward(const mhla_config *cfg, const mhla_tuning *t, mhla_til
     out->bwd_rt = t->out_rt < 1 ? 1 : t->out_rt > fit ? fit : t->out_rt;
     out->bwd_heads = t->bwd_heads != 0;
     out->bwd_tm = t->dmix_tm < 1 ? 1 : t->dmix_tm > 8 ? 8 : t->dmix_tm;
+    out->dm_t = t->dm_t; /* as asked: fitted to the rows and the device by mhla__dmix_tile */
+}
+
+uint64_t mhla__dmix_tiled_local(int dm_t)
+{
+    return sizeof(float) * 2u * MHLA_DM_K * (uint64_t)(dm_t + 4);
+}
+
+int mhla__dmix_tile(const mhla_fit *fit, int want, size_t rows)
+{
+    int t = 4;
+    while (t * 2 <= want && t < 64)
+        t *= 2;
+    if (want < 4)
+        return 0;
+    /* no larger than the rows need, but 16 at least: 16 work-items of a group still share each
+     * loaded tile (a 4-row product is tiny whatever its form) */
+    while (t > 16 && (size_t)t / 2 >= rows)
+        t /= 2;
+    while (t >= 4 && ((size_t)(t / 4) * (size_t)(t / 4) > fit->wg || mhla__dmix_tiled_local(t) > fit->local_bytes))
+        t /= 2;
+    return t >= 4 ? t : 0;
 }
 
 size_t mhla__bc_readout_wg(const mhla_tiles *t, int64_t dw)
@@ -786,8 +808,11 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DBCT_FC=%d -DBCF_SRT=%d -DBCF_SKV=%d", t->bct_fc, t->bcf_srt, t->bcf_skv);
     if (r & F_SLOT)
         mhla__opts_add(opts, "-DSLOT_PAD=%d", t->slot_pad);
-    if (r & F_DMIX)
+    if (r & F_DMIX) {
         mhla__opts_add(opts, "-DBWD_TM=%d", t->bwd_tm);
+        if (t->dm_t > 0)
+            mhla__opts_add(opts, "-DDM_T=%d", t->dm_t);
+    }
     if (r & F_TL)
         mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d -DTL_RR=%d", t->tl_tk, t->tl_td, t->tl_tv, t->tl_rr);
     if (r & F_TLO)

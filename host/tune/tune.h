@@ -70,6 +70,10 @@
     X(dmix_tm, 1, ",")      /* backward dMc products <G_i, S_j>: rows of each per work-item, tm^2    \
                                accumulators and 2 tm operand vectors (4 with 32 registers, 3 with   \
                                16: 4 spilled there) */                                              \
+    X(dm_t, 0, ",")         /* backward dMc products: rows of G and of S per work-group tile through \
+                               local memory (bwd_dmixing_tiled, 4 x 4 per work-item, 16 x-values  \
+                               a tile: GPUs), 0 = dmix_tm rows per work-item from global memory    \
+                               (CPUs) */                                                            \
     X(bct_fuse, 0, ",")     /* causal backward: 1 = one group per (chunk, head) computes the scores \
                                once for dq, dk, dv and dMc's diagonal (bc_dqkv) where a chunk fits  \
                                its local memory, 0 = three read-outs and bc_diag */                 \
@@ -180,6 +184,8 @@ typedef struct mhla_tiles {
                                            width, its divisors of Dk and Dv, tokens per work-item */
     int bwd_heads;                      /* its read-outs' launch: every head per group first */
     int bwd_tm;                         /* BWD_TM: dMc's products, rows of G and of S per work-item */
+    int dm_t;                           /* DM_T: dMc's products in DM_T x DM_T tiles of a work-group
+                                           (bwd_dmixing_tiled); 0: bwd_dmixing_part's BWD_TM rows */
     int bct_rt, bct_ve, bct_nv;         /* causal backward read-outs (backward_causal_readout.cl):
                                            BCT_RT tokens x (BCT_VE * BCT_NV) columns per work-item, */
     int bct_tq, bct_kt;                 /* BCT_TQ tokens per group, BCT_KT per pass */
@@ -297,6 +303,13 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
  * for them: bt_tq 0 where they do not fit (a Dk-wide row needs more work-items than a group has). */
 void mhla__tiles_backward_tiled(const mhla_config *cfg, const mhla_shape *shape, const mhla_tuning *t,
                                 const mhla_fit *fit, mhla_tiles *out);
+/* dMc's products in work-group tiles (bwd_dmixing_tiled): the tile side for `rows` rows of G (and
+ * of S) within *fit, from the tuning's `want` (dm_t) down to 16 where the rows are fewer, halved
+ * until its (side/4)^2 work-items and its arrays fit; 0 where none does (bwd_dmixing_part). Its
+ * local tiles take MHLA_DM_K x-values of every row (kernels/backward_mixing.cl's DM_K). */
+#define MHLA_DM_K 16
+int mhla__dmix_tile(const mhla_fit *fit, int want, size_t rows);
+uint64_t mhla__dmix_tiled_local(int dm_t);
 /* Work-items of a tiled backward read-out group, and the local memory its arrays take. */
 size_t mhla__bwd_tiled_wg(const mhla_tiles *t);
 uint64_t mhla__bwd_tiled_local(const mhla_tiles *t);

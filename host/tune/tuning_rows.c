@@ -70,9 +70,10 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
  *   0.41 ms of the H100's 1.07 at N = 16384, C = 64). The causal backward's read-outs and the
  *   paper normalizer's per-token scalars run tiled the same way (bc_sq: backward_causal_tiled.cl, 64
  *   tokens x 16 pair tokens a group), its chunk and gradient summaries in the forward's summary
- *   groups (cs_tk; not yet run on a GPU); its other kernels keep 8 accumulator
- *   vectors (bwd_acc: 32 floats) per work-item. The decoder's step splits the key
- *   dimensions into 8 parts per column (dec_dp: chains of Dk/8 in groups of 64 lanes x 8 parts, the
+ *   groups (cs_tk; not yet run on a GPU); its other kernels keep 8 accumulator vectors (bwd_acc:
+ *   32 floats) per work-item. Both backward forms' dMc products run in 64 x 64 tiles of a
+ *   work-group through local memory (dm_t: bwd_dmixing_tiled; not yet run on a GPU). The decoder's
+ *   step splits the key dimensions into 8 parts per column (dec_dp: chains of Dk/8 in groups of 64 lanes x 8 parts, the
  *   parts added in local memory) and its chunk start the earlier chunks the same way (not yet run on
  *   a GPU: the H100's step walked all of Dk per work-item in 8 groups, 16.6 us, and its chunk start
  *   took 0.39 ms for 17 MB).
@@ -99,7 +100,7 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = (wg_), .groups_per_cu = 4, .split_min_len = 128, \
      .pf = 0, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, \
      .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 1,  \
-     .dg_parts = 32, .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4,   \
+     .dg_parts = 32, .bwd_acc = 8, .dmix_tm = 4, .dm_t = 64, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4,   \
      .tl_qr = 4, .tl_dc = 16, .tl_fuse = 16, .bt_tq = 64, .bt_dc = 16, .ct_sq = 64, .ct_bk = 16, .cp_ti = 32,     \
      .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 64, .bc_bk = 16, .dec_dp = (dec_dp_)}
 /* Smaller GPU tiles: 2-token read-out tiles, 64-wide groups, the tiled forward in 8 x 8 groups; with
@@ -109,7 +110,7 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
      .out_dc = 4, .out_nt = 0, .out_pre = 0, .out_pf = 0, .wg = 64, .groups_per_cu = 4, .split_min_len = 128,    \
      .pf = 0, .mix_kernel = !(clblast), .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1,      \
      .tq = 32, .kt = 32, .sc_rt = 1, .sc_kv = 1, .gemm_rows = (clblast) ? 32 : 0, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4,          \
-     .sm_rows = 0, .sm_tiled = 1, .dg_parts = 8, .bwd_acc = 8, .dmix_tm = 4, .tiled = 1, .tl_tk = 16, .tl_tn = 32, \
+     .sm_rows = 0, .sm_tiled = 1, .dg_parts = 8, .bwd_acc = 8, .dmix_tm = 4, .dm_t = 32, .tiled = 1, .tl_tk = 16, .tl_tn = 32, \
      .tl_tq = 32, .tl_rr = 4, .tl_qr = 4, .tl_dc = 16, .tl_fuse = 16, .bt_tq = 32, .bt_dc = 16, .ct_sq = 32,      \
      .ct_bk = 16, .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 32, .bc_bk = 16, .dec_dp = 4}
 static const tuning_row rows[] = {

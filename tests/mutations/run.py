@@ -172,6 +172,14 @@ MUTATIONS = [
              [("kernels/backward_causal_tiled.cl", "for (int s0 = 0; s0 < len; s0 += CS_TK)",
                "for (int s0 = 0; s0 + CS_TK <= len; s0 += CS_TK)", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
+    Mutation("dmix-tiled-skips-diagonal-tiles", "dMc's tiled products store zeros for the causal form's tiles on "
+             "the diagonal, not only those above it",
+             [("kernels/backward_mixing.cl", "if (!(lower && b0 >= i0 + DM_T))", "if (!(lower && b0 >= i0))", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dmixing")]),
+    Mutation("dmix-tiled-drops-partial-x-tile", "dMc's tiled products drop a piece's last partial tile of x-values",
+             [("kernels/backward_mixing.cl", "for (long xk = x0; xk < x1; xk += DM_K)",
+               "for (long xk = x0; xk + DM_K <= x1; xk += DM_K)", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu,tl_rr=8, tiled backward, Dk 7 Dv 5: dmixing")]),
     Mutation("summary-tiled-8row-first-quad", "the tiled summary's 8-row register tiles add only their first "
              "four rows",
              [("kernels/summary_tiled.cl", "for (int q = 0; q < TL_RQ; ++q)", "for (int q = 0; q < 1; ++q)", 1)],
