@@ -27,16 +27,18 @@
 #                      baseline build's bench times), and --compare of them against bench-new.json:
 #                      how much of the small rows' time was the runtime starting a gated run
 #   bench-untiledbwd.json  step untiledbwd: the new build's backward rows (GPU_CHECK_UNTILED_OPS,
-#                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0, the untiled
-#                      read-outs (backward_readout.cl) the tiled backward replaced, and --compare of
+#                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0,dm_t=0, the
+#                      untiled read-outs (backward_readout.cl) and dMc products (bwd_dmixing_part) the
+#                      tiled backward replaced, and --compare of
 #                      them against the same rows of bench-new.json (bench.txt)
 #   bench-untiledcausal.json  step untiledcausal: the new build's causal rows
 #                      (GPU_CHECK_UNTILED_CAUSAL_OPS, default mhla-causal,mhla-causal-bwd,decode, at
 #                      GPU_CHECK_N and GPU_CHECK_DECODE) with
-#                      MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dec_dp=1: the untiled chunk summaries
+#                      MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dm_t=0,dec_dp=1: the untiled chunk summaries
 #                      (causal_summary.cl), read-out (causal_output.cl) and prefix (causal_prefix.cl
 #                      plus CLBlast's GEMM blocks) that the tiled kernels replaced, the backward's
-#                      read-outs of backward_causal_readout.cl, the decoder's step walking Dk per
+#                      read-outs of backward_causal_readout.cl and its dMc products of bwd_dmixing_part,
+#                      the decoder's step walking Dk per
 #                      work-item and its chunk start in causal_prefix_one (not in parts), and --compare
 #                      of them against the same rows of bench-new.json (bench.txt)
 #
@@ -236,7 +238,7 @@ fi
 if wants untiledbwd; then
     txt=$out/bench.txt
     lim=$(cap 90)
-    step bench-untiledbwd "$lim" "$txt" env MHLA_TUNING=bt_tq=0 "$new/bench/mhla-bench" \
+    step bench-untiledbwd "$lim" "$txt" env MHLA_TUNING=bt_tq=0,dm_t=0 "$new/bench/mhla-bench" \
         --device "$device" --n "$bench_n" --image none --target-ms "$target_ms" \
         --ops "${GPU_CHECK_UNTILED_OPS:-mhla-bwd,linear-bwd,mhla-gqa-bwd}" --quiet --gate event --max-total-s $(( lim * 4 / 5 )) \
         --json "$out/bench-untiledbwd.json"
@@ -250,7 +252,7 @@ fi
 if wants untiledcausal; then
     txt=$out/bench.txt
     lim=$(cap 90)
-    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dec_dp=1 "$new/bench/mhla-bench" \
+    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dm_t=0,dec_dp=1 "$new/bench/mhla-bench" \
         --device "$device" --n "$bench_n" --image none --chunk "$chunk" --decode-context "$decode" \
         --target-ms "$target_ms" --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd,decode}" --quiet --gate event \
         --max-total-s $(( lim * 4 / 5 )) \
