@@ -5,7 +5,9 @@
  *   dq~_t: x = g_t,   slot P_i^T (+ r_t zP_i), y = v_s,  bias r_t (the row's), w = k~_s, pairs s <= t
  *   dk~_s: x = v_s,   slot dS_j^T (+ dz_j),    y = g_t,  bias r_t (the pair's), w = q~_t, pairs t >= s
  *   dv_s:  x = k~_s,  slot dS_j,               y = q~_t,                      w = g_t,  pairs t >= s
- * with Mc[i,i] folded into each score; and, for the paper normalizer, the per-token scalars the
+ * with Mc[i,i] folded into each score (dk: into the pairs' sum, once dMc[i,i]'s share of the group,
+ * sum_s k~_s . sum_{t >= s} A'[t][s] q~_t, is taken from it: bc_diag's term without its second
+ * score matrix, in tiles_per_chunk parts per (chunk, head)); and, for the paper normalizer, the per-token scalars the
  * others read (backward_causal.cl's bc_scalars): the forward's numerator and denominator again,
  *   [num_t | den_t]: x = q~_t, slot [P_i | zP_i] (P^T read across), y = k~_s, w = [v_s | 1], pairs s <= t,
  * then 1/(den_t + eps) and dL/dden_t = -(dO_t . num_t) / (den_t + eps)^2. The tile's x rows sit in local memory transposed (one float4
@@ -86,52 +88,14 @@ __attribute__((always_inline)) inline void bcc_mad_row(float4 acc[BC_NV_MAX][4],
             tiled_mad4x4(acc[j], a, row[cq + BC_CQ * j]);
 }
 
-/* The read-out of `kind` (a constant: each kernel below is this function specialized; its pointers
- * are not restrict-qualified, as backward_causal_readout.cl's, for Oclgrind). Local arrays:
- * xt[DX][BC_LQ] and yt[DX][BC_LK] float4 (transposed rows), wt[BC_BK][WQP] float4 (w rows, or the
- * slot's rows), pt[BC_BK][BC_LQ] float4 (the scores, transposed), xb[BC_SQ] (dq: each row's r_t),
- * cb[BC_BK] (dk: each pair token's r_t). global: (BC_WG, H, entries * tiles_per_chunk), local
- * (BC_WG, 1, 1); work-item (token quad cq fastest, row quad rq): rows 4 rq.. of the group's, pair
- * tokens 4 cq.. of each tile, column quads cq + BC_CQ j. Rows past the chunk compute on zeros and
- * store nothing. */
-__attribute__((always_inline)) inline void
-bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, global const STORE_T *v,
-            global const STORE_T *dout, global const float *mix, const int lda, global const int *tab,
-            global const float *slots, global const float *invs, global const float *rs, global STORE_T *out,
-            global float *inv_out, global float *r_out, const mhla_grid g, const float feature_eps, const float scale,
-            const float eps, const int tiles_per_chunk, local float4 *xt, local float4 *yt, local float4 *wt,
-            local float4 *pt, local float *xb, local float *cb, local float *red)
+/* acc += the tile's x rows times the slot, BC_BK of its rows at a time through wt (the scalars':
+ * P^T's columns, z its row DV), and the paper normalizer's z terms (dq: r_t zP_i; dk: dz_j). */
+__attribute__((always_inline)) inline void bcc_slot(const int kind, global const float *slot, const int lid,
+                                                    const int rq, const int cq, local float4 *xt, local float4 *wt,
+                                                    local float *xb, float4 acc[BC_NV_MAX][4])
 {
-    const int DX = BC_DX(kind), DW = BC_DW(kind), WQ = BC_WQ(kind), WQP = BC_WQP(kind), NV = BC_NV(kind);
+    const int DX = BC_DX(kind), DW = BC_DW(kind), WQP = BC_WQP(kind), NV = BC_NV(kind);
     const int mstride = kind == KIND_DV ? SC : DK; /* floats between the slot's rows */
-    const int lid = (int)get_local_id(0), cq = lid % BC_CQ, rq = lid / BC_CQ;
-    const int kk = (int)get_group_id(2) / tiles_per_chunk, h = (int)get_group_id(1);
-    const int p0 = ((int)get_group_id(2) - kk * tiles_per_chunk) * BC_SQ;
-    const int len = ENT(kk, 1);
-    if (p0 >= len)
-        return; /* the whole group: a tile past the end of a short chunk */
-    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), i = ENT(kk, 2), nq = min(BC_SQ, len - p0);
-    const float mii = mix[(long)i * lda + i];
-    global const float *slot = slots + bc_slot(kk, h, g.heads);
-
-    /* The tile's x rows, transposed; neighbouring work-items, neighbouring elements of a row. */
-    for (int e = lid; e < BC_SQ * DX; e += BC_WG) {
-        const int r = e / DX, p = e - r * DX;
-        ((local float *)xt)[p * 4 * BC_LQ + r] =
-            r < nq ? bcc_operand(kind, 0, q, k, v, dout, invs, g, bh, t0 + p0 + r, p, feature_eps, scale) : 0.0f;
-    }
-    if (kind == KIND_DQ)
-        for (int r = lid; r < BC_SQ; r += BC_WG)
-            xb[r] = r < nq ? bct_r(rs, (long)bh * g.n + t0 + p0 + r) : 0.0f;
-    float4 acc[BC_NV_MAX][4];
-    #pragma unroll
-    for (int j = 0; j < BC_NV_MAX; ++j)
-        #pragma unroll
-        for (int r = 0; r < 4; ++r)
-            acc[j][r] = (float4)(0.0f);
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    /* x times the slot, BC_BK of its rows at a time (the scalars': P^T's columns, z its row DV). */
     for (int pb = 0; pb < DX; pb += BC_BK) {
         if (kind == KIND_SC) {
             for (int e = lid; e < BC_BK * WQP; e += BC_WG) {
@@ -164,6 +128,58 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
         }
     }
 #endif
+}
+
+/* The read-out of `kind` (a constant: each kernel below is this function specialized; its pointers
+ * are not restrict-qualified, as backward_causal_readout.cl's, for Oclgrind). Local arrays:
+ * xt[DX][BC_LQ] and yt[DX][BC_LK] float4 (transposed rows), wt[BC_BK][WQP] float4 (w rows, or the
+ * slot's rows), pt[BC_BK][BC_LQ] float4 (the scores, transposed), xb[BC_SQ] (dq: each row's r_t),
+ * cb[BC_BK] (dk: each pair token's r_t). global: (BC_WG, H, entries * tiles_per_chunk), local
+ * (BC_WG, 1, 1); work-item (token quad cq fastest, row quad rq): rows 4 rq.. of the group's, pair
+ * tokens 4 cq.. of each tile, column quads cq + BC_CQ j. Rows past the chunk compute on zeros and
+ * store nothing. */
+__attribute__((always_inline)) inline void
+bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, global const STORE_T *v,
+            global const STORE_T *dout, global const float *mix, const int lda, global const int *tab,
+            global const float *slots, global const float *invs, global const float *rs, global STORE_T *out,
+            global float *inv_out, global float *r_out, const mhla_grid g, const float feature_eps, const float scale,
+            const float eps, const int tiles_per_chunk, global float *diag, const int want_diag, local float4 *xt,
+            local float4 *yt, local float4 *wt, local float4 *pt, local float *xb, local float *cb, local float *red)
+{
+    const int DX = BC_DX(kind), DW = BC_DW(kind), WQ = BC_WQ(kind), WQP = BC_WQP(kind), NV = BC_NV(kind);
+    const int lid = (int)get_local_id(0), cq = lid % BC_CQ, rq = lid / BC_CQ;
+    const int kk = (int)get_group_id(2) / tiles_per_chunk, h = (int)get_group_id(1);
+    const int tile = (int)get_group_id(2) - kk * tiles_per_chunk, p0 = tile * BC_SQ;
+    const int len = ENT(kk, 1);
+    global float *diag_at = kind == KIND_DK ? diag + ((long)kk * g.heads + h) * tiles_per_chunk + tile : diag;
+    if (p0 >= len) { /* the whole group: a tile past the end of a short chunk */
+        if (kind == KIND_DK && want_diag && lid == 0)
+            *diag_at = 0.0f;
+        return;
+    }
+    const int bh = ENT(kk, 5) * g.heads + h, t0 = ENT(kk, 0), i = ENT(kk, 2), nq = min(BC_SQ, len - p0);
+    const float mii = mix[(long)i * lda + i];
+    global const float *slot = slots + bc_slot(kk, h, g.heads);
+
+    /* The tile's x rows, transposed; neighbouring work-items, neighbouring elements of a row. */
+    for (int e = lid; e < BC_SQ * DX; e += BC_WG) {
+        const int r = e / DX, p = e - r * DX;
+        ((local float *)xt)[p * 4 * BC_LQ + r] =
+            r < nq ? bcc_operand(kind, 0, q, k, v, dout, invs, g, bh, t0 + p0 + r, p, feature_eps, scale) : 0.0f;
+    }
+    if (kind == KIND_DQ)
+        for (int r = lid; r < BC_SQ; r += BC_WG)
+            xb[r] = r < nq ? bct_r(rs, (long)bh * g.n + t0 + p0 + r) : 0.0f;
+    float4 acc[BC_NV_MAX][4];
+    #pragma unroll
+    for (int j = 0; j < BC_NV_MAX; ++j)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r)
+            acc[j][r] = (float4)(0.0f);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    if (kind != KIND_DK)
+        bcc_slot(kind, slot, lid, rq, cq, xt, wt, xb, acc);
 
     /* The pairs inside the chunk: dq over tokens 0 .. p0 + nq - 1, dk and dv over p0 .. len - 1. */
     const int x0 = p0 + 4 * rq; /* the work-item's first row, in the chunk */
@@ -199,6 +215,7 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
         /* Row x and pair token c: dq sees c <= x, dk and dv c >= x. A masked score is replaced (not
          * multiplied) by zero. */
         const int key = kb + 4 * cq;
+        const float pm = kind == KIND_DK ? 1.0f : mii; /* dk: Mc[i,i] once, after dMc's diagonal term */
         const float4 bias = kind == KIND_DQ ? vload4(rq, xb) : (float4)(0.0f);
         const float4 cbias = kind == KIND_DK ? vload4(cq, cb) : (float4)(0.0f);
         const float sb[4] = {bias.x, bias.y, bias.z, bias.w};
@@ -208,11 +225,11 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
             const float4 s = sc[r] + sb[r] + cbias;
             float4 pv;
             if (before)
-                pv = (float4)(key <= x ? mii * s.s0 : 0.0f, key + 1 <= x ? mii * s.s1 : 0.0f,
-                              key + 2 <= x ? mii * s.s2 : 0.0f, key + 3 <= x ? mii * s.s3 : 0.0f);
+                pv = (float4)(key <= x ? pm * s.s0 : 0.0f, key + 1 <= x ? pm * s.s1 : 0.0f,
+                              key + 2 <= x ? pm * s.s2 : 0.0f, key + 3 <= x ? pm * s.s3 : 0.0f);
             else
-                pv = (float4)(key >= x ? mii * s.s0 : 0.0f, key + 1 >= x ? mii * s.s1 : 0.0f,
-                              key + 2 >= x ? mii * s.s2 : 0.0f, key + 3 >= x ? mii * s.s3 : 0.0f);
+                pv = (float4)(key >= x ? pm * s.s0 : 0.0f, key + 1 >= x ? pm * s.s1 : 0.0f,
+                              key + 2 >= x ? pm * s.s2 : 0.0f, key + 3 >= x ? pm * s.s3 : 0.0f);
             tiled_put_column(pt, BC_LQ, 4 * cq, 4 * rq + r, pv);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -245,6 +262,42 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* yt, wt, pt and cb are overwritten next */
+    }
+
+    if (kind == KIND_DK) {
+        /* acc holds the pairs' sum_{t >= s} A'[t][s] q~_t alone: dMc[i,i]'s share of the group,
+         * sum_s k~_s . acc_s = sum_{s <= t} A'[t][s] (q~_t . k~_s) (bc_diag's sum, without a second
+         * score matrix), each work-item's rows and columns, then the work-items' in order */
+        if (want_diag) {
+            float part = 0.0f;
+            for (int r = 0; r < 4; ++r) {
+                const int row = 4 * rq + r;
+                if (row >= nq)
+                    break;
+                global const STORE_T *krow = k + row_offset(g, bh, t0 + p0 + row, DK);
+                #pragma unroll
+                for (int j = 0; j < BC_NV_MAX; ++j) {
+                    const int cc = 4 * (cq + BC_CQ * j);
+                    if (j < NV && cc < DK) /* (acc is 0 past Dk: w's pad; k~ of the pad is finite) */
+                        part += dot(acc[j][r], FEATURE_V(4, tiled_quad(krow, cc, DK, 0), feature_eps));
+                }
+            }
+            local float *parts = (local float *)pt; /* free after the pairs */
+            parts[lid] = part;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid == 0) {
+                float sum = 0.0f;
+                for (int w = 0; w < BC_WG; ++w)
+                    sum += parts[w];
+                *diag_at = sum;
+            }
+        }
+        #pragma unroll
+        for (int j = 0; j < BC_NV_MAX; ++j)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r)
+                acc[j][r] *= mii;
+        bcc_slot(kind, slot, lid, rq, cq, xt, wt, xb, acc);
     }
 
     if (kind == KIND_SC) {
@@ -307,7 +360,7 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
         global const STORE_T *restrict dout, global const float *restrict mix, const int lda,                          \
         global const int *restrict tab, global const float *restrict slots, global const float *restrict invs,         \
         global const float *restrict rs, global STORE_T *restrict out, const mhla_grid g_arg, const float feature_eps, \
-        const float scale, const int tiles_per_chunk
+        const float scale, const int tiles_per_chunk, global float *restrict diag, const int want_diag
 
 /* The arrays of one kind, at kernel scope (OpenCL C 1.2), and the call. */
 #define BCC_KERNEL(name, kind)                                                                                         \
@@ -316,7 +369,7 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
         local float4 xt[BC_DX(kind) * BC_LQ], yt[BC_DX(kind) * BC_LK], wt[BC_BK * BC_WQP(kind)], pt[BC_BK * BC_LQ];   \
         local float xb[BC_SQ], cb[BC_BK];                                                                              \
         bcc_readout(kind, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, (global float *)0, (global float *)0,    \
-                    g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, xt, yt, wt, pt, xb, cb, cb);                     \
+                    g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, diag, want_diag, xt, yt, wt, pt, xb, cb, cb);    \
     }
 
 BCC_KERNEL(bc_dq_tiled, KIND_DQ)
@@ -336,7 +389,7 @@ bc_scalars_tiled(global const STORE_T *restrict q, global const STORE_T *restric
     local float4 xt[DK * BC_LQ], yt[DK * BC_LK], wt[BC_BK * BC_WQP(KIND_SC)], pt[BC_BK * BC_LQ];
     local float xb[BC_SQ], cb[BC_BK], red[BC_SQ * BC_CQ];
     bcc_readout(KIND_SC, q, k, v, dout, mix, lda, tab, slots, invs, rs, (global STORE_T *)0, invs, rs, g_arg,
-                feature_eps, scale, eps, tiles_per_chunk, xt, yt, wt, pt, xb, cb, red);
+                feature_eps, scale, eps, tiles_per_chunk, (global float *)0, 0, xt, yt, wt, pt, xb, cb, red);
 }
 #endif
 

@@ -125,9 +125,12 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
     /* bc_diag's parts per (chunk, head): the row's dg_parts, at most a chunk's rows and one work-group;
-     * one where bc_dqkv writes the diagonal terms */
+     * one where bc_dqkv writes the diagonal terms, a group's where the tiled dk does (one per tile of
+     * bc_sq tokens) */
     if (b->k_bc_dqkv) {
         b->tiles.bct_dg = 1;
+    } else if (b->tiles.bc_sq) {
+        b->tiles.bct_dg = (int)((plan->shape.nb + b->tiles.bc_sq - 1) / b->tiles.bc_sq);
     } else {
         const int64_t rows = plan->shape.nb; /* a chunk's tokens */
         int64_t parts = plan->causal->kern->tuning.dg_parts;
@@ -561,8 +564,8 @@ cleanup:
 }
 
 /* The three read-outs (backward_causal_readout.cl's, or backward_causal_tiled.cl's on GPU rows): dq
- * from P^T, dk from dS^T, dv from dS. */
-static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv)
+ * from P^T, dk from dS^T, dv from dS; the tiled dk writes dMc's diagonal terms too where want_diag. */
+static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv, cl_int want_diag)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = x->plan->ctx;
@@ -579,6 +582,10 @@ static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv)
         MHLA_FORWARD_IF_ERROR(st, token_args(x, kr, from[i]));
         MHLA_SET_ARGS(st, ctx, kr, 10, MHLA_ARG(to[i]), MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale),
                       MHLA_ARG(tiles_per_chunk));
+        if (b->tiles.bc_sq) {
+            const cl_int want = i == 1 ? want_diag : 0; /* dk's */
+            MHLA_SET_ARGS(st, ctx, kr, 15, MHLA_ARG(b->diag), MHLA_ARG(want));
+        }
         const size_t ext[3] = {b->wg_bc_readout[i], (size_t)x->heads, x->entries * (size_t)tiles_per_chunk};
         const size_t loc[3] = {b->wg_bc_readout[i], 1, 1};
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, names[i]));
@@ -696,10 +703,10 @@ static mhla_status enqueue_heads(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem 
     if (b->k_bc_dqkv)
         MHLA_FORWARD_IF_ERROR(st, readout_fused(&x, dq, dk, dv, dmixing != NULL));
     else
-        MHLA_FORWARD_IF_ERROR(st, readouts(&x, dq, dk, dv));
+        MHLA_FORWARD_IF_ERROR(st, readouts(&x, dq, dk, dv, dmixing != NULL));
     if (dmixing) {
         cl_int covered = 0;
-        if (!b->k_bc_dqkv)
+        if (!b->k_bc_dqkv && !b->tiles.bc_sq) /* (else the read-outs wrote the diagonal terms) */
             MHLA_FORWARD_IF_ERROR(st, dmc_diagonal(&x));
         MHLA_FORWARD_IF_ERROR(st, dmc_products(&x, dmixing, &covered));
         MHLA_FORWARD_IF_ERROR(st, dmc_finish(&x, dmixing, covered));

@@ -72,8 +72,9 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
  *   tokens x 16 pair tokens a group), its chunk and gradient summaries in the forward's summary
  *   groups (cs_tk; not yet run on a GPU); its other kernels keep 8 accumulator vectors (bwd_acc:
  *   32 floats) per work-item. Both backward forms' dMc products run in 64 x 64 tiles of a
- *   work-group through local memory (dm_t: bwd_dmixing_tiled; not yet run on a GPU). The decoder's
- *   step splits the key dimensions into 8 parts per column (dec_dp: chains of Dk/8 in groups of 64 lanes x 8 parts, the
+ *   work-group through local memory (dm_t: bwd_dmixing_tiled; not yet run on a GPU), and the tiled
+ *   dk read-out gives dMc's diagonal terms on the way (no bc_diag). The decoder's step splits the key
+ *   dimensions into 8 parts per column (dec_dp: chains of Dk/8 in groups of 64 lanes x 8 parts, the
  *   parts added in local memory) and its chunk start the earlier chunks the same way (not yet run on
  *   a GPU: the H100's step walked all of Dk per work-item in 8 groups, 16.6 us, and its chunk start
  *   took 0.39 ms for 17 MB).

@@ -172,6 +172,12 @@ MUTATIONS = [
              [("kernels/backward_causal_tiled.cl", "for (int s0 = 0; s0 < len; s0 += CS_TK)",
                "for (int s0 = 0; s0 + CS_TK <= len; s0 += CS_TK)", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
+    Mutation("bc-tiled-diag-first-lane-only", "the causal backward's tiled dk adds dMc's diagonal term from the "
+             "first key dimension of each quad only",
+             [("kernels/backward_causal_tiled.cl",
+               "part += dot(acc[j][r], FEATURE_V(4, tiled_quad(krow, cc, DK, 0), feature_eps));",
+               "part += acc[j][r].x * FEATURE_V(4, tiled_quad(krow, cc, DK, 0), feature_eps).x;", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dmixing")]),
     Mutation("dmix-tiled-skips-diagonal-tiles", "dMc's tiled products store zeros for the causal form's tiles on "
              "the diagonal, not only those above it",
              [("kernels/backward_mixing.cl", "if (!(lower && b0 >= i0 + DM_T))", "if (!(lower && b0 >= i0))", 1)],
