@@ -4,6 +4,7 @@
  * kernels/backward_causal.cl; the operands: backward_causal_readout.cl, the CPU form):
  *   dq~_t: x = g_t,   slot P_i^T (+ r_t zP_i), y = v_s,  bias r_t (the row's), w = k~_s, pairs s <= t
  *   dk~_s: x = v_s,   slot dS_j^T (+ dz_j),    y = g_t,  bias r_t (the pair's), w = q~_t, pairs t >= s
+ *          (dS_j^T read across dS_j's rows: no transposed copy, bc_transpose, on these rows)
  *   dv_s:  x = k~_s,  slot dS_j,               y = q~_t,                      w = g_t,  pairs t >= s
  * with Mc[i,i] folded into each score (dk: into the pairs' sum, once dMc[i,i]'s share of the group,
  * sum_s k~_s . sum_{t >= s} A'[t][s] q~_t, is taken from it: bc_diag's term without its second
@@ -97,13 +98,17 @@ __attribute__((always_inline)) inline void bcc_slot(const int kind, global const
     const int DX = BC_DX(kind), DW = BC_DW(kind), WQP = BC_WQP(kind), NV = BC_NV(kind);
     const int mstride = kind == KIND_DV ? SC : DK; /* floats between the slot's rows */
     for (int pb = 0; pb < DX; pb += BC_BK) {
-        if (kind == KIND_SC) {
+        if (kind == KIND_SC || kind == KIND_DK) {
+            /* the scalars: row d of P, read across P^T's rows of Dk; dk: row d of dS^T, read across
+             * dS's rows of SC (no transposed copy) */
+            const int across = kind == KIND_SC ? DK : SC;
             for (int e = lid; e < BC_BK * WQP; e += BC_WG) {
                 const int rr = e / WQP, cc = 4 * (e - rr * WQP), d = pb + rr;
-                global const float *col = slot + d; /* row d of P, read across P^T's rows */
-                wt[e] = d < DX ? (float4)(cc < DW ? col[(long)cc * DK] : 0.0f, cc + 1 < DW ? col[(long)(cc + 1) * DK] : 0.0f,
-                                          cc + 2 < DW ? col[(long)(cc + 2) * DK] : 0.0f,
-                                          cc + 3 < DW ? col[(long)(cc + 3) * DK] : 0.0f)
+                global const float *col = slot + d;
+                wt[e] = d < DX ? (float4)(cc < DW ? col[(long)cc * across] : 0.0f,
+                                          cc + 1 < DW ? col[(long)(cc + 1) * across] : 0.0f,
+                                          cc + 2 < DW ? col[(long)(cc + 2) * across] : 0.0f,
+                                          cc + 3 < DW ? col[(long)(cc + 3) * across] : 0.0f)
                                : (float4)(0.0f);
             }
         } else {
@@ -118,13 +123,19 @@ __attribute__((always_inline)) inline void bcc_slot(const int kind, global const
         barrier(CLK_LOCAL_MEM_FENCE); /* wt is overwritten next */
     }
 #if NORMALIZER == 0
-    if (kind == KIND_DQ || kind == KIND_DK) { /* dq: r_t zP_i; dk: dz_j (the slot's z row) */
+    if (kind == KIND_DQ || kind == KIND_DK) { /* dq: r_t zP_i (P^T's z row); dk: dz_j (dS's z column) */
         const float4 w = kind == KIND_DQ ? vload4(rq, xb) : (float4)(1.0f);
         #pragma unroll
         for (int j = 0; j < BC_NV_MAX; ++j) {
             const int cc = 4 * (cq + BC_CQ * j);
+            global const float *z = slot + DV; /* dk: element DV of dS's rows cc.. */
             if (j < NV) /* (zeros past Dk) */
-                tiled_mad4x4(acc[j], w, tiled_quad_f32(slot + (long)DV * DK, cc, DK, 0));
+                tiled_mad4x4(acc[j], w,
+                             kind == KIND_DQ ? tiled_quad_f32(slot + (long)DV * DK, cc, DK, 0)
+                                             : (float4)(cc < DK ? z[(long)cc * SC] : 0.0f,
+                                                        cc + 1 < DK ? z[(long)(cc + 1) * SC] : 0.0f,
+                                                        cc + 2 < DK ? z[(long)(cc + 2) * SC] : 0.0f,
+                                                        cc + 3 < DK ? z[(long)(cc + 3) * SC] : 0.0f));
         }
     }
 #endif

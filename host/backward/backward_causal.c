@@ -272,6 +272,10 @@ static size_t fill_table(const mhla_plan *plan, mhla_bwd *b, const int32_t *cu, 
     return k;
 }
 
+/* Whether dk reads dS^T (bc_transpose's copy): the CPU forms' read-outs and bc_dqkv; the tiled dk
+ * reads dS across instead. */
+static int transposed_ds(const mhla_bwd *b) { return !b->tiles.bc_sq || b->k_bc_dqkv; }
+
 /* Buffers for `entries` chunks (kept, grown when a varlen call needs more), and room for this
  * call's `tiles` (their count places the suffix tiles). */
 static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t tiles)
@@ -302,7 +306,8 @@ static mhla_status reserve(mhla_plan *plan, mhla_bwd *b, size_t entries, size_t 
     b->table = mhla__malloc(entries * sizeof *b->table);
     MHLA_FAIL_IF(st, !b->table, plan->ctx, MHLA_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the chunk table");
     for (size_t i = 0; i < nslots; ++i)
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * slot, what[i], slots[i]));
+        if (slots[i] != &b->slots_dst || transposed_ds(b))
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, entries * slot, what[i], slots[i]));
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan,
                                                     entries * (size_t)plan->cfg.heads * (size_t)b->tiles.bct_dg *
                                                         sizeof(float),
@@ -521,7 +526,7 @@ cleanup:
     return st;
 }
 
-/* dS_j = sum_{i>j} Mc[i,j] G_i for dv (causal_suffix), and dS^T for dk (bc_transpose). */
+/* dS_j = sum_{i>j} Mc[i,j] G_i for dv (causal_suffix), and dS^T for the CPU form's dk (bc_transpose). */
 static mhla_status suffix_mixtures(const bc_call *x)
 {
     mhla_status st = MHLA_OK;
@@ -536,6 +541,8 @@ static mhla_status suffix_mixtures(const bc_call *x)
                                            x->b->tiles.cp_ti ? "clEnqueueNDRangeKernel(causal_suffix_tiled)"
                                                              : "clEnqueueNDRangeKernel(causal_suffix)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (!transposed_ds(x->b)) /* the tiled dk reads dS across */
+        goto cleanup;
     kr = x->b->k_bc_transpose;
     MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->slots_ds), MHLA_ARG(x->b->slots_dst), MHLA_ARG(x->heads),
                   MHLA_ARG(x->nent));
@@ -573,7 +580,7 @@ static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv, c
     const size_t tq = (size_t)(b->tiles.bc_sq ? b->tiles.bc_sq : b->tiles.bct_tq); /* a group's tokens */
     const cl_int tiles_per_chunk = (cl_int)((x->tokens + tq - 1) / tq);
     const cl_kernel ks[3] = {b->k_bc_dq, b->k_bc_dk, b->k_bc_dv};
-    const cl_mem from[3] = {b->slots_p, b->slots_dst, b->slots_ds}, to[3] = {dq, dk, dv};
+    const cl_mem from[3] = {b->slots_p, b->tiles.bc_sq ? b->slots_ds : b->slots_dst, b->slots_ds}, to[3] = {dq, dk, dv};
     static const char *const plain[3] = {"bc_dq", "bc_dk", "bc_dv"};
     static const char *const tiled[3] = {"bc_dq_tiled", "bc_dk_tiled", "bc_dv_tiled"};
     const char *const *names = b->tiles.bc_sq ? tiled : plain;
