@@ -242,8 +242,8 @@ MHLA_API mhla_status mhla_context_kernel_times(mhla_context *ctx, char *buf, siz
  * Overrides the per-device tuning (tile sizes, vector widths, work-group sizes, which GEMM
  * mixes) for plans and decoders created on this context afterwards. `spec` is
  * "name=value[,name=value...]" over the fields `mhla_context_tuning()` prints; "row=NAME" first
- * starts from a named built-in row (cpu-wide, cpu, gpu, llvmpipe, default) instead of the one
- * chosen for the device. Applied after the MHLA_TUNING environment variable. Vector widths stay
+ * starts from a named built-in row (llvmpipe, cpu-intel, cpu, cpu-wide, nvidia, amd, intel-gpu,
+ * mobile, gpu, default) instead of the one chosen for the device. Applied after the MHLA_TUNING environment variable. Vector widths stay
  * capped by the device (never wider than its SIMD registers on CPUs, float4 on GPUs) unless the
  * spec sets `vec` itself (an experiment: honoured up to 16).
  * NULL or "" clears the override. Results never depend on it, only speed: every tiling is

@@ -7,7 +7,8 @@
  * dimensions' pieces are loaded into registers meanwhile. Each summary row is then read from global
  * memory once per group instead of once per work-item (output.cl, whose work-items each walk the
  * whole summary: the CPU form). The normalizer's dot products q~ . z~ are summed on the copies, one
- * token per work-item. */
+ * token per work-item; the official normalizer's denominators are read from `den` (the per-token
+ * dots mixed by Mc: forward/mixing.c). */
 #include "common.h"
 #include "tiled.h"
 
@@ -51,6 +52,7 @@ float4 summary_quad(global const float *rows, global const float *mc, const int 
 
 /* global: (TL_WG * TL_NV, B*H, M * ceil(Nb / TL_TQ)), local (TL_WG, 1, 1). Work-item (column tile ct
  * fastest, token tile rq): neighbouring work-items store neighbouring float4 of one output row.
+ * den: [M][B*H][Nb], read with the official normalizer only (any buffer otherwise).
  * sources = 0: `mixed` holds the mixed summaries. sources = M_kv * splits > 0 (few of them: N = 1024,
  * where each launch is mostly the gap before it): `mixed` holds the summaries' segment rows and the
  * group mixes its block's rows itself: one launch fewer. */
@@ -58,7 +60,7 @@ __attribute__((reqd_work_group_size(TL_WG, 1, 1)))
 kernel void output_tiled(global const STORE_T *restrict q, global const float *restrict mixed,
                          global STORE_T *restrict out, const mhla_grid g_arg, const float feature_eps,
                          const float scale, const float eps, global const float *restrict mc, const int sources,
-                         const int splits)
+                         const int splits, global const float *restrict den)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float4 ql[TL_DC * TL_LQ], sl[TL_DC * TL_QV];
@@ -156,6 +158,8 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
             break;
 #if NORMALIZER == 0
         const float4 y = acc[r] / (dl[t] + eps);
+#elif NORMALIZER == 1
+        const float4 y = acc[r] / (den[((long)blk * g.bh + bh) * g.nb + p] + eps);
 #else
         const float4 y = acc[r];
 #endif

@@ -512,9 +512,9 @@ static void test_stage_times(void **state)
  * holds): groups of 64, 128, 256 and 1024 work-items, 16, 32 and 48 KiB of local memory, a
  * configuration each (the fit depends on the pair, the kernels' arithmetic on the configuration):
  * head dimensions spanning several tiles (Dk 96: several tiles of dimensions), odd ones (rows of no
- * whole float4), f16 storage, [B,H,N,D], a block split into segments (M = 1) and a 2D grid; the
- * summary's 8-row register tiles (tl_rr=8) in configurations 2 and 4, the read-out's 8-token ones
- * (tl_qr=8) in 2 and 3. */
+ * whole float4) with the official normalizer, f16 storage, [B,H,N,D], a block split into segments
+ * (M = 1) and a 2D grid; the summary's 8-row register tiles (tl_rr=8) in configurations 2 and 4, the
+ * read-out's 8-token ones (tl_qr=8) in 2 and 3. */
 static void test_tiled_limits(void **state)
 {
     (void)state;
@@ -524,6 +524,7 @@ static void test_tiled_limits(void **state)
     cfgs[0] = config_1d(1, 2, 512, 4, 96, 64);
     cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
     cfgs[1].layout = MHLA_LAYOUT_BHND;
+    cfgs[1].normalizer = MHLA_NORMALIZER_OFFICIAL; /* its mixed dots read by output_tiled */
     cfgs[2] = config_1d(1, 2, 1024, 1, 32, 48); /* linear attention: one block in many segments */
     cfgs[3] = config_1d(1, 2, 256, 4, 64, 64);
     cfgs[3].dtype = MHLA_DTYPE_F16;
@@ -540,9 +541,9 @@ static void test_tiled_limits(void **state)
         mhla_context *ctx = limited_context(lim, tunings[c]);
         char label[160];
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the outputs: a kernel dropping either fails */
-        snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled%s%s%s, Dk %lld Dv %lld (config %zu)", lim,
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s, tiled%s%s%s, Dk %lld Dv %lld %s (config %zu)", lim,
                  c % 2 ? "" : " and mixing", rr == 8 ? " 8-row" : "", qr == 8 ? " 8-token" : "", (long long)cfgs[c].dk,
-                 (long long)cfgs[c].dv, c);
+                 (long long)cfgs[c].dv, mhla_normalizer_name(cfgs[c].normalizer), c);
         mhla_plan *plan = NULL;
         assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
         char text[512];

@@ -104,9 +104,12 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
     cl_mem a = sh ? sh->mc_rows : mixing, s = sh ? sh->gathered : plan->summary;
     const size_t m = mixed_rows(plan), k = source_rows(plan);
     if (plan->k_mix_splits) /* the tiled summary's segments, added here in order, then mixed */
-        return mhla__mixing_splits(plan, a, m, k, plan->tiles.splits > 1 ? plan->partial : plan->summary,
-                                   plan->tiles.splits, plan->summary, plan->mixed, summary_cols(plan));
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, s, plan->mixed, summary_cols(plan)));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, a, m, k,
+                                                      plan->tiles.splits > 1 ? plan->partial : plan->summary,
+                                                      plan->tiles.splits, plan->summary, plan->mixed,
+                                                      summary_cols(plan)));
+    else
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, s, plan->mixed, summary_cols(plan)));
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
         /* Both GEMMs share the temporary buffer; an out-of-order queue must not overlap them. */
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));

@@ -1,5 +1,6 @@
-/* Stage 3 host side: kernels/output.cl, the per-token read-out with the normalizer fused, and the
- * official normalizer's per-token dot products that the mixing stage mixes. */
+/* Stage 3 host side: kernels/output.cl (or output_tiled.cl), the per-token read-out with the
+ * normalizer fused, and the official normalizer's per-token dot products that the mixing stage
+ * mixes. */
 #include "forward/forward.h"
 
 mhla_status mhla__output_setup(mhla_plan *plan)
@@ -7,17 +8,17 @@ mhla_status mhla__output_setup(mhla_plan *plan)
     mhla_status st = MHLA_OK;
     cl_program prog = NULL;
     const mhla_tiles *t = &plan->tiles;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, &plan->cfg, t, &prog));
+    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) { /* the tiled read-out's too */
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "official_dots", &plan->k_official_dots));
+        plan->lws_dots = mhla__local_size(plan->ctx, plan->k_official_dots, (size_t)t->wg);
+    }
     if (t->tiled) /* output_tiled.cl: built with the summary's kernel (forward/tiled.c) */
         goto cleanup;
-    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_OUTPUT, &plan->cfg, t, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "block_output", &plan->k_output));
     const size_t extent[3] = {(size_t)(plan->cfg.dv / (t->out_ve * t->out_nv)), 1,
                               (size_t)((plan->shape.nb + t->out_rt - 1) / t->out_rt)};
     mhla__local_size_3d(plan->ctx, plan->k_output, extent, (size_t)t->wg, plan->lws_output);
-    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "official_dots", &plan->k_official_dots));
-        plan->lws_dots = mhla__local_size(plan->ctx, plan->k_official_dots, (size_t)t->wg);
-    }
 cleanup:
     return st;
 }
@@ -42,7 +43,9 @@ cleanup:
 int mhla__output_mixes(const mhla_plan *plan)
 {
     const mhla_tiles *t = &plan->tiles;
-    return t->tiled && !plan->save_for_backward && (int64_t)t->tl_fuse >= plan->shape.m_kv * (int64_t)t->splits;
+    /* (the official normalizer's denominators come from the dots' mixing) */
+    return t->tiled && !plan->save_for_backward && plan->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL &&
+           (int64_t)t->tl_fuse >= plan->shape.m_kv * (int64_t)t->splits;
 }
 
 mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_mem out, cl_event *done)
@@ -66,7 +69,7 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_me
         cl_mem mc = mixes ? mixing : plan->mixed; /* any valid buffer where it is not read */
         MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(rows), MHLA_ARG(out), MHLA_ARG(plan->grid),
                       MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps), MHLA_ARG(mc), MHLA_ARG(sources),
-                      MHLA_ARG(splits));
+                      MHLA_ARG(splits), MHLA_ARG(den));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_output, 0, NULL, done,
                                                "clEnqueueNDRangeKernel(output_tiled)"));
         goto cleanup;

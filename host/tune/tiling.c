@@ -176,7 +176,8 @@ void mhla__tiles_backward_tiled(const mhla_config *cfg, const mhla_shape *shape,
                                 const mhla_fit *fit, mhla_tiles *out)
 {
     out->bt_tq = 0;
-    if (!out->tiled || t->bt_tq < 1)
+    /* (the official normalizer's terms are the untiled backward's: backward/backward.c) */
+    if (!out->tiled || t->bt_tq < 1 || cfg->normalizer == MHLA_NORMALIZER_OFFICIAL)
         return;
     /* one column tile holds a Dk-wide row (bwd_dq_tiled sums a token's dots in its group); dv's
      * Dv-wide rows take as many tiles as they need */
@@ -238,9 +239,7 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
     const int64_t nb = shape->nb_kv, groups = shape->m_kv * shape->bh_kv;
     const int64_t want = (int64_t)t->groups_per_cu * ctx->limits.compute_units;
     split_blocks(nb, groups < want ? (want + groups - 1) / groups : 1, t->split_min_len, 1, out);
-    /* The official normalizer mixes per-token dot products (output.cl's path); the tiled read-out
-     * normalizes by its own dot products only. */
-    out->tiled = t->tiled && cfg->normalizer != MHLA_NORMALIZER_OFFICIAL;
+    out->tiled = t->tiled != 0;
     if (!out->tiled)
         return;
     mhla__tiles_tiled(cfg, shape, t, &fit, out);
@@ -249,7 +248,10 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
      * where that at least doubles the groups (each segment's partial summary is as large as the
      * block's: 25 MB of partials at N = 16384, M = 64, H = 8 in three segments, a third more traffic
      * than k and v, for groups the device had room for already). */
-    split_blocks(nb, want / groups, 2 * (int64_t)out->tl_tk, out->tl_tk, out);
+    /* The official normalizer's per-token dots read each block's whole z before the mixing: one
+     * segment a block (its mixed denominators come from the dots' GEMM, forward/mixing.c). */
+    const int64_t splits = cfg->normalizer == MHLA_NORMALIZER_OFFICIAL ? 1 : want / groups;
+    split_blocks(nb, splits, 2 * (int64_t)out->tl_tk, out->tl_tk, out);
 }
 
 size_t mhla__summary_work_items(const mhla_tiles *t, int64_t dk, int64_t dv)

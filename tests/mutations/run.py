@@ -172,6 +172,10 @@ MUTATIONS = [
              [("kernels/backward_causal_tiled.cl", "for (int s0 = 0; s0 < len; s0 += CS_TK)",
                "for (int s0 = 0; s0 + CS_TK <= len; s0 += CS_TK)", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
+    Mutation("output-tiled-official-drops-eps", "the tiled read-out's official normalizer drops +eps",
+             [("kernels/output_tiled.cl", "acc[r] / (den[((long)blk * g.bh + bh) * g.nb + p] + eps);",
+               "acc[r] / den[((long)blk * g.bh + bh) * g.nb + p];", 1)],
+             [("forward", "test_tiled_limits", "tiled, Dk 7 Dv 5 official")]),
     Mutation("bc-tiled-diag-first-lane-only", "the causal backward's tiled dk adds dMc's diagonal term from the "
              "first key dimension of each quad only",
              [("kernels/backward_causal_tiled.cl",
