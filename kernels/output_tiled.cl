@@ -52,7 +52,9 @@ float4 summary_quad(global const float *rows, global const float *mc, const int 
 
 /* global: (TL_WG * TL_NV, B*H, M * ceil(Nb / TL_TQ)), local (TL_WG, 1, 1). Work-item (column tile ct
  * fastest, token tile rq): neighbouring work-items store neighbouring float4 of one output row.
- * den: [M][B*H][Nb], read with the official normalizer only (any buffer otherwise).
+ * den: [M][B*H][Nb], read with the official normalizer only (any buffer otherwise): the mixed
+ * denominators where den_mixed, else the blocks' dots, mixed here by Mc (mc) one token per work-item:
+ * the dots' GEMM launch saved (forward/output.c).
  * sources = 0: `mixed` holds the mixed summaries. sources = M_kv * splits > 0 (few of them: N = 1024,
  * where each launch is mostly the gap before it): `mixed` holds the summaries' segment rows and the
  * group mixes its block's rows itself: one launch fewer. */
@@ -60,7 +62,7 @@ __attribute__((reqd_work_group_size(TL_WG, 1, 1)))
 kernel void output_tiled(global const STORE_T *restrict q, global const float *restrict mixed,
                          global STORE_T *restrict out, const mhla_grid g_arg, const float feature_eps,
                          const float scale, const float eps, global const float *restrict mc, const int sources,
-                         const int splits, global const float *restrict den)
+                         const int splits, global const float *restrict den, const int den_mixed)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     local float4 ql[TL_DC * TL_LQ], sl[TL_DC * TL_QV];
@@ -146,6 +148,16 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
         }
     }
 #undef OUTPUT_FETCH
+#if NORMALIZER == 1
+    if (!den_mixed) /* den holds the blocks' dots: each token's denominator mixed here, blocks in order */
+        for (int i = lid; i < TL_TQ; i += TL_WG) {
+            const int p = p0 + i;
+            float ds = 0.0f;
+            for (int b = 0; b < g.kv_m && p < g.nb; ++b)
+                ds += mc[(long)blk * g.kv_m + b] * den[((long)b * g.bh + bh) * g.nb + p];
+            dl[i] = ds;
+        }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE); /* dl's last sums */
     const int c = c_base + 4 * ct;
     if (c >= DV)
@@ -159,7 +171,7 @@ kernel void output_tiled(global const STORE_T *restrict q, global const float *r
 #if NORMALIZER == 0
         const float4 y = acc[r] / (dl[t] + eps);
 #elif NORMALIZER == 1
-        const float4 y = acc[r] / (den[((long)blk * g.bh + bh) * g.nb + p] + eps);
+        const float4 y = acc[r] / ((den_mixed ? den[((long)blk * g.bh + bh) * g.nb + p] : dl[t]) + eps);
 #else
         const float4 y = acc[r];
 #endif

@@ -259,7 +259,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
             MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         }
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing, 1));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
 

@@ -74,7 +74,7 @@ static mhla_status blocks_forward(mhla_plan *plan, const cl_mem b[5], cl_uint nu
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     if (!mhla__output_mixes(plan)) { /* else the tiled read-out mixes (few blocks and segments) */
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing, !mhla__output_mixes_dots(plan)));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));

@@ -113,7 +113,9 @@ mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, int tiled, cl_k
 mhla_status mhla__block_summary_weighted_enqueue(mhla_plan *plan, cl_kernel kern, int tiled, cl_mem k, cl_mem v,
                                                  cl_mem w, cl_mem wz, float zscale, cl_mem out, cl_int *segments);
 mhla_status mhla__mixing_setup(mhla_plan *plan);
-mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing);
+/* with_dots: the official normalizer's dots mixed too (plan->den), unless the tiled read-out mixes
+ * them itself (mhla__output_mixes_dots). */
+mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing, int with_dots);
 /* Tiled plans: c = a * (the segments of `part` added), with a rows x k and `part` k*splits rows of x
  * floats (mixing.cl's mixing_splits); where splits > 1 the added rows also into `sum`. */
 mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem part, cl_int splits,
@@ -130,6 +132,9 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_me
 /* Whether the tiled read-out mixes the summaries itself: few blocks x segments (tl_fuse), and no
  * saved summaries wanted (the backward reads the mixed ones: mhla_plan_save_for_backward()). */
 int mhla__output_mixes(const mhla_plan *plan);
+/* Whether the tiled read-out mixes the official normalizer's dots itself (no dots GEMM before it):
+ * tiled official plans that keep nothing for a backward. */
+int mhla__output_mixes_dots(const mhla_plan *plan);
 /* The softmax baseline's one kernel (forward/softmax.c). */
 mhla_status mhla__softmax_enqueue(mhla_plan *plan, cl_mem q, cl_mem k, cl_mem v, cl_mem out, cl_uint num_wait,
                                   const cl_event *wait, cl_event *done);

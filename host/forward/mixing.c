@@ -96,7 +96,7 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
+mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing, int with_dots)
 {
     mhla_status st = MHLA_OK;
     /* A shard mixes the gathered summaries of every block with its own rows of Mc. */
@@ -110,7 +110,7 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing)
                                                       summary_cols(plan)));
     else
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, s, plan->mixed, summary_cols(plan)));
-    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) {
+    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL && with_dots) {
         /* Both GEMMs share the temporary buffer; an out-of-order queue must not overlap them. */
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, sh ? sh->gathered_dots : plan->dots, plan->den,

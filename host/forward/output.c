@@ -40,6 +40,12 @@ cleanup:
     return st;
 }
 
+int mhla__output_mixes_dots(const mhla_plan *plan)
+{
+    /* (a plan kept for a backward keeps the mixed denominators the backward reads: plan->den) */
+    return plan->tiles.tiled && plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL && !plan->save_for_backward;
+}
+
 int mhla__output_mixes(const mhla_plan *plan)
 {
     const mhla_tiles *t = &plan->tiles;
@@ -63,13 +69,15 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_me
         const size_t extent[3] = {plan->lws_output[0] * col_groups, (size_t)plan->shape.bh,
                                   (size_t)plan->shape.m * tq_groups};
         /* mixed here: the segments' rows (the summaries' where blocks are whole) and Mc */
-        const int mixes = mhla__output_mixes(plan);
+        const int mixes = mhla__output_mixes(plan), mixes_dots = mhla__output_mixes_dots(plan);
         const cl_int splits = t->splits, sources = mixes ? (cl_int)(plan->shape.m_kv * t->splits) : 0;
+        const cl_int den_mixed = !mixes_dots;
         cl_mem rows = !mixes ? plan->mixed : t->splits > 1 ? plan->partial : plan->summary;
-        cl_mem mc = mixes ? mixing : plan->mixed; /* any valid buffer where it is not read */
+        cl_mem mc = mixes || mixes_dots ? mixing : plan->mixed; /* any valid buffer where it is not read */
+        cl_mem dots_or_den = mixes_dots ? plan->dots : den;
         MHLA_SET_ARGS(st, ctx, kern, 0, MHLA_ARG(q), MHLA_ARG(rows), MHLA_ARG(out), MHLA_ARG(plan->grid),
                       MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps), MHLA_ARG(mc), MHLA_ARG(sources),
-                      MHLA_ARG(splits), MHLA_ARG(den));
+                      MHLA_ARG(splits), MHLA_ARG(dots_or_den), MHLA_ARG(den_mixed));
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kern, 3, extent, plan->lws_output, 0, NULL, done,
                                                "clEnqueueNDRangeKernel(output_tiled)"));
         goto cleanup;

@@ -279,7 +279,7 @@ static mhla_status output_blocks(mhla_plan *plan, cl_mem q, cl_mem mixing, const
                                     (size_t)sh->count * m * f, 0, NULL, NULL),
                 "clEnqueueCopyBuffer (the shard's rows of Mc)");
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing));
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing, 1));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_FORWARD_IF_ERROR(st, mhla__output_enqueue(plan, q, mixing, out, done));
     /* The host rows must not be read after the call returns. */

@@ -173,8 +173,13 @@ MUTATIONS = [
                "for (int s0 = 0; s0 + CS_TK <= len; s0 += CS_TK)", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dq")]),
     Mutation("output-tiled-official-drops-eps", "the tiled read-out's official normalizer drops +eps",
-             [("kernels/output_tiled.cl", "acc[r] / (den[((long)blk * g.bh + bh) * g.nb + p] + eps);",
-               "acc[r] / den[((long)blk * g.bh + bh) * g.nb + p];", 1)],
+             [("kernels/output_tiled.cl", "acc[r] / ((den_mixed ? den[((long)blk * g.bh + bh) * g.nb + p] : dl[t]) + eps);",
+               "acc[r] / (den_mixed ? den[((long)blk * g.bh + bh) * g.nb + p] : dl[t]);", 1)],
+             [("forward", "test_tiled_limits", "tiled, Dk 7 Dv 5 official")]),
+    Mutation("output-tiled-official-dots-first-block", "the tiled read-out mixes the official normalizer's dots of "
+             "the first block only",
+             [("kernels/output_tiled.cl", "for (int b = 0; b < g.kv_m && p < g.nb; ++b)",
+               "for (int b = 0; b < 1 && p < g.nb; ++b)", 1)],
              [("forward", "test_tiled_limits", "tiled, Dk 7 Dv 5 official")]),
     Mutation("bc-tiled-diag-first-lane-only", "the causal backward's tiled dk adds dMc's diagonal term from the "
              "first key dimension of each quad only",
