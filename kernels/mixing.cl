@@ -77,7 +77,9 @@ kernel void mixing_gemm(global const float *restrict a, const int lda, global co
  * MIX_MR loads from global memory per block, which made this launch 45% of the forward on an
  * H100 at M = 64.
  * global: (ceil(x / MIX_COLS) rounded up to the group, ceil(m / MIX_MR)), local (L, 1): the group's
- * work-items share one row tile. a is m x k (query blocks by key/value blocks, leading dimension k). */
+ * work-items share one row tile. a is m x k (query blocks by key/value blocks, leading dimension k),
+ * or with a_trans, the transpose of a k x m matrix read in place (the backward's dS = Mc^T G: no
+ * transposed copy of Mc, one launch fewer). */
 #define MIXS_KB 64 /* blocks of `a` per pass through local memory */
 void mixs_load(global const float *p, const long col, const long x, VEC(MIX_VE) *out)
 {
@@ -103,7 +105,7 @@ void mixs_store(const VEC(MIX_VE) v, global float *p, const long col, const long
 }
 kernel void mixing_splits(global const float *restrict a, global const float *restrict part,
                           global float *restrict sum, global float *restrict c, const int m, const int k,
-                          const int splits, const long x)
+                          const int splits, const long x, const int a_trans)
 {
     local float al[MIXS_KB * MIX_MR]; /* al[kk * MIX_MR + r] = a[row0 + r][kb0 + kk] */
     const long col0 = (long)get_global_id(0) * MIX_COLS;
@@ -118,7 +120,8 @@ kernel void mixing_splits(global const float *restrict a, global const float *re
         barrier(CLK_LOCAL_MEM_FENCE); /* the last pass's readers are done with al */
         for (int i = lid; i < kn * MIX_MR; i += lsize) {
             const int r = i / kn, kk = i - r * kn; /* neighbouring work-items: neighbouring blocks of a row */
-            al[kk * MIX_MR + r] = a[(long)min(row0 + r, m - 1) * k + kb0 + kk];
+            const int row = min(row0 + r, m - 1);
+            al[kk * MIX_MR + r] = a_trans ? a[(long)(kb0 + kk) * m + row] : a[(long)row * k + kb0 + kk];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!active)

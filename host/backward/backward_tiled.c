@@ -91,7 +91,6 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv;
     const size_t scols = (size_t)plan->shape.bh_kv * (size_t)c->dk * (size_t)plan->shape.summary_cols;
 
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_mixing_transpose(plan, b, mixing)); /* for dS, beside dq's read-out */
     MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(plan->mixed), MHLA_ARG(dq),
                   MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps), MHLA_ARG(scale),
                   MHLA_ARG(eps));
@@ -115,8 +114,9 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
                                                "clEnqueueNDRangeKernel(bwd_group_sum)"));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
-    /* dS = Mc^T G: M_kv x M times the M rows of G (their segments added), G whole into grad */
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, b->mix_t, (size_t)m_kv, (size_t)m,
+    /* dS = Mc^T G: M_kv x M (Mc read transposed in place) times the M rows of G (their segments
+     * added), G whole into grad */
+    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m_kv, (size_t)m,
                                                   segments > 1 ? plan->partial : b->grad_kv, segments, b->grad_kv,
                                                   b->dsum, scols));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));

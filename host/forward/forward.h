@@ -116,10 +116,11 @@ mhla_status mhla__mixing_setup(mhla_plan *plan);
 /* with_dots: the official normalizer's dots mixed too (plan->den), unless the tiled read-out mixes
  * them itself (mhla__output_mixes_dots). */
 mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing, int with_dots);
-/* Tiled plans: c = a * (the segments of `part` added), with a rows x k and `part` k*splits rows of x
- * floats (mixing.cl's mixing_splits); where splits > 1 the added rows also into `sum`. */
-mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem part, cl_int splits,
-                                cl_mem sum, cl_mem c, size_t x);
+/* Tiled plans: c = a * (the segments of `part` added), with a rows x k (a_trans: a is k x rows, its
+ * transpose taken) and `part` k*splits rows of x floats (mixing.cl's mixing_splits); where splits > 1
+ * the added rows also into `sum`. */
+mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, cl_int a_trans, size_t rows, size_t k, cl_mem part,
+                                cl_int splits, cl_mem sum, cl_mem c, size_t x);
 /* c[rows x x] = a[rows x k] * b[k x x] with the plan's mixing GEMM (kernel or CLBlast; rows and k
  * among M and M_kv, x at most the forward's widths, whose temporary buffer the plan holds). */
 mhla_status mhla__mixing_gemm(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem b, cl_mem c, size_t x);

@@ -79,8 +79,8 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, size_t rows, size_t k, cl_mem part, cl_int splits,
-                                cl_mem sum, cl_mem c, size_t x)
+mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, cl_int a_trans, size_t rows, size_t k, cl_mem part,
+                                cl_int splits, cl_mem sum, cl_mem c, size_t x)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -89,7 +89,7 @@ mhla_status mhla__mixing_splits(mhla_plan *plan, cl_mem a, size_t rows, size_t k
     const size_t cols = (size_t)plan->tiles.mix_nv * (size_t)plan->tiles.mix_ve, mr = (size_t)plan->tiles.mix_mr;
     const size_t extent[3] = {(x + cols - 1) / cols, (rows + mr - 1) / mr, 1};
     MHLA_SET_ARGS(st, ctx, plan->k_mix_splits, 0, MHLA_ARG(a), MHLA_ARG(part), MHLA_ARG(sum), MHLA_ARG(c),
-                  MHLA_ARG(mi), MHLA_ARG(ki), MHLA_ARG(splits), MHLA_ARG(xl));
+                  MHLA_ARG(mi), MHLA_ARG(ki), MHLA_ARG(splits), MHLA_ARG(xl), MHLA_ARG(a_trans));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, plan->k_mix_splits, 2, extent, plan->lws_mix_splits, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(mixing_splits)"));
 cleanup:
@@ -104,7 +104,7 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing, int with_dots)
     cl_mem a = sh ? sh->mc_rows : mixing, s = sh ? sh->gathered : plan->summary;
     const size_t m = mixed_rows(plan), k = source_rows(plan);
     if (plan->k_mix_splits) /* the tiled summary's segments, added here in order, then mixed */
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, a, m, k,
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, a, 0, m, k,
                                                       plan->tiles.splits > 1 ? plan->partial : plan->summary,
                                                       plan->tiles.splits, plan->summary, plan->mixed,
                                                       summary_cols(plan)));

@@ -181,6 +181,10 @@ MUTATIONS = [
              [("kernels/output_tiled.cl", "for (int b = 0; b < g.kv_m && p < g.nb; ++b)",
                "for (int b = 0; b < 1 && p < g.nb; ++b)", 1)],
              [("forward", "test_tiled_limits", "tiled, Dk 7 Dv 5 official")]),
+    Mutation("mixing-splits-ignores-transpose", "the tiled backward's dS = Mc^T G mixes by Mc, not its transpose",
+             [("kernels/mixing.cl", "a_trans ? a[(long)(kb0 + kk) * m + row] : a[(long)row * k + kb0 + kk];",
+               "a[(long)row * k + kb0 + kk];", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu,bt_dc=4, tiled backward, Dk 16 Dv 8: dk")]),
     Mutation("bc-tiled-diag-first-lane-only", "the causal backward's tiled dk adds dMc's diagonal term from the "
              "first key dimension of each quad only",
              [("kernels/backward_causal_tiled.cl",
