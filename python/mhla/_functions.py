@@ -136,7 +136,9 @@ def tolerance(dtype="f32", n=1024, backward=False):
     return float(lib.mhla_reference_backward_tolerance(code) if backward else lib.mhla_reference_tolerance(code, n))
 
 
-ROWS = ("cpu-wide", "cpu", "gpu", "llvmpipe", "default")
+# The built-in rows (host/tune/tuning_rows.c): the vendor GPU rows differ from 'gpu' in a few fields
+# only, and 'mobile' is 'default' with the mixing kernel.
+ROWS = ("llvmpipe", "cpu-intel", "cpu", "cpu-wide", "nvidia", "amd", "intel-gpu", "mobile", "gpu", "default")
 
 
 def tune(ctx, *, dk=64, dv=None, n=4096, heads=8, blocks=16, candidates=None, runs=5, store=True,
