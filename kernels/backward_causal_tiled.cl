@@ -6,13 +6,15 @@
  *   dk~_s: x = v_s,   slot dS_j^T (+ dz_j),    y = g_t,  bias r_t (the pair's), w = q~_t, pairs t >= s
  *          (dS_j^T read across dS_j's rows: no transposed copy, bc_transpose, on these rows)
  *   dv_s:  x = k~_s,  slot dS_j,               y = q~_t,                      w = g_t,  pairs t >= s
- * with Mc[i,i] folded into each score (dk: into the pairs' sum, once dMc[i,i]'s share of the group,
- * sum_s k~_s . sum_{t >= s} A'[t][s] q~_t, is taken from it: bc_diag's term without its second
- * score matrix, in tiles_per_chunk parts per (chunk, head)); and, for the paper normalizer, the per-token scalars the
- * others read (backward_causal.cl's bc_scalars): the forward's numerator and denominator again,
+ * with Mc[i,i] folded into each score (dk: into the pairs' sum, once dMc[i,i]'s share of the
+ * group, sum_s k~_s . sum_{t >= s} A'[t][s] q~_t, is taken from it: bc_diag's term without its
+ * second score matrix, in tiles_per_chunk parts per (chunk, head)); and, for the paper normalizer,
+ * the per-token scalars the others read (backward_causal.cl's bc_scalars): the forward's numerator
+ * and denominator again,
  *   [num_t | den_t]: x = q~_t, slot [P_i | zP_i] (P^T read across), y = k~_s, w = [v_s | 1], pairs s <= t,
- * then 1/(den_t + eps) and dL/dden_t = -(dO_t . num_t) / (den_t + eps)^2. The tile's x rows sit in local memory transposed (one float4
- * read serves 4 rows); the slot's rows go through local memory BC_BK at a time; the pairs take
+ * then 1/(den_t + eps) and dL/dden_t = -(dO_t . num_t) / (den_t + eps)^2. The tile's x rows sit in
+ * local memory transposed (one float4 read serves 4 rows); the slot's rows go through local memory
+ * BC_BK at a time; the pairs take
  * BC_BK tokens at a time (y transposed, w as stored): each work-item computes a 4-row x 4-token
  * tile of scores, the masked ones replaced by zero, the tile goes to local memory transposed, and
  * each work-item adds it times W into 4 rows x 4 columns per column tile it owns. Masked pairs on
