@@ -52,6 +52,7 @@ typedef struct bench_shape {
     int64_t chunk; /* causal ops: the chunk size C (bt then holds ceil(N/C)); 0 for the others */
     int64_t kv_heads;    /* grouped key/value heads: H_kv; 0 = heads */
     int64_t kv_t, kv_bt; /* cross-attention: the keys' 1D sequence and its blocks; 0 = the row's grid */
+    mhla_normalizer normalizer; /* the non-causal self-attention rows' (--normalizer; 0 = paper, the default) */
 } bench_shape;
 
 #define BENCH_CROSS_TOKENS 256
@@ -219,6 +220,7 @@ typedef struct bench_options {
     size_t decode_ctx_count;
     int64_t batch;
     mhla_layout layout;
+    mhla_normalizer normalizer; /* --normalizer: the non-causal self-attention rows' */
     unsigned ops; /* bit (1 << bench_op_id) per op */
     uint32_t seed;
     int quiet;

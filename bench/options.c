@@ -23,6 +23,9 @@ static const char usage[] =
     "  --m LIST          MHLA block counts M (default: M^2 <= N with blocks of >= 256 tokens)\n"
     "  --batch B         batch size (default 1)\n"
     "  --layout L        bnhd or bhnd (default bnhd)\n"
+    "  --normalizer N    paper, official or none: the non-causal self-attention rows' (mhla,\n"
+    "                    linear, their -bwd and -gqa rows; default paper). Cross-attention, causal\n"
+    "                    and decode rows keep theirs (paper; none)\n"
     "  --ops LIST        mhla,linear,softmax,mhla-causal,decode,blas,sgemm,mhla-bwd,linear-bwd,\n"
     "                    mhla-causal-bwd,mhla-bwd-saved,mhla-causal-bwd-saved,mhla-gqa,mhla-gqa-bwd,\n"
     "                    decode-gqa,mhla-cross (default all; blas and sgemm only in a build with\n"
@@ -86,6 +89,7 @@ static void set_defaults(bench_options *o, int quick)
     o->dims_count = 1;
     o->batch = 1;
     o->layout = MHLA_LAYOUT_BNHD;
+    o->normalizer = MHLA_NORMALIZER_PAPER;
     o->ops = (1u << BENCH_OP_COUNT) - 1;
     if (!bench_blas_available()) /* asked for by name, their rows say why they did not run */
         o->ops &= ~((1u << BENCH_OP_BLAS) | (1u << BENCH_OP_SGEMM));
@@ -251,6 +255,8 @@ int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char
             ok = parse_size(arg, &o->batch, NULL);
         } else if (strcmp(opt, "--layout") == 0) {
             ok = mhla_layout_parse(arg, &o->layout) == MHLA_OK;
+        } else if (strcmp(opt, "--normalizer") == 0) {
+            ok = mhla_normalizer_parse(arg, &o->normalizer) == MHLA_OK;
         } else if (strcmp(opt, "--ops") == 0) {
             if (parse_ops(arg, &o->ops, err, err_size))
                 return -1;

@@ -240,6 +240,7 @@ int bench_write_json(FILE *f, const bench_report *rep)
     mhla_config cfg, causal;
     mhla_config_init(&cfg);
     mhla_config_init_causal(&causal);
+    cfg.normalizer = rep->opts.normalizer; /* --normalizer: the non-causal self-attention rows' */
     int host = rep->peak.host_clock, host_ops = 0;
     for (size_t i = 0; i < rep->row_count; ++i) {
         host |= rep->rows[i].host_clock == BENCH_CLOCK_FALLBACK;

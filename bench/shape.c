@@ -90,9 +90,11 @@ mhla_config bench_config(const bench_shape *s)
     cfg.dk = s->dk, cfg.dv = s->dv;
     cfg.layout = s->layout;
     cfg.kv_heads = s->kv_heads;
-    if (s->kv_t) { /* cross-attention: a 1D key/value sequence */
+    if (s->kv_t) { /* cross-attention: a 1D key/value sequence (the official normalizer has no meaning there) */
         cfg.kv_seq_t = s->kv_t, cfg.kv_seq_h = cfg.kv_seq_w = 1;
         cfg.kv_block_t = s->kv_bt, cfg.kv_block_h = cfg.kv_block_w = 1;
+    } else {
+        cfg.normalizer = s->normalizer;
     }
     return cfg;
 }

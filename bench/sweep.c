@@ -115,12 +115,14 @@ static size_t plan_rows(const bench_options *o, bench_row *rows)
 {
     size_t count = 0;
     if (o->ops & (1u << BENCH_OP_SGEMM)) { /* one square SGEMM, whatever the sweep's sizes */
-        const bench_shape g = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, o->layout, 0, 0, 0, 0};
+        const bench_shape g = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, o->layout, 0, 0, 0, 0,
+                               MHLA_NORMALIZER_PAPER};
         init_row(rows, count++, BENCH_OP_SGEMM, &g);
     }
     for (size_t di = 0; di < o->dims_count; ++di)
         for (size_t hi = 0; hi < o->heads_count; ++hi) {
-            bench_shape s = {o->batch, o->heads[hi], 1, 1, 1, 1, 1, 1, o->dk[di], o->dv[di], o->layout, 0, 0, 0, 0};
+            bench_shape s = {o->batch, o->heads[hi], 1, 1, 1, 1, 1, 1, o->dk[di], o->dv[di], o->layout, 0, 0, 0, 0,
+                             o->normalizer};
             for (size_t gi = 0; gi < o->n_count + o->image_count; ++gi) {
                 s.t = s.h = s.w = 1;
                 if (gi < o->n_count)

@@ -41,8 +41,13 @@
 #                      the decoder's step walking Dk per
 #                      work-item and its chunk start in causal_prefix_one (not in parts), and --compare
 #                      of them against the same rows of bench-new.json (bench.txt)
+#   bench-official.json, bench-official-untiled.json  step official: the mhla and mhla-bwd rows at
+#                      GPU_CHECK_N with the official normalizer (--normalizer official), as the GPU rows
+#                      run it now (the tiled forward, the dots mixed in the read-out) and with
+#                      MHLA_TUNING=tiled=0 (the untiled forward with CLBlast's GEMMs it took before),
+#                      and --compare of the two (bench.txt)
 #
-# The steps run in the order bench, untiledbwd, untiledcausal, selftest, tune, suite: the most wanted
+# The steps run in the order bench, untiledbwd, untiledcausal, official, selftest, tune, suite: the most wanted
 # output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
 # cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
@@ -52,8 +57,8 @@
 #
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
-#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,selftest,suite,tune (default all
-#                         six; info always runs)
+#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,official,selftest,suite,tune
+#                         (default all seven; info always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
 #   GPU_CHECK_N           the bench's --n (default 1024,4096,16384)
@@ -82,10 +87,11 @@ mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
-    tune.txt bench-tuned.json bench-untiledcausal.json bench-untiledbwd.json)
+    tune.txt bench-tuned.json bench-untiledcausal.json bench-untiledbwd.json bench-official.json \
+    bench-official-untiled.json)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,official,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
@@ -260,6 +266,23 @@ if wants untiledcausal; then
     if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledcausal.json" ]; then
         step untiledcausal-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledcausal.json" \
             "$out/bench-new.json"
+    fi
+fi
+
+# ---- official: the official normalizer's rows, tiled and untiled, in the same call -------------
+if wants official; then
+    txt=$out/bench.txt
+    for form in tiled untiled; do
+        lim=$(cap 60)
+        json=$out/bench-official.json tuning=""
+        [ "$form" = untiled ] && json=$out/bench-official-untiled.json tuning=tiled=0
+        step "bench-official-$form" "$lim" "$txt" env MHLA_TUNING="$tuning" "$new/bench/mhla-bench" \
+            --device "$device" --n "$bench_n" --image none --target-ms "$target_ms" --normalizer official \
+            --ops mhla,mhla-bwd --quiet --gate event --max-total-s $(( lim * 4 / 5 )) --json "$json"
+    done
+    if [ -f "$out/bench-official.json" ] && [ -f "$out/bench-official-untiled.json" ]; then
+        step official-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-official-untiled.json" \
+            "$out/bench-official.json"
     fi
 fi
 

@@ -242,13 +242,17 @@ def main(bench):
         check(math.isclose(r["ratio_bwd_fwd"], r["ms_median"] / f["ms_median"], rel_tol=1e-6), r["op"] + ": bwd/fwd")
         check(math.isclose(r["flops"], 2 * f["flops"]), r["op"] + ": flops twice the forward's")
     # The kernel gate (--gate kernel; the default on GPUs): each run queued behind a calibrated
-    # single work-item kernel, not a user event; the rows measured and checked as before.
+    # single work-item kernel, not a user event; the rows measured and checked as before. The
+    # mhla row with the official normalizer (--normalizer), verified against the reference as every row.
     gj = os.path.join(tmp, "g.json")
     run = subprocess.run([bench, "--n", "256", "--image", "none", "--heads", "2", "--dims", "32x16", "--chunk", "32",
                           "--decode-context", "256", "--ops", "mhla,decode", "--target-ms", "1", "--min-iters", "2",
-                          "--gate", "kernel", "--quick", "--json", gj], capture_output=True, text=True, timeout=600)
+                          "--gate", "kernel", "--normalizer", "official", "--quick", "--json", gj],
+                         capture_output=True, text=True, timeout=600)
     check(run.returncode == 0, "--gate kernel: exit %d\n%s%s" % (run.returncode, run.stdout, run.stderr))
     g = json.load(open(gj))
+    check(g["parameters"]["normalizer"] == "official", "--normalizer official: parameters.normalizer %r"
+          % g["parameters"]["normalizer"])
     gate = g["parameters"]["gate"]
     check(gate.startswith("kernel, ") and gate.endswith(" us") or gate == "event",  # (event: no device timestamps)
           "--gate kernel: parameters.gate %r" % gate)

@@ -20,13 +20,13 @@
 
 static bench_shape shape_1d(int64_t n)
 {
-    bench_shape s = {1, 8, n, 1, 1, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0, 0, 0, 0};
+    bench_shape s = {1, 8, n, 1, 1, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER};
     return s;
 }
 
 static bench_shape shape_2d(int64_t h, int64_t w)
 {
-    bench_shape s = {1, 8, 1, h, w, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0, 0, 0, 0};
+    bench_shape s = {1, 8, 1, h, w, 1, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER};
     return s;
 }
 
@@ -240,7 +240,8 @@ static void test_ratios_and_rates(void **state)
 
 static bench_shape shape_sgemm(void)
 {
-    bench_shape s = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, MHLA_LAYOUT_BNHD, 0, 0, 0, 0};
+    bench_shape s = {1, 1, BENCH_SGEMM_N, 1, 1, 1, 1, 1, BENCH_SGEMM_N, BENCH_SGEMM_N, MHLA_LAYOUT_BNHD, 0, 0, 0, 0,
+                     MHLA_NORMALIZER_PAPER};
     return s;
 }
 

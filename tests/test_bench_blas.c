@@ -52,12 +52,12 @@ static void check_shapes(void)
 {
     /* {batch, heads, t, h, w, bt, bh, bw, dk, dv, layout, chunk} */
     const bench_shape shapes[] = {
-        {2, 3, 64, 1, 1, 4, 1, 1, 16, 8, MHLA_LAYOUT_BNHD, 0, 0, 0, 0},  /* 1D, 24 work units */
-        {2, 3, 64, 1, 1, 4, 1, 1, 16, 8, MHLA_LAYOUT_BHND, 0, 0, 0, 0},  /* the other layout */
-        {1, 2, 1, 8, 12, 1, 2, 2, 8, 12, MHLA_LAYOUT_BNHD, 0, 0, 0, 0},  /* an image: blocks of 4x6 tokens */
-        {1, 2, 1, 8, 12, 1, 2, 2, 8, 12, MHLA_LAYOUT_BHND, 0, 0, 0, 0},
-        {1, 4, 96, 1, 1, 1, 1, 1, 32, 32, MHLA_LAYOUT_BNHD, 0, 0, 0, 0}, /* M = 1: plain linear attention */
-        {1, 8, 1024, 1, 1, 4, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0, 0, 0, 0}, /* the quick sweep's first row: */
+        {2, 3, 64, 1, 1, 4, 1, 1, 16, 8, MHLA_LAYOUT_BNHD, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER},  /* 1D, 24 work units */
+        {2, 3, 64, 1, 1, 4, 1, 1, 16, 8, MHLA_LAYOUT_BHND, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER},  /* the other layout */
+        {1, 2, 1, 8, 12, 1, 2, 2, 8, 12, MHLA_LAYOUT_BNHD, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER}, /* an image: 4x6 blocks */
+        {1, 2, 1, 8, 12, 1, 2, 2, 8, 12, MHLA_LAYOUT_BHND, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER},
+        {1, 4, 96, 1, 1, 1, 1, 1, 32, 32, MHLA_LAYOUT_BNHD, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER}, /* M = 1: linear */
+        {1, 8, 1024, 1, 1, 4, 1, 1, 64, 64, MHLA_LAYOUT_BNHD, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER}, /* quick sweep's 1st row: */
                                                                    /* the mixing in several slabs */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
@@ -68,7 +68,7 @@ static void test_blas_forward(void **state)
 {
     (void)state;
     if (!bench_blas_available()) {
-        const bench_shape s = {1, 1, 16, 1, 1, 1, 1, 1, 4, 4, MHLA_LAYOUT_BNHD, 0, 0, 0, 0};
+        const bench_shape s = {1, 1, 16, 1, 1, 1, 1, 1, 4, 4, MHLA_LAYOUT_BNHD, 0, 0, 0, 0, MHLA_NORMALIZER_PAPER};
         char why[256] = "";
         float x[64] = {0};
         assert_int_equal(bench_blas_forward(&s, x, x, x, x, x, why, sizeof why), MHLA_ERR_UNSUPPORTED);
