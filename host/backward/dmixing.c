@@ -4,6 +4,8 @@
  * for the non-causal forms' dS = Mc^T G. */
 #include "backward/backward.h"
 
+#include <stdio.h>
+
 mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out)
 {
     mhla_status st = MHLA_OK;
@@ -13,46 +15,58 @@ cleanup:
     return st;
 }
 
-/* The tiled form's kernel (dm_t: bwd_dmixing_tiled) in tiles that fit the device and the built
- * kernel, or b->tiles.dm_t 0 (bwd_dmixing_part) where none does. */
-static mhla_status dmixing_kernels(mhla_plan *plan, mhla_bwd *b, size_t rows, cl_program *prog)
+/* mhla__fit_build's steps for dMc's products: the tiled form (dm_t: bwd_dmixing_tiled) in tiles
+ * that fit the device and the built kernel, down to bwd_dmixing_part (dm_t 0), which needs no fit. */
+typedef struct dmix_try {
+    mhla_plan *plan;
+    mhla_bwd *b;
+    int want;    /* the tuning's dm_t */
+    size_t rows; /* of G and S */
+    cl_program prog;
+} dmix_try;
+
+static mhla_status dmix_attempt(void *arg, mhla_fit *fit, int *refit)
 {
     mhla_status st = MHLA_OK;
-    mhla_context *ctx = plan->ctx;
-    mhla_fit fit;
-    mhla__fit_init(ctx, &fit);
-    const int want = b->tiles.dm_t;
-    for (int tries = 0; tries < 6; ++tries) { /* each refit at least halves the tile */
-        b->tiles.dm_t = want > 0 ? mhla__dmix_tile(&fit, want, rows) : 0;
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &plan->cfg, &b->tiles, prog));
-        const int dm = b->tiles.dm_t;
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, dm ? "bwd_dmixing_tiled" : "bwd_dmixing_part",
-                                                      &b->k_dmixing));
-        if (!dm)
-            break;
-        const int refit =
-            mhla__fit_check(ctx, b->k_dmixing, (size_t)(dm / 4) * (size_t)(dm / 4), mhla__dmix_tiled_local(dm), &fit);
-        if (refit == 0)
-            break;
-        clReleaseKernel(b->k_dmixing);
-        b->k_dmixing = NULL;
-        if (refit < 0) /* the kernel's limits cannot be read: the form that needs none */
-            fit.wg = 1;
-    }
-    if (!b->k_dmixing) { /* still too large after the tries */
-        b->tiles.dm_t = 0;
-        MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &plan->cfg, &b->tiles, prog));
-        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_part", &b->k_dmixing));
-    }
+    dmix_try *dt = arg;
+    mhla_context *ctx = dt->plan->ctx;
+    mhla_bwd *b = dt->b;
+    const int dm = b->tiles.dm_t = dt->want > 0 ? mhla__dmix_tile(fit, dt->want, dt->rows) : 0;
+    MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_MIXING, &dt->plan->cfg, &b->tiles, &dt->prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, dt->prog, dm ? "bwd_dmixing_tiled" : "bwd_dmixing_part",
+                                                  &b->k_dmixing));
+    if (!dm)
+        goto cleanup;
+    const int r = mhla__fit_check(ctx, b->k_dmixing, (size_t)(dm / 4) * (size_t)(dm / 4), mhla__dmix_tiled_local(dm), fit);
+    if (r < 0) /* the kernel's limits cannot be read: the form that needs none */
+        fit->wg = 1;
+    *refit = r != 0;
 cleanup:
     return st;
+}
+
+static void dmix_release(void *arg)
+{
+    dmix_try *dt = arg;
+    if (dt->b->k_dmixing)
+        clReleaseKernel(dt->b->k_dmixing);
+    dt->b->k_dmixing = NULL;
+}
+
+static void dmix_why(void *arg, const mhla_fit *fit, char *buf, size_t size)
+{
+    (void)arg; /* (not reached: dm_t 0 always fits) */
+    snprintf(buf, size, "dMc's product tiles do not fit %zu work-items", fit->wg);
 }
 
 mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    MHLA_FORWARD_IF_ERROR(st, dmixing_kernels(plan, b, rows, prog));
+    dmix_try dt = {plan, b, b->tiles.dm_t, rows, NULL};
+    const mhla_fit_loop loop = {dmix_attempt, dmix_release, dmix_why, &dt, 6}; /* each refit halves the tile */
+    MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
+    *prog = dt.prog;
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, *prog, "bwd_dmixing_reduce", &b->k_dmix_reduce));
     if (b->tiles.dm_t > 0) {
         /* Tiled: enough groups to fill the device (8 a compute unit) over the tiles of dMc, but 16

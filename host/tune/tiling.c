@@ -575,11 +575,11 @@ uint64_t mhla__dmix_tiled_local(int dm_t)
 
 int mhla__dmix_tile(const mhla_fit *fit, int want, size_t rows)
 {
+    if (want < 4)
+        return 0;
     int t = 4;
     while (t * 2 <= want && t < 64)
         t *= 2;
-    if (want < 4)
-        return 0;
     /* no larger than the rows need, but 16 at least: 16 work-items of a group still share each
      * loaded tile (a 4-row product is tiny whatever its form) */
     while (t > 16 && (size_t)t / 2 >= rows)
