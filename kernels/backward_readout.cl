@@ -68,7 +68,7 @@ void bwd_tokens(const mhla_grid g, const int blk, const int p0, int *tok)
 
 /* global: (ceil(Nb / BWD_RT), B*H, M). From dO: u = S~_i dO_t over the transposed mixed summaries,
  * then per token 1/den_t and r_t, dq_t (the official normalizer's R z_i term is added by
- * bwd_dq_official once R is known), and the gradient summaries' per-token weights w_t = scale/den_t
+ * bwd_official_dz_part once R is known), and the gradient summaries' per-token weights w_t = scale/den_t
  * and r_t, kept at ((i*BH + bh)*Nb + p) (the official normalizer's dots layout, so that the mixing
  * GEMM can carry r back), from which the forward's summary kernel, weighted, makes
  * G_i = sum_t phi(q_t) [w_t dO_t | scale r_t]^T from q and dO in place (block_summary_weighted).
@@ -129,29 +129,6 @@ kernel void bwd_dq_readout(global const STORE_T *restrict q, global const STORE_
     }
     NT_FENCE();
     (void)den, (void)eps, (void)zt, (void)nt_q;
-}
-
-/* global: (Nb, B*H, M), one token per work-item; official normalizer only. dq += scale phi'(q) R z_i
- * with R = (Mc^T r)_{i,p} (rmix, the dots layout) and z_i the block's unmixed key sum. */
-kernel void bwd_dq_official(global const STORE_T *restrict q, global STORE_T *restrict dq,
-                            global const float *restrict summary, global const float *restrict rmix,
-                            const mhla_grid g_arg, const float scale)
-{
-    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    const int p = (int)get_global_id(0), bh = (int)get_global_id(1), blk = (int)get_global_id(2);
-    if (p >= g.nb || bh >= g.bh || blk >= g.m) /* the launch is rounded up to whole groups */
-        return;
-    const int t = token_of(g, blk, p);
-    global const STORE_T *qrow = q + row_offset(g, bh, t, DK);
-    global STORE_T *dqrow = dq + row_offset(g, bh, t, DK);
-    global const float *z = summary + summary_z_offset(kv_count(g), blk, kv_of(g, bh)); /* its key/value head's */
-    const float w = scale * rmix[((long)blk * g.bh + bh) * g.nb + p];
-    #pragma unroll
-    for (int j = 0; j < BWD_NK; ++j) {
-        const VEC(BWD_VK) x = LOADN(BWD_VK, j, qrow);
-        const VEC(BWD_VK) d = LOADN(BWD_VK, j, dqrow) + w * FEATURE_GRAD_V(BWD_VK, x) * VLOADN(BWD_VK, j, z);
-        STOREN(BWD_VK, d, j, dqrow);
-    }
 }
 
 /* global: (ceil(Nb / BWD_RT), B*H, M) of the key/value grid (`g` is the plan's kv_grid: its heads

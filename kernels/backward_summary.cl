@@ -87,14 +87,18 @@ kernel void bwd_kv_sum(global const STORE_T *restrict src, global STORE_T *restr
     STOREN(1, acc, kv_row_base(g, first, dim) + (long)t * kv_row_stride(g, dim) + e, dst);
 }
 
-/* global: (DK / BWD_VK, B*H, M * parts). The z column of a summary row, sum_p w_{b,p} q~_{b,p}, in
- * parts: the official normalizer's dz_b with w = R = Mc^T r (the rows of the denominators that read
- * block b's queries) over dS. Work-item
- * (j, bh, blk * parts + part) sums vector j of the rows of tokens [part * part_len, +part_len) of
- * the block, in token order, into its slot of `partial` ([parts][M][B*H][DK]); bwd_official_dz_sum
- * adds the parts. Why parts: one work-item per (block, head) over all of a block's tokens leaves a
- * GPU a handful of work-items at M = 1 (linear attention; docs/tuning-notes.md "On GPUs"). */
+/* global: (DK / BWD_VK, B*H, M * parts). The official normalizer's terms through R = Mc^T r (the
+ * rows of the denominators that read block b's queries), read per token with the query rows:
+ *   dz_b = sum_p w_{b,p} q~_{b,p}, the z column of dS, in parts, w = scale R;
+ *   dq_{b,p} += w_{b,p} phi'(q_{b,p}) z_b (z_b the block's unmixed key sum, of its key/value head),
+ *     over the dq the read-out wrote (one launch fewer than a kernel of its own, and q read once).
+ * Work-item (j, bh, blk * parts + part) takes vector j of the rows of tokens
+ * [part * part_len, +part_len) of the block, in token order, and writes its sum into its slot of
+ * `partial` ([parts][M][B*H][DK]); bwd_official_dz_sum adds the parts. Why parts: one work-item per
+ * (block, head) over all of a block's tokens leaves a GPU a handful of work-items at M = 1 (linear
+ * attention; docs/tuning-notes.md "On GPUs"). */
 kernel void bwd_official_dz_part(global const STORE_T *restrict q, global const float *restrict rmix,
+                                 global const float *restrict summary, global STORE_T *restrict dq,
                                  global float *restrict partial, const mhla_grid g_arg, const float feature_eps,
                                  const float scale, const int parts, const int part_len)
 {
@@ -105,13 +109,18 @@ kernel void bwd_official_dz_part(global const STORE_T *restrict q, global const 
     const int blk = bp / parts, part = bp % parts;
     const int p0 = part * part_len, p1 = min(g.nb, p0 + part_len);
     global const STORE_T *qbase = q + row_base(g, bh, DK);
+    global STORE_T *dqbase = dq + row_base(g, bh, DK);
     const long qs = row_stride(g, DK), at0 = ((long)blk * g.bh + bh) * g.nb;
+    const VEC(BWD_VK) z = VLOADN(BWD_VK, j, summary + summary_z_offset(kv_count(g), blk, kv_of(g, bh)));
     VEC(BWD_VK) acc = (VEC(BWD_VK))(0.0f);
     if (p0 < p1) {
         token_walk w = walk_begin(g, blk, p0);
         for (int p = p0; p < p1; ++p) {
             const float wt = rmix[at0 + p] * scale;
-            acc += wt * FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), feature_eps);
+            const VEC(BWD_VK) x = LOADN(BWD_VK, j, qbase + w.t * qs);
+            acc += wt * FEATURE_V(BWD_VK, x, feature_eps);
+            global STORE_T *dqrow = dqbase + w.t * qs;
+            STOREN(BWD_VK, LOADN(BWD_VK, j, dqrow) + wt * FEATURE_GRAD_V(BWD_VK, x) * z, j, dqrow);
             if (p + 1 < p1)
                 walk_next(g, &w);
         }

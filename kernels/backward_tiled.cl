@@ -132,11 +132,14 @@ __attribute__((always_inline)) inline void bt_product(const int kind, global con
 #if BT_TV >= DK /* (the host builds it only so: a token's whole Dk-wide row in one group) */
 /* From dO: u_t = S~_i dO_t, then per token den_t = q~_t . z~_i, 1/den_t, r_t = -(q~_t . u_t)/den_t^2,
  * dq_t = scale phi'(q_t) (u_t/den_t + r_t z~_i) and the gradient summaries' weights scale/den_t and
- * r_t at ((i*BH + bh)*Nb + p), as bwd_dq_readout (without a normalizer den_t = 1, r_t = 0). The two
- * dots of a token are summed over its row's work-items through local memory, in a fixed order. */
+ * r_t at ((i*BH + bh)*Nb + p), as bwd_dq_readout (without a normalizer den_t = 1, r_t = 0; the
+ * official normalizer reads den_t from `den`, [M][B*H][Nb], and leaves the R z_i term of dq to
+ * bwd_official_dz_part). A token's dots are summed over its row's work-items through local memory,
+ * in a fixed order. */
 __attribute__((reqd_work_group_size(BT_WG, 1, 1)))
 kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T *restrict dout,
-                         global const float *restrict mixed, global STORE_T *restrict dq, global float *restrict w_out,
+                         global const float *restrict mixed, global const float *restrict den,
+                         global STORE_T *restrict dq, global float *restrict w_out,
                          global float *restrict r_out, const mhla_grid g_arg, const float feature_eps,
                          const float scale, const float eps)
 {
@@ -158,7 +161,7 @@ kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T 
     }
     local float inv_l[BT_TQ], r_l[BT_TQ];
     const long at = ((long)blk * g.bh + bh) * g.nb + p0;
-#if NORMALIZER == 0
+#if NORMALIZER != 2
     local float dpart[BT_TQ * BT_QV], opart[BT_TQ * BT_QV];
     for (int r = 0; r < 4; ++r) {
         float4 qt = scale * FEATURE_V(4, qx[r], feature_eps);
@@ -172,6 +175,9 @@ kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T 
         float dn = 0.0f, od = 0.0f;
         for (int j = 0; j < BT_QV; ++j)
             dn += dpart[t * BT_QV + j], od += opart[t * BT_QV + j];
+#if NORMALIZER == 1
+        dn = p0 + t < g.nb ? den[at + t] : 1.0f; /* the official denominators, mixed by the forward */
+#endif
         const float inv = 1.0f / (dn + eps);
         inv_l[t] = inv, r_l[t] = -od * inv * inv;
     }
@@ -194,7 +200,7 @@ kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T 
 #endif
         tiled_store(scale * FEATURE_GRAD_V(4, qx[r]) * d, dqb + token_of(g, blk, p) * qs + c, DK - c, da);
     }
-    (void)eps;
+    (void)eps, (void)den;
 }
 #endif
 

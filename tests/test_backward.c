@@ -712,15 +712,16 @@ static void test_backward_saved_summaries_causal(void **state)
  * chunks of 128 in 64-token groups at 1024 and 48 KiB, each with a short last chunk. dMc's products
  * in work-group tiles (bwd_dmixing_tiled): the 38 chunks' rows in 32 x 32 tiles at 64 work-items (a
  * partial tile, a zero tile above the diagonal, two pieces of the rows), the non-causal rows of 252
- * floats (a partial tile of x-values). Each plan must say that it ran tiled. */
+ * floats (a partial tile of x-values). The official normalizer's terms at odd head dimensions, 64
+ * work-items and 16 KiB. Each plan must say that it ran tiled. */
 static void test_backward_tiled_limits(void **state)
 {
     (void)state;
     static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=64,local=16K",
-                                         "wg=128,local=32K", "wg=1024,local=48K"};
+                                         "wg=128,local=32K", "wg=1024,local=48K", "wg=64,local=16K"};
     static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu,tl_rr=8", "row=gpu", "row=gpu,bc_sq=16,bc_bk=8",
-                                          "row=gpu"};
-    mhla_config cfgs[5];
+                                          "row=gpu", "row=gpu"};
+    mhla_config cfgs[6];
     cfgs[0] = config_1d(1, 2, 512, 2, 16, 8);
     cfgs[0].feature_map = MHLA_FEATURE_RELU_EPS;
     cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
@@ -734,6 +735,10 @@ static void test_backward_tiled_limits(void **state)
     cfgs[3].layout = MHLA_LAYOUT_BHND;
     cfgs[3].feature_map = MHLA_FEATURE_ELU1;
     cfgs[4] = config_causal(1, 2, 200, 128, 32, 32);
+    /* the official normalizer: its denominators read by the tiled dq, R = Mc^T r by mixing_splits,
+     * dS's z column and dq's R z term in one pass (bwd_official_dz_part), dMc's dots term */
+    cfgs[5] = config_1d(2, 3, 300, 3, 7, 5);
+    cfgs[5].normalizer = MHLA_NORMALIZER_OFFICIAL;
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
         mhla_context *ctx = limited_context(limits[c], tunings[c]);
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the gradients */

@@ -15,7 +15,7 @@ void mhla__backward_destroy(mhla_bwd *b)
 {
     if (!b)
         return;
-    cl_kernel kernels[] = {b->k_dq_official, b->k_official_dz, b->k_official_dz_sum, b->k_dq,       b->k_dkv,
+    cl_kernel kernels[] = {b->k_official_dz, b->k_official_dz_sum, b->k_dq,       b->k_dkv,
                            b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum,     b->k_gsum,
                            b->k_group_sum,   b->k_dq_tiled,    b->k_dk_tiled,        b->k_dv_tiled};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
@@ -84,19 +84,14 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_readout", &b->k_dq));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, 0, &b->k_gsum));
-        if (c->normalizer == MHLA_NORMALIZER_OFFICIAL)
-            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_official", &b->k_dq_official));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m_most, xmax, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
     if (!tiled) {
-        const size_t tok[3] = {(size_t)plan->shape.nb, bh, m};
         b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
         b->rows_ext[1] = bh, b->rows_ext[2] = m;
         b->kv_rows_ext[0] = ((size_t)sh->nb_kv + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
         b->kv_rows_ext[1] = bh_kv, b->kv_rows_ext[2] = m_kv;
-        if (b->k_dq_official)
-            local_size(ctx, b->k_dq_official, tok, wg, b->tiles.bwd_heads, b->lws_token);
         local_size(ctx, b->k_dq, b->rows_ext, wg, b->tiles.bwd_heads, b->lws_dq);
         local_size(ctx, b->k_dkv, b->kv_rows_ext, wg, b->tiles.bwd_heads, b->lws_dkv);
         const size_t text[3] = {(size_t)(c->dk + 3) / 4, bh_kv, m_most}; /* four rows of S per work-item */
@@ -135,32 +130,6 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
                                                         (size_t)b->dz_parts * m * bh * (size_t)c->dk * sizeof(float),
                                                         "the z column's parts", &b->dz_partial));
     }
-cleanup:
-    return st;
-}
-
-/* The official normalizer's dz_b, the z column of dS: sum_p R q~ over the block's tokens
- * (bwd_official_dz_part in parts of a block's tokens, then bwd_official_dz_sum). */
-static mhla_status official_dz(mhla_plan *plan, mhla_bwd *b, cl_mem q)
-{
-    mhla_status st = MHLA_OK;
-    mhla_context *ctx = plan->ctx;
-    const float feps = plan->cfg.feature_eps, scale = plan->cfg.scale;
-    const size_t zvec = (size_t)(plan->cfg.dk / b->tiles.bwd_vk), bh = (size_t)plan->shape.bh,
-                 m = (size_t)plan->shape.m;
-    const cl_int parts = b->dz_parts;
-    const size_t pext[3] = {zvec, bh, m * (size_t)parts};
-    cl_kernel kr = b->k_official_dz;
-    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(b->rmix), MHLA_ARG(b->dz_partial), MHLA_ARG(plan->grid),
-                  MHLA_ARG(feps), MHLA_ARG(scale), MHLA_ARG(parts), MHLA_ARG(b->dz_part_len));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, pext, b->lws_zpart, 0, NULL, NULL,
-                                           "clEnqueueNDRangeKernel(bwd_official_dz_part)"));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-    const size_t ext[3] = {zvec, (size_t)plan->shape.bh_kv, m}; /* per key/value head */
-    kr = b->k_official_dz_sum;
-    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(b->dz_partial), MHLA_ARG(b->dsum), MHLA_ARG(plan->grid), MHLA_ARG(parts));
-    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, b->lws_zsum, 0, NULL, NULL,
-                                           "clEnqueueNDRangeKernel(bwd_official_dz_sum)"));
 cleanup:
     return st;
 }
@@ -237,7 +206,6 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
     const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv;
     const size_t scols = (size_t)plan->shape.bh_kv * (size_t)c->dk * (size_t)plan->shape.summary_cols;
     const size_t dcols = (size_t)plan->shape.bh * (size_t)plan->shape.nb;
-    const size_t tok[3] = {(size_t)plan->shape.nb, (size_t)plan->shape.bh, (size_t)m};
     /* A slot no normalizer reads still needs a valid buffer. */
     cl_mem den = official ? plan->den : plan->mixed;
 
@@ -297,14 +265,7 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the GEMMs share a temporary buffer */
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, b->mix_t, (size_t)m, (size_t)m, b->r, b->rmix, dcols));
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
-        MHLA_FORWARD_IF_ERROR(st, official_dz(plan, b, q));
-        {
-            cl_kernel kr = b->k_dq_official; /* dq += scale phi'(q) R z_i */
-            MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(q), MHLA_ARG(dq), MHLA_ARG(plan->summary), MHLA_ARG(b->rmix),
-                          MHLA_ARG(plan->grid), MHLA_ARG(scale));
-            MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, tok, b->lws_token, 0, NULL, NULL,
-                                                   "clEnqueueNDRangeKernel(bwd_dq_official)"));
-        }
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_official_dz(plan, b, q, dq));
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     /* dv = dS^T k~ and dk = phi'(k) (dS v + dz), in one read-out */

@@ -29,14 +29,14 @@ typedef struct mhla_bwd {
     mhla_tiles tiles;  /* the plan's, with the backward's bwd_* */
     /* non-causal plans (backward/backward.c): kernels/backward_readout.cl's read-outs, the z columns
      * and transposed summaries, dMc in two steps (partial sums per chunk, then their sum) */
-    cl_kernel k_dq, k_dkv, k_dq_official, k_official_dz, k_official_dz_sum, k_tsum, k_transpose, k_dmixing,
+    cl_kernel k_dq, k_dkv, k_official_dz, k_official_dz_sum, k_tsum, k_transpose, k_dmixing,
         k_dmix_reduce, k_gsum; /* k_gsum: block_summary_weighted, the gradient summaries G */
     cl_kernel k_group_sum; /* grouped key/value heads: G summed over each kv head's query heads */
     /* tiled plans whose read-outs fit (tiles.bt_tq > 0; backward/backward_tiled.c): kernels/backward_tiled.cl's
      * read-outs in groups of wg_bt work-items; k_gsum is then summary_tiled_weighted */
     cl_kernel k_dq_tiled, k_dk_tiled, k_dv_tiled;
     size_t wg_bt;
-    size_t lws_token[3], lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3], lws_group[3];
+    size_t lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3], lws_group[3];
     cl_mem dz_partial;       /* official: dS's z column's parts, dz_parts x M x B*H x Dk floats */
     cl_int dz_parts, dz_part_len; /* parts of at most dz_part_len tokens per block */
     size_t rows_ext[3];    /* dq's read-out: (ceil(Nb / BWD_RT), B*H, M) of the query grid */
@@ -107,6 +107,8 @@ mhla_status mhla__backward_mixing_transpose(mhla_plan *plan, mhla_bwd *b, cl_mem
  * tuning asks for them and they fit (else tiles.bt_tq is 0 and nothing is made), and the stages
  * after the forward's summaries and mixtures with them. */
 mhla_status mhla__backward_tiled_setup(mhla_plan *plan, mhla_bwd *b);
+/* The official normalizer's dS z column and dq's R z term, from b->rmix (official.c). */
+mhla_status mhla__backward_official_dz(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem dq);
 mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                          cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing);
 /* Causal plans (backward/backward_causal.c): setup, teardown, and the chunk form's backward over

@@ -1,7 +1,8 @@
 /* The non-causal backward of a tiled plan (the GPU rows; docs/tuning-notes.md "On GPUs"): after the
  * forward's summaries and mixtures, dq with G's per-token weights (bwd_dq_tiled), the gradient
  * summaries G (summary_tiled_weighted, its split blocks' segments left for the mixing), dS = Mc^T G
- * with the segments added on the way (mixing_splits, which also writes G whole for dMc), dk and dv
+ * with the segments added on the way (mixing_splits, which also writes G whole for dMc), the official
+ * normalizer's R = Mc^T r (mixing_splits too) and its terms (as the untiled form), dk and dv
  * (bwd_dk_tiled, bwd_dv_tiled, one stage), and dMc as the untiled form has it. Each read-out is a
  * tiled product through local memory (kernels/backward_tiled.cl) reading S~ and dS as they are
  * stored: no transposed copies, and no CLBlast GEMM. */
@@ -90,9 +91,12 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     const float feps = c->feature_eps, scale = c->scale, eps = c->eps;
     const cl_int m = (cl_int)plan->shape.m, m_kv = (cl_int)plan->shape.m_kv;
     const size_t scols = (size_t)plan->shape.bh_kv * (size_t)c->dk * (size_t)plan->shape.summary_cols;
+    const size_t dcols = (size_t)plan->shape.bh * (size_t)plan->shape.nb;
+    const int official = c->normalizer == MHLA_NORMALIZER_OFFICIAL;
+    cl_mem den = official ? plan->den : plan->mixed; /* (read by the official normalizer only) */
 
-    MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(plan->mixed), MHLA_ARG(dq),
-                  MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps), MHLA_ARG(scale),
+    MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(plan->mixed), MHLA_ARG(den),
+                  MHLA_ARG(dq), MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps), MHLA_ARG(scale),
                   MHLA_ARG(eps));
     MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dq_tiled, &plan->grid, c->dk,
                                              "clEnqueueNDRangeKernel(bwd_dq_tiled)"));
@@ -119,6 +123,12 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m_kv, (size_t)m,
                                                   segments > 1 ? plan->partial : b->grad_kv, segments, b->grad_kv,
                                                   b->dsum, scols));
+    if (official) { /* R = Mc^T r (Mc in place), then dS's z column and dq's R z term from it */
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m, (size_t)m, b->r, 1, b->r, b->rmix,
+                                                      dcols));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_official_dz(plan, b, q, dq));
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 
     /* dk and dv of the H_kv heads on the key/value grid */
@@ -130,9 +140,15 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
                   MHLA_ARG(feps));
     MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dv_tiled, &plan->kv_grid, c->dv,
                                              "clEnqueueNDRangeKernel(bwd_dv_tiled)"));
-    if (dmixing) /* dMc[i,j] = <G_i, S_j> over the key/value heads */
+    if (dmixing) { /* dMc[i,j] = <G_i, S_j> over the key/value heads (+ sum_p r_{i,p} dots_{j,p}) */
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing, m,
                                                          m_kv, m_kv, 0, 0));
+        if (official) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
+            MHLA_FORWARD_IF_ERROR(st,
+                                  mhla__backward_dmixing(plan, b, b->r, plan->dots, 0, dcols, dmixing, m, m, m, 1, 0));
+        }
+    }
 cleanup:
     return st;
 }

@@ -113,8 +113,12 @@ mhla_status mhla__mixing_enqueue(mhla_plan *plan, cl_mem mixing, int with_dots)
     if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL && with_dots) {
         /* Both GEMMs share the temporary buffer; an out-of-order queue must not overlap them. */
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, sh ? sh->gathered_dots : plan->dots, plan->den,
-                                                    dots_cols(plan)));
+        if (plan->k_mix_splits) /* (the tiled plans': no GEMM library launch) */
+            MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, a, 0, m, k, plan->dots, 1, plan->dots, plan->den,
+                                                          dots_cols(plan)));
+        else
+            MHLA_FORWARD_IF_ERROR(st, mhla__mixing_gemm(plan, a, m, k, sh ? sh->gathered_dots : plan->dots,
+                                                        plan->den, dots_cols(plan)));
     }
 cleanup:
     return st;

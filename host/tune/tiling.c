@@ -176,8 +176,7 @@ void mhla__tiles_backward_tiled(const mhla_config *cfg, const mhla_shape *shape,
                                 const mhla_fit *fit, mhla_tiles *out)
 {
     out->bt_tq = 0;
-    /* (the official normalizer's terms are the untiled backward's: backward/backward.c) */
-    if (!out->tiled || t->bt_tq < 1 || cfg->normalizer == MHLA_NORMALIZER_OFFICIAL)
+    if (!out->tiled || t->bt_tq < 1)
         return;
     /* one column tile holds a Dk-wide row (bwd_dq_tiled sums a token's dots in its group); dv's
      * Dv-wide rows take as many tiles as they need */
