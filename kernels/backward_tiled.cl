@@ -3,8 +3,8 @@
  * with a matrix of that block held in local memory, as output_tiled.cl reads out the forward:
  *   bwd_dq_tiled: u_t = S~_i dO_t       x = dO_t (Dv wide),  w = S~_i^T (Dv x Dk)
  *                 then den_t, r_t, dq_t and the gradient summaries' weights (backward_readout.cl)
- *   bwd_dk_tiled: dk_s = phi'(k_s) (dS_b v_s + dz_b)    x = v_s,   w = dS_b^T (Dv x Dk)
- *   bwd_dv_tiled: dv_s = dS_b^T k~_s                     x = k~_s,  w = dS_b   (Dk x Dv)
+ *   bwd_dkv_tiled, dk: dk_s = phi'(k_s) (dS_b v_s + dz_b)    x = v_s,   w = dS_b^T (Dv x Dk)
+ *   bwd_dkv_tiled, dv: dv_s = dS_b^T k~_s                     x = k~_s,  w = dS_b   (Dk x Dv)
  * The group copies BT_DC dimensions of its tokens' x rows (transposed: a work-item reads its 4
  * tokens as one float4) and the same rows of w into local memory, and every work-item adds a
  * 4-token x 4-column register tile over them; the next pieces are loaded into registers meanwhile.
@@ -41,7 +41,7 @@
  * the work-item's acc (tokens 4 rq.., columns c_base + 4 ct..). `kind` is a constant at every call
  * (the other forms compile away). x rows (head base xb, stride xs, din wide): dO or v as stored, k
  * through the feature map. w: the block's matrix, Dk rows of Dv floats from ws (a summary's S part);
- * read as it is (bwd_dv_tiled: din = Dk, the output Dv wide) or transposed (the others: din = Dv,
+ * read as it is (the dv side: din = Dk, the output Dv wide) or transposed (the others: din = Dv,
  * the output Dk wide). */
 __attribute__((always_inline)) inline void bt_product(const int kind, global const STORE_T *xb, const long xs,
                                                       const int xa, global const float *ws, const mhla_grid g,
@@ -204,52 +204,58 @@ kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T 
 }
 #endif
 
-/* On the key/value grid (`g` the plan's kv_grid, its heads H_kv): dk_s = phi'(k_s) (dS_b v_s + dz_b)
- * from dS's rows read transposed, and dS's z column. */
+/* On the key/value grid (`g` the plan's kv_grid, its heads H_kv), dk and dv in one launch: the first
+ * dk_tiles column tiles of dimension 0 are dk's, the rest dv's (a group takes one side whole, so its
+ * barriers are uniform; one launch lets the two sides' groups share the device, where two kernels
+ * in an in-order queue run one after the other).
+ *   dk_s = phi'(k_s) (dS_b v_s + dz_b) from dS's rows read transposed, and dS's z column;
+ *   dv_s = dS_b^T k~_s from dS's rows as stored. */
 __attribute__((reqd_work_group_size(BT_WG, 1, 1)))
-kernel void bwd_dk_tiled(global const STORE_T *restrict k, global const STORE_T *restrict v,
-                         global const float *restrict dsum, global STORE_T *restrict dk, const mhla_grid g_arg)
+kernel void bwd_dkv_tiled(global const STORE_T *restrict k, global const STORE_T *restrict v,
+                          global const float *restrict dsum, global STORE_T *restrict dk, global STORE_T *restrict dv,
+                          const mhla_grid g_arg, const float feature_eps, const int dk_tiles)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    BT_GROUP(g);
-    const int va = (DV % 4 == 0) & TILED_BASE_OK(v), ka = (DK % 4 == 0) & TILED_BASE_OK(k),
-              da = (DK % 4 == 0) & TILED_BASE_OK(dk);
-    bt_product(BT_DK, v + row_base(g, bh, DV), row_stride(g, DV), va, dsum + summary_s_offset(g.bh, blk, bh, 0), g,
-               blk, p0, c_base, 0.0f, xl, wl, acc);
-    if (c >= DK)
-        return;
-    const float4 dz = tiled_quad_f32(dsum + summary_z_offset(g.bh, blk, bh), c, DK, TILED_SUMMARY_ALIGNED);
+    const int lid = (int)get_local_id(0), ct = lid % BT_QV, rq = lid / BT_QV;
+    const int bh = (int)get_global_id(1);
+    const int groups = (g.nb + BT_TQ - 1) / BT_TQ;
+    const int blk = (int)get_global_id(2) / groups;
+    const int p0 = ((int)get_global_id(2) - blk * groups) * BT_TQ;
+    const int tile = (int)get_group_id(0), is_dk = tile < dk_tiles;
+    const int c_base = (is_dk ? tile : tile - dk_tiles) * BT_TV, c = c_base + 4 * ct;
+    local float4 xl[BT_DC * BT_LQ], wl[BT_DC * BT_LW];
+    float4 acc[4];
+    global const float *ds = dsum + summary_s_offset(g.bh, blk, bh, 0);
     const long ks = row_stride(g, DK);
     global const STORE_T *kb = k + row_base(g, bh, DK);
-    global STORE_T *dkb = dk + row_base(g, bh, DK);
-    for (int r = 0; r < 4; ++r) {
-        const int p = p0 + 4 * rq + r;
-        if (p >= g.nb)
-            break;
-        const long off = token_of(g, blk, p) * ks;
-        const float4 x = tiled_quad(kb + off, c, DK, ka);
-        tiled_store((acc[r] + dz) * FEATURE_GRAD_V(4, x), dkb + off + c, DK - c, da);
-    }
-}
-
-/* On the key/value grid: dv_s = dS_b^T k~_s from dS's rows as stored. */
-__attribute__((reqd_work_group_size(BT_WG, 1, 1)))
-kernel void bwd_dv_tiled(global const STORE_T *restrict k, global const float *restrict dsum,
-                         global STORE_T *restrict dv, const mhla_grid g_arg, const float feature_eps)
-{
-    const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
-    BT_GROUP(g);
-    const int ka = (DK % 4 == 0) & TILED_BASE_OK(k), da = (DV % 4 == 0) & TILED_BASE_OK(dv);
-    bt_product(BT_DV, k + row_base(g, bh, DK), row_stride(g, DK), ka, dsum + summary_s_offset(g.bh, blk, bh, 0), g,
-               blk, p0, c_base, feature_eps, xl, wl, acc);
-    if (c >= DV)
-        return;
-    const long vs = row_stride(g, DV);
-    global STORE_T *dvb = dv + row_base(g, bh, DV);
-    for (int r = 0; r < 4; ++r) {
-        const int p = p0 + 4 * rq + r;
-        if (p >= g.nb)
-            break;
-        tiled_store(acc[r], dvb + token_of(g, blk, p) * vs + c, DV - c, da);
+    const int ka = (DK % 4 == 0) & TILED_BASE_OK(k);
+    if (is_dk) {
+        const int va = (DV % 4 == 0) & TILED_BASE_OK(v), da = (DK % 4 == 0) & TILED_BASE_OK(dk);
+        bt_product(BT_DK, v + row_base(g, bh, DV), row_stride(g, DV), va, ds, g, blk, p0, c_base, 0.0f, xl, wl, acc);
+        if (c >= DK)
+            return;
+        const float4 dz = tiled_quad_f32(dsum + summary_z_offset(g.bh, blk, bh), c, DK, TILED_SUMMARY_ALIGNED);
+        global STORE_T *dkb = dk + row_base(g, bh, DK);
+        for (int r = 0; r < 4; ++r) {
+            const int p = p0 + 4 * rq + r;
+            if (p >= g.nb)
+                break;
+            const long off = token_of(g, blk, p) * ks;
+            const float4 x = tiled_quad(kb + off, c, DK, ka);
+            tiled_store((acc[r] + dz) * FEATURE_GRAD_V(4, x), dkb + off + c, DK - c, da);
+        }
+    } else {
+        const int da = (DV % 4 == 0) & TILED_BASE_OK(dv);
+        bt_product(BT_DV, kb, ks, ka, ds, g, blk, p0, c_base, feature_eps, xl, wl, acc);
+        if (c >= DV)
+            return;
+        const long vs = row_stride(g, DV);
+        global STORE_T *dvb = dv + row_base(g, bh, DV);
+        for (int r = 0; r < 4; ++r) {
+            const int p = p0 + 4 * rq + r;
+            if (p >= g.nb)
+                break;
+            tiled_store(acc[r], dvb + token_of(g, blk, p) * vs + c, DV - c, da);
+        }
     }
 }

@@ -17,7 +17,7 @@ void mhla__backward_destroy(mhla_bwd *b)
         return;
     cl_kernel kernels[] = {b->k_official_dz, b->k_official_dz_sum, b->k_dq,       b->k_dkv,
                            b->k_transpose,   b->k_dmixing,     b->k_dmix_reduce,     b->k_tsum,     b->k_gsum,
-                           b->k_group_sum,   b->k_dq_tiled,    b->k_dk_tiled,        b->k_dv_tiled};
+                           b->k_group_sum,   b->k_dq_tiled,    b->k_dkv_tiled};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);

@@ -34,7 +34,7 @@ typedef struct mhla_bwd {
     cl_kernel k_group_sum; /* grouped key/value heads: G summed over each kv head's query heads */
     /* tiled plans whose read-outs fit (tiles.bt_tq > 0; backward/backward_tiled.c): kernels/backward_tiled.cl's
      * read-outs in groups of wg_bt work-items; k_gsum is then summary_tiled_weighted */
-    cl_kernel k_dq_tiled, k_dk_tiled, k_dv_tiled;
+    cl_kernel k_dq_tiled, k_dkv_tiled;
     size_t wg_bt;
     size_t lws_dq[3], lws_dkv[3], lws_zpart[3], lws_zsum[3], lws_tsum[3], lws_group[3];
     cl_mem dz_partial;       /* official: dS's z column's parts, dz_parts x M x B*H x Dk floats */

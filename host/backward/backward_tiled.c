@@ -3,12 +3,12 @@
  * summaries G (summary_tiled_weighted, its split blocks' segments left for the mixing), dS = Mc^T G
  * with the segments added on the way (mixing_splits, which also writes G whole for dMc), the official
  * normalizer's R = Mc^T r (mixing_splits too) and its terms (as the untiled form), dk and dv
- * (bwd_dk_tiled, bwd_dv_tiled, one stage), and dMc as the untiled form has it. Each read-out is a
+ * (bwd_dkv_tiled, one launch), and dMc as the untiled form has it. Each read-out is a
  * tiled product through local memory (kernels/backward_tiled.cl) reading S~ and dS as they are
  * stored: no transposed copies, and no CLBlast GEMM. */
 #include "backward/backward.h"
 
-/* The three read-outs, fitted to what the device builds them for (as forward/tiled.c fits the
+/* The read-outs (dq; dk and dv), fitted to what the device builds them for (as forward/tiled.c fits the
  * forward's): each try halves the groups below what a kernel reported. */
 static mhla_status readouts_build(mhla_plan *plan, mhla_bwd *b, mhla_fit *fit, int *refit)
 {
@@ -23,10 +23,9 @@ static mhla_status readouts_build(mhla_plan *plan, mhla_bwd *b, mhla_fit *fit, i
     const uint64_t local = mhla__bwd_tiled_local(&b->tiles);
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_TILED, &plan->cfg, &b->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dq_tiled", &b->k_dq_tiled));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dk_tiled", &b->k_dk_tiled));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dv_tiled", &b->k_dv_tiled));
-    cl_kernel kernels[3] = {b->k_dq_tiled, b->k_dk_tiled, b->k_dv_tiled};
-    for (int i = 0; i < 3; ++i) {
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_tiled", &b->k_dkv_tiled));
+    cl_kernel kernels[2] = {b->k_dq_tiled, b->k_dkv_tiled};
+    for (int i = 0; i < 2; ++i) {
         const int r = mhla__fit_check(ctx, kernels[i], want, local, fit);
         MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo failed for the tiled backward");
         *refit |= r;
@@ -38,8 +37,8 @@ cleanup:
 
 static void readouts_release(mhla_bwd *b)
 {
-    cl_kernel *kernels[3] = {&b->k_dq_tiled, &b->k_dk_tiled, &b->k_dv_tiled};
-    for (int i = 0; i < 3; ++i) {
+    cl_kernel *kernels[2] = {&b->k_dq_tiled, &b->k_dkv_tiled};
+    for (int i = 0; i < 2; ++i) {
         if (*kernels[i])
             clReleaseKernel(*kernels[i]);
         *kernels[i] = NULL;
@@ -71,13 +70,18 @@ cleanup:
     return st;
 }
 
+/* Column tiles of a `width`-wide output. */
+static size_t column_tiles(const mhla_bwd *b, int64_t width)
+{
+    return ((size_t)width + (size_t)b->tiles.bt_tv - 1) / (size_t)b->tiles.bt_tv;
+}
+
 /* A read-out over `g`'s tokens: (BT_WG * column tiles, heads, blocks * token tiles). */
-static mhla_status readout_launch(mhla_plan *plan, mhla_bwd *b, cl_kernel kern, const mhla_grid *g, int64_t width,
+static mhla_status readout_launch(mhla_plan *plan, mhla_bwd *b, cl_kernel kern, const mhla_grid *g, size_t tiles,
                                   const char *what)
 {
-    const size_t tq = (size_t)b->tiles.bt_tq, tv = (size_t)b->tiles.bt_tv;
-    const size_t extent[3] = {b->wg_bt * (((size_t)width + tv - 1) / tv), (size_t)g->bh,
-                              (size_t)g->m * (((size_t)g->nb + tq - 1) / tq)};
+    const size_t tq = (size_t)b->tiles.bt_tq;
+    const size_t extent[3] = {b->wg_bt * tiles, (size_t)g->bh, (size_t)g->m * (((size_t)g->nb + tq - 1) / tq)};
     const size_t local[3] = {b->wg_bt, 1, 1};
     return mhla__launch(plan->ctx, kern, 3, extent, local, 0, NULL, NULL, what);
 }
@@ -98,7 +102,7 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(plan->mixed), MHLA_ARG(den),
                   MHLA_ARG(dq), MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps), MHLA_ARG(scale),
                   MHLA_ARG(eps));
-    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dq_tiled, &plan->grid, c->dk,
+    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dq_tiled, &plan->grid, column_tiles(b, c->dk),
                                              "clEnqueueNDRangeKernel(bwd_dq_tiled)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 
@@ -131,15 +135,13 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     }
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
 
-    /* dk and dv of the H_kv heads on the key/value grid */
-    MHLA_SET_ARGS(st, ctx, b->k_dk_tiled, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(b->dsum), MHLA_ARG(dk),
-                  MHLA_ARG(plan->kv_grid));
-    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dk_tiled, &plan->kv_grid, c->dk,
-                                             "clEnqueueNDRangeKernel(bwd_dk_tiled)"));
-    MHLA_SET_ARGS(st, ctx, b->k_dv_tiled, 0, MHLA_ARG(k), MHLA_ARG(b->dsum), MHLA_ARG(dv), MHLA_ARG(plan->kv_grid),
-                  MHLA_ARG(feps));
-    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dv_tiled, &plan->kv_grid, c->dv,
-                                             "clEnqueueNDRangeKernel(bwd_dv_tiled)"));
+    /* dk and dv of the H_kv heads on the key/value grid, in one launch: dk's column tiles, then dv's */
+    const cl_int dk_tiles = (cl_int)column_tiles(b, c->dk);
+    MHLA_SET_ARGS(st, ctx, b->k_dkv_tiled, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(b->dsum), MHLA_ARG(dk), MHLA_ARG(dv),
+                  MHLA_ARG(plan->kv_grid), MHLA_ARG(feps), MHLA_ARG(dk_tiles));
+    MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dkv_tiled, &plan->kv_grid,
+                                             (size_t)dk_tiles + column_tiles(b, c->dv),
+                                             "clEnqueueNDRangeKernel(bwd_dkv_tiled)"));
     if (dmixing) { /* dMc[i,j] = <G_i, S_j> over the key/value heads (+ sum_p r_{i,p} dots_{j,p}) */
         MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing, m,
                                                          m_kv, m_kv, 0, 0));
