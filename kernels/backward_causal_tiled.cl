@@ -368,40 +368,26 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
     }
 }
 
-/* dq, dk and dv in one launch: global (3 BC_WG, H, entries * tiles_per_chunk), local (BC_WG, 1, 1),
- * group 0 of dimension 0 dq (from P^T, slots_p), 1 dk (across dS, slots_ds; dMc's diagonal parts
- * where want_diag), 2 dv (from dS). A group takes one kind whole (its barriers are uniform), and
- * the local arrays at kernel scope (OpenCL C 1.2) are the largest kind's. Why one launch: three
- * kernels in an in-order queue run one after another, so at a few chunks (N = 1024, C = 64: 16 x 8
- * groups a kind) the device held a third of the groups it could; and two launch gaps fewer. */
-#define BC_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define BC_DX_MAX BC_MAX(DK, DV)
-#define BC_WQP_MAX BC_MAX(BC_MAX(BC_WQP(KIND_DQ), BC_WQP(KIND_DK)), BC_WQP(KIND_DV))
-__attribute__((reqd_work_group_size(BC_WG, 1, 1))) kernel void
-bc_dqkv_tiled(global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,
-              global const STORE_T *restrict dout, global const float *restrict mix, const int lda,
-              global const int *restrict tab, global const float *restrict slots_p,
-              global const float *restrict slots_ds, global const float *restrict invs,
-              global const float *restrict rs, global STORE_T *restrict dq, global STORE_T *restrict dk,
-              global STORE_T *restrict dv, const mhla_grid g_arg, const float feature_eps, const float scale,
-              const int tiles_per_chunk, global float *restrict diag, const int want_diag)
-{
-    local float4 xt[BC_DX_MAX * BC_LQ], yt[BC_DX_MAX * BC_LK], wt[BC_BK * BC_WQP_MAX], pt[BC_BK * BC_LQ];
-    local float xb[BC_SQ], cb[BC_BK];
-    const int kind = (int)get_group_id(0);
-    if (kind == KIND_DQ)
-        bcc_readout(KIND_DQ, q, k, v, dout, mix, lda, tab, slots_p, invs, rs, dq, (global float *)0,
-                    (global float *)0, g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, diag, 0, xt, yt, wt, pt, xb,
-                    cb, cb);
-    else if (kind == KIND_DK)
-        bcc_readout(KIND_DK, q, k, v, dout, mix, lda, tab, slots_ds, invs, rs, dk, (global float *)0,
-                    (global float *)0, g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, diag, want_diag, xt, yt, wt,
-                    pt, xb, cb, cb);
-    else
-        bcc_readout(KIND_DV, q, k, v, dout, mix, lda, tab, slots_ds, invs, rs, dv, (global float *)0,
-                    (global float *)0, g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, diag, 0, xt, yt, wt, pt, xb,
-                    cb, cb);
-}
+#define BCC_ARGS                                                                                                       \
+    global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,              \
+        global const STORE_T *restrict dout, global const float *restrict mix, const int lda,                          \
+        global const int *restrict tab, global const float *restrict slots, global const float *restrict invs,         \
+        global const float *restrict rs, global STORE_T *restrict out, const mhla_grid g_arg, const float feature_eps, \
+        const float scale, const int tiles_per_chunk, global float *restrict diag, const int want_diag
+
+/* The arrays of one kind, at kernel scope (OpenCL C 1.2), and the call. */
+#define BCC_KERNEL(name, kind)                                                                                         \
+    __attribute__((reqd_work_group_size(BC_WG, 1, 1))) kernel void name(BCC_ARGS)                                      \
+    {                                                                                                                  \
+        local float4 xt[BC_DX(kind) * BC_LQ], yt[BC_DX(kind) * BC_LK], wt[BC_BK * BC_WQP(kind)], pt[BC_BK * BC_LQ];   \
+        local float xb[BC_SQ], cb[BC_BK];                                                                              \
+        bcc_readout(kind, q, k, v, dout, mix, lda, tab, slots, invs, rs, out, (global float *)0, (global float *)0,    \
+                    g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, diag, want_diag, xt, yt, wt, pt, xb, cb, cb);    \
+    }
+
+BCC_KERNEL(bc_dq_tiled, KIND_DQ)
+BCC_KERNEL(bc_dk_tiled, KIND_DK)
+BCC_KERNEL(bc_dv_tiled, KIND_DV)
 
 #if NORMALIZER == 0
 /* The paper normalizer's per-token 1/den_t and dL/dden_t at [bh][t], the read-outs' first

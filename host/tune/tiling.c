@@ -620,19 +620,21 @@ size_t mhla__bc_tiled_wg(const mhla_tiles *t) { return (size_t)(t->bc_sq / 4) * 
 
 uint64_t mhla__bc_tiled_local(const mhla_config *cfg, const mhla_tiles *t)
 {
-    /* xt[DX][SQ+4], yt[DX][BK+4], wt[BK][DWP], pt[BK][SQ+4], xb[SQ], cb[BK] floats
-     * (kernels/backward_causal_tiled.cl): bc_dqkv_tiled's arrays hold each of dq and dk (x: Dv, w: Dk)
-     * and dv (x: Dk, w: Dv), so every one is its largest kind's; bc_scalars_tiled's (x: Dk, w: Dv + 1)
-     * add red[SQ][BK/4]. The larger kernel's. */
-    const uint64_t sq = (uint64_t)t->bc_sq, bk = (uint64_t)t->bc_bk, cq = bk / 4;
-    const uint64_t dk = (uint64_t)cfg->dk, dv = (uint64_t)cfg->dv;
-#define BC_DWP(dw) ((((dw) + 3) / 4 + cq - 1) / cq * cq * 4) /* w rows padded to every work-item's quads: BC_WQP */
-    const uint64_t dx = dk > dv ? dk : dv, dwp = BC_DWP(dk) > BC_DWP(dv) ? BC_DWP(dk) : BC_DWP(dv);
-    const uint64_t readouts = sizeof(float) * (dx * (sq + 4) + dx * (bk + 4) + bk * dwp + bk * (sq + 4) + sq + bk);
-    const uint64_t scalars = sizeof(float) * (dk * (sq + 4) + dk * (bk + 4) + bk * BC_DWP(dv + 1) + bk * (sq + 4) +
-                                              sq + bk + sq * cq);
-#undef BC_DWP
-    return cfg->normalizer == MHLA_NORMALIZER_PAPER && scalars > readouts ? scalars : readouts;
+    /* xt[DX][SQ+4], yt[DX][BK+4], wt[BK][DWP], pt[BK][SQ+4], xb[SQ], cb[BK] floats, and the
+     * scalars' red[SQ][BK/4] (kernels/backward_causal_tiled.cl), the kind whose arrays are the largest */
+    const uint64_t sq = (uint64_t)t->bc_sq, bk = (uint64_t)t->bc_bk;
+    const int kinds = cfg->normalizer == MHLA_NORMALIZER_PAPER ? 3 : 2;
+    uint64_t worst = 0;
+    for (int kind = 0; kind < kinds; ++kind) { /* dq and dk (x: Dv, w: Dk), dv (x: Dk, w: Dv), scalars (x: Dk, w: Dv + 1) */
+        const uint64_t dx = (uint64_t)(kind ? cfg->dk : cfg->dv);
+        /* w rows padded to whole column quads of every work-item: BC_WQP */
+        const uint64_t dw = (uint64_t)(kind == 0 ? cfg->dk : kind == 1 ? cfg->dv : cfg->dv + 1), cq = bk / 4;
+        const uint64_t dwp = ((dw + 3) / 4 + cq - 1) / cq * cq * 4;
+        const uint64_t b = sizeof(float) * (dx * (sq + 4) + dx * (bk + 4) + bk * dwp + bk * (sq + 4) + sq + bk +
+                                            (kind == 2 ? sq * (bk / 4) : 0));
+        worst = b > worst ? b : worst;
+    }
+    return worst;
 }
 
 static int bc_tiled_fits(const mhla_config *cfg, const mhla_tiles *x, const mhla_fit *fit)
