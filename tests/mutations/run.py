@@ -114,8 +114,8 @@ MUTATIONS = [
              [("kernels/output_tiled.cl", "float ds = dl[i];", "float ds = 0.0f;", 1)],
              [("forward", "test_tiled_limits", "tiled and mixing, Dk 96 Dv 64")]),
     Mutation("backward-summary-drops-feature-eps", "the backward's summaries drop feature_eps",
-             [("kernels/backward_summary.cl", "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), feature_eps)",
-               "FEATURE_V(BWD_VK, LOADN(BWD_VK, j, qbase + w.t * qs), 0.0f)", 1)],
+             [("kernels/backward_summary.cl", "acc += wt * FEATURE_V(BWD_VK, x, feature_eps);",
+               "acc += wt * FEATURE_V(BWD_VK, x, 0.0f);", 1)],
              [("backward", "test_backward_eps_non_causal", "relu-eps")]),
     Mutation("tiled-backward-dots-one-piece", "the tiled backward's per-token dots keep one work-item's piece of "
              "the row",
