@@ -162,21 +162,30 @@ kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T 
     local float inv_l[BT_TQ], r_l[BT_TQ];
     const long at = ((long)blk * g.bh + bh) * g.nb + p0;
 #if NORMALIZER != 2
-    local float dpart[BT_TQ * BT_QV], opart[BT_TQ * BT_QV];
+    local float opart[BT_TQ * BT_QV];
+#if NORMALIZER == 0
+    local float dpart[BT_TQ * BT_QV];
+#endif
     for (int r = 0; r < 4; ++r) {
         float4 qt = scale * FEATURE_V(4, qx[r], feature_eps);
         if (c + 4 > DK) /* the feature map of a zero past the row is not zero (relu-eps) */
             qt = (float4)(c < DK ? qt.s0 : 0.0f, c + 1 < DK ? qt.s1 : 0.0f, c + 2 < DK ? qt.s2 : 0.0f, 0.0f);
+#if NORMALIZER == 0
         dpart[(4 * rq + r) * BT_QV + ct] = dot(qt, z);
+#endif
         opart[(4 * rq + r) * BT_QV + ct] = dot(qt, acc[r]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int t = lid; t < BT_TQ; t += BT_WG) {
-        float dn = 0.0f, od = 0.0f;
+        float od = 0.0f;
         for (int j = 0; j < BT_QV; ++j)
-            dn += dpart[t * BT_QV + j], od += opart[t * BT_QV + j];
-#if NORMALIZER == 1
-        dn = p0 + t < g.nb ? den[at + t] : 1.0f; /* the official denominators, mixed by the forward */
+            od += opart[t * BT_QV + j];
+#if NORMALIZER == 0
+        float dn = 0.0f;
+        for (int j = 0; j < BT_QV; ++j)
+            dn += dpart[t * BT_QV + j];
+#else /* the official denominators, mixed by the forward */
+        const float dn = p0 + t < g.nb ? den[at + t] : 1.0f;
 #endif
         const float inv = 1.0f / (dn + eps);
         inv_l[t] = inv, r_l[t] = -od * inv * inv;

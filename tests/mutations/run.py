@@ -185,9 +185,9 @@ MUTATIONS = [
              [("kernels/mixing.cl", "a_trans ? a[(long)(kb0 + kk) * m + row] : a[(long)row * k + kb0 + kk];",
                "a[(long)row * k + kb0 + kk];", 1)],
              [("backward", "test_backward_tiled_limits", "row=gpu,bt_dc=4, tiled backward, Dk 16 Dv 8: dk")]),
-    Mutation("bwd-dq-tiled-official-paper-den", "the tiled backward's dq takes the paper normalizer's "
-             "denominator q~ . z~ where the official one's is kept",
-             [("kernels/backward_tiled.cl", "dn = p0 + t < g.nb ? den[at + t] : 1.0f;", "dn = dn;", 1)],
+    Mutation("bwd-dq-tiled-official-first-den", "the tiled backward's dq divides every token of a tile by "
+             "the tile's first official denominator",
+             [("kernels/backward_tiled.cl", "dn = p0 + t < g.nb ? den[at + t] : 1.0f;", "dn = p0 + t < g.nb ? den[at] : 1.0f;", 1)],
              [("backward", "test_backward_tiled_limits", "wg=64,local=16K row=gpu, tiled backward, Dk 7 Dv 5: dq")]),
     Mutation("bc-tiled-diag-first-lane-only", "the causal backward's tiled dk adds dMc's diagonal term from the "
              "first key dimension of each quad only",
