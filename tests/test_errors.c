@@ -284,13 +284,39 @@ static void test_out_of_device_memory(void **state)
     (void)info, (void)count;
 }
 
+/* The GPU row's tiled forward at Dk = Dv = 64 in a context made under MHLA_LIMITS=limits: its
+ * groups must be tiled and hold 64 work-items at most (32 x 32 summaries, 32 tokens x 32 columns
+ * read out), or less where the device builds the kernels for fewer (llvmpipe). */
+static void check_tiled_in_64(const char *limits)
+{
+    setenv("MHLA_LIMITS", limits, 1);
+    mhla_context *ctx = test_context();
+    unsetenv("MHLA_LIMITS");
+    assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
+    mhla_config c = config_1d(1, 2, 256, 4, 64, 64);
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
+    char text[512];
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    int td = 0, tv = 0, tq = 0, cols = 0;
+    const char *sum = strstr(text, "tiled: summary groups of "), *outp = strstr(text, "output groups of ");
+    if (!sum || !outp || sscanf(sum, "tiled: summary groups of %dx%d", &td, &tv) != 2 ||
+        sscanf(outp, "output groups of %d tokens x %d columns", &tq, &cols) != 2 || td > 32 || tv > 32 ||
+        (td / 4) * (tv / 4) > 64 || (tq / 4) * (cols / 4) > 64 || td < 4 || tq < 4)
+        fail_msg("MHLA_LIMITS=%s: the plan says '%s'", limits, text);
+    mhla_plan_destroy(plan);
+    mhla_context_destroy(ctx);
+}
+
 /* MHLA_LIMITS (the test option that lowers the device's work-group and local-memory limits): a
  * malformed one fails the context naming it; a valid one reaches the tiles (the GPU row's tiled
- * forward in groups of 64: 32 x 32), and local_type=global the untiled forms of a GPU row. */
+ * forward in groups of 64: 32 x 32), kwg the tiles refitted after building, where the plan started
+ * from the device's own limit, and local_type=global the untiled forms of a GPU row. */
 static void test_forced_limits(void **state)
 {
     (void)state;
     static const char *const bad[][2] = {{"wg=0", "'wg' needs a positive whole number"},
+                                         {"kwg=-1", "'kwg' needs a positive whole number"},
                                          {"local=16Q", "'local' needs a positive whole number"},
                                          {"frob=4", "unknown limit 'frob'"},
                                          {"wg", "expected name=value"},
@@ -303,26 +329,13 @@ static void test_forced_limits(void **state)
         if (!strstr(mhla_last_message(), bad[i][1]) || !strstr(mhla_last_message(), bad[i][0]))
             fail_msg("MHLA_LIMITS=%s: '%s' does not say '%s'", bad[i][0], mhla_last_message(), bad[i][1]);
     }
-    setenv("MHLA_LIMITS", "wg=64,local=16KiB", 1);
-    mhla_context *ctx = test_context();
-    unsetenv("MHLA_LIMITS");
-    assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK);
+    check_tiled_in_64("wg=64,local=16KiB");
+    check_tiled_in_64("kwg=64");
+
     mhla_config c = config_1d(1, 2, 256, 4, 64, 64);
     mhla_plan *plan = NULL;
-    assert_int_equal(mhla_plan_create(ctx, &c, &plan), MHLA_OK);
     char text[512];
-    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
-    /* 32 x 32 and 32 tokens x 32 columns: 64 work-items each, or less where the device builds the
-     * kernels for fewer (llvmpipe) */
-    int td = 0, tv = 0, tq = 0, cols = 0;
-    const char *sum = strstr(text, "tiled: summary groups of "), *outp = strstr(text, "output groups of ");
-    if (!sum || !outp || sscanf(sum, "tiled: summary groups of %dx%d", &td, &tv) != 2 ||
-        sscanf(outp, "output groups of %d tokens x %d columns", &tq, &cols) != 2 || td > 32 || tv > 32 ||
-        (td / 4) * (tv / 4) > 64 || (tq / 4) * (cols / 4) > 64 || td < 4 || tq < 4)
-        fail_msg("MHLA_LIMITS=wg=64,local=16KiB: the plan says '%s'", text);
-    mhla_plan_destroy(plan);
-    mhla_context_destroy(ctx);
-
+    mhla_context *ctx = NULL;
     /* local_type=global (a Mali's local memory): a GPU row takes its untiled forms, and says so */
     setenv("MHLA_LIMITS", "local_type=global,wg=128", 1);
     ctx = test_context();

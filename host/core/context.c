@@ -19,8 +19,10 @@ static void parse_c_version(const char *text, int *major, int *minor)
     }
 }
 
-/* MHLA_LIMITS="wg=N,local=BYTES,local_type=global" (a K or KiB suffix: 1024 bytes): the device's
- * work-group and local-memory limits lowered to these values, never raised. Kernels are fitted to the
+/* MHLA_LIMITS="wg=N,kwg=N,local=BYTES,local_type=global" (a K or KiB suffix: 1024 bytes): the device's
+ * work-group and local-memory limits lowered to these values, never raised. kwg caps what each built
+ * kernel reports (CL_KERNEL_WORK_GROUP_SIZE) below the device's limit, as a GPU reports it for a
+ * kernel that needs many registers: plans sized by the device's limit must fit again after building. Kernels are fitted to the
  * limits the context holds, so a CPU device in CI can run the GPU tiles as a phone's 64-wide groups or
  * a GPU's 16 KiB would fit them. A value the device exceeds is taken; one above the device's is
  * ignored. local_type=global: the device's local memory taken as global memory, as a Mali's is, on
@@ -39,7 +41,7 @@ static mhla_status apply_forced_limits(mhla_context *ctx)
         while (p[len] && p[len] != '=' && p[len] != ',' && len < (int)sizeof name - 1)
             name[len] = p[len], ++len;
         MHLA_FAIL_IF(st, p[len] != '=', ctx, MHLA_ERR_INVALID_ARGUMENT,
-                     "MHLA_LIMITS='%s': expected name=value at '%s' (names: wg, local, local_type)", env, p);
+                     "MHLA_LIMITS='%s': expected name=value at '%s' (names: wg, kwg, local, local_type)", env, p);
         if (strcmp(name, "local_type") == 0) {
             const char *value = p + len + 1;
             MHLA_FAIL_IF(st, strncmp(value, "global", 6) != 0 || (value[6] && value[6] != ','), ctx,
@@ -55,7 +57,9 @@ static mhla_status apply_forced_limits(mhla_context *ctx)
             value = v * 1024ull;
             end += strncmp(end + 1, "iB", 2) == 0 ? 3 : 1;
         }
-        MHLA_FAIL_IF(st, end == p + len + 1 || v == 0 || (*end && *end != ','), ctx, MHLA_ERR_INVALID_ARGUMENT,
+        /* a digit first: strtoull would take "-1" as its largest value */
+        MHLA_FAIL_IF(st, p[len + 1] < '0' || p[len + 1] > '9' || end == p + len + 1 || v == 0 || (*end && *end != ','),
+                     ctx, MHLA_ERR_INVALID_ARGUMENT,
                      "MHLA_LIMITS='%s': '%s' needs a positive whole number (local takes a K suffix)", env, name);
         if (strcmp(name, "wg") == 0) {
             if (value < lim->max_work_group_size)
@@ -63,12 +67,14 @@ static mhla_status apply_forced_limits(mhla_context *ctx)
             for (int i = 0; i < 3; ++i)
                 if (value < lim->max_work_item_sizes[i])
                     lim->max_work_item_sizes[i] = (size_t)value;
+        } else if (strcmp(name, "kwg") == 0) {
+            lim->kernel_wg_cap = (size_t)value;
         } else if (strcmp(name, "local") == 0) {
             if (value < lim->local_mem_bytes)
                 lim->local_mem_bytes = value;
         } else {
             MHLA_FAIL_IF(st, 1, ctx, MHLA_ERR_INVALID_ARGUMENT,
-                         "MHLA_LIMITS='%s': unknown limit '%s' (wg, local, local_type)", env, name);
+                         "MHLA_LIMITS='%s': unknown limit '%s' (wg, kwg, local, local_type)", env, name);
         }
         p = *end ? end + 1 : end;
     }

@@ -102,6 +102,11 @@ typedef struct mhla_device_limits {
      * (ARM's Mali GPUs, CPU runtimes), so tiles staged there buy nothing (tune/gpu_row.c). 1 as the
      * device reports it; 2 forced by MHLA_LIMITS (local_type=global), which holds on any device. */
     int local_mem_global;
+    /* MHLA_LIMITS kwg=N: what every built kernel reports as its CL_KERNEL_WORK_GROUP_SIZE is at most
+     * N (0: as the device reports it). A GPU builds a kernel that needs many registers for fewer
+     * work-items than the device allows a group (Mali and Adreno often 64-256 of 384-1024); PoCL
+     * never does, so without this only a GPU would find a plan that trusts the device's limit. */
+    size_t kernel_wg_cap;
     uint64_t max_alloc_bytes;
     uint64_t global_mem_bytes;
     int opencl_c_major; /* from CL_DEVICE_OPENCL_C_VERSION */
@@ -204,6 +209,10 @@ extern const mhla_embedded_kernel mhla__embedded_kernels[];
 extern const size_t mhla__embedded_kernel_count;
 
 /* ---- launches ----------------------------------------------------------------------------- */
+
+/* The work-items a built kernel allows a group: CL_KERNEL_WORK_GROUP_SIZE, within MHLA_LIMITS' kwg
+ * cap. Every query of it goes through here, so that the cap holds for every plan. */
+cl_int mhla__kernel_wg_size(mhla_context *ctx, cl_kernel kernel, size_t *out);
 
 /* Local size for a 1D-tiled launch: `want` clamped to the kernel's and the device's limits. */
 size_t mhla__local_size(mhla_context *ctx, cl_kernel kernel, size_t want);

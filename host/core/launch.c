@@ -11,12 +11,22 @@ cleanup:
     return st;
 }
 
+cl_int mhla__kernel_wg_size(mhla_context *ctx, cl_kernel kernel, size_t *out)
+{
+    size_t kwg = 0;
+    const cl_int err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL);
+    if (err != CL_SUCCESS)
+        return err;
+    if (ctx->limits.kernel_wg_cap && kwg > ctx->limits.kernel_wg_cap)
+        kwg = ctx->limits.kernel_wg_cap;
+    *out = kwg;
+    return CL_SUCCESS;
+}
+
 static size_t kernel_wg_limit(mhla_context *ctx, cl_kernel kernel)
 {
     size_t kwg = 0;
-    if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) !=
-            CL_SUCCESS ||
-        kwg == 0)
+    if (mhla__kernel_wg_size(ctx, kernel, &kwg) != CL_SUCCESS || kwg == 0)
         kwg = 1;
     return kwg < ctx->limits.max_work_group_size ? kwg : ctx->limits.max_work_group_size;
 }
@@ -86,9 +96,22 @@ mhla_status mhla__launch(mhla_context *ctx, cl_kernel kernel, cl_uint dims, cons
                          const char *what)
 {
     mhla_status st = MHLA_OK;
-    size_t global[3];
-    for (cl_uint i = 0; i < dims; ++i)
+    size_t global[3], items = 1;
+    for (cl_uint i = 0; i < dims; ++i) {
         global[i] = mhla__round_up(extent[i], local[i]);
+        items *= local[i];
+        MHLA_FAIL_IF(st, ctx->limits.max_work_item_sizes[i] && local[i] > ctx->limits.max_work_item_sizes[i], ctx,
+                     MHLA_ERR_OPENCL, "%s: a group of %zu work-items in dimension %u, more than %zu allowed on %s",
+                     what, local[i], (unsigned)i, ctx->limits.max_work_item_sizes[i], ctx->device_name);
+    }
+    /* A device refuses such a group itself (CL_INVALID_WORK_GROUP_SIZE); checked here too so that the
+     * limits MHLA_LIMITS forces on a CPU device fail a plan that exceeds them as a GPU's would. */
+    MHLA_FAIL_IF(st, items > ctx->limits.max_work_group_size ||
+                         (ctx->limits.kernel_wg_cap && items > ctx->limits.kernel_wg_cap),
+                 ctx, MHLA_ERR_OPENCL, "%s: a group of %zu work-items, more than the %zu the %s allows on %s", what,
+                 items, items > ctx->limits.max_work_group_size ? ctx->limits.max_work_group_size
+                                                                : ctx->limits.kernel_wg_cap,
+                 items > ctx->limits.max_work_group_size ? "device" : "kernel", ctx->device_name);
     /* kernel profiling (core/profile.c) wants every launch's event, the caller's too */
     cl_event ev = NULL;
     const int profile = ctx->kprof_on;

@@ -110,8 +110,7 @@ mhla_status mhla__block_summary_weighted_kernel(mhla_plan *plan, int tiled, cl_k
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(plan->ctx, MHLA_KF_SUMMARY_TILED, &plan->cfg, &plan->tiles, &prog));
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(plan->ctx, prog, "summary_tiled_weighted", out));
         size_t wg = 0;
-        MHLA_CL_TRY(st, plan->ctx,
-                    clGetKernelWorkGroupInfo(*out, plan->ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL),
+        MHLA_CL_TRY(st, plan->ctx, mhla__kernel_wg_size(plan->ctx, *out, &wg),
                     "clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)");
         if (wg < plan->lws_summary[0]) { /* built for fewer work-items than summary_tiled: not taken */
             clReleaseKernel(*out);

@@ -16,8 +16,7 @@ static mhla_status kernel_of(mhla_plan *plan, mhla_kernel_file f, const char *na
     cl_program prog = NULL;
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, f, &plan->cfg, &plan->tiles, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, name, out));
-    MHLA_CL_TRY(st, ctx, clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *wg, wg, NULL),
-                "clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)");
+    MHLA_CL_TRY(st, ctx, mhla__kernel_wg_size(ctx, *out, wg), "clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)");
 cleanup:
     return st;
 }

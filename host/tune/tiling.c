@@ -28,8 +28,7 @@ int mhla__fit_check(mhla_context *ctx, cl_kernel kernel, size_t want_wg, uint64_
 {
     size_t kwg = 0;
     cl_ulong klocal = 0;
-    if (clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL) !=
-            CL_SUCCESS ||
+    if (mhla__kernel_wg_size(ctx, kernel, &kwg) != CL_SUCCESS ||
         clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof klocal, &klocal, NULL) !=
             CL_SUCCESS)
         return -1;

@@ -229,6 +229,10 @@ MUTATIONS = [
              [("kernels/backward_summary.cl", "for (int j = 0; j < group; ++j)\n        acc += row",
                "for (int j = 0; j < 1; ++j)\n        acc += row", 1)],
              [("cross", "test_cases", "gqa 4/2 1D  dk")]),
+    Mutation("tiled-forward-trusts-device-wg", "the tiled forward keeps tiles sized by the device's work-group "
+             "limit when a built kernel allows fewer work-items (a GPU's register-heavy kernel)",
+             [("host/forward/tiled.c", "if (swg >= sw && owg >= ow) {", "if (1) {", 1)],
+             [("errors", "test_forced_limits", "MHLA_LIMITS=kwg=64: the plan says")]),
 ]
 
 
