@@ -29,6 +29,9 @@
 #ifndef BC_BK
 #define BC_BK 16 /* tokens of the pairs, and rows of the slot, per local tile (a multiple of 4) */
 #endif
+#ifndef BC_ONE
+#define BC_ONE 0 /* 1: dq, dk and dv in one kernel, bc_dqkv_tiled (bct_fuse) */
+#endif
 #define BC_RQ (BC_SQ / 4) /* row quads: work-items along the rows */
 #define BC_CQ (BC_BK / 4) /* token quads of a pair tile: work-items along a row */
 #define BC_WG (BC_RQ * BC_CQ)
@@ -385,9 +388,39 @@ bcc_readout(const int kind, global const STORE_T *q, global const STORE_T *k, gl
                     g_arg, feature_eps, scale, 0.0f, tiles_per_chunk, diag, want_diag, xt, yt, wt, pt, xb, cb, cb);    \
     }
 
+#if BC_ONE
+/* dq, dk and dv in one launch (bct_fuse with bc_sq): global (3 BC_WG, H, entries * tiles_per_chunk),
+ * local (BC_WG, 1, 1); group 0 of dimension 0 computes dq (from P^T, slots_p), 1 dk (across dS,
+ * slots_ds; dMc's diagonal parts where want_diag), 2 dv (from dS). Why: three kernels in an in-order
+ * queue run one after another, so at a few chunks (N = 1024, C = 64: 16 x 8 groups a kind) the
+ * device holds a third of the groups it could, and each adds a launch gap. The kind is a run-time
+ * value, uniform over the group (its barriers too), so the body is built once: three copies, one
+ * per constant kind, took PoCL's work-group compiler past ten minutes without optimizations. Its
+ * widths are then run-time values, and the local arrays are the largest kind's. */
+#define BC_MAX(a, b) ((a) > (b) ? (a) : (b))
+__attribute__((reqd_work_group_size(BC_WG, 1, 1))) kernel void
+bc_dqkv_tiled(global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,
+              global const STORE_T *restrict dout, global const float *restrict mix, const int lda,
+              global const int *restrict tab, global const float *restrict slots_p,
+              global const float *restrict slots_ds, global const float *restrict invs,
+              global const float *restrict rs, global STORE_T *restrict dq, global STORE_T *restrict dk,
+              global STORE_T *restrict dv, const mhla_grid g_arg, const float feature_eps, const float scale,
+              const int tiles_per_chunk, global float *restrict diag, const int want_diag)
+{
+    local float4 xt[BC_MAX(DK, DV) * BC_LQ], yt[BC_MAX(DK, DV) * BC_LK];
+    local float4 wt[BC_BK * BC_MAX(BC_WQP(KIND_DQ), BC_WQP(KIND_DV))], pt[BC_BK * BC_LQ];
+    local float xb[BC_SQ], cb[BC_BK];
+    const int kind = (int)get_group_id(0);
+    bcc_readout(kind, q, k, v, dout, mix, lda, tab, kind == KIND_DQ ? slots_p : slots_ds, invs, rs,
+                kind == KIND_DQ ? dq : kind == KIND_DK ? dk : dv, (global float *)0, (global float *)0, g_arg,
+                feature_eps, scale, 0.0f, tiles_per_chunk, diag, kind == KIND_DK ? want_diag : 0, xt, yt, wt, pt, xb,
+                cb, cb);
+}
+#else
 BCC_KERNEL(bc_dq_tiled, KIND_DQ)
 BCC_KERNEL(bc_dk_tiled, KIND_DK)
 BCC_KERNEL(bc_dv_tiled, KIND_DV)
+#endif
 
 #if NORMALIZER == 0
 /* The paper normalizer's per-token 1/den_t and dL/dden_t at [bh][t], the read-outs' first

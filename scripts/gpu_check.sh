@@ -3,7 +3,9 @@
 # scripts/gpu_prepare.sh left in gpu-carry/: such a machine has NVIDIA's OpenCL driver but none of
 # our build tools, so nothing is built here. Run from the repository root, with gpu-carry/ carried
 # along; through the device tool that is `run` with carry ["gpu-carry"] and the command
-# `bash scripts/gpu_check.sh`. Everything goes to ${OUT:-gpu-out}/ (at most 10 files):
+# `bash scripts/gpu_check.sh`. Everything goes to ${OUT:-gpu-out}/, as at most 6 files: the device
+# tool brings back 8 at most, so the JSON files below travel in one archive, bench-json.tar.gz
+# (`tar -xzf bench-json.tar.gz` where they come back), beside the text files:
 #
 #   info.txt           nvidia-smi -L, `mhla info`, what was built (gpu-carry/source.txt), the
 #                      libraries the programs load, and the steps' verdicts and wall times
@@ -41,13 +43,17 @@
 #                      the decoder's step walking Dk per
 #                      work-item and its chunk start in causal_prefix_one (not in parts), and --compare
 #                      of them against the same rows of bench-new.json (bench.txt)
+#   bench-fusedcausal.json  step fusedcausal: the new build's causal backward rows (mhla-causal-bwd at
+#                      GPU_CHECK_N and GPU_CHECK_CHUNK) with MHLA_TUNING=bct_fuse=1: the tiled dq, dk
+#                      and dv in one launch (bc_dqkv_tiled, their widths at run time) where the GPU
+#                      rows launch three, and --compare of them against bench-new.json (bench.txt)
 #   bench-official.json, bench-official-untiled.json  step official: the mhla and mhla-bwd rows at
 #                      GPU_CHECK_N with the official normalizer (--normalizer official), as the GPU rows
 #                      run it now (the tiled forward, the dots mixed in the read-out) and with
 #                      MHLA_TUNING=tiled=0 (the untiled forward with CLBlast's GEMMs it took before),
 #                      and --compare of the two (bench.txt)
 #
-# The steps run in the order bench, untiledbwd, untiledcausal, official, selftest, tune, suite: the most wanted
+# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, official, selftest, tune, suite: the most wanted
 # output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
 # cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
@@ -57,8 +63,8 @@
 #
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
-#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,official,selftest,suite,tune
-#                         (default all seven; info always runs)
+#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,fusedcausal,official,selftest,
+#                         suite,tune (default all eight; info always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
 #   GPU_CHECK_N           the bench's --n (default 1024,4096,16384)
@@ -87,11 +93,11 @@ mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
-    tune.txt bench-tuned.json bench-untiledcausal.json bench-untiledbwd.json bench-official.json \
-    bench-official-untiled.json)
+    tune.txt bench-tuned.json bench-kernelgate.json bench-untiledcausal.json bench-untiledbwd.json \
+    bench-fusedcausal.json bench-official.json bench-official-untiled.json bench-json.tar.gz)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,official,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,fusedcausal,official,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
@@ -269,6 +275,20 @@ if wants untiledcausal; then
     fi
 fi
 
+# ---- fusedcausal: the causal backward's tiled read-outs in one launch, in the same call ---------
+if wants fusedcausal; then
+    txt=$out/bench.txt
+    lim=$(cap 60)
+    step bench-fusedcausal "$lim" "$txt" env MHLA_TUNING=bct_fuse=1 "$new/bench/mhla-bench" \
+        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --target-ms "$target_ms" \
+        --ops mhla-causal-bwd --quiet --gate event --kernels --max-total-s $(( lim * 4 / 5 )) \
+        --json "$out/bench-fusedcausal.json"
+    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-fusedcausal.json" ]; then
+        step fusedcausal-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-new.json" \
+            "$out/bench-fusedcausal.json"
+    fi
+fi
+
 # ---- official: the official normalizer's rows, tiled and untiled, in the same call -------------
 if wants official; then
     txt=$out/bench.txt
@@ -356,6 +376,13 @@ fi
     echo "steps:"
     cat "$summary"
 } >>"$info"
+# The JSON files in one archive: with the five text files, 6 of the device tool's 8.
+if ls "$out"/*.json >/dev/null 2>&1; then
+    # (python3's tarfile where the machine has no tar)
+    (cd "$out" && { if command -v tar >/dev/null; then tar -czf bench-json.tar.gz ./*.json;
+                    else python3 -m tarfile -c bench-json.tar.gz ./*.json; fi; } && rm -f ./*.json) ||
+        { echo "gpu_check: could not pack the JSON files into bench-json.tar.gz" >&2; failed=1; }
+fi
 echo "== gpu_check: $(grep -c ' OK ' "$summary") ok, $(grep -vc ' OK ' "$summary") not; files in $out:"
 find "$out" -maxdepth 1 -type f -printf '  %f  %s bytes\n' | sort
 rm -rf "$tmp"

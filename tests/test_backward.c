@@ -708,7 +708,9 @@ static void test_backward_saved_summaries_causal(void **state)
  * row's own fit (backward_gpu_row). And the causal form's prefix and suffix mixtures
  * (causal_prefix_tiled.cl) over 38 chunks at 64-wide groups, and its tiled read-outs
  * (backward_causal_tiled.cl): 4 groups of 16 tokens a chunk in 8-token pair tiles with Dv 18 (rows
- * of no whole float4) and the paper normalizer's r_t terms in [B,H,N,D] at 128 and 32 KiB, and
+ * of no whole float4) and the paper normalizer's r_t terms in [B,H,N,D] at 128 and 32 KiB, dq, dk
+ * and dv in one launch there (bct_fuse: bc_dqkv_tiled, its widths at run time, Dk 24 and Dv 18 in
+ * the same arrays), and
  * chunks of 128 in 64-token groups at 1024 and 48 KiB, each with a short last chunk. dMc's products
  * in work-group tiles (bwd_dmixing_tiled): the 38 chunks' rows in 32 x 32 tiles at 64 work-items (a
  * partial tile, a zero tile above the diagonal, two pieces of the rows), the non-causal rows of 252
@@ -719,7 +721,7 @@ static void test_backward_tiled_limits(void **state)
     (void)state;
     static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=64,local=16K",
                                          "wg=128,local=32K", "wg=1024,local=48K", "wg=64,local=16K"};
-    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu,tl_rr=8", "row=gpu", "row=gpu,bc_sq=16,bc_bk=8",
+    static const char *const tunings[] = {"row=gpu,bt_dc=4", "row=gpu,tl_rr=8", "row=gpu", "row=gpu,bc_sq=16,bc_bk=8,bct_fuse=1",
                                           "row=gpu", "row=gpu"};
     mhla_config cfgs[6];
     cfgs[0] = config_1d(1, 2, 512, 2, 16, 8);
@@ -749,7 +751,8 @@ static void test_backward_tiled_limits(void **state)
         expect_backward(ctx, &cfgs[c], NULL, 0, label, (uint32_t)(41 + c));
         const char *tiled = cfgs[c].causal ? "prefix tiled" : "; backward: tiled read-outs";
         if (last_tuning[0] && (!strstr(last_tuning, tiled) || !strstr(last_tuning, ", dMc in ") ||
-                               (cfgs[c].causal && !strstr(last_tuning, "; backward: tiled causal read-outs"))))
+                               (cfgs[c].causal && !strstr(last_tuning, "; backward: tiled causal read-outs")) ||
+                               (strstr(tunings[c], "bct_fuse=1") && !strstr(last_tuning, " in one launch"))))
             fail_msg("%s: the backward is not tiled: %s", label, last_tuning); /* (empty: thinned) */
         mhla_context_destroy(ctx);
     }

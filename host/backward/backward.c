@@ -156,8 +156,8 @@ static void describe(const mhla_bwd *b, char *buf, size_t size)
 {
     const mhla_tiles *t = &b->tiles;
     if (t->bc_sq > 0)
-        snprintf(buf, size, "; backward: tiled causal read-outs of %d tokens x %d-token pair tiles", t->bc_sq,
-                 t->bc_bk);
+        snprintf(buf, size, "; backward: tiled causal read-outs of %d tokens x %d-token pair tiles%s", t->bc_sq,
+                 t->bc_bk, t->bc_one ? " in one launch" : "");
     else if (t->bt_tq > 0)
         snprintf(buf, size, "; backward: tiled read-outs of %d tokens x %d columns, %d dimensions per tile", t->bt_tq,
                  t->bt_tv, t->bt_dc);

@@ -60,6 +60,7 @@ typedef struct mhla_bwd {
     size_t lws_bc_token[3], lws_bc_tile[3], lws_bc_mix;
     size_t wg_bc_readout[3]; /* work-items of bc_dq, bc_dk and bc_dv's groups (their tiles) */
     cl_kernel k_bc_dqkv;     /* the fused read-out (tiles.bct_fc > 0), in place of the three and bc_diag */
+    cl_kernel k_bc_dqkv_tiled; /* GPU rows with tiles.bc_one: the tiled dq, dk and dv in one launch */
     cl_kernel k_bc_summary_tiled, k_bc_grad_tiled; /* GPU rows (bc_sq and cs_tk): in place of bc_summary, bc_grad */
     size_t wg_bc_fused;      /* its group's work-items */
     cl_mem slots_s, slots_p, slots_g, slots_ds, slots_gt, slots_dst, diag; /* S^T, P^T, G, dS, G^T, dS^T */

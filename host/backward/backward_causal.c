@@ -12,7 +12,7 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
     cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_transpose, b->k_bc_scalars,
                            b->k_bc_grad,    b->k_bc_dq,     b->k_bc_dk,     b->k_bc_dv,        b->k_bc_diag,
                            b->k_bc_dmix_finish, b->k_bc_from_forward, b->k_bc_dqkv, b->k_bc_summary_tiled,
-                           b->k_bc_grad_tiled};
+                           b->k_bc_grad_tiled, b->k_bc_dqkv_tiled};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -58,12 +58,21 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
         *refit |= r;
         goto cleanup;
     }
-    /* GPU rows: backward_causal_tiled.cl's read-outs, built for exactly their group */
+    /* GPU rows: backward_causal_tiled.cl's read-outs, built for exactly their group: three kernels,
+     * or with bc_one one kernel for the three */
     cl_program tiled = NULL;
     static const char *const tiled_names[3] = {"bc_dq_tiled", "bc_dk_tiled", "bc_dv_tiled"};
     if (b->tiles.bc_sq)
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_TILED, c, &b->tiles, &tiled));
-    for (int i = 0; i < 3; ++i) {
+    if (tiled && b->tiles.bc_one) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, tiled, "bc_dqkv_tiled", &b->k_bc_dqkv_tiled));
+        const int r = mhla__fit_check(ctx, b->k_bc_dqkv_tiled, mhla__bc_tiled_wg(&b->tiles),
+                                      mhla__bc_tiled_local(c, &b->tiles), fit);
+        MHLA_FAIL_IF(st, r < 0, ctx, MHLA_ERR_OPENCL, "clGetKernelWorkGroupInfo(bc_dqkv_tiled) failed on %s",
+                     ctx->device_name);
+        *refit |= r;
+    }
+    for (int i = 0; i < 3 && !(tiled && b->tiles.bc_one); ++i) {
         const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
         if (tiled) {
             MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, tiled, tiled_names[i], ks[i]));
@@ -95,8 +104,8 @@ cleanup:
 static void readout_release(void *arg)
 {
     mhla_bwd *b = ((readout_try *)arg)->b;
-    cl_kernel *ks[5] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv, &b->k_bc_dqkv, &b->k_bc_scalars};
-    for (int i = 0; i < 5; ++i) {
+    cl_kernel *ks[6] = {&b->k_bc_dq, &b->k_bc_dk, &b->k_bc_dv, &b->k_bc_dqkv, &b->k_bc_scalars, &b->k_bc_dqkv_tiled};
+    for (int i = 0; i < 6; ++i) {
         if (*ks[i])
             clReleaseKernel(*ks[i]);
         *ks[i] = NULL;
@@ -570,8 +579,9 @@ cleanup:
     return st;
 }
 
-/* The three read-outs (backward_causal_readout.cl's, or backward_causal_tiled.cl's on GPU rows): dq
- * from P^T, dk from dS^T, dv from dS; the tiled dk writes dMc's diagonal terms too where want_diag. */
+/* The three read-outs (backward_causal_readout.cl's, or backward_causal_tiled.cl's on GPU rows, with
+ * bc_one in one launch): dq from P^T, dk from dS^T, dv from dS; the tiled dk writes dMc's diagonal
+ * terms too where want_diag. */
 static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv, cl_int want_diag)
 {
     mhla_status st = MHLA_OK;
@@ -579,6 +589,18 @@ static mhla_status readouts(const bc_call *x, cl_mem dq, cl_mem dk, cl_mem dv, c
     const mhla_bwd *b = x->b;
     const size_t tq = (size_t)(b->tiles.bc_sq ? b->tiles.bc_sq : b->tiles.bct_tq); /* a group's tokens */
     const cl_int tiles_per_chunk = (cl_int)((x->tokens + tq - 1) / tq);
+    if (b->k_bc_dqkv_tiled) { /* a group of dq, dk or dv (dimension 0) a tile */
+        cl_kernel kr = b->k_bc_dqkv_tiled;
+        const size_t wg = mhla__bc_tiled_wg(&b->tiles);
+        MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->in[0]), MHLA_ARG(x->in[1]), MHLA_ARG(x->in[2]), MHLA_ARG(x->in[3]),
+                      MHLA_ARG(x->mixing), MHLA_ARG(x->lda), MHLA_ARG(x->tab), MHLA_ARG(b->slots_p),
+                      MHLA_ARG(b->slots_ds), MHLA_ARG(x->inv), MHLA_ARG(x->r), MHLA_ARG(dq), MHLA_ARG(dk),
+                      MHLA_ARG(dv), MHLA_ARG(x->plan->grid), MHLA_ARG(x->feps), MHLA_ARG(x->scale),
+                      MHLA_ARG(tiles_per_chunk), MHLA_ARG(b->diag), MHLA_ARG(want_diag));
+        const size_t ext[3] = {3 * wg, (size_t)x->heads, x->entries * (size_t)tiles_per_chunk}, loc[3] = {wg, 1, 1};
+        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, ext, loc, 0, NULL, NULL, "bc_dqkv_tiled"));
+        goto cleanup;
+    }
     const cl_kernel ks[3] = {b->k_bc_dq, b->k_bc_dk, b->k_bc_dv};
     const cl_mem from[3] = {b->slots_p, b->tiles.bc_sq ? b->slots_ds : b->slots_dst, b->slots_ds}, to[3] = {dq, dk, dv};
     static const char *const plain[3] = {"bc_dq", "bc_dk", "bc_dv"};

@@ -620,10 +620,12 @@ size_t mhla__bc_tiled_wg(const mhla_tiles *t) { return (size_t)(t->bc_sq / 4) * 
 uint64_t mhla__bc_tiled_local(const mhla_config *cfg, const mhla_tiles *t)
 {
     /* xt[DX][SQ+4], yt[DX][BK+4], wt[BK][DWP], pt[BK][SQ+4], xb[SQ], cb[BK] floats, and the
-     * scalars' red[SQ][BK/4] (kernels/backward_causal_tiled.cl), the kind whose arrays are the largest */
+     * scalars' red[SQ][BK/4] (kernels/backward_causal_tiled.cl), the kernel whose arrays are the
+     * largest: one a kind, or with bc_one a kernel for dq, dk and dv whose arrays are each the
+     * largest of the three kinds' */
     const uint64_t sq = (uint64_t)t->bc_sq, bk = (uint64_t)t->bc_bk;
     const int kinds = cfg->normalizer == MHLA_NORMALIZER_PAPER ? 3 : 2;
-    uint64_t worst = 0;
+    uint64_t worst = 0, one = 0;
     for (int kind = 0; kind < kinds; ++kind) { /* dq and dk (x: Dv, w: Dk), dv (x: Dk, w: Dv), scalars (x: Dk, w: Dv + 1) */
         const uint64_t dx = (uint64_t)(kind ? cfg->dk : cfg->dv);
         /* w rows padded to whole column quads of every work-item: BC_WQP */
@@ -633,7 +635,12 @@ uint64_t mhla__bc_tiled_local(const mhla_config *cfg, const mhla_tiles *t)
                                             (kind == 2 ? sq * (bk / 4) : 0));
         worst = b > worst ? b : worst;
     }
-    return worst;
+    if (t->bc_one) { /* bc_dqkv_tiled: x rows of max(Dk, Dv), w rows of max(Dk, Dv) padded */
+        const uint64_t dm = (uint64_t)(cfg->dk > cfg->dv ? cfg->dk : cfg->dv), cq = bk / 4;
+        const uint64_t dmp = ((dm + 3) / 4 + cq - 1) / cq * cq * 4;
+        one = sizeof(float) * (dm * (sq + 4) + dm * (bk + 4) + bk * dmp + bk * (sq + 4) + sq + bk);
+    }
+    return one > worst ? one : worst;
 }
 
 static int bc_tiled_fits(const mhla_config *cfg, const mhla_tiles *x, const mhla_fit *fit)
@@ -700,14 +707,16 @@ mhla_status mhla__tiles_backward_causal(mhla_context *ctx, const mhla_config *cf
     /* backward_causal_tiled.cl where the row asks for it (bc_sq > 0: GPUs): no more tokens than a
      * chunk has (rounded up to 4), shrunk until the group and its arrays fit; it takes the place of
      * bc_dqkv and of the three read-outs above (still built: their program holds bc_diag). */
-    x.bc_sq = x.bc_bk = 0;
+    x.bc_sq = x.bc_bk = x.bc_one = 0;
     if (t->bc_sq > 0) {
         const int chunk = (int)(shape->nb < 1 << 20 ? shape->nb : 1 << 20);
         x.bc_sq = min_int(tile4(t->bc_sq), up4(chunk)), x.bc_bk = min_int(tile4(t->bc_bk), up4(chunk));
+        /* one launch (bct_fuse): the local arrays are the largest kind's (mhla__bc_tiled_local) */
+        x.bc_one = t->bct_fuse != 0;
         if (shrink_quad_group(cfg, fit, &x, &x.bc_sq, &x.bc_bk, bc_tiled_fits))
             x.bct_fc = 0;
         else
-            x.bc_sq = x.bc_bk = 0;
+            x.bc_sq = x.bc_bk = x.bc_one = 0;
     }
     /* bc_dqkv's score steps: the causal output's (sc_rt x sc_kv), in whole rows and vectors of
      * the chunk. */
@@ -828,7 +837,7 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_CP)
         mhla__opts_add(opts, "-DCP_TI=%d -DCP_TW=%d -DCP_TJ=%d", t->cp_ti, t->cp_tw, t->cp_tj);
     if (r & F_BCC)
-        mhla__opts_add(opts, "-DBC_SQ=%d -DBC_BK=%d", t->bc_sq, t->bc_bk);
+        mhla__opts_add(opts, "-DBC_SQ=%d -DBC_BK=%d -DBC_ONE=%d", t->bc_sq, t->bc_bk, t->bc_one);
     if (r & F_DEC)
         mhla__opts_add(opts, "-DSTEP_DP=%d", t->dec_dp);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */

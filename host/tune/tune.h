@@ -76,7 +76,8 @@
                                (CPUs) */                                                            \
     X(bct_fuse, 0, ",")     /* causal backward: 1 = one group per (chunk, head) computes the scores \
                                once for dq, dk, dv and dMc's diagonal (bc_dqkv) where a chunk fits  \
-                               its local memory, 0 = three read-outs and bc_diag */                 \
+                               its local memory, 0 = three read-outs and bc_diag; with bc_sq, 1 =  \
+                               the tiled read-outs in one launch (bc_dqkv_tiled) */                \
     X(tiled, 0, " ")        /* forward: 1 = work-group tiles through local memory for the summary  \
                                and the read-out, the segments added inside the mixing (GPUs:       \
                                summary_tiled.cl, output_tiled.cl), 0 = block_summary.cl, output.cl */ \
@@ -212,6 +213,8 @@ typedef struct mhla_tiles {
                                            CS_TN columns per group; cs_tk 0: causal_summary.cl */
     int bc_sq, bc_bk;                   /* backward_causal_tiled.cl: BC_SQ tokens per group, BC_BK per
                                            tile; bc_sq 0: backward_causal_readout.cl's read-outs */
+    int bc_one;                         /* BC_ONE: those read-outs in one launch (bc_dqkv_tiled, a group
+                                           one kind), where bct_fuse asks for the fused read-out */
     int dec_dp;                         /* decoder.cl: STEP_DP parts of Dk per step (and of the earlier
                                            chunks per chunk start); 1: a work-item walks them all */
 } mhla_tiles;

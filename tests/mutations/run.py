@@ -229,6 +229,10 @@ MUTATIONS = [
              [("kernels/backward_summary.cl", "for (int j = 0; j < group; ++j)\n        acc += row",
                "for (int j = 0; j < 1; ++j)\n        acc += row", 1)],
              [("cross", "test_cases", "gqa 4/2 1D  dk")]),
+    Mutation("bc-one-launch-dv-reads-prefix", "the causal backward's tiled read-outs in one launch give dv the "
+             "prefix slots P^T (dq's) in place of dS",
+             [("kernels/backward_causal_tiled.cl", "kind == KIND_DQ ? slots_p : slots_ds", "kind != KIND_DK ? slots_p : slots_ds", 1)],
+             [("backward", "test_backward_tiled_limits", "bct_fuse=1, tiled causal backward, Dk 24 Dv 18: dv")]),
     Mutation("tiled-forward-trusts-device-wg", "the tiled forward keeps tiles sized by the device's work-group "
              "limit when a built kernel allows fewer work-items (a GPU's register-heavy kernel)",
              [("host/forward/tiled.c", "if (swg >= sw && owg >= ow) {", "if (1) {", 1)],
