@@ -225,6 +225,7 @@ typedef struct bench_options {
     uint32_t seed;
     int quiet;
     int kernels; /* --kernels: each row's device time per kernel, from one more run */
+    int no_stage_marks; /* --no-stage-marks: the forwards without stage markers, no stage split */
     int gate;    /* --gate: BENCH_GATE_AUTO (a kernel on GPUs, an event elsewhere), _EVENT or _KERNEL */
     double gate_us; /* the kernel gate's device time actually set (bench/gate.c); 0: event gate */
     const char *device;

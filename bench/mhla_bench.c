@@ -93,6 +93,8 @@ int main(int argc, char **argv)
     memset(&rep, 0, sizeof rep);
     fill_identity(&rep, &o, argc, argv);
     mhla_status st = mhla_context_create(o.device, &ctx);
+    if (st == MHLA_OK && o.no_stage_marks)
+        st = mhla_context_profile_stages(ctx, 0);
     if (st == MHLA_OK)
         st = bench_device_read(ctx, &rep.device);
     if (st != MHLA_OK) {

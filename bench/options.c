@@ -54,6 +54,9 @@ static const char usage[] =
     "  --kernels         after each row's timed runs, one more with every kernel's device time\n"
     "                    recorded (mhla_context_profile_kernels): a table per row after the main\n"
     "                    one, and each JSON row's \"kernels\"\n"
+    "  --no-stage-marks  the forwards without the marker events between their stages\n"
+    "                    (mhla_context_profile_stages(ctx, 0)), as a context without profiling runs\n"
+    "                    them: no sum/mix/out split\n"
     "other:\n"
     "  --device SPEC     as MHLA_DEVICE: \"P:D\", an index, or a name substring\n"
     "  --gate G          what a timed run waits behind until all its commands are enqueued: event (a\n"
@@ -218,6 +221,10 @@ int bench_options_parse(int argc, char **argv, bench_options *o, FILE *out, char
         }
         if (strcmp(opt, "--kernels") == 0) {
             o->kernels = 1;
+            continue;
+        }
+        if (strcmp(opt, "--no-stage-marks") == 0) {
+            o->no_stage_marks = 1;
             continue;
         }
         if (i + 1 >= argc) {

@@ -271,6 +271,7 @@ int bench_write_json(FILE *f, const bench_report *rep)
                   {"softmax_scale", "Dk^-0.5"},
                   {"time", time},
                   {"gate", gate},
+                  {"stage_marks", rep->opts.no_stage_marks ? "off" : "on"},
                   {"blas", blas}};
     for (size_t i = 0; i < COUNT(shared); ++i) {
         fputs(", ", f);

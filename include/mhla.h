@@ -226,6 +226,17 @@ MHLA_API const char *mhla_context_device_name(const mhla_context *ctx);
  * Thread-safety: shares the context (the records are guarded). */
 MHLA_API mhla_status mhla_context_profile_kernels(mhla_context *ctx, int on);
 
+/*! mhla_context_profile_stages() :
+ * on != 0 (the default where the queue profiles): every forward pass on ctx enqueues a marker event
+ * before, between and after its stages, for mhla_plan_stage_times(). on == 0: it enqueues its
+ * kernels alone, as on a queue without profiling; mhla_plan_stage_times() then reports
+ * MHLA_ERR_UNSUPPORTED. A marker costs an event and, on some implementations, a gap between two
+ * kernels; a benchmark can time the forward without them (mhla-bench --no-stage-marks).
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED for on != 0 when the queue has no profiling;
+ *         MHLA_ERR_INVALID_ARGUMENT for NULL ctx.
+ * Thread-safety: shares the context (forwards enqueued meanwhile take either setting). */
+MHLA_API mhla_status mhla_context_profile_stages(mhla_context *ctx, int on);
+
 /*! mhla_context_kernel_times() :
  * Waits for ctx's queue (clFinish), then writes the recorded launches into buf, one line per
  * kernel in the order of first launch: "NAME CALLS MS\n", MS the device time summed over its
@@ -456,10 +467,12 @@ typedef struct mhla_stage_times {
  * Reports the stage times of the plan's most recent mhla_forward()/mhla_forward_host() (or
  * mhla_forward_varlen()/_host()), waiting
  * for it to finish if needed. The stage boundaries are marker events the forward enqueues when the
- * context's queue has CL_QUEUE_PROFILING_ENABLE (contexts made by mhla_context_create() do).
- * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile or for a softmax plan
- *         (one kernel: time the event mhla_forward() returns); MHLA_ERR_INVALID_ARGUMENT for NULL
- *         arguments or when the plan has not run yet.
+ * context's queue has CL_QUEUE_PROFILING_ENABLE (contexts made by mhla_context_create() do) and
+ * mhla_context_profile_stages() has not turned them off.
+ * @return MHLA_OK; MHLA_ERR_UNSUPPORTED when the queue does not profile, the markers are off, or for
+ *         a softmax plan (one kernel: time the event mhla_forward() returns);
+ *         MHLA_ERR_INVALID_ARGUMENT for NULL arguments or when the plan has not run a forward pass
+ *         with markers yet.
  * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out);
 

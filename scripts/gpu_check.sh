@@ -28,6 +28,9 @@
 #                      1024,4096) with --gate kernel (every other bench call here: --gate event, as the
 #                      baseline build's bench times), and --compare of them against bench-new.json:
 #                      how much of the small rows' time was the runtime starting a gated run
+#   bench-nomarks.json the kernel-gated mhla and mhla-causal rows again with --no-stage-marks (the
+#                      library's markers between a forward's stages off), and --compare of them
+#                      against bench-kernelgate.json: what the markers cost a forward
 #   bench-untiledbwd.json  step untiledbwd: the new build's backward rows (GPU_CHECK_UNTILED_OPS,
 #                      default mhla-bwd,linear-bwd,mhla-gqa-bwd) with MHLA_TUNING=bt_tq=0,dm_t=0, the
 #                      untiled read-outs (backward_readout.cl) and dMc products (bwd_dmixing_part) the
@@ -93,7 +96,7 @@ mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
-    tune.txt bench-tuned.json bench-kernelgate.json bench-untiledcausal.json bench-untiledbwd.json \
+    tune.txt bench-tuned.json bench-kernelgate.json bench-nomarks.json bench-untiledcausal.json bench-untiledbwd.json \
     bench-fusedcausal.json bench-official.json bench-official-untiled.json bench-json.tar.gz)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
@@ -220,6 +223,15 @@ if wants bench; then
     [ -f "$out/bench-new.json" ] && [ -f "$out/bench-kernelgate.json" ] &&
         step kernelgate-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-new.json" \
             "$out/bench-kernelgate.json"
+    # The same forward rows without the library's stage markers (mhla_context_profile_stages(ctx, 0)):
+    # what the four markers of every forward cost, as a context without profiling runs it
+    lim=$(cap 45)
+    step bench-nomarks "$lim" "$txt" "$new/bench/mhla-bench" --device "$device" --n "${GPU_CHECK_GATE_N:-1024,4096}" \
+        --image none --chunk 64 --target-ms "$target_ms" --ops mhla,mhla-causal --quiet --gate kernel \
+        --no-stage-marks --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-nomarks.json"
+    [ -f "$out/bench-kernelgate.json" ] && [ -f "$out/bench-nomarks.json" ] &&
+        step nomarks-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-kernelgate.json" \
+            "$out/bench-nomarks.json"
     if [ "$b8_n" != none ]; then
         step bench-new-b8 60 "$txt" "$new/bench/mhla-bench" "${b8_args[@]}" --gate event --json "$tmp/b8-new.json"
         [ -n "$base" ] && step bench-base-b8 60 "$txt" "$base/bench/mhla-bench" "${b8_args[@]}" \

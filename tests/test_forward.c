@@ -502,8 +502,27 @@ static void test_stage_times(void **state)
     if (stage_times_or_unusable(plan, &t))
         check_stage_times(&t, wall);
     check_kernel_times(ctx, plan, x, mix, o);
+
+    /* Stage markers off (mhla_context_profile_stages): the same output bit for bit, no stage times,
+     * and nothing left of the forward before; on again, the stages are timed again. */
+    float *off = nan_floats(nq);
+    assert_non_null(off);
+    assert_int_equal(mhla_context_profile_stages(ctx, 0), MHLA_OK);
+    assert_int_equal(mhla_forward_host(plan, x, x, x, mix, off), MHLA_OK);
+    assert_memory_equal(off, o, nq * sizeof *o);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_ERR_UNSUPPORTED);
+    if (!strstr(mhla_last_message(), "stage markers are off"))
+        fail_msg("stage times with the markers off: '%s'", mhla_last_message());
+    assert_int_equal(mhla_context_profile_stages(ctx, 1), MHLA_OK);
+    assert_int_equal(mhla_plan_stage_times(plan, &t), MHLA_ERR_INVALID_ARGUMENT); /* that forward had none */
+    const double t1 = host_ms();
+    assert_int_equal(mhla_forward_host(plan, x, x, x, mix, off), MHLA_OK);
+    const double wall_on = host_ms() - t1;
+    if (stage_times_or_unusable(plan, &t))
+        check_stage_times(&t, wall_on);
+    assert_int_equal(mhla_context_profile_stages(NULL, 0), MHLA_ERR_INVALID_ARGUMENT);
     mhla_plan_destroy(plan);
-    free(x), free(o);
+    free(x), free(o), free(off);
 }
 
 /* The tiled forward (the GPU rows: summary_tiled.cl, output_tiled.cl, mixing_splits or the mixing

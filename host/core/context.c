@@ -181,6 +181,7 @@ mhla_status mhla_context_create(const char *device_spec, mhla_context **out)
     ctx->queue = clCreateCommandQueue(ctx->cl, ref.device, CL_QUEUE_PROFILING_ENABLE, &err);
     MHLA_CL_TRY(st, ctx, err, "clCreateCommandQueue");
     ctx->profiling = 1;
+    ctx->stage_marks = 1;
     MHLA_FORWARD_IF_ERROR(st, mhla__context_read_device(ctx));
     *out = ctx;
     ctx = NULL;
@@ -213,6 +214,7 @@ mhla_status mhla_context_wrap(cl_context context, cl_command_queue queue, mhla_c
                 "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
     ctx->out_of_order = (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
     ctx->profiling = (qprops & CL_QUEUE_PROFILING_ENABLE) != 0;
+    ctx->stage_marks = ctx->profiling;
     MHLA_CL_TRY(st, ctx, clRetainContext(context), "clRetainContext");
     ctx->cl = context;
     MHLA_CL_TRY(st, ctx, clRetainCommandQueue(queue), "clRetainCommandQueue");

@@ -138,7 +138,10 @@ struct mhla_context {
     cl_context cl;
     cl_command_queue queue;
     int out_of_order; /* the wrapped queue runs out of order: stages need barriers */
-    int profiling;    /* the queue records profiling information: stage markers are enqueued */
+    int profiling;    /* the queue records profiling information */
+    /* markers between a forward's stages, for mhla_plan_stage_times(): on where the queue profiles,
+     * unless mhla_context_profile_stages() turned them off (read by every forward) */
+    atomic_int stage_marks;
     mhla_device_limits limits;
     char device_name[256];
     char vendor[256];
@@ -258,7 +261,8 @@ mhla_status mhla__set_args(mhla_context *ctx, cl_kernel kernel, const char *kern
     } while (0)
 /* Orders the next stage after the previous one on an out-of-order queue; a no-op otherwise. */
 mhla_status mhla__stage_barrier(mhla_context *ctx);
-/* On a profiling queue, replaces *mark with a marker event after everything enqueued so far. */
+/* While stage markers are on (ctx->stage_marks), replaces *mark with a marker event after everything
+ * enqueued so far; else releases it (no stale stage from an earlier forward). */
 mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark);
 
 /* The SIMD target of a device named `device_name` reporting `reported_width` floats per register

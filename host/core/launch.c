@@ -36,11 +36,11 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 mhla_status mhla__stage_mark(mhla_context *ctx, cl_event *mark)
 {
     mhla_status st = MHLA_OK;
-    if (!ctx->profiling)
-        return MHLA_OK;
     if (*mark)
         clReleaseEvent(*mark);
     *mark = NULL;
+    if (!ctx->stage_marks)
+        return MHLA_OK;
     /* With no wait list a marker completes after every command enqueued before it (in or out of
      * order), so its end time is the end of the stage before it. */
     MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, mark), "clEnqueueMarkerWithWaitList");

@@ -67,6 +67,18 @@ cleanup:
     return st;
 }
 
+mhla_status mhla_context_profile_stages(mhla_context *ctx, int on)
+{
+    mhla_status st = MHLA_OK;
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_profile_stages: ctx is NULL");
+    MHLA_FAIL_IF(st, on && !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_context_profile_stages: the context's command queue was made without "
+                 "CL_QUEUE_PROFILING_ENABLE, so its stages have no device times");
+    ctx->stage_marks = on != 0;
+cleanup:
+    return st;
+}
+
 /* The kernel's name: NAME of "clEnqueueNDRangeKernel(NAME)", else the whole string. */
 static void kernel_name(const char *what, char *out, size_t size)
 {

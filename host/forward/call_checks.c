@@ -52,10 +52,10 @@ mhla_status mhla__forward_mark_start(mhla_plan *plan, cl_uint num_wait, const cl
     mhla_context *ctx = plan->ctx;
     /* The first marker waits for the caller's events, so the summary stage needs no wait list of
      * its own when markers are on. */
-    if (ctx->profiling) {
-        if (plan->marks[0])
-            clReleaseEvent(plan->marks[0]);
-        plan->marks[0] = NULL;
+    if (plan->marks[0])
+        clReleaseEvent(plan->marks[0]);
+    plan->marks[0] = NULL;
+    if (ctx->stage_marks) {
         MHLA_CL_TRY(st, ctx, clEnqueueMarkerWithWaitList(ctx->queue, num_wait, wait, &plan->marks[0]),
                     "clEnqueueMarkerWithWaitList");
     }

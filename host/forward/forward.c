@@ -47,12 +47,16 @@ mhla_status mhla_plan_stage_times(mhla_plan *plan, mhla_stage_times *out)
     ctx = plan->ctx;
     MHLA_FAIL_IF(st, !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
                  "mhla_plan_stage_times: the queue was created without CL_QUEUE_PROFILING_ENABLE");
+    MHLA_FAIL_IF(st, !ctx->stage_marks, ctx, MHLA_ERR_UNSUPPORTED,
+                 "mhla_plan_stage_times: stage markers are off (mhla_context_profile_stages(ctx, 0))");
     MHLA_FAIL_IF(st, !plan->ops->stages, ctx, MHLA_ERR_UNSUPPORTED,
                  "mhla_plan_stage_times: a %s plan runs one kernel, not stages: time the event mhla_forward() "
                  "returns",
                  plan->ops->name);
-    MHLA_FAIL_IF(st, !plan->marks[3], ctx, MHLA_ERR_INVALID_ARGUMENT,
-                 "mhla_plan_stage_times: the plan has not run a forward pass yet");
+    /* (all four: markers turned on or off while a forward was enqueued leave some out) */
+    MHLA_FAIL_IF(st, !plan->marks[0] || !plan->marks[1] || !plan->marks[2] || !plan->marks[3], ctx,
+                 MHLA_ERR_INVALID_ARGUMENT, "mhla_plan_stage_times: the plan has not run a forward pass with stage "
+                 "markers yet");
     MHLA_CL_TRY(st, ctx, clWaitForEvents(1, &plan->marks[3]), "clWaitForEvents (stage markers)");
     for (int i = 0; i < 4; ++i)
         MHLA_CL_TRY(st, ctx,
