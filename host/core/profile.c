@@ -52,30 +52,37 @@ void mhla__kprof_free(mhla_context *ctx)
     ctx->kprof = NULL, ctx->kprof_cap = 0;
 }
 
-mhla_status mhla_context_profile_kernels(mhla_context *ctx, int on)
+/* The checks both switches make: ctx given, and a queue that profiles where `on` asks for times of
+ * `what` ("kernels", "stages"). */
+static mhla_status switch_check(mhla_context *ctx, int on, const char *fn, const char *what)
 {
     mhla_status st = MHLA_OK;
-    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_profile_kernels: ctx is NULL");
+    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
     MHLA_FAIL_IF(st, on && !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
-                 "mhla_context_profile_kernels: the context's command queue was made without "
-                 "CL_QUEUE_PROFILING_ENABLE, so its kernels have no device times");
-    mhla__lock(&ctx->kprof_lock);
-    records_clear(ctx);
-    ctx->kprof_on = on != 0;
-    mhla__unlock(&ctx->kprof_lock);
+                 "%s: the context's command queue was made without CL_QUEUE_PROFILING_ENABLE, so its %s have "
+                 "no device times",
+                 fn, what);
 cleanup:
     return st;
 }
 
+mhla_status mhla_context_profile_kernels(mhla_context *ctx, int on)
+{
+    const mhla_status st = switch_check(ctx, on, "mhla_context_profile_kernels", "kernels");
+    if (st != MHLA_OK)
+        return st;
+    mhla__lock(&ctx->kprof_lock);
+    records_clear(ctx);
+    ctx->kprof_on = on != 0;
+    mhla__unlock(&ctx->kprof_lock);
+    return MHLA_OK;
+}
+
 mhla_status mhla_context_profile_stages(mhla_context *ctx, int on)
 {
-    mhla_status st = MHLA_OK;
-    MHLA_FAIL_IF(st, !ctx, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_context_profile_stages: ctx is NULL");
-    MHLA_FAIL_IF(st, on && !ctx->profiling, ctx, MHLA_ERR_UNSUPPORTED,
-                 "mhla_context_profile_stages: the context's command queue was made without "
-                 "CL_QUEUE_PROFILING_ENABLE, so its stages have no device times");
-    ctx->stage_marks = on != 0;
-cleanup:
+    const mhla_status st = switch_check(ctx, on, "mhla_context_profile_stages", "stages");
+    if (st == MHLA_OK)
+        ctx->stage_marks = on != 0;
     return st;
 }
 
