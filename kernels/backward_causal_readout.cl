@@ -545,6 +545,22 @@ kernel void bc_diag(global const STORE_T *restrict q, global const STORE_T *rest
     diag[((long)kk * g.heads + h) * parts + part] = acc;
 }
 
+/* dMc's diagonal entry i: the sum, in table order, of the entries of chunk index i of their heads'
+ * diagonal terms (bc_diag's parts, or the tiled dk's). (No restrict on an inlined function's
+ * pointers: Oclgrind's LLVM cannot run the scope declarations inlining them leaves.) */
+__attribute__((always_inline)) inline float bc_dmix_diagonal(global const int *tab, global const float *diag,
+                                                             const int i, const int heads, const int entries,
+                                                             const int parts)
+{
+    float acc = 0.0f;
+    for (int kk = 0; kk < entries; ++kk)
+        if (ENT(kk, 2) == i)
+            for (int h = 0; h < heads; ++h)
+                for (int part = 0; part < parts; ++part)
+                    acc += diag[((long)kk * heads + h) * parts + part];
+    return acc;
+}
+
 /* global: (R, R). dMc of a causal plan, finished: below the diagonal, where the sequences' tiled
  * products <G_i, S_j> (bwd_dmixing_part/_reduce, rows < covered) were written, kept; rows past the
  * longest sequence's chunks 0; the diagonal the sum, in table order, of the entries of chunk index
@@ -557,14 +573,29 @@ kernel void bc_dmix_finish(global const int *restrict tab, global const float *r
     if (j >= R || i >= R)
         return;
     float acc = 0.0f;
-    if (j < i) {
+    if (j < i)
         acc = i < covered ? dmix[(long)i * R + j] : 0.0f;
+    else if (j == i)
+        acc = bc_dmix_diagonal(tab, diag, i, heads, entries, parts);
+    dmix[(long)i * R + j] = acc;
+}
+
+/* The same for one sequence, with the products' pieces (bwd_dmixing_part or _tiled's partial sums,
+ * [pieces][covered][covered]) added here in piece order, as bwd_dmixing_reduce adds them: one launch
+ * where the two kernels take two, and the same values. */
+kernel void bc_dmix_reduce_finish(global const float *restrict part, const int pieces, global const int *restrict tab,
+                                  global const float *restrict diag, global float *restrict dmix, const int R,
+                                  const int covered, const int heads, const int entries, const int parts)
+{
+    const int j = (int)get_global_id(0), i = (int)get_global_id(1);
+    if (j >= R || i >= R)
+        return;
+    float acc = 0.0f;
+    if (j < i && i < covered) {
+        for (int c = 0; c < pieces; ++c)
+            acc += part[((long)c * covered + i) * covered + j];
     } else if (j == i) {
-        for (int kk = 0; kk < entries; ++kk)
-            if (ENT(kk, 2) == i)
-                for (int h = 0; h < heads; ++h)
-                    for (int part = 0; part < parts; ++part)
-                        acc += diag[((long)kk * heads + h) * parts + part];
+        acc = bc_dmix_diagonal(tab, diag, i, heads, entries, parts);
     }
     dmix[(long)i * R + j] = acc;
 }

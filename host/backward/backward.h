@@ -55,6 +55,7 @@ typedef struct mhla_bwd {
     /* causal plans (backward/backward_causal.c): the chunk table and per-(chunk, head) slots of
      * Dk x (Dv+1) floats (S, P, G, dS), grown to the largest table a call has needed */
     cl_kernel k_bc_summary, k_bc_scalars, k_bc_grad, k_bc_dq, k_bc_dk, k_bc_dv, k_bc_diag, k_bc_dmix_finish;
+    cl_kernel k_bc_dmix_reduce_finish; /* one sequence: dMc's partial sums added and finished in one launch */
     cl_kernel k_bc_prefix, k_bc_suffix; /* causal_prefix.cl's causal_prefix and causal_suffix */
     cl_kernel k_bc_transpose, k_bc_from_forward;
     size_t lws_bc_token[3], lws_bc_tile[3], lws_bc_mix;
@@ -98,6 +99,10 @@ mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t ro
  * needed (others may read as 0). */
 mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
                                    cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower);
+/* Its first launch alone: the partial sums in b->dmix_part, [*pieces][m][cols], for the caller to add
+ * in piece order (the causal backward's bc_dmix_reduce_finish). */
+mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                         cl_int m, cl_int cols, cl_int lower, cl_int *pieces);
 /* Non-causal: the forward's summaries recomputed, then every stage of the backward. */
 mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                    cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,

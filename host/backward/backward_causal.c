@@ -12,7 +12,7 @@ void mhla__backward_causal_destroy(mhla_bwd *b)
     cl_kernel kernels[] = {b->k_bc_summary, b->k_bc_prefix, b->k_bc_suffix, b->k_bc_transpose, b->k_bc_scalars,
                            b->k_bc_grad,    b->k_bc_dq,     b->k_bc_dk,     b->k_bc_dv,        b->k_bc_diag,
                            b->k_bc_dmix_finish, b->k_bc_from_forward, b->k_bc_dqkv, b->k_bc_summary_tiled,
-                           b->k_bc_grad_tiled, b->k_bc_dqkv_tiled};
+                           b->k_bc_grad_tiled, b->k_bc_dqkv_tiled, b->k_bc_dmix_reduce_finish};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
@@ -132,6 +132,7 @@ static mhla_status readout_kernels(mhla_plan *plan, mhla_bwd *b)
     MHLA_FORWARD_IF_ERROR(st, mhla__fit_build(ctx, &loop));
     cl_program prog = rt.prog;
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_finish", &b->k_bc_dmix_finish));
+    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_dmix_reduce_finish", &b->k_bc_dmix_reduce_finish));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bc_diag", &b->k_bc_diag));
     /* bc_diag's parts per (chunk, head): the row's dg_parts, at most a chunk's rows and one work-group;
      * one where bc_dqkv writes the diagonal terms, a group's where the tiled dk does (one per tile of
@@ -686,6 +687,44 @@ cleanup:
     return st;
 }
 
+/* dMc whole. One sequence (no packed batch, B = 1): its products' partial sums are added where the
+ * diagonal is finished (bc_dmix_reduce_finish, in the order bwd_dmixing_reduce adds them: the same
+ * values), one launch where bwd_dmixing_reduce and bc_dmix_finish take two; else dmc_products, then
+ * dmc_finish. */
+static mhla_status dmc(const bc_call *x, cl_mem dmixing)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = x->plan->ctx;
+    const mhla_bc_entry *tab = x->b->table;
+    size_t first = 0, sequences = 0;
+    for (size_t kk = 0; kk < x->entries; ++kk)
+        if (tab[kk].chunk == 0 && sequences++ == 0)
+            first = kk;
+    if (sequences != 1) {
+        cl_int covered = 0;
+        MHLA_FORWARD_IF_ERROR(st, dmc_products(x, dmixing, &covered));
+        MHLA_FORWARD_IF_ERROR(st, dmc_finish(x, dmixing, covered));
+        goto cleanup;
+    }
+    const mhla_config *c = &x->plan->cfg;
+    const size_t len = (size_t)x->heads * (size_t)c->dk * (size_t)(c->dv + 1);
+    const cl_int covered = tab[first].chunks, dparts = (cl_int)x->b->tiles.bct_dg;
+    cl_int pieces = 0;
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_parts(x->plan, x->b, x->b->slots_gt, x->b->slots_s, first * len,
+                                                           len, covered, covered, 1, &pieces));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    cl_kernel kr = x->b->k_bc_dmix_reduce_finish;
+    const size_t fext[3] = {(size_t)x->lda, (size_t)x->lda, 1};
+    size_t floc[3];
+    mhla__local_size_3d(ctx, kr, fext, (size_t)x->b->tiles.wg, floc);
+    MHLA_SET_ARGS(st, ctx, kr, 0, MHLA_ARG(x->b->dmix_part), MHLA_ARG(pieces), MHLA_ARG(x->tab), MHLA_ARG(x->b->diag),
+                  MHLA_ARG(dmixing), MHLA_ARG(x->lda), MHLA_ARG(covered), MHLA_ARG(x->heads), MHLA_ARG(x->nent),
+                  MHLA_ARG(dparts));
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 2, fext, floc, 0, NULL, NULL, "bc_dmix_reduce_finish"));
+cleanup:
+    return st;
+}
+
 /* The chunk form's backward on H key/value heads (every mode but grouped heads calls it directly). */
 static mhla_status enqueue_heads(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                  const int32_t *cu_seqlens, size_t num_seqs, cl_mem dout, cl_mem dq, cl_mem dk,
@@ -734,11 +773,9 @@ static mhla_status enqueue_heads(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem 
     else
         MHLA_FORWARD_IF_ERROR(st, readouts(&x, dq, dk, dv, dmixing != NULL));
     if (dmixing) {
-        cl_int covered = 0;
         if (!b->k_bc_dqkv && !b->tiles.bc_sq) /* (else the read-outs wrote the diagonal terms) */
             MHLA_FORWARD_IF_ERROR(st, dmc_diagonal(&x));
-        MHLA_FORWARD_IF_ERROR(st, dmc_products(&x, dmixing, &covered));
-        MHLA_FORWARD_IF_ERROR(st, dmc_finish(&x, dmixing, covered));
+        MHLA_FORWARD_IF_ERROR(st, dmc(&x, dmixing));
     }
 cleanup:
     if (x.tab)

@@ -95,16 +95,15 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower)
+mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                         cl_int m, cl_int cols, cl_int lower, cl_int *pieces)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const cl_long xl = (cl_long)x;
     const cl_long len = (cl_long)b->dmix_len, offl = (cl_long)off;
     const cl_int chunks = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
-    const size_t rext[3] = {(size_t)cols, (size_t)m, 1};
-    size_t extent[3], local[3], rlocal[3];
+    size_t extent[3], local[3];
     if (b->tiles.dm_t > 0) { /* a group of (DM_T/4)^2 per DM_T x DM_T tile */
         const size_t dm = (size_t)b->tiles.dm_t, side = dm / 4;
         extent[0] = ((size_t)cols + dm - 1) / dm * side, extent[1] = ((size_t)m + dm - 1) / dm * side;
@@ -115,13 +114,27 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
         extent[0] = ((size_t)cols + tm - 1) / tm, extent[1] = ((size_t)m + tm - 1) / tm, extent[2] = (size_t)chunks;
         mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
     }
-    mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
     MHLA_SET_ARGS(st, ctx, b->k_dmixing, 0, MHLA_ARG(a), MHLA_ARG(bm), MHLA_ARG(b->dmix_part), MHLA_ARG(xl),
                   MHLA_ARG(m), MHLA_ARG(cols), MHLA_ARG(len), MHLA_ARG(offl), MHLA_ARG(lower));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
                                            b->tiles.dm_t > 0 ? "clEnqueueNDRangeKernel(bwd_dmixing_tiled)"
                                                              : "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
+    *pieces = chunks;
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = plan->ctx;
+    const size_t rext[3] = {(size_t)cols, (size_t)m, 1};
+    size_t rlocal[3];
+    cl_int chunks = 0;
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_parts(plan, b, a, bm, off, x, m, cols, lower, &chunks));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
     MHLA_SET_ARGS(st, ctx, b->k_dmix_reduce, 0, MHLA_ARG(b->dmix_part), MHLA_ARG(out), MHLA_ARG(m), MHLA_ARG(cols),
                   MHLA_ARG(chunks),
                   MHLA_ARG(ldo), MHLA_ARG(accumulate));

@@ -233,6 +233,10 @@ MUTATIONS = [
              "prefix slots P^T (dq's) in place of dS",
              [("kernels/backward_causal_tiled.cl", "kind == KIND_DQ ? slots_p : slots_ds", "kind != KIND_DK ? slots_p : slots_ds", 1)],
              [("backward", "test_backward_tiled_limits", "bct_fuse=1, tiled causal backward, Dk 24 Dv 18: dv")]),
+    Mutation("dmix-reduce-finish-drops-last-piece", "the causal backward's dMc, one sequence, leaves out its "
+             "products' last piece of partial sums",
+             [("kernels/backward_causal_readout.cl", "for (int c = 0; c < pieces; ++c)", "for (int c = 0; c < pieces - 1; ++c)", 1)],
+             [("backward", "test_backward_tiled_limits", "row=gpu, tiled causal backward, Dk 16 Dv 8: dmixing")]),
     Mutation("tiled-forward-trusts-device-wg", "the tiled forward keeps tiles sized by the device's work-group "
              "limit when a built kernel allows fewer work-items (a GPU's register-heavy kernel)",
              [("host/forward/tiled.c", "if (swg >= sw && owg >= ow) {", "if (1) {", 1)],
