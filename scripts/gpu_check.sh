@@ -56,9 +56,9 @@
 #                      MHLA_TUNING=tiled=0 (the untiled forward with CLBlast's GEMMs it took before),
 #                      and --compare of the two (bench.txt)
 #
-# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, official, selftest, tune, suite: the most wanted
-# output first (tune's search is bounded by its budget, the suite by the deadline), each under `timeout` so that one hang
-# cannot take the machine's whole time; a failed step does not stop the others, and the exit
+# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, official, selftest, tune,
+# suite: the most wanted output first (tune's search is bounded by its budget, the suite by the
+# deadline), each under `timeout` so that one hang cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
 # The new build's bench runs with --kernels: after each row's timed runs one more records every
 # kernel's device time (mhla_context_profile_kernels), printed per row in bench.txt and kept in

@@ -20,13 +20,13 @@ static void parse_c_version(const char *text, int *major, int *minor)
 }
 
 /* MHLA_LIMITS="wg=N,kwg=N,local=BYTES,local_type=global" (a K or KiB suffix: 1024 bytes): the device's
- * work-group and local-memory limits lowered to these values, never raised. kwg caps what each built
- * kernel reports (CL_KERNEL_WORK_GROUP_SIZE) below the device's limit, as a GPU reports it for a
- * kernel that needs many registers: plans sized by the device's limit must fit again after building. Kernels are fitted to the
+ * work-group and local-memory limits lowered to these values, never raised. Kernels are fitted to the
  * limits the context holds, so a CPU device in CI can run the GPU tiles as a phone's 64-wide groups or
  * a GPU's 16 KiB would fit them. A value the device exceeds is taken; one above the device's is
- * ignored. local_type=global: the device's local memory taken as global memory, as a Mali's is, on
- * any device (a GPU row then takes its untiled forms: tune/gpu_row.c). */
+ * ignored. kwg caps what each built kernel reports (CL_KERNEL_WORK_GROUP_SIZE) below the device's
+ * limit, as a GPU reports it for a kernel that needs many registers: plans sized by the device's limit
+ * must fit again after building. local_type=global: the device's local memory taken as global
+ * memory, as a Mali's is, on any device (a GPU row then takes its untiled forms: tune/gpu_row.c). */
 static mhla_status apply_forced_limits(mhla_context *ctx)
 {
     mhla_status st = MHLA_OK;
