@@ -64,7 +64,7 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
     static const char *const tiled_names[3] = {"bc_dq_tiled", "bc_dk_tiled", "bc_dv_tiled"};
     if (b->tiles.bc_sq)
         MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_BACKWARD_CAUSAL_TILED, c, &b->tiles, &tiled));
-    if (tiled && b->tiles.bc_one) {
+    if (b->tiles.bc_one) { /* (only where bc_sq: the tiled program is built) */
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, tiled, "bc_dqkv_tiled", &b->k_bc_dqkv_tiled));
         const int r = mhla__fit_check(ctx, b->k_bc_dqkv_tiled, mhla__bc_tiled_wg(&b->tiles),
                                       mhla__bc_tiled_local(c, &b->tiles), fit);
@@ -72,7 +72,7 @@ static mhla_status readout_attempt(void *arg, mhla_fit *fit, int *refit)
                      ctx->device_name);
         *refit |= r;
     }
-    for (int i = 0; i < 3 && !(tiled && b->tiles.bc_one); ++i) {
+    for (int i = 0; i < 3 && !b->tiles.bc_one; ++i) {
         const int64_t dw = i == 2 ? c->dv : c->dk, dx = i == 2 ? c->dk : c->dv;
         if (tiled) {
             MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, tiled, tiled_names[i], ks[i]));
