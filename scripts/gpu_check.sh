@@ -176,6 +176,21 @@ cap() {
 
 wants() { case $steps in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
+# variant NAME LIMIT_S TUNING BEFORE AFTER ARGS...: the new build's bench again with
+# MHLA_TUNING=TUNING and ARGS (its rows, gate and options) into $out/bench-NAME.json, its table into
+# bench.txt, then --compare BEFORE AFTER (one of them that file) where both were written.
+variant() {
+    local name=$1 lim before=$4 after=$5 tuning=$3
+    lim=$(cap "$2")
+    shift 5
+    step "bench-$name" "$lim" "$out/bench.txt" env MHLA_TUNING="$tuning" "$new/bench/mhla-bench" \
+        --device "$device" --image none --target-ms "$target_ms" --quiet --max-total-s $(( lim * 4 / 5 )) \
+        "$@" --json "$out/bench-$name.json"
+    if [ -f "$before" ] && [ -f "$after" ]; then
+        step "$name-compare" 30 "$out/bench.txt" "$new/bench/mhla-bench" --compare "$before" "$after"
+    fi
+}
+
 # ---- info ---------------------------------------------------------------------------------------
 info=$out/info.txt
 : >"$info"
@@ -225,13 +240,8 @@ if wants bench; then
             "$out/bench-kernelgate.json"
     # The same forward rows without the library's stage markers (mhla_context_profile_stages(ctx, 0)):
     # what the four markers of every forward cost, as a context without profiling runs it
-    lim=$(cap 45)
-    step bench-nomarks "$lim" "$txt" "$new/bench/mhla-bench" --device "$device" --n "${GPU_CHECK_GATE_N:-1024,4096}" \
-        --image none --chunk 64 --target-ms "$target_ms" --ops mhla,mhla-causal --quiet --gate kernel \
-        --no-stage-marks --max-total-s $(( lim * 4 / 5 )) --json "$out/bench-nomarks.json"
-    [ -f "$out/bench-kernelgate.json" ] && [ -f "$out/bench-nomarks.json" ] &&
-        step nomarks-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-kernelgate.json" \
-            "$out/bench-nomarks.json"
+    variant nomarks 45 "" "$out/bench-kernelgate.json" "$out/bench-nomarks.json" \
+        --n "${GPU_CHECK_GATE_N:-1024,4096}" --chunk 64 --ops mhla,mhla-causal --gate kernel --no-stage-marks
     if [ "$b8_n" != none ]; then
         step bench-new-b8 60 "$txt" "$new/bench/mhla-bench" "${b8_args[@]}" --gate event --json "$tmp/b8-new.json"
         [ -n "$base" ] && step bench-base-b8 60 "$txt" "$base/bench/mhla-bench" "${b8_args[@]}" \
@@ -260,62 +270,29 @@ fi
 
 # ---- untiledbwd: the backward rows with the untiled read-outs, in the same call ------------------
 if wants untiledbwd; then
-    txt=$out/bench.txt
-    lim=$(cap 90)
-    step bench-untiledbwd "$lim" "$txt" env MHLA_TUNING=bt_tq=0,dm_t=0 "$new/bench/mhla-bench" \
-        --device "$device" --n "$bench_n" --image none --target-ms "$target_ms" \
-        --ops "${GPU_CHECK_UNTILED_OPS:-mhla-bwd,linear-bwd,mhla-gqa-bwd}" --quiet --gate event --max-total-s $(( lim * 4 / 5 )) \
-        --json "$out/bench-untiledbwd.json"
-    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledbwd.json" ]; then
-        step untiledbwd-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledbwd.json" \
-            "$out/bench-new.json"
-    fi
+    variant untiledbwd 90 bt_tq=0,dm_t=0 "$out/bench-untiledbwd.json" "$out/bench-new.json" \
+        --n "$bench_n" --ops "${GPU_CHECK_UNTILED_OPS:-mhla-bwd,linear-bwd,mhla-gqa-bwd}" --gate event
 fi
 
 # ---- untiledcausal: the causal rows (and decode) with the untiled kernels, in the same call -------
 if wants untiledcausal; then
-    txt=$out/bench.txt
-    lim=$(cap 90)
-    step bench-untiledcausal "$lim" "$txt" env MHLA_TUNING=ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dm_t=0,dec_dp=1 "$new/bench/mhla-bench" \
-        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --decode-context "$decode" \
-        --target-ms "$target_ms" --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd,decode}" --quiet --gate event \
-        --max-total-s $(( lim * 4 / 5 )) \
-        --json "$out/bench-untiledcausal.json"
-    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-untiledcausal.json" ]; then
-        step untiledcausal-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-untiledcausal.json" \
-            "$out/bench-new.json"
-    fi
+    variant untiledcausal 90 ct_sq=0,cp_ti=0,cs_tk=0,bc_sq=0,dm_t=0,dec_dp=1 "$out/bench-untiledcausal.json" \
+        "$out/bench-new.json" --n "$bench_n" --chunk "$chunk" --decode-context "$decode" \
+        --ops "${GPU_CHECK_UNTILED_CAUSAL_OPS:-mhla-causal,mhla-causal-bwd,decode}" --gate event
 fi
 
 # ---- fusedcausal: the causal backward's tiled read-outs in one launch, in the same call ---------
 if wants fusedcausal; then
-    txt=$out/bench.txt
-    lim=$(cap 60)
-    step bench-fusedcausal "$lim" "$txt" env MHLA_TUNING=bct_fuse=1 "$new/bench/mhla-bench" \
-        --device "$device" --n "$bench_n" --image none --chunk "$chunk" --target-ms "$target_ms" \
-        --ops mhla-causal-bwd --quiet --gate event --kernels --max-total-s $(( lim * 4 / 5 )) \
-        --json "$out/bench-fusedcausal.json"
-    if [ -f "$out/bench-new.json" ] && [ -f "$out/bench-fusedcausal.json" ]; then
-        step fusedcausal-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-new.json" \
-            "$out/bench-fusedcausal.json"
-    fi
+    variant fusedcausal 60 bct_fuse=1 "$out/bench-new.json" "$out/bench-fusedcausal.json" \
+        --n "$bench_n" --chunk "$chunk" --ops mhla-causal-bwd --gate event --kernels
 fi
 
 # ---- official: the official normalizer's rows, tiled and untiled, in the same call -------------
 if wants official; then
-    txt=$out/bench.txt
-    for form in tiled untiled; do
-        lim=$(cap 60)
-        json=$out/bench-official.json tuning=""
-        [ "$form" = untiled ] && json=$out/bench-official-untiled.json tuning=tiled=0
-        step "bench-official-$form" "$lim" "$txt" env MHLA_TUNING="$tuning" "$new/bench/mhla-bench" \
-            --device "$device" --n "$bench_n" --image none --target-ms "$target_ms" --normalizer official \
-            --ops mhla,mhla-bwd --quiet --gate event --max-total-s $(( lim * 4 / 5 )) --json "$json"
-    done
-    if [ -f "$out/bench-official.json" ] && [ -f "$out/bench-official-untiled.json" ]; then
-        step official-compare 30 "$txt" "$new/bench/mhla-bench" --compare "$out/bench-official-untiled.json" \
-            "$out/bench-official.json"
-    fi
+    official_args=(--n "$bench_n" --normalizer official --ops mhla,mhla-bwd --gate event)
+    variant official 60 "" "" "" "${official_args[@]}"
+    variant official-untiled 60 tiled=0 "$out/bench-official-untiled.json" "$out/bench-official.json" \
+        "${official_args[@]}"
 fi
 
 # ---- selftest -----------------------------------------------------------------------------------
