@@ -740,8 +740,10 @@ MHLA_API mhla_status mhla_plan_save_for_backward(mhla_plan *plan, int enable);
 /* A decoder holds, on the device, the summaries of the finished chunks S_0..S_{i-1}, the running
  * summary of the current chunk i, and its prefix mixture P_i. A step costs O(B*H*Dk*Dv) whatever
  * the context length; when a step starts chunk i it first builds P_i from Mc's row i
- * (O(i*B*H*Dk*Dv), once per chunk). Its outputs equal the chunk form's (mhla_forward on a causal
- * plan) to rounding. Thread-safety: each call says; one thread at a time per decoder. */
+ * (O(i*B*H*Dk*Dv), once per chunk), or, with the tuning field dec_next, the steps of chunk i - 1
+ * have summed it as they went (about i/C earlier summaries each; every step one launch). Its
+ * outputs equal the chunk form's (mhla_forward on a causal plan) to rounding. Thread-safety: each
+ * call says; one thread at a time per decoder. */
 typedef struct mhla_decoder mhla_decoder;
 
 /*! mhla_decoder_create() :
@@ -752,7 +754,7 @@ typedef struct mhla_decoder mhla_decoder;
  * @capacity_tokens: the most tokens the decoder will hold (>= 1, <= chunk * mixing_rows, else
  *   MHLA_ERR_SEQUENCE_TOO_LONG naming both); its state takes ceil(capacity / chunk) summaries of
  *   B*H*Dk*(Dv + 1 for paper) floats on the device (on CPU devices each padded by up to 31 floats
- *   to an odd number of 64-byte lines), plus one prefix mixture; a prefill adds up to 64 more (its
+ *   to an odd number of 64-byte lines), plus one prefix mixture (two with dec_next); a prefill adds up to 64 more (its
  *   chunk path runs 64 chunks at a time), allocated on first use and kept. The saved state
  *   (mhla_decoder_state_read) holds the summaries without the padding.
  * @out: receives the handle, NULL on failure.
@@ -789,7 +791,9 @@ MHLA_API size_t mhla_decoder_tensor_bytes(const mhla_decoder *dec, mhla_tensor t
 /*! mhla_decoder_step() :
  * Enqueues one token for every batch element and head: q, k [B,H,Dk], v, out [B,H,Dv] in cfg.dtype
  * (for one token both layouts are this), mixing as in mhla_decoder_create(); at a chunk start it
- * first builds P_i from Mc[i, 0..i-1]; Mc[i,i] is read every step. Pass the same Mc each call.
+ * first builds P_i from Mc[i, 0..i-1] (dec_next: the previous chunk's steps summed it, each a share,
+ * and the first step after a prefill or a restored state sums the shares the steps before it would
+ * have); Mc[i,i] is read every step. Pass the same Mc each call.
  * Events and buffer checks as in mhla_forward(); nothing waits for the device.
  * @return MHLA_OK; MHLA_ERR_CAPACITY_EXCEEDED (the message names the position and the capacity;
  *         the decoder is unchanged); a buffer or device failure.
@@ -844,7 +848,8 @@ MHLA_API mhla_status mhla_decoder_prefill_host(mhla_decoder *dec, const void *q,
  *   128    ...   S_0 .. S_{i-1}, the finished chunks, then, when n % C != 0, the running summary
  *                of chunk i = n / C (all ceil(n / C) summaries, W floats each, in chunk order);
  *   then         when n % C != 0, the prefix mixture P_i (W floats). At n % C == 0 the next step
- *                builds P_i from Mc, so it is not stored.
+ *                builds P_i from Mc, so it is not stored; nor is the next chunk's prefix so far
+ *                (dec_next): the first step after a restore rebuilds it, in the steps' order.
  * The state does not hold Mc: restore with the Mc the state was computed with. */
 
 /*! mhla_decoder_state_size() : bytes of the state at the current position; 0 for NULL.

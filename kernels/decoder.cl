@@ -1,7 +1,17 @@
 /* The streaming decoder's step: one token for every batch element and head, in the recurrent
  * form o_t = q~_t (P_i + Mc[i,i] S_cur) with S_cur updated by k~_t v_t^T first. O(DK*DV) per
- * (batch, head) whatever the context; P_i is built when the chunk starts (causal_prefix.cl's
- * causal_prefix_one, or decoder_prefix below). Three forms, chosen at build time:
+ * (batch, head) whatever the context. P_i, the chunk's prefix mixture sum_{j<i} Mc[i,j] S_j, comes
+ * one of two ways (STEP_NEXT, the host's tiling.dec_next):
+ * - STEP_NEXT 0: built when the chunk starts, in a launch before its first step (causal_prefix.cl's
+ *   causal_prefix_one, or decoder_prefix below in parts), O(i*DK*DV) once a chunk.
+ * - STEP_NEXT 1: summed during chunk i-1 by its steps, the finished chunks spread evenly over the C
+ *   steps (about i/C each, step_next_share) and S_{i-1} added by the last step from the values it
+ *   has just written; the chunk start only swaps two buffers (host/causal/decoder.c), so every step
+ *   is one launch. Each step reads and writes that sum besides: on PoCL's CPU devices the steps
+ *   took 2.5x as long, more than the chunk start they save. decoder_resume builds the sum at once
+ *   where a decoder resumes (a restored state, after a prefill), in the same order (fma in chunk
+ *   order), so the steps after it give the same bits.
+ * Three forms of the step, chosen at build time:
  * - STEP_DP 1 (CPUs): a work-item walks all of Dk for its summary columns. One work-group per head,
  *   and for grouped key/value heads one per key/value head that reads out its KV_GROUP query heads
  *   (a loop with barriers in it made PoCL's step 18% slower for every head: the first form keeps
@@ -9,8 +19,10 @@
  * - STEP_DP > 1 (GPUs): the key dimensions split into STEP_DP parts, each work-item a column and a
  *   part, the parts' partial dot products added in local memory in a fixed order. One group per
  *   key/value head, a chain of Dk/STEP_DP multiply-adds per work-item instead of Dk: at B = 1, H = 8
- *   a step is 8 groups, whose latency is the step's time. The chunk start's prefix comes from
- *   decoder_prefix, split over the earlier chunks the same way. */
+ *   a step is 8 groups, whose latency is the step's time. The chunk start's prefix (STEP_NEXT 0)
+ *   comes from decoder_prefix, split over the earlier chunks the same way.
+ * Every form updates and reads back only the summary elements its work-item owns, and the next
+ * prefix's elements are those same ones: no element has two writers. */
 #include "causal.h"
 
 #ifndef KV_GROUP
@@ -19,13 +31,17 @@
 #ifndef STEP_DP
 #define STEP_DP 1 /* parts of Dk per step, and of the earlier chunks per chunk start (tiling.dec_dp) */
 #endif
+#ifndef STEP_NEXT
+#define STEP_NEXT 0 /* 1: the steps sum the next chunk's prefix mixture (tiling.dec_next) */
+#endif
 
 /* Every form's arguments, as host/causal/decoder.c sets them. */
 #define DECODER_STEP_ARGS                                                                                              \
     global const STORE_T *restrict q, global const STORE_T *restrict k, global const STORE_T *restrict v,              \
         global const float *restrict mixing, global float *restrict sums, global const float *restrict pref,           \
         global STORE_T *restrict out, const mhla_grid g_arg, const int token, const int chunk, const int rows_mc,      \
-        const int fresh, const float feature_eps, const float scale, const float eps
+        const int fresh, const float feature_eps, const float scale, const float eps, global float *restrict nxt,       \
+        const int next_row, const int j_lo, const int j_hi, const int last
 
 /* The grouped forms' key/value head (one work-group each, group id 1): its first query head and its
  * token's k and v rows, with k~ mapped into kl by the group's work-items. */
@@ -57,6 +73,26 @@ void step_column(const int e, const int chunk, const int kvh, const int kvc, lon
     *stride = e < DV ? DV : 1;
 }
 
+/* P_i at element o of the slot: nothing in chunk 0 (whose buffer nobody wrote). */
+float step_prefix(global const float *pref, const int chunk, const long o) { return chunk > 0 ? pref[o] : 0.0f; }
+
+/* The step's share of P_{i+1} at element o (floats from a slot's start; slots len floats apart),
+ * added to a (0 on the chunk's first token): Mc[i+1,j] S_j for the finished chunks j_lo <= j < j_hi,
+ * then, on the chunk's last token, Mc[i+1,i] s, s the running summary's element as just written.
+ * next_row is i+1, or -1 where no chunk follows (the host's capacity): nothing is summed then. */
+void step_next_share(global float *nxt, global const float *sums, global const float *mixing, const int rows_mc,
+                     const long len, const long o, const int fresh, const int next_row, const int j_lo,
+                     const int j_hi, const int last, const int chunk, const float s)
+{
+    if (!STEP_NEXT || next_row < 0)
+        return;
+    global const float *m = mixing + (long)next_row * rows_mc;
+    float a = fresh ? 0.0f : nxt[o];
+    for (int j = j_lo; j < j_hi; ++j)
+        a = fma(m[j], sums[(long)j * len + o], a);
+    nxt[o] = last ? fma(m[chunk], s, a) : a;
+}
+
 #if STEP_DP == 1 && KV_GROUP == 1
 /* global: (local size, B*H): one work-group per (batch, head); work-item lid owns summary
  * columns lid, lid + local size, ... of DV + ZCOL (column DV is z for the paper normalizer).
@@ -83,7 +119,7 @@ kernel void decoder_step(DECODER_STEP_ARGS)
     barrier(CLK_LOCAL_MEM_FENCE);
 
     const float mii = mixing[(long)chunk * rows_mc + chunk];
-    const long orow = row_offset(g, bh, token, DV);
+    const long orow = row_offset(g, bh, token, DV), len = slot_len(g.bh);
     for (int e = lid; e < DV + ZCOL; e += lsz) {
         /* column e of S (stride DV), or z (stride 1) */
         const long first = e < DV ? slot_s(chunk, bh, g.bh) + e : slot_z(chunk, bh, g.bh);
@@ -93,9 +129,11 @@ kernel void decoder_step(DECODER_STEP_ARGS)
         float acc = 0.0f;
         for (int d = 0; d < DK; ++d) {
             global float *sd = sums + first + (long)d * stride;
+            const long o = pfirst + (long)d * stride;
             const float s = (fresh ? 0.0f : *sd) + kl[d] * ve;
             *sd = s;
-            acc += ql[d] * (pref[pfirst + (long)d * stride] + mii * s);
+            step_next_share(nxt, sums, mixing, rows_mc, len, o, fresh, next_row, j_lo, j_hi, last, chunk, s);
+            acc += ql[d] * (step_prefix(pref, chunk, o) + mii * s);
         }
 #if ZCOL
         if (e < DV)
@@ -139,6 +177,7 @@ kernel void decoder_step(DECODER_STEP_ARGS)
     const int lsz = (int)get_local_size(0);
     STEP_KV_HEAD(kl, lid, lsz);
     const float mii = mixing[(long)chunk * rows_mc + chunk];
+    const long len = slot_len(kvc);
 
     for (int j0 = 0; j0 < group; j0 += STEP_QG) {
         const int nj = min(STEP_QG, group - j0);
@@ -159,12 +198,15 @@ kernel void decoder_step(DECODER_STEP_ARGS)
 #define STEP_COLUMN(NJ)                                                                             \
     for (int d = 0; d < DK; ++d) {                                                                  \
         global float *sd = sums + at + (long)d * stride;                                            \
+        const long o = pfirst + (long)d * stride;                                                   \
         float s = j0 == 0 && fresh ? 0.0f : *sd; /* (a fresh slot's stale value is not read) */     \
         if (j0 == 0) {                                                                              \
             s += kl[d] * ve;                                                                        \
             *sd = s;                                                                                \
+            step_next_share(nxt, sums, mixing, rows_mc, len, o, fresh, next_row, j_lo, j_hi, last,  \
+                            chunk, s);                                                              \
         }                                                                                           \
-        const float x = pref[pfirst + (long)d * stride] + mii * s;                                  \
+        const float x = step_prefix(pref, chunk, o) + mii * s;                                      \
         _Pragma("unroll") for (int j = 0; j < (NJ); ++j)                                            \
             acc[j] += ql[j * DK + d] * x; /* (rows past nj: stale, never stored) */                 \
     }
@@ -227,6 +269,7 @@ kernel void decoder_step(DECODER_STEP_ARGS)
     const int lanes = lsz / STEP_DP, p = lid / lanes, lx = lid - p * lanes;
     STEP_KV_HEAD(kl, lid, lsz);
     const float mii = mixing[(long)chunk * rows_mc + chunk];
+    const long len = slot_len(kvc);
 #if !ZCOL
     (void)eps;
 #endif
@@ -247,12 +290,15 @@ kernel void decoder_step(DECODER_STEP_ARGS)
                 acc[j] = 0.0f;
             for (int d = p; d < DK; d += STEP_DP) {
                 global float *sd = sums + at + (long)d * stride;
+                const long o = pfirst + (long)d * stride;
                 float s = j0 == 0 && fresh ? 0.0f : *sd; /* (a fresh slot's stale value is not read) */
                 if (j0 == 0) {
                     s += kl[d] * ve;
                     *sd = s;
+                    step_next_share(nxt, sums, mixing, rows_mc, len, o, fresh, next_row, j_lo, j_hi, last, chunk,
+                                    s);
                 }
-                const float x = pref[pfirst + (long)d * stride] + mii * s;
+                const float x = step_prefix(pref, chunk, o) + mii * s;
                 #pragma unroll
                 for (int j = 0; j < DP_QG; ++j)
                     acc[j] += ql[j * DK + d] * x; /* (rows past nj: stale, never stored) */
@@ -317,3 +363,21 @@ kernel void decoder_prefix(global const float *restrict sums, global const float
 }
 
 #endif /* STEP_DP, KV_GROUP */
+
+/* Where a decoder resumes (a restored state, or steps after a prefill): P = sum_{j<count} Mc[row,j]
+ * S_j into pref, over slots of `width` floats, one float of the slot per work-item; global: width
+ * rounded up to the local size. Summed as step_next_share sums (fma in chunk order), so the steps
+ * after it give the bits the steps before would have. Only the finished summaries are read. */
+kernel void decoder_resume(global const float *restrict sums, global const float *restrict mixing,
+                           global float *restrict pref, const int rows_mc, const long width, const int row,
+                           const int count)
+{
+    const long col = (long)get_global_id(0);
+    if (col >= width)
+        return;
+    global const float *m = mixing + (long)row * rows_mc;
+    float a = 0.0f;
+    for (int j = 0; j < count; ++j)
+        a = fma(m[j], sums[(long)j * width + col], a);
+    pref[col] = a;
+}

@@ -67,6 +67,37 @@ static float *run_schedule(mhla_context *ctx, const mhla_config *cfg, const test
     return out;
 }
 
+/* The launches of the steps a schedule takes on a decoder of chunk C, one a token: its 's' tokens
+ * and the tokens a prefill takes to the next chunk boundary first. *prefills: its 'p' segments. */
+static int schedule_steps(const char *schedule, int64_t C, int *prefills)
+{
+    int64_t t = 0, steps = 0;
+    *prefills = 0;
+    for (const char *p = schedule; *p;) {
+        char kind = 0;
+        int n = 0, used = 0;
+        assert_int_equal(sscanf(p, " %c%d%n", &kind, &n, &used), 2);
+        p += used;
+        const int64_t into = t % C, head = kind == 's' ? n : into == 0 ? 0 : n < C - into ? n : C - into;
+        steps += head;
+        *prefills += kind == 'p';
+        t += n;
+        while (*p == ' ')
+            ++p;
+    }
+    return (int)steps;
+}
+
+/* Launches of kernel `name` in mhla_context_kernel_times' lines ("name count ms"); 0 if none. */
+static int kernel_launches(const char *times, const char *name)
+{
+    const size_t len = strlen(name);
+    for (const char *line = times; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, name, len) == 0 && line[len] == ' ')
+            return atoi(line + len + 1);
+    return 0;
+}
+
 /* The chunk form's output (a causal plan), NaN-filled before the run: the bits a whole-sequence
  * prefill must equal. */
 static float *chunk_run(mhla_context *ctx, const mhla_config *cfg, const test_inputs *in)
@@ -233,18 +264,23 @@ static void test_odd_tiling(void **state)
 }
 
 /* The GPU row's step in parts (decoder.cl's STEP_DP > 1: the key dimensions split over a group's
- * work-items, the chunk start's prefix over the earlier chunks; decoder_prefix its kernel) within
- * forced device limits, against the reference: 64-wide groups and 16 KiB (8 column lanes for 25
- * columns, Dk 20 in parts of uneven length), grouped heads in two passes of query heads (8 on one
- * key/value head) at 128 and 32 KiB in [B,H,N,D], three query heads per key/value head at 1024 and
- * 48 KiB with chunks of 4 (15 chunk starts), and head dimensions 128 with 4 query heads at 16 KiB,
- * where the parts' sums fit only in fewer parts (dec_dp 8 -> 4, and 2 on rusticl, whose kernels
- * take twice their arrays). Steps and prefills mixed. */
+ * work-items) within forced device limits, against the reference: 64-wide groups and 16 KiB (8
+ * column lanes for 25 columns, Dk 20 in parts of uneven length) with the chunk start's prefix in
+ * parts of the earlier chunks (decoder_prefix); then with the next chunk's prefix summed by the
+ * steps (dec_next: one launch a step, chunk starts included, and decoder_resume only where a step
+ * follows a prefill): grouped heads in two passes of query heads (8 on one key/value head) at 128
+ * and 32 KiB in [B,H,N,D], resumed inside a chunk; three query heads per key/value head at 1024 and
+ * 48 KiB with chunks of 4 (15 chunk starts, up to 4 earlier chunks a step); and head dimensions
+ * 128 with 4 query heads at 16 KiB, where the parts' sums fit only in fewer parts (dec_dp 8 -> 4,
+ * and 2 on rusticl, whose kernels take twice their arrays), resumed at a chunk start. Steps and
+ * prefills mixed. */
 static void test_step_parts_limits(void **state)
 {
     (void)state;
     static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=1024,local=48K", "wg=256,local=16K"};
-    static const char *const schedules[] = {"s30 p50 s70", "s37 p20 s43", "s60", "s3 p9 s12"};
+    static const char *const schedules[] = {"s30 p50 s70", "s37 p20 s43", "s60", "s3 p13 s8"};
+    static const char *const tunings[] = {"row=gpu", "row=gpu,dec_next=1", "row=gpu,dec_next=1",
+                                          "row=gpu,dec_next=1"};
     mhla_config cfgs[4];
     cfgs[0] = config_causal(1, 2, 150, 8, 20, 24);
     cfgs[0].normalizer = MHLA_NORMALIZER_PAPER;
@@ -262,17 +298,23 @@ static void test_step_parts_limits(void **state)
     for (size_t c = 0; c < 4; ++c) {
         if (test_config_thinned()) /* (the portability runs: every decoder built here is a compile) */
             continue;
-        mhla_context *ctx = limited_context(limits[c], "row=gpu");
+        mhla_context *ctx = limited_context(limits[c], tunings[c]);
         assert_int_equal(mhla_context_profile_kernels(ctx, 1), MHLA_OK);
         test_inputs in;
         assert_int_equal(test_inputs_make(&cfgs[c], TEST_INIT_RANDOM, (uint32_t)(150 + c), &in), MHLA_OK);
         float *out = run_schedule(ctx, &cfgs[c], &in, schedules[c]);
         char times[2048], what[160];
         assert_int_equal(mhla_context_kernel_times(ctx, times, sizeof times), MHLA_OK);
-        if (!strstr(times, "decoder_prefix ") || !strstr(times, "decoder_step ") || strstr(times, "causal_prefix_one"))
-            fail_msg("MHLA_LIMITS=%s: not the parts form:\n%s", limits[c], times);
+        int prefills;
+        const int steps = schedule_steps(schedules[c], cfgs[c].chunk, &prefills), next = c > 0;
+        if (kernel_launches(times, "decoder_step") != steps || kernel_launches(times, "causal_prefix_one") ||
+            (next ? kernel_launches(times, "decoder_prefix") || kernel_launches(times, "decoder_resume") > prefills
+                  : !kernel_launches(times, "decoder_prefix") || kernel_launches(times, "decoder_resume")))
+            fail_msg("MHLA_LIMITS=%s, %s, %s: not the parts form%s (%d steps, %d prefills):\n%s", limits[c],
+                     tunings[c], schedules[c], next ? " in one launch a step" : "", steps, prefills, times);
         double *ref = reference_run(&cfgs[c], &in);
-        snprintf(what, sizeof what, "MHLA_LIMITS=%s, Dk %lld Dv %lld, H %lld on %lld, C %lld, %s", limits[c],
+        snprintf(what, sizeof what, "MHLA_LIMITS=%s, %s, Dk %lld Dv %lld, H %lld on %lld, C %lld, %s", limits[c],
+                 tunings[c],
                  (long long)cfgs[c].dk, (long long)cfgs[c].dv, (long long)cfgs[c].heads,
                  (long long)(cfgs[c].kv_heads ? cfgs[c].kv_heads : cfgs[c].heads), (long long)cfgs[c].chunk,
                  schedules[c]);
@@ -307,10 +349,12 @@ static void test_long_prefill(void **state)
 /* Save at a mid-chunk position and at a chunk boundary, restore into another decoder (of another
  * capacity) and continue: bit for bit the same outputs as the original decoder, and the
  * reference's within 1e-5. Fork: the restored decoder continues with other tokens, checked against the reference
- * on the spliced sequence. Reset: a decoder reused from position 0 repeats its first outputs. */
-static void test_state_save_restore(void **state)
+ * on the spliced sequence. Reset: a decoder reused from position 0 repeats its first outputs. With the
+ * device's row, and with the next chunk's prefix summed by the steps (dec_next) in both forms of the
+ * step: the state does not hold that sum, and the restored decoder rebuilds it (decoder_resume) in the
+ * steps' order. */
+static void state_save_restore(mhla_context *ctx, const char *tuning)
 {
-    mhla_context *ctx = *state;
     const int64_t N = 69, C = 16, cuts[] = {40, 32};
     mhla_config cfg = config_causal(2, 2, N, C, 24, 16);
     cfg.normalizer = MHLA_NORMALIZER_PAPER;
@@ -345,8 +389,11 @@ static void test_state_save_restore(void **state)
         memcpy(f, a, in.nv * 4);
         assert_int_equal(feed(da, &cfg, &in, cut, N - cut, 0, a), MHLA_OK);
         assert_int_equal(feed(db, &cfg, &in, cut, N - cut, 0, b), MHLA_OK);
-        assert_memory_equal(a, b, in.nv * 4);
-        check_reference(a, full_ref, in.nv, cut == 40 ? "restored at 40" : "restored at 32");
+        if (memcmp(a, b, in.nv * 4) != 0)
+            fail_msg("%s, restored at %lld: not the original decoder's bits", tuning, (long long)cut);
+        char what[96];
+        snprintf(what, sizeof what, "%s, restored at %lld", tuning, (long long)cut);
+        check_reference(a, full_ref, in.nv, what);
 
         /* fork: the same saved context, other continuation tokens */
         test_inputs spliced = in;
@@ -364,7 +411,7 @@ static void test_state_save_restore(void **state)
         assert_int_equal(mhla_reference_forward(&cfg, spliced.q, spliced.k, spliced.v, in.mix, ref), MHLA_OK);
         const double err = finite_rel_err(f, ref, in.nv, __func__);
         if (!(err <= 1e-5))
-            fail_msg("fork at %lld: vs reference %.3g", (long long)cut, err);
+            fail_msg("%s, fork at %lld: vs reference %.3g", tuning, (long long)cut, err);
 
         /* reset: the same first tokens give the same bits */
         assert_int_equal(mhla_decoder_reset(da), MHLA_OK);
@@ -377,6 +424,15 @@ static void test_state_save_restore(void **state)
     }
     free(full_ref);
     test_inputs_free(&in), test_inputs_free(&other);
+}
+
+static void test_state_save_restore(void **state)
+{
+    static const char *const tunings[] = {NULL, "dec_next=1", "row=gpu,dec_next=1"};
+    for (size_t r = 0; r < sizeof tunings / sizeof tunings[0]; ++r) {
+        assert_int_equal(mhla_context_set_tuning(*state, tunings[r]), MHLA_OK);
+        state_save_restore(*state, tunings[r] ? tunings[r] : "the device's row");
+    }
 }
 
 /* mhla_decoder_state_write must refuse buf with `want` and a message mentioning `text`, and leave

@@ -36,8 +36,8 @@ static size_t summary_tiles(const mhla_causal *c)
 
 static void release_kernels(mhla_causal *c)
 {
-    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix,       &c->k_prefix_one, &c->k_output,
-                            &c->k_step,    &c->k_prefix_tiled, &c->k_step_prefix};
+    cl_kernel *kernels[] = {&c->k_summary, &c->k_prefix,       &c->k_prefix_one,  &c->k_output,
+                            &c->k_step,    &c->k_prefix_tiled, &c->k_step_prefix, &c->k_resume};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) {
         if (*kernels[i])
             clReleaseKernel(*kernels[i]);
@@ -87,7 +87,7 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
              * fewer parts and a rebuild. */
             r = mhla__fit_check(ctx, c->k_step, dp, mhla__decoder_step_local(cfg, t), fit);
             c->lws_step = mhla__local_size(ctx, c->k_step, 64 * dp) / dp * dp;
-            if (r == 0) {
+            if (r == 0 && !t->dec_next) {
                 what = "decoder_prefix";
                 MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_step_prefix));
                 r = mhla__fit_check(ctx, c->k_step_prefix, dp, 64 * dp * sizeof(float), fit);
@@ -104,6 +104,10 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
                          (long long)cfg->dk, (long long)cfg->dv, ctx->device_name,
                          (unsigned long long)ctx->limits.local_mem_bytes);
             c->lws_step = mhla__local_size(ctx, c->k_step, 64);
+        }
+        if (t->dec_next) { /* a float per work-item, no local memory: any group fits */
+            MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_resume", &c->k_resume));
+            c->lws_resume = mhla__local_size(ctx, c->k_resume, 256);
         }
     }
     if (r == 0 && t->cp_ti) {
@@ -133,17 +137,21 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
                                           summary_tiles(c) < (size_t)t->wg ? summary_tiles(c) : (size_t)t->wg);
     }
     /* causal_prefix.cl: a run's prefix where it is not tiled, and a decoder's chunk start (one
-     * chunk's mixture, causal_prefix_one) where decoder.cl's parts form does not build it. The
-     * prefix mixtures see slots as rows of floats: only their tiles specialize them. */
-    if (t->cp_ti && (!with_step || t->dec_dp > 1))
+     * chunk's mixture, causal_prefix_one) where its steps do not sum it (dec_next) and decoder.cl's
+     * parts form does not build it. The prefix mixtures see slots as rows of floats: only their
+     * tiles specialize them. */
+    const int one = with_step && t->dec_dp == 1 && !t->dec_next;
+    if (t->cp_ti && !one)
         goto cleanup;
     MHLA_FORWARD_IF_ERROR(st, mhla__program_for(ctx, MHLA_KF_CAUSAL_PREFIX, cfg, t, &prog));
-    MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
-    c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, (size_t)t->wg);
+    c->lws_prefix = (size_t)t->wg;
+    if (one) {
+        MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix_one", &c->k_prefix_one));
+        c->lws_prefix = mhla__local_size(ctx, c->k_prefix_one, c->lws_prefix);
+    }
     if (!t->cp_ti) {
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "causal_prefix", &c->k_prefix));
-        if (mhla__local_size(ctx, c->k_prefix, (size_t)t->wg) < c->lws_prefix)
-            c->lws_prefix = mhla__local_size(ctx, c->k_prefix, (size_t)t->wg);
+        c->lws_prefix = mhla__local_size(ctx, c->k_prefix, c->lws_prefix);
     }
 cleanup:
     return st;

@@ -21,9 +21,11 @@ typedef struct mhla_causal {
     size_t slot_used;   /* B*H_kv*Dk*scols of them hold summaries (what a decoder state stores) */
     cl_kernel k_summary, k_prefix, k_prefix_one, k_output, k_step;
     cl_kernel k_prefix_tiled; /* where tiling.cp_ti: the prefix of a run */
-    cl_kernel k_step_prefix;  /* decoders with tiling.dec_dp > 1: decoder_prefix, the chunk start's P_i
-                                 (else k_prefix_one) */
-    size_t lws_summary, lws_prefix, lws_output, lws_step, lws_step_prefix;
+    cl_kernel k_step_prefix;  /* decoders with tiling.dec_dp > 1, dec_next 0: decoder_prefix, the chunk
+                                 start's P_i (dec_dp 1: k_prefix_one) */
+    cl_kernel k_resume;       /* decoders with tiling.dec_next: decoder_resume, the next chunk's prefix
+                                 so far at once where a decoder resumes */
+    size_t lws_summary, lws_prefix, lws_output, lws_step, lws_step_prefix, lws_resume;
     cl_mem gemm_temp; /* CLBlast's temporary buffer for the prefix GEMMs, grown on demand */
     size_t gemm_temp_bytes;
 } mhla_causal;
@@ -118,7 +120,11 @@ struct mhla_decoder {
     int64_t capacity, position;
     size_t cap_slots; /* ceil(capacity / chunk) summary slots */
     cl_mem sums;      /* [cap_slots][B*H][Dk][scols] */
-    cl_mem prefix;    /* [B*H][Dk][scols]: P_i */
+    cl_mem prefix;    /* [B*H][Dk][scols]: P_i (one slot) */
+    cl_mem next;      /* one slot: P_{i+1} as the steps of chunk i sum it (kernels/decoder.cl), swapped
+                         with prefix when chunk i+1 starts */
+    int resume;       /* next is not yet what the steps so far would have summed (after a prefill or a
+                         restored state): the next step builds it first (decoder_resume) */
     cl_mem pref_work; /* prefill's prefix mixtures, one row per chunk it runs */
     size_t pref_work_rows;
     cl_mem stage[5]; /* host-call copies, indexed by mhla_tensor */

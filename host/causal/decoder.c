@@ -1,6 +1,7 @@
-/* The streaming decoder: the recurrent form one token at a time (kernels/decoder.cl), P_i built
- * from Mc's row i when chunk i starts (causal_prefix_one, a GEMV over the finished summaries), and
- * prefill through the chunk path writing its summaries straight into the decoder's state.
+/* The streaming decoder: the recurrent form one token at a time (kernels/decoder.cl); P_i built
+ * from Mc's row i when chunk i starts (causal_prefix_one, a GEMV over the finished summaries, or
+ * decoder_prefix in parts), or with tiling.dec_next summed by the steps of chunk i - 1, each one
+ * launch; prefill through the chunk path writing its summaries straight into the decoder's state.
  * Save/restore: causal/decoder_state.c. */
 #include "causal/causal.h"
 
@@ -13,7 +14,7 @@ void mhla_decoder_destroy(mhla_decoder *dec)
 {
     if (!dec)
         return;
-    cl_mem mems[] = {dec->sums, dec->prefix, dec->pref_work};
+    cl_mem mems[] = {dec->sums, dec->prefix, dec->next, dec->pref_work};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i)
         if (mems[i])
             clReleaseMemObject(mems[i]);
@@ -64,7 +65,9 @@ mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg_in, in
     dec->cap_slots = (size_t)shape.m;
     MHLA_FORWARD_IF_ERROR(st, mhla__causal_create(ctx, &cfg, 1, &dec->kern));
     const size_t slot_bytes = dec->kern->slot_floats * sizeof(float);
-    MHLA_FAIL_IF(st, (dec->cap_slots + 1) * slot_bytes > ctx->limits.global_mem_bytes, ctx,
+    MHLA_FAIL_IF(st, (dec->cap_slots + 1 + (size_t)dec->kern->tiling.dec_next) * slot_bytes >
+                         ctx->limits.global_mem_bytes,
+                 ctx,
                  MHLA_ERR_OUT_OF_DEVICE_MEMORY,
                  "a decoder of %lld tokens keeps %zu chunk summaries of %zu bytes, more than the device's %llu bytes "
                  "of global memory (%s)",
@@ -74,6 +77,9 @@ mhla_status mhla_decoder_create(mhla_context *ctx, const mhla_config *cfg_in, in
                                                   "the decoder's chunk summaries", &dec->sums));
     MHLA_FORWARD_IF_ERROR(
         st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, slot_bytes, "the decoder's prefix mixture", &dec->prefix));
+    if (dec->kern->tiling.dec_next)
+        MHLA_FORWARD_IF_ERROR(st, mhla__buffer_create(ctx, CL_MEM_READ_WRITE, slot_bytes,
+                                                      "the decoder's next prefix mixture", &dec->next));
     *out = dec;
     dec = NULL;
 cleanup:
@@ -85,7 +91,8 @@ mhla_status mhla_decoder_reset(mhla_decoder *dec)
 {
     mhla_status st = MHLA_OK;
     MHLA_FAIL_IF(st, !dec, NULL, MHLA_ERR_INVALID_ARGUMENT, "mhla_decoder_reset: decoder is NULL");
-    dec->position = 0; /* the first step overwrites slot 0 and builds P_0: nothing to clear */
+    dec->position = 0; /* the first step overwrites slot 0 and starts P_1 (P_0 is 0): nothing to clear */
+    dec->resume = 0;
 cleanup:
     return st;
 }
@@ -163,7 +170,88 @@ cleanup:
     return st;
 }
 
-/* One step on token u of tensors of n tokens; at a chunk boundary P_i is built first. */
+/* The chunk after chunk i, where the decoder's capacity reaches it: the row of Mc whose prefix
+ * mixture chunk i's steps sum; -1 where none follows. */
+static cl_int next_row(const mhla_decoder *dec, int64_t chunk)
+{
+    return (chunk + 1) * dec->kern->cfg.chunk < dec->capacity ? (cl_int)(chunk + 1) : -1;
+}
+
+/* The finished chunks whose share of P_{i+1} the steps of chunk i before step t have summed:
+ * j < i*t/C (step t sums i*t/C <= j < i*(t+1)/C, an even split of the i of them over the C steps). */
+static cl_int next_done(const mhla_decoder *dec, int64_t chunk, int64_t t)
+{
+    return (cl_int)(chunk * t / dec->kern->cfg.chunk);
+}
+
+/* dec_next: where the decoder resumes at `position` (after a prefill or a restored state), next as
+ * the steps before would have left it: at a chunk boundary i > 0, P_i whole (the step swaps it in);
+ * inside chunk i, P_{i+1}'s first next_done terms. One launch, summed as the steps sum. */
+static mhla_status resume_enqueue(mhla_decoder *dec, cl_mem mixing, cl_uint num_wait, const cl_event *wait,
+                                  int *launched)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = dec->ctx;
+    const mhla_causal *c = dec->kern;
+    const int64_t C = c->cfg.chunk, chunk = dec->position / C, t = dec->position % C;
+    const cl_int rows_mc = (cl_int)c->cfg.mixing_rows;
+    const cl_long width = (cl_long)c->slot_floats;
+    cl_int row, count;
+    *launched = 0;
+    if (t == 0)
+        row = (cl_int)chunk, count = (cl_int)chunk;
+    else
+        row = next_row(dec, chunk), count = next_done(dec, chunk, t);
+    if (row <= 0) /* P_0 (0: the step reads none) or no next chunk */
+        goto cleanup;
+    MHLA_SET_ARGS(st, ctx, c->k_resume, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->next),
+                  MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(row), MHLA_ARG(count));
+    const size_t l3[3] = {c->lws_resume, 1, 1}, g3[3] = {mhla__round_up(c->slot_floats, c->lws_resume), 1, 1};
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, c->k_resume, 1, g3, l3, num_wait, wait, NULL,
+                                           "clEnqueueNDRangeKernel(decoder_resume)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    *launched = 1;
+cleanup:
+    return st;
+}
+
+/* P_i = sum_{j<i} Mc[i,j] S_j into prefix at chunk i's start, one pass over the finished summaries
+ * (dec_next 0). */
+static mhla_status chunk_start_enqueue(mhla_decoder *dec, cl_mem mixing, cl_int chunk, cl_uint num_wait,
+                                       const cl_event *wait)
+{
+    mhla_status st = MHLA_OK;
+    mhla_context *ctx = dec->ctx;
+    const mhla_causal *c = dec->kern;
+    const cl_int rows_mc = (cl_int)c->cfg.mixing_rows;
+    const cl_long width = (cl_long)c->slot_floats;
+    size_t local, global;
+    if (c->k_step_prefix) { /* decoder.cl's parts: a group per lws / dec_dp floats of the slot */
+        local = c->lws_step_prefix;
+        const size_t lanes = local / (size_t)c->tiling.dec_dp;
+        global = (c->slot_floats + lanes - 1) / lanes * local;
+        MHLA_SET_ARGS(st, ctx, c->k_step_prefix, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix),
+                      MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(chunk));
+    } else { /* causal_prefix.cl: ONE_COLS floats per work-item */
+        const size_t vecs = (size_t)c->tiling.mix_mr * (size_t)c->tiling.mix_nv; /* ONE_NV */
+        const size_t cols = (size_t)c->tiling.pre_ve * (vecs > 16 ? 16 : vecs);
+        local = c->lws_prefix, global = mhla__round_up((c->slot_floats + cols - 1) / cols, local);
+        MHLA_SET_ARGS(st, ctx, c->k_prefix_one, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix),
+                      MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(chunk));
+    }
+    const size_t g3[3] = {global, 1, 1}, l3[3] = {local, 1, 1};
+    MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, c->k_step_prefix ? c->k_step_prefix : c->k_prefix_one, 1, g3, l3,
+                                           num_wait, wait, NULL,
+                                           c->k_step_prefix ? "clEnqueueNDRangeKernel(decoder_prefix)"
+                                                            : "clEnqueueNDRangeKernel(causal_prefix_one)"));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+cleanup:
+    return st;
+}
+
+/* One step on token u of tensors of n tokens. At a chunk boundary P_i is built first (dec_next 0),
+ * or is the sum the previous chunk's steps made (dec_next: the two prefix buffers swap roles, and
+ * the step is the only launch). */
 static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t n, int64_t u, cl_uint num_wait,
                                 const cl_event *wait, cl_event *done)
 {
@@ -171,47 +259,44 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
     mhla_context *ctx = dec->ctx;
     const mhla_causal *c = dec->kern;
     const mhla_config *cfg = &c->cfg;
-    const cl_int chunk = (cl_int)(dec->position / cfg->chunk);
-    const cl_int fresh = dec->position % cfg->chunk == 0;
+    const int64_t C = cfg->chunk, t = dec->position % C;
+    const cl_int chunk = (cl_int)(dec->position / C);
+    const cl_int spread = c->tiling.dec_next, fresh = t == 0, last = t == C - 1;
     const cl_int rows_mc = (cl_int)cfg->mixing_rows, token = (cl_int)u;
+    const cl_int nrow = spread ? next_row(dec, chunk) : -1;
+    const cl_int j_lo = next_done(dec, chunk, t), j_hi = next_done(dec, chunk, t + 1);
     const mhla_grid grid = mhla__causal_grid(c, n);
     const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
     cl_mem mixing = bufs[MHLA_TENSOR_MIXING];
+    /* dec_next: on a chunk's first token the sum the last chunk's steps made becomes P_i, and the
+     * old P is overwritten with the new chunk's share (fresh: not read). Else nxt is never touched
+     * (nrow -1). */
+    cl_mem pref = dec->prefix, nxt = dec->prefix;
+    if (spread)
+        pref = fresh ? dec->next : dec->prefix, nxt = fresh ? dec->prefix : dec->next;
 
-    if (fresh) {
-        /* P_i = sum_{j<i} Mc[i,j] S_j: one pass over the finished summaries. */
-        const cl_long width = (cl_long)c->slot_floats;
-        size_t local, global;
-        if (c->k_step_prefix) { /* decoder.cl's parts: a group per lws / dec_dp floats of the slot */
-            local = c->lws_step_prefix;
-            const size_t lanes = local / (size_t)c->tiling.dec_dp;
-            global = (c->slot_floats + lanes - 1) / lanes * local;
-            MHLA_SET_ARGS(st, ctx, c->k_step_prefix, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix),
-                          MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(chunk));
-        } else { /* causal_prefix.cl: ONE_COLS floats per work-item */
-            const size_t vecs = (size_t)c->tiling.mix_mr * (size_t)c->tiling.mix_nv; /* ONE_NV */
-            const size_t cols = (size_t)c->tiling.pre_ve * (vecs > 16 ? 16 : vecs);
-            local = c->lws_prefix, global = mhla__round_up((c->slot_floats + cols - 1) / cols, local);
-            MHLA_SET_ARGS(st, ctx, c->k_prefix_one, 0, MHLA_ARG(dec->sums), MHLA_ARG(mixing), MHLA_ARG(dec->prefix),
-                          MHLA_ARG(rows_mc), MHLA_ARG(width), MHLA_ARG(chunk));
-        }
-        const size_t g3[3] = {global, 1, 1}, l3[3] = {local, 1, 1};
-        MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, c->k_step_prefix ? c->k_step_prefix : c->k_prefix_one, 1, g3, l3,
-                                               num_wait, wait, NULL,
-                                               c->k_step_prefix ? "clEnqueueNDRangeKernel(decoder_prefix)"
-                                                                : "clEnqueueNDRangeKernel(causal_prefix_one)"));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+    if (spread && dec->resume) {
+        int launched;
+        MHLA_FORWARD_IF_ERROR(st, resume_enqueue(dec, mixing, num_wait, wait, &launched));
+        if (launched)
+            num_wait = 0, wait = NULL;
+    } else if (!spread && fresh) {
+        MHLA_FORWARD_IF_ERROR(st, chunk_start_enqueue(dec, mixing, chunk, num_wait, wait));
         num_wait = 0, wait = NULL;
     }
     cl_kernel ks = c->k_step;
     const size_t local[3] = {c->lws_step, 1, 1};
     const size_t global[3] = {c->lws_step, (size_t)c->bh_kv, 1}; /* one group per key/value head */
     MHLA_SET_ARGS(st, ctx, ks, 0, MHLA_ARG(bufs[MHLA_TENSOR_Q]), MHLA_ARG(bufs[MHLA_TENSOR_K]),
-                  MHLA_ARG(bufs[MHLA_TENSOR_V]), MHLA_ARG(mixing), MHLA_ARG(dec->sums), MHLA_ARG(dec->prefix),
+                  MHLA_ARG(bufs[MHLA_TENSOR_V]), MHLA_ARG(mixing), MHLA_ARG(dec->sums), MHLA_ARG(pref),
                   MHLA_ARG(bufs[MHLA_TENSOR_OUT]), MHLA_ARG(grid), MHLA_ARG(token), MHLA_ARG(chunk), MHLA_ARG(rows_mc),
-                  MHLA_ARG(fresh), MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps));
+                  MHLA_ARG(fresh), MHLA_ARG(feature_eps), MHLA_ARG(scale), MHLA_ARG(eps), MHLA_ARG(nxt),
+                  MHLA_ARG(nrow), MHLA_ARG(j_lo), MHLA_ARG(j_hi), MHLA_ARG(last));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, ks, 2, global, local, num_wait, wait, done,
                                            "clEnqueueNDRangeKernel(decoder_step)"));
+    if (spread)
+        dec->prefix = pref, dec->next = nxt;
+    dec->resume = 0;
     dec->position += 1;
 cleanup:
     return st;
@@ -294,6 +379,7 @@ static mhla_status prefill_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int6
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         MHLA_FORWARD_IF_ERROR(st, mhla__causal_enqueue(c, &run, first ? num_wait : 0, first ? wait : NULL, NULL));
         dec->position += len;
+        dec->resume = 1; /* no step summed P_{i+1}'s share of these chunks */
         if (u + len == n && dec->position % C != 0) {
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
             MHLA_CL_TRY(st, ctx,

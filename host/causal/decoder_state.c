@@ -1,6 +1,7 @@
 /* Decoder state save/restore in the byte layout documented in include/mhla.h: a 128-byte header
  * that identifies the configuration, the chunk summaries in chunk order, and P_i of a running
- * chunk. */
+ * chunk. The next chunk's prefix mixture, which the steps sum as they go, is not stored: the first
+ * step after a restore builds it from the summaries. */
 #include "causal/causal.h"
 
 #include <string.h>
@@ -180,6 +181,7 @@ mhla_status mhla_decoder_state_write(mhla_decoder *dec, const void *buf, size_t 
                                             h + STATE_HEADER + (size_t)slots * slot_bytes(dec)),
                     "clEnqueueWriteBufferRect (decoder prefix mixture)");
     dec->position = pos;
+    dec->resume = 1; /* the next step first sums what the state does not hold (P_{i+1} so far) */
 cleanup:
     return st;
 }

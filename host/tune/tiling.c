@@ -439,9 +439,11 @@ uint64_t mhla__decoder_step_local(const mhla_config *cfg, const mhla_tiles *t)
 }
 
 /* The decoder's parts (dec_dp > 1): no more than Dk, and halved until a group of one column lane
- * per part and its arrays fit (1: the form a work-item walks Dk in, whose arrays always go). */
+ * per part and its arrays fit (1: the form a work-item walks Dk in, whose arrays always go). The
+ * steps' share of the next prefix (dec_next) takes no local memory: as asked. */
 static void decoder_parts_fit(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *x)
 {
+    x->dec_next = t->dec_next != 0;
     x->dec_dp = t->dec_dp < 1 ? 1 : t->dec_dp > cfg->dk ? (int)cfg->dk : t->dec_dp;
     while (x->dec_dp > 1 && ((size_t)x->dec_dp > fit->wg || mhla__decoder_step_local(cfg, x) > fit->local_bytes))
         x->dec_dp /= 2;
@@ -839,7 +841,7 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
     if (r & F_BCC)
         mhla__opts_add(opts, "-DBC_SQ=%d -DBC_BK=%d -DBC_ONE=%d", t->bc_sq, t->bc_bk, t->bc_one);
     if (r & F_DEC)
-        mhla__opts_add(opts, "-DSTEP_DP=%d", t->dec_dp);
+        mhla__opts_add(opts, "-DSTEP_DP=%d -DSTEP_NEXT=%d", t->dec_dp, t->dec_next);
     if (r & F_GROUP) /* the query heads of a key/value head (1 but for grouped key/value heads) */
         mhla__opts_add(opts, "-DKV_GROUP=%lld", (long long)(c->kv_heads ? c->heads / c->kv_heads : 1));
 }

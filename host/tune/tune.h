@@ -114,7 +114,11 @@
     X(dec_dp, 1, " ")       /* decoder: parts its step splits the key dimensions into, and its chunk \
                                start the earlier chunks into, added in local memory in a fixed     \
                                order (GPUs: many short chains, not a group walking Dk or every     \
-                               chunk), 1 = a work-item walks them all (CPUs) */
+                               chunk), 1 = a work-item walks them all (CPUs) */                    \
+    X(dec_next, 0, ",")     /* decoder: 1 = each step also sums its share of the next chunk's     \
+                               prefix mixture, so a chunk start is one launch like any step; 0 =   \
+                               the chunk start builds it in a launch of its own (CPUs: a step that \
+                               reads and writes that sum too takes 2.5x as long) */
 
 #define MHLA_TUNING_MEMBER(name, min, sep) int name;
 typedef struct mhla_tuning {
@@ -217,6 +221,7 @@ typedef struct mhla_tiles {
                                            one kind), where bct_fuse asks for the fused read-out */
     int dec_dp;                         /* decoder.cl: STEP_DP parts of Dk per step (and of the earlier
                                            chunks per chunk start); 1: a work-item walks them all */
+    int dec_next;                       /* decoder.cl: STEP_NEXT, the steps sum the next chunk's prefix */
 } mhla_tiles;
 
 /* Every kernel file of the library once: KF(enumerator, file name in kernels/, what it reads: the

@@ -892,7 +892,7 @@ static void test_build_options(void **state)
         {MHLA_KF_BLOCK_SUMMARY, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DDTYPE=0 "
                                 "-DSUM_RD=6 -DSUM_VE=8 -DSUM_NV=2 -DSUM_CHUNK=256 -DSUM_KB=1 -DSUM_LK=1 -DPREFETCH=1"},
         /* a CPU row: no prefix GEMM blocks, so padded slots */
-        {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 -DSLOT_PAD=1 -DSTEP_DP=1 -DKV_GROUP=1"},
+        {MHLA_KF_DECODER, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DFEATURE_MAP=1 -DNORMALIZER=2 -DDTYPE=0 -DSLOT_PAD=1 -DSTEP_DP=1 -DSTEP_NEXT=0 -DKV_GROUP=1"},
         /* softmax: no feature map, no normalizer */
         {MHLA_KF_SOFTMAX, "-DDK=64 -DDV=64 -DLAYOUT_BHND=0 -DDTYPE=0 -DVW=8 -DBK=64 -DCOPY_ROWS=1"},
     };
