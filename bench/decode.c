@@ -1,7 +1,8 @@
 /* mhla-bench's decode op: a streaming decoder (mhla_decoder_*) prefilled once with the row's N
- * tokens of context and its state saved; every run restores that state (untimed) and steps C tokens,
- * so that exactly one of them starts a chunk (and builds P_i, O(i*Dk*Dv)); each step is timed from
- * the previous step's end to its own. */
+ * tokens of context and its state saved; every run restores that state and takes one step (both
+ * untimed: the first step after a restore also rebuilds what the state does not hold), then steps C
+ * tokens, so that exactly one of them starts a chunk; each step is timed from the previous step's
+ * end to its own. */
 #include "bench.h"
 
 #include <stdlib.h>
@@ -17,8 +18,8 @@ typedef struct bench_decode {
 } bench_decode;
 
 /* Flops of one step, as linear attention credits one token: 2*B*(H_kv + H)*Dk*Dv (update the
- * running summary of each key/value head, read it out for each query head); the chunk start's P_i
- * is in the time, not in this count. */
+ * running summary of each key/value head, read it out for each query head); the step's share of the
+ * next chunk's P is in the time, not in this count. */
 double bench_decode_flops(const bench_shape *s)
 {
     const double hkv = (double)(s->kv_heads ? s->kv_heads : s->heads);
@@ -27,7 +28,8 @@ double bench_decode_flops(const bench_shape *s)
 
 /* Bytes of one step: q read and out written for one token of each query head; k, v, the running
  * summary S_cur read and written and P_i read (Dk x Dv each, normalizer none) of each key/value
- * head, f32. */
+ * head, f32. (With dec_next a step also reads and writes the next chunk's prefix and reads about
+ * i/C finished summaries: not counted, as the chunk start's pass is not.) */
 double bench_decode_bytes(const bench_shape *s)
 {
     const double hkv = (double)(s->kv_heads ? s->kv_heads : s->heads);
@@ -88,11 +90,12 @@ mhla_status bench_decode_create(bench_case *c, const bench_shape *s)
         return MHLA_ERR_OUT_OF_HOST_MEMORY;
     c->decode = d;
     d->steps = (int)chunk;
-    d->marked = (int)((chunk - context % chunk) % chunk); /* position context + marked is a multiple of C */
-    /* Room for the context and one run of steps; Mc covers them all. */
+    /* a run's steps are at positions context + 1 .. context + C; context + 1 + marked is a multiple of C */
+    d->marked = (int)((chunk - (context + 1) % chunk) % chunk);
+    /* Room for the context, the untimed step and one run of steps; Mc covers them all. */
     mhla_config cfg = bench_causal_config(s);
-    cfg.mixing_rows = (context + chunk + chunk - 1) / chunk;
-    st = mhla_decoder_create(c->ctx, &cfg, context + chunk, &d->dec);
+    cfg.mixing_rows = (context + 1 + chunk + chunk - 1) / chunk;
+    st = mhla_decoder_create(c->ctx, &cfg, context + 1 + chunk, &d->dec);
     if (st == MHLA_OK)
         st = bench_mixing_create(c->ctx, BENCH_CAUSAL_MIXING_INIT, cfg.mixing_rows, 1, 1, &c->mixing);
     if (st == MHLA_OK)
@@ -109,18 +112,26 @@ mhla_status bench_decode_create(bench_case *c, const bench_shape *s)
     }
     /* Up to the chunk start, a first launch of each step kernel (PoCL compiles a kernel for its
      * local size then), so that the warm-up run's time, which sets the number of runs, is a run's. */
-    for (int i = 0; st == MHLA_OK && i <= d->marked; ++i)
+    for (int i = 0; st == MHLA_OK && i <= d->marked + 1; ++i)
         st = mhla_decoder_step(d->dec, d->io[0], d->io[1], d->io[2], c->mixing, d->io[3], 0, NULL, NULL);
     if (st == MHLA_OK && clFinish(mhla_context_queue(c->ctx)) != CL_SUCCESS)
         st = MHLA_ERR_OPENCL;
     return st; /* the sweep destroys the case either way; runs restore the saved state first */
 }
 
+/* The saved state, and the step after it, which also rebuilds the next chunk's prefix mixture so
+ * far (the state does not hold it; a decoder that keeps stepping never does this again), done
+ * before the run is gated. */
 mhla_status bench_decode_prepare(bench_case *c)
 {
     bench_decode *d = c->decode;
     release_events(d);
-    return mhla_decoder_state_write(d->dec, d->state, d->state_size);
+    mhla_status st = mhla_decoder_state_write(d->dec, d->state, d->state_size);
+    if (st == MHLA_OK)
+        st = mhla_decoder_step(d->dec, d->io[0], d->io[1], d->io[2], c->mixing, d->io[3], 0, NULL, NULL);
+    if (st == MHLA_OK && clFinish(mhla_context_queue(c->ctx)) != CL_SUCCESS)
+        st = MHLA_ERR_OPENCL;
+    return st;
 }
 
 mhla_status bench_decode_enqueue(bench_case *c, cl_event *done)

@@ -165,13 +165,14 @@ static mhla_status verify_decode(bench_case *c, const bench_op *op, const bench_
                                  double *err)
 {
     mhla_status st = MHLA_OK;
-    const int64_t B = v->batch, H = v->heads, N = bench_shape_n(v), C = v->chunk, total = N + C;
+    /* the context, the step the prepare hook takes, and the run's C steps */
+    const int64_t B = v->batch, H = v->heads, N = bench_shape_n(v), C = v->chunk, total = N + 1 + C;
     const size_t tok = (size_t)(B * H * v->dv);
     cl_command_queue queue = mhla_context_queue(c->ctx);
     cl_event done = NULL;
     const int64_t HK = v->kv_heads ? v->kv_heads : H;
-    float *q = decode_sequence(v, d->q, H, v->dk, C), *k = decode_sequence(v, d->k, HK, v->dk, C);
-    float *vv = decode_sequence(v, d->v, HK, v->dv, C), *out = malloc((size_t)total * tok * sizeof *out);
+    float *q = decode_sequence(v, d->q, H, v->dk, C + 1), *k = decode_sequence(v, d->k, HK, v->dk, C + 1);
+    float *vv = decode_sequence(v, d->v, HK, v->dv, C + 1), *out = malloc((size_t)total * tok * sizeof *out);
     float *got = malloc((size_t)total * tok * sizeof *got), *last = malloc(tok * sizeof *last);
     double *ref = malloc((size_t)total * tok * sizeof *ref), *cmp = malloc((size_t)total * tok * sizeof *cmp);
     if (!q || !k || !vv || !out || !got || !last || !ref || !cmp) {

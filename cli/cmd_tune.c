@@ -345,9 +345,11 @@ static const tune_stage stages[] = {
      {{"ct_sq", 3, {0, 32, 64}}, {"ct_bk", 3, {8, 16, 32}}, {"cp_ti", 4, {0, 16, 32, 64}}, {"cp_tw", 3, {32, 64, 128}},
       {"cp_tj", 3, {8, 16, 32}}, {"cs_tk", 4, {0, 8, 16, 32}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
-    /* The decoder: its step's parts of Dk and its chunk start's parts of the earlier chunks, timed
-     * per token over C steps after the causal stages' N of context (tune_decode.c). */
-    {"decode", 3, 5, {{"dec_dp", 5, {1, 2, 4, 8, 16}}, {NULL, 0, {0}}}, NULL, NULL, NULL, 0, {0}, 0, 0},
+    /* The decoder: its step's parts of Dk and its chunk start's parts of the earlier chunks, and
+     * whether the steps sum the next chunk's prefix instead (dec_next), timed per token over C steps
+     * after the causal stages' N of context (tune_decode.c). */
+    {"decode", 3, 5, {{"dec_dp", 5, {1, 2, 4, 8, 16}}, {"dec_next", 2, {0, 1}}, {NULL, 0, {0}}}, NULL, NULL, NULL, 0,
+     {0}, 0, 0},
 };
 #define STAGE_COUNT (sizeof stages / sizeof stages[0])
 

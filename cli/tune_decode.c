@@ -1,6 +1,7 @@
 /* `mhla tune`'s decode stage: the decoder's step and chunk start (dec_dp: decoder.cl in parts on GPU
- * rows) checked against the double reference on a short sequence stepped token by token, and timed
- * as the bench's decode rows are: C steps after a prefilled context, one of them a chunk start. */
+ * rows; dec_next: the steps sum the next chunk's prefix) checked against the double reference on a
+ * short sequence stepped token by token, and timed as the bench's decode rows are: C steps after a
+ * prefilled context and one untimed step, one of the C a chunk start. */
 #include "tune_decode.h"
 
 #include "cli.h"
@@ -89,8 +90,9 @@ mhla_status tune_decode_open(mhla_context *ctx, const mhla_config *cfg, tune_dec
     const int64_t C = cfg->chunk > 0 ? cfg->chunk : 64, context = cfg->seq_t;
     mhla_config c = *cfg;
     c.chunk = C;
-    c.mixing_rows = (context + C - 1) / C + 1; /* every run's chunk start reads row N/C */
-    mhla_status st = mhla_decoder_create(ctx, &c, context + C, &d->dec);
+    /* the context, a run's untimed first step and its C steps; Mc covers them all */
+    c.mixing_rows = (context + 1 + C + C - 1) / C;
+    mhla_status st = mhla_decoder_create(ctx, &c, context + 1 + C, &d->dec);
     cl_int err = CL_SUCCESS;
     const mhla_tensor shape[5] = {MHLA_TENSOR_Q, MHLA_TENSOR_K, MHLA_TENSOR_V, MHLA_TENSOR_OUT, MHLA_TENSOR_MIXING};
     for (int i = 0; i < 4 && st == MHLA_OK; ++i) {
@@ -126,7 +128,11 @@ mhla_status tune_decode_open(mhla_context *ctx, const mhla_config *cfg, tune_dec
 
 mhla_status tune_decode_run(tune_decode *d, double *ms)
 {
+    /* the saved state, then a step outside the time: the first step after a restore also rebuilds
+     * the next chunk's prefix so far (dec_next), which a decoder that keeps stepping never does */
     mhla_status st = mhla_decoder_state_write(d->dec, d->state, d->state_bytes);
+    if (st == MHLA_OK)
+        st = mhla_decoder_step(d->dec, d->b[0], d->b[1], d->b[2], d->b[4], d->b[3], 0, NULL, NULL);
     if (st != MHLA_OK)
         return st;
     if (clFinish(d->queue) != CL_SUCCESS)
