@@ -50,14 +50,19 @@
 #                      GPU_CHECK_N and GPU_CHECK_CHUNK) with MHLA_TUNING=bct_fuse=1: the tiled dq, dk
 #                      and dv in one launch (bc_dqkv_tiled, their widths at run time) where the GPU
 #                      rows launch three, and --compare of them against bench-new.json (bench.txt)
+#   bench-nextdecode.json  step nextdecode: the new build's decode rows (decode, decode-gqa at
+#                      GPU_CHECK_DECODE and GPU_CHECK_CHUNK) with MHLA_TUNING=dec_next=1: every step
+#                      sums its share of the next chunk's prefix, so a chunk start is one launch like
+#                      any step (no decoder_prefix), and --compare of them against bench-new.json
+#                      (bench.txt): whether the steps' extra traffic costs more than the chunk start
 #   bench-official.json, bench-official-untiled.json  step official: the mhla and mhla-bwd rows at
 #                      GPU_CHECK_N with the official normalizer (--normalizer official), as the GPU rows
 #                      run it now (the tiled forward, the dots mixed in the read-out) and with
 #                      MHLA_TUNING=tiled=0 (the untiled forward with CLBlast's GEMMs it took before),
 #                      and --compare of the two (bench.txt)
 #
-# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, official, selftest, tune,
-# suite: the most wanted output first (tune's search is bounded by its budget, the suite by the
+# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, nextdecode, official,
+# selftest, tune, suite: the most wanted output first (tune's search is bounded by its budget, the suite by the
 # deadline), each under `timeout` so that one hang cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
 # The new build's bench runs with --kernels: after each row's timed runs one more records every
@@ -66,8 +71,8 @@
 #
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
-#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,fusedcausal,official,selftest,
-#                         suite,tune (default all eight; info always runs)
+#   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,
+#                         official,selftest,suite,tune (default all nine; info always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
 #   GPU_CHECK_N           the bench's --n (default 1024,4096,16384)
@@ -97,10 +102,11 @@ out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
     tune.txt bench-tuned.json bench-kernelgate.json bench-nomarks.json bench-untiledcausal.json bench-untiledbwd.json \
-    bench-fusedcausal.json bench-official.json bench-official-untiled.json bench-json.tar.gz)
+    bench-fusedcausal.json bench-nextdecode.json bench-official.json bench-official-untiled.json \
+    bench-json.tar.gz)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,fusedcausal,official,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,official,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
@@ -285,6 +291,12 @@ fi
 if wants fusedcausal; then
     variant fusedcausal 60 bct_fuse=1 "$out/bench-new.json" "$out/bench-fusedcausal.json" \
         --n "$bench_n" --chunk "$chunk" --ops mhla-causal-bwd --gate event --kernels
+fi
+
+# ---- nextdecode: the decode rows with the steps summing the next chunk's prefix, same call -----
+if wants nextdecode; then
+    variant nextdecode 45 dec_next=1 "$out/bench-new.json" "$out/bench-nextdecode.json" \
+        --chunk "$chunk" --decode-context "$decode" --ops decode,decode-gqa --gate event --kernels
 fi
 
 # ---- official: the official normalizer's rows, tiled and untiled, in the same call -------------
