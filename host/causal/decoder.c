@@ -263,8 +263,10 @@ static mhla_status step_enqueue(mhla_decoder *dec, const cl_mem bufs[5], int64_t
     const cl_int chunk = (cl_int)(dec->position / C);
     const cl_int spread = c->tiling.dec_next, fresh = t == 0, last = t == C - 1;
     const cl_int rows_mc = (cl_int)cfg->mixing_rows, token = (cl_int)u;
-    const cl_int nrow = spread ? next_row(dec, chunk) : -1;
     const cl_int j_lo = next_done(dec, chunk, t), j_hi = next_done(dec, chunk, t + 1);
+    /* dec_next: the row this chunk's steps sum; -1 where a step has nothing to add (fewer earlier
+     * chunks than steps: most steps of a short context), so it leaves the sum untouched */
+    const cl_int nrow = spread && (fresh || last || j_lo < j_hi) ? next_row(dec, chunk) : -1;
     const mhla_grid grid = mhla__causal_grid(c, n);
     const float feature_eps = cfg->feature_eps, scale = cfg->scale, eps = cfg->eps;
     cl_mem mixing = bufs[MHLA_TENSOR_MIXING];
