@@ -15,7 +15,9 @@
 #                      batch, and --compare matches rows on it)
 #   bench-base.json    the same with the baseline build (gpu-carry/base, gpu_prepare.sh --base),
 #                      run right after the new one, on the same machine
-#   bench.txt          their text tables, then `mhla-bench --compare bench-base.json bench-new.json`
+#   bench.txt          their text tables, then `mhla-bench --compare bench-base.json bench-new.json`,
+#                      and at the end the GPU speed targets (scripts/gpu_targets.py: a table of each
+#                      target's figure in bench-base, -new, -nextdecode and -tuned.json), also printed
 #   selftest.txt       `mhla selftest` with the device's own tuning row, then with row=gpu
 #   suite.txt          scripts/device_suite.py: the opencl, unit and cli tests on the device, then
 #                      the last lines of each failed test's log
@@ -370,6 +372,20 @@ EOF
         [ -f "$tmp/suite-logs/$name.log" ] || continue
         { echo; echo "==== $name.log (last 80 lines)"; tail -n 80 "$tmp/suite-logs/$name.log"; } >>"$log"
     done
+fi
+
+# ---- the GPU speed targets: scripts/gpu_targets.py over the files this run wrote --------------
+# (after every step and outside the deadline: it reads files and takes no device time). The verdict
+# of each target is the last file's that has the row: tuned, else nextdecode, new, base.
+if [ -f "$out/bench-new.json" ]; then
+    targets=()
+    for pair in base:bench-base new:bench-new nextdecode:bench-nextdecode tuned:bench-tuned; do
+        [ -f "$out/${pair#*:}.json" ] && targets+=("${pair%%:*}=$out/${pair#*:}.json")
+    done
+    { echo "== targets: scripts/gpu_targets.py ${targets[*]}"; python3 scripts/gpu_targets.py "${targets[@]}"; } \
+        >"$tmp/targets.txt" 2>&1 || failed=1
+    cat "$tmp/targets.txt" >>"$out/bench.txt"
+    cat "$tmp/targets.txt"
 fi
 
 {
