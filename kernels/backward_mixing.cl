@@ -23,19 +23,32 @@ kernel void bwd_transpose(global const float *restrict src, global float *restri
         dst[(long)b * m + i] = src[(long)i * lda + b];
 }
 
+/* The operands of partial sum c: chunks 0 .. chunks1 - 1 are the first pair's (a, bm: rows of x
+ * floats from `off`, a causal plan's sequence starting at its first slot), the chunks after them the
+ * second pair's (a2, bm2: rows of x2 floats; the official normalizer's r and dots, whose products
+ * add to the same dMc). Chunk k of a pair covers its x-values [k*len, (k+1)*len). */
+#define DMIX_PAIR(c_)                                                                                  \
+    const int second = (c_) >= chunks1;                                                                \
+    global const float *a = (second ? a2_arg : a_arg) + off, *bm = (second ? bm2_arg : bm_arg) + off; \
+    const long x = second ? x2 : x_arg;                                                                \
+    const long x0 = (long)((c_) - (second ? chunks1 : 0)) * len, x1 = min(x0 + len, x)
+/* Every form's arguments, as host/backward/dmixing.c sets them. */
+#define DMIX_ARGS                                                                                      \
+    global const float *restrict a_arg, global const float *restrict bm_arg, global float *restrict part, \
+        const long x_arg, const int rows, const int cols, const long len, const long off, const int lower, \
+        global const float *restrict a2_arg, global const float *restrict bm2_arg, const long x2,       \
+        const int chunks1
+
 /* global: (ceil(cols/BWD_TM), ceil(rows/BWD_TM), chunks). part[(c*rows + i)*cols + b] = sum of
- * a[i][x] * bm[b][x] over chunk c's x (rows of x floats from `off`), lanes added last as a tree of
+ * a[i][x] * bm[b][x] over chunk c's x (DMIX_PAIR), lanes added last as a tree of
  * halves (BWD_HSUM: a chunk is short, so 16 lanes added one after another weighed on every chunk;
  * docs/tuning-notes.md "Causal backward"). Rows past the last repeat it (their sums are not
  * stored), so every work-item runs the same loop. `lower` (the causal form, whose dMc is lower triangular): tiles with
  * no pair b < i store zeros instead. */
-kernel void bwd_dmixing_part(global const float *restrict a_arg, global const float *restrict bm_arg,
-                             global float *restrict part, const long x, const int rows, const int cols,
-                             const long len, const long off, const int lower)
+kernel void bwd_dmixing_part(DMIX_ARGS)
 {
-    global const float *a = a_arg + off, *bm = bm_arg + off; /* a causal plan's sequence: its first slot */
     const int b0 = (int)get_global_id(0) * BWD_TM, i0 = (int)get_global_id(1) * BWD_TM, c = (int)get_global_id(2);
-    const long x0 = (long)c * len, x1 = min(x0 + len, x);
+    DMIX_PAIR(c);
     if (b0 >= cols || i0 >= rows || x0 >= x) /* the launch is rounded up to whole groups */
         return;
     if (lower && b0 >= i0 + BWD_TM) {
@@ -89,15 +102,12 @@ kernel void bwd_dmixing_part(global const float *restrict a_arg, global const fl
 #define DM_K 16         /* x-values per local tile (host/tune/tune.h's MHLA_DM_K) */
 #define DM_W (DM_T / 4) /* work-items along each side of the tile */
 #define DM_LD (DM_T + 4) /* floats per x-value in the local tiles */
-kernel void bwd_dmixing_tiled(global const float *restrict a_arg, global const float *restrict bm_arg,
-                              global float *restrict part, const long x, const int rows, const int cols,
-                              const long len, const long off, const int lower)
+kernel void bwd_dmixing_tiled(DMIX_ARGS)
 {
     local float as[DM_K * DM_LD], bs[DM_K * DM_LD];
-    global const float *a = a_arg + off, *bm = bm_arg + off;
     const int tb = (int)get_local_id(0), ti = (int)get_local_id(1), lid = ti * DM_W + tb;
     const int b0 = (int)get_group_id(0) * DM_T, i0 = (int)get_group_id(1) * DM_T, c = (int)get_group_id(2);
-    const long x0 = (long)c * len, x1 = min(x0 + len, x);
+    DMIX_PAIR(c); /* the same for the whole group */
     const int ib = b0 + 4 * tb, ii = i0 + 4 * ti; /* this work-item's first column and row */
     float4 acc[4] = {(float4)(0.0f), (float4)(0.0f), (float4)(0.0f), (float4)(0.0f)};
     if (!(lower && b0 >= i0 + DM_T)) { /* the same for the whole group: its barriers are all or none */

@@ -61,7 +61,7 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
     const size_t head_bytes = (size_t)c->dk * (size_t)sh->summary_cols * sizeof(float);
     const size_t wg = (size_t)plan->tiles.wg;
     const size_t scols = bh_kv * (size_t)c->dk * (size_t)sh->summary_cols, dcols = bh * (size_t)sh->nb;
-    const size_t xmax = c->normalizer == MHLA_NORMALIZER_OFFICIAL && dcols > scols ? dcols : scols;
+    const size_t x2max = c->normalizer == MHLA_NORMALIZER_OFFICIAL ? dcols : 0; /* r . dots: a second pair */
     const size_t m_most = m > m_kv ? m : m_kv;
 
     /* the tiled read-outs and gradient summaries where they fit; else the untiled ones */
@@ -85,7 +85,7 @@ static mhla_status setup(mhla_plan *plan, mhla_bwd *b)
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_dkv_readout", &b->k_dkv));
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_weighted_kernel(plan, 0, &b->k_gsum));
     }
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m_most, xmax, &prog));
+    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, m_most, scols, x2max, &prog));
     MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "bwd_transpose", &b->k_transpose));
     if (!tiled) {
         b->rows_ext[0] = ((size_t)plan->shape.nb + (size_t)b->tiles.bwd_rt - 1) / (size_t)b->tiles.bwd_rt;
@@ -278,13 +278,12 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
                                                "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
     }
     if (dmixing) { /* dMc[i,j] = <G_i, S_j> over the key/value heads */
-        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing, m,
-                                                         m_kv, m_kv, 0, 0));
-        if (official) {
-            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx)); /* the calls share the partial sums */
-            MHLA_FORWARD_IF_ERROR(st,
-                                  mhla__backward_dmixing(plan, b, b->r, plan->dots, 0, dcols, dmixing, m, m, m, 1, 0));
-        }
+        if (official) /* (+ sum_p r_{i,p} dots_{j,p}) in the same launches; no cross-attention: M_kv = M */
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_pairs(plan, b, b->grad_kv, plan->summary, scols, b->r,
+                                                                   plan->dots, dcols, dmixing, m, m));
+        else
+            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing,
+                                                             m, m_kv, m_kv, 0, 0));
     }
 cleanup:
     return st;

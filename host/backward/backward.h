@@ -92,8 +92,10 @@ mhla_status mhla__backward_get(mhla_plan *plan, mhla_bwd **out);
 /* A workspace buffer of the backward, counted in mhla_plan_workspace_size(). */
 mhla_status mhla__backward_buffer(mhla_plan *plan, size_t bytes, const char *what, cl_mem *out);
 /* dMc's kernels and partial sums (kernels/backward_mixing.cl) for products of up to `rows` rows of
- * up to xmax floats; *prog receives the program. */
-mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog);
+ * up to xmax floats, plus a second pair's of up to x2max floats (0: none); *prog receives the
+ * program. */
+mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, size_t x2max,
+                                         cl_program *prog);
 /* out[i*ldo + b] (+)= sum_x a[off + i*x + ..] bm[off + b*x + ..] for i < m, b < cols: dMc's
  * fixed-order reduction (m and cols at most the setup's rows); `lower`: only the pairs b < i are
  * needed (others may read as 0). */
@@ -103,6 +105,10 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
  * in piece order (the causal backward's bc_dmix_reduce_finish). */
 mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
                                          cl_int m, cl_int cols, cl_int lower, cl_int *pieces);
+/* out[i*cols + b] = sum_x a[i*x + ..] bm[b*x + ..] + sum_x a2[i*x2 + ..] bm2[b*x2 + ..] for i < m,
+ * b < cols, in the same two launches (the official normalizer's dMc: <G_i, S_b> + r_i . dots_b). */
+mhla_status mhla__backward_dmixing_pairs(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem a2,
+                                         cl_mem bm2, size_t x2, cl_mem out, cl_int m, cl_int cols);
 /* Non-causal: the forward's summaries recomputed, then every stage of the backward. */
 mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                    cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,

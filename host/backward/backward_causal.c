@@ -193,7 +193,7 @@ mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b)
     }
     /* dMc below the diagonal: each sequence's <G_i, S_j> with the non-causal tiled product */
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_setup(plan, b, (size_t)c->mixing_rows,
-                                                           heads * (size_t)c->dk * (size_t)(c->dv + 1), &prog));
+                                                           heads * (size_t)c->dk * (size_t)(c->dv + 1), 0, &prog));
     const size_t tok[3] = {(size_t)plan->shape.nb, heads, 1}; /* a chunk's tokens */
     if (b->k_bc_scalars && !b->tiles.bc_sq)
         mhla__local_size_3d(ctx, b->k_bc_scalars, tok, wg, b->lws_bc_token);

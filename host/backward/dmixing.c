@@ -1,7 +1,8 @@
 /* What the backward forms share: a workspace buffer counted in the plan's, dMc[i,b] = <A_i, B_b> in a
  * fixed order (kernels/backward_mixing.cl: partial sums per chunk of the rows, by work-items of 4
- * rows each or, on GPU rows, by work-group tiles through local memory; then their sum), and Mc^T
- * for the non-causal forms' dS = Mc^T G. */
+ * rows each or, on GPU rows, by work-group tiles through local memory; then their sum; the official
+ * normalizer's second pair of operands in the same two launches), and Mc^T for the non-causal
+ * forms' dS = Mc^T G. */
 #include "backward/backward.h"
 
 #include <stdio.h>
@@ -59,7 +60,8 @@ static void dmix_why(void *arg, const mhla_fit *fit, char *buf, size_t size)
     snprintf(buf, size, "dMc's product tiles do not fit %zu work-items", fit->wg);
 }
 
-mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, cl_program *prog)
+mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t rows, size_t xmax, size_t x2max,
+                                         cl_program *prog)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -75,7 +77,7 @@ mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t ro
         const size_t tiles = (rows + (size_t)b->tiles.dm_t - 1) / (size_t)b->tiles.dm_t;
         const size_t want_groups = 8 * (size_t)ctx->limits.compute_units;
         size_t chunks = (want_groups + tiles * tiles - 1) / (tiles * tiles);
-        size_t len = (xmax + chunks - 1) / (chunks ? chunks : 1);
+        size_t len = (xmax + x2max + chunks - 1) / (chunks ? chunks : 1);
         const size_t floor_len = 16 * MHLA_DM_K;
         b->dmix_len = mhla__round_up(len > floor_len ? len : floor_len, MHLA_DM_K);
     } else {
@@ -88,21 +90,24 @@ mhla_status mhla__backward_dmixing_setup(mhla_plan *plan, mhla_bwd *b, size_t ro
         const size_t floor_len = rows >= 128 ? 4096 : 1024;
         b->dmix_len = mhla__round_up(rows > floor_len ? rows : floor_len, 16);
     }
-    b->dmix_chunks = (xmax + b->dmix_len - 1) / b->dmix_len;
+    b->dmix_chunks = (xmax + b->dmix_len - 1) / b->dmix_len + (x2max + b->dmix_len - 1) / b->dmix_len;
     MHLA_FORWARD_IF_ERROR(st, mhla__backward_buffer(plan, b->dmix_chunks * rows * rows * sizeof(float),
                                                     "the partial sums of dMc", &b->dmix_part));
 cleanup:
     return st;
 }
 
-mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                         cl_int m, cl_int cols, cl_int lower, cl_int *pieces)
+/* The partial sums of the products of a and bm (rows of x floats from off), then of a2 and bm2
+ * (rows of x2 floats from off; none where x2 is 0), in one launch: [*pieces][m][cols]. */
+static mhla_status parts_launch(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x, cl_mem a2,
+                                cl_mem bm2, size_t x2, cl_int m, cl_int cols, cl_int lower, cl_int *pieces)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
-    const cl_long xl = (cl_long)x;
+    const cl_long xl = (cl_long)x, x2l = (cl_long)x2;
     const cl_long len = (cl_long)b->dmix_len, offl = (cl_long)off;
-    const cl_int chunks = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
+    const cl_int chunks1 = (cl_int)((x + b->dmix_len - 1) / b->dmix_len);
+    const cl_int chunks = chunks1 + (cl_int)((x2 + b->dmix_len - 1) / b->dmix_len);
     size_t extent[3], local[3];
     if (b->tiles.dm_t > 0) { /* a group of (DM_T/4)^2 per DM_T x DM_T tile */
         const size_t dm = (size_t)b->tiles.dm_t, side = dm / 4;
@@ -115,7 +120,8 @@ mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a,
         mhla__local_size_3d(ctx, b->k_dmixing, extent, (size_t)plan->tiles.wg, local);
     }
     MHLA_SET_ARGS(st, ctx, b->k_dmixing, 0, MHLA_ARG(a), MHLA_ARG(bm), MHLA_ARG(b->dmix_part), MHLA_ARG(xl),
-                  MHLA_ARG(m), MHLA_ARG(cols), MHLA_ARG(len), MHLA_ARG(offl), MHLA_ARG(lower));
+                  MHLA_ARG(m), MHLA_ARG(cols), MHLA_ARG(len), MHLA_ARG(offl), MHLA_ARG(lower), MHLA_ARG(a2),
+                  MHLA_ARG(bm2), MHLA_ARG(x2l), MHLA_ARG(chunks1));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmixing, 3, extent, local, 0, NULL, NULL,
                                            b->tiles.dm_t > 0 ? "clEnqueueNDRangeKernel(bwd_dmixing_tiled)"
                                                              : "clEnqueueNDRangeKernel(bwd_dmixing_part)"));
@@ -124,22 +130,49 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower)
+/* out[i*ldo + b] (+)= the sum of `chunks` partial sums, in chunk order. */
+static mhla_status reduce_launch(mhla_plan *plan, mhla_bwd *b, cl_mem out, cl_int m, cl_int cols, cl_int ldo,
+                                 cl_int accumulate, cl_int chunks)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const size_t rext[3] = {(size_t)cols, (size_t)m, 1};
     size_t rlocal[3];
-    cl_int chunks = 0;
-    MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_parts(plan, b, a, bm, off, x, m, cols, lower, &chunks));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     mhla__local_size_3d(ctx, b->k_dmix_reduce, rext, (size_t)plan->tiles.wg, rlocal);
     MHLA_SET_ARGS(st, ctx, b->k_dmix_reduce, 0, MHLA_ARG(b->dmix_part), MHLA_ARG(out), MHLA_ARG(m), MHLA_ARG(cols),
-                  MHLA_ARG(chunks),
-                  MHLA_ARG(ldo), MHLA_ARG(accumulate));
+                  MHLA_ARG(chunks), MHLA_ARG(ldo), MHLA_ARG(accumulate));
     MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, b->k_dmix_reduce, 2, rext, rlocal, 0, NULL, NULL,
                                            "clEnqueueNDRangeKernel(bwd_dmixing_reduce)"));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                         cl_int m, cl_int cols, cl_int lower, cl_int *pieces)
+{
+    return parts_launch(plan, b, a, bm, off, x, a, bm, 0, m, cols, lower, pieces);
+}
+
+mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower)
+{
+    mhla_status st = MHLA_OK;
+    cl_int chunks = 0;
+    MHLA_FORWARD_IF_ERROR(st, parts_launch(plan, b, a, bm, off, x, a, bm, 0, m, cols, lower, &chunks));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
+    MHLA_FORWARD_IF_ERROR(st, reduce_launch(plan, b, out, m, cols, ldo, accumulate, chunks));
+cleanup:
+    return st;
+}
+
+mhla_status mhla__backward_dmixing_pairs(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem a2,
+                                         cl_mem bm2, size_t x2, cl_mem out, cl_int m, cl_int cols)
+{
+    mhla_status st = MHLA_OK;
+    cl_int chunks = 0;
+    MHLA_FORWARD_IF_ERROR(st, parts_launch(plan, b, a, bm, 0, x, a2, bm2, x2, m, cols, 0, &chunks));
+    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
+    MHLA_FORWARD_IF_ERROR(st, reduce_launch(plan, b, out, m, cols, cols, 0, chunks));
 cleanup:
     return st;
 }

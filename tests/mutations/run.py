@@ -229,6 +229,12 @@ MUTATIONS = [
              [("kernels/decoder.cl", "for (int j = 0; j < count; ++j)\n        a = fma(",
                "for (int j = 1; j < count; ++j)\n        a = fma(", 1)],
              [("decoder", "test_state_save_restore", "dec_next=1, restored at 40")]),
+    Mutation("dmix-second-pair-from-its-end", "the official normalizer's second pair of dMc operands (r and the "
+             "dots) starts its chunks where the first pair's end",
+             [("kernels/backward_mixing.cl", "const long x0 = (long)((c_) - (second ? chunks1 : 0)) * len",
+               "const long x0 = (long)(c_) * len", 1)],
+             [("backward", "test_backward_tiled_limits", "MHLA_LIMITS=wg=64,local=16K row=gpu, tiled backward, Dk 7 "
+               "Dv 5: dmixing")]),
     Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
              [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
                "(bh - batch * g.heads) % g.kv_heads;", 1)],
