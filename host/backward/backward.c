@@ -277,14 +277,8 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
         MHLA_FORWARD_IF_ERROR(st, mhla__launch(ctx, kr, 3, b->kv_rows_ext, b->lws_dkv, 0, NULL, NULL,
                                                "clEnqueueNDRangeKernel(bwd_dkv_readout)"));
     }
-    if (dmixing) { /* dMc[i,j] = <G_i, S_j> over the key/value heads */
-        if (official) /* (+ sum_p r_{i,p} dots_{j,p}) in the same launches; no cross-attention: M_kv = M */
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_pairs(plan, b, b->grad_kv, plan->summary, scols, b->r,
-                                                                   plan->dots, dcols, dmixing, m, m));
-        else
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing,
-                                                             m, m_kv, m_kv, 0, 0));
-    }
+    if (dmixing)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_noncausal(plan, b, dmixing));
 cleanup:
     return st;
 }

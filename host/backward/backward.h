@@ -105,10 +105,10 @@ mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_me
  * in piece order (the causal backward's bc_dmix_reduce_finish). */
 mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
                                          cl_int m, cl_int cols, cl_int lower, cl_int *pieces);
-/* out[i*cols + b] = sum_x a[i*x + ..] bm[b*x + ..] + sum_x a2[i*x2 + ..] bm2[b*x2 + ..] for i < m,
- * b < cols, in the same two launches (the official normalizer's dMc: <G_i, S_b> + r_i . dots_b). */
-mhla_status mhla__backward_dmixing_pairs(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem a2,
-                                         cl_mem bm2, size_t x2, cl_mem out, cl_int m, cl_int cols);
+/* The non-causal forms' dMc[i,j] = <G_i, S_j> over the key/value heads (b->grad_kv, plan->summary),
+ * with the official normalizer's sum_p r_{i,p} dots_{j,p} (b->r, plan->dots) in the same two
+ * launches: the products' partial sums over both pairs, then one reduction. */
+mhla_status mhla__backward_dmixing_noncausal(mhla_plan *plan, mhla_bwd *b, cl_mem dmixing);
 /* Non-causal: the forward's summaries recomputed, then every stage of the backward. */
 mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
                                    cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, cl_uint num_wait,

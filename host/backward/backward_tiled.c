@@ -142,14 +142,8 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dkv_tiled, &plan->kv_grid,
                                              (size_t)dk_tiles + column_tiles(b, c->dv),
                                              "clEnqueueNDRangeKernel(bwd_dkv_tiled)"));
-    if (dmixing) { /* dMc[i,j] = <G_i, S_j> over the key/value heads (+ sum_p r_{i,p} dots_{j,p}) */
-        if (official) /* (+ sum_p r_{i,p} dots_{j,p}) in the same launches; no cross-attention: M_kv = M */
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_pairs(plan, b, b->grad_kv, plan->summary, scols, b->r,
-                                                                   plan->dots, dcols, dmixing, m, m));
-        else
-            MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing,
-                                                             m, m_kv, m_kv, 0, 0));
-    }
+    if (dmixing)
+        MHLA_FORWARD_IF_ERROR(st, mhla__backward_dmixing_noncausal(plan, b, dmixing));
 cleanup:
     return st;
 }

@@ -165,8 +165,10 @@ cleanup:
     return st;
 }
 
-mhla_status mhla__backward_dmixing_pairs(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem a2,
-                                         cl_mem bm2, size_t x2, cl_mem out, cl_int m, cl_int cols)
+/* out[i*cols + b] = sum_x a[i*x + ..] bm[b*x + ..] + sum_x a2[i*x2 + ..] bm2[b*x2 + ..] for i < m,
+ * b < cols: one launch of partial sums over both pairs, one reduction. */
+static mhla_status dmixing_pairs(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem a2, cl_mem bm2,
+                                 size_t x2, cl_mem out, cl_int m, cl_int cols)
 {
     mhla_status st = MHLA_OK;
     cl_int chunks = 0;
@@ -189,4 +191,15 @@ mhla_status mhla__backward_mixing_transpose(mhla_plan *plan, mhla_bwd *b, cl_mem
                                            "clEnqueueNDRangeKernel(bwd_transpose)"));
 cleanup:
     return st;
+}
+
+mhla_status mhla__backward_dmixing_noncausal(mhla_plan *plan, mhla_bwd *b, cl_mem dmixing)
+{
+    const mhla_shape *sh = &plan->shape;
+    const size_t scols = (size_t)sh->bh_kv * (size_t)plan->cfg.dk * (size_t)sh->summary_cols;
+    const cl_int m = (cl_int)sh->m, m_kv = (cl_int)sh->m_kv;
+    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) /* no cross-attention there: M_kv = M */
+        return dmixing_pairs(plan, b, b->grad_kv, plan->summary, scols, b->r, plan->dots,
+                             (size_t)sh->bh * (size_t)sh->nb, dmixing, m, m);
+    return mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing, m, m_kv, m_kv, 0, 0);
 }
