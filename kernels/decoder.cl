@@ -244,8 +244,8 @@ kernel void decoder_step(DECODER_STEP_ARGS)
 
 #else /* STEP_DP > 1 */
 
-/* Column lanes a group has at most: the host's local sizes are at most DP_LANES * STEP_DP
- * (host/causal/causal.c). */
+/* Column lanes a decoder_prefix group has at most: the host's local sizes for it are at most
+ * DP_LANES * STEP_DP (host/causal/causal.c; the step's groups have a lane per summary column). */
 #define DP_LANES 64
 /* Query heads a pass reads out: those that share the key/value head, 4 at most. */
 #define DP_QG (KV_GROUP < 4 ? KV_GROUP : 4)

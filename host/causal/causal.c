@@ -82,11 +82,12 @@ static mhla_status build_kernels(mhla_causal *c, int with_step, mhla_fit *fit, i
         MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, "decoder_step", &c->k_step));
         const size_t dp = (size_t)t->dec_dp;
         if (dp > 1) {
-            /* The parts form: groups of whole column lanes (64 at most: DP_LANES in decoder.cl), one
-             * per part at least; where the built kernels allow less (work-items, local memory),
-             * fewer parts and a rebuild. */
+            /* The parts form: groups of whole column lanes, a lane for each summary column where the
+             * kernel allows (with 64 lanes, the paper normalizer's z column at Dv = 64 gave lane 0
+             * two chains, and a step's time is its longest), one per part at least; where the built
+             * kernels allow less (work-items, local memory), fewer parts and a rebuild. */
             r = mhla__fit_check(ctx, c->k_step, dp, mhla__decoder_step_local(cfg, t), fit);
-            c->lws_step = mhla__local_size(ctx, c->k_step, 64 * dp) / dp * dp;
+            c->lws_step = mhla__local_size(ctx, c->k_step, (size_t)c->scols * dp) / dp * dp;
             if (r == 0 && !t->dec_next) {
                 what = "decoder_prefix";
                 MHLA_FORWARD_IF_ERROR(st, mhla__kernel_create(ctx, prog, what, &c->k_step_prefix));
