@@ -153,30 +153,24 @@ mhla_status mhla__backward_dmixing_parts(mhla_plan *plan, mhla_bwd *b, cl_mem a,
     return parts_launch(plan, b, a, bm, off, x, a, bm, 0, m, cols, lower, pieces);
 }
 
-mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
-                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower)
+/* parts_launch's partial sums, then reduce_launch's sum of them: dMc's two launches. */
+static mhla_status product(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x, cl_mem a2,
+                           cl_mem bm2, size_t x2, cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate,
+                           cl_int lower)
 {
     mhla_status st = MHLA_OK;
     cl_int chunks = 0;
-    MHLA_FORWARD_IF_ERROR(st, parts_launch(plan, b, a, bm, off, x, a, bm, 0, m, cols, lower, &chunks));
+    MHLA_FORWARD_IF_ERROR(st, parts_launch(plan, b, a, bm, off, x, a2, bm2, x2, m, cols, lower, &chunks));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
     MHLA_FORWARD_IF_ERROR(st, reduce_launch(plan, b, out, m, cols, ldo, accumulate, chunks));
 cleanup:
     return st;
 }
 
-/* out[i*cols + b] = sum_x a[i*x + ..] bm[b*x + ..] + sum_x a2[i*x2 + ..] bm2[b*x2 + ..] for i < m,
- * b < cols: one launch of partial sums over both pairs, one reduction. */
-static mhla_status dmixing_pairs(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t x, cl_mem a2, cl_mem bm2,
-                                 size_t x2, cl_mem out, cl_int m, cl_int cols)
+mhla_status mhla__backward_dmixing(mhla_plan *plan, mhla_bwd *b, cl_mem a, cl_mem bm, size_t off, size_t x,
+                                   cl_mem out, cl_int m, cl_int cols, cl_int ldo, cl_int accumulate, cl_int lower)
 {
-    mhla_status st = MHLA_OK;
-    cl_int chunks = 0;
-    MHLA_FORWARD_IF_ERROR(st, parts_launch(plan, b, a, bm, 0, x, a2, bm2, x2, m, cols, 0, &chunks));
-    MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(plan->ctx));
-    MHLA_FORWARD_IF_ERROR(st, reduce_launch(plan, b, out, m, cols, cols, 0, chunks));
-cleanup:
-    return st;
+    return product(plan, b, a, bm, off, x, a, bm, 0, out, m, cols, ldo, accumulate, lower);
 }
 
 mhla_status mhla__backward_mixing_transpose(mhla_plan *plan, mhla_bwd *b, cl_mem mixing)
@@ -198,8 +192,9 @@ mhla_status mhla__backward_dmixing_noncausal(mhla_plan *plan, mhla_bwd *b, cl_me
     const mhla_shape *sh = &plan->shape;
     const size_t scols = (size_t)sh->bh_kv * (size_t)plan->cfg.dk * (size_t)sh->summary_cols;
     const cl_int m = (cl_int)sh->m, m_kv = (cl_int)sh->m_kv;
-    if (plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL) /* no cross-attention there: M_kv = M */
-        return dmixing_pairs(plan, b, b->grad_kv, plan->summary, scols, b->r, plan->dots,
-                             (size_t)sh->bh * (size_t)sh->nb, dmixing, m, m);
-    return mhla__backward_dmixing(plan, b, b->grad_kv, plan->summary, 0, scols, dmixing, m, m_kv, m_kv, 0, 0);
+    /* the official normalizer's r . dots as the second pair (it has no cross-attention: M_kv = M) */
+    const int official = plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL;
+    return product(plan, b, b->grad_kv, plan->summary, 0, scols, official ? b->r : b->grad_kv,
+                   official ? plan->dots : plan->summary, official ? (size_t)sh->bh * (size_t)sh->nb : 0, dmixing, m,
+                   m_kv, m_kv, 0, 0);
 }
