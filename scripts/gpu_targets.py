@@ -27,8 +27,6 @@ probes, not the data sheet: on the H100 62 TFLOP/s and 2.1 TB/s). A row a file l
 import json
 import sys
 
-TARGETS_DOC = __doc__
-
 
 def fail(msg):
     print("gpu_targets: " + msg, file=sys.stderr)
@@ -131,7 +129,7 @@ def bound_lines(files):
             bytes_ = 4.0 * bh_n * 2.0 * (float(r["dk"]) + float(r["dv"]))  # q, k, v, out: f32, once
             bound = max(flops / (float(p["gflops"]) * 1e6), bytes_ / (float(p["copy_gbps"]) * 1e6))
             cells.append("%.1fx" % (float(r["ms_median"]) / bound))
-        lines.append(("bound", "mhla B=%d N=%d over its bound" % (batch, n), cells, ""))
+        lines.append(("mhla B=%d N=%d over its bound" % (batch, n), cells))
     return lines
 
 
@@ -143,7 +141,7 @@ def fmt(x, unit):
 
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
-        print(TARGETS_DOC.strip())
+        print(__doc__.strip())
         return 0 if argv else 2
     files = [load(a) for a in argv]
     labels = [label for label, _ in files]
@@ -162,8 +160,8 @@ def main(argv):
             verdict, missed = "missed", missed + 1
         print("| %s | %s | %s | %s %s | %s |" % (name, what, " | ".join(fmt(v, unit) for v in vals),
                                                 "<=" if sense == "le" else ">=", fmt(limit, unit), verdict))
-    for name, what, cells, _ in bound_lines(files):
-        print("| %s | %s | %s | | |" % (name, what, " | ".join(cells)))
+    for what, cells in bound_lines(files):
+        print("| bound | %s | %s | | |" % (what, " | ".join(cells)))
     print("\ngpu_targets: %d met, %d missed, %d not measured (verdicts from the last file with the row: %s)"
           % (met, missed, absent, ", ".join(labels[::-1])))
     return 0
