@@ -38,8 +38,21 @@ static mhla_status feed(mhla_decoder *dec, const mhla_config *cfg, const test_in
     return st;
 }
 
-/* A schedule: segments of prefill ('p') or steps ('s'), e.g. "p40 s29". Runs it on a fresh
- * decoder of capacity N and returns the whole sequence's output. */
+/* A schedule: segments of prefill ('p') or steps ('s'), e.g. "p40 s29". Reads the segment at *p into
+ * kind and n and moves *p past it; 0 at the end. */
+static int next_segment(const char **p, char *kind, int *n)
+{
+    while (**p == ' ')
+        ++*p;
+    if (!**p)
+        return 0;
+    int used = 0;
+    assert_int_equal(sscanf(*p, "%c%d%n", kind, n, &used), 2);
+    *p += used;
+    return 1;
+}
+
+/* Runs a schedule on a fresh decoder of capacity N and returns the whole sequence's output. */
 static float *run_schedule(mhla_context *ctx, const mhla_config *cfg, const test_inputs *in, const char *schedule)
 {
     mhla_decoder *dec = NULL;
@@ -48,19 +61,15 @@ static float *run_schedule(mhla_context *ctx, const mhla_config *cfg, const test
         fail_msg("mhla_decoder_create: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
     float *out = nan_floats(in->no);
     int64_t t = 0;
-    for (const char *p = schedule; *p;) {
-        char kind = 0;
-        int n = 0, used = 0;
-        assert_int_equal(sscanf(p, " %c%d%n", &kind, &n, &used), 2);
-        p += used;
+    char kind = 0;
+    int n = 0;
+    for (const char *p = schedule; next_segment(&p, &kind, &n);) {
         st = feed(dec, cfg, in, t, n, kind == 'p', out);
         if (st != MHLA_OK)
             fail_msg("%s at token %lld: %s: %s", schedule, (long long)t, mhla_status_name(st),
                      mhla_context_message(ctx));
         t += n;
         assert_int_equal(mhla_decoder_position(dec), t);
-        while (*p == ' ')
-            ++p;
     }
     assert_int_equal(t, cfg->seq_t);
     mhla_decoder_destroy(dec);
@@ -72,18 +81,14 @@ static float *run_schedule(mhla_context *ctx, const mhla_config *cfg, const test
 static int schedule_steps(const char *schedule, int64_t C, int *prefills)
 {
     int64_t t = 0, steps = 0;
+    char kind = 0;
+    int n = 0;
     *prefills = 0;
-    for (const char *p = schedule; *p;) {
-        char kind = 0;
-        int n = 0, used = 0;
-        assert_int_equal(sscanf(p, " %c%d%n", &kind, &n, &used), 2);
-        p += used;
+    for (const char *p = schedule; next_segment(&p, &kind, &n);) {
         const int64_t into = t % C, head = kind == 's' ? n : into == 0 ? 0 : n < C - into ? n : C - into;
         steps += head;
         *prefills += kind == 'p';
         t += n;
-        while (*p == ' ')
-            ++p;
     }
     return (int)steps;
 }
