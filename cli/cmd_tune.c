@@ -334,9 +334,11 @@ static const tune_stage stages[] = {
      {{"bct_fuse", 2, {0, 1}}, {"dg_parts", 3, {1, 8, 32}}, {"bwd_acc", 3, {4, 8, 16}}, {"dmix_tm", 3, {2, 3, 4}},
       {"bc_sq", 3, {0, 32, 64}}, {"bc_bk", 3, {8, 16, 32}}, {"dm_t", 4, {0, 16, 32, 64}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
-    /* The tiled plans' backward (GPU rows): its read-outs' token groups and local tiles, timed over
-     * the non-causal backward of the forward's shape (bt_tq 0: the untiled read-outs). */
-    {"tiled-backward", 3, 4, {{"bt_tq", 4, {0, 16, 32, 64}}, {"bt_dc", 3, {8, 16, 32}}, {NULL, 0, {0}}},
+    /* The tiled plans' backward (GPU rows): its read-outs' token groups and local tiles, and the
+     * blocks within which they mix S~ and dS themselves, timed over the non-causal backward of the
+     * forward's shape (bt_tq 0: the untiled read-outs). */
+    {"tiled-backward", 3, 4,
+     {{"bt_tq", 4, {0, 16, 32, 64}}, {"bt_dc", 3, {8, 16, 32}}, {"bt_fuse", 3, {0, 4, 16}}, {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     /* The GPU rows' causal forward: its tiled read-out's token groups and key tiles, its tiled
      * prefix's groups of chunks and columns and its tiles of earlier chunks, its tiled chunk

@@ -10,7 +10,10 @@
  * 4-token x 4-column register tile over them; the next pieces are loaded into registers meanwhile.
  * w^T is read as the summary's rows are stored (neighbouring work-items, neighbouring 16 bytes of a
  * row) and transposed on its way into local memory: no transposed copy of S~ or dS is made (the
- * CPU form's bwd_transpose_summary). */
+ * CPU form's bwd_transpose_summary). Where the blocks are few (N = 1024 and 4096 at the paper's M),
+ * each group mixes its block's matrix itself from the unmixed ones (S~_i = sum_j Mc[i,j] S_j for
+ * dq, dS_b = sum_i Mc[i,b] G_i for dk and dv): the mixing's launch, mostly the gap before it, saved
+ * for M reads of each piece, from cache (backward/backward_tiled.c). */
 #include "common.h"
 #include "tiled.h"
 #include "backward.h"
@@ -37,14 +40,35 @@
 #define BT_DK 1
 #define BT_DV 2
 
+/* A block's matrix as a read-out reads it: block blk's rows at w + blk * step where sources = 0;
+ * else the sum over the sources' blocks j (each `step` apart from w) weighted by mc[mc0 + j * mcs],
+ * in block order (as mixing.cl's mixing_splits adds them). */
+typedef struct bt_matrix {
+    global const float *w;
+    global const float *mc;
+    long step, mc0;
+    int mcs, sources, blk;
+} bt_matrix;
+
+/* Elements off + c..c+3 (zeros past `left`) of the matrix's block: a summary's row, or its z column. */
+float4 bt_quad(const bt_matrix m, const long off, const int c, const int left)
+{
+    if (m.sources == 0)
+        return tiled_quad_f32(m.w + m.blk * m.step + off, c, left, TILED_SUMMARY_ALIGNED);
+    float4 x = (float4)(0.0f);
+    for (int j = 0; j < m.sources; ++j)
+        x += m.mc[m.mc0 + (long)j * m.mcs] * tiled_quad_f32(m.w + j * m.step + off, c, left, TILED_SUMMARY_ALIGNED);
+    return x;
+}
+
 /* x_t . w for the group's BT_TQ tokens from p0 of block blk and its BT_TV columns from c_base, into
  * the work-item's acc (tokens 4 rq.., columns c_base + 4 ct..). `kind` is a constant at every call
  * (the other forms compile away). x rows (head base xb, stride xs, din wide): dO or v as stored, k
- * through the feature map. w: the block's matrix, Dk rows of Dv floats from ws (a summary's S part);
- * read as it is (the dv side: din = Dk, the output Dv wide) or transposed (the others: din = Dv,
- * the output Dk wide). */
+ * through the feature map. w: the block's matrix, Dk rows of Dv floats from offset 0 of `w` (a
+ * summary's S part); read as it is (the dv side: din = Dk, the output Dv wide) or transposed (the
+ * others: din = Dv, the output Dk wide). */
 __attribute__((always_inline)) inline void bt_product(const int kind, global const STORE_T *xb, const long xs,
-                                                      const int xa, global const float *ws, const mhla_grid g,
+                                                      const int xa, const bt_matrix w, const mhla_grid g,
                                                       const int blk, const int p0, const int c_base,
                                                       const float feature_eps, local float4 *xl, local float4 *wl,
                                                       float4 acc[4])
@@ -73,14 +97,12 @@ __attribute__((always_inline)) inline void bt_product(const int kind, global con
             if (kind == BT_DV) {                                                                     \
                 const int d_ = i_ / BT_QV;                                                           \
                 wr[j_] = i_ < BT_DC * BT_QV && (d0_) + d_ < din                                      \
-                             ? tiled_quad_f32(ws + (long)((d0_) + d_) * DV, c_base + 4 * (i_ - d_ * BT_QV), \
-                                              dout, TILED_SUMMARY_ALIGNED)                           \
+                             ? bt_quad(w, (long)((d0_) + d_) * DV, c_base + 4 * (i_ - d_ * BT_QV), dout) \
                              : (float4)(0.0f);                                                       \
             } else {                                                                                 \
                 const int c_ = i_ / BT_QC;                                                           \
                 wr[j_] = i_ < BT_DC * BT_QV && c_base + c_ < dout                                    \
-                             ? tiled_quad_f32(ws + (long)(c_base + c_) * DV, (d0_) + 4 * (i_ - c_ * BT_QC), \
-                                              din, TILED_SUMMARY_ALIGNED)                            \
+                             ? bt_quad(w, (long)(c_base + c_) * DV, (d0_) + 4 * (i_ - c_ * BT_QC), din) \
                              : (float4)(0.0f);                                                       \
             }                                                                                        \
         }                                                                                            \
@@ -135,25 +157,29 @@ __attribute__((always_inline)) inline void bt_product(const int kind, global con
  * r_t at ((i*BH + bh)*Nb + p), as bwd_dq_readout (without a normalizer den_t = 1, r_t = 0; the
  * official normalizer reads den_t from `den`, [M][B*H][Nb], and leaves the R z_i term of dq to
  * bwd_official_dz_part). A token's dots are summed over its row's work-items through local memory,
- * in a fixed order. */
+ * in a fixed order. sources = 0: `mixed` holds the mixed summaries; sources = M_kv: the summaries,
+ * which each group mixes by its block's row of Mc (mc, M x M_kv). */
 __attribute__((reqd_work_group_size(BT_WG, 1, 1)))
 kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T *restrict dout,
                          global const float *restrict mixed, global const float *restrict den,
                          global STORE_T *restrict dq, global float *restrict w_out,
                          global float *restrict r_out, const mhla_grid g_arg, const float feature_eps,
-                         const float scale, const float eps)
+                         const float scale, const float eps, global const float *restrict mc, const int sources)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     BT_GROUP(g);
     const int heads = kv_count(g), kvh = kv_of(g, bh); /* the summary head this query head reads */
     const int oa = (DV % 4 == 0) & TILED_BASE_OK(dout), qa = (DK % 4 == 0) & TILED_BASE_OK(q),
               da = (DK % 4 == 0) & TILED_BASE_OK(dq);
-    bt_product(BT_DQ, dout + row_base(g, bh, DV), row_stride(g, DV), oa, mixed + summary_s_offset(heads, blk, kvh, 0),
-               g, blk, p0, c_base, feature_eps, xl, wl, acc);
+    const long step = summary_row_len(heads), mc0 = (long)blk * g.kv_m;
+    const bt_matrix sm = {mixed + summary_s_offset(heads, 0, kvh, 0), mc, step, mc0, 1, sources, blk};
+    const bt_matrix zm = {mixed + summary_z_offset(heads, 0, kvh), mc, step, mc0, 1, sources, blk};
+    bt_product(BT_DQ, dout + row_base(g, bh, DV), row_stride(g, DV), oa, sm, g, blk, p0, c_base, feature_eps, xl, wl,
+               acc);
     global const STORE_T *qb = q + row_base(g, bh, DK);
     global STORE_T *dqb = dq + row_base(g, bh, DK);
     const long qs = row_stride(g, DK);
-    const float4 z = tiled_quad_f32(mixed + summary_z_offset(heads, blk, kvh), c, DK, TILED_SUMMARY_ALIGNED);
+    const float4 z = bt_quad(zm, 0, c, DK);
     float4 qx[4];
     for (int r = 0; r < 4; ++r) {
         const int p = p0 + 4 * rq + r;
@@ -218,11 +244,14 @@ kernel void bwd_dq_tiled(global const STORE_T *restrict q, global const STORE_T 
  * barriers are uniform; one launch lets the two sides' groups share the device, where two kernels
  * in an in-order queue run one after the other).
  *   dk_s = phi'(k_s) (dS_b v_s + dz_b) from dS's rows read transposed, and dS's z column;
- *   dv_s = dS_b^T k~_s from dS's rows as stored. */
+ *   dv_s = dS_b^T k~_s from dS's rows as stored.
+ * sources = 0: `dsum` holds dS; sources = M: the gradient summaries G (whole), which each group
+ * mixes by its block's column of Mc (mc, M x M_kv). */
 __attribute__((reqd_work_group_size(BT_WG, 1, 1)))
 kernel void bwd_dkv_tiled(global const STORE_T *restrict k, global const STORE_T *restrict v,
                           global const float *restrict dsum, global STORE_T *restrict dk, global STORE_T *restrict dv,
-                          const mhla_grid g_arg, const float feature_eps, const int dk_tiles)
+                          const mhla_grid g_arg, const float feature_eps, const int dk_tiles,
+                          global const float *restrict mc, const int sources)
 {
     const mhla_grid g = g_arg; /* kernels/common.h: read the struct argument once, up front */
     const int lid = (int)get_local_id(0), ct = lid % BT_QV, rq = lid / BT_QV;
@@ -234,7 +263,8 @@ kernel void bwd_dkv_tiled(global const STORE_T *restrict k, global const STORE_T
     const int c_base = (is_dk ? tile : tile - dk_tiles) * BT_TV, c = c_base + 4 * ct;
     local float4 xl[BT_DC * BT_LQ], wl[BT_DC * BT_LW];
     float4 acc[4];
-    global const float *ds = dsum + summary_s_offset(g.bh, blk, bh, 0);
+    const long step = summary_row_len(g.bh);
+    const bt_matrix ds = {dsum + summary_s_offset(g.bh, 0, bh, 0), mc, step, blk, g.kv_m, sources, blk};
     const long ks = row_stride(g, DK);
     global const STORE_T *kb = k + row_base(g, bh, DK);
     const int ka = (DK % 4 == 0) & TILED_BASE_OK(k);
@@ -243,7 +273,8 @@ kernel void bwd_dkv_tiled(global const STORE_T *restrict k, global const STORE_T
         bt_product(BT_DK, v + row_base(g, bh, DV), row_stride(g, DV), va, ds, g, blk, p0, c_base, 0.0f, xl, wl, acc);
         if (c >= DK)
             return;
-        const float4 dz = tiled_quad_f32(dsum + summary_z_offset(g.bh, blk, bh), c, DK, TILED_SUMMARY_ALIGNED);
+        const bt_matrix zm = {dsum + summary_z_offset(g.bh, 0, bh), mc, step, blk, g.kv_m, sources, blk};
+        const float4 dz = bt_quad(zm, 0, c, DK);
         global STORE_T *dkb = dk + row_base(g, bh, DK);
         for (int r = 0; r < 4; ++r) {
             const int p = p0 + 4 * rq + r;

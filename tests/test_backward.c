@@ -645,6 +645,36 @@ static void test_backward_saved_summaries(void **state)
         assert_non_null(strstr(mhla_context_message(ctx), "enable is 2"));
         saved_case_free(&s);
     }
+    /* The GPU row, 1D at M = 4, blocks whole: the saved forward's read-out mixes the summaries itself
+     * and keeps them unmixed, and the backward's read-outs mix S~ and dS themselves (bt_fuse): no
+     * mixing launch in the whole sequence, and the same bits as a recomputation. A device that splits
+     * the blocks (many compute units) runs the mixing instead. */
+    if (test_config_thinned())
+        return;
+    mhla_context *gctx = limited_context("wg=256,local=32K", "row=gpu");
+    assert_int_equal(mhla_context_profile_kernels(gctx, 1), MHLA_OK);
+    mhla_config c = grid_config(1, 16, 8, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
+    saved_case s;
+    saved_case_make(gctx, &c, 25, &s);
+    float *recomputed[4], *reused[4], *after_other[4];
+    saved_sequence(gctx, &s, recomputed, reused, after_other);
+    for (int j = 0; j < 4; ++j) {
+        const double e = finite_rel_err(reused[j], s.ref[j], s.n[j], __func__);
+        if (!(e <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32)))
+            fail_msg("saved summaries, GPU row, gradient %d: max_rel_err %g", j, e);
+        assert_memory_equal(reused[j], recomputed[j], s.n[j] * 4);
+        assert_memory_equal(after_other[j], recomputed[j], s.n[j] * 4);
+        free(recomputed[j]), free(reused[j]), free(after_other[j]);
+    }
+    char desc[1024], times[2048];
+    assert_int_equal(mhla_plan_tuning(s.plan, desc, sizeof desc), MHLA_OK);
+    assert_int_equal(mhla_context_kernel_times(gctx, times, sizeof times), MHLA_OK);
+    const int whole = strstr(desc, " 1 segment(s) per block") != NULL;
+    if (whole != (strstr(desc, "mixed inside the read-out") && !strstr(times, "mixing_splits ")))
+        fail_msg("saved summaries, GPU row, M = 4: the forward's and the backward's read-outs %s mix the summaries "
+                 "themselves:\n%s\n%s", whole ? "do not" : "wrongly", desc, times);
+    saved_case_free(&s);
+    mhla_context_destroy(gctx);
 }
 
 /* The causal mode's saved summaries: after a forward with mhla_plan_save_for_backward,
@@ -715,7 +745,10 @@ static void test_backward_saved_summaries_causal(void **state)
  * in work-group tiles (bwd_dmixing_tiled): the 38 chunks' rows in 32 x 32 tiles at 64 work-items (a
  * partial tile, a zero tile above the diagonal, two pieces of the rows), the non-causal rows of 252
  * floats (a partial tile of x-values). The official normalizer's terms at odd head dimensions, 64
- * work-items and 16 KiB. Each plan must say that it ran tiled. */
+ * work-items and 16 KiB. Each plan must say that it ran tiled. Where a non-causal plan's blocks are
+ * whole and few (M within the GPU row's bt_fuse, 4) the read-outs mix S~ and dS themselves: no
+ * mixing_splits launch (Dk 7, Dv 5, M = 3); the two long blocks' segments and the official
+ * normalizer keep it. */
 static void test_backward_tiled_limits(void **state)
 {
     (void)state;
@@ -743,6 +776,7 @@ static void test_backward_tiled_limits(void **state)
     cfgs[5].normalizer = MHLA_NORMALIZER_OFFICIAL;
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
         mhla_context *ctx = limited_context(limits[c], tunings[c]);
+        assert_int_equal(mhla_context_profile_kernels(ctx, 1), MHLA_OK);
         set_test_eps(&cfgs[c]); /* eps and feature_eps that move the gradients */
         char label[160];
         snprintf(label, sizeof label, "MHLA_LIMITS=%s %s, tiled %sbackward, Dk %lld Dv %lld", limits[c], tunings[c],
@@ -754,6 +788,13 @@ static void test_backward_tiled_limits(void **state)
                                (cfgs[c].causal && !strstr(last_tuning, "; backward: tiled causal read-outs")) ||
                                (strstr(tunings[c], "bct_fuse=1") && !strstr(last_tuning, " in one launch"))))
             fail_msg("%s: the backward is not tiled: %s", label, last_tuning); /* (empty: thinned) */
+        char times[2048];
+        assert_int_equal(mhla_context_kernel_times(ctx, times, sizeof times), MHLA_OK);
+        const int fuses = strstr(last_tuning, " 1 segment(s) per block") && cfgs[c].block_t <= 4 &&
+                          cfgs[c].normalizer != MHLA_NORMALIZER_OFFICIAL;
+        if (last_tuning[0] && !cfgs[c].causal && fuses != !strstr(times, "mixing_splits "))
+            fail_msg("%s: the read-outs %s mix the summaries themselves:\n%s\n%s", label, fuses ? "do not" : "wrongly",
+                     last_tuning, times);
         mhla_context_destroy(ctx);
     }
 }

@@ -159,8 +159,11 @@ static void describe(const mhla_bwd *b, char *buf, size_t size)
         snprintf(buf, size, "; backward: tiled causal read-outs of %d tokens x %d-token pair tiles%s", t->bc_sq,
                  t->bc_bk, t->bc_one ? " in one launch" : "");
     else if (t->bt_tq > 0)
-        snprintf(buf, size, "; backward: tiled read-outs of %d tokens x %d columns, %d dimensions per tile", t->bt_tq,
-                 t->bt_tv, t->bt_dc);
+        snprintf(buf, size, "; backward: tiled read-outs of %d tokens x %d columns, %d dimensions per tile%s",
+                 t->bt_tq, t->bt_tv, t->bt_dc,
+                 t->bt_fuse > 0 && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL
+                     ? ", mixing inside them where the blocks are within bt_fuse"
+                     : "");
     else
         snprintf(buf, size, "; backward: read-outs of %d token(s) x %d/%d-wide vectors", t->bwd_rt, t->bwd_vk,
                  t->bwd_vv);
@@ -214,11 +217,19 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
      * that (mhla_plan_save_for_backward), else recomputed with the forward's own stages. */
     const int reuse = plan->saved && plan->saved_in[0] == q && plan->saved_in[1] == k && plan->saved_in[2] == v &&
                       plan->saved_in[3] == mixing;
+    /* The mixtures: kept where the saved forward made them (its read-out did not mix them itself),
+     * else mixed by the tiled dq read-out where it can, else by the forward's mixing stage here. */
+    const int mixed_kept = reuse && !mhla__output_mixes(plan);
+    const int dq_mixes = !mixed_kept && mhla__backward_tiled_mixes(plan, b);
     if (reuse) {
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         if (num_wait)
             MHLA_CL_TRY(st, ctx, clEnqueueBarrierWithWaitList(ctx->queue, num_wait, wait, NULL),
                         "clEnqueueBarrierWithWaitList");
+        if (!mixed_kept && !dq_mixes) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing, 1));
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        }
     } else {
         plan->saved = 0;
         MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, k, v, num_wait, wait));
@@ -227,12 +238,14 @@ mhla_status mhla__backward_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_me
             MHLA_FORWARD_IF_ERROR(st, mhla__official_dots_enqueue(plan, q));
             MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
         }
-        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing, 1));
-        MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        if (!dq_mixes) {
+            MHLA_FORWARD_IF_ERROR(st, mhla__mixing_enqueue(plan, mixing, 1));
+            MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
+        }
     }
 
     if (b->k_dq_tiled)
-        return mhla__backward_tiled_enqueue(plan, b, q, k, v, mixing, dout, dq, dk, dv, dmixing);
+        return mhla__backward_tiled_enqueue(plan, b, q, k, v, mixing, dout, dq, dk, dv, dmixing, !dq_mixes);
 
     /* dq, r_t and G's weights scale/den_t from u_t = S~_i dO_t, in one read-out */
     MHLA_FORWARD_IF_ERROR(st, transpose_summary(plan, b, plan->mixed, m));

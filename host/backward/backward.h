@@ -121,8 +121,13 @@ mhla_status mhla__backward_mixing_transpose(mhla_plan *plan, mhla_bwd *b, cl_mem
 mhla_status mhla__backward_tiled_setup(mhla_plan *plan, mhla_bwd *b);
 /* The official normalizer's dS z column and dq's R z term, from b->rmix (official.c). */
 mhla_status mhla__backward_official_dz(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem dq);
+/* Whether a tiled plan's dq read-out mixes the forward's summaries itself (their M_kv rows within
+ * bt_fuse, blocks whole, the paper normalizer or none), so that the forward's mixing is not run. */
+int mhla__backward_tiled_mixes(const mhla_plan *plan, const mhla_bwd *b);
+/* mixed: whether plan->mixed holds the forward's mixtures (kept from a forward), else the dq
+ * read-out mixes the summaries (mhla__backward_tiled_mixes). */
 mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
-                                         cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing);
+                                         cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, int mixed);
 /* Causal plans (backward/backward_causal.c): setup, teardown, and the chunk form's backward over
  * every batch element (cu_seqlens NULL) or over packed sequences. */
 mhla_status mhla__backward_causal_setup(mhla_plan *plan, mhla_bwd *b);

@@ -3,7 +3,9 @@
  * summaries G (summary_tiled_weighted, its split blocks' segments left for the mixing), dS = Mc^T G
  * with the segments added on the way (mixing_splits, which also writes G whole for dMc), the official
  * normalizer's R = Mc^T r (mixing_splits too) and its terms (as the untiled form), dk and dv
- * (bwd_dkv_tiled, one launch), and dMc as the untiled form has it. Each read-out is a
+ * (bwd_dkv_tiled, one launch), and dMc as the untiled form has it. Where the blocks are few
+ * (bt_fuse) and whole, the read-outs mix S~ and dS themselves: two launches fewer, the forward's
+ * mixing and dS's (kernels/backward_tiled.cl). Each read-out is a
  * tiled product through local memory (kernels/backward_tiled.cl) reading S~ and dS as they are
  * stored: no transposed copies, and no CLBlast GEMM. */
 #include "backward/backward.h"
@@ -70,6 +72,13 @@ cleanup:
     return st;
 }
 
+int mhla__backward_tiled_mixes(const mhla_plan *plan, const mhla_bwd *b)
+{
+    /* Whole blocks: dMc reads the summaries whole, which the mixing writes from split blocks' segments. */
+    return b->k_dq_tiled && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL && plan->tiles.splits == 1 &&
+           plan->shape.m_kv <= (int64_t)b->tiles.bt_fuse;
+}
+
 /* Column tiles of a `width`-wide output. */
 static size_t column_tiles(const mhla_bwd *b, int64_t width)
 {
@@ -87,7 +96,7 @@ static mhla_status readout_launch(mhla_plan *plan, mhla_bwd *b, cl_kernel kern, 
 }
 
 mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,
-                                         cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing)
+                                         cl_mem dout, cl_mem dq, cl_mem dk, cl_mem dv, cl_mem dmixing, int mixed)
 {
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
@@ -99,9 +108,12 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     const int official = c->normalizer == MHLA_NORMALIZER_OFFICIAL;
     cl_mem den = official ? plan->den : plan->mixed; /* (read by the official normalizer only) */
 
-    MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(plan->mixed), MHLA_ARG(den),
-                  MHLA_ARG(dq), MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps), MHLA_ARG(scale),
-                  MHLA_ARG(eps));
+    /* S~ as the forward mixed it, or mixed by each group from the (whole) summaries */
+    const cl_int q_sources = mixed ? 0 : m_kv;
+    cl_mem s_rows = mixed ? plan->mixed : plan->summary;
+    MHLA_SET_ARGS(st, ctx, b->k_dq_tiled, 0, MHLA_ARG(q), MHLA_ARG(dout), MHLA_ARG(s_rows),
+                  MHLA_ARG(den), MHLA_ARG(dq), MHLA_ARG(b->inv), MHLA_ARG(b->r), MHLA_ARG(plan->grid), MHLA_ARG(feps),
+                  MHLA_ARG(scale), MHLA_ARG(eps), MHLA_ARG(mixing), MHLA_ARG(q_sources));
     MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dq_tiled, &plan->grid, column_tiles(b, c->dk),
                                              "clEnqueueNDRangeKernel(bwd_dq_tiled)"));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
@@ -123,10 +135,13 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     /* dS = Mc^T G: M_kv x M (Mc read transposed in place) times the M rows of G (their segments
-     * added), G whole into grad */
-    MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m_kv, (size_t)m,
-                                                  segments > 1 ? plan->partial : b->grad_kv, segments, b->grad_kv,
-                                                  b->dsum, scols));
+     * added), G whole into grad; or, where G is whole and its M rows within tl_fuse, dS_b mixed by
+     * each dk/dv group itself (bt_fuse) */
+    const cl_int kv_sources = !official && segments == 1 && m <= b->tiles.bt_fuse ? m : 0;
+    if (!kv_sources)
+        MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m_kv, (size_t)m,
+                                                      segments > 1 ? plan->partial : b->grad_kv, segments,
+                                                      b->grad_kv, b->dsum, scols));
     if (official) { /* R = Mc^T r (Mc in place), then dS's z column and dq's R z term from it */
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m, (size_t)m, b->r, 1, b->r, b->rmix,
                                                       dcols));
@@ -137,8 +152,10 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
 
     /* dk and dv of the H_kv heads on the key/value grid, in one launch: dk's column tiles, then dv's */
     const cl_int dk_tiles = (cl_int)column_tiles(b, c->dk);
-    MHLA_SET_ARGS(st, ctx, b->k_dkv_tiled, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(b->dsum), MHLA_ARG(dk), MHLA_ARG(dv),
-                  MHLA_ARG(plan->kv_grid), MHLA_ARG(feps), MHLA_ARG(dk_tiles));
+    cl_mem ds_rows = kv_sources ? b->grad_kv : b->dsum;
+    MHLA_SET_ARGS(st, ctx, b->k_dkv_tiled, 0, MHLA_ARG(k), MHLA_ARG(v), MHLA_ARG(ds_rows),
+                  MHLA_ARG(dk), MHLA_ARG(dv), MHLA_ARG(plan->kv_grid), MHLA_ARG(feps), MHLA_ARG(dk_tiles),
+                  MHLA_ARG(mixing), MHLA_ARG(kv_sources));
     MHLA_FORWARD_IF_ERROR(st, readout_launch(plan, b, b->k_dkv_tiled, &plan->kv_grid,
                                              (size_t)dk_tiles + column_tiles(b, c->dv),
                                              "clEnqueueNDRangeKernel(bwd_dkv_tiled)"));

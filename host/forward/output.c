@@ -49,8 +49,12 @@ int mhla__output_mixes_dots(const mhla_plan *plan)
 int mhla__output_mixes(const mhla_plan *plan)
 {
     const mhla_tiles *t = &plan->tiles;
-    /* (the official normalizer's denominators come from the dots' mixing) */
-    return t->tiled && !plan->save_for_backward && plan->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL &&
+    /* (the official normalizer's denominators come from the dots' mixing; a plan kept for a backward
+     * keeps whole summaries, which dMc reads and the mixing writes from split blocks' segments, and
+     * leaves them unmixed only where the backward's read-outs mix them: bt_fuse) */
+    return t->tiled &&
+           (!plan->save_for_backward || (t->splits == 1 && plan->shape.m_kv <= (int64_t)plan->tuning.bt_fuse)) &&
+           plan->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL &&
            (int64_t)t->tl_fuse >= plan->shape.m_kv * (int64_t)t->splits;
 }
 

@@ -186,7 +186,7 @@ void mhla__tiles_backward_tiled(const mhla_config *cfg, const mhla_shape *shape,
     int tq = min_int(tile4(t->bt_tq), up4(nb));
     while ((size_t)(tq / 4) * (size_t)(tv / 4) > fit->wg && tq > 4)
         tq = tile4(tq / 2);
-    out->bt_tq = tq, out->bt_tv = tv;
+    out->bt_tq = tq, out->bt_tv = tv, out->bt_fuse = t->bt_fuse;
     out->bt_dc = min_int(tile4(t->bt_dc), up4(cfg->dk > cfg->dv ? cfg->dk : cfg->dv));
     while (out->bt_dc > 4 && mhla__bwd_tiled_local(out) > fit->local_bytes)
         out->bt_dc = tile4(out->bt_dc / 2);

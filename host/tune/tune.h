@@ -94,6 +94,9 @@
                                gradient summaries (backward_tiled.cl), 0 = the untiled backward     \
                                (backward_readout.cl) */                                             \
     X(bt_dc, 1, ",")        /* tiled backward read-outs: dimensions per local tile */                \
+    X(bt_fuse, 0, ",")      /* tiled backward: its read-outs mix their block's S~ and dS themselves  \
+                               where the blocks (M and M_kv) are at most this and whole (0 never):  \
+                               two launches fewer, for M reads of each piece of the matrix */      \
     X(ct_sq, 0, " ")        /* causal read-out: tokens per group of causal_tiled.cl (both products  \
                                tiled through local memory, 4 x 4 per work-item: GPUs), 0 = the      \
                                causal_output.cl form (CPUs) */                                      \
@@ -206,6 +209,7 @@ typedef struct mhla_tiles {
     int tl_qr;                          /* TL_QR tokens per work-item of the read-out (4 or 8; divides TL_TQ) */
     int tl_tq, tl_dc;                   /* TL_TQ tokens per read-out group, TL_DC key dimensions per tile */
     int tl_fuse;                        /* the read-out mixes where M x segments is at most this */
+    int bt_fuse;                        /* the tiled backward's read-outs mix where M is at most this */
     int bt_tq, bt_tv, bt_dc;            /* the tiled backward read-outs (backward_tiled.cl): BT_TQ tokens x
                                            BT_TV columns per group, BT_DC dimensions per local tile;
                                            bt_tq 0: the untiled backward */

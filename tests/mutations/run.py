@@ -235,6 +235,23 @@ MUTATIONS = [
                "const long x0 = (long)(c_) * len", 1)],
              [("backward", "test_backward_tiled_limits", "MHLA_LIMITS=wg=64,local=16K row=gpu, tiled backward, Dk 7 "
                "Dv 5: dmixing")]),
+    Mutation("bwd-fused-ds-mc-untransposed", "the dk/dv read-out that mixes dS_b itself weights G_i by Mc[b,i], "
+             "not Mc[i,b]",
+             [("kernels/backward_tiled.cl", "summary_s_offset(g.bh, 0, bh, 0), mc, step, blk, g.kv_m,",
+               "summary_s_offset(g.bh, 0, bh, 0), mc, step, (long)blk * g.kv_m, 1,", 1)],
+             [("backward", "test_backward_tiled_limits", "MHLA_LIMITS=wg=128,local=32K row=gpu,tl_rr=8, tiled "
+               "backward, Dk 7 Dv 5: dk")]),
+    Mutation("bwd-fused-mix-skips-first-block", "a tiled backward read-out that mixes its block's matrix itself "
+             "leaves out block 0",
+             [("kernels/backward_tiled.cl", "for (int j = 0; j < m.sources; ++j)",
+               "for (int j = 1; j < m.sources; ++j)", 1)],
+             [("backward", "test_backward_tiled_limits", "MHLA_LIMITS=wg=128,local=32K row=gpu,tl_rr=8, tiled "
+               "backward, Dk 7 Dv 5: dq")]),
+    Mutation("saved-backward-trusts-unmixed", "a backward after a saved forward whose read-out mixed the summaries "
+             "itself reads mixtures that forward never wrote",
+             [("host/backward/backward.c", "const int mixed_kept = reuse && !mhla__output_mixes(plan);",
+               "const int mixed_kept = reuse;", 1)],
+             [("backward", "test_backward_saved_summaries", "saved summaries, GPU row, gradient 0")]),
     Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
              [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
                "(bh - batch * g.heads) % g.kv_heads;", 1)],
