@@ -10,10 +10,11 @@
  * 4-token x 4-column register tile over them; the next pieces are loaded into registers meanwhile.
  * w^T is read as the summary's rows are stored (neighbouring work-items, neighbouring 16 bytes of a
  * row) and transposed on its way into local memory: no transposed copy of S~ or dS is made (the
- * CPU form's bwd_transpose_summary). Where the blocks are few (N = 1024 and 4096 at the paper's M),
- * each group mixes its block's matrix itself from the unmixed ones (S~_i = sum_j Mc[i,j] S_j for
- * dq, dS_b = sum_i Mc[i,b] G_i for dk and dv): the mixing's launch, mostly the gap before it, saved
- * for M reads of each piece, from cache (backward/backward_tiled.c). */
+ * CPU form's bwd_transpose_summary). Where the blocks are few and whole (bt_fuse: N = 1024 at the
+ * paper's M on a device of few compute units, which does not split the blocks), each group mixes its
+ * block's matrix itself from the unmixed ones (S~_i = sum_j Mc[i,j] S_j for dq, dS_b = sum_i Mc[i,b]
+ * G_i for dk and dv): the mixing's launch, mostly the gap before it, saved for M reads of each
+ * piece, from cache (backward/backward_tiled.c). */
 #include "common.h"
 #include "tiled.h"
 #include "backward.h"

@@ -135,8 +135,8 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
         MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     }
     /* dS = Mc^T G: M_kv x M (Mc read transposed in place) times the M rows of G (their segments
-     * added), G whole into grad; or, where G is whole and its M rows within tl_fuse, dS_b mixed by
-     * each dk/dv group itself (bt_fuse) */
+     * added), G whole into grad; or, where G is whole and its M rows within bt_fuse, dS_b mixed by
+     * each dk/dv group itself */
     const cl_int kv_sources = !official && segments == 1 && m <= b->tiles.bt_fuse ? m : 0;
     if (!kv_sources)
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m_kv, (size_t)m,
