@@ -62,8 +62,13 @@
 #                      run it now (the tiled forward, the dots mixed in the read-out) and with
 #                      MHLA_TUNING=tiled=0 (the untiled forward with CLBlast's GEMMs it took before),
 #                      and --compare of the two (bench.txt)
+#   bench-fuse-off.json, bench-fuse-on.json  step fuse: the B = 8 mhla and mhla-bwd rows at
+#                      GPU_CHECK_B8_N (M = 16 at 4096, whole blocks) with MHLA_TUNING=tl_fuse=0,bt_fuse=0
+#                      (the mixing in launches of its own) and tl_fuse=16,bt_fuse=16 (every read-out mixing
+#                      its block's matrix itself, M reads of each piece), and --compare of the two
+#                      (bench.txt): whether the launches saved are worth the re-reads at this size
 #
-# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, nextdecode, official,
+# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, nextdecode, fuse, official,
 # selftest, tune, suite: the most wanted output first (tune's search is bounded by its budget, the suite by the
 # deadline), each under `timeout` so that one hang cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
@@ -74,7 +79,7 @@
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
 #   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,
-#                         official,selftest,suite,tune (default all nine; info always runs)
+#                         fuse,official,selftest,suite,tune (default all ten; info always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
 #   GPU_CHECK_N           the bench's --n (default 1024,4096,16384)
@@ -104,11 +109,11 @@ out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
     tune.txt bench-tuned.json bench-kernelgate.json bench-nomarks.json bench-untiledcausal.json bench-untiledbwd.json \
-    bench-fusedcausal.json bench-nextdecode.json bench-official.json bench-official-untiled.json \
-    bench-json.tar.gz)
+    bench-fusedcausal.json bench-nextdecode.json bench-fuse-off.json bench-fuse-on.json bench-official.json \
+    bench-official-untiled.json bench-json.tar.gz)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,official,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,fuse,official,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
@@ -299,6 +304,13 @@ fi
 if wants nextdecode; then
     variant nextdecode 45 dec_next=1 "$out/bench-new.json" "$out/bench-nextdecode.json" \
         --chunk "$chunk" --decode-context "$decode" --ops decode,decode-gqa --gate event --kernels
+fi
+
+# ---- fuse: the mixing inside the read-outs or in its own launches, B = 8, in the same call -------
+if wants fuse && [ "$b8_n" != none ]; then
+    fuse_args=(--batch 8 --n "$b8_n" --ops mhla,mhla-bwd --gate event --kernels)
+    variant fuse-off 40 tl_fuse=0,bt_fuse=0 "" "" "${fuse_args[@]}"
+    variant fuse-on 40 tl_fuse=16,bt_fuse=16 "$out/bench-fuse-off.json" "$out/bench-fuse-on.json" "${fuse_args[@]}"
 fi
 
 # ---- official: the official normalizer's rows, tiled and untiled, in the same call -------------
