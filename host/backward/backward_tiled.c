@@ -72,11 +72,18 @@ cleanup:
     return st;
 }
 
+/* Whether a tiled read-out mixes `blocks` matrices itself (bt_fuse): whole ones only, since dMc reads
+ * S and G whole, which the mixing writes from split blocks' segments; the official normalizer's
+ * terms need the mixing's R = Mc^T r anyway. */
+static int readout_mixes(const mhla_bwd *b, int64_t blocks, int whole)
+{
+    return b->k_dq_tiled && whole && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL &&
+           blocks <= (int64_t)b->tiles.bt_fuse;
+}
+
 int mhla__backward_tiled_mixes(const mhla_plan *plan, const mhla_bwd *b)
 {
-    /* Whole blocks: dMc reads the summaries whole, which the mixing writes from split blocks' segments. */
-    return b->k_dq_tiled && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL && plan->tiles.splits == 1 &&
-           plan->shape.m_kv <= (int64_t)b->tiles.bt_fuse;
+    return readout_mixes(b, plan->shape.m_kv, plan->tiles.splits == 1);
 }
 
 /* Column tiles of a `width`-wide output. */
@@ -137,7 +144,7 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     /* dS = Mc^T G: M_kv x M (Mc read transposed in place) times the M rows of G (their segments
      * added), G whole into grad; or, where G is whole and its M rows within bt_fuse, dS_b mixed by
      * each dk/dv group itself */
-    const cl_int kv_sources = !official && segments == 1 && m <= b->tiles.bt_fuse ? m : 0;
+    const cl_int kv_sources = readout_mixes(b, m, segments == 1) ? m : 0;
     if (!kv_sources)
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m_kv, (size_t)m,
                                                       segments > 1 ? plan->partial : b->grad_kv, segments,
