@@ -64,9 +64,11 @@
 #                      and --compare of the two (bench.txt)
 #   bench-fuse-off.json, bench-fuse-on.json  step fuse: the B = 8 mhla and mhla-bwd rows at
 #                      GPU_CHECK_B8_N (M = 16 at 4096, whole blocks) with MHLA_TUNING=tl_fuse=0,bt_fuse=0
-#                      (the mixing in launches of its own) and tl_fuse=16,bt_fuse=16 (every read-out mixing
+#                      (the mixing in launches of its own) and tl_fuse=16,bt_fuse=16,fuse_mb=65536 (every read-out mixing
 #                      its block's matrix itself, M reads of each piece), and --compare of the two
-#                      (bench.txt): whether the launches saved are worth the re-reads at this size
+#                      (bench.txt): whether the launches saved are worth the re-reads at this size;
+#                      bench-fuse-off-small.json, bench-fuse-on-small.json: the same at B = 1, N = 1024
+#                      (tl_fuse=64: the blocks' segments too), the small end where fuse_mb draws the line
 #
 # The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, nextdecode, fuse, official,
 # selftest, tune, suite: the most wanted output first (tune's search is bounded by its budget, the suite by the
@@ -109,7 +111,8 @@ out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
     tune.txt bench-tuned.json bench-kernelgate.json bench-nomarks.json bench-untiledcausal.json bench-untiledbwd.json \
-    bench-fusedcausal.json bench-nextdecode.json bench-fuse-off.json bench-fuse-on.json bench-official.json \
+    bench-fusedcausal.json bench-nextdecode.json bench-fuse-off.json bench-fuse-on.json bench-fuse-off-small.json \
+    bench-fuse-on-small.json bench-official.json \
     bench-official-untiled.json bench-json.tar.gz)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
@@ -307,10 +310,18 @@ if wants nextdecode; then
 fi
 
 # ---- fuse: the mixing inside the read-outs or in its own launches, B = 8, in the same call -------
+# (fuse_mb 65536: fusing forced wherever the blocks allow it, past the GPU rows' 32 MiB of re-reads;
+# the small rows at B = 1, N = 1024 re-read about 30 MiB where their blocks are whole: the other end
+# of the same question, and what sets fuse_mb)
 if wants fuse && [ "$b8_n" != none ]; then
     fuse_args=(--batch 8 --n "$b8_n" --ops mhla,mhla-bwd --gate event --kernels)
     variant fuse-off 40 tl_fuse=0,bt_fuse=0 "" "" "${fuse_args[@]}"
-    variant fuse-on 40 tl_fuse=16,bt_fuse=16 "$out/bench-fuse-off.json" "$out/bench-fuse-on.json" "${fuse_args[@]}"
+    variant fuse-on 40 tl_fuse=16,bt_fuse=16,fuse_mb=65536 "$out/bench-fuse-off.json" "$out/bench-fuse-on.json" \
+        "${fuse_args[@]}"
+    small_args=(--n 1024 --ops mhla,mhla-bwd --gate event --kernels)
+    variant fuse-off-small 25 tl_fuse=0,bt_fuse=0 "" "" "${small_args[@]}"
+    variant fuse-on-small 25 tl_fuse=64,bt_fuse=64,fuse_mb=65536 "$out/bench-fuse-off-small.json" \
+        "$out/bench-fuse-on-small.json" "${small_args[@]}"
 fi
 
 # ---- official: the official normalizer's rows, tiled and untiled, in the same call -------------

@@ -797,6 +797,20 @@ static void test_backward_tiled_limits(void **state)
                      last_tuning, times);
         mhla_context_destroy(ctx);
     }
+    /* Configuration 1 again with no re-reads allowed (fuse_mb 0): its read-outs, which mixed S~ and
+     * dS above, leave the mixing to mixing_splits, and the gradients hold. */
+    mhla_context *ctx = limited_context(limits[1], "row=gpu,tl_rr=8,fuse_mb=0");
+    assert_int_equal(mhla_context_profile_kernels(ctx, 1), MHLA_OK);
+    char label[160];
+    snprintf(label, sizeof label, "MHLA_LIMITS=%s row=gpu,tl_rr=8,fuse_mb=0, tiled backward, Dk 7 Dv 5", limits[1]);
+    last_tuning[0] = 0;
+    expect_backward(ctx, &cfgs[1], NULL, 0, label, 42);
+    char times[2048];
+    assert_int_equal(mhla_context_kernel_times(ctx, times, sizeof times), MHLA_OK);
+    if (last_tuning[0] && (!strstr(last_tuning, " 1 segment(s) per block") || !strstr(times, "mixing_splits ")))
+        fail_msg("%s: the read-outs mix the summaries themselves, or the blocks are split:\n%s\n%s", label, last_tuning,
+                 times);
+    mhla_context_destroy(ctx);
 }
 
 int main(void)

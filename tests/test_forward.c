@@ -577,6 +577,38 @@ static void test_tiled_limits(void **state)
         expect_close(ctx, &cfgs[c], MHLA_INIT_LINEAR, (uint32_t)(31 + c), label);
         mhla_context_destroy(ctx);
     }
+    /* Mixing inside the read-out only where its re-reads of the summaries stay within fuse_mb:
+     * configuration 0 (2 heads, 4 blocks of 128 tokens, Dk 96, Dv 64) in the groups and segments this
+     * device fits (at 64 work-items here: groups of 32 tokens, blocks whole, on PoCL; of 16 in 4
+     * segments on rusticl): each group reads 4 x segments - 1 more pieces of 96 x 65 floats. With the
+     * bound just under those bytes the read-out leaves the mixing to its own launch; at or over
+     * them it mixes. */
+    long long want = -1;
+    for (int pass = 0; pass < 3; ++pass) {
+        const long long mb = pass == 0 ? 65536 : pass == 1 ? (want - 1) / 1048576 : (want + 1048575) / 1048576;
+        char tuning[64];
+        snprintf(tuning, sizeof tuning, "row=gpu,tl_fuse=64,fuse_mb=%lld", mb);
+        mhla_context *ctx = limited_context(limits[0], tuning);
+        mhla_plan *plan = NULL;
+        assert_int_equal(mhla_plan_create(ctx, &cfgs[0], &plan), MHLA_OK);
+        char text[512];
+        assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+        const char *g = strstr(text, "output groups of "), *sg = strstr(text, " segment(s) per block");
+        long long tq = 0, segs = 0;
+        while (sg && sg > text && sg[-1] >= '0' && sg[-1] <= '9')
+            --sg;
+        if (!g || !sg || sscanf(g, "output groups of %lld tokens", &tq) != 1 || sscanf(sg, "%lld", &segs) != 1 ||
+            tq < 1 || segs < 1)
+            fail_msg("%s: no read-out groups or segments in the plan: %s", tuning, text);
+        if (pass == 0)
+            want = 2 * 4 * ((128 + tq - 1) / tq) * (4 * segs - 1) * 96 * 65 * 4;
+        const int mixes = pass != 1;
+        if (4 * segs > 64 || !strstr(text, mixes ? "mixed inside the read-out" : "segments added and mixed"))
+            fail_msg("%s, Dk 96 Dv 64, M = 4, %lld bytes re-read: the read-out %s the summaries itself: %s", tuning, want,
+                     mixes ? "does not mix" : "mixes", text);
+        mhla_plan_destroy(plan);
+        mhla_context_destroy(ctx);
+    }
 }
 
 int main(void)

@@ -72,18 +72,22 @@ cleanup:
     return st;
 }
 
-/* Whether a tiled read-out mixes `blocks` matrices itself (bt_fuse): whole ones only, since dMc reads
- * S and G whole, which the mixing writes from split blocks' segments; the official normalizer's
- * terms need the mixing's R = Mc^T r anyway. */
-static int readout_mixes(const mhla_bwd *b, int64_t blocks, int whole)
+/* Whether a tiled read-out over `heads` x `blocks` blocks of `block_tokens` mixes `sources` matrices
+ * itself (bt_fuse): whole ones only, since dMc reads S and G whole, which the mixing writes from split
+ * blocks' segments; the official normalizer's terms need the mixing's R = Mc^T r anyway; and only where
+ * its groups' re-reads of the sources stay within fuse_mb. */
+static int readout_mixes(const mhla_bwd *b, int64_t heads, int64_t blocks, int64_t block_tokens, int64_t sources,
+                         int whole)
 {
     return b->k_dq_tiled && whole && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL &&
-           blocks <= (int64_t)b->tiles.bt_fuse;
+           sources <= (int64_t)b->tiles.bt_fuse &&
+           mhla__fuse_fits(&b->cfg, heads, blocks, block_tokens, b->tiles.bt_tq, sources, b->tiles.fuse_mb);
 }
 
 int mhla__backward_tiled_mixes(const mhla_plan *plan, const mhla_bwd *b)
 {
-    return readout_mixes(b, plan->shape.m_kv, plan->tiles.splits == 1);
+    const mhla_shape *sh = &plan->shape;
+    return readout_mixes(b, sh->bh, sh->m, sh->nb, sh->m_kv, plan->tiles.splits == 1);
 }
 
 /* Column tiles of a `width`-wide output. */
@@ -144,7 +148,8 @@ mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q,
     /* dS = Mc^T G: M_kv x M (Mc read transposed in place) times the M rows of G (their segments
      * added), G whole into grad; or, where G is whole and its M rows within bt_fuse, dS_b mixed by
      * each dk/dv group itself */
-    const cl_int kv_sources = readout_mixes(b, m, segments == 1) ? m : 0;
+    const mhla_shape *sh = &plan->shape;
+    const cl_int kv_sources = readout_mixes(b, sh->bh_kv, sh->m_kv, sh->nb_kv, m, segments == 1) ? m : 0;
     if (!kv_sources)
         MHLA_FORWARD_IF_ERROR(st, mhla__mixing_splits(plan, mixing, 1, (size_t)m_kv, (size_t)m,
                                                       segments > 1 ? plan->partial : b->grad_kv, segments,

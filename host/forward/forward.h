@@ -130,9 +130,10 @@ mhla_status mhla__official_dots_enqueue(mhla_plan *plan, cl_mem q);
 /* The read-out; a tiled plan's mixes the summaries itself where mhla__output_mixes() says so (then
  * no mixing stage runs before it, and `mixing` is Mc). */
 mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_mem out, cl_event *done);
-/* Whether the tiled read-out mixes the summaries itself: few blocks x segments (tl_fuse), and where
- * the plan is kept for a backward (mhla_plan_save_for_backward()), whole blocks few enough for the
- * backward's read-outs to mix them too (bt_fuse): its summaries are then kept unmixed. */
+/* Whether the tiled read-out mixes the summaries itself: few blocks x segments (tl_fuse) whose
+ * re-reads stay within fuse_mb, and where the plan is kept for a backward
+ * (mhla_plan_save_for_backward()), whole blocks few enough for the backward's read-outs to mix them
+ * too (bt_fuse): its summaries are then kept unmixed. */
 int mhla__output_mixes(const mhla_plan *plan);
 /* Whether the tiled read-out mixes the official normalizer's dots itself (no dots GEMM before it):
  * tiled official plans that keep nothing for a backward. */

@@ -145,7 +145,7 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
     while (tk > 1 && ((uint64_t)tk * (uint64_t)(td + tv) + (uint64_t)td) * sizeof(float) > fit->local_bytes)
         tk /= 2;
     out->tl_td = td, out->tl_tv = tv, out->tl_tk = tk, out->tl_tq = tq, out->tl_fuse = t->tl_fuse, out->tl_rr = rr;
-    out->tl_qr = qr;
+    out->tl_qr = qr, out->fuse_mb = t->fuse_mb;
     out->tl_dc = min_int(tile4(t->tl_dc), up4(cfg->dk)); /* whole float4 of q rows (output_tiled.cl) */
     while (out->tl_dc > 4 && mhla__output_tiled_local(out) > fit->local_bytes)
         out->tl_dc = tile4(out->tl_dc / 2);
@@ -159,6 +159,17 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
     out->mix_mr = t->mix_mr;
     while (out->mix_mr < shape->m && out->mix_mr < 16)
         out->mix_mr *= 2;
+}
+
+int mhla__fuse_fits(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
+                    int64_t sources, int fuse_mb)
+{
+    if (tq < 1 || sources < 1)
+        return 0;
+    /* in double: heads x blocks x tiles x sources x Dk x Dv can pass 2^64 bytes on paper */
+    const double groups = (double)heads * (double)blocks * (double)((block_tokens + tq - 1) / tq);
+    const double rereads = groups * (double)(sources - 1) * (double)cfg->dk * (double)(cfg->dv + 1) * sizeof(float);
+    return rereads <= (double)fuse_mb * 1048576.0;
 }
 
 size_t mhla__bwd_tiled_wg(const mhla_tiles *t) { return (size_t)(t->bt_tq / 4) * (size_t)(t->bt_tv / 4); }
@@ -186,7 +197,7 @@ void mhla__tiles_backward_tiled(const mhla_config *cfg, const mhla_shape *shape,
     int tq = min_int(tile4(t->bt_tq), up4(nb));
     while ((size_t)(tq / 4) * (size_t)(tv / 4) > fit->wg && tq > 4)
         tq = tile4(tq / 2);
-    out->bt_tq = tq, out->bt_tv = tv, out->bt_fuse = t->bt_fuse;
+    out->bt_tq = tq, out->bt_tv = tv, out->bt_fuse = t->bt_fuse, out->fuse_mb = t->fuse_mb;
     out->bt_dc = min_int(tile4(t->bt_dc), up4(cfg->dk > cfg->dv ? cfg->dk : cfg->dv));
     while (out->bt_dc > 4 && mhla__bwd_tiled_local(out) > fit->local_bytes)
         out->bt_dc = tile4(out->bt_dc / 2);

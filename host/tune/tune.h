@@ -97,6 +97,9 @@
     X(bt_fuse, 0, ",")      /* tiled backward: its read-outs mix their block's S~ and dS themselves  \
                                where the blocks (M and M_kv) are at most this and whole (0 never):  \
                                two launches fewer, for M reads of each piece of the matrix */      \
+    X(fuse_mb, 0, ",")      /* tl_fuse, bt_fuse: only where the pieces a mixing read-out reads again \
+                               add at most this many MiB over the launch (0: none): the launch saved \
+                               is a fixed cost, the re-reads grow with B, H and N */                \
     X(ct_sq, 0, " ")        /* causal read-out: tokens per group of causal_tiled.cl (both products  \
                                tiled through local memory, 4 x 4 per work-item: GPUs), 0 = the      \
                                causal_output.cl form (CPUs) */                                      \
@@ -210,6 +213,8 @@ typedef struct mhla_tiles {
     int tl_tq, tl_dc;                   /* TL_TQ tokens per read-out group, TL_DC key dimensions per tile */
     int tl_fuse;                        /* the read-out mixes where M x segments is at most this */
     int bt_fuse;                        /* the tiled backward's read-outs mix where M is at most this */
+    int fuse_mb;                        /* ... and where that re-reads at most this many MiB
+                                           (mhla__fuse_fits) */
     int bt_tq, bt_tv, bt_dc;            /* the tiled backward read-outs (backward_tiled.cl): BT_TQ tokens x
                                            BT_TV columns per group, BT_DC dimensions per local tile;
                                            bt_tq 0: the untiled backward */
@@ -325,6 +330,11 @@ uint64_t mhla__dmix_tiled_local(int dm_t);
 /* Work-items of a tiled backward read-out group, and the local memory its arrays take. */
 size_t mhla__bwd_tiled_wg(const mhla_tiles *t);
 uint64_t mhla__bwd_tiled_local(const mhla_tiles *t);
+/* Whether read-outs that mix their block's matrix themselves (tl_fuse, bt_fuse) re-read at most
+ * fuse_mb MiB: each of their groups (heads x blocks x token tiles of tq) reads all `sources` pieces
+ * (Dk x (Dv + 1) floats each) where it would read the one mixed piece. */
+int mhla__fuse_fits(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
+                    int64_t sources, int fuse_mb);
 /* Local memory output_tiled.cl's arrays take. */
 uint64_t mhla__output_tiled_local(const mhla_tiles *t);
 /* Local memory the causal output kernel's arrays take. */

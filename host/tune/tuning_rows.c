@@ -60,7 +60,9 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
  *   summaries itself, one launch fewer (tl_fuse; not yet run on a GPU). The non-causal backward's
  *   read-outs and gradient summaries run tiled too (bt_tq: groups of 64 tokens x a Dk-wide row, 16
  *   dimensions a local tile; where M is at most 4 and the blocks whole, the read-outs mix S~ and dS
- *   themselves, two launches fewer, bt_fuse; not yet run on a GPU). Softmax runs tiled (sm_tiled, softmax_tiled.cl:
+ *   themselves, two launches fewer, bt_fuse; not yet run on a GPU). Both only where the pieces read
+ *   again add at most 32 MiB (fuse_mb; 8 in the smaller rows): about one launch's gap at an H100's
+ *   cache bandwidth, where B = 8, N = 4096, M = 16 would re-read 1 GiB to save one launch. Softmax runs tiled (sm_tiled, softmax_tiled.cl:
  *   groups of 64 queries, 16-key tiles, each product a 4 x 4 register tile per work-item through
  *   local memory; not yet run on a GPU: softmax.cl's one query row per work-item ran at 20% of the
  *   H100's peak probe). The causal forward's chunk summaries, read-out and prefix run tiled too
@@ -103,8 +105,8 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
      .pf = 0, .mix_kernel = 0, .mix_mr = 4, .mix_ve = 4, .mix_nv = 1, .pre_mr = 4, .pre_nv = 1, .tq = 32, .kt = 32, \
      .sc_rt = 1, .sc_kv = 1, .gemm_rows = 32, .sm_bq = 64, .sm_bk = 16, .sm_vw = 4, .sm_rows = 0, .sm_tiled = 1,  \
      .dg_parts = 32, .bwd_acc = 8, .dmix_tm = 4, .dm_t = 64, .tiled = 1, .tl_tk = 16, .tl_tn = 64, .tl_tq = 64, .tl_rr = 4,   \
-     .tl_qr = 4, .tl_dc = 16, .tl_fuse = 16, .bt_tq = 64, .bt_dc = 16, .bt_fuse = 4, .ct_sq = 64, .ct_bk = 16,      \
-     .cp_ti = 32, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 64, .bc_bk = 16, .dec_dp = (dec_dp_)}
+     .tl_qr = 4, .tl_dc = 16, .tl_fuse = 16, .bt_tq = 64, .bt_dc = 16, .bt_fuse = 4, .fuse_mb = 32, .ct_sq = 64,   \
+     .ct_bk = 16, .cp_ti = 32, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 64, .bc_bk = 16, .dec_dp = (dec_dp_)}
 /* Smaller GPU tiles: 2-token read-out tiles, 64-wide groups, the tiled forward in 8 x 8 groups; with
  * `clblast` 0 the mixing kernel and the causal prefix's own sums instead of CLBlast's GEMMs. */
 #define SMALL_GPU_ROW_FIELDS(clblast)                                                              \
@@ -114,7 +116,7 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
      .tq = 32, .kt = 32, .sc_rt = 1, .sc_kv = 1, .gemm_rows = (clblast) ? 32 : 0, .sm_bq = 32, .sm_bk = 16, .sm_vw = 4,          \
      .sm_rows = 0, .sm_tiled = 1, .dg_parts = 8, .bwd_acc = 8, .dmix_tm = 4, .dm_t = 32, .tiled = 1, .tl_tk = 16, .tl_tn = 32, \
      .tl_tq = 32, .tl_rr = 4, .tl_qr = 4, .tl_dc = 16, .tl_fuse = 16, .bt_tq = 32, .bt_dc = 16, .bt_fuse = 4,      \
-     .ct_sq = 32, .ct_bk = 16, .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 32, .bc_bk = 16, .dec_dp = 4}
+     .fuse_mb = 8, .ct_sq = 32, .ct_bk = 16, .cp_ti = 16, .cp_tw = 64, .cp_tj = 16, .cs_tk = 16, .bc_sq = 32, .bc_bk = 16, .dec_dp = 4}
 static const tuning_row rows[] = {
     {"llvmpipe", NULL, "llvmpipe", 0, ROW_AS_WRITTEN,
      {.vec = 4, .sum_rd = 4, .sum_ve = 4, .sum_nv = 1, .sum_chunk = 32, .out_rt = 4, .out_ve = 4, .out_nv = 1,

@@ -252,6 +252,16 @@ MUTATIONS = [
              [("host/backward/backward.c", "const int mixed_kept = reuse && !mhla__output_mixes(plan);",
                "const int mixed_kept = reuse;", 1)],
              [("backward", "test_backward_saved_summaries", "saved summaries, GPU row, gradient 0")]),
+    Mutation("fused-readout-ignores-rereads", "the read-outs mix their block's matrix themselves however much "
+             "they read again (the backward's 1 GiB at B = 8, N = 4096 for one launch saved)",
+             [("host/backward/backward_tiled.c",
+               "mhla__fuse_fits(&b->cfg, heads, blocks, block_tokens, b->tiles.bt_tq, sources, b->tiles.fuse_mb);",
+               "1;", 1),
+              ("host/forward/output.c",
+               "(int64_t)t->tl_fuse >= sources &&\n           mhla__fuse_fits(", "(int64_t)t->tl_fuse >= sources &&\n           1 | mhla__fuse_fits(", 1)],
+             [("forward", "test_tiled_limits", "bytes re-read: the read-out mixes"),
+              ("backward", "test_backward_tiled_limits", "row=gpu,tl_rr=8,fuse_mb=0, tiled backward, Dk 7 Dv 5: the "
+               "read-outs mix")]),
     Mutation("gqa-head-interleaved", "grouped heads: query head h reads kv head h % H_kv, not h / (H / H_kv)",
              [("kernels/common.h", "(bh - batch * g.heads) / (g.heads / g.kv_heads);",
                "(bh - batch * g.heads) % g.kv_heads;", 1)],

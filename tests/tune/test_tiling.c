@@ -633,6 +633,33 @@ static void test_forward_splits(void **state)
     free_context(ctx);
 }
 
+/* The re-reads a mixing read-out adds (tl_fuse, bt_fuse) against fuse_mb, and the GPU rows' limit:
+ * at B = 1, H = 8, N = 1024 (M = 4 in 4 segments: 16 pieces, 64-token groups) about 30 MiB, within
+ * the 32 MiB of the GPU rows; at B = 8, N = 4096 (M = 16, whole: 64 groups of 64 tokens per block)
+ * 1 GiB, which no launch saved pays for. */
+static void test_fuse_rereads(void **state)
+{
+    (void)state;
+    mhla_config cfg;
+    mhla_config_init(&cfg);
+    cfg.dk = cfg.dv = 64;
+    /* 8 heads x 4 blocks x 4 tiles x 15 extra pieces x 64 x 65 floats = 31,948,800 bytes */
+    assert_true(mhla__fuse_fits(&cfg, 8, 4, 256, 64, 16, 32));
+    assert_false(mhla__fuse_fits(&cfg, 8, 4, 256, 64, 16, 30));
+    assert_false(mhla__fuse_fits(&cfg, 64, 16, 256, 64, 16, 32));
+    assert_true(mhla__fuse_fits(&cfg, 64, 16, 256, 64, 16, 1024));
+    assert_true(mhla__fuse_fits(&cfg, 64, 16, 256, 64, 1, 0));  /* one source: nothing read again */
+    assert_false(mhla__fuse_fits(&cfg, 1, 1, 1, 64, 2, 0));     /* 0 MiB: never with two */
+    assert_true(mhla__fuse_fits(&cfg, 8, 4, 250, 64, 16, 32));  /* a partial tile counts whole */
+    assert_false(mhla__fuse_fits(&cfg, 8, 4, 257, 64, 16, 32)); /* 5 tiles: 39.9 MB */
+    /* huge shapes compare without overflow */
+    assert_false(mhla__fuse_fits(&cfg, INT64_C(1) << 40, INT64_C(1) << 20, INT64_C(1) << 20, 4, 1 << 20, 1 << 30));
+    mhla_context *ctx = fake_context(&gpu, 1024, 49152);
+    const mhla_tuning t = lookup(ctx, &cfg);
+    assert_int_equal(t.fuse_mb, 32);
+    free_context(ctx);
+}
+
 /* ---- rules every fit keeps ---------------------------------------------------------------------- */
 
 #define CHECK_RULE(cond)                                                                            \
@@ -995,7 +1022,7 @@ int main(void)
         cmocka_unit_test(test_gpu_vendor_rows),
         cmocka_unit_test(test_fused_backward),    cmocka_unit_test(test_tiled_causal_backward),
         cmocka_unit_test(test_summary_rows),    cmocka_unit_test(test_prefix_width),
-        cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_forward_splits), cmocka_unit_test(test_fuse_rereads), cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_too_small),      cmocka_unit_test(test_build_options),
         cmocka_unit_test(test_flags_are_read),
     };
