@@ -722,7 +722,7 @@ MHLA_API mhla_status mhla_backward_varlen_host(mhla_plan *plan, const void *q, c
 /*! mhla_plan_save_for_backward() :
  * With enable = 1, each mhla_forward() of a non-causal plan leaves its block summaries and their
  * mixtures (and the official normalizer's dots and denominators; where the blocks are few enough
- * for the tiled backward to mix them itself, tuning field bt_fuse, the summaries alone), and of a
+ * for the tiled backward to mix them itself, tuning fields bt_fuse and fuse_mb, the summaries alone), and of a
  * causal plan (not varlen) its chunk summaries and prefix mixtures, in the plan's workspace, where
  * they are anyway, for the next mhla_backward() with the same q, k, v and mixing buffers, which then
  * does not recompute them, as autograd keeps a forward's saved tensors for its backward (about a
