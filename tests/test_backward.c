@@ -748,7 +748,7 @@ static void test_backward_saved_summaries_causal(void **state)
  * work-items and 16 KiB. Each plan must say that it ran tiled. Where a non-causal plan's blocks are
  * whole and few (M within the GPU row's bt_fuse, 4) the read-outs mix S~ and dS themselves: no
  * mixing_splits launch (Dk 7, Dv 5, M = 3); the two long blocks' segments and the official
- * normalizer keep it. */
+ * normalizer keep it, and so does that configuration again with no re-reads allowed (fuse_mb 0). */
 static void test_backward_tiled_limits(void **state)
 {
     (void)state;
