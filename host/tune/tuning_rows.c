@@ -63,8 +63,8 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
  *   themselves, two launches fewer, bt_fuse; not yet run on a GPU). Both only where the pieces read
  *   again add at most 32 MiB (fuse_mb; 8 in the smaller rows): about one launch's gap at an H100's
  *   cache bandwidth, where B = 8, N = 4096, M = 16 would re-read 1 GiB to save one launch. Softmax
- *   runs tiled (sm_tiled, softmax_tiled.cl: groups of 64 queries, 16-key tiles, each product a 4 x 4 register tile per work-item through
- *   local memory; not yet run on a GPU: softmax.cl's one query row per work-item ran at 20% of the
+ *   runs tiled (sm_tiled, softmax_tiled.cl: groups of 64 queries, 16-key tiles, each product a 4 x 4
+ *   register tile per work-item through local memory; not yet run on a GPU: softmax.cl's one query row per work-item ran at 20% of the
  *   H100's peak probe). The causal forward's chunk summaries, read-out and prefix run tiled too
  *   (cs_tk: causal_summary_tiled.cl, summary_tiled.cl's groups over the chunk table; ct_sq, cp_ti:
  *   causal_tiled.cl, 64 tokens x 16 keys a group, the masked scores and both products 4 x 4 per
