@@ -162,7 +162,7 @@ static void describe(const mhla_bwd *b, char *buf, size_t size)
         snprintf(buf, size, "; backward: tiled read-outs of %d tokens x %d columns, %d dimensions per tile%s",
                  t->bt_tq, t->bt_tv, t->bt_dc,
                  t->bt_fuse > 0 && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL
-                     ? ", mixing inside them where the blocks are within bt_fuse"
+                     ? ", mixing inside them where the blocks are within bt_fuse and the re-reads within fuse_mb"
                      : "");
     else
         snprintf(buf, size, "; backward: read-outs of %d token(s) x %d/%d-wide vectors", t->bwd_rt, t->bwd_vk,

@@ -72,16 +72,13 @@ cleanup:
     return st;
 }
 
-/* Whether a tiled read-out over `heads` x `blocks` blocks of `block_tokens` mixes `sources` matrices
- * itself (bt_fuse): whole ones only, since dMc reads S and G whole, which the mixing writes from split
- * blocks' segments; the official normalizer's terms need the mixing's R = Mc^T r anyway; and only where
- * its groups' re-reads of the sources stay within fuse_mb. */
+/* Whether this plan's tiled read-out over `heads` x `blocks` blocks of `block_tokens` mixes `sources`
+ * matrices itself (mhla__bwd_readout_mixes: bt_fuse, fuse_mb, whole blocks). */
 static int readout_mixes(const mhla_bwd *b, int64_t heads, int64_t blocks, int64_t block_tokens, int64_t sources,
                          int whole)
 {
-    return b->k_dq_tiled && whole && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL &&
-           sources <= (int64_t)b->tiles.bt_fuse &&
-           mhla__fuse_fits(&b->cfg, heads, blocks, block_tokens, b->tiles.bt_tq, sources, b->tiles.fuse_mb);
+    return b->k_dq_tiled && mhla__bwd_readout_mixes(&b->cfg, b->tiles.bt_fuse, b->tiles.bt_tq, b->tiles.fuse_mb,
+                                                    heads, blocks, block_tokens, sources, whole);
 }
 
 int mhla__backward_tiled_mixes(const mhla_plan *plan, const mhla_bwd *b)

@@ -52,15 +52,14 @@ int mhla__output_mixes(const mhla_plan *plan)
     const mhla_shape *sh = &plan->shape;
     const int64_t sources = sh->m_kv * (int64_t)t->splits;
     /* (the official normalizer's denominators come from the dots' mixing; a plan kept for a backward
-     * keeps whole summaries, which dMc reads and the mixing writes from split blocks' segments, and
-     * leaves them unmixed only where the backward's read-outs mix them: bt_fuse, and its dq read-out's
-     * re-reads within fuse_mb, estimated at the tuning's bt_tq: where the backward fits other groups,
-     * it runs the mixing itself) */
+     * leaves its summaries unmixed only where the backward's dq read-out will mix them, judged at the
+     * tuning's bt_tq: where the backward fits other groups and decides otherwise, it runs the mixing
+     * itself) */
     return t->tiled && plan->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL && (int64_t)t->tl_fuse >= sources &&
            mhla__fuse_fits(&plan->cfg, sh->bh, sh->m, sh->nb, t->tl_tq, sources, t->fuse_mb) &&
            (!plan->save_for_backward ||
-            (t->splits == 1 && sh->m_kv <= (int64_t)plan->tuning.bt_fuse &&
-             mhla__fuse_fits(&plan->cfg, sh->bh, sh->m, sh->nb, plan->tuning.bt_tq, sh->m_kv, t->fuse_mb)));
+            mhla__bwd_readout_mixes(&plan->cfg, plan->tuning.bt_fuse, plan->tuning.bt_tq, t->fuse_mb, sh->bh, sh->m,
+                                    sh->nb, sh->m_kv, t->splits == 1));
 }
 
 mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_mem out, cl_event *done)

@@ -172,6 +172,13 @@ int mhla__fuse_fits(const mhla_config *cfg, int64_t heads, int64_t blocks, int64
     return rereads <= (double)fuse_mb * 1048576.0;
 }
 
+int mhla__bwd_readout_mixes(const mhla_config *cfg, int bt_fuse, int bt_tq, int fuse_mb, int64_t heads,
+                            int64_t blocks, int64_t block_tokens, int64_t sources, int whole)
+{
+    return whole && cfg->normalizer != MHLA_NORMALIZER_OFFICIAL && sources <= (int64_t)bt_fuse &&
+           mhla__fuse_fits(cfg, heads, blocks, block_tokens, bt_tq, sources, fuse_mb);
+}
+
 size_t mhla__bwd_tiled_wg(const mhla_tiles *t) { return (size_t)(t->bt_tq / 4) * (size_t)(t->bt_tv / 4); }
 
 uint64_t mhla__bwd_tiled_local(const mhla_tiles *t)

@@ -335,6 +335,12 @@ uint64_t mhla__bwd_tiled_local(const mhla_tiles *t);
  * (Dk x (Dv + 1) floats each) where it would read the one mixed piece. */
 int mhla__fuse_fits(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
                     int64_t sources, int fuse_mb);
+/* Whether a tiled backward read-out (groups of bt_tq tokens) over heads x blocks blocks of
+ * block_tokens mixes its `sources` matrices itself: whole blocks only (dMc reads S and G whole, which
+ * the mixing writes from split blocks' segments), not the official normalizer (its terms need the
+ * mixing's R = Mc^T r anyway), sources within bt_fuse and re-reads within fuse_mb. */
+int mhla__bwd_readout_mixes(const mhla_config *cfg, int bt_fuse, int bt_tq, int fuse_mb, int64_t heads,
+                            int64_t blocks, int64_t block_tokens, int64_t sources, int whole);
 /* Local memory output_tiled.cl's arrays take. */
 uint64_t mhla__output_tiled_local(const mhla_tiles *t);
 /* Local memory the causal output kernel's arrays take. */

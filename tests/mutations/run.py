@@ -254,9 +254,8 @@ MUTATIONS = [
              [("backward", "test_backward_saved_summaries", "saved summaries, GPU row, gradient 0")]),
     Mutation("fused-readout-ignores-rereads", "the read-outs mix their block's matrix themselves however much "
              "they read again (the backward's 1 GiB at B = 8, N = 4096 for one launch saved)",
-             [("host/backward/backward_tiled.c",
-               "mhla__fuse_fits(&b->cfg, heads, blocks, block_tokens, b->tiles.bt_tq, sources, b->tiles.fuse_mb);",
-               "1;", 1),
+             [("host/tune/tiling.c",
+               "mhla__fuse_fits(cfg, heads, blocks, block_tokens, bt_tq, sources, fuse_mb);", "1;", 1),
               ("host/forward/output.c",
                "(int64_t)t->tl_fuse >= sources &&\n           mhla__fuse_fits(", "(int64_t)t->tl_fuse >= sources &&\n           1 | mhla__fuse_fits(", 1)],
              [("forward", "test_tiled_limits", "bytes re-read: the read-out mixes"),
