@@ -26,7 +26,7 @@
 
 static const char help[] =
     "usage: mhla tune [--device SPEC] [--budget SECONDS] [--shapes LIST] [--heads H] [--stages LIST]\n"
-    "                 [--export] [--dry-run]\n"
+    "                 [--row NAME] [--export] [--dry-run]\n"
     "\n"
     "Searches the tiles, vector widths, work-group sizes, block splits and the mixing GEMM (built-in\n"
     "kernel or CLBlast) of each stage, the causal score tiles, the softmax tiles, the causal\n"
@@ -52,6 +52,9 @@ static const char help[] =
     "                    tiled-backward (the GPU rows' non-causal backward), tiled-causal (the GPU\n"
     "                    rows' causal forward), decode (the decoder's steps in parts, and whether\n"
     "                    they sum the next chunk's prefix; default all)\n"
+    "  --row NAME        start from this built-in row (gpu, nvidia, amd, mobile, cpu, ...) instead of\n"
+    "                    the device's own: a GPU row's fields searched on another device; an entry\n"
+    "                    is stored with its row, and only where it beats the device's own row\n"
     "  --export          also print each entry as a row for host/tune/tuning_rows.c's built-in table\n"
     "                    (a GPU's as the fields of its vendor's row: nvidia, amd, intel-gpu,\n"
     "                    mobile)\n"
@@ -83,6 +86,7 @@ typedef struct tuner {
     int stage_clock; /* the device's stage times are usable (else: the forward's host time) */
     int candidates, discarded;
     unsigned stages; /* bit k: stages[k] is searched (--stages) */
+    char device_row[32]; /* the device's own built-in row: what an entry must beat */
 } tuner;
 
 /* ---- specs ----------------------------------------------------------------------------------- */
@@ -410,6 +414,48 @@ static void try_candidate(tuner *t, const tune_shape *s, const tune_stage *stage
     }
 }
 
+/* The fuse_mb a candidate that mixes inside the read-outs (tl_fuse, bt_fuse) needs on this shape,
+ * into *mb: its plan with the bound lifted says what each mixing read-out reads again ("30.5 MiB
+ * read again"), and the smallest whole MiB over the most of them admits them all; 0 where none
+ * mixes (split blocks, more blocks than the candidate takes). Without it the candidate would time
+ * the row's launches again wherever the row's bound keeps the mixing apart, and a bound raised just
+ * that far leaves larger problems (more heads, batches, tokens) unfused, as the row does. */
+static mhla_status fuse_need_mb(tuner *t, const tune_spec *trial, const mhla_config *cfg, int kind, int *mb)
+{
+    tune_spec lifted = *trial;
+    spec_set(&lifted, "fuse_mb", 1 << 20);
+    char s[1024], text[2048];
+    spec_text(&lifted, 1, s, sizeof s);
+    *mb = 0;
+    mhla_status st = mhla_context_set_tuning(t->ctx, s);
+    if (st == MHLA_OK && kind == 4) { /* the backward's read-outs: described once a backward has run */
+        tune_backward *bwd = NULL;
+        double wall = 0;
+        if ((st = tune_backward_open(t->ctx, cfg, &bwd)) == MHLA_OK && (st = tune_backward_run(bwd, &wall)) == MHLA_OK)
+            st = tune_backward_tuning(bwd, text, sizeof text);
+        tune_backward_close(bwd);
+    } else if (st == MHLA_OK) {
+        mhla_plan *plan = NULL;
+        if ((st = mhla_plan_create(t->ctx, cfg, &plan)) == MHLA_OK)
+            st = mhla_plan_tuning(plan, text, sizeof text);
+        mhla_plan_destroy(plan);
+    }
+    if (st != MHLA_OK)
+        return st;
+    double most = -1.0;
+    static const char unit[] = " MiB read again";
+    for (const char *p = strstr(text, unit); p; p = strstr(p + 1, unit)) {
+        const char *num = p;
+        while (num > text && (num[-1] == '.' || (num[-1] >= '0' && num[-1] <= '9')))
+            --num;
+        const double v = num < p ? atof(num) : -1.0;
+        most = v > most ? v : most;
+    }
+    /* printed to a tenth: the next whole MiB over it plus that rounding */
+    *mb = most > 0.0 ? (int)ceil(most + 0.05) : 0;
+    return MHLA_OK;
+}
+
 /* One stage's coordinate descent from *best (*changed set when it kept a change). Returns 0, 1 when
  * the budget ran out, or an exit code (negated) when the starting point itself fails. */
 static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, tune_spec *best, int *changed)
@@ -443,11 +489,19 @@ static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, 
             /* A value the device's caps or this build turn back into the current one (a vector
              * width past the device's; CLBlast's GEMMs in a build without CLBlast) would time the
              * same kernels again. */
-            char eff[1024];
+            char eff[1024] = "";
             if (effective(t, &trial, eff, sizeof eff) == MHLA_OK && field_in(eff, f->name) == current)
                 continue;
             char label[64];
             snprintf(label, sizeof label, "%s=%d", f->name, f->values[i]);
+            if ((strcmp(f->name, "tl_fuse") == 0 || strcmp(f->name, "bt_fuse") == 0) && f->values[i] > 0) {
+                int need = 0;
+                if (fuse_need_mb(t, &trial, &cfg, stage->kind, &need) == MHLA_OK &&
+                    need > field_in(eff, "fuse_mb")) {
+                    spec_set(&trial, "fuse_mb", need);
+                    snprintf(label, sizeof label, "%s=%d,fuse_mb=%d", f->name, f->values[i], need);
+                }
+            }
             try_candidate(t, s, stage, &cfg, obj, &trial, label, best, base, changed);
         }
     }
@@ -586,14 +640,16 @@ static int confirm_kind(const tune_spec *spec)
 }
 
 /* The problems of measure() kinds kinds[0..n) (n <= 2: the forward and a backward, or decode alone)
- * with the built-in row and with `best`, timed alternately round by round: medians into out[k][0]
- * (built-in) and out[k][1] (best); a run that fails the reference check counts as infinitely slow. */
+ * with the device's built-in row (not --row's: an entry replaces the device's own) and with `best`,
+ * timed alternately round by round: medians into out[k][0] (built-in) and out[k][1] (best); a run
+ * that fails the reference check counts as infinitely slow. */
 static mhla_status confirm(tuner *t, const tune_shape *s, const tune_spec *best, const int *kinds, int n,
                            double out[][2])
 {
     mhla_status st = MHLA_OK;
-    tune_spec row = *best;
-    row.count = 0;
+    tune_spec row;
+    memset(&row, 0, sizeof row);
+    snprintf(row.row, sizeof row.row, "%s", t->device_row);
     double times[2][2][CONFIRM_ROUNDS], ms[4]; /* [kind][built-in, best][round] */
     int wrong = 0;
     const mhla_config cfg[2] = {stage_config(t, s, kinds[0]), stage_config(t, s, n > 1 ? kinds[1] : kinds[0])};
@@ -732,12 +788,12 @@ int cmd_tune(int argc, char **argv)
 {
     const char *cmd = "tune";
     int help_shown = 0, rc;
-    enum { O_DEVICE, O_BUDGET, O_SHAPES, O_HEADS, O_STAGES, O_EXPORT, O_DRY, O_COUNT };
+    enum { O_DEVICE, O_BUDGET, O_SHAPES, O_HEADS, O_STAGES, O_ROW, O_EXPORT, O_DRY, O_COUNT };
     cli_option o[O_COUNT] = {
         [O_DEVICE] = {"--device", "SPEC", NULL},   [O_BUDGET] = {"--budget", "SECONDS", NULL},
         [O_SHAPES] = {"--shapes", "LIST", NULL},   [O_HEADS] = {"--heads", "H", NULL},
         [O_STAGES] = {"--stages", "LIST", NULL},   [O_EXPORT] = {"--export", NULL, NULL},
-        [O_DRY] = {"--dry-run", NULL, NULL},
+        [O_DRY] = {"--dry-run", NULL, NULL},       [O_ROW] = {"--row", "NAME", NULL},
     };
     if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, &help_shown)) != 0 || help_shown)
         return rc;
@@ -803,10 +859,30 @@ int cmd_tune(int argc, char **argv)
         rc = cli_fail(CLI_RUNTIME, "tune: cannot tell the device's tuning row from '%s'", text);
         goto done;
     }
+    snprintf(t.device_row, sizeof t.device_row, "%s", start.row);
+    const char *from = o[O_ROW].value;
+    if (from) { /* a row's name alone: "gpu,sum_rd=2" would start from fields nobody searched */
+        char spec[64];
+        const int named = strlen(from) < sizeof start.row &&
+                          from[strspn(from, "abcdefghijklmnopqrstuvwxyz0123456789-")] == '\0';
+        snprintf(spec, sizeof spec, "row=%s", named ? from : "");
+        if (!named || (st = mhla_context_set_tuning(t.ctx, spec)) != MHLA_OK) {
+            rc = cli_fail(CLI_USAGE, "--row %s: %s", from,
+                          named ? mhla_context_message(t.ctx)
+                                : "not a built-in row's name (gpu, nvidia, mobile, cpu, ...)");
+            goto done;
+        }
+        mhla_context_set_tuning(t.ctx, NULL);
+        snprintf(start.row, sizeof start.row, "%s", from);
+    }
     t.t0 = cli_now_ms();
     t.deadline = t.t0 + (double)budget * 1e3;
-    printf("tune: %s, built-in row '%s', budget %lld s, %zu shape(s), H=%lld\n", mhla_context_device_name(t.ctx),
-           start.row, (long long)budget, nshapes, (long long)heads);
+    if (strcmp(start.row, t.device_row) != 0)
+        printf("tune: %s, row '%s' (--row; the device's built-in row: '%s'), budget %lld s, %zu shape(s), H=%lld\n",
+               mhla_context_device_name(t.ctx), start.row, t.device_row, (long long)budget, nshapes, (long long)heads);
+    else
+        printf("tune: %s, built-in row '%s', budget %lld s, %zu shape(s), H=%lld\n", mhla_context_device_name(t.ctx),
+               start.row, (long long)budget, nshapes, (long long)heads);
     printf("database: %s\n", db);
     fflush(stdout);
     rc = CLI_OK;
@@ -856,15 +932,18 @@ int cmd_tune(int argc, char **argv)
             else
                 drop_decode_fields(&best);
         }
-        spec_text(&best, 0, spec, sizeof spec);
-        if (!best.count) {
+        /* An entry from --row's row names it (the library lays an entry over the device's own row),
+         * and is timed over the forward even with no field changed. */
+        const int row_switch = strcmp(best.row, t.device_row) != 0;
+        spec_text(&best, row_switch, spec, sizeof spec);
+        if (!best.count && !row_switch) {
             printf("tune: %lldx%lld: nothing beats the built-in row by %.0f%%: nothing stored\n", (long long)s->dk,
                    (long long)s->dv, MARGIN * 100);
             continue;
         }
         const int backward = confirm_kind(&best); /* 0, or the backward to confirm on (3, 4) */
         /* decoder fields alone: their confirmation above is the entry's */
-        const int decode_only = count_fields(&best, 0) == 0 && !backward;
+        const int decode_only = count_fields(&best, 0) == 0 && !backward && !row_switch;
         const int kinds[2] = {0, backward};
         if (!decode_only && (st = confirm(&t, s, &best, kinds, 1 + !!backward, times)) != MHLA_OK) {
             rc = cli_fail(cli_exit_code(st), "tune: %s", mhla_context_message(t.ctx));
@@ -894,7 +973,8 @@ int cmd_tune(int argc, char **argv)
                    bwd[0], bwd[1], 100.0 * (bwd[1] - bwd[0]) / bwd[0], CONFIRM_ROUNDS,
                    backward == 4 ? "non-causal" : "causal", (long long)stage_config(&t, s, backward).seq_t);
         const char *why =
-            decode_only ? NULL : not_stored_why(fwd, bwd, backward, count_fields(&best, 0) > 0, why_buf, sizeof why_buf);
+            decode_only ? NULL : not_stored_why(fwd, bwd, backward, count_fields(&best, 0) > 0 || row_switch, why_buf,
+                                                  sizeof why_buf);
         if (why) {
             printf("tune: %lldx%lld: %s: nothing stored\n", (long long)s->dk, (long long)s->dv, why);
             continue;

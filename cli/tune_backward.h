@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* n floats uniform in [0.05, 1) from a fixed-seed generator: the same values for the same seed, so
+/* n floats uniform in [lo, hi) from a fixed-seed generator: the same values for the same seed, so
  * that every candidate is timed and checked on the same inputs. */
+void tune_fill_range(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* The same in [0.05, 1): the timed problems' inputs (positive: no denominator near 0). */
 void tune_fill(float *x, size_t n, uint64_t seed);
 
 /* The causal backward of `small` (a causal configuration a few chunks long, dtype f32) on ctx with
@@ -25,6 +27,8 @@ typedef struct tune_backward tune_backward;
 mhla_status tune_backward_open(mhla_context *ctx, const mhla_config *cfg, tune_backward **out);
 /* One mhla_backward() with dMc, wall-timed from an idle queue to clFinish(), into *ms. */
 mhla_status tune_backward_run(tune_backward *b, double *ms);
+/* The plan's description after a run (mhla_plan_tuning, its backward's part included). */
+mhla_status tune_backward_tuning(const tune_backward *b, char *buf, size_t size);
 /* Releases what tune_backward_open() made; NULL is a no-op. */
 void tune_backward_close(tune_backward *b);
 

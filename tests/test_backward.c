@@ -795,6 +795,11 @@ static void test_backward_tiled_limits(void **state)
         if (last_tuning[0] && !cfgs[c].causal && fuses != !strstr(times, "mixing_splits "))
             fail_msg("%s: the read-outs %s mix the summaries themselves:\n%s\n%s", label, fuses ? "do not" : "wrongly",
                      last_tuning, times);
+        if (last_tuning[0] && !cfgs[c].causal && fuses &&
+            (!strstr(last_tuning, ", S~ for dq mixed inside the read-out (bt_fuse 4: ") ||
+             !strstr(last_tuning, ", dS for dk and dv mixed inside the read-out (bt_fuse 4: ")))
+            fail_msg("%s: the plan does not say that both read-outs mix, and what they read again: %s", label,
+                     last_tuning);
         mhla_context_destroy(ctx);
     }
     /* Configuration 1 again with no re-reads allowed (fuse_mb 0): its read-outs, which mixed S~ and
@@ -810,6 +815,9 @@ static void test_backward_tiled_limits(void **state)
     if (last_tuning[0] && (!strstr(last_tuning, " 1 segment(s) per block") || !strstr(times, "mixing_splits ")))
         fail_msg("%s: the read-outs mix the summaries themselves, or the blocks are split:\n%s\n%s", label, last_tuning,
                  times);
+    if (last_tuning[0] && (!strstr(last_tuning, ", S~ for dq mixed apart (inside the read-out: ") ||
+                           !strstr(last_tuning, " MiB read again, over fuse_mb 0), dS for dk and dv mixed apart")))
+        fail_msg("%s: the plan does not say that fuse_mb keeps the mixing apart: %s", label, last_tuning);
     mhla_context_destroy(ctx);
 }
 

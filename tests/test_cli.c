@@ -2514,6 +2514,60 @@ static void test_tune_joint(void **state)
         fail_msg("the search ended on '%s', not the sum_rd=%d,sum_nv=%d tile:\n%s", spec, a, b, r->out);
 }
 
+/* --row: the search from another built-in row than the device's, as a GPU row's fields are searched
+ * on a CPU device here before a GPU's few minutes are spent on them (scripts/gpu_check.sh's tune
+ * step): every stage of the GPU rows' own fields (the tiled forward, its backward, the tiled causal
+ * forward, the decoder) reached, each candidate checked against the reference; an entry names its
+ * row and is kept only where it beats the device's own. */
+static void test_tune_row(void **state)
+{
+    (void)state;
+    char cache[700];
+    snprintf(cache, sizeof cache, "MHLA_CACHE_DIR=%s", in_dir("cache"));
+    const char *plain[] = {cache, "MHLA_TUNING=", NULL};
+    expect_fail(MHLA_ENV(plain, "tune", "--row", "nope", "--budget", "5"), 2,
+                "--row nope: mhla_context_set_tuning: unknown row 'nope' (rows: ");
+    expect_fail(MHLA_ENV(plain, "tune", "--row", "gpu,sum_rd=2", "--budget", "5"), 2,
+                "--row gpu,sum_rd=2: not a built-in row's name");
+    const result *r = MHLA_ENV(plain, "info");
+    expect_ok(r);
+    char own[32] = "", head[128], line[256];
+    const char *row = strstr(r->out, "tuning: built-in row '");
+    assert_true(row && sscanf(row, "tuning: built-in row '%31[^']", own) == 1);
+    const char *other = strcmp(own, "gpu") != 0 ? "gpu" : "mobile"; /* both tile every stage */
+    /* 40 s: the four stages' first pass took 24 s with every kernel compiled cold (2 cores) */
+    r = MHLA_ENV(plain, "tune", "--row", other, "--stages", "tiled,tiled-backward,tiled-causal,decode", "--budget",
+                 "40", "--shapes", "16x8@512:2", "--heads", "2", "--dry-run");
+    expect_ok(r);
+    snprintf(head, sizeof head, ", row '%s' (--row; the device's built-in row: '%s'), budget 40 s", other, own);
+    if (!strstr(r->out, head))
+        fail_msg("no '%s' in:\n%s", head, r->out);
+    const char *firsts[] = {" 16x8 tiled   tl_tk=", " 16x8 tiled-backward bt_tq=", " 16x8 tiled-causal ct_sq=",
+                            " 16x8 decode  dec_dp="};
+    for (size_t i = 0; i < sizeof firsts / sizeof firsts[0]; ++i)
+        if (!strstr(line_after(r->out, firsts[i], line, sizeof line), " ms"))
+            fail_msg("--row %s: no timed candidate '%s...':\n%s", other, firsts[i], r->out);
+    if (strstr(r->out, "wrong against the reference") || strstr(r->out, " 16x8 summary ") ||
+        strstr(r->out, " 16x8 backward "))
+        fail_msg("--row %s: a wrong candidate, or a stage not asked for:\n%s", other, r->out);
+    /* whatever it found is the other row's and was timed against the device's own */
+    char spec[512], want[48];
+    line_after(r->out, "tune: 16x8: ", spec, sizeof spec);
+    snprintf(want, sizeof want, "row=%s", other);
+    if (strncmp(spec, want, strlen(want)) != 0 || !strstr(r->out, " ms with the built-in row, "))
+        fail_msg("--row %s: the entry '%s' does not name its row, or was not timed against '%s':\n%s", other, spec,
+                 own, r->out);
+
+    /* The backward's check at the default shape's head dimensions, 64: its inputs are the tests'
+     * (docs/spec.md's tolerance), where all-positive ones once failed every row's starting point
+     * in the non-causal backward (dq 1.1e-4 to 1.3e-4 against 1e-4), and the whole search with it. */
+    r = MHLA_ENV(plain, "tune", "--stages", "tiled-backward", "--budget", "5", "--shapes", "64x64@256:1", "--heads",
+                 "1", "--dry-run");
+    expect_ok(r);
+    if (!strstr(r->out, " 64x64 tiled-backward start: "))
+        fail_msg("the tiled-backward stage did not start at Dk = Dv = 64:\n%s", r->out);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -2569,6 +2623,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_selftest, fresh_dir, drop_dir),
         cmocka_unit_test_setup_teardown(test_tune, fresh_dir, tune_teardown),
         cmocka_unit_test_setup_teardown(test_tune_joint, fresh_dir, drop_dir),
+        cmocka_unit_test_setup_teardown(test_tune_row, fresh_dir, drop_dir),
     };
     const int failed = run_group("cli", tests, NULL, NULL);
     scratch_remove(root);

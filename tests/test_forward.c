@@ -606,6 +606,15 @@ static void test_tiled_limits(void **state)
         if (4 * segs > 64 || !strstr(text, mixes ? "mixed inside the read-out" : "segments added and mixed"))
             fail_msg("%s, Dk 96 Dv 64, M = 4, %lld bytes re-read: the read-out %s the summaries itself: %s", tuning, want,
                      mixes ? "does not mix" : "mixes", text);
+        /* and says what it reads again, and, kept apart, the bound that keeps it so (mhla tune reads it) */
+        char said[96];
+        if (mixes)
+            snprintf(said, sizeof said, "(tl_fuse 64: %.1f MiB read again)", (double)want / 1048576.0);
+        else
+            snprintf(said, sizeof said, "(inside the read-out: %.1f MiB read again, over fuse_mb %lld)",
+                     (double)want / 1048576.0, mb);
+        if (!strstr(text, said))
+            fail_msg("%s: the plan does not say '%s': %s", tuning, said, text);
         mhla_plan_destroy(plan);
         mhla_context_destroy(ctx);
     }

@@ -152,21 +152,21 @@ cleanup:
 }
 
 /* "; backward: ..." after the plan's own description (mhla_plan_tuning). */
-static void describe(const mhla_bwd *b, char *buf, size_t size)
+static void describe(const mhla_plan *plan, const mhla_bwd *b, char *buf, size_t size)
 {
     const mhla_tiles *t = &b->tiles;
-    if (t->bc_sq > 0)
+    if (t->bc_sq > 0) {
         snprintf(buf, size, "; backward: tiled causal read-outs of %d tokens x %d-token pair tiles%s", t->bc_sq,
                  t->bc_bk, t->bc_one ? " in one launch" : "");
-    else if (t->bt_tq > 0)
+    } else if (t->bt_tq > 0) {
+        char mixing[256];
+        mhla__backward_tiled_describe_mixing(plan, b, mixing, sizeof mixing);
         snprintf(buf, size, "; backward: tiled read-outs of %d tokens x %d columns, %d dimensions per tile%s",
-                 t->bt_tq, t->bt_tv, t->bt_dc,
-                 t->bt_fuse > 0 && b->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL
-                     ? ", mixing inside them where the blocks are within bt_fuse and the re-reads within fuse_mb"
-                     : "");
-    else
+                 t->bt_tq, t->bt_tv, t->bt_dc, mixing);
+    } else {
         snprintf(buf, size, "; backward: read-outs of %d token(s) x %d/%d-wide vectors", t->bwd_rt, t->bwd_vk,
                  t->bwd_vv);
+    }
     const size_t len = strlen(buf);
     if (t->dm_t > 0 && len < size)
         snprintf(buf + len, size - len, ", dMc in %dx%d tiles", t->dm_t, t->dm_t);

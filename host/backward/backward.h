@@ -124,6 +124,9 @@ mhla_status mhla__backward_official_dz(mhla_plan *plan, mhla_bwd *b, cl_mem q, c
 /* Whether a tiled plan's dq read-out mixes the forward's summaries itself (their M_kv rows within
  * bt_fuse, blocks whole, the paper normalizer or none), so that the forward's mixing is not run. */
 int mhla__backward_tiled_mixes(const mhla_plan *plan, const mhla_bwd *b);
+/* ", S~ for dq mixed inside the read-out (bt_fuse 4: 8.1 MiB read again)" and the like for each
+ * tiled read-out whose matrices bt_fuse admits, or "" (mhla_plan_tuning's backward part). */
+void mhla__backward_tiled_describe_mixing(const mhla_plan *plan, const mhla_bwd *b, char *buf, size_t size);
 /* mixed: whether plan->mixed holds the forward's mixtures (kept from a forward), else the dq
  * read-out mixes the summaries (mhla__backward_tiled_mixes). */
 mhla_status mhla__backward_tiled_enqueue(mhla_plan *plan, mhla_bwd *b, cl_mem q, cl_mem k, cl_mem v, cl_mem mixing,

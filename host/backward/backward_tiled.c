@@ -87,6 +87,36 @@ int mhla__backward_tiled_mixes(const mhla_plan *plan, const mhla_bwd *b)
     return readout_mixes(b, sh->bh, sh->m, sh->nb, sh->m_kv, plan->tiles.splits == 1);
 }
 
+/* One read-out's part of the description where bt_fuse admits its matrices (whole blocks, within
+ * bt_fuse, not the official normalizer): whether it mixes them and what that reads again, or that
+ * fuse_mb keeps the mixing apart. Returns the characters written. */
+static size_t describe_readout(const mhla_bwd *b, const char *what, int64_t heads, int64_t blocks,
+                               int64_t block_tokens, int64_t sources, int whole, char *buf, size_t size)
+{
+    const mhla_tiles *t = &b->tiles;
+    if (!b->k_dq_tiled || !whole || sources > (int64_t)t->bt_fuse || b->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL)
+        return 0;
+    const double mib = mhla__fuse_rereads(&b->cfg, heads, blocks, block_tokens, t->bt_tq, sources) / 1048576.0;
+    const int n =
+        readout_mixes(b, heads, blocks, block_tokens, sources, whole)
+            ? snprintf(buf, size, ", %s mixed inside the read-out (bt_fuse %d: %.1f MiB read again)", what, t->bt_fuse,
+                       mib)
+            : snprintf(buf, size, ", %s mixed apart (inside the read-out: %.1f MiB read again, over fuse_mb %d)", what,
+                       mib, t->fuse_mb);
+    return n > 0 && (size_t)n < size ? (size_t)n : 0;
+}
+
+void mhla__backward_tiled_describe_mixing(const mhla_plan *plan, const mhla_bwd *b, char *buf, size_t size)
+{
+    const mhla_shape *sh = &plan->shape;
+    const int whole = plan->tiles.splits == 1;
+    buf[0] = '\0';
+    const size_t n = describe_readout(b, "S~ for dq", sh->bh, sh->m, sh->nb, sh->m_kv, whole, buf, size);
+    /* grouped heads' G is added over each key/value head's query heads, segments and all */
+    describe_readout(b, "dS for dk and dv", sh->bh_kv, sh->m_kv, sh->nb_kv, sh->m, whole || b->k_group_sum != NULL,
+                     buf + n, size - n);
+}
+
 /* Column tiles of a `width`-wide output. */
 static size_t column_tiles(const mhla_bwd *b, int64_t width)
 {

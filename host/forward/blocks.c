@@ -88,20 +88,37 @@ static void blocks_describe(const mhla_plan *plan, char *buf, size_t size)
 {
     const mhla_tiles *t = &plan->tiles;
     const mhla_tuning *tu = &plan->tuning;
-    if (t->tiled)
+    if (t->tiled) {
+        /* Where tl_fuse admits the blocks, what mixing inside the read-out reads again (fuse_mb's
+         * measure): said whether it mixes there or the bound keeps the mixing apart. */
+        const mhla_shape *sh = &plan->shape;
+        const int64_t sources = sh->m_kv * (int64_t)t->splits;
+        const double mib = mhla__fuse_rereads(&plan->cfg, sh->bh, sh->m, sh->nb, t->tl_tq, sources) / 1048576.0;
+        const int mixes = mhla__output_mixes(plan);
+        char tail[160];
+        if (mixes)
+            snprintf(tail, sizeof tail, "mixed inside the read-out (tl_fuse %d: %.1f MiB read again)", t->tl_fuse, mib);
+        else if (plan->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL && (int64_t)t->tl_fuse >= sources &&
+                 !mhla__fuse_fits(&plan->cfg, sh->bh, sh->m, sh->nb, t->tl_tq, sources, t->fuse_mb))
+            snprintf(tail, sizeof tail,
+                     "segments added and mixed in rows of %d (inside the read-out: %.1f MiB read again, over "
+                     "fuse_mb %d)",
+                     t->mix_mr, mib, t->fuse_mb);
+        else
+            snprintf(tail, sizeof tail, "segments added and mixed in rows of %d", t->mix_mr);
         snprintf(buf, size,
                  "%s; tiled: summary groups of %dx%d (%dx4 a work-item) in tiles of %d tokens, %d segment(s) per "
-                 "block; output groups of %d tokens x %d columns (%dx4 a work-item), %d key dimensions per tile; %s %d",
+                 "block; output groups of %d tokens x %d columns (%dx4 a work-item), %d key dimensions per tile; %s",
                  tu->origin, t->tl_td, t->tl_tv, t->tl_rr, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_qr, t->tl_dc,
-                 mhla__output_mixes(plan) ? "mixed inside the read-out (tl_fuse)" : "segments added and mixed in rows of",
-                 mhla__output_mixes(plan) ? t->tl_fuse : t->mix_mr);
-    else
+                 tail);
+    } else {
         snprintf(buf, size,
                  "%s; summary %dx(%dx%d) in sums of %d tokens%s%s, %d segment(s) per block; output %dx(%dx%d) dc "
                  "%d%s; %s",
                  tu->origin, t->sum_rd, t->sum_ve, t->sum_nv, t->sum_chunk, t->sum_lk ? " (k~ in local memory)" : "",
                  t->pf ? " prefetched" : "", t->splits, t->out_rt, t->out_ve, t->out_nv, t->out_dc,
                  t->out_nt ? ", streaming stores" : "", tu->mix_kernel ? "mixing kernel" : "mixing by CLBlast");
+    }
 }
 
 const mhla_plan_ops mhla__variant_blocks = {MHLA_VARIANT_BLOCKS, "blocks", 1, 1, blocks_setup, blocks_forward,

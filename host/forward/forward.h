@@ -69,7 +69,8 @@ struct mhla_plan {
     struct mhla_shard *shard;        /* shard plans: the whole sequence and the exchange (shard/) */
     struct mhla_bwd *bwd;            /* mhla_backward's kernels and workspace, made on first use */
     void (*bwd_destroy)(struct mhla_bwd *bwd); /* set with bwd by backward/ (a layer above this one) */
-    void (*bwd_describe)(const struct mhla_bwd *bwd, char *buf, size_t size); /* likewise: its tiles */
+    /* likewise: its tiles, and where its read-outs mix (the plan's shape) */
+    void (*bwd_describe)(const struct mhla_plan *plan, const struct mhla_bwd *bwd, char *buf, size_t size);
     /* mhla_plan_save_for_backward(): summary, mixed (dots, den) hold what the last mhla_forward()
      * computed from saved_in (q, k, v, mixing) while `saved` is 1; every other writer clears it */
     int save_for_backward, saved;

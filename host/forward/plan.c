@@ -141,7 +141,7 @@ mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size)
     plan->ops->describe(plan, buf, size);
     const size_t used = strlen(buf);
     if (plan->bwd && plan->bwd_describe && used + 1 < size)
-        plan->bwd_describe(plan->bwd, buf + used, size - used);
+        plan->bwd_describe(plan, plan->bwd, buf + used, size - used);
 cleanup:
     return st;
 }

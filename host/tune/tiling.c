@@ -161,15 +161,21 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
         out->mix_mr *= 2;
 }
 
+double mhla__fuse_rereads(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
+                          int64_t sources)
+{
+    if (tq < 1 || sources < 1)
+        return 0.0;
+    /* in double: heads x blocks x tiles x sources x Dk x Dv can pass 2^64 bytes on paper */
+    const double groups = (double)heads * (double)blocks * (double)((block_tokens + tq - 1) / tq);
+    return groups * (double)(sources - 1) * (double)cfg->dk * (double)(cfg->dv + 1) * sizeof(float);
+}
+
 int mhla__fuse_fits(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
                     int64_t sources, int fuse_mb)
 {
-    if (tq < 1 || sources < 1)
-        return 0;
-    /* in double: heads x blocks x tiles x sources x Dk x Dv can pass 2^64 bytes on paper */
-    const double groups = (double)heads * (double)blocks * (double)((block_tokens + tq - 1) / tq);
-    const double rereads = groups * (double)(sources - 1) * (double)cfg->dk * (double)(cfg->dv + 1) * sizeof(float);
-    return rereads <= (double)fuse_mb * 1048576.0;
+    return tq >= 1 && sources >= 1 &&
+           mhla__fuse_rereads(cfg, heads, blocks, block_tokens, tq, sources) <= (double)fuse_mb * 1048576.0;
 }
 
 int mhla__bwd_readout_mixes(const mhla_config *cfg, int bt_fuse, int bt_tq, int fuse_mb, int64_t heads,

@@ -335,6 +335,10 @@ uint64_t mhla__bwd_tiled_local(const mhla_tiles *t);
  * (Dk x (Dv + 1) floats each) where it would read the one mixed piece. */
 int mhla__fuse_fits(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
                     int64_t sources, int fuse_mb);
+/* Those re-reads in bytes (0 for no groups or sources): what plans describe (mhla_plan_tuning), so
+ * that a reader, and `mhla tune`, can tell what fuse_mb admits. */
+double mhla__fuse_rereads(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
+                          int64_t sources);
 /* Whether a tiled backward read-out (groups of bt_tq tokens) over heads x blocks blocks of
  * block_tokens mixes its `sources` matrices itself: whole blocks only (dMc reads S and G whole, which
  * the mixing writes from split blocks' segments), not the official normalizer (its terms need the

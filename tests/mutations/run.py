@@ -281,6 +281,16 @@ MUTATIONS = [
              "limit when a built kernel allows fewer work-items (a GPU's register-heavy kernel)",
              [("host/forward/tiled.c", "if (swg >= sw && owg >= ow) {", "if (1) {", 1)],
              [("errors", "test_forced_limits", "MHLA_LIMITS=kwg=64: the plan says")]),
+    Mutation("tune-row-entry-unnamed", "`mhla tune --row` stores its entry without the row it was searched from "
+             "(laid over the device's own row, the fields land on other kernels than the ones timed)",
+             [("cli/cmd_tune.c", "spec_text(&best, row_switch, spec, sizeof spec);",
+               "spec_text(&best, 0, spec, sizeof spec);", 1)],
+             [("cli", "test_tune_row", "does not name its row")]),
+    Mutation("tune-backward-check-positive-inputs", "`mhla tune` checks the backward's candidates on all-positive "
+             "v and dO, where dq is a difference of two large terms: every row's starting point past the tolerance "
+             "at Dk = 64, and the search stopped there",
+             [("cli/tune_backward.c", "lows[i], 1.0f);", "0.05f, 1.0f);", 1)],
+             [("cli", "test_tune_row", "tiled-backward: the starting tiles fail the reference check")]),
 ]
 
 
