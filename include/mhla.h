@@ -442,8 +442,10 @@ MHLA_API size_t mhla_plan_workspace_size(const mhla_plan *plan);
 /*! mhla_plan_tuning() :
  * Writes what the plan was built with into buf (truncated to size): where its tuning came from
  * ("built-in row 'cpu', tuned entry 64x64, MHLA_TUNING") and the tiles of each stage as fitted to
- * its sizes and the device; after its first mhla_backward(), the backward's read-outs too. For
- * diagnostics; the format may change.
+ * its sizes and the device; after its first mhla_backward(), the backward's read-outs too. Where a
+ * GPU row's read-out may mix its block's matrices itself (tl_fuse, bt_fuse), whether it does and
+ * what that reads again ("30.5 MiB read again", or "over fuse_mb 32" where the bound keeps the
+ * mixing apart). For diagnostics; the format may change.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL plan or buf or size 0.
  * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size);
