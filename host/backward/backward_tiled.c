@@ -94,7 +94,8 @@ static size_t describe_readout(const mhla_bwd *b, const char *what, int64_t head
                                int64_t block_tokens, int64_t sources, int whole, char *buf, size_t size)
 {
     const mhla_tiles *t = &b->tiles;
-    if (!b->k_dq_tiled || !whole || sources > (int64_t)t->bt_fuse || b->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL)
+    if (!b->k_dq_tiled || !mhla__bwd_readout_mixes(&b->cfg, t->bt_fuse, t->bt_tq, MHLA_FUSE_MB_ANY, heads, blocks,
+                                                   block_tokens, sources, whole))
         return 0;
     const double mib = mhla__fuse_rereads(&b->cfg, heads, blocks, block_tokens, t->bt_tq, sources) / 1048576.0;
     const int n =

@@ -94,12 +94,10 @@ static void blocks_describe(const mhla_plan *plan, char *buf, size_t size)
         const mhla_shape *sh = &plan->shape;
         const int64_t sources = sh->m_kv * (int64_t)t->splits;
         const double mib = mhla__fuse_rereads(&plan->cfg, sh->bh, sh->m, sh->nb, t->tl_tq, sources) / 1048576.0;
-        const int mixes = mhla__output_mixes(plan);
         char tail[160];
-        if (mixes)
+        if (mhla__output_mixes(plan))
             snprintf(tail, sizeof tail, "mixed inside the read-out (tl_fuse %d: %.1f MiB read again)", t->tl_fuse, mib);
-        else if (plan->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL && (int64_t)t->tl_fuse >= sources &&
-                 !mhla__fuse_fits(&plan->cfg, sh->bh, sh->m, sh->nb, t->tl_tq, sources, t->fuse_mb))
+        else if (mhla__output_mixes_within(plan, MHLA_FUSE_MB_ANY))
             snprintf(tail, sizeof tail,
                      "segments added and mixed in rows of %d (inside the read-out: %.1f MiB read again, over "
                      "fuse_mb %d)",

@@ -136,6 +136,9 @@ mhla_status mhla__output_enqueue(mhla_plan *plan, cl_mem q, cl_mem mixing, cl_me
  * (mhla_plan_save_for_backward()), whole blocks few enough for the backward's read-outs to mix them
  * too (bt_fuse): its summaries are then kept unmixed. */
 int mhla__output_mixes(const mhla_plan *plan);
+/* The same with the re-reads bounded by fuse_mb instead of the plan's (MHLA_FUSE_MB_ANY: whether
+ * it would mix were there no bound; the plan's description says which of the two keeps it apart). */
+int mhla__output_mixes_within(const mhla_plan *plan, int fuse_mb);
 /* Whether the tiled read-out mixes the official normalizer's dots itself (no dots GEMM before it):
  * tiled official plans that keep nothing for a backward. */
 int mhla__output_mixes_dots(const mhla_plan *plan);

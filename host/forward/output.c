@@ -46,7 +46,9 @@ int mhla__output_mixes_dots(const mhla_plan *plan)
     return plan->tiles.tiled && plan->cfg.normalizer == MHLA_NORMALIZER_OFFICIAL && !plan->save_for_backward;
 }
 
-int mhla__output_mixes(const mhla_plan *plan)
+int mhla__output_mixes(const mhla_plan *plan) { return mhla__output_mixes_within(plan, plan->tiles.fuse_mb); }
+
+int mhla__output_mixes_within(const mhla_plan *plan, int fuse_mb)
 {
     const mhla_tiles *t = &plan->tiles;
     const mhla_shape *sh = &plan->shape;
@@ -56,9 +58,9 @@ int mhla__output_mixes(const mhla_plan *plan)
      * tuning's bt_tq: where the backward fits other groups and decides otherwise, it runs the mixing
      * itself) */
     return t->tiled && plan->cfg.normalizer != MHLA_NORMALIZER_OFFICIAL && (int64_t)t->tl_fuse >= sources &&
-           mhla__fuse_fits(&plan->cfg, sh->bh, sh->m, sh->nb, t->tl_tq, sources, t->fuse_mb) &&
+           mhla__fuse_fits(&plan->cfg, sh->bh, sh->m, sh->nb, t->tl_tq, sources, fuse_mb) &&
            (!plan->save_for_backward ||
-            mhla__bwd_readout_mixes(&plan->cfg, plan->tuning.bt_fuse, plan->tuning.bt_tq, t->fuse_mb, sh->bh, sh->m,
+            mhla__bwd_readout_mixes(&plan->cfg, plan->tuning.bt_fuse, plan->tuning.bt_tq, fuse_mb, sh->bh, sh->m,
                                     sh->nb, sh->m_kv, t->splits == 1));
 }
 

@@ -6,6 +6,7 @@
 
 #include "config/config.h"
 
+#include <limits.h>
 
 /* Per-device choices (tune/tuning.c): one row of the tuning table after overrides. Vector widths
  * are upper bounds: a plan takes the largest power of two not above them that divides its head
@@ -335,6 +336,8 @@ uint64_t mhla__bwd_tiled_local(const mhla_tiles *t);
  * (Dk x (Dv + 1) floats each) where it would read the one mixed piece. */
 int mhla__fuse_fits(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
                     int64_t sources, int fuse_mb);
+/* No bound on those re-reads: what a read-out would do were fuse_mb lifted (plan descriptions). */
+#define MHLA_FUSE_MB_ANY INT_MAX
 /* Those re-reads in bytes (0 for no groups or sources): what plans describe (mhla_plan_tuning), so
  * that a reader, and `mhla tune`, can tell what fuse_mb admits. */
 double mhla__fuse_rereads(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
