@@ -71,8 +71,7 @@ else
         # PoCL compiling kernels, one process per core, with idle moments between tests): the
         # fuzzers (clang-14, libFuzzer, ASan, UBSan), the wheel (scripts/wheel.sh) installed for the
         # Python suite with the PyPI wheels its clean-environment check installs beside it, the
-        # run-time-loaded build without CLBlast (its checks alone: tests/integration/), the
-        # mutation check's copy.
+        # run-time-loaded build without CLBlast (its checks alone: tests/integration/).
         prep_log=$MHLA_BUILD_DIR/test-prep
         mkdir -p "$prep_log"
         (CC=clang-14 mhla_configure "$fuzz_dir" --buildtype=debugoptimized -Dfuzz=true \
@@ -88,11 +87,20 @@ else
             -Dmpi=disabled -Dblas=disabled && nice -n 10 ninja -C "$dlopen_dir" tests/integration/api_check) \
             >"$prep_log/dlopen.log" 2>&1 &
         prep+=("$!:run-time-loaded build:$prep_log/dlopen.log")
-        nice -n 10 python3 "$MHLA_ROOT/tests/mutations/run.py" --build-only >"$prep_log/mutations.log" 2>&1 &
-        prep+=("$!:mutation build:$prep_log/mutations.log")
+        # The mutation check (tests/mutations/: each known defect put back must be caught by the cases
+        # named for it; its last line "mutations: N of N defects caught ..."; a table that no longer
+        # matches the code stops it, and fails the run), niced from the start: one process, mostly
+        # PoCL compiling the defective kernels, that takes the cycles meson's tests leave and then a
+        # core beside the last suites below. (Run after meson's tests, it kept one core to itself
+        # for its last two minutes, cold, with the other idle.) It runs its control cases itself
+        # (each catching case passes without a defect); their kernels are the ones meson's tests
+        # compile, in PoCL's shared cache.
+        nice -n 10 python3 "$MHLA_ROOT/tests/mutations/run.py" >"$prep_log/mutations-run.log" 2>&1 &
+        mutations_pid=$!
     fi
-    # The wheel's suite runs after the wheel is built, below; the mpi suite there too, beside the
-    # mutation check: its tests run alone (several ranks each), which here would leave a core idle.
+    # The wheel's suite runs after the wheel is built, below; the mpi suite there too, beside what
+    # remains of the mutation check: its tests run alone (several ranks each), which here would
+    # leave a core idle.
     if [ "$nargs" = 0 ]; then
         set -- --no-suite wheel --no-suite mpi
     fi
@@ -108,14 +116,6 @@ else
         fi
     done
     if [ "$nargs" = 0 ] && [ "$prep_ok" = 1 ]; then
-        # The mutation check, one process beside the others below (the longest of them, about a
-        # minute): each known defect put back must be caught by the cases named for it (its last
-        # line: "mutations: N of N defects caught ..."); a table that no longer matches the code
-        # stops it, and fails the run. Its control runs (each catching case passes without a
-        # defect) are meson's run above. Its report is printed when it ends.
-        python3 "$MHLA_ROOT/tests/mutations/run.py" --passed "$MHLA_BUILD_DIR/meson-logs/testlog.json" \
-            >"$prep_log/mutations-run.log" 2>&1 &
-        mutations_pid=$!
         # The Python package, the wheel built above, tested with pytest (its own summary line).
         "$MHLA_ROOT/scripts/python-suite.sh" --no-install >"$prep_log/pytest.log" 2>&1 || rc=1
         cat "$prep_log/pytest.log"
@@ -132,7 +132,9 @@ else
         logs+=("$MHLA_BUILD_DIR/meson-logs/wheellog.json")
         meson test -C "$dlopen_dir" --no-rebuild --print-errorlogs --suite integration || rc=$?
         logs+=("$dlopen_dir/meson-logs/testlog.json")
-        wait "$mutations_pid" || rc=$?
+    fi
+    if [ "$nargs" = 0 ]; then
+        wait "$mutations_pid" || rc=1
         cat "$prep_log/mutations-run.log"
     fi
 fi
