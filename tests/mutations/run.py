@@ -4,13 +4,16 @@ asserts that each is caught by the test cases named for it, with a failure messa
 broke. A test that passes with the defect in place is a test that cannot fail where it matters.
 
     tests/mutations/run.py [--work DIR] [--only NAME[,NAME]] [--report FILE] [--build-only] [--passed TESTLOG]
+                           [--no-controls | --controls-only --passed TESTLOG]
 
 DIR (default: build-mutations/ beside build/) receives a copy of the tree (tracked and untracked,
 not ignored, files: what is being tested, committed or not) and its own Meson build. Each mutation
 edits files of the copy, rebuilds (a host file: the library; a kernel: its embedded text), runs
 each catching case (`meson test`'s command and environment for that test, MHLA_TEST_FILTER set to
 the case) and restores the files. First, every catching case runs once on the unchanged copy and
-must pass (or have passed in the meson run whose testlog.json --passed names: the test command's).
+must pass (or have passed in the meson run whose testlog.json --passed names). --no-controls leaves
+that to a later --controls-only --passed TESTLOG, which only reads the log (no copy, no build): the
+test command runs the mutations beside meson's tests, whose own run of those cases then serves.
 Exit status 0 when every mutation is caught by every case named for it; --report writes
 the table as Markdown (tests/mutations/README.md keeps the last one).
 """
@@ -334,6 +337,28 @@ def first_error(out):
     return next((line for line in out.splitlines() if "FAILED" in line), "(no message)")
 
 
+def passed_tests(testlog):
+    """The tests that passed in a meson testlog.json (a run over the same files)."""
+    with open(testlog) as log:
+        return {t["name"].split(" / ")[-1].strip() for t in map(json.loads, log) if t.get("result") == "OK"}
+
+
+def check_controls(chosen, testlog):
+    """--controls-only: each catching case's test passed in testlog, so the case passes without its
+    defect (whether the pattern names a case is checked where the mutation runs it: a case that
+    ran nothing is not caught)."""
+    if not testlog:
+        raise SystemExit("mutations: --controls-only needs --passed TESTLOG")
+    passed = passed_tests(testlog)
+    missing = sorted({t for m in chosen for t, _, _ in m.catch} - passed)
+    if missing:
+        print("mutations: the catching cases of %s did not pass in %s (a defect caught by a failing test "
+              "proves nothing)" % (", ".join(missing), testlog))
+        return 1
+    print("mutations: every catching case's test passed in %s" % testlog)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default=os.path.join(ROOT, "build-mutations"))
@@ -342,12 +367,18 @@ def main():
     ap.add_argument("--passed", default="",
                     help="meson's testlog.json of a run over the same tree: a test that passed there needs no control run")
     ap.add_argument("--build-only", action="store_true",
-                    help="copy and build what the cases need, run nothing (scripts/test.sh does it while other tests run)")
+                    help="copy and build what the cases need, run nothing")
+    ap.add_argument("--no-controls", action="store_true",
+                    help="run no catching case on the unchanged copy (a later --controls-only checks them)")
+    ap.add_argument("--controls-only", action="store_true",
+                    help="only check that every catching case's test passed in --passed's log")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     chosen = [m for m in MUTATIONS if not only or m.name in only]
     if only - {m.name for m in MUTATIONS}:
         raise SystemExit("mutations: unknown: %s" % ", ".join(sorted(only - {m.name for m in MUTATIONS})))
+    if args.controls_only:
+        return check_controls(chosen, args.passed)
     src, build = os.path.join(args.work, "src"), os.path.join(args.work, "build")
     began = time.time()
     copy_tree(ROOT, src)
@@ -377,11 +408,10 @@ def main():
             if text.count(old) != count:
                 raise SystemExit("mutations: %s: '%s' occurs %d times in %s, expected %d: update the table"
                                  % (m.name, old.splitlines()[0], text.count(old), f, count))
-    passed = set()
-    if args.passed:  # the test command's own run of these tests, on the same files
-        with open(args.passed) as log:
-            passed = {t["name"].split(" / ")[-1].strip() for t in map(json.loads, log) if t.get("result") == "OK"}
+    passed = passed_tests(args.passed) if args.passed else set()
     for test, case in sorted({(t, c) for m in chosen for t, c, _ in m.catch}):
+        if args.no_controls:
+            break
         if test in passed:
             print("control  %-20s %-38s passed in %s" % (test, case, args.passed), flush=True)
             continue
