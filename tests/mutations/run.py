@@ -3,7 +3,7 @@
 asserts that each is caught by the test cases named for it, with a failure message that names what
 broke. A test that passes with the defect in place is a test that cannot fail where it matters.
 
-    tests/mutations/run.py [--work DIR] [--only NAME[,NAME]] [--report FILE] [--build-only] [--passed TESTLOG]
+    tests/mutations/run.py [--work DIR] [--only NAME[,NAME]] [--report FILE] [--passed TESTLOG]
                            [--no-controls | --controls-only --passed TESTLOG]
 
 DIR (default: build-mutations/ beside build/) receives a copy of the tree (tracked and untracked,
@@ -366,8 +366,6 @@ def main():
     ap.add_argument("--report", default="")
     ap.add_argument("--passed", default="",
                     help="meson's testlog.json of a run over the same tree: a test that passed there needs no control run")
-    ap.add_argument("--build-only", action="store_true",
-                    help="copy and build what the cases need, run nothing")
     ap.add_argument("--no-controls", action="store_true",
                     help="run no catching case on the unchanged copy (a later --controls-only checks them)")
     ap.add_argument("--controls-only", action="store_true",
@@ -396,9 +394,6 @@ def main():
     targets = sorted({os.path.relpath(path, build) for name in needed for arg in tests[name]["cmd"]
                       for path in [os.path.normpath(os.path.join(build, arg))] if path in built})
     sh(["ninja", "-C", build] + targets)
-    if args.build_only:
-        print("mutations: built %d targets in %.0f s" % (len(targets), time.time() - began))
-        return 0
 
     # Every edit must still apply (the code moved on: update the table), and every catching case
     # must pass without the defect.
@@ -409,9 +404,8 @@ def main():
                 raise SystemExit("mutations: %s: '%s' occurs %d times in %s, expected %d: update the table"
                                  % (m.name, old.splitlines()[0], text.count(old), f, count))
     passed = passed_tests(args.passed) if args.passed else set()
-    for test, case in sorted({(t, c) for m in chosen for t, c, _ in m.catch}):
-        if args.no_controls:
-            break
+    controls = set() if args.no_controls else {(t, c) for m in chosen for t, c, _ in m.catch}
+    for test, case in sorted(controls):
         if test in passed:
             print("control  %-20s %-38s passed in %s" % (test, case, args.passed), flush=True)
             continue
