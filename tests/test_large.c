@@ -1,6 +1,7 @@
 /* A forward whose v and out hold more than 2^31 elements (docs/spec.md "Tensors and layouts": indices
  * into such tensors must not overflow), checked against the double reference on blocks on both sides of
- * element 2^31.
+ * element 2^31, with the device's own tuning row and with the GPU row (the tiled summary and read-out
+ * a GPU runs, which compute their offsets in code of their own).
  *
  * Memory: v and out are the smallest tensors past 2^31 elements, 2^31 + 2^25 f16 values (4.06 GiB)
  * each, in host memory the device uses in place (CL_MEM_USE_HOST_PTR: no device copy on a CPU);
@@ -22,6 +23,7 @@
 
 #include <math.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -134,6 +136,42 @@ static size_t first_nonfinite16(const uint16_t *x, size_t n)
     return n;
 }
 
+/* An offset past 2^31 cut to 32 bits lands gigabytes away from its tensor: on a CPU device the
+ * kernel then faults in one of the runtime's threads, where cmocka's own handler cannot end the case
+ * cleanly. While a case's kernels run, a fault ends the program with a line naming the case. */
+static char crash_note[256];
+static size_t crash_len;
+static struct sigaction crash_saved[2];
+static const int crash_signals[2] = {SIGSEGV, SIGBUS};
+
+static void on_crash(int sig)
+{
+    const ssize_t written = write(STDOUT_FILENO, crash_note, crash_len); /* the exit status fails the test either way */
+    (void)written;
+    _exit(128 + sig);
+}
+
+static void crash_guard(const char *name)
+{
+    int n = snprintf(crash_note, sizeof crash_note,
+                     "ERROR: %s: the forward crashed (SIGSEGV or SIGBUS): a kernel accessed memory outside the "
+                     "tensors, as an offset past 2^31 cut to 32 bits does\n", name);
+    crash_len = n < 0 ? 0 : (size_t)n < sizeof crash_note ? (size_t)n : sizeof crash_note - 1;
+    fflush(stdout); /* what the case printed so far, before a fault could lose it */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 2; ++i)
+        sigaction(crash_signals[i], &sa, &crash_saved[i]);
+}
+
+static void crash_unguard(void)
+{
+    for (int i = 0; i < 2; ++i)
+        sigaction(crash_signals[i], &crash_saved[i], NULL);
+}
+
 static cl_mem host_buffer(mhla_context *ctx, void *host, size_t bytes)
 {
     cl_int err = CL_SUCCESS;
@@ -144,7 +182,7 @@ static cl_mem host_buffer(mhla_context *ctx, void *host, size_t bytes)
 }
 
 /* Block `blk` of (b, h) against the reference of its Nb tokens alone (Mc is the identity). */
-static void check_block(const big_shape *s, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+static void check_block(const big_shape *s, const char *name, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                         const uint16_t *out, int64_t b, int64_t h, int64_t blk)
 {
     const int64_t nb = s->n / s->m;
@@ -166,19 +204,23 @@ static void check_block(const big_shape *s, const uint16_t *q, const uint16_t *k
     const int64_t first = offset_of(s, b, blk * nb, h, s->dv);
     const int64_t last = offset_of(s, b, blk * nb + nb - 1, h, s->dv) + s->dv - 1;
     char what[160];
-    snprintf(what, sizeof what, "%s: b %lld h %lld block %lld (out elements %lld..%lld)", s->name, (long long)b,
+    snprintf(what, sizeof what, "%s: b %lld h %lld block %lld (out elements %lld..%lld)", name, (long long)b,
              (long long)h, (long long)blk, (long long)first, (long long)last);
     const double e = expect_within(got, ref, nv, mhla_reference_tolerance(MHLA_DTYPE_F16, nb), what);
     printf("%s: max_rel_err %.3g\n", what, e);
     free(qs), free(ks), free(vs), free(got), free(ref);
 }
 
-/* One forward of shape s: skipped when the device or the host cannot hold it; blocks before,
- * straddling-adjacent to and past element 2^31 against the reference; every output written. */
-static void run_big(mhla_context *ctx, const big_shape *s, const int64_t checks[4][3])
+/* One forward of shape s with the tuning `row` ("" for the device's own, or a GPU row: its tiled
+ * summary and read-out, whose offsets are their own code): skipped when the device or the host cannot
+ * hold it; blocks before, straddling-adjacent to and past element 2^31 against the reference; every
+ * output written. */
+static void run_big(mhla_context *ctx, const big_shape *s, const char *row, const int64_t checks[4][3])
 {
     mhla_config cfg = config_1d(s->b, s->h, s->n, s->m, s->dk, s->dv);
     cfg.layout = s->layout, cfg.dtype = MHLA_DTYPE_F16;
+    char name[64]; /* what the messages call this case */
+    snprintf(name, sizeof name, "%s%s%s", s->name, *row ? ", " : "", row);
     const size_t nq = (size_t)(s->b * s->n * s->h * s->dk), nv = (size_t)(s->b * s->n * s->h * s->dv);
     assert_true((int64_t)nv > TWO31);
     const uint64_t bytes_v = nv * sizeof(uint16_t), bytes_q = nq * sizeof(uint16_t);
@@ -192,13 +234,19 @@ static void run_big(mhla_context *ctx, const big_shape *s, const int64_t checks[
     if (max_alloc < bytes_v || global < need || host < need + ((uint64_t)4 << 30)) {
         printf("%s: skipped: v and out need %.2f GiB each and %.2f GiB in all; %s allows %.2f GiB per buffer "
                "and %.2f GiB in all; the host has %.2f GiB (4 GiB of it kept for the rest)\n",
-               s->name, bytes_v / 1073741824.0, need / 1073741824.0, mhla_context_device_name(ctx),
+               name, bytes_v / 1073741824.0, need / 1073741824.0, mhla_context_device_name(ctx),
                max_alloc / 1073741824.0, global / 1073741824.0, host / 1073741824.0);
         test_skip();
     }
+    assert_int_equal(mhla_context_set_tuning(ctx, row), MHLA_OK);
     mhla_plan *plan = NULL;
     assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
     assert_int_equal(mhla_plan_tensor_bytes(plan, MHLA_TENSOR_V), bytes_v);
+    char tiles[1024];
+    assert_int_equal(mhla_plan_tuning(plan, tiles, sizeof tiles), MHLA_OK);
+    printf("%s: %s\n", name, tiles);
+    if (*row && !strstr(tiles, "tiled: summary")) /* the case runs the kernels it claims */
+        fail_msg("%s: the plan is not the tiled forward: %s", name, tiles);
     hold_tensors(nq, nv);
     uint16_t *q = held.q, *k = held.k, *v = held.v, *out = held.out;
     for (size_t i = 0; i < nv; ++i)
@@ -211,8 +259,13 @@ static void run_big(mhla_context *ctx, const big_shape *s, const int64_t checks[
     cl_mem bq = host_buffer(ctx, q, bytes_q), bk = host_buffer(ctx, k, bytes_q), bv = host_buffer(ctx, v, bytes_v);
     cl_mem bo = host_buffer(ctx, out, bytes_v), bm = host_buffer(ctx, mix, mm * sizeof *mix);
     cl_event done = NULL;
-    assert_int_equal(mhla_forward(plan, bq, bk, bv, bm, bo, 0, NULL, &done), MHLA_OK);
-    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
+    crash_guard(name);
+    const mhla_status st = mhla_forward(plan, bq, bk, bv, bm, bo, 0, NULL, &done);
+    const cl_int waited = st == MHLA_OK ? clWaitForEvents(1, &done) : CL_SUCCESS;
+    crash_unguard(); /* before any assertion can leave the case */
+    if (st != MHLA_OK)
+        fail_msg("%s: mhla_forward: %s: %s", name, mhla_status_name(st), mhla_context_message(ctx));
+    assert_int_equal(waited, CL_SUCCESS);
     clReleaseEvent(done);
     cl_int err = CL_SUCCESS;
     const uint16_t *o = clEnqueueMapBuffer(mhla_context_queue(ctx), bo, CL_TRUE, CL_MAP_READ, 0, bytes_v, 0, NULL,
@@ -222,10 +275,10 @@ static void run_big(mhla_context *ctx, const big_shape *s, const int64_t checks[
     const size_t bad = first_nonfinite16(o, nv);
     if (bad < nv)
         fail_msg("%s: out[%zu] = 0x%04x is not finite: never written, or computed from a wrong read (of %zu "
-                 "elements; 2^31 = %lld)", s->name, bad, o[bad], nv, (long long)TWO31);
+                 "elements; 2^31 = %lld)", name, bad, o[bad], nv, (long long)TWO31);
     int64_t past = 0;
     for (int c = 0; c < 4; ++c) {
-        check_block(s, q, k, v, o, checks[c][0], checks[c][1], checks[c][2]);
+        check_block(s, name, q, k, v, o, checks[c][0], checks[c][1], checks[c][2]);
         const int64_t nb = s->n / s->m;
         past += offset_of(s, checks[c][0], checks[c][2] * nb, checks[c][1], s->dv) >= TWO31;
     }
@@ -240,31 +293,39 @@ static void run_big(mhla_context *ctx, const big_shape *s, const int64_t checks[
 
 /* BNHD, B = 1, H = 2, Dv = 128, N = 65 * 2^17 in 260 blocks of 2^15 tokens: token * row stride
  * alone passes 2^31 (from block 256 on). */
-static void test_bnhd_token_offsets(void **state)
+static void bnhd_token_offsets(mhla_context *ctx, const char *row)
 {
     const big_shape s = {"bnhd", MHLA_LAYOUT_BNHD, 1, 2, 65 << 17, 260, 4, 128};
     /* (b, h, block): the first; head 1 of block 255, whose last element is 2^31 - 1; head 0 of
      * block 256, past 2^31; head 1 of the last block, which holds the tensor's last element. */
     const int64_t checks[4][3] = {{0, 0, 0}, {0, 1, 255}, {0, 0, 256}, {0, 1, 259}};
-    run_big(*state, &s, checks);
+    run_big(ctx, &s, row, checks);
 }
 
 /* BHND, B = 5, H = 13, Dv = 128, N = 2^18 in 8 blocks: the row base of b * H + h = 64 alone passes
  * 2^31. */
-static void test_bhnd_row_offsets(void **state)
+static void bhnd_row_offsets(mhla_context *ctx, const char *row)
 {
     const big_shape s = {"bhnd", MHLA_LAYOUT_BHND, 5, 13, 1 << 18, 8, 4, 128};
     /* (b, h, block): the first; the end of row 63 (b 4, h 11), at 2^31 - 1; the first and the last
      * blocks of row 64 (b 4, h 12), past 2^31, the last holding the tensor's last element. */
     const int64_t checks[4][3] = {{0, 0, 0}, {4, 11, 7}, {4, 12, 0}, {4, 12, 7}};
-    run_big(*state, &s, checks);
+    run_big(ctx, &s, row, checks);
 }
+
+/* Each shape with the device's own row, then with the GPU row (the same tensors, filled once). */
+static void test_bnhd_token_offsets(void **state) { bnhd_token_offsets(*state, ""); }
+static void test_bhnd_row_offsets(void **state) { bhnd_row_offsets(*state, ""); }
+static void test_bnhd_token_offsets_gpu_row(void **state) { bnhd_token_offsets(*state, "row=gpu"); }
+static void test_bhnd_row_offsets_gpu_row(void **state) { bhnd_row_offsets(*state, "row=gpu"); }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bnhd_token_offsets),
         cmocka_unit_test(test_bhnd_row_offsets),
+        cmocka_unit_test(test_bnhd_token_offsets_gpu_row),
+        cmocka_unit_test(test_bhnd_row_offsets_gpu_row),
     };
     return run_group("large", tests, context_setup, large_teardown);
 }
