@@ -330,6 +330,10 @@ static void test_two_plans_one_context(void **state)
 static void test_clblast_programs_released(void **state)
 {
     (void)state;
+#ifndef MHLA_HAVE_CLBLAST
+    printf("skipped: a build without CLBlast\n");
+    test_skip();
+#endif
     mhla_context *owner = test_context(); /* only to find the default device */
     cl_device_id dev = mhla_context_device(owner);
     mhla_context_destroy(owner);
@@ -344,7 +348,16 @@ static void test_clblast_programs_released(void **state)
     for (int round = 0; round < 2; ++round) { /* a second context on the same cl_context rebuilds */
         mhla_context *ctx = NULL;
         assert_int_equal(mhla_context_wrap(clctx, queue, &ctx), MHLA_OK);
-        assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu"), MHLA_OK); /* CLBlast mixes */
+        /* The GPU row's untiled forward: CLBlast mixes (the tiled one mixes in the library's kernels). */
+        assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu,tiled=0"), MHLA_OK);
+        const mhla_config cfg = config_1d(1, 2, 64, 4, 8, 8);
+        mhla_plan *plan = NULL;
+        char text[1024];
+        assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+        assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+        mhla_plan_destroy(plan);
+        if (!strstr(text, "mixing by CLBlast")) /* the case tests what it claims */
+            fail_msg("round %d: the plan does not mix by CLBlast: %s", round, text);
         forward_2d_ok(ctx, 8, 7);
         assert_int_equal(clGetContextInfo(clctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL), CL_SUCCESS);
         assert_true(refs > own); /* the library's programs and buffers, CLBlast's programs */

@@ -2,7 +2,7 @@
  * heads") on the device against the double-precision reference: the forward and the backward
  * (dq, dk, dv summed over each key/value head's query heads, dMc of M x M_kv), with N_kv below and
  * above N_q, M_kv = 1, H_kv = 1 and H_kv = H / 2, both layouts, f16 and bf16 storage, the device's
- * own tuning row and the GPU row (the tiled forward, CLBlast's mixing), NaN-filled outputs; grouped
+ * own tuning row and the GPU row (its tiled kernels), NaN-filled outputs; grouped
  * heads in the causal chunk form, a varlen batch and the decoder (its state H_kv heads' summaries);
  * the tensor sizes a plan asks for; and the refusals, each naming its field. */
 #include "helpers.h"

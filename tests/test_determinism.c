@@ -136,7 +136,7 @@ static void test_forward_split_blas_storage(void **state)
         c.normalizer = n ? MHLA_NORMALIZER_OFFICIAL : MHLA_NORMALIZER_PAPER;
         check_forward(ctx, &c, 0, NULL, 0, n ? "N=2048 M=2 split, official" : "N=2048 M=2 split, paper");
     }
-    /* The mixing through CLBlast's SGEMM (the GPU row's choice). */
+    /* The mixing through CLBlast's SGEMM (the GPU rows' choice where their forward runs untiled). */
     assert_int_equal(mhla_context_set_tuning(ctx, "mix_kernel=0"), MHLA_OK);
     c = config_1d(2, 2, 128, 8, 8, 8);
     check_forward(ctx, &c, 0, NULL, 0, "mixing by CLBlast, paper");

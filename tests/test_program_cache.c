@@ -139,8 +139,9 @@ static void test_fill_then_reuse(void **state)
     run_once();
     int tmp = 0;
     const int n = count_entries(&tmp);
-    /* block summaries and output at least; the mixing is a program of ours only where the row does
-     * not take CLBlast's GEMM (the GPU row: 2 programs on NVIDIA's OpenCL) */
+    /* block summaries and output at least; the mixing is a program of its own only where it runs
+     * in the library's kernels and not inside the read-out (the untiled forms on a GPU row take
+     * CLBlast's GEMM: 2 programs on NVIDIA's OpenCL) */
     assert_true(n >= 2);
     assert_int_equal(tmp, 0);
     run_once();
