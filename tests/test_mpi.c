@@ -286,8 +286,8 @@ cleanup:
 /* Packed batches: C = 16; sequences of 40 (chunks 16, 16, 8), 0, 37 (16, 16, 5), 3 and 43 tokens:
  * 10 chunks. Shards begin inside sequences (chunks 1, 2, 4, 5 are a sequence's chunk 1, 2, 1, 2),
  * between them (3, 7), and ranks hold no chunks (the last at R = 2 and 3, a middle one at R = 3).
- * Then a long batch, split inside its long sequences, whose later chunks reach the prefix GEMMs
- * where the tuning has them (the gpu row's gemm_rows = 32: mpi_np3_gpu_row). */
+ * Then a long batch, split inside its long sequences, whose later chunks sum earlier chunks past
+ * the prefix's first tile of them (the GPU row's tiled prefix, 32 chunks a tile: mpi_np2_gpu_row). */
 static void run_varlen_cases(mhla_context *ctx)
 {
     static const int32_t cu[] = {0, 40, 40, 77, 80, 123};
