@@ -15,16 +15,19 @@ static const char help[] =
     "Runs every path of libmhla on the device at small shapes and compares each with the\n"
     "double-precision reference under docs/spec.md's tolerances: the forward pass on 1D, 2D and 3D\n"
     "grids with every normalizer and feature map, both layouts, odd head dimensions, M = 1;\n"
-    "causal chunks (with prefix GEMM blocks), packed varlen batches, the decoder step by step and\n"
-    "after a prefill; f16 and bf16 storage on each; the softmax baseline. Prints one line per path,\n"
-    "'PASS <path> max_rel_err <x>' or 'FAIL <path> <why>', then 'selftest: N passed, M failed'.\n"
-    "Exits 0 only if every path passed (1 otherwise). Run it first on a new device (Adreno, Mali,\n"
+    "causal chunks (past the prefix's first tile of 32 chunks), packed varlen batches, the decoder\n"
+    "step by step and after a prefill; f16 and bf16 storage on each; the softmax baseline. Prints one\n"
+    "line per path, 'PASS <path> max_rel_err <x>' or 'FAIL <path> <why>', then\n"
+    "'selftest: N passed, M failed'.\n"
+    "Exits 0 only if every path passed (1 otherwise). The library's own buffers start as NaN\n"
+    "(MHLA_POISON_WORKSPACE=1 unless set otherwise), so that a kernel reading memory nothing wrote\n"
+    "fails whatever the device's fresh memory holds. Run it first on a new device (Adreno, Mali,\n"
     "Arc, ...) and send the whole output: docs/devices.md says where.\n"
     "\n"
     "  --device SPEC   the device, as MHLA_DEVICE ('P:D', an index, or a name substring)\n"
     "  --quick         about half the paths: the default feature map on 2D and 3D grids, f32 softmax\n"
-    "  --tuning SPEC   tiles for the run, as MHLA_TUNING: e.g. 'row=gpu' runs the GPU row's tiles and\n"
-    "                  CLBlast mixing on any device, 'row=cpu' the CPU row's\n";
+    "  --tuning SPEC   tiles for the run, as MHLA_TUNING: e.g. 'row=gpu' runs the GPU row's tiled\n"
+    "                  kernels on any device, 'row=cpu' the CPU row's\n";
 
 static void print_result(const mhla_selftest_result *r, void *user)
 {
@@ -50,6 +53,9 @@ int cmd_selftest(int argc, char **argv)
     };
     if ((rc = args_parse(cmd, help, o, O_COUNT, argc, argv, &help_shown)) != 0 || help_shown)
         return rc;
+    /* The library's own buffers start as NaN (unless the environment says otherwise): a kernel that
+     * reads an element nothing wrote then fails here whatever the device's fresh memory holds. */
+    setenv("MHLA_POISON_WORKSPACE", "1", 0);
     mhla_context *ctx = NULL;
     mhla_status st = mhla_context_create(o[O_DEVICE].value, &ctx);
     if (st != MHLA_OK)

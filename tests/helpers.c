@@ -279,6 +279,7 @@ cl_mem nan_buffer(mhla_context *ctx, size_t bytes)
 void poison_outputs(void)
 {
     setenv("MHLA_POISON_OUTPUTS", "1", 1);
+    setenv("MHLA_POISON_WORKSPACE", "1", 1);
 }
 
 void say_device(mhla_context *ctx)

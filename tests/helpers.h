@@ -55,8 +55,9 @@ cl_mem nan_buffer(mhla_context *ctx, size_t bytes);
 /* Refills `bytes` of buf that way (waits for it). */
 void nan_fill(mhla_context *ctx, cl_mem buf, size_t bytes);
 /* Sets MHLA_POISON_OUTPUTS=1: the library's host calls (mhla_forward_host, the decoder's
- * _host calls) then fill their reused staging output with NaN before every run. test_context()
- * calls it. */
+ * _host calls) then fill their reused staging output with NaN before every run; and
+ * MHLA_POISON_WORKSPACE=1: every buffer the library makes for itself starts as NaN, as a GPU's
+ * fresh memory holds anything (a CPU device's is often zeros). test_context() calls it. */
 void poison_outputs(void);
 
 /* cmocka's skip() counts as a pass and its run exits 0, so that meson would call a program whose

@@ -123,7 +123,8 @@ static size_t make_cases(int quick, selftest_case *cases)
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "bhnd-c7", NULL);
     c.kv_heads = 1;
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "bhnd-c7-gqa", NULL);
-    /* 38 chunks: the prefix GEMM blocks (CLBlast, 32 chunks) are reached where the row uses them. */
+    /* 38 chunks: past the prefix's first 32 earlier chunks (CLBlast's blocks where a row has
+     * gemm_rows 32 and the prefix untiled, the GPU rows' tiles of cp_ti 32 chunks). */
     c = small_config(1, 600, 16);
     c.batch = 1, c.heads = 1, c.dk = 8, c.dv = 8;
     n = add(cases, n, RUN_FORWARD, &c, "causal/%s%s", "38-chunks", NULL);

@@ -103,6 +103,10 @@ MUTATIONS = [
              [("kernels/block_summary.cl", "const long kstride = row_stride(g, DK), vstride = row_stride(g, DV);",
                "const int kstride = row_stride(g, DK), vstride = row_stride(g, DV);", 1)],
              [("large", "test_bnhd_token_offsets", "bnhd")]),
+    Mutation("decoder-step-reads-p0", "the decoder's step reads chunk 0's prefix mixture from memory (with dec_next "
+             "nothing writes it: whatever a GPU's fresh buffer held, NaN under MHLA_POISON_WORKSPACE)",
+             [("kernels/decoder.cl", "{ return chunk > 0 ? pref[o] : 0.0f; }", "{ return pref[o]; }", 1)],
+             [("decoder", "test_step_parts_limits", "row=gpu,dec_next=1, Dk 64 Dv 64")]),
     Mutation("clblast-cache-kept", "the last context that used CLBlast leaves CLBlast's cached programs holding it",
              [("host/core/blas.c", "        CLBlastClearCache();\n", "        (void)0;\n", 1)],
              [("context", "test_clblast_programs_released", "s after mhla_context_destroy (polled while above")]),
