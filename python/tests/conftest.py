@@ -1,9 +1,15 @@
 """Shared fixtures: one context on the device MHLA_DEVICE names (the test command sets the PoCL
 pthread device), seeded inputs, and the NumPy formulas of docs/spec.md the tests compare against."""
+import os
+
 import numpy as np
 import pytest
 
 import mhla
+
+# The library's own buffers start as NaN, as in the C tests: a kernel reading an element nothing
+# wrote fails here too, whatever the device's fresh memory holds (read each time a buffer is made).
+os.environ.setdefault("MHLA_POISON_WORKSPACE", "1")
 
 
 @pytest.fixture(scope="session")
