@@ -406,6 +406,7 @@ int main(int argc, char **argv)
     char spec[256] = "";
     mhla_context *ctx = NULL;
     MPI_Init(&argc, &argv);
+    poison_outputs(); /* and the library's own buffers NaN, as test_context() has them (tests/helpers.h) */
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int have = mhla_mpi_device_spec(MPI_COMM_WORLD, spec, sizeof spec) == MHLA_OK &&
