@@ -1,6 +1,6 @@
 /* Argument checks shared by every public call that takes device buffers: a buffer of the right
  * context and size, no output aliasing an input, a consistent wait list; and the NaN poison of
- * host calls' staged outputs (tests). */
+ * host calls' staged outputs and of the library's new buffers (tests). */
 #include "core/core.h"
 
 #include <string.h>
@@ -56,18 +56,48 @@ cleanup:
     return st;
 }
 
+/* The poison's value: NaN in f16 and bf16; two of them make an f32 NaN. */
+#define POISON_HALF 0x7FFF
+
+/* A test switch: its variable is "1". */
+static int switched_on(const char *name)
+{
+    const char *env = getenv(name);
+    return env && strcmp(env, "1") == 0;
+}
+
 /* Test switch MHLA_POISON_OUTPUTS=1 (the tests set it): the host calls fill their staging output
  * with NaN before every run. The staging buffer is reused across calls, so without it an element a
  * kernel forgets to write reads back as the previous run's value and can match the reference. */
 mhla_status mhla__poison_output(mhla_context *ctx, cl_mem buf, size_t bytes)
 {
-    static const cl_ushort nan16 = 0x7FFF; /* NaN in f16 and bf16; two of them make an f32 NaN */
+    static const cl_ushort nan16 = POISON_HALF;
     mhla_status st = MHLA_OK;
-    const char *env = getenv("MHLA_POISON_OUTPUTS");
-    if (!env || strcmp(env, "1") != 0)
+    if (!switched_on("MHLA_POISON_OUTPUTS"))
         return MHLA_OK;
     MHLA_CL_TRY(st, ctx, clEnqueueFillBuffer(ctx->queue, buf, &nan16, sizeof nan16, 0, bytes, 0, NULL, NULL),
                 "clEnqueueFillBuffer (MHLA_POISON_OUTPUTS)");
+cleanup:
+    return st;
+}
+
+/* Test switch MHLA_POISON_WORKSPACE=1 (the tests and `mhla selftest` set it): a new buffer of the
+ * library's starts as NaN. A CPU device's fresh memory is often zeros, a GPU's holds whatever was
+ * there: a kernel that reads an element nothing wrote, counting on zeros, then fails on every device
+ * alike. The buffer is made from this host copy rather than filled on the queue, which may hold the
+ * caller's commands behind an event not yet set. */
+mhla_status mhla__workspace_poison(mhla_context *ctx, size_t bytes, const char *what, void **copy)
+{
+    mhla_status st = MHLA_OK;
+    *copy = NULL;
+    if (!switched_on("MHLA_POISON_WORKSPACE") || bytes % sizeof(cl_ushort) != 0)
+        return MHLA_OK;
+    cl_ushort *nan = mhla__malloc(bytes);
+    MHLA_FAIL_IF(st, !nan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY,
+                 "out of host memory for the NaN poison of %s (%zu bytes, MHLA_POISON_WORKSPACE)", what, bytes);
+    for (size_t i = 0; i < bytes / sizeof *nan; ++i)
+        nan[i] = POISON_HALF;
+    *copy = nan;
 cleanup:
     return st;
 }

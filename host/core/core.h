@@ -293,6 +293,9 @@ mhla_status mhla__check_call(mhla_context *ctx, const char *fn, const cl_mem buf
 const char *mhla__tensor_name(mhla_tensor t);
 /* MHLA_POISON_OUTPUTS=1 (tests): fills a host call's staging output with NaN before its run. */
 mhla_status mhla__poison_output(mhla_context *ctx, cl_mem buf, size_t bytes);
+/* MHLA_POISON_WORKSPACE=1 (tests): *copy = a NaN-filled host copy of `bytes` for a new buffer named
+ * `what` to start from (free it with mhla__free), else NULL. */
+mhla_status mhla__workspace_poison(mhla_context *ctx, size_t bytes, const char *what, void **copy);
 
 /* ---- host-pointer calls (core/stage.c) ----------------------------------------------------- */
 

@@ -1,8 +1,6 @@
 /* Launching kernels within the device's limits, ordering stages, creating checked buffers. */
 #include "core/core.h"
 
-#include <string.h>
-
 mhla_status mhla__stage_barrier(mhla_context *ctx)
 {
     mhla_status st = MHLA_OK;
@@ -151,7 +149,7 @@ mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t by
 {
     mhla_status st = MHLA_OK;
     cl_int err = CL_SUCCESS;
-    cl_ushort *nan = NULL;
+    void *nan = NULL;
     *out = NULL;
     if (bytes == 0)
         bytes = 4; /* OpenCL rejects empty buffers; an unused workspace slot stays valid */
@@ -159,19 +157,8 @@ mhla_status mhla__buffer_create(mhla_context *ctx, cl_mem_flags flags, size_t by
                  "%s needs %zu bytes, more than the device's largest allocation "
                  "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu bytes) on %s",
                  what, bytes, (unsigned long long)ctx->limits.max_alloc_bytes, ctx->device_name);
-    /* Test switch MHLA_POISON_WORKSPACE=1 (the tests and `mhla selftest` set it): the buffer starts
-     * as NaN (0x7FFF halves: NaN as f16 and bf16, and as f32 in pairs). A CPU device's fresh memory
-     * is often zeros, a GPU's holds whatever was there: a kernel that reads an element nothing wrote,
-     * counting on zeros, then fails on every device alike. Copied from the host at creation rather
-     * than filled on the queue, which may hold the caller's commands behind an event not yet set. */
-    const char *poison = getenv("MHLA_POISON_WORKSPACE");
-    if (poison && strcmp(poison, "1") == 0 && bytes % sizeof *nan == 0) {
-        nan = mhla__malloc(bytes);
-        MHLA_FAIL_IF(st, !nan, ctx, MHLA_ERR_OUT_OF_HOST_MEMORY,
-                     "out of host memory for the NaN poison of %s (%zu bytes, MHLA_POISON_WORKSPACE)", what, bytes);
-        for (size_t i = 0; i < bytes / sizeof *nan; ++i)
-            nan[i] = 0x7FFF;
-    }
+    /* NaN from the start where the tests ask (MHLA_POISON_WORKSPACE) */
+    MHLA_FORWARD_IF_ERROR(st, mhla__workspace_poison(ctx, bytes, what, &nan));
     *out = mhla__cl_create_buffer(ctx->cl, nan ? flags | CL_MEM_COPY_HOST_PTR : flags, bytes, nan, &err);
     if (err != CL_SUCCESS) {
         *out = NULL;
