@@ -290,7 +290,7 @@ typedef struct tune_stage {
     int kind;      /* measure()'s: 0 the forward of the shape, 1 causal (N/4 tokens, chunks of 64), 2 softmax
                       (2048), 3 the causal backward (1's problem), 4 the backward of 0's problem, 5 decode
                       (a token's steps after 1's tokens of context) */
-    tune_field fields[11];
+    tune_field fields[12];
     /* The joint pass: a register tile's rows and vectors, its vector width and the work-group size
      * together (NULL: the stage has none). */
     const char *rows_field, *nv_field, *ve_field;
@@ -308,7 +308,8 @@ static const tune_stage stages[] = {
     {"tiled", 3, 0,
      {{"tiled", 2, {1, 0}}, {"tl_tk", 3, {16, 32, 64}}, {"tl_tn", 2, {32, 64}}, {"tl_tq", 3, {32, 64, 128}},
       {"tl_dc", 3, {16, 32, 64}}, {"tl_fuse", 3, {0, 16, 64}}, {"groups_per_cu", 4, {2, 4, 8, 16}},
-      {"mix_mr", 3, {4, 8, 16}}, {"tl_rr", 2, {4, 8}}, {"tl_qr", 2, {4, 8}}, {NULL, 0, {0}}},
+      {"mix_mr", 3, {4, 8, 16}}, {"tl_rr", 2, {4, 8}}, {"tl_qr", 2, {4, 8}}, {"tl_one", 3, {0, 4096, 16384}},
+      {NULL, 0, {0}}},
      NULL, NULL, NULL, 0, {0}, 0, 0},
     {"summary", 0, 0,
      {{"sum_rd", 4, {4, 6, 8, 16}}, {"sum_nv", 3, {1, 2, 4}}, {"sum_chunk", 4, {32, 64, 128, 256}},
@@ -484,6 +485,10 @@ static int search_stage(tuner *t, const tune_shape *s, const tune_stage *stage, 
                 continue;
             if (cli_now_ms() + 3e3 > t->deadline) /* a candidate takes a second or two, its compile included */
                 return 1;
+            /* a one-launch bound under this shape's M x N leaves its plan as it is: nothing to time */
+            if (strcmp(f->name, "tl_one") == 0 && f->values[i] > 0 &&
+                (int64_t)f->values[i] < (int64_t)cfg.block_t * cfg.seq_t)
+                continue;
             tune_spec trial = *best;
             spec_set(&trial, f->name, f->values[i]);
             /* A value the device's caps or this build turn back into the current one (a vector

@@ -17,7 +17,7 @@
 #                      run right after the new one, on the same machine
 #   bench.txt          their text tables, then `mhla-bench --compare bench-base.json bench-new.json`,
 #                      and at the end the GPU speed targets (scripts/gpu_targets.py: a table of each
-#                      target's figure in bench-base, -new, -nextdecode and -tuned.json), also printed
+#                      target's figure in bench-base, -new, -nextdecode, -onelaunch and -tuned.json), also printed
 #   selftest.txt       `mhla selftest` with the device's own tuning row, then with row=gpu
 #   suite.txt          scripts/device_suite.py: the opencl, unit and cli tests on the device, then
 #                      the last lines of each failed test's log
@@ -57,6 +57,12 @@
 #                      sums its share of the next chunk's prefix, so a chunk start is one launch like
 #                      any step (no decoder_prefix), and --compare of them against bench-new.json
 #                      (bench.txt): whether the steps' extra traffic costs more than the chunk start
+#   bench-onelaunch.json  step onelaunch: the new build's short forwards (mhla, linear, mhla-gqa at
+#                      GPU_CHECK_ONE_N, default 1024,2048) with MHLA_TUNING=tl_one=16384: each one
+#                      launch (forward_one.cl: every query block's groups mix their summary from all
+#                      the keys themselves) where the tiled stages are two or three, and --compare of
+#                      them against bench-new.json (bench.txt): whether the launches saved are worth
+#                      M times the summary's multiply-adds
 #   bench-official.json, bench-official-untiled.json  step official: the mhla and mhla-bwd rows at
 #                      GPU_CHECK_N with the official normalizer (--normalizer official), as the GPU rows
 #                      run it now (the tiled forward, the dots mixed in the read-out) and with
@@ -70,7 +76,7 @@
 #                      bench-fuse-off-small.json, bench-fuse-on-small.json: the same at B = 1, N = 1024
 #                      (tl_fuse=64: the blocks' segments too), the small end where fuse_mb draws the line
 #
-# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, nextdecode, fuse, official,
+# The steps run in the order bench, untiledbwd, untiledcausal, fusedcausal, nextdecode, onelaunch, fuse, official,
 # selftest, tune, suite: the most wanted output first (tune's search is bounded by its budget, the suite by the
 # deadline), each under `timeout` so that one hang cannot take the machine's whole time; a failed step does not stop the others, and the exit
 # status is 1 when any step failed or was left out for want of time (2: gpu-carry missing).
@@ -81,7 +87,7 @@
 # Environment (defaults for an H100/H200 in about 7 minutes):
 #   MHLA_DEVICE           the device (default NVIDIA)
 #   GPU_CHECK_STEPS       the steps to run, of bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,
-#                         fuse,official,selftest,suite,tune (default all ten; info always runs)
+#                         onelaunch,fuse,official,selftest,suite,tune (default all eleven; info always runs)
 #   GPU_CHECK_DEADLINE    seconds for the whole script (default 450); a step gets what is left,
 #                         at most its own limit, and none starts with under 20 s left
 #   GPU_CHECK_N           the bench's --n (default 1024,4096,16384)
@@ -91,6 +97,7 @@
 #   GPU_CHECK_CHUNK       the bench's --chunk (default 64,128)
 #   GPU_CHECK_DECODE      the bench's --decode-context (default 8192)
 #   GPU_CHECK_B8_N        N of the B = 8 mhla row (default 4096; 'none': no such row)
+#   GPU_CHECK_ONE_N       the onelaunch step's --n (default 1024,2048)
 #   GPU_CHECK_TEST_TIMEOUT  device_suite.py's limit per test in seconds (default 120)
 #   GPU_CHECK_ONLY        device_suite.py --only NAME,NAME (default: every test)
 #   GPU_CHECK_TUNE        seconds of `mhla tune` (default 0: no tune step)
@@ -111,12 +118,12 @@ out=$(cd "$out" && pwd)
 # Only this run's results: a file left from an earlier run would read as this one's.
 (cd "$out" && rm -f info.txt bench-new.json bench-base.json bench.txt selftest.txt suite.txt \
     tune.txt bench-tuned.json bench-kernelgate.json bench-nomarks.json bench-untiledcausal.json bench-untiledbwd.json \
-    bench-fusedcausal.json bench-nextdecode.json bench-fuse-off.json bench-fuse-on.json bench-fuse-off-small.json \
+    bench-fusedcausal.json bench-nextdecode.json bench-onelaunch.json bench-fuse-off.json bench-fuse-on.json bench-fuse-off-small.json \
     bench-fuse-on-small.json bench-official.json \
     bench-official-untiled.json bench-json.tar.gz)
 device=${MHLA_DEVICE:-NVIDIA}
 export MHLA_DEVICE=$device
-steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,fuse,official,selftest,suite,tune},"
+steps=",${GPU_CHECK_STEPS:-bench,untiledbwd,untiledcausal,fusedcausal,nextdecode,onelaunch,fuse,official,selftest,suite,tune},"
 deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-450} ))
 bench_n=${GPU_CHECK_N:-1024,4096,16384}
 target_ms=${GPU_CHECK_TARGET_MS:-60}
@@ -309,6 +316,12 @@ if wants nextdecode; then
         --chunk "$chunk" --decode-context "$decode" --ops decode,decode-gqa --gate event --kernels
 fi
 
+# ---- onelaunch: the short forwards in one launch (tl_one), in the same call ----------------------
+if wants onelaunch; then
+    variant onelaunch 45 tl_one=16384 "$out/bench-new.json" "$out/bench-onelaunch.json" \
+        --n "${GPU_CHECK_ONE_N:-1024,2048}" --ops mhla,linear,mhla-gqa --gate event --kernels
+fi
+
 # ---- fuse: the mixing inside the read-outs or in its own launches, B = 8, in the same call -------
 # (fuse_mb 65536: fusing forced wherever the blocks allow it, past the GPU rows' 32 MiB of re-reads;
 # the small rows at B = 1, N = 1024 re-read about 30 MiB where their blocks are whole: the other end
@@ -399,10 +412,11 @@ fi
 
 # ---- the GPU speed targets: scripts/gpu_targets.py over the files this run wrote --------------
 # (after every step and outside the deadline: it reads files and takes no device time). The verdict
-# of each target is the last file's that has the row: tuned, else nextdecode, new, base.
+# of each target is the last file's that has the row: tuned, else onelaunch, nextdecode, new, base.
 if [ -f "$out/bench-new.json" ]; then
     targets=()
-    for pair in base:bench-base new:bench-new nextdecode:bench-nextdecode tuned:bench-tuned; do
+    for pair in base:bench-base new:bench-new nextdecode:bench-nextdecode onelaunch:bench-onelaunch \
+        tuned:bench-tuned; do
         [ -f "$out/${pair#*:}.json" ] && targets+=("${pair%%:*}=$out/${pair#*:}.json")
     done
     { echo "== targets: scripts/gpu_targets.py ${targets[*]}"; python3 scripts/gpu_targets.py "${targets[@]}"; } \

@@ -648,14 +648,28 @@ static void test_backward_saved_summaries(void **state)
     /* The GPU row, 1D at M = 4, blocks whole: the saved forward's read-out mixes the summaries itself
      * and keeps them unmixed, and the backward's read-outs mix S~ and dS themselves (bt_fuse): no
      * mixing launch in the whole sequence, and the same bits as a recomputation. A device that splits
-     * the blocks (many compute units) runs the mixing instead. */
+     * the blocks (many compute units) runs the mixing instead. The plan would run its forward in one
+     * launch (tl_one), which writes no summaries: not while it keeps them. */
     if (test_config_thinned())
         return;
-    mhla_context *gctx = limited_context("wg=256,local=32K", "row=gpu");
+    mhla_context *gctx = limited_context("wg=256,local=32K", "row=gpu,tl_one=65536");
     assert_int_equal(mhla_context_profile_kernels(gctx, 1), MHLA_OK);
     mhla_config c = grid_config(1, 16, 8, MHLA_NORMALIZER_PAPER, MHLA_FEATURE_RELU_EPS);
     saved_case s;
     saved_case_make(gctx, &c, 25, &s);
+    /* Saving from the plan's first forward: its workspace holds the tests' poison (NaN) until then,
+     * so a forward that left the summaries unwritten (the one-launch form) fails here. */
+    float *first[4];
+    assert_int_equal(mhla_plan_save_for_backward(s.plan, 1), MHLA_OK);
+    saved_forward(&s, s.b.k);
+    saved_backward(gctx, &s, first);
+    assert_int_equal(mhla_plan_save_for_backward(s.plan, 0), MHLA_OK);
+    for (int j = 0; j < 4; ++j) {
+        const double e = finite_rel_err(first[j], s.ref[j], s.n[j], __func__);
+        if (!(e <= mhla_reference_backward_tolerance(MHLA_DTYPE_F32)))
+            fail_msg("saved from the first forward, GPU row, tl_one, gradient %d: max_rel_err %g", j, e);
+        free(first[j]);
+    }
     float *recomputed[4], *reused[4], *after_other[4];
     saved_sequence(gctx, &s, recomputed, reused, after_other);
     for (int j = 0; j < 4; ++j) {
@@ -669,6 +683,8 @@ static void test_backward_saved_summaries(void **state)
     char desc[1024], times[2048];
     assert_int_equal(mhla_plan_tuning(s.plan, desc, sizeof desc), MHLA_OK);
     assert_int_equal(mhla_context_kernel_times(gctx, times, sizeof times), MHLA_OK);
+    if (!strstr(desc, "; one launch (tl_one 65536") || !strstr(desc, "(not while the summaries are kept)"))
+        fail_msg("saved summaries, GPU row, tl_one: the plan does not say it keeps its stages: %s", desc);
     const int whole = strstr(desc, " 1 segment(s) per block") != NULL;
     if (whole != (strstr(desc, "mixed inside the read-out") && !strstr(times, "mixing_splits ")))
         fail_msg("saved summaries, GPU row, M = 4: the forward's and the backward's read-outs %s mix the summaries "

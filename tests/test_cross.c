@@ -239,6 +239,22 @@ static void test_tiled_limits(void **state)
     mhla_context_destroy(ctx);
 }
 
+/* The forward in one launch (tl_one: forward_one.cl, each group mixing its query block's summary
+ * from every key itself) on every case but the official normalizer's (its per-token dots keep the
+ * stages): a key/value grid of its own blocks and tokens, query heads sharing a key/value head. */
+static void test_one_launch(void **state)
+{
+    mhla_context *ctx = *state;
+    for (size_t i = 0; i < N_CASES; ++i) {
+        if (test_config_thinned() || cases[i].normalizer == MHLA_NORMALIZER_OFFICIAL)
+            continue;
+        last_tuning[0] = 0;
+        check_case(ctx, &cases[i], MHLA_DTYPE_F32, "row=gpu,tl_one=1000000", 0);
+        if (!strstr(last_tuning, "; one launch (tl_one 1000000"))
+            fail_msg("%s: the forward is not one launch: %s", cases[i].name, last_tuning);
+    }
+}
+
 /* 16-bit storage: the forward of a grouped cross-attention case. */
 static void test_storage(void **state)
 {
@@ -453,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_storage),
         cmocka_unit_test(test_split_blocks),
         cmocka_unit_test(test_tiled_limits),
+        cmocka_unit_test(test_one_launch),
         cmocka_unit_test(test_gqa_equals_repeated),
         cmocka_unit_test(test_causal_gqa),
         cmocka_unit_test(test_varlen_gqa),

@@ -620,6 +620,72 @@ static void test_tiled_limits(void **state)
     }
 }
 
+/* The forward in one launch (forward_one.cl, tl_one) against the double reference under forced
+ * limits, one pair of limits per configuration: Dk 96 (the read-out's tiles over several key tiles,
+ * the token slices halved to 64 work-items), odd head dimensions in [B,H,N,D] with no normalizer
+ * (rows of no whole float4, a key/value block of 100 tokens over tiles of 16), f16 storage, a 2D
+ * grid (blocks' tokens not consecutive), and 8 query heads on 2 key/value heads. Each plan must say
+ * it runs in one launch; one over tl_one (M x N_kv), an official normalizer's and one kept for a
+ * backward must not. */
+static void test_one_launch_limits(void **state)
+{
+    (void)state;
+    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=256,local=48K",
+                                         "wg=1024,local=48K"};
+    mhla_config cfgs[5];
+    cfgs[0] = config_1d(1, 2, 512, 4, 96, 64);
+    cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
+    cfgs[1].layout = MHLA_LAYOUT_BHND;
+    cfgs[1].normalizer = MHLA_NORMALIZER_NONE;
+    cfgs[2] = config_1d(1, 2, 256, 4, 64, 64);
+    cfgs[2].dtype = MHLA_DTYPE_F16;
+    mhla_config_init(&cfgs[3]);
+    cfgs[3].heads = 2, cfgs[3].seq_h = 24, cfgs[3].seq_w = 20, cfgs[3].block_h = 2, cfgs[3].block_w = 4;
+    cfgs[3].dk = 16, cfgs[3].dv = 24;
+    cfgs[4] = config_1d(1, 8, 128, 2, 32, 32);
+    cfgs[4].kv_heads = 2;
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; ++c) {
+        const char *lim = limits[c % (sizeof limits / sizeof limits[0])];
+        mhla_context *ctx = limited_context(lim, "row=gpu,tl_one=65536");
+        char label[160];
+        set_test_eps(&cfgs[c]); /* eps and feature_eps that move the outputs: a kernel dropping either fails */
+        snprintf(label, sizeof label, "MHLA_LIMITS=%s, one launch, Dk %lld Dv %lld %s (config %zu)", lim,
+                 (long long)cfgs[c].dk, (long long)cfgs[c].dv, mhla_normalizer_name(cfgs[c].normalizer), c);
+        mhla_plan *plan = NULL;
+        assert_int_equal(mhla_plan_create(ctx, &cfgs[c], &plan), MHLA_OK);
+        char text[768];
+        assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+        mhla_plan_destroy(plan);
+        if (!strstr(text, "; one launch (tl_one 65536"))
+            fail_msg("%s: the plan is not one launch: %s", label, text);
+        expect_close(ctx, &cfgs[c], MHLA_INIT_LINEAR, (uint32_t)(41 + c), label);
+        mhla_context_destroy(ctx);
+    }
+    /* Not taken: M x N_kv = 4 x 512 over tl_one 2047; the official normalizer; a plan keeping its
+     * summaries for a backward (it says so; test_backward_saved_summaries runs one) */
+    for (int pass = 0; pass < 3; ++pass) {
+        mhla_context *ctx = limited_context(limits[2], pass == 0 ? "row=gpu,tl_one=2047" : "row=gpu,tl_one=65536");
+        mhla_config cfg = config_1d(1, 2, 512, 4, 32, 32);
+        if (pass == 1)
+            cfg.normalizer = MHLA_NORMALIZER_OFFICIAL;
+        set_test_eps(&cfg);
+        mhla_plan *plan = NULL;
+        assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+        if (pass == 2)
+            assert_int_equal(mhla_plan_save_for_backward(plan, 1), MHLA_OK);
+        char text[768];
+        assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+        const int says = strstr(text, "; one launch") != NULL;
+        const int kept = strstr(text, "(not while the summaries are kept)") != NULL;
+        if (pass < 2 ? says : !kept)
+            fail_msg("pass %d (%s): the plan %s: %s", pass,
+                     pass == 0 ? "M x N_kv over tl_one" : pass == 1 ? "official" : "saved for a backward",
+                     pass < 2 ? "takes one launch" : "does not say it keeps the stages", text);
+        mhla_plan_destroy(plan);
+        mhla_context_destroy(ctx);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -638,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_events_no_hidden_finish),
         cmocka_unit_test(test_stage_times),
         cmocka_unit_test(test_tiled_limits),
+        cmocka_unit_test(test_one_launch_limits),
     };
     return run_group("forward", tests, context_setup, context_teardown);
 }

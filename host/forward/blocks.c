@@ -54,6 +54,7 @@ static mhla_status blocks_setup(mhla_plan *plan)
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_setup(plan));
     MHLA_FORWARD_IF_ERROR(st, mhla__output_setup(plan));
     MHLA_FORWARD_IF_ERROR(st, mhla__mixing_setup(plan));
+    MHLA_FORWARD_IF_ERROR(st, mhla__forward_one_setup(plan));
     plan->workspace_bytes += plan->gemm_temp_bytes;
 cleanup:
     return st;
@@ -66,6 +67,13 @@ static mhla_status blocks_forward(mhla_plan *plan, const cl_mem b[5], cl_uint nu
     mhla_status st = MHLA_OK;
     mhla_context *ctx = plan->ctx;
     const cl_mem q = b[MHLA_TENSOR_Q], mixing = b[MHLA_TENSOR_MIXING];
+    if (mhla__forward_one_runs(plan)) { /* one launch: its time is the read-out's stage */
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[2]));
+        MHLA_FORWARD_IF_ERROR(st, mhla__forward_one_enqueue(plan, b, num_wait, wait, done));
+        MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[3]));
+        goto cleanup;
+    }
     MHLA_FORWARD_IF_ERROR(st, mhla__block_summary_enqueue(plan, b[MHLA_TENSOR_K], b[MHLA_TENSOR_V], num_wait, wait));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_barrier(ctx));
     MHLA_FORWARD_IF_ERROR(st, mhla__stage_mark(ctx, &plan->marks[1]));
@@ -104,11 +112,18 @@ static void blocks_describe(const mhla_plan *plan, char *buf, size_t size)
                      t->mix_mr, mib, t->fuse_mb);
         else
             snprintf(tail, sizeof tail, "segments added and mixed in rows of %d", t->mix_mr);
+        char one[256] = "";
+        if (plan->k_one)
+            snprintf(one, sizeof one,
+                     "; one launch (tl_one %d, M x N_kv %lld): groups of %zu work-items, %d columns x %d token "
+                     "slice(s), tiles of %d tokens, %d dimensions a read-out tile%s",
+                     t->tl_one, (long long)(sh->m * sh->n_kv), plan->lws_one, t->on_tv, t->on_ks, t->on_tk, t->on_dc,
+                     plan->save_for_backward ? " (not while the summaries are kept)" : "");
         snprintf(buf, size,
                  "%s; tiled: summary groups of %dx%d (%dx4 a work-item) in tiles of %d tokens, %d segment(s) per "
-                 "block; output groups of %d tokens x %d columns (%dx4 a work-item), %d key dimensions per tile; %s",
+                 "block; output groups of %d tokens x %d columns (%dx4 a work-item), %d key dimensions per tile; %s%s",
                  tu->origin, t->tl_td, t->tl_tv, t->tl_rr, t->tl_tk, t->splits, t->tl_tq, t->tl_tv, t->tl_qr, t->tl_dc,
-                 tail);
+                 tail, one);
     } else {
         snprintf(buf, size,
                  "%s; summary %dx(%dx%d) in sums of %d tokens%s%s, %d segment(s) per block; output %dx(%dx%d) dc "

@@ -51,7 +51,8 @@ struct mhla_plan {
     cl_kernel k_mixing; /* tuning.mix_kernel only */
     cl_kernel k_mix_splits; /* tiles.tiled: the segments added and mixed (mixing.cl) */
     cl_kernel k_softmax; /* softmax plans only */
-    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_mix_splits[3], lws_weighted[3], lws_reduce, lws_dots, lws_softmax;
+    cl_kernel k_one; /* the forward in one launch (forward/forward_one.c), where the shape and tuning ask */
+    size_t lws_summary[3], lws_output[3], lws_mixing[3], lws_mix_splits[3], lws_weighted[3], lws_reduce, lws_dots, lws_softmax, lws_one;
     /* workspace: summaries are M rows of B*H*Dk*(Dv+1) floats (kernels/common.h) */
     cl_mem partial; /* splits > 1: M*splits rows of segment summaries */
     cl_mem summary; /* S_b and z_b */
@@ -96,6 +97,14 @@ mhla_status mhla__plan_setup(mhla_plan *plan);
 
 /* Fills plan->grid and plan->kv_grid from plan->cfg and plan->shape. */
 void mhla__plan_fill_grid(mhla_plan *plan);
+
+/* The non-causal forward in one launch (forward/forward_one.c): its kernel, fitted, where the plan's
+ * shape and tuning ask for it (k_one stays NULL otherwise); whether a forward takes it now (not
+ * while the plan keeps its summaries for a backward); its launch, b in mhla_tensor order. */
+mhla_status mhla__forward_one_setup(mhla_plan *plan);
+int mhla__forward_one_runs(const mhla_plan *plan);
+mhla_status mhla__forward_one_enqueue(mhla_plan *plan, const cl_mem b[5], cl_uint num_wait, const cl_event *wait,
+                                      cl_event *done);
 
 /* Stages of the non-causal forward, each in the file of forward/ named after it. */
 /* The tiled forward's summary and read-out kernels (forward/tiled.c), fitted to what the device

@@ -109,7 +109,7 @@ void mhla_plan_destroy(mhla_plan *plan)
     if (!plan)
         return;
     cl_kernel kernels[] = {plan->k_summary, plan->k_reduce, plan->k_official_dots, plan->k_output, plan->k_mixing,
-                           plan->k_mix_splits, plan->k_softmax};
+                           plan->k_mix_splits, plan->k_softmax, plan->k_one};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i)
         if (kernels[i])
             clReleaseKernel(kernels[i]);

@@ -161,6 +161,60 @@ void mhla__tiles_tiled(const mhla_config *cfg, const mhla_shape *shape, const mh
         out->mix_mr *= 2;
 }
 
+/* forward_one.cl's group: 4 x 4 tiles of the Dk (rounded up to 4) x on_tv mixed summary, on_ks
+ * times over (its pool: ON_POOL there). */
+size_t mhla__forward_one_wg(const mhla_config *cfg, const mhla_tiles *t)
+{
+    return (size_t)(up4(cfg->dk) / 4) * (size_t)(t->on_tv / 4) * (size_t)t->on_ks;
+}
+
+uint64_t mhla__forward_one_local(const mhla_config *cfg, const mhla_tiles *t)
+{
+    const uint64_t dk4 = (uint64_t)up4(cfg->dk), qv = (uint64_t)t->on_tv / 4, ks = (uint64_t)t->on_ks;
+    const uint64_t s4 = dk4 * qv, z4 = dk4 / 4, tq = 4 * mhla__forward_one_wg(cfg, t) / qv; /* (z~: dk4 floats) */
+    const uint64_t a4 = (uint64_t)t->on_tk * (dk4 / 4 + qv), r4 = ks > 1 ? ks * s4 : 0;
+    const uint64_t b4 = (uint64_t)t->on_dc * (tq / 4 + 1);
+    uint64_t region = a4 > r4 ? a4 : r4;
+    region = b4 > region ? b4 : region;
+    return (s4 + z4 + region) * 4 * sizeof(float);
+}
+
+/* 16 columns a group (Dv 64: 4 column tiles, so that N = 1024, M = 4, H = 8 has 128 groups, about a
+ * GPU's compute units) and 4 token slices (Dk 64: 256 work-items); the slices halved, then the
+ * columns, to the work-group limit; the read-out's dimensions, the slices and the tokens a tile
+ * halved, in that order, to the local memory. */
+void mhla__tiles_one(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *out)
+{
+    out->tl_one = t->tl_one;
+    out->on_tv = 0;
+    if (!out->tiled || t->tl_one <= 0)
+        return;
+    mhla_tiles f = *out;
+    f.on_tv = min_int(16, up4(cfg->dv)), f.on_ks = 4, f.on_tk = t->tl_tk > 0 ? t->tl_tk : 16;
+    f.on_dc = min_int(tile4(t->tl_dc), up4(cfg->dk));
+    while (mhla__forward_one_wg(cfg, &f) > fit->wg) {
+        if (f.on_ks > 1)
+            f.on_ks /= 2;
+        else if (f.on_tv > 4)
+            f.on_tv = tile4(f.on_tv / 2);
+        else
+            return; /* a Dk-high column of 4 x 4 tiles needs more work-items than a group has */
+    }
+    while (mhla__forward_one_local(cfg, &f) > fit->local_bytes) {
+        if (f.on_dc > 4)
+            f.on_dc = tile4(f.on_dc / 2);
+        else if (f.on_ks > 1)
+            f.on_ks /= 2;
+        else if (f.on_tk > 1)
+            f.on_tk /= 2;
+        else if (f.on_tv > 4)
+            f.on_tv = tile4(f.on_tv / 2);
+        else
+            return;
+    }
+    *out = f;
+}
+
 double mhla__fuse_rereads(const mhla_config *cfg, int64_t heads, int64_t blocks, int64_t block_tokens, int tq,
                           int64_t sources)
 {
@@ -262,9 +316,11 @@ void mhla__tiles_forward(const mhla_context *ctx, const mhla_config *cfg, const 
     const int64_t want = (int64_t)t->groups_per_cu * ctx->limits.compute_units;
     split_blocks(nb, groups < want ? (want + groups - 1) / groups : 1, t->split_min_len, 1, out);
     out->tiled = t->tiled != 0;
+    out->tl_one = out->on_tv = 0;
     if (!out->tiled)
         return;
     mhla__tiles_tiled(cfg, shape, t, &fit, out);
+    mhla__tiles_one(cfg, t, &fit, out);
     /* Its segments: down to two local tiles (a group's work is then still a few thousand
      * multiply-adds a work-item), whole tiles where a block has several; a block is split only
      * where that at least doubles the groups (each segment's partial summary is as large as the
@@ -788,6 +844,7 @@ enum {
     F_CS = 1 << 26,
     F_DEC = 1 << 27,
     F_BCC = 1 << 28,
+    F_ONE = 1 << 29,
 };
 #define F_SHAPE (F_DK | F_DV | F_LAYOUT | F_FEATURE | F_NORM | F_DTYPE)
 
@@ -852,6 +909,8 @@ void mhla__build_options(mhla_kernel_file f, const mhla_config *c, const mhla_ti
         mhla__opts_add(opts, "-DTL_TK=%d -DTL_TD=%d -DTL_TV=%d -DTL_RR=%d", t->tl_tk, t->tl_td, t->tl_tv, t->tl_rr);
     if (r & F_TLO)
         mhla__opts_add(opts, "-DTL_TQ=%d -DTL_TV=%d -DTL_DC=%d -DTL_QR=%d", t->tl_tq, t->tl_tv, t->tl_dc, t->tl_qr);
+    if (r & F_ONE)
+        mhla__opts_add(opts, "-DON_TV=%d -DON_KS=%d -DON_TK=%d -DON_DC=%d", t->on_tv, t->on_ks, t->on_tk, t->on_dc);
     if (r & F_SMT)
         mhla__opts_add(opts, "-DSM_SQ=%d -DSM_BK=%d", t->sm_bq, t->sm_bk);
     if (r & F_BT)

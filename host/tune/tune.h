@@ -91,6 +91,10 @@
     X(tl_dc, 1, ",")        /* tiled read-out: key dimensions per local tile */                    \
     X(tl_fuse, 0, ",")      /* tiled: the read-out mixes the summaries itself where M x segments is \
                                at most this (0 never): one launch fewer at small N */             \
+    X(tl_one, 0, ",")       /* tiled: the whole forward in one launch (forward_one.cl: each query  \
+                               block's groups mix their summary from every key themselves) where  \
+                               M x N_kv is at most this (0 never): no gaps between launches at   \
+                               small N, for M times the summary's multiply-adds */               \
     X(bt_tq, 0, ",")        /* tiled plans' backward: tokens per group of its tiled read-outs and  \
                                gradient summaries (backward_tiled.cl), 0 = the untiled backward     \
                                (backward_readout.cl) */                                             \
@@ -213,6 +217,10 @@ typedef struct mhla_tiles {
     int tl_qr;                          /* TL_QR tokens per work-item of the read-out (4 or 8; divides TL_TQ) */
     int tl_tq, tl_dc;                   /* TL_TQ tokens per read-out group, TL_DC key dimensions per tile */
     int tl_fuse;                        /* the read-out mixes where M x segments is at most this */
+    int tl_one;                         /* the forward in one launch where M x N_kv is at most this */
+    int on_tv, on_ks, on_tk, on_dc;     /* forward_one.cl: ON_TV columns per group, ON_KS token slices,
+                                           ON_TK tokens per tile, ON_DC dimensions per read-out tile;
+                                           on_tv 0: no group fits */
     int bt_fuse;                        /* the tiled backward's read-outs mix where M is at most this */
     int fuse_mb;                        /* ... and where that re-reads at most this many MiB
                                            (mhla__fuse_fits) */
@@ -244,6 +252,7 @@ typedef struct mhla_tiles {
     KF(MIXING, mixing, F_MIX)                                                                      \
     KF(SUMMARY_TILED, summary_tiled, F_DK | F_DV | F_LAYOUT | F_FEATURE | F_DTYPE | F_TL)          \
     KF(OUTPUT_TILED, output_tiled, F_SHAPE | F_TLO)                                                \
+    KF(FORWARD_ONE, forward_one, F_SHAPE | F_ONE)                                                  \
     KF(CAUSAL_SUMMARY, causal_summary, F_SHAPE | F_SUM | F_SLOT)                                   \
     KF(CAUSAL_PREFIX, causal_prefix, F_PRE)                                                        \
     KF(CAUSAL_OUTPUT, causal_output, F_SHAPE | F_OUT | F_CAUSAL | F_SLOT)                          \
@@ -348,6 +357,11 @@ double mhla__fuse_rereads(const mhla_config *cfg, int64_t heads, int64_t blocks,
  * mixing's R = Mc^T r anyway), sources within bt_fuse and re-reads within fuse_mb. */
 int mhla__bwd_readout_mixes(const mhla_config *cfg, int bt_fuse, int bt_tq, int fuse_mb, int64_t heads,
                             int64_t blocks, int64_t block_tokens, int64_t sources, int whole);
+/* The one-launch forward's tiles (forward_one.cl) within *fit, on a tiled plan whose tuning asks
+ * for it (tl_one): on_tv 0 where no group fits. Its work-items a group and local memory. */
+void mhla__tiles_one(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *out);
+size_t mhla__forward_one_wg(const mhla_config *cfg, const mhla_tiles *t);
+uint64_t mhla__forward_one_local(const mhla_config *cfg, const mhla_tiles *t);
 /* Local memory output_tiled.cl's arrays take. */
 uint64_t mhla__output_tiled_local(const mhla_tiles *t);
 /* Local memory the causal output kernel's arrays take. */

@@ -57,7 +57,9 @@ enum { ROW_AS_WRITTEN = -1, ROW_GPU = -2 };
  *   block is split only where that doubles the groups: its partial summaries cost traffic); on the
  *   H100 the forward 2.0x faster than the untiled kernels at N = 16384 (docs/tuning-notes.md "On
  *   GPUs"). Where M x segments is at most 16 (N = 1024 at the bench's M) the read-out mixes the
- *   summaries itself, one launch fewer (tl_fuse; not yet run on a GPU). The non-causal backward's
+ *   summaries itself, one launch fewer (tl_fuse; not yet run on a GPU); the whole forward in one
+ *   launch (tl_one, forward_one.cl) is 0 in every row until a GPU has timed it against these (its
+ *   groups walk every key: M times the summary's multiply-adds). The non-causal backward's
  *   read-outs and gradient summaries run tiled too (bt_tq: groups of 64 tokens x a Dk-wide row, 16
  *   dimensions a local tile; where M is at most 4 and the blocks whole, the read-outs mix S~ and dS
  *   themselves, two launches fewer, bt_fuse; not yet run on a GPU). Both only where the pieces read

@@ -305,6 +305,18 @@ MUTATIONS = [
              "at Dk = 64, and the search stopped there",
              [("cli/tune_backward.c", "lows[i], 1.0f);", "0.05f, 1.0f);", 1)],
              [("cli", "test_tune_row", "tiled-backward: the starting tiles fail the reference check")]),
+    Mutation("one-launch-slices-dropped", "the one-launch forward keeps only its first token slice's sums",
+             [("kernels/forward_one.cl", "for (int j = 1; j < ON_KS; ++j)", "for (int j = 1; j < 1; ++j)", 1)],
+             [("forward", "test_one_launch_limits", "one launch, Dk 7 Dv 5")]),
+    Mutation("one-launch-dots-restart", "the one-launch forward's q~ . z~ restarts at each tile of dimensions",
+             [("kernels/forward_one.cl", "const int dn = min(ON_DC, ON_DK4 - d0);",
+               "const int dn = min(ON_DC, ON_DK4 - d0);\n            dots = (float4)(0.0f);", 1)],
+             [("forward", "test_one_launch_limits", "one launch, Dk 96 Dv 64")]),
+    Mutation("one-launch-while-saved", "a plan keeping its summaries for a backward runs its forward in one launch, "
+             "which writes none",
+             [("host/forward/forward_one.c", "return plan->k_one != NULL && !plan->save_for_backward;",
+               "return plan->k_one != NULL;", 1)],
+             [("backward", "test_backward_saved_summaries", "saved from the first forward, GPU row, tl_one")]),
 ]
 
 

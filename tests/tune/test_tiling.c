@@ -819,6 +819,23 @@ static void test_sweep(void **state)
                                        fit.local_bytes ||
                                    f.tl_tk == 1);
                         CHECK_RULE(mhla__output_tiled_local(&f) <= fit.local_bytes || (f.tl_dc == 4 && f.tl_tq == 4));
+                        /* the one-launch forward (asked for here whatever the row says): its group and
+                         * pool within the limits, or none (on_tv 0) */
+                        mhla_tuning t1 = t;
+                        t1.tl_one = 1 << 20;
+                        mhla_tiles o = f;
+                        mhla__tiles_one(&ncfg, &t1, &fit, &o);
+                        CHECK_RULE(o.tl_one == t1.tl_one);
+                        if (o.on_tv) {
+                            CHECK_RULE(o.on_tv % 4 == 0 && o.on_tv <= 16 && o.on_dc % 4 == 0 && o.on_dc <= dk + 3);
+                            CHECK_RULE(o.on_ks >= 1 && o.on_ks <= 4 && o.on_tk >= 1);
+                            CHECK_RULE(mhla__forward_one_wg(&ncfg, &o) <= fit.wg);
+                            CHECK_RULE(mhla__forward_one_local(&ncfg, &o) <= fit.local_bytes);
+                        } else { /* none: not even the least (one slice of 4 columns, one token a tile,
+                                    * 4 dimensions a read-out tile) fits the group or the local memory */
+                            const uint64_t dk4 = (uint64_t)(dk + 3) / 4 * 4;
+                            CHECK_RULE(dk4 / 4 > fit.wg || (2 * dk4 + dk4 / 4 + 4) * 16 > fit.local_bytes);
+                        }
                     }
                     free_context(ctx);
                 }
@@ -976,7 +993,7 @@ static void test_flags_are_read(void **state)
         [MHLA_KF_BACKWARD_SUMMARY] = "backward_summary", [MHLA_KF_BACKWARD_READOUT] = "backward_readout",
         [MHLA_KF_BACKWARD_MIXING] = "backward_mixing", [MHLA_KF_BACKWARD_CAUSAL] = "backward_causal",
         [MHLA_KF_BACKWARD_CAUSAL_READOUT] = "backward_causal_readout", [MHLA_KF_SUMMARY_TILED] = "summary_tiled",
-        [MHLA_KF_OUTPUT_TILED] = "output_tiled", [MHLA_KF_BACKWARD_TILED] = "backward_tiled",
+        [MHLA_KF_OUTPUT_TILED] = "output_tiled", [MHLA_KF_FORWARD_ONE] = "forward_one", [MHLA_KF_BACKWARD_TILED] = "backward_tiled",
         [MHLA_KF_SOFTMAX_TILED] = "softmax_tiled", [MHLA_KF_CAUSAL_TILED] = "causal_tiled",
         [MHLA_KF_CAUSAL_PREFIX_TILED] = "causal_prefix_tiled", [MHLA_KF_CAUSAL_SUMMARY_TILED] = "causal_summary_tiled",
     };
