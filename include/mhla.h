@@ -445,7 +445,9 @@ MHLA_API size_t mhla_plan_workspace_size(const mhla_plan *plan);
  * its sizes and the device; after its first mhla_backward(), the backward's read-outs too. Where a
  * GPU row's read-out may mix its block's matrices itself (tl_fuse, bt_fuse), whether it does and
  * what that reads again ("30.5 MiB read again", or "over fuse_mb 32" where the bound keeps the
- * mixing apart). For diagnostics; the format may change.
+ * mixing apart); where its forward runs in one launch (tl_one), "one launch" with that kernel's
+ * groups, and "(not while the summaries are kept)" for a plan saving them for a backward. For
+ * diagnostics; the format may change.
  * @return MHLA_OK, or MHLA_ERR_INVALID_ARGUMENT for NULL plan or buf or size 0.
  * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_tuning(const mhla_plan *plan, char *buf, size_t size);
@@ -732,7 +734,9 @@ MHLA_API mhla_status mhla_backward_varlen_host(mhla_plan *plan, const void *q, c
  * contents do not change between the two calls. Anything else run with the plan in between (a
  * forward or backward with other buffers, a host-pointer form) makes the next backward recompute.
  * 0, the default, always recomputes. Packed varlen plans always recompute. No memory is added
- * (the causal backward copies the forward's slots into its own, which it has anyway).
+ * (the causal backward copies the forward's slots into its own, which it has anyway). A plan whose
+ * forward would run in one launch (tuning field tl_one), which leaves no summaries, runs its
+ * stages while this is on.
  * @return MHLA_OK; MHLA_ERR_INVALID_ARGUMENT for a NULL plan or an enable other than 0 and 1.
  * Thread-safety: per plan. */
 MHLA_API mhla_status mhla_plan_save_for_backward(mhla_plan *plan, int enable);

@@ -265,7 +265,7 @@ MUTATIONS = [
              "itself reads mixtures that forward never wrote",
              [("host/backward/backward.c", "const int mixed_kept = reuse && !mhla__output_mixes(plan);",
                "const int mixed_kept = reuse;", 1)],
-             [("backward", "test_backward_saved_summaries", "saved summaries, GPU row, gradient 0")]),
+             [("backward", "test_backward_saved_summaries", "saved from the first forward, GPU row, tl_one, gradient 0")]),
     Mutation("fused-readout-ignores-rereads", "the read-outs mix their block's matrix themselves however much "
              "they read again (the backward's 1 GiB at B = 8, N = 4096 for one launch saved)",
              [("host/tune/tiling.c",
