@@ -662,10 +662,11 @@ static void test_one_launch_limits(void **state)
         mhla_context_destroy(ctx);
     }
     /* Not taken: M x N_kv = 4 x 512 over tl_one 2047; the official normalizer; a plan keeping its
-     * summaries for a backward (it says so; test_backward_saved_summaries runs one) */
+     * summaries for a backward (it says so; test_backward_saved_summaries runs one). Configuration 0
+     * under its limits: the stages' programs are the ones built above. */
     for (int pass = 0; pass < 3; ++pass) {
-        mhla_context *ctx = limited_context(limits[2], pass == 0 ? "row=gpu,tl_one=2047" : "row=gpu,tl_one=65536");
-        mhla_config cfg = config_1d(1, 2, 512, 4, 32, 32);
+        mhla_context *ctx = limited_context(limits[0], pass == 0 ? "row=gpu,tl_one=2047" : "row=gpu,tl_one=65536");
+        mhla_config cfg = cfgs[0];
         if (pass == 1)
             cfg.normalizer = MHLA_NORMALIZER_OFFICIAL;
         set_test_eps(&cfg);
