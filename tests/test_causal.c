@@ -270,6 +270,32 @@ static void test_tiled_limits(void **state)
 
 /* A NaN in one token's k reaches that token and every later one of the sequence, exactly as in
  * the reference; a NaN in q stays in its row. */
+/* The GPU row with its prefix untiled (cp_ti=0, what a device without room for the prefix's tiles
+ * takes): CLBlast's GEMM blocks of 32 earlier chunks (gemm_rows) where the library has CLBlast, past the
+ * first block (44 chunks of 16, the last partial), beside the row's tiled summaries and read-out. */
+static void test_gpu_row_untiled_prefix(void **state)
+{
+    (void)state;
+    mhla_context *ctx = test_context();
+    assert_int_equal(mhla_context_set_tuning(ctx, "row=gpu,cp_ti=0"), MHLA_OK);
+    mhla_config cfg = config_causal(1, 2, 700, 16, 16, 12);
+    cfg.normalizer = MHLA_NORMALIZER_PAPER;
+    mhla_plan *plan = NULL;
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    char text[768];
+    assert_int_equal(mhla_plan_tuning(plan, text, sizeof text), MHLA_OK);
+    mhla_plan_destroy(plan);
+#ifdef MHLA_HAVE_CLBLAST
+    const char *want = "CLBlast blocks of 32 chunks";
+#else
+    const char *want = "CLBlast blocks of 0 chunks";
+#endif
+    if (!strstr(text, want) || !strstr(text, "output tiled"))
+        fail_msg("row=gpu,cp_ti=0: the plan does not say '%s' beside its tiled read-out: %s", want, text);
+    expect_close(ctx, &cfg, TEST_INIT_RANDOM, 77, "row=gpu,cp_ti=0, 44 chunks");
+    mhla_context_destroy(ctx);
+}
+
 static void test_nan_propagates(void **state)
 {
     mhla_context *ctx = *state;
@@ -401,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_larger_mixing),
         cmocka_unit_test(test_causality_exact),
         cmocka_unit_test(test_tiled_limits),
+        cmocka_unit_test(test_gpu_row_untiled_prefix),
         cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_stage_times),
         cmocka_unit_test(test_deterministic),
