@@ -11,8 +11,8 @@
  * v), and each work-item adds a 4 x 4 tile (4 key rows x 4 columns) over every ON_KS-th token of
  * them: ON_KS slices of the group share a tile's tokens, so that a group has enough work-items to
  * hide the loads' latency where its 4 x 4 tiles alone would be few (Dk 64 x 16 columns: 64). The
- * slices' partial sums are then added in slice order through local memory (no atomics: the same
- * result run to run). The key sums by one work-item per row, tiles in order.
+ * key sums ride along: each work-item adds the k~ rows it multiplies anyway. The slices' partial
+ * sums are then added in slice order through local memory (no atomics: the same result run to run).
  * Phase 2, the read-out: as output_tiled.cl, ON_TQ tokens a pass (4 x 4 per work-item), ON_DC
  * dimensions of q~ (transposed) a local tile, the mixed summary from local memory; each work-item
  * sums its 4 tokens' q~ . z~ beside its products (one multiply-add a float4 of q~, where a shared
@@ -48,7 +48,7 @@
  * phase 2's tiles take in turn. */
 #define ON_S4 (ON_DK4 * ON_QV)
 #define ON_A4 (ON_TK * (ON_KQ + ON_QV))
-#define ON_R4 (ON_KS > 1 ? ON_KS * ON_S4 : 0)
+#define ON_R4 (ON_KS > 1 ? ON_KS * (ON_S4 + ON_KQ) : 0)
 #define ON_B4 (ON_DC * ON_LQ)
 #define ON_MAX2(a, b) ((a) > (b) ? (a) : (b))
 #define ON_POOL ON_MAX2(ON_A4, ON_MAX2(ON_R4, ON_B4))
@@ -69,7 +69,6 @@ kernel void forward_one(global const STORE_T *restrict q, global const STORE_T *
     local float4 pool[ON_POOL];
     local float4 *const kl = pool;                 /* phase 1: ON_TK x ON_KQ */
     local float4 *const vl = pool + ON_TK * ON_KQ; /* phase 1: ON_TK x ON_QV */
-    local float4 *const red = pool;                /* the slices' sums: ON_KS x ON_S4 */
     local float4 *const ql = pool;                 /* phase 2: ON_DC x ON_LQ */
     const int lid = (int)get_local_id(0);
     const int c_base = (int)get_group_id(0) * ON_TV;
@@ -87,9 +86,7 @@ kernel void forward_one(global const STORE_T *restrict q, global const STORE_T *
     /* Phase 1. Work-item: slice s, column piece ct, key rows 4 rt.. */
     const int s = lid / ON_CELLS, cell = lid - s * ON_CELLS;
     const int ct = cell % ON_QV, rt = cell / ON_QV;
-    for (int d = lid; d < ON_DK4; d += ON_WG)
-        zl[d] = 0.0f;
-    float4 acc[4], kr[ON_PK], vr[ON_PV];
+    float4 acc[4], kr[ON_PK], vr[ON_PV], zs = (float4)(0.0f); /* zs: key rows 4 rt.. summed */
     for (int r = 0; r < 4; ++r)
         acc[r] = (float4)(0.0f);
     const int per_block = (kg.nb + ON_TK - 1) / ON_TK, tiles = kg.m * per_block;
@@ -130,20 +127,21 @@ kernel void forward_one(global const STORE_T *restrict q, global const STORE_T *
         barrier(CLK_LOCAL_MEM_FENCE);
         if (ti + 1 < tiles)
             ONE_FETCH(ti + 1); /* in flight during the multiply-adds below */
-        for (int d = lid; d < ON_DK4; d += ON_WG) { /* row d's key sum by its one owner */
-            float z = zl[d];
-            for (int t = 0; t < ON_TK; ++t)
-                z += ((local const float *)kl)[t * ON_DK4 + d];
-            zl[d] = z;
+        for (int t = s; t < ON_TK; t += ON_KS) {
+            const float4 a = kl[t * ON_KQ + rt];
+            tiled_mad4x4(acc, a, vl[t * ON_QV + ct]);
+            zs += a;
         }
-        for (int t = s; t < ON_TK; t += ON_KS)
-            tiled_mad4x4(acc, kl[t * ON_KQ + rt], vl[t * ON_QV + ct]);
     }
 #undef ONE_FETCH
     barrier(CLK_LOCAL_MEM_FENCE); /* kl and vl read: the region takes the slices' sums */
 #if ON_KS > 1
+    local float4 *const red = pool;                  /* the slices' sums: ON_KS x ON_S4 */
+    local float4 *const redz = pool + ON_KS * ON_S4; /* and their key sums: ON_KS x ON_KQ */
     for (int r = 0; r < 4; ++r)
         red[s * ON_S4 + (4 * rt + r) * ON_QV + ct] = acc[r];
+    if (ct == 0) /* (every column piece summed the same rows) */
+        redz[s * ON_KQ + rt] = zs;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int e = lid; e < ON_S4; e += ON_WG) {
         float4 x = red[e];
@@ -151,9 +149,17 @@ kernel void forward_one(global const STORE_T *restrict q, global const STORE_T *
             x += red[j * ON_S4 + e];
         sl[e] = x;
     }
+    for (int e = lid; e < ON_KQ; e += ON_WG) {
+        float4 x = redz[e];
+        for (int j = 1; j < ON_KS; ++j)
+            x += redz[j * ON_KQ + e];
+        vstore4(x, e, zl);
+    }
 #else
     for (int r = 0; r < 4; ++r)
         sl[(4 * rt + r) * ON_QV + ct] = acc[r];
+    if (ct == 0)
+        vstore4(zs, rt, zl);
 #endif
 
     /* Phase 2. Work-item: column piece ct2, tokens 4 rq.. of the pass. */

@@ -172,7 +172,7 @@ uint64_t mhla__forward_one_local(const mhla_config *cfg, const mhla_tiles *t)
 {
     const uint64_t dk4 = (uint64_t)up4(cfg->dk), qv = (uint64_t)t->on_tv / 4, ks = (uint64_t)t->on_ks;
     const uint64_t s4 = dk4 * qv, z4 = dk4 / 4, tq = 4 * mhla__forward_one_wg(cfg, t) / qv; /* (z~: dk4 floats) */
-    const uint64_t a4 = (uint64_t)t->on_tk * (dk4 / 4 + qv), r4 = ks > 1 ? ks * s4 : 0;
+    const uint64_t a4 = (uint64_t)t->on_tk * (dk4 / 4 + qv), r4 = ks > 1 ? ks * (s4 + dk4 / 4) : 0;
     const uint64_t b4 = (uint64_t)t->on_dc * (tq / 4 + 1);
     uint64_t region = a4 > r4 ? a4 : r4;
     region = b4 > region ? b4 : region;
@@ -181,8 +181,9 @@ uint64_t mhla__forward_one_local(const mhla_config *cfg, const mhla_tiles *t)
 
 /* 16 columns a group (Dv 64: 4 column tiles, so that N = 1024, M = 4, H = 8 has 128 groups, about a
  * GPU's compute units) and 4 token slices (Dk 64: 256 work-items); the slices halved, then the
- * columns, to the work-group limit; the read-out's dimensions, the slices and the tokens a tile
- * halved, in that order, to the local memory. */
+ * columns, to the work-group limit. A tile holds tl_tk tokens for each slice, so that a work-item
+ * adds as many between two barriers as summary_tiled's do. The read-out's dimensions, the slices and
+ * the tokens a tile halved, in that order, to the local memory. */
 void mhla__tiles_one(const mhla_config *cfg, const mhla_tuning *t, const mhla_fit *fit, mhla_tiles *out)
 {
     out->tl_one = t->tl_one;
@@ -190,7 +191,7 @@ void mhla__tiles_one(const mhla_config *cfg, const mhla_tuning *t, const mhla_fi
     if (!out->tiled || t->tl_one <= 0)
         return;
     mhla_tiles f = *out;
-    f.on_tv = min_int(16, up4(cfg->dv)), f.on_ks = 4, f.on_tk = t->tl_tk > 0 ? t->tl_tk : 16;
+    f.on_tv = min_int(16, up4(cfg->dv)), f.on_ks = 4;
     f.on_dc = min_int(tile4(t->tl_dc), up4(cfg->dk));
     while (mhla__forward_one_wg(cfg, &f) > fit->wg) {
         if (f.on_ks > 1)
@@ -200,6 +201,7 @@ void mhla__tiles_one(const mhla_config *cfg, const mhla_tuning *t, const mhla_fi
         else
             return; /* a Dk-high column of 4 x 4 tiles needs more work-items than a group has */
     }
+    f.on_tk = (t->tl_tk > 0 ? t->tl_tk : 16) * f.on_ks;
     while (mhla__forward_one_local(cfg, &f) > fit->local_bytes) {
         if (f.on_dc > 4)
             f.on_dc = tile4(f.on_dc / 2);
