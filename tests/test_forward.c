@@ -525,6 +525,11 @@ static void test_stage_times(void **state)
     free(x), free(o), free(off);
 }
 
+/* The limits the tiled and one-launch cases force in turn (MHLA_LIMITS): a phone's 64 work-items and
+ * 16 KiB up to a desktop GPU's 1024 and 48 KiB. */
+static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=256,local=48K",
+                                     "wg=1024,local=48K"};
+
 /* The tiled forward (the GPU rows: summary_tiled.cl, output_tiled.cl, mixing_splits or the mixing
  * inside the read-out) on this device
  * under the limits of the devices it is for (MHLA_LIMITS: the tiles are fitted to what the context
@@ -537,8 +542,6 @@ static void test_stage_times(void **state)
 static void test_tiled_limits(void **state)
 {
     (void)state;
-    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=256,local=48K",
-                                         "wg=1024,local=48K"};
     mhla_config cfgs[5];
     cfgs[0] = config_1d(1, 2, 512, 4, 96, 64);
     cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
@@ -630,8 +633,6 @@ static void test_tiled_limits(void **state)
 static void test_one_launch_limits(void **state)
 {
     (void)state;
-    static const char *const limits[] = {"wg=64,local=16K", "wg=128,local=32K", "wg=256,local=48K",
-                                         "wg=1024,local=48K"};
     mhla_config cfgs[5];
     cfgs[0] = config_1d(1, 2, 512, 4, 96, 64);
     cfgs[1] = config_1d(2, 3, 300, 3, 7, 5);
