@@ -150,9 +150,10 @@ def main(bench):
             check(stages == [None] * 3, label + ": no stages")
         elif r["host_clock"] == 1:  # no device timestamps (rusticl on llvmpipe): no markers to time stages by
             check(stages == [None] * 3, label + ": no stages without device timestamps")
-        else:  # each stage timed by the library's markers; together about one forward
-            check(all(s is not None and s >= 0 for s in stages) and stages[0] > 0 and stages[2] > 0
-                  and sum(stages) <= 1.5 * r["ms_max"] + 1.0, label + ": stage times %s" % stages)
+        else:  # each stage timed by the library's markers; together about one forward (a forward in
+            # one launch, tl_one, has it all in the read-out's stage: summary and mixing 0 together)
+            check(all(s is not None and s >= 0 for s in stages) and (stages[0] > 0 or stages[1] == 0)
+                  and stages[2] > 0 and sum(stages) <= 1.5 * r["ms_max"] + 1.0, label + ": stage times %s" % stages)
         if r["op"] == "softmax":
             check(math.isclose(r["flops"], 2 * 2 * r["n"] ** 2 * (32 + 16)), label + ": softmax flops")
         elif r["op"] == "mhla-causal":
