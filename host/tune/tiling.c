@@ -170,13 +170,14 @@ size_t mhla__forward_one_wg(const mhla_config *cfg, const mhla_tiles *t)
 
 uint64_t mhla__forward_one_local(const mhla_config *cfg, const mhla_tiles *t)
 {
-    const uint64_t dk4 = (uint64_t)up4(cfg->dk), qv = (uint64_t)t->on_tv / 4, ks = (uint64_t)t->on_ks;
-    const uint64_t s4 = dk4 * qv, z4 = dk4 / 4, tq = 4 * mhla__forward_one_wg(cfg, t) / qv; /* (z~: dk4 floats) */
-    const uint64_t a4 = (uint64_t)t->on_tk * (dk4 / 4 + qv), r4 = ks > 1 ? ks * (s4 + dk4 / 4) : 0;
+    /* in float4: kq of a k~ row (and of z~), qv of a summary row's columns */
+    const uint64_t dk4 = (uint64_t)up4(cfg->dk), kq = dk4 / 4, qv = (uint64_t)t->on_tv / 4, ks = (uint64_t)t->on_ks;
+    const uint64_t s4 = dk4 * qv, tq = 4 * mhla__forward_one_wg(cfg, t) / qv;
+    const uint64_t a4 = (uint64_t)t->on_tk * (kq + qv), r4 = ks > 1 ? ks * (s4 + kq) : 0;
     const uint64_t b4 = (uint64_t)t->on_dc * (tq / 4 + 1);
     uint64_t region = a4 > r4 ? a4 : r4;
     region = b4 > region ? b4 : region;
-    return (s4 + z4 + region) * 4 * sizeof(float);
+    return (s4 + kq + region) * 4 * sizeof(float);
 }
 
 /* 16 columns a group (Dv 64: 4 column tiles, so that N = 1024, M = 4, H = 8 has 128 groups, about a
