@@ -41,6 +41,10 @@ if [ "${1:-}" = "--python" ]; then
 fi
 nargs=$#
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+# stamp WHAT: "test.sh: WHAT at N s" (seconds since the command started), after each phase of the
+# full run: where a slow run spent its time, read from its log.
+stamp() { [ "$nargs" != 0 ] || echo "test.sh: $1 at ${SECONDS} s"; }
+stamp "built"
 if [ "$mutations" = 1 ]; then
     exec python3 "$MHLA_ROOT/tests/mutations/run.py" "$@"
 fi
@@ -105,6 +109,7 @@ else
     fi
     meson test -C "$MHLA_BUILD_DIR" --print-errorlogs "$@" || rc=$?
     logs+=("$MHLA_BUILD_DIR/meson-logs/testlog.json")
+    stamp "meson's suites done"
     prep_ok=1
     for p in "${prep[@]}"; do
         if ! wait "${p%%:*}"; then
@@ -114,10 +119,12 @@ else
             prep_ok=0 rc=1
         fi
     done
+    stamp "the fuzzers, the wheel and the run-time-loaded build built"
     if [ "$nargs" = 0 ] && [ "$prep_ok" = 1 ]; then
         # The Python package, the wheel built above, tested with pytest (its own summary line).
         "$MHLA_ROOT/scripts/python-suite.sh" --no-install >"$prep_log/pytest.log" 2>&1 || rc=1
         cat "$prep_log/pytest.log"
+        stamp "the Python suite done"
         # The sharded forward under mpirun (a SKIP that says why where MPI is missing).
         meson test -C "$MHLA_BUILD_DIR" --no-rebuild --print-errorlogs --suite mpi --logbase mpilog || rc=$?
         logs+=("$MHLA_BUILD_DIR/meson-logs/mpilog.json")
@@ -131,9 +138,11 @@ else
         logs+=("$MHLA_BUILD_DIR/meson-logs/wheellog.json")
         meson test -C "$dlopen_dir" --no-rebuild --print-errorlogs --suite integration || rc=$?
         logs+=("$dlopen_dir/meson-logs/testlog.json")
+        stamp "the mpi, fuzz, wheel and integration suites done"
     fi
     if [ "$nargs" = 0 ]; then
         wait "$mutations_pid" || rc=1
+        stamp "the mutation check done"
         python3 "$MHLA_ROOT/tests/mutations/run.py" --controls-only --passed "$MHLA_BUILD_DIR/meson-logs/testlog.json" \
             >>"$prep_log/mutations-run.log" 2>&1 || rc=1
         cat "$prep_log/mutations-run.log"

@@ -458,8 +458,8 @@ def main():
                 missed += not caught
                 why = first_error(out) if rc != 0 else "passed"
                 rows.append((m, test, case, caught, why if caught or rc else "passed with the defect in", secs))
-                print("%s %-34s %-20s %-38s %s" % ("caught " if caught else "MISSED ", m.name, test, case,
-                                                    why[:150] + ("" if caught or not rc else " (no '%s')" % text)),
+                print("%s %-34s %-20s %-38s %5.1f s  %s" % ("caught " if caught else "MISSED ", m.name, test, case, secs,
+                                                           why[:150] + ("" if caught or not rc else " (no '%s')" % text)),
                       flush=True)
         finally:
             for path, text in saved.items():
