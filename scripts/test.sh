@@ -43,14 +43,14 @@ nargs=$#
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # stamp WHAT: "test.sh: WHAT at N s" (seconds since the command started), after each phase of the
 # full run: where a slow run spent its time, read from its log.
-stamp() { [ "$nargs" != 0 ] || echo "test.sh: $1 at ${SECONDS} s"; }
-stamp "built"
+stamp() { if [ "$sanitize" = 0 ] && [ "$nargs" = 0 ]; then echo "test.sh: $1 at ${SECONDS} s"; fi; }
 if [ "$mutations" = 1 ]; then
     exec python3 "$MHLA_ROOT/tests/mutations/run.py" "$@"
 fi
 if [ "$python_only" = 1 ]; then
     exec "$MHLA_ROOT/scripts/python-suite.sh" "$@"
 fi
+stamp "built"
 
 rc=0
 logs=()
