@@ -150,10 +150,15 @@ def main(bench):
             check(stages == [None] * 3, label + ": no stages")
         elif r["host_clock"] == 1:  # no device timestamps (rusticl on llvmpipe): no markers to time stages by
             check(stages == [None] * 3, label + ": no stages without device timestamps")
-        else:  # each stage timed by the library's markers; together about one forward (a forward in
-            # one launch, tl_one, has it all in the read-out's stage: summary and mixing 0 together)
+        else:  # each stage timed by the library's markers inside each timed run (a forward in one
+            # launch, tl_one, has it all in the read-out's stage: summary and mixing 0 together). Each
+            # stage's median is at most the slowest run; their sum at most twice it, under any load: at
+            # least half the runs reach each stage's median, so the runs' times add up to at least half
+            # the runs times that sum (three runs of stages 5,5,0 / 5,0,5 / 0,5,5 ms: medians 5,5,5, runs
+            # 10 ms each). 1 ms more for the markers' own slack on a busy machine.
             check(all(s is not None and s >= 0 for s in stages) and (stages[0] > 0 or stages[1] == 0)
-                  and stages[2] > 0 and sum(stages) <= 1.5 * r["ms_max"] + 1.0, label + ": stage times %s" % stages)
+                  and stages[2] > 0 and max(stages) <= r["ms_max"] + 1.0 and sum(stages) <= 2 * r["ms_max"] + 1.0,
+                  label + ": stage times %s (slowest run %s ms)" % (stages, r["ms_max"]))
         if r["op"] == "softmax":
             check(math.isclose(r["flops"], 2 * 2 * r["n"] ** 2 * (32 + 16)), label + ": softmax flops")
         elif r["op"] == "mhla-causal":
