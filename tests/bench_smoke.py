@@ -150,14 +150,19 @@ def main(bench):
             check(stages == [None] * 3, label + ": no stages")
         elif r["host_clock"] == 1:  # no device timestamps (rusticl on llvmpipe): no markers to time stages by
             check(stages == [None] * 3, label + ": no stages without device timestamps")
-        else:  # each stage timed by the library's markers inside each timed run (a forward in one
-            # launch, tl_one, has it all in the read-out's stage: summary and mixing 0 together). Each
-            # stage's median is at most the slowest run; their sum at most twice it, under any load: at
-            # least half the runs reach each stage's median, so the runs' times add up to at least half
-            # the runs times that sum (three runs of stages 5,5,0 / 5,0,5 / 0,5,5 ms: medians 5,5,5, runs
-            # 10 ms each). 1 ms more for the markers' own slack on a busy machine.
+        else:  # each stage timed by the library's markers (a forward in one launch, tl_one, has it all
+            # in the read-out's stage: summary and mixing 0 together); the stages of a run add up to
+            # its markers' span, which is the run's time plus the lag of its last marker behind the
+            # last kernel: on a CPU runtime a marker is timed when the runtime's thread gets to it,
+            # a scheduler's time slice later on a busy machine (3.6 ms of read-out in a 1.6 ms run, 2
+            # cores beside the mutation check). So each stage's median is at most the slowest run
+            # plus that lag, and their sum at most twice that (at least half the runs reach each
+            # stage's median, so the runs' spans add up to at least half the runs times that sum:
+            # three runs of stages 5,5,0 / 5,0,5 / 0,5,5 ms have medians 5,5,5 in runs of 10 ms).
+            lag = 15.0  # ms: a few of Linux's time slices
             check(all(s is not None and s >= 0 for s in stages) and (stages[0] > 0 or stages[1] == 0)
-                  and stages[2] > 0 and max(stages) <= r["ms_max"] + 1.0 and sum(stages) <= 2 * r["ms_max"] + 1.0,
+                  and stages[2] > 0 and max(stages) <= r["ms_max"] + lag
+                  and sum(stages) <= 2 * (r["ms_max"] + lag),
                   label + ": stage times %s (slowest run %s ms)" % (stages, r["ms_max"]))
         if r["op"] == "softmax":
             check(math.isclose(r["flops"], 2 * 2 * r["n"] ** 2 * (32 + 16)), label + ": softmax flops")
