@@ -152,6 +152,7 @@ python3 - "${logs[@]}" <<'PY'
 import json, re, sys
 counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
 inner = []  # cases skipped inside programs that passed (tests/helpers.c prints "cases skipped: K of N")
+failed = []
 for path in sys.argv[1:]:
     with open(path) as f:
         for line in f:
@@ -162,6 +163,20 @@ for path in sys.argv[1:]:
             m = re.search(r"^cases skipped: (\d+) of (\d+)$", t.get("stdout") or "", re.M)
             if m and key == "OK":
                 inner.append("%s %s/%s" % (t["name"], m.group(1), m.group(2)))
+            if key == "FAIL":
+                failed.append(t)
+# Each failed test again, last: its name, result and the end of its output, so that a log cut to its
+# last lines (a CI page) still says what failed and why (meson's own report is far above, before the
+# later suites and the mutation check).
+for t in failed:
+    out = ((t.get("stdout") or "") + "\n" + (t.get("stderr") or "")).strip().splitlines()
+    # The lines that say what went wrong (cmocka prints a case's message before its closing list),
+    # then the output's end.
+    told = [i for i, line in enumerate(out) if re.search(r"FAIL|[Ee]rror|Traceback|[Tt]imed? ?out|Assert", line)]
+    keep = sorted(set(told[:10]) | set(range(max(0, len(out) - 6), len(out))))
+    print("failed: %s (%s, exit %s, %.0f s):" % (t["name"], t.get("result"), t.get("returncode"), t.get("duration") or 0))
+    for i in keep:
+        print("  | " + out[i][:240])
 print("meson: %d passed, %d failed, %d skipped; %d skipped case(s) inside passing programs%s"
       % (counts["OK"], counts["FAIL"], counts["SKIP"], sum(int(x.split()[-1].split("/")[0]) for x in inner),
          " (" + ", ".join(inner) + ")" if inner else ""))
