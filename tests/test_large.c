@@ -22,6 +22,8 @@
  * NaN and every element is checked to be finite (written). */
 #include "helpers.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -99,7 +102,33 @@ static uint16_t *pattern16(size_t n, size_t period, uint32_t seed, float lo, flo
 static struct {
     uint16_t *q, *k, *v, *out;
     size_t nq, nv;
+    int lock_fd; /* the machine-wide lock below, held with the tensors (0: none) */
 } held;
+
+/* One program at a time holds these 8.6 GiB on a machine: the test command runs the mutation
+ * check's copies of these cases beside meson's own run of them, and two at once (17 GiB) push a
+ * smaller machine into swap or its OOM killer, which slows or kills whatever else runs. An flock on
+ * a file in the temporary directory, released when the program exits (whichever way). */
+static void lock_machine_memory(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/libmhla-test-large-%ld.lock", tmp && *tmp ? tmp : "/tmp", (long)getuid());
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) { /* no lock to take (a read-only temporary directory): run unserialized */
+        printf("large: cannot open %s (%s): not serialized with other runs of this test\n", path, strerror(errno));
+        return;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const double from = host_ms();
+        printf("large: another run of this test holds its tensors; waiting for %s\n", path);
+        fflush(stdout);
+        while (flock(fd, LOCK_EX) != 0 && errno == EINTR)
+            ;
+        printf("large: waited %.1f s\n", (host_ms() - from) / 1e3);
+    }
+    held.lock_fd = fd + 1;
+}
 
 static void hold_tensors(size_t nq, size_t nv)
 {
@@ -107,6 +136,7 @@ static void hold_tensors(size_t nq, size_t nv)
         assert_true(held.nq == nq && held.nv == nv);
         return;
     }
+    lock_machine_memory();
     held.nq = nq, held.nv = nv;
     held.q = pattern16(nq, 65519, 1, -1.0f, 1.0f);
     held.k = pattern16(nq, 65497, 2, -1.0f, 1.0f);
@@ -117,6 +147,8 @@ static void hold_tensors(size_t nq, size_t nv)
 static int large_teardown(void **state)
 {
     free16(held.q, held.nq), free16(held.k, held.nq), free16(held.v, held.nv), free16(held.out, held.nv);
+    if (held.lock_fd)
+        close(held.lock_fd - 1); /* the lock goes with it */
     memset(&held, 0, sizeof held);
     return context_teardown(state);
 }
