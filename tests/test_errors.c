@@ -377,6 +377,9 @@ static void test_kernel_build_failure(void **state)
     assert_null(plan);
     assert_message_has(ctx, "building kernels/block_summary.cl");
     assert_message_has(ctx, "undeclared_identifier_xyz"); /* from the compiler's log */
+    /* built once: only a failure with an empty log is tried again */
+    if (strstr(mhla_context_message(ctx), "twice"))
+        fail_msg("a compile error was built twice: %s", mhla_context_message(ctx));
     assert_int_equal(mhla_context_cl_error(ctx), CL_BUILD_PROGRAM_FAILURE);
     /* a missing kernel file is reported by name */
     unlink(path);

@@ -4,6 +4,7 @@
  * case here clears first). */
 #include "helpers.h"
 #include "scratch.h"
+#include "core/testing.h"
 
 #include <dirent.h>
 #include <setjmp.h>
@@ -224,6 +225,66 @@ static void test_program_folder_apart(void **state)
     unsetenv("MHLA_PROGRAM_CACHE_DIR");
 }
 
+/* A build that fails with an empty log (as PoCL fails one whose compile cache entry another process
+ * replaced meanwhile: processes sharing a cold cache, building the same program at once) is tried
+ * again, once: the forward then runs and matches the reference. Two such failures in a row are
+ * reported, saying so, with nothing leaked. (A compile error, whose log says why, is built once:
+ * test_errors' test_kernel_build_failure.) */
+static void test_build_retried_after_empty_log(void **state)
+{
+    (void)state;
+    setenv("MHLA_CACHE_DIR", "off", 1); /* every program built from source */
+    mhla_context *ctx = test_context();
+    mhla_config cfg = config_1d(1, 2, 96, 4, 12, 20);
+    double err = 0;
+    mhla__fault_arm(MHLA__FAULT_BUILD, 1);
+    mhla_status st = run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, 3, &err, NULL, NULL);
+    const int fired = mhla__fault_fired(MHLA__FAULT_BUILD);
+    mhla__fault_arm(MHLA__FAULT_BUILD, 0);
+    if (st != MHLA_OK)
+        fail_msg("a build that failed once with an empty log: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
+    assert_true(fired);
+    assert_true(err <= 1e-5);
+    mhla_context_destroy(ctx);
+
+    ctx = test_context();
+    mhla_plan *plan = NULL;
+    const long live = mhla__live_allocations();
+    mhla__fault_arm_times(MHLA__FAULT_BUILD, 1, 2);
+    st = mhla_plan_create(ctx, &cfg, &plan);
+    mhla__fault_arm(MHLA__FAULT_BUILD, 0);
+    assert_int_equal(st, MHLA_ERR_BUILD_FAILED);
+    assert_null(plan);
+    assert_message_has(ctx, "failed twice (the first time with an empty build log too)");
+    assert_message_has(ctx, "build log:\n(empty)");
+    assert_int_equal(mhla_context_cl_error(ctx), CL_BUILD_PROGRAM_FAILURE);
+    assert_int_equal(mhla__live_allocations(), live);
+    /* and the same context builds it the next time */
+    assert_int_equal(mhla_plan_create(ctx, &cfg, &plan), MHLA_OK);
+    mhla_plan_destroy(plan);
+    mhla_context_destroy(ctx);
+
+#ifdef MHLA_HAVE_CLBLAST
+    /* The same for the program CLBlast builds for the mixing GEMM (mix_kernel=0: CLBlast's GEMM). */
+    ctx = test_context();
+    assert_int_equal(mhla_context_set_tuning(ctx, "mix_kernel=0"), MHLA_OK);
+    mhla__fault_arm(MHLA__FAULT_BLAS_BUILD, 1);
+    st = run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, 3, &err, NULL, NULL);
+    const int blas_fired = mhla__fault_fired(MHLA__FAULT_BLAS_BUILD);
+    mhla__fault_arm(MHLA__FAULT_BLAS_BUILD, 0);
+    if (st != MHLA_OK)
+        fail_msg("CLBlast's build failed once: %s: %s", mhla_status_name(st), mhla_context_message(ctx));
+    assert_true(blas_fired); /* the plan mixes with CLBlast's GEMM */
+    assert_true(err <= 1e-5);
+    mhla__fault_arm_times(MHLA__FAULT_BLAS_BUILD, 1, 2);
+    st = run_against_reference(ctx, &cfg, MHLA_INIT_LINEAR, 3, &err, NULL, NULL);
+    mhla__fault_arm(MHLA__FAULT_BLAS_BUILD, 0);
+    assert_int_equal(st, MHLA_ERR_BUILD_FAILED);
+    assert_message_has(ctx, "CLBlastSgemm (its program failed to build twice)");
+    mhla_context_destroy(ctx);
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +292,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_entries_are_rebuilt, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_off_and_unwritable, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_program_folder_apart, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_build_retried_after_empty_log, make_dir, remove_dir),
     };
     return run_group("program_cache", tests, NULL, NULL);
 }

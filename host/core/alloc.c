@@ -1,5 +1,5 @@
-/* Every host allocation and device buffer of the library goes through these wrappers, so that the
- * tests can count what is live and make the k-th one fail (core/testing.h). */
+/* Every host allocation, device buffer and build from source of the library goes through these
+ * wrappers, so that the tests can count what is live and make the k-th one fail (core/testing.h). */
 #include "core/core.h"
 #include "core/testing.h"
 
@@ -7,30 +7,36 @@
 #include <stdlib.h>
 
 static atomic_long live_allocations;
-/* Per thread: calls of each kind left before the armed fault (0: unarmed), and whether it fired. */
-static _Thread_local long fault_countdown[2];
-static _Thread_local int fault_hit[2];
+#define FAULT_KINDS 4
+/* Per thread: calls of each kind left before the armed fault (0: unarmed), how many calls fail from
+ * there, and whether one did. */
+static _Thread_local long fault_countdown[FAULT_KINDS], fault_times[FAULT_KINDS];
+static _Thread_local int fault_hit[FAULT_KINDS];
 
-void mhla__fault_arm(mhla__fault_kind kind, long k)
+static int known_kind(mhla__fault_kind kind) { return (int)kind >= 0 && (int)kind < FAULT_KINDS; }
+
+void mhla__fault_arm_times(mhla__fault_kind kind, long k, long times)
 {
-    if (kind != MHLA__FAULT_ALLOC && kind != MHLA__FAULT_BUFFER)
+    if (!known_kind(kind))
         return;
     fault_countdown[kind] = k > 0 ? k : 0;
+    fault_times[kind] = times > 0 ? times : 1;
     fault_hit[kind] = 0;
 }
 
-int mhla__fault_fired(mhla__fault_kind kind)
-{
-    return (kind == MHLA__FAULT_ALLOC || kind == MHLA__FAULT_BUFFER) ? fault_hit[kind] : 0;
-}
+void mhla__fault_arm(mhla__fault_kind kind, long k) { mhla__fault_arm_times(kind, k, 1); }
+
+int mhla__fault_fired(mhla__fault_kind kind) { return known_kind(kind) ? fault_hit[kind] : 0; }
 
 long mhla__live_allocations(void) { return atomic_load(&live_allocations); }
 
 /* 1 when this call is the armed one (it then fails). */
-static int inject(mhla__fault_kind kind)
+int mhla__fault_inject(int kind)
 {
-    if (fault_countdown[kind] == 0 || --fault_countdown[kind] != 0)
+    if (!known_kind((mhla__fault_kind)kind) || fault_countdown[kind] == 0 || --fault_countdown[kind] != 0)
         return 0;
+    if (--fault_times[kind] > 0) /* the next call fails too */
+        fault_countdown[kind] = 1;
     fault_hit[kind] = 1;
     return 1;
 }
@@ -42,16 +48,16 @@ static void *counted(void *p)
     return p;
 }
 
-void *mhla__malloc(size_t size) { return inject(MHLA__FAULT_ALLOC) ? NULL : counted(malloc(size)); }
+void *mhla__malloc(size_t size) { return mhla__fault_inject(MHLA__FAULT_ALLOC) ? NULL : counted(malloc(size)); }
 
 void *mhla__calloc(size_t count, size_t size)
 {
-    return inject(MHLA__FAULT_ALLOC) ? NULL : counted(calloc(count, size));
+    return mhla__fault_inject(MHLA__FAULT_ALLOC) ? NULL : counted(calloc(count, size));
 }
 
 void *mhla__realloc(void *p, size_t size)
 {
-    if (inject(MHLA__FAULT_ALLOC))
+    if (mhla__fault_inject(MHLA__FAULT_ALLOC))
         return NULL;
     if (!p)
         return counted(realloc(NULL, size));
@@ -68,10 +74,17 @@ void mhla__free(void *p)
 
 cl_mem mhla__cl_create_buffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr, cl_int *err)
 {
-    if (inject(MHLA__FAULT_BUFFER)) {
+    if (mhla__fault_inject(MHLA__FAULT_BUFFER)) {
         if (err)
             *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
         return NULL;
     }
     return clCreateBuffer(context, flags, size, host_ptr, err);
+}
+
+cl_int mhla__cl_build_program(cl_program program, cl_device_id device, const char *options)
+{
+    if (mhla__fault_inject(MHLA__FAULT_BUILD)) /* never built: its build log stays empty */
+        return CL_BUILD_PROGRAM_FAILURE;
+    return clBuildProgram(program, 1, &device, options, NULL, NULL);
 }

@@ -3,6 +3,7 @@
  * (-Dclblast=disabled) keeps the functions, failing, and its tuning never calls them
  * (tune/tuning.c gives every device the mixing and prefix kernels). */
 #include "core/core.h"
+#include "core/testing.h"
 
 #ifdef MHLA_HAVE_CLBLAST
 #include <clblast_c.h>
@@ -103,13 +104,24 @@ mhla_status mhla__sgemm_ld(mhla_context *ctx, size_t m, size_t n, size_t k, cl_m
     cl_event own = NULL;
     if (!ev && profile)
         ev = &own;
-    if (temp)
-        s = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f,
-                                       a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, &queue, ev, temp);
-    else
-        s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f, a, a_off, lda,
-                         b, b_off, ldb, beta, c, c_off, ldc, &queue, ev);
-    if (s != CLBlastSuccess)
+    /* CLBlast builds the GEMM's program on its first call for a device and size class: a build that
+     * fails is tried once more (the call enqueues nothing before that build), as the library's own
+     * builds are (core/program.c: a compile cache another process replaced meanwhile). */
+    for (int attempt = 1;; ++attempt) {
+        if (mhla__fault_inject(MHLA__FAULT_BLAS_BUILD))
+            s = CLBlastOpenCLBuildProgramFailure;
+        else if (temp)
+            s = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k,
+                                           1.0f, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, &queue, ev, temp);
+        else
+            s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f, a, a_off,
+                             lda, b, b_off, ldb, beta, c, c_off, ldc, &queue, ev);
+        if (s != CLBlastOpenCLBuildProgramFailure || attempt == 2)
+            break;
+    }
+    if (s == CLBlastOpenCLBuildProgramFailure)
+        st = fail_blas(ctx, s, "CLBlastSgemm (its program failed to build twice)", __FILE__, __LINE__);
+    else if (s != CLBlastSuccess)
         st = fail_blas(ctx, s, "CLBlastSgemm", __FILE__, __LINE__);
     else if (profile && *ev && (ev == &own || clRetainEvent(*ev) == CL_SUCCESS))
         mhla__kprof_record(ctx, "CLBlastSgemm", *ev);

@@ -19,14 +19,19 @@
 
 /* ---- host allocations and device buffers (core/alloc.c) ------------------------------------ */
 
-/* Every malloc, calloc, realloc and free of host/ goes through these, and every clCreateBuffer
- * through mhla__cl_create_buffer: they count live allocations and carry the tests' fault
- * injection (core/testing.h). mhla__free only frees what these allocated. */
+/* Every malloc, calloc, realloc and free of host/ goes through these, every clCreateBuffer
+ * through mhla__cl_create_buffer and every build from source through mhla__cl_build_program:
+ * they count live allocations and carry the tests' fault injection (core/testing.h). mhla__free
+ * only frees what these allocated. */
 void *mhla__malloc(size_t size);
 void *mhla__calloc(size_t count, size_t size);
 void *mhla__realloc(void *p, size_t size);
 void mhla__free(void *p);
 cl_mem mhla__cl_create_buffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr, cl_int *err);
+cl_int mhla__cl_build_program(cl_program program, cl_device_id device, const char *options);
+/* 1 when this call of `kind` (an mhla__fault_kind of core/testing.h) is the one a test armed to fail:
+ * for the fault points outside these wrappers (CLBlast's GEMM). */
+int mhla__fault_inject(int kind);
 
 /* ---- error recording ------------------------------------------------------------------- */
 

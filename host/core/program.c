@@ -81,6 +81,14 @@ cleanup:
     return st;
 }
 
+/* 1 when `s` holds nothing but white space. */
+static int is_blank(const char *s)
+{
+    while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')
+        ++s;
+    return *s == '\0';
+}
+
 static mhla_status build(mhla_context *ctx, const char *name, const char *source, uint64_t source_hash,
                          const char *options, cl_program *out)
 {
@@ -103,10 +111,12 @@ static mhla_status build(mhla_context *ctx, const char *name, const char *source
         *out = prog;
         return MHLA_OK;
     }
-    prog = clCreateProgramWithSource(ctx->cl, 1, &source, NULL, &err);
-    MHLA_CL_TRY(st, ctx, err, "clCreateProgramWithSource");
-    err = clBuildProgram(prog, 1, &ctx->device, full_opts, NULL, NULL);
-    if (err != CL_SUCCESS) {
+    for (int attempt = 1;; ++attempt) {
+        prog = clCreateProgramWithSource(ctx->cl, 1, &source, NULL, &err);
+        MHLA_CL_TRY(st, ctx, err, "clCreateProgramWithSource");
+        err = mhla__cl_build_program(prog, ctx->device, full_opts);
+        if (err == CL_SUCCESS)
+            break;
         size_t log_size = 0;
         clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &log_size);
         log = mhla__malloc(log_size + 1);
@@ -115,10 +125,22 @@ static mhla_status build(mhla_context *ctx, const char *name, const char *source
             clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, log_size, log, NULL);
             log[log_size] = '\0';
         }
+        /* A failed compile says why in its log. A failure with an empty log is the driver's own: PoCL
+         * gives one when another process replaces the program's entry in its compile cache during
+         * the build (processes that share a cold cache and build the same program at once, as a
+         * test suite or MPI ranks on one node do). Such a build succeeds when tried again. */
+        if (attempt == 1 && err == CL_BUILD_PROGRAM_FAILURE && log && is_blank(log)) {
+            clReleaseProgram(prog);
+            prog = NULL;
+            mhla__free(log);
+            log = NULL;
+            continue;
+        }
         mhla__set_cl_error(ctx, err);
         MHLA_FAIL_IF(st, 1, ctx, err == CL_BUILD_PROGRAM_FAILURE ? MHLA_ERR_BUILD_FAILED : mhla__status_of_cl(err),
-                     "building kernels/%s.cl for %s failed: %s (%d); options: %s; build log:\n%s", name,
-                     ctx->device_name, mhla__cl_error_name(err), (int)err, full_opts, log ? log : "(none)");
+                     "building kernels/%s.cl for %s failed%s: %s (%d); options: %s; build log:\n%s", name,
+                     ctx->device_name, attempt > 1 ? " twice (the first time with an empty build log too)" : "",
+                     mhla__cl_error_name(err), (int)err, full_opts, log && !is_blank(log) ? log : "(empty)");
     }
     mhla__cache_store(ctx, name, source_hash, full_opts, prog);
     *out = prog;

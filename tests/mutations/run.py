@@ -317,6 +317,19 @@ MUTATIONS = [
              [("host/forward/forward_one.c", "return plan->k_one != NULL && !plan->save_for_backward;",
                "return plan->k_one != NULL;", 1)],
              [("backward", "test_backward_saved_summaries", "saved from the first forward, GPU row, tl_one")]),
+    Mutation("build-empty-log-not-retried", "a build that fails with an empty log (another process replaced "
+             "its compile cache entry) is reported instead of built again",
+             [("host/core/program.c", "if (attempt == 1 && err == CL_BUILD_PROGRAM_FAILURE && log && is_blank(log)) {",
+               "if (0) {", 1)],
+             [("program_cache", "test_build_retried_after_empty_log", "a build that failed once with an empty log")]),
+    Mutation("build-error-retried", "a compile error, whose log says why, is built a second time",
+             [("host/core/program.c", "if (attempt == 1 && err == CL_BUILD_PROGRAM_FAILURE && log && is_blank(log)) {",
+               "if (attempt == 1 && err == CL_BUILD_PROGRAM_FAILURE && log) {", 1)],
+             [("errors", "test_kernel_build_failure", "a compile error was built twice")]),
+    Mutation("blas-build-not-retried",
+             "a CLBlast GEMM whose program fails to build is reported instead of called again",
+             [("host/core/blas.c", "if (s != CLBlastOpenCLBuildProgramFailure || attempt == 2)", "if (1)", 1)],
+             [("program_cache", "test_build_retried_after_empty_log", "CLBlast's build failed once")]),
 ]
 
 
