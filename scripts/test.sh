@@ -20,8 +20,9 @@ set -euo pipefail
 # python3-*: the Python package (python/), built into a wheel by meson-python and
 # scripts/wheel.sh, installed into a virtual environment of Debian's python3 (build/python-venv)
 # and tested there with pytest, and into a fresh one without system site packages (unzip: the
-# wheel's listing). cmake: find_package(mhla) from an outside project (tests/integration/).
-MHLA_EXTRA_PACKAGES="clang-14 libclang-rt-14-dev llvm-14 mesa-opencl-icd oclgrind qemu-user libopenmpi-dev openmpi-bin \
+# wheel's listing). cmake: find_package(mhla) from an outside project (tests/integration/). gdb: the
+# stacks of a test that hung (tests/run_with.py).
+MHLA_EXTRA_PACKAGES="clang-14 libclang-rt-14-dev llvm-14 mesa-opencl-icd oclgrind qemu-user libopenmpi-dev openmpi-bin gdb \
 python3-numpy python3-cffi python3-pyopencl python3-torch python3-pytest python3-mesonpy python3-sklearn python3-pip \
 python3-venv unzip cmake ${MHLA_EXTRA_PACKAGES:-}"
 sanitize=0
@@ -153,6 +154,7 @@ import json, re, sys
 counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
 inner = []  # cases skipped inside programs that passed (tests/helpers.c prints "cases skipped: K of N")
 failed = []
+hung = []
 for path in sys.argv[1:]:
     with open(path) as f:
         for line in f:
@@ -165,6 +167,8 @@ for path in sys.argv[1:]:
                 inner.append("%s %s/%s" % (t["name"], m.group(1), m.group(2)))
             if key == "FAIL":
                 failed.append(t)
+            elif "run_with: HUNG:" in (t.get("stdout") or ""):  # tests/run_with.py: hung, ran again, passed
+                hung.append(t["name"])
 # Each failed test again, last: its name, result and the end of its output, so that a log cut to its
 # last lines (a CI page) still says what failed and why (meson's own report is far above, before the
 # later suites and the mutation check).
@@ -172,11 +176,13 @@ for t in failed:
     out = ((t.get("stdout") or "") + "\n" + (t.get("stderr") or "")).strip().splitlines()
     # The lines that say what went wrong (cmocka prints a case's message before its closing list),
     # then the output's end.
-    told = [i for i, line in enumerate(out) if re.search(r"FAIL|[Ee]rror|Traceback|[Tt]imed? ?out|Assert", line)]
+    told = [i for i, line in enumerate(out) if re.search(r"FAIL|HUNG|[Ee]rror|Traceback|[Tt]imed? ?out|Assert", line)]
     keep = sorted(set(told[:10]) | set(range(max(0, len(out) - 6), len(out))))
     print("failed: %s (%s, exit %s, %.0f s):" % (t["name"], t.get("result"), t.get("returncode"), t.get("duration") or 0))
     for i in keep:
         print("  | " + out[i][:240])
+if hung:
+    print("hung, and passed when run again (the stacks of the hung run are in its log): " + ", ".join(hung))
 print("meson: %d passed, %d failed, %d skipped; %d skipped case(s) inside passing programs%s"
       % (counts["OK"], counts["FAIL"], counts["SKIP"], sum(int(x.split()[-1].split("/")[0]) for x in inner),
          " (" + ", ".join(inner) + ")" if inner else ""))
