@@ -19,7 +19,7 @@ typedef enum mhla__fault_kind {
      * log, the driver not called (as PoCL fails a build whose compile cache entry another process
      * replaced meanwhile) */
     MHLA__FAULT_BUILD = 2,
-    /* the library's CLBlast GEMM calls: CLBlastBuildProgramFailure, CLBlast not called (the same
+    /* the library's CLBlast GEMM calls: CLBlastOpenCLBuildProgramFailure, CLBlast not called (the same
      * race in the program CLBlast builds for the GEMM) */
     MHLA__FAULT_BLAS_BUILD = 3,
 } mhla__fault_kind;
