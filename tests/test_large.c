@@ -102,7 +102,7 @@ static uint16_t *pattern16(size_t n, size_t period, uint32_t seed, float lo, flo
 static struct {
     uint16_t *q, *k, *v, *out;
     size_t nq, nv;
-    int lock_fd; /* the machine-wide lock below, held with the tensors (0: none) */
+    int lock_fd; /* the machine-wide lock below, held with the tensors: its descriptor + 1 (0: none) */
 } held;
 
 /* One program at a time holds these 8.6 GiB on a machine: the test command runs the mutation
@@ -120,12 +120,10 @@ static void lock_machine_memory(void)
         return;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        const double from = host_ms();
         printf("large: another run of this test holds its tensors; waiting for %s\n", path);
         fflush(stdout);
         while (flock(fd, LOCK_EX) != 0 && errno == EINTR)
             ;
-        printf("large: waited %.1f s\n", (host_ms() - from) / 1e3);
     }
     held.lock_fd = fd + 1;
 }
