@@ -35,7 +35,8 @@ rm -rf "$cache"
 mkdir -p "$cache"
 cd "$build"  # not the source tree: `import mhla` must find the installed package, not python/mhla
 # PoCL builds as most of meson's tests do (tests/meson.build: one work-group function a
-# kernel, LLVM's optimizations off), sharing their kernels.
+# kernel, LLVM's optimizations off), sharing their kernels; the library fills the blocks it
+# allocates and frees, as in those tests (MHLA_MALLOC_PERTURB).
 MHLA_CLI=$build/cli/mhla MHLA_DEVICE=pthread MHLA_CACHE_DIR=$cache MHLA_PROGRAM_CACHE_DIR=$build/tests/programs-unoptimized \
-    POCL_WORK_GROUP_SPECIALIZATION=0 POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable \
+    POCL_WORK_GROUP_SPECIALIZATION=0 POCL_EXTRA_BUILD_FLAGS=-cl-opt-disable MHLA_MALLOC_PERTURB=165 \
     "$venv/bin/python" -m pytest -p no:cacheprovider -ra -q "$root/python/tests" "$@"

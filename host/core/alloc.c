@@ -1,10 +1,15 @@
 /* Every host allocation, device buffer and build from source of the library goes through these
- * wrappers, so that the tests can count what is live and make the k-th one fail (core/testing.h). */
+ * wrappers, so that the tests can count what is live and make the k-th one fail (core/testing.h),
+ * and fill what the library allocates and frees (MHLA_MALLOC_PERTURB, below). */
 #include "core/core.h"
 #include "core/testing.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h> /* malloc_usable_size */
+#endif
 
 static atomic_long live_allocations;
 #define FAULT_KINDS 4
@@ -48,7 +53,56 @@ static void *counted(void *p)
     return p;
 }
 
-void *mhla__malloc(size_t size) { return mhla__fault_inject(MHLA__FAULT_ALLOC) ? NULL : counted(malloc(size)); }
+/* MHLA_MALLOC_PERTURB=B (1 to 255): glibc's MALLOC_PERTURB_ for the library's own blocks alone. A
+ * block malloc or realloc hands out is filled with B ^ 0xff where it is new, one freed with B first
+ * (where the C library says how long it is: glibc), so that host code reading memory it never wrote,
+ * or wrote before freeing it, sees garbage rather than a lucky zero. The tests set it with
+ * glibc's own turned off: glibc's fills every block of the process, and in one that compiles
+ * kernels those are mostly LLVM's, millions of them (a third of a cold test's time on PoCL).
+ * Read once; 0, unset or out of range: nothing filled. */
+static int perturb_byte(void)
+{
+    static atomic_int byte = -1; /* -1: not read yet */
+    int b = atomic_load_explicit(&byte, memory_order_relaxed);
+    if (b < 0) {
+        const char *env = getenv("MHLA_MALLOC_PERTURB");
+        char *end = NULL;
+        const long v = env ? strtol(env, &end, 0) : 0;
+        b = env && end != env && *end == 0 && v > 0 && v < 256 ? (int)v : 0;
+        atomic_store_explicit(&byte, b, memory_order_relaxed);
+    }
+    return b;
+}
+
+/* The bytes of p usable before it is freed or grown: 0 where the C library cannot say. */
+static size_t usable_size(void *p)
+{
+#if defined(__GLIBC__)
+    return p ? malloc_usable_size(p) : 0;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+/* p's bytes from `from` to its end (size, or where the C library says its block ends) filled as new
+ * ones; p may be NULL (a failed allocation). */
+static void *perturbed(void *p, size_t from, size_t size)
+{
+    const int b = perturb_byte();
+    if (!p || !b)
+        return p;
+    const size_t usable = usable_size(p);
+    const size_t to = usable > size ? usable : size;
+    if (to > from)
+        memset((char *)p + from, b ^ 0xff, to - from);
+    return p;
+}
+
+void *mhla__malloc(size_t size)
+{
+    return mhla__fault_inject(MHLA__FAULT_ALLOC) ? NULL : counted(perturbed(malloc(size), 0, size));
+}
 
 void *mhla__calloc(size_t count, size_t size)
 {
@@ -60,8 +114,11 @@ void *mhla__realloc(void *p, size_t size)
     if (mhla__fault_inject(MHLA__FAULT_ALLOC))
         return NULL;
     if (!p)
-        return counted(realloc(NULL, size));
-    return realloc(p, size ? size : 1); /* size 0 would free p (or not): keep p live either way */
+        return counted(perturbed(realloc(NULL, size), 0, size));
+    /* p's block up to its end is the caller's (filled when it was new); what realloc adds is new.
+     * Size 0 would free p (or not): keep p live either way. */
+    const size_t old = perturb_byte() ? usable_size(p) : 0;
+    return perturbed(realloc(p, size ? size : 1), old, size);
 }
 
 void mhla__free(void *p)
@@ -69,6 +126,11 @@ void mhla__free(void *p)
     if (!p)
         return;
     atomic_fetch_sub_explicit(&live_allocations, 1, memory_order_relaxed);
+    /* Through a volatile pointer: a compiler drops a plain memset right before free() as a dead store. */
+    static void *(*const volatile fill)(void *, int, size_t) = memset;
+    const int b = perturb_byte();
+    if (b)
+        fill(p, b, usable_size(p));
     free(p);
 }
 
