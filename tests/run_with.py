@@ -49,7 +49,7 @@ def run_guarded(cmd, env):
     """Runs cmd; one that is still running after MHLA_HANG_S seconds (default 300: three times the longest
     of these tests cold) has hung: its threads' stacks are printed, it is killed and run once more, and
     the test passes only if that run passes. The line HUNG starts stays in the log (scripts/test.sh
-    names such tests in its closing lines). Seen on rusticl in one cold run of the test command in nine:
+    names such tests in its closing lines). Seen on rusticl in one cold run of the test command in ten:
     test_errors stopped in a plan's creation after its earlier cases, for the 900 s of meson's limit;
     never when run alone (docs/devices.md, (al))."""
     limit = float(os.environ.get("MHLA_HANG_S", "300"))
