@@ -330,7 +330,8 @@ MUTATIONS = [
              "a CLBlast GEMM whose program fails to build is reported instead of called again",
              [("host/core/blas.c", "if (s != CLBlastOpenCLBuildProgramFailure || attempt == 2)", "if (1)", 1)],
              [("program_cache", "test_build_retried_after_empty_log", "CLBlast's build failed once")]),
-    Mutation("alloc-perturb-dropped", "the library's new blocks are not filled under MHLA_MALLOC_PERTURB (the tests' check of its host code, glibc's filling off)",
+    Mutation("alloc-perturb-dropped", "the library's new blocks are not filled under MHLA_MALLOC_PERTURB (the tests' "
+             "check of its host code, glibc's filling off)",
              [("host/core/alloc.c", "memset((char *)p + from, b ^ 0xff, to - from);", "(void)from;", 1)],
              [("alloc", "test_new_blocks_filled", "not honoured")]),
     Mutation("free-perturb-dropped", "the library's freed blocks are not filled under MHLA_MALLOC_PERTURB",
